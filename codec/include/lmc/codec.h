@@ -1,0 +1,95 @@
+// The LMC chunk codec: one independent, self-describing, checksummed frame
+// per chunk (docs/FORMAT.md, "Frame"). Chunks share nothing, so any number
+// of threads encode and decode at once, each with its own Workspace.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "lmc/dtype.h"
+#include "lmc/status.h"
+
+namespace lmc {
+
+// Largest chunk a frame can hold (decoded size is a u32 and streams must
+// stay addressable with 32-bit offsets).
+inline constexpr size_t kMaxChunkSize = size_t{1} << 30;
+
+// Entropy coder of one stream (docs/FORMAT.md, "Stream coders"). Values are
+// written into frames.
+enum class Coder : uint8_t {
+  kRaw = 0,       // stored as is
+  kConst = 1,     // one symbol repeated
+  kHuffman = 2,   // canonical, length-limited, 4 interleaved bit streams
+  kRans = 3,      // 4-way interleaved rANS, 12-bit probabilities (< 1 bit/symbol)
+};
+const char* CoderName(Coder c);
+
+// Per-thread scratch memory. Grows to the largest chunk seen and is reused,
+// so steady-state encode and decode allocate nothing. Not thread-safe: one
+// Workspace per thread.
+class Workspace {
+ public:
+  Workspace();
+  ~Workspace();
+  Workspace(const Workspace&) = delete;
+  Workspace& operator=(const Workspace&) = delete;
+  // Returns a buffer of at least n bytes, valid until the next call.
+  uint8_t* Scratch(size_t n);
+
+ private:
+  std::unique_ptr<uint8_t[]> buf_;
+  size_t cap_ = 0;
+};
+
+struct EncodeParams {
+  DType dtype = DType::kBytes;
+  // Optional XOR base of the same length as the input (incremental delta).
+  // The decoder must be given the same base bytes.
+  const uint8_t* base = nullptr;
+};
+
+// Worst-case frame size for a chunk of n bytes; EncodeChunk never needs
+// more. Frames of incompressible data are at most a few dozen bytes larger
+// than n.
+size_t MaxEncodedSize(size_t n);
+
+// Encodes src[0, n) into dst (cap bytes; cap >= MaxEncodedSize(n) always
+// suffices). Returns the frame size.
+Result<size_t> EncodeChunk(const uint8_t* src, size_t n, const EncodeParams& params, uint8_t* dst,
+                           size_t cap, Workspace& ws);
+
+struct StreamInfo {
+  Coder coder;
+  uint32_t encoded_size;  // bytes of payload in the frame
+  uint32_t decoded_size;  // bytes of the regrouped stream
+};
+
+struct FrameInfo {
+  uint8_t version = 0;
+  DType dtype = DType::kBytes;
+  bool xor_delta = false;       // needs the base buffer to decode
+  uint32_t decoded_size = 0;    // bytes of the chunk
+  uint32_t frame_size = 0;      // bytes of the whole frame
+  uint32_t header_size = 0;     // bytes before the first stream payload
+  uint64_t checksum = 0;        // XXH3-64 of the decoded chunk
+  std::vector<StreamInfo> streams;
+};
+
+// Parses and checks a frame's header (magic, version, header checksum,
+// sizes). `len` may exceed the frame; frame_size tells where it ends.
+Result<FrameInfo> ReadFrameInfo(const uint8_t* frame, size_t len);
+
+// Decodes a frame into dst (dst_cap >= decoded_size). `base` must be the
+// base used to encode when the frame is a delta (base_len == decoded_size),
+// and is ignored otherwise. Verifies the decoded checksum. Any malformed or
+// corrupted input yields Corruption, never a crash or an out-of-bounds access.
+Result<size_t> DecodeChunk(const uint8_t* frame, size_t len, const uint8_t* base, size_t base_len,
+                           uint8_t* dst, size_t dst_cap, Workspace& ws);
+
+// XXH3-64 of a buffer: the frame's decoded checksum.
+uint64_t Checksum64(const uint8_t* p, size_t n);
+
+}  // namespace lmc

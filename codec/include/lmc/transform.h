@@ -1,0 +1,48 @@
+// Dtype-aware byte regrouping (docs/FORMAT.md, "Transforms").
+//
+// A chunk of n bytes of dtype t with element width w is split into w byte
+// streams of n/w bytes each, plus a tail stream of n%w raw bytes when n is
+// not a multiple of w. The streams are laid out back to back in one buffer
+// of n bytes: stream i at offset i*(n/w), the tail at w*(n/w).
+//
+// Floats are rotated left by one bit first, so the sign moves to the lowest
+// bit and the exponent starts at the top: stream 0 of bf16 and f32 is
+// exactly the 8 exponent bits. Integers are split high byte first.
+// With a base buffer (same length), the element is XORed with the base
+// element before the rotation (the incremental-snapshot delta).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "lmc/dtype.h"
+
+namespace lmc {
+
+struct StreamShape {
+  size_t width;  // number of regular streams (element width)
+  size_t elems;  // bytes per regular stream
+  size_t tail;   // bytes in the tail stream (0: no tail stream)
+  size_t count() const { return width + (tail ? 1 : 0); }
+  size_t size(size_t i) const { return i < width ? elems : tail; }
+  size_t offset(size_t i) const { return i * elems; }
+};
+
+StreamShape ShapeFor(DType t, size_t n);
+
+// src (n bytes) [^ base] -> regrouped streams in dst (n bytes). base may be null.
+void SplitStreams(DType t, const uint8_t* src, size_t n, const uint8_t* base, uint8_t* dst);
+// Inverse of SplitStreams.
+void MergeStreams(DType t, const uint8_t* streams, size_t n, const uint8_t* base, uint8_t* dst);
+
+// Histogram of a byte stream. Fast (4 interleaved tables).
+void Histogram(const uint8_t* p, size_t n, uint32_t hist[256]);
+// Order-0 Shannon entropy of a histogram, in bits for the whole stream.
+double EntropyBits(const uint32_t hist[256], size_t n);
+
+// Sum of the order-0 entropies of the regrouped streams of src [^ base], in
+// bits: the "entropy bound" of the benchmark targets. `scratch` must hold n bytes.
+double GroupedEntropyBits(DType t, const uint8_t* src, size_t n, const uint8_t* base,
+                          uint8_t* scratch);
+
+}  // namespace lmc

@@ -1,0 +1,1 @@
+// placeholder: filled in by the issue-2 work

@@ -1,0 +1,33 @@
+// Canonical, length-limited Huffman coder for one byte stream
+// (docs/FORMAT.md, "Huffman stream"). Internal to lmc_codec.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "lmc/status.h"
+
+namespace lmc::huff {
+
+// Longest code. 11 bits keeps the decode table (2^11 entries) in L1.
+inline constexpr int kMaxCodeLen = 11;
+
+// Worst-case size of Encode's output for n symbols.
+size_t MaxEncodedSize(size_t n);
+
+// Exact size in bytes Encode would produce for a stream with histogram
+// `hist` of n symbols (table header included), computed from the histogram
+// alone (no pass over the data). Used to choose a coder without encoding.
+size_t EncodedSize(const uint32_t hist[256], size_t n);
+
+// Encodes src[0, n) (histogram `hist` precomputed by the caller, at least two
+// distinct symbols) into dst. Returns bytes written; InvalidArgument when
+// cap is too small. Allocates nothing.
+Result<size_t> Encode(const uint8_t* src, size_t n, const uint32_t hist[256], uint8_t* dst,
+                      size_t cap);
+
+// Decodes exactly n symbols from src[0, len) into dst. Any malformed input
+// gives Corruption; never reads or writes out of bounds. Allocates nothing.
+Status Decode(const uint8_t* src, size_t len, uint8_t* dst, size_t n);
+
+}  // namespace lmc::huff

