@@ -1,1 +1,71 @@
-// placeholder: filled in by the issue-2 work
+#include "entropy.h"
+
+#include <cstring>
+
+#include "huffman.h"
+#include "rans.h"
+
+namespace lmc {
+
+Coder ChooseCoder(const uint32_t hist[256], size_t n) {
+  if (n == 0) return Coder::kRaw;
+  int distinct = 0;
+  for (int s = 0; s < 256; ++s) distinct += hist[s] != 0;
+  if (distinct == 1) return Coder::kConst;
+  size_t huff = huff::EncodedSize(hist, n);
+  size_t rans = rans::EstimatedSize(hist, n);
+  Coder best = Coder::kHuffman;
+  size_t best_size = huff;
+  if (rans + huff / 100 < huff) {
+    best = Coder::kRans;
+    best_size = rans;
+  }
+  if (best_size + n / 128 >= n) return Coder::kRaw;
+  return best;
+}
+
+Result<EncodedStream> EncodeStream(const uint8_t* src, size_t n, const uint32_t hist[256],
+                                   Coder coder, uint8_t* dst, size_t cap) {
+  if (cap < n && coder == Coder::kRaw) return Status::InvalidArgument("stream buffer too small");
+  switch (coder) {
+    case Coder::kConst:
+      if (n == 0 || cap < 1) break;
+      dst[0] = src[0];
+      return EncodedStream{Coder::kConst, 1};
+    case Coder::kHuffman:
+    case Coder::kRans: {
+      // Bound the coder's output by the raw size: if it cannot beat raw,
+      // it fails with InvalidArgument and the stream is stored raw.
+      size_t limit = cap < n ? cap : n;
+      Result<size_t> r = coder == Coder::kHuffman ? huff::Encode(src, n, hist, dst, limit)
+                                                  : rans::Encode(src, n, hist, dst, limit);
+      if (r.ok() && *r < n) return EncodedStream{coder, *r};
+      break;
+    }
+    case Coder::kRaw:
+      break;
+  }
+  if (cap < n) return Status::InvalidArgument("stream buffer too small");
+  std::memcpy(dst, src, n);
+  return EncodedStream{Coder::kRaw, n};
+}
+
+Status DecodeStream(Coder coder, const uint8_t* src, size_t len, uint8_t* dst, size_t n) {
+  switch (coder) {
+    case Coder::kRaw:
+      if (len != n) return Status::Corruption("raw stream size does not match its decoded size");
+      std::memcpy(dst, src, n);
+      return Status::Ok();
+    case Coder::kConst:
+      if (len != 1 || n == 0) return Status::Corruption("bad constant stream");
+      std::memset(dst, src[0], n);
+      return Status::Ok();
+    case Coder::kHuffman:
+      return huff::Decode(src, len, dst, n);
+    case Coder::kRans:
+      return rans::Decode(src, len, dst, n);
+  }
+  return Status::Corruption("unknown stream coder");
+}
+
+}  // namespace lmc

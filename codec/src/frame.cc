@@ -1,1 +1,142 @@
-// placeholder: filled in by the issue-2 work
+// Chunk frames: encode = regroup by dtype, code each stream, write the
+// header; decode = the reverse, then verify the decoded checksum.
+#include <cstring>
+#include <string>
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+#include "entropy.h"
+#include "frame_format.h"
+#include "lmc/codec.h"
+#include "lmc/transform.h"
+
+namespace lmc {
+
+using namespace frame;  // NOLINT: constants of this file's format
+
+const char* CoderName(Coder c) {
+  switch (c) {
+    case Coder::kRaw: return "raw";
+    case Coder::kConst: return "const";
+    case Coder::kHuffman: return "huffman";
+    case Coder::kRans: return "rans";
+  }
+  return "invalid";
+}
+
+Workspace::Workspace() = default;
+Workspace::~Workspace() = default;
+
+uint8_t* Workspace::Scratch(size_t n) {
+  if (n > cap_ || !buf_) {
+    size_t want = n < 4096 ? 4096 : n;
+    buf_.reset(new uint8_t[want]);
+    cap_ = want;
+  }
+  return buf_.get();
+}
+
+uint64_t Checksum64(const uint8_t* p, size_t n) { return XXH3_64bits(p, n); }
+
+size_t MaxEncodedSize(size_t n) { return n + HeaderSize(kMaxStreams); }
+
+Result<size_t> EncodeChunk(const uint8_t* src, size_t n, const EncodeParams& params, uint8_t* dst,
+                           size_t cap, Workspace& ws) {
+  if (n > kMaxChunkSize) return Status::InvalidArgument("chunk larger than 1 GiB");
+  if (!DTypeValid(static_cast<uint8_t>(params.dtype)))
+    return Status::InvalidArgument("invalid dtype");
+  StreamShape shape = ShapeFor(params.dtype, n);
+  const size_t ns = shape.count();
+  const size_t hsize = HeaderSize(ns);
+  if (cap < hsize) return Status::InvalidArgument("output buffer too small for a frame header");
+
+  uint8_t* streams = ws.Scratch(n);
+  SplitStreams(params.dtype, src, n, params.base, streams);
+
+  std::memcpy(dst, kMagic, 4);
+  dst[4] = kVersion;
+  dst[5] = static_cast<uint8_t>(params.dtype);
+  dst[6] = params.base ? kFlagXorDelta : 0;
+  dst[7] = static_cast<uint8_t>(ns);
+  PutU32(dst + 8, static_cast<uint32_t>(n));
+  PutU64(dst + 12, Checksum64(src, n));
+
+  size_t pos = hsize;
+  for (size_t i = 0; i < ns; ++i) {
+    const uint8_t* s = streams + shape.offset(i);
+    size_t m = shape.size(i);
+    uint32_t hist[256];
+    Histogram(s, m, hist);
+    Coder want = ChooseCoder(hist, m);
+    LMC_ASSIGN_OR_RETURN(EncodedStream es, EncodeStream(s, m, hist, want, dst + pos, cap - pos));
+    uint8_t* e = dst + kFixedHeader + i * kStreamEntry;
+    e[0] = static_cast<uint8_t>(es.coder);
+    PutU32(e + 1, static_cast<uint32_t>(es.size));
+    pos += es.size;
+  }
+  PutU32(dst + hsize - kHeaderCrc, static_cast<uint32_t>(XXH3_64bits(dst, hsize - kHeaderCrc)));
+  return pos;
+}
+
+Result<FrameInfo> ReadFrameInfo(const uint8_t* p, size_t len) {
+  if (len < kFixedHeader + kHeaderCrc) return Status::Corruption("frame truncated in its header");
+  if (std::memcmp(p, kMagic, 4) != 0) return Status::Corruption("not an LMC frame (bad magic)");
+  FrameInfo fi;
+  fi.version = p[4];
+  if (fi.version != kVersion)
+    return Status::Unsupported("frame version " + std::to_string(fi.version) +
+                               " is newer than this lmc (reads version 1); upgrade lmcfs");
+  if (!DTypeValid(p[5])) return Status::Corruption("frame has an invalid dtype");
+  fi.dtype = static_cast<DType>(p[5]);
+  if (p[6] & ~kKnownFlags) return Status::Corruption("frame has unknown flags");
+  fi.xor_delta = p[6] & kFlagXorDelta;
+  size_t ns = p[7];
+  if (ns == 0 || ns > kMaxStreams) return Status::Corruption("frame has a bad stream count");
+  size_t hsize = HeaderSize(ns);
+  if (len < hsize) return Status::Corruption("frame truncated in its stream table");
+  if (GetU32(p + hsize - kHeaderCrc) != static_cast<uint32_t>(XXH3_64bits(p, hsize - kHeaderCrc)))
+    return Status::Corruption("frame header checksum mismatch");
+  fi.decoded_size = GetU32(p + 8);
+  fi.checksum = GetU64(p + 12);
+  if (fi.decoded_size > kMaxChunkSize) return Status::Corruption("frame decoded size too large");
+  StreamShape shape = ShapeFor(fi.dtype, fi.decoded_size);
+  if (shape.count() != ns) return Status::Corruption("frame stream count does not match its dtype");
+  uint64_t total = hsize;
+  fi.streams.resize(ns);
+  for (size_t i = 0; i < ns; ++i) {
+    const uint8_t* e = p + kFixedHeader + i * kStreamEntry;
+    if (e[0] > static_cast<uint8_t>(Coder::kRans)) return Status::Corruption("frame has an unknown coder");
+    fi.streams[i] = {static_cast<Coder>(e[0]), GetU32(e + 1), static_cast<uint32_t>(shape.size(i))};
+    total += fi.streams[i].encoded_size;
+  }
+  if (total > kMaxChunkSize + hsize) return Status::Corruption("frame size too large");
+  fi.header_size = static_cast<uint32_t>(hsize);
+  fi.frame_size = static_cast<uint32_t>(total);
+  if (len < total) return Status::Corruption("frame truncated in its payload");
+  return fi;
+}
+
+Result<size_t> DecodeChunk(const uint8_t* p, size_t len, const uint8_t* base, size_t base_len,
+                           uint8_t* dst, size_t dst_cap, Workspace& ws) {
+  LMC_ASSIGN_OR_RETURN(FrameInfo fi, ReadFrameInfo(p, len));
+  const size_t n = fi.decoded_size;
+  if (dst_cap < n) return Status::InvalidArgument("output buffer smaller than the chunk");
+  if (fi.xor_delta && (base == nullptr || base_len != n))
+    return Status::InvalidArgument("delta frame needs its base chunk of the same size");
+  StreamShape shape = ShapeFor(fi.dtype, n);
+  uint8_t* streams = ws.Scratch(n);
+  size_t pos = fi.header_size;
+  for (size_t i = 0; i < fi.streams.size(); ++i) {
+    const StreamInfo& s = fi.streams[i];
+    Status st = DecodeStream(s.coder, p + pos, s.encoded_size, streams + shape.offset(i), s.decoded_size);
+    if (!st.ok()) return Status::Corruption("stream " + std::to_string(i) + ": " + st.message());
+    pos += s.encoded_size;
+  }
+  MergeStreams(fi.dtype, streams, n, fi.xor_delta ? base : nullptr, dst);
+  if (Checksum64(dst, n) != fi.checksum)
+    return Status::Corruption("decoded chunk checksum mismatch");
+  return n;
+}
+
+}  // namespace lmc

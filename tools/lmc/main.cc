@@ -1,5 +1,5 @@
-#include <cstdio>
-int main() {
-  std::fprintf(stderr, "lmc: not built yet\n");
-  return 1;
+#include "cli.h"
+
+int main(int argc, char** argv) {
+  return lmc::cli::LmcMain(std::vector<std::string>(argv + 1, argv + argc));
 }

@@ -1,0 +1,54 @@
+// Cuts a file's typed regions (from the LayoutParser) into codec chunks
+// (docs/ARCHITECTURE.md, "Chunking").
+//
+// Tensor regions of at least `small_region` bytes are cut into chunks of
+// `chunk_size` bytes counted from the tensor's first byte, so identical
+// tensors at different file offsets give identical chunks (dedup) and each
+// chunk has one dtype. Smaller regions (headers, biases, norms) are packed
+// together into "mixed" chunks of up to chunk_size bytes, coded with the
+// dtype they share, or as bytes when they differ.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "lmc/dtype.h"
+#include "lmc/layout.h"
+
+namespace lmc {
+
+// 1 MiB: see docs/BENCHMARKS.md ("Chunk size") for the measurement behind it.
+inline constexpr uint32_t kDefaultChunkSize = 1u << 20;
+
+struct ChunkerOptions {
+  uint32_t chunk_size = kDefaultChunkSize;
+  uint32_t small_region = 64 * 1024;  // regions below this are packed together
+};
+
+struct ChunkSpec {
+  uint64_t offset = 0;
+  uint32_t length = 0;
+  DType dtype = DType::kBytes;
+};
+
+class Chunker {
+ public:
+  explicit Chunker(ChunkerOptions opts = {}) : opts_(opts) {}
+  // Regions must be contiguous and in order. Appends completed chunks.
+  void Add(const Region& r, std::vector<ChunkSpec>* out);
+  // Flushes the pending mixed chunk.
+  void Finish(std::vector<ChunkSpec>* out);
+  // End of the bytes handed out in chunks so far.
+  uint64_t emitted_end() const { return emitted_end_; }
+
+ private:
+  void FlushMixed(std::vector<ChunkSpec>* out);
+  void Emit(const ChunkSpec& c, std::vector<ChunkSpec>* out);
+
+  ChunkerOptions opts_;
+  ChunkSpec mixed_{};
+  bool mixed_uniform_ = true;
+  uint64_t emitted_end_ = 0;
+};
+
+}  // namespace lmc

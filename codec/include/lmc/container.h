@@ -1,0 +1,75 @@
+// The .lmc file container written by `lmc compress` (docs/FORMAT.md,
+// ".lmc container"): a header, one length-prefixed frame per chunk, an end
+// marker and a trailer with the total size and a checksum of the whole
+// file. Written and read strictly sequentially, so pipes work both ways;
+// chunks are encoded and decoded in parallel in batches.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <vector>
+
+#include "lmc/chunker.h"
+#include "lmc/layout.h"
+#include "lmc/status.h"
+
+namespace lmc {
+
+class ThreadPool;
+
+// Reads up to n bytes; returns 0 at end of input.
+using ReadFn = std::function<Result<size_t>(uint8_t* buf, size_t n)>;
+// Writes all n bytes or fails.
+using WriteFn = std::function<Status(const uint8_t* buf, size_t n)>;
+
+struct CompressOptions {
+  uint32_t chunk_size = kDefaultChunkSize;
+  size_t threads = 0;          // 0: every core of the pool
+  ThreadPool* pool = nullptr;  // null: ThreadPool::Shared()
+};
+
+struct CompressStats {
+  uint64_t input_bytes = 0;
+  uint64_t output_bytes = 0;
+  uint64_t chunks = 0;
+  Format format = Format::kUnknown;
+  // Input bytes per dtype the chunks were coded as.
+  std::map<DType, uint64_t> bytes_by_dtype;
+};
+
+Status CompressStream(const ReadFn& in, const WriteFn& out, const CompressOptions& opts,
+                      CompressStats* stats = nullptr);
+
+struct DecompressOptions {
+  size_t threads = 0;
+  ThreadPool* pool = nullptr;
+};
+
+struct DecompressStats {
+  uint64_t input_bytes = 0;
+  uint64_t output_bytes = 0;
+  uint64_t chunks = 0;
+};
+
+// Verifies every frame's checksum and the trailer's whole-file checksum; a
+// mismatch, truncation or trailing data is Corruption. Output written
+// before an error is detected must be discarded by the caller.
+Status DecompressStream(const ReadFn& in, const WriteFn& out, const DecompressOptions& opts,
+                        DecompressStats* stats = nullptr);
+
+// The chunks CompressStream would cut an in-memory file into.
+std::vector<ChunkSpec> PlanChunks(const uint8_t* p, size_t n, const ChunkerOptions& opts,
+                                  Format* format = nullptr);
+
+// True when the first bytes are a .lmc container's magic.
+bool IsContainer(const uint8_t* p, size_t n);
+
+// In-memory conveniences (tests, benchmarks).
+Result<std::vector<uint8_t>> CompressBuffer(const uint8_t* p, size_t n, const CompressOptions& opts,
+                                            CompressStats* stats = nullptr);
+Result<std::vector<uint8_t>> DecompressBuffer(const uint8_t* p, size_t n,
+                                              const DecompressOptions& opts = {});
+
+}  // namespace lmc

@@ -1,0 +1,36 @@
+// Per-stream coder choice and dispatch (docs/FORMAT.md, "Stream coders").
+// Internal to lmc_codec.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "lmc/codec.h"
+#include "lmc/status.h"
+
+namespace lmc {
+
+// The coder for a stream with histogram `hist` of n symbols, chosen from the
+// histogram alone (never by trying coders): kConst for one symbol; else the
+// smallest of Huffman (exact size) and rANS (estimated; taken only when it
+// saves more than 1% over Huffman, since it decodes slower); kRaw when that
+// saves less than 1/128 of the stream.
+Coder ChooseCoder(const uint32_t hist[256], size_t n);
+
+// Worst-case payload of EncodeStream for n bytes.
+inline size_t MaxStreamPayload(size_t n) { return n; }
+
+// Encodes src[0,n) into dst (cap bytes), trying `coder` first and falling
+// back to kRaw when its output would not be smaller than n. Returns the
+// coder actually used and the payload size. cap >= n always suffices.
+struct EncodedStream {
+  Coder coder;
+  size_t size;
+};
+Result<EncodedStream> EncodeStream(const uint8_t* src, size_t n, const uint32_t hist[256],
+                                   Coder coder, uint8_t* dst, size_t cap);
+
+// Decodes a stream payload of `len` bytes into exactly n bytes of dst.
+Status DecodeStream(Coder coder, const uint8_t* src, size_t len, uint8_t* dst, size_t n);
+
+}  // namespace lmc

@@ -1,0 +1,82 @@
+// The lmc tool, run in-process (LmcMain) on real files in a temp directory.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include <gtest/gtest.h>
+
+#include "cli.h"
+#include "test_util.h"
+
+namespace lmc {
+namespace {
+
+namespace fs = std::filesystem;
+
+class CliTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("lmc_cli_test_" + std::to_string(::getpid()));
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string P(const std::string& name) { return (dir_ / name).string(); }
+  static void Write(const std::string& p, const std::vector<uint8_t>& d) {
+    std::ofstream(p, std::ios::binary).write(reinterpret_cast<const char*>(d.data()), d.size());
+  }
+  static std::vector<uint8_t> Read(const std::string& p) {
+    std::ifstream f(p, std::ios::binary);
+    return std::vector<uint8_t>(std::istreambuf_iterator<char>(f), {});
+  }
+  fs::path dir_;
+};
+
+TEST_F(CliTest, CompressDecompressRoundTrip) {
+  auto data = testing::Bf16Weights(400000, 5);
+  Write(P("w.bin"), data);
+  EXPECT_EQ(cli::LmcMain({"compress", "-q", P("w.bin")}), 0);
+  ASSERT_TRUE(fs::exists(P("w.bin.lmc")));
+  EXPECT_LT(fs::file_size(P("w.bin.lmc")), data.size());
+  // Refuses to overwrite without -f, like gzip and zstd.
+  EXPECT_EQ(cli::LmcMain({"decompress", "-q", P("w.bin.lmc")}), 1);
+  EXPECT_EQ(cli::LmcMain({"decompress", "-q", "-f", P("w.bin.lmc")}), 0);
+  EXPECT_EQ(Read(P("w.bin")), data);
+  EXPECT_EQ(cli::LmcMain({"decompress", "-q", P("w.bin.lmc"), P("out.bin")}), 0);
+  EXPECT_EQ(Read(P("out.bin")), data);
+}
+
+TEST_F(CliTest, DamagedInputLeavesNoOutput) {
+  auto data = testing::Bf16Weights(100000, 6);
+  Write(P("w.bin"), data);
+  ASSERT_EQ(cli::LmcMain({"compress", "-q", P("w.bin"), P("w.lmc")}), 0);
+  auto c = Read(P("w.lmc"));
+  c[c.size() / 2] ^= 0xff;
+  Write(P("bad.lmc"), c);
+  EXPECT_EQ(cli::LmcMain({"decompress", "-q", P("bad.lmc"), P("bad.out")}), 1);
+  EXPECT_FALSE(fs::exists(P("bad.out")));
+  for (auto& e : fs::directory_iterator(dir_))
+    EXPECT_EQ(e.path().string().find(".tmp."), std::string::npos) << "temporary file left behind";
+}
+
+TEST_F(CliTest, UsageErrorsAndMissingFiles) {
+  EXPECT_EQ(cli::LmcMain({}), 2);
+  EXPECT_EQ(cli::LmcMain({"frobnicate"}), 2);
+  EXPECT_EQ(cli::LmcMain({"compress", P("does-not-exist")}), 1);
+  EXPECT_EQ(cli::LmcMain({"decompress", P("no-suffix")}), 1);
+  EXPECT_EQ(cli::LmcMain({"--help"}), 0);
+}
+
+TEST_F(CliTest, InfoAndBenchRun) {
+  auto data = testing::Bf16Weights(50000, 7);
+  Write(P("w.bin"), data);
+  EXPECT_EQ(cli::LmcMain({"info", P("w.bin")}), 0);
+  ASSERT_EQ(cli::LmcMain({"compress", "-q", P("w.bin")}), 0);
+  EXPECT_EQ(cli::LmcMain({"info", P("w.bin.lmc")}), 0);
+  EXPECT_EQ(cli::LmcMain({"bench", "-r", "1", "--no-zstd19", "--json", P("w.bin")}), 0);
+}
+
+}  // namespace
+}  // namespace lmc

@@ -1,0 +1,114 @@
+#include "lmc/container.h"
+
+#include <cstring>
+
+#include <gtest/gtest.h>
+
+#include "lmc/thread_pool.h"
+#include "test_util.h"
+
+namespace lmc {
+namespace {
+
+// A minimal valid safetensors file with one bf16 and one f32 tensor.
+std::vector<uint8_t> MakeSafetensors(size_t bf16_count, size_t f32_count) {
+  auto a = testing::Bf16Weights(bf16_count, 1);
+  auto b = testing::F32Weights(f32_count, 2);
+  std::string hdr = "{\"a\":{\"dtype\":\"BF16\",\"shape\":[" + std::to_string(bf16_count) +
+                    "],\"data_offsets\":[0," + std::to_string(a.size()) + "]},\"b\":{\"dtype\":\"F32\",\"shape\":[" +
+                    std::to_string(f32_count) + "],\"data_offsets\":[" + std::to_string(a.size()) + "," +
+                    std::to_string(a.size() + b.size()) + "]}}";
+  while (hdr.size() % 8) hdr += ' ';
+  std::vector<uint8_t> f(8 + hdr.size() + a.size() + b.size());
+  uint64_t n = hdr.size();
+  std::memcpy(f.data(), &n, 8);
+  std::memcpy(f.data() + 8, hdr.data(), hdr.size());
+  std::memcpy(f.data() + 8 + hdr.size(), a.data(), a.size());
+  std::memcpy(f.data() + 8 + hdr.size() + a.size(), b.data(), b.size());
+  return f;
+}
+
+TEST(ContainerTest, RoundTripSafetensorsWithThreads) {
+  auto file = MakeSafetensors(3 << 20, 300000);
+  ThreadPool pool(3);
+  for (size_t threads : {1, 3}) {
+    CompressOptions co;
+    co.threads = threads;
+    co.pool = &pool;
+    CompressStats st;
+    auto c = CompressBuffer(file.data(), file.size(), co, &st);
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    EXPECT_EQ(st.input_bytes, file.size());
+    EXPECT_EQ(st.output_bytes, c->size());
+    EXPECT_LT(c->size(), file.size() * 0.75);
+    EXPECT_GT(st.bytes_by_dtype[DType::kBF16], 6u << 20) << "tensors were not coded as bf16";
+    DecompressOptions dopt;
+    dopt.threads = threads;
+    dopt.pool = &pool;
+    auto d = DecompressBuffer(c->data(), c->size(), dopt);
+    ASSERT_TRUE(d.ok()) << d.status().ToString();
+    EXPECT_EQ(*d, file);
+  }
+}
+
+TEST(ContainerTest, EmptyAndTinyInputs) {
+  for (size_t n : {0, 1, 7, 100}) {
+    auto data = testing::RandomBytes(n, static_cast<uint32_t>(n));
+    auto c = CompressBuffer(data.data(), data.size(), CompressOptions{});
+    ASSERT_TRUE(c.ok());
+    auto d = DecompressBuffer(c->data(), c->size());
+    ASSERT_TRUE(d.ok()) << d.status().ToString();
+    EXPECT_EQ(*d, data);
+  }
+}
+
+TEST(ContainerTest, LyingHeaderStillRoundTrips) {
+  auto file = MakeSafetensors(100000, 1000);
+  // Make the header claim offsets far beyond the file.
+  std::string s(file.begin(), file.begin() + 200);
+  size_t p = s.find("data_offsets\":[0,");
+  ASSERT_NE(p, std::string::npos);
+  file[p + 15] = '9';
+  auto c = CompressBuffer(file.data(), file.size(), CompressOptions{});
+  ASSERT_TRUE(c.ok());
+  auto d = DecompressBuffer(c->data(), c->size());
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(*d, file);
+}
+
+TEST(ContainerTest, TruncationAndCorruptionAreDetected) {
+  auto file = MakeSafetensors(50000, 5000);
+  auto c = CompressBuffer(file.data(), file.size(), CompressOptions{});
+  ASSERT_TRUE(c.ok());
+  for (size_t len : {size_t{0}, size_t{3}, size_t{16}, size_t{100}, c->size() / 2, c->size() - 1}) {
+    auto d = DecompressBuffer(c->data(), len);
+    EXPECT_FALSE(d.ok()) << "truncated at " << len;
+  }
+  std::vector<uint8_t> extra = *c;
+  extra.push_back(0);
+  EXPECT_TRUE(DecompressBuffer(extra.data(), extra.size()).status().IsCorruption());
+  for (size_t pos = 0; pos < c->size(); pos += 997) {
+    std::vector<uint8_t> bad = *c;
+    bad[pos] ^= 0x10;
+    auto d = DecompressBuffer(bad.data(), bad.size());
+    if (d.ok()) {
+      EXPECT_EQ(*d, file) << "corruption at " << pos << " produced different bytes";
+    }
+  }
+}
+
+TEST(ContainerTest, PlanChunksCoversFile) {
+  auto file = MakeSafetensors(1 << 20, 1000);
+  Format fmt;
+  auto chunks = PlanChunks(file.data(), file.size(), ChunkerOptions{}, &fmt);
+  EXPECT_EQ(fmt, Format::kSafetensors);
+  uint64_t pos = 0;
+  for (auto& c : chunks) {
+    EXPECT_EQ(c.offset, pos);
+    pos += c.length;
+  }
+  EXPECT_EQ(pos, file.size());
+}
+
+}  // namespace
+}  // namespace lmc

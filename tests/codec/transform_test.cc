@@ -1,0 +1,77 @@
+#include "lmc/transform.h"
+
+#include <gtest/gtest.h>
+
+#include "test_util.h"
+
+namespace lmc {
+namespace {
+
+TEST(TransformTest, Bf16ExponentIsStreamZero) {
+  // 1.0f in bf16 is 0x3F80: exponent 127, sign 0, mantissa 0.
+  // -2.0 is 0xC000: exponent 128, sign 1.
+  uint8_t src[4] = {0x80, 0x3F, 0x00, 0xC0};
+  uint8_t out[4];
+  SplitStreams(DType::kBF16, src, 4, nullptr, out);
+  EXPECT_EQ(out[0], 127);  // stream 0: exponents
+  EXPECT_EQ(out[1], 128);
+  EXPECT_EQ(out[2], 0x00);  // stream 1: mantissa << 1 | sign
+  EXPECT_EQ(out[3], 0x01);
+}
+
+TEST(TransformTest, F32ExponentIsStreamZero) {
+  float f[2] = {1.0f, -0.5f};
+  uint8_t out[8];
+  SplitStreams(DType::kF32, reinterpret_cast<uint8_t*>(f), 8, nullptr, out);
+  EXPECT_EQ(out[0], 127);
+  EXPECT_EQ(out[1], 126);
+  EXPECT_EQ(out[2] & 1, 0);  // stream 1 low bit is the sign
+  EXPECT_EQ(out[3] & 1, 1);
+}
+
+TEST(TransformTest, RoundTripEveryDtypeAndOddLengths) {
+  for (int t = 0; t < kNumDTypes; ++t) {
+    for (size_t n : {0, 1, 2, 3, 5, 7, 8, 9, 15, 17, 1000, 4099}) {
+      auto src = testing::RandomBytes(n, static_cast<uint32_t>(n * 31 + t));
+      auto base = testing::RandomBytes(n, static_cast<uint32_t>(n * 7 + t));
+      for (const uint8_t* b : {static_cast<const uint8_t*>(nullptr), static_cast<const uint8_t*>(base.data())}) {
+        std::vector<uint8_t> s(n + 1, 0xAA), back(n + 1, 0x55);
+        SplitStreams(static_cast<DType>(t), src.data(), n, b, s.data());
+        MergeStreams(static_cast<DType>(t), s.data(), n, b, back.data());
+        EXPECT_TRUE(std::equal(src.begin(), src.end(), back.begin())) << "dtype " << t << " n " << n;
+        EXPECT_EQ(s[n], 0xAA) << "wrote past the end";
+        EXPECT_EQ(back[n], 0x55) << "wrote past the end";
+      }
+    }
+  }
+}
+
+TEST(TransformTest, XorWithSelfGivesZeros) {
+  auto w = testing::Bf16Weights(1000, 1);
+  std::vector<uint8_t> s(w.size());
+  SplitStreams(DType::kBF16, w.data(), w.size(), w.data(), s.data());
+  for (uint8_t b : s) ASSERT_EQ(b, 0);
+}
+
+TEST(TransformTest, GroupingLowersBf16Entropy) {
+  auto w = testing::Bf16Weights(1 << 16, 2);
+  std::vector<uint8_t> scratch(w.size());
+  double grouped = GroupedEntropyBits(DType::kBF16, w.data(), w.size(), nullptr, scratch.data());
+  double bytes = GroupedEntropyBits(DType::kBytes, w.data(), w.size(), nullptr, scratch.data());
+  EXPECT_LT(grouped, bytes * 0.95);
+  // Exponents of N(0, 0.02) weights carry under 3 bits; sign+mantissa ~8.
+  EXPECT_LT(grouped / (w.size() / 2), 11.5);
+}
+
+TEST(TransformTest, HistogramAndEntropy) {
+  std::vector<uint8_t> p(1000, 7);
+  for (size_t i = 0; i < 500; ++i) p[i] = 9;
+  uint32_t h[256];
+  Histogram(p.data(), p.size(), h);
+  EXPECT_EQ(h[7], 500u);
+  EXPECT_EQ(h[9], 500u);
+  EXPECT_NEAR(EntropyBits(h, p.size()), 1000.0, 1e-9);
+}
+
+}  // namespace
+}  // namespace lmc

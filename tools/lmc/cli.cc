@@ -1,0 +1,273 @@
+#include "cli.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <map>
+
+#include <CLI/CLI.hpp>
+
+#include "io.h"
+#include "lmc/codec.h"
+#include "lmc/container.h"
+#include "lmc/layout.h"
+#include "lmc/thread_pool.h"
+#include "lmc/transform.h"
+
+namespace lmc::cli {
+namespace {
+
+constexpr const char* kSuffix = ".lmc";
+
+std::string HumanSize(double b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (b >= 1024 && u < 4) {
+    b /= 1024;
+    ++u;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.2f %s", b, units[u]);
+  return buf;
+}
+
+int Fail(const std::string& what, const Status& st) {
+  std::fprintf(stderr, "lmc: %s: %s\n", what.c_str(), st.ToString().c_str());
+  return 1;
+}
+
+double Seconds(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+Result<int> OpenInput(const std::string& in) {
+  if (in == "-") return 0;
+  int fd = ::open(in.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return Status::FromErrno(errno, "cannot open");
+  return fd;
+}
+
+int Compress(const std::string& in, std::string out, size_t threads, uint32_t chunk, bool force,
+             bool quiet) {
+  if (out.empty()) out = in == "-" ? "-" : in + kSuffix;
+  if (out == "-" && ::isatty(1)) {
+    std::fprintf(stderr, "lmc: refusing to write compressed data to a terminal (use OUT or a pipe)\n");
+    return 1;
+  }
+  Result<int> fd = OpenInput(in);
+  if (!fd.ok()) return Fail(in, fd.status());
+  Result<OutputFile> of = OutputFile::Open(out, force);
+  if (!of.ok()) {
+    if (*fd > 0) ::close(*fd);
+    return Fail(out, of.status());
+  }
+  CompressOptions opts;
+  opts.threads = threads;
+  if (chunk) opts.chunk_size = chunk;
+  CompressStats stats;
+  auto t0 = std::chrono::steady_clock::now();
+  Status st = CompressStream(FdReader(*fd, in), FdWriter(of->fd(), out), opts, &stats);
+  if (*fd > 0) ::close(*fd);
+  if (st.ok()) st = of->Commit();
+  if (!st.ok()) return Fail(in, st);
+  if (!quiet) {
+    double s = Seconds(t0);
+    std::fprintf(stderr, "%s: %s -> %s (%.2f%%), %s, %.0f MB/s\n", in.c_str(),
+                 HumanSize(static_cast<double>(stats.input_bytes)).c_str(),
+                 HumanSize(static_cast<double>(stats.output_bytes)).c_str(),
+                 stats.input_bytes ? 100.0 * stats.output_bytes / stats.input_bytes : 0.0,
+                 std::string(FormatName(stats.format)).c_str(),
+                 s > 0 ? stats.input_bytes / s / 1e6 : 0.0);
+  }
+  return 0;
+}
+
+int Decompress(const std::string& in, std::string out, size_t threads, bool force, bool quiet) {
+  if (out.empty()) {
+    if (in == "-") {
+      out = "-";
+    } else if (in.size() > 4 && in.compare(in.size() - 4, 4, kSuffix) == 0) {
+      out = in.substr(0, in.size() - 4);
+    } else {
+      std::fprintf(stderr, "lmc: %s: unknown suffix (expected .lmc); name the output file\n",
+                   in.c_str());
+      return 1;
+    }
+  }
+  Result<int> fd = OpenInput(in);
+  if (!fd.ok()) return Fail(in, fd.status());
+  Result<OutputFile> of = OutputFile::Open(out, force);
+  if (!of.ok()) {
+    if (*fd > 0) ::close(*fd);
+    return Fail(out, of.status());
+  }
+  DecompressOptions opts;
+  opts.threads = threads;
+  DecompressStats stats;
+  auto t0 = std::chrono::steady_clock::now();
+  Status st = DecompressStream(FdReader(*fd, in), FdWriter(of->fd(), out), opts, &stats);
+  if (*fd > 0) ::close(*fd);
+  if (st.ok()) st = of->Commit();
+  if (!st.ok()) {
+    if (st.IsCorruption() && out != "-")
+      std::fprintf(stderr, "lmc: %s is damaged; no output was written\n", in.c_str());
+    return Fail(in, st);
+  }
+  if (!quiet) {
+    double s = Seconds(t0);
+    std::fprintf(stderr, "%s: %s -> %s, %.0f MB/s\n", in.c_str(),
+                 HumanSize(static_cast<double>(stats.input_bytes)).c_str(),
+                 HumanSize(static_cast<double>(stats.output_bytes)).c_str(),
+                 s > 0 ? stats.output_bytes / s / 1e6 : 0.0);
+  }
+  return 0;
+}
+
+// `lmc info` on a .lmc file: what its frames hold.
+int InfoContainer(const std::string& path, const std::vector<uint8_t>& data) {
+  // Walk the frames without decoding payloads: header 16 bytes, then
+  // length-prefixed frames until the 0 marker.
+  std::map<DType, std::pair<uint64_t, uint64_t>> by_dtype;  // decoded, stored
+  std::map<Coder, uint64_t> by_coder;
+  uint64_t frames = 0;
+  size_t pos = 16;
+  while (pos + 4 <= data.size()) {
+    uint32_t len = 0;
+    std::memcpy(&len, data.data() + pos, 4);
+    pos += 4;
+    if (len == 0) break;
+    Result<FrameInfo> fi = ReadFrameInfo(data.data() + pos, data.size() - pos);
+    if (!fi.ok()) return Fail(path + " frame " + std::to_string(frames), fi.status());
+    by_dtype[fi->dtype].first += fi->decoded_size;
+    by_dtype[fi->dtype].second += fi->frame_size;
+    for (const auto& s : fi->streams) by_coder[s.coder] += s.encoded_size;
+    pos += len;
+    ++frames;
+  }
+  uint64_t in = 0, out = data.size();
+  for (auto& [d, v] : by_dtype) in += v.first;
+  std::printf("%s: .lmc container, %llu frames, %s -> %s (%.2f%%)\n", path.c_str(),
+              static_cast<unsigned long long>(frames), HumanSize(static_cast<double>(in)).c_str(),
+              HumanSize(static_cast<double>(out)).c_str(), in ? 100.0 * out / in : 0.0);
+  std::printf("%-8s %14s %14s %8s\n", "dtype", "bytes", "stored", "ratio");
+  for (auto& [d, v] : by_dtype)
+    std::printf("%-8s %14llu %14llu %7.2f%%\n", std::string(DTypeName(d)).c_str(),
+                static_cast<unsigned long long>(v.first), static_cast<unsigned long long>(v.second),
+                v.first ? 100.0 * v.second / v.first : 0.0);
+  std::printf("stream payload by coder:");
+  for (auto& [c, b] : by_coder) std::printf(" %s=%s", CoderName(c), HumanSize(static_cast<double>(b)).c_str());
+  std::printf("\n");
+  return 0;
+}
+
+// `lmc info` on a checkpoint: its regions and what each costs.
+int InfoCheckpoint(const std::string& path, const std::vector<uint8_t>& data, size_t max_rows) {
+  Format fmt;
+  std::vector<Region> regions = ParseLayout(data.data(), data.size(), &fmt);
+  std::printf("%s: %s, %s, %zu regions\n", path.c_str(), std::string(FormatName(fmt)).c_str(),
+              HumanSize(static_cast<double>(data.size())).c_str(), regions.size());
+  std::printf("%12s %12s %-7s %8s  %s\n", "offset", "length", "dtype", "ratio", "name");
+  Workspace ws;
+  std::vector<uint8_t> buf(MaxEncodedSize(kDefaultChunkSize));
+  uint64_t total_in = 0, total_out = 0;
+  size_t row = 0;
+  for (const Region& r : regions) {
+    uint64_t stored = 0;
+    for (uint64_t off = 0; off < r.length; off += kDefaultChunkSize) {
+      size_t n = static_cast<size_t>(std::min<uint64_t>(kDefaultChunkSize, r.length - off));
+      Result<size_t> e = EncodeChunk(data.data() + r.offset + off, n, EncodeParams{r.dtype, nullptr},
+                                     buf.data(), buf.size(), ws);
+      if (!e.ok()) return Fail(path, e.status());
+      stored += *e;
+    }
+    total_in += r.length;
+    total_out += stored;
+    if (row++ < max_rows)
+      std::printf("%12llu %12llu %-7s %7.2f%%  %s%s\n", static_cast<unsigned long long>(r.offset),
+                  static_cast<unsigned long long>(r.length), std::string(DTypeName(r.dtype)).c_str(),
+                  r.length ? 100.0 * stored / r.length : 0.0, r.name.c_str(),
+                  r.is_tensor ? "" : " (header)");
+  }
+  if (row > max_rows) std::printf("... %zu more regions (use --max-rows)\n", row - max_rows);
+  std::printf("total: %s -> %s (%.2f%%), regions coded separately\n",
+              HumanSize(static_cast<double>(total_in)).c_str(),
+              HumanSize(static_cast<double>(total_out)).c_str(),
+              total_in ? 100.0 * total_out / total_in : 0.0);
+  return 0;
+}
+
+int Info(const std::string& path, size_t max_rows) {
+  Result<std::vector<uint8_t>> data = ReadFile(path);
+  if (!data.ok()) return Fail(path, data.status());
+  if (IsContainer(data->data(), data->size())) return InfoContainer(path, *data);
+  return InfoCheckpoint(path, *data, max_rows);
+}
+
+}  // namespace
+
+int LmcMain(const std::vector<std::string>& args) {
+  CLI::App app{"lmc: lossless compression of LLM checkpoints (safetensors, PyTorch, GGUF, npy)", "lmc"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "lmc 0.1.0 (frame format 1)");
+
+  size_t threads = 0;
+  uint32_t chunk = 0;
+  bool force = false, quiet = false;
+  std::string in, out;
+
+  auto* c = app.add_subcommand("compress", "compress IN to OUT (default IN.lmc; '-' is stdin/stdout)");
+  c->add_option("-T,--threads", threads, "worker threads (default: all cores)");
+  c->add_option("-c,--chunk-size", chunk, "chunk size in bytes (default 1 MiB)")
+      ->check(CLI::Range(4096u, 1u << 30));
+  c->add_flag("-f,--force", force, "overwrite OUT if it exists");
+  c->add_flag("-q,--quiet", quiet, "print nothing on success");
+  c->add_option("IN", in, "input file, or - for stdin")->required();
+  c->add_option("OUT", out, "output file, or - for stdout");
+
+  auto* d = app.add_subcommand("decompress", "decompress IN (.lmc) to OUT (default IN without .lmc)");
+  d->add_option("-T,--threads", threads, "worker threads (default: all cores)");
+  d->add_flag("-f,--force", force, "overwrite OUT if it exists");
+  d->add_flag("-q,--quiet", quiet, "print nothing on success");
+  d->add_option("IN", in, "input file, or - for stdin")->required();
+  d->add_option("OUT", out, "output file, or - for stdout");
+
+  size_t max_rows = 200;
+  auto* i = app.add_subcommand("info", "show a checkpoint's regions and per-region ratio, or a .lmc file's frames");
+  i->add_option("--max-rows", max_rows, "regions to list (default 200)");
+  i->add_option("FILE", in, "checkpoint or .lmc file")->required();
+
+  BenchOptions bo;
+  auto* b = app.add_subcommand("bench", "compare lmc with zstd and lz4 on files (ratio, MB/s)");
+  b->add_option("-T,--threads", bo.threads, "threads for the multi-thread rows (default: all cores)");
+  b->add_option("-r,--repeats", bo.repeats, "timing repeats, best kept (default 3)")->check(CLI::Range(1u, 100u));
+  b->add_option("-c,--chunk-size", bo.chunk_size, "lmc chunk size in bytes (default 1 MiB)")
+      ->check(CLI::Range(4096u, 1u << 30));
+  b->add_flag("--json", bo.json, "print JSON instead of a table");
+  b->add_flag("--no-zstd19", bo.skip_zstd19, "skip zstd -19 (slow)");
+  b->add_option("FILE", bo.files, "files to measure")->required();
+
+  std::vector<std::string> rev(args.rbegin(), args.rend());
+  try {
+    app.parse(rev);
+  } catch (const CLI::ParseError& e) {
+    int rc = app.exit(e);
+    return rc == 0 ? 0 : 2;
+  }
+  try {
+    if (c->parsed()) return Compress(in, out, threads, chunk, force, quiet);
+    if (d->parsed()) return Decompress(in, out, threads, force, quiet);
+    if (i->parsed()) return Info(in, max_rows);
+    if (b->parsed()) return RunBench(bo);
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "lmc: out of memory\n");
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "lmc: internal error: %s\n", e.what());
+    return 1;
+  }
+  return 2;
+}
+
+}  // namespace lmc::cli

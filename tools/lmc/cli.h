@@ -1,0 +1,25 @@
+// The `lmc` command as a function, so tests run it in-process (STYLE.md 11).
+#pragma once
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+namespace lmc::cli {
+
+// Runs `lmc args...` (args excludes argv[0]). Returns the exit status:
+// 0 success, 1 operation failed (message on stderr), 2 usage error.
+int LmcMain(const std::vector<std::string>& args);
+
+// `lmc bench` (bench.cc).
+struct BenchOptions {
+  std::vector<std::string> files;
+  size_t threads = 0;       // multi-thread column: 0 = every core
+  unsigned repeats = 3;     // best of N for each timing
+  bool json = false;
+  bool skip_zstd19 = false;
+  uint32_t chunk_size = 0;  // 0: default
+};
+int RunBench(const BenchOptions& o);
+
+}  // namespace lmc::cli
