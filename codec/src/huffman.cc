@@ -1,1 +1,421 @@
-// placeholder: filled in by the issue-2 work
+// Canonical, length-limited Huffman coder (docs/FORMAT.md, "Huffman stream").
+//
+// Stream layout (all integers little-endian):
+//   [0]      lo: smallest symbol with a code
+//   [1]      hi: largest symbol with a code (lo <= hi)
+//   [2, 2+m) code lengths of symbols lo..hi, 4 bits each, m = ceil((hi-lo+1)/2):
+//            symbol lo+2i in the low nibble of byte i, lo+2i+1 in the high
+//            nibble; 0 = no code, 1..11 = code length; an unused last high
+//            nibble is 0
+//   [+0,+16) end[0..3]: uint32, bit offset in the payload where sub-stream j
+//            ends (sub-stream j starts at end[j-1], sub-stream 0 at 0)
+//   [+16,..) payload: ceil(end[3]/8) bytes, nothing after it
+//
+// The n symbols are split into four quarters: quarter j (j < 3) holds symbols
+// [j*q, (j+1)*q) with q = n/4, quarter 3 the rest. They are coded one after
+// the other into a single LSB-first bit string (bit b of the payload is bit
+// b%8 of byte b/8), each code written with its first (most significant)
+// canonical bit first; the unused top bits of the last byte are 0. The four
+// end offsets let the decoder run four independent bit readers.
+//
+// Codes are canonical: sorted by (length, symbol), consecutive values.
+// Lengths are optimal under the 11-bit limit (package-merge). A code with a
+// single symbol has length 1 (Kraft sum 1/2); with two or more symbols the
+// Kraft sum must be exactly 1.
+#include "huffman.h"
+
+#include <algorithm>
+#include <bit>
+#include <cstring>
+
+namespace lmc::huff {
+namespace {
+
+static_assert(std::endian::native == std::endian::little, "little-endian host assumed");
+
+constexpr int kTableSize = 1 << kMaxCodeLen;
+constexpr size_t kEndsBytes = 16;
+// Bit offsets are uint32: 2^28 symbols of at most 11 bits fit.
+constexpr size_t kMaxSymbols = size_t{1} << 28;
+// Bits a refilled reader is guaranteed to hold (64 - 7).
+constexpr int kSymbolsPerRefill = 5;  // 5 * 11 = 55 <= 57
+
+inline uint64_t Load64(const uint8_t* p) {
+  uint64_t v;
+  std::memcpy(&v, p, 8);
+  return v;
+}
+inline uint32_t Load32(const uint8_t* p) {
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+inline void Store64(uint8_t* p, uint64_t v) { std::memcpy(p, &v, 8); }
+inline void Store32(uint8_t* p, uint32_t v) { std::memcpy(p, &v, 4); }
+
+// Optimal code lengths limited to kMaxCodeLen bits by package-merge
+// (Larmore and Hirschberg). Symbols with hist 0 get length 0; a lone symbol
+// gets length 1. Returns the number of symbols with a code.
+int BuildLengths(const uint32_t hist[256], uint8_t len[256]) {
+  uint64_t sorted[256];  // count << 8 | symbol, ascending
+  int k = 0;
+  for (int s = 0; s < 256; ++s) {
+    len[s] = 0;
+    if (hist[s]) sorted[k++] = uint64_t{hist[s]} << 8 | static_cast<uint64_t>(s);
+  }
+  if (k == 0) return 0;
+  if (k == 1) {
+    len[sorted[0] & 0xff] = 1;
+    return 1;
+  }
+  std::sort(sorted, sorted + k);
+
+  // Level 0 is the list of leaves (weight 2^-L); level i+1 merges the leaves
+  // with the pairs of level i. is_leaf[i][t] records the order of the merge
+  // so that the selection can be traced back without storing package
+  // contents.
+  uint64_t weight[2][512];
+  uint8_t is_leaf[kMaxCodeLen][512];
+  int size = k;
+  for (int t = 0; t < k; ++t) {
+    weight[0][t] = sorted[t] >> 8;
+    is_leaf[0][t] = 1;
+  }
+  for (int level = 1; level < kMaxCodeLen; ++level) {
+    const uint64_t* prev = weight[(level - 1) & 1];
+    uint64_t* cur = weight[level & 1];
+    const int packages = size / 2;
+    int a = 0, b = 0, t = 0;
+    while (a < k || b < packages) {
+      const uint64_t pw = b < packages ? prev[2 * b] + prev[2 * b + 1] : UINT64_MAX;
+      if (a < k && (sorted[a] >> 8) <= pw) {
+        cur[t] = sorted[a] >> 8;
+        is_leaf[level][t++] = 1;
+        ++a;
+      } else {
+        cur[t] = pw;
+        is_leaf[level][t++] = 0;
+        ++b;
+      }
+    }
+    size = t;
+  }
+  // Select the 2k-2 cheapest items of the top level; every selected leaf
+  // occurrence adds one bit to that symbol's length.
+  int take = 2 * k - 2;
+  uint8_t depth[256] = {};
+  for (int level = kMaxCodeLen - 1; level >= 0 && take > 0; --level) {
+    int leaves = 0;
+    for (int t = 0; t < take; ++t) leaves += is_leaf[level][t];
+    for (int t = 0; t < leaves; ++t) ++depth[t];
+    take = 2 * (take - leaves);
+  }
+  for (int t = 0; t < k; ++t) len[sorted[t] & 0xff] = depth[t];
+  return k;
+}
+
+struct TableShape {
+  int lo = 0, hi = 0;
+  size_t header = 0;  // bytes before the payload
+};
+
+TableShape ShapeOf(const uint8_t len[256]) {
+  TableShape t;
+  t.lo = 0;
+  while (t.lo < 255 && !len[t.lo]) ++t.lo;
+  t.hi = 255;
+  while (t.hi > t.lo && !len[t.hi]) --t.hi;
+  t.header = 2 + static_cast<size_t>(t.hi - t.lo + 2) / 2 + kEndsBytes;
+  return t;
+}
+
+// Canonical codes, bit-reversed for LSB-first output: entry = code << 8 | len.
+void BuildCodes(const uint8_t len[256], uint32_t codes[256]) {
+  int count[kMaxCodeLen + 1] = {};
+  for (int s = 0; s < 256; ++s) ++count[len[s]];
+  count[0] = 0;
+  uint32_t next[kMaxCodeLen + 2] = {};
+  for (int l = 1; l <= kMaxCodeLen; ++l) next[l + 1] = (next[l] + count[l]) << 1;
+  for (int s = 0; s < 256; ++s) {
+    const int l = len[s];
+    if (!l) {
+      codes[s] = 0;
+      continue;
+    }
+    const uint32_t c = next[l]++;
+    uint32_t rev = 0;
+    for (int b = 0; b < l; ++b) rev |= ((c >> b) & 1) << (l - 1 - b);
+    codes[s] = rev << 8 | static_cast<uint32_t>(l);
+  }
+}
+
+// Appends codes to an LSB-first bit string. The fast path stores 8 bytes at
+// a time and needs 8 bytes of room; the slow path stores byte by byte.
+struct BitWriter {
+  uint8_t* begin;
+  uint8_t* out;
+  uint8_t* end;
+  uint64_t acc = 0;  // pending bits, count in `bits` (< 8 between symbols)
+  int bits = 0;
+  bool overflow = false;
+
+  uint64_t BitPos() const { return static_cast<uint64_t>(out - begin) * 8 + bits; }
+
+  // Codes src[i, stop) with `codes`.
+  void Put(const uint8_t* src, size_t i, size_t stop, const uint32_t codes[256]) {
+    // 5 codes of <= 11 bits on top of < 8 pending bits stay below 64.
+    while (i + 5 <= stop && end - out >= 8) {
+      for (int u = 0; u < 5; ++u) {
+        const uint32_t e = codes[src[i + u]];
+        acc |= static_cast<uint64_t>(e >> 8) << bits;
+        bits += static_cast<int>(e & 0xff);
+      }
+      i += 5;
+      Store64(out, acc);
+      out += bits >> 3;
+      acc >>= bits & ~7;
+      bits &= 7;
+    }
+    for (; i < stop; ++i) {
+      const uint32_t e = codes[src[i]];
+      acc |= static_cast<uint64_t>(e >> 8) << bits;
+      bits += static_cast<int>(e & 0xff);
+      while (bits >= 8) {
+        if (out == end) {
+          overflow = true;
+          return;
+        }
+        *out++ = static_cast<uint8_t>(acc);
+        acc >>= 8;
+        bits -= 8;
+      }
+    }
+  }
+
+  void Finish() {
+    if (bits > 0) {
+      if (out == end) {
+        overflow = true;
+        return;
+      }
+      *out++ = static_cast<uint8_t>(acc);
+      acc = 0;
+      bits = 0;
+    }
+  }
+};
+
+// Decoding table entry: symbol << 8 | code length.
+using Entry = uint16_t;
+
+// Parses the code-length table at src[0, len) into `lens`; returns the
+// header size (payload offset) or 0 when malformed.
+size_t ParseLengths(const uint8_t* src, size_t len, uint8_t lens[256], int* min_len,
+                    int* max_len) {
+  if (len < 2) return 0;
+  const int lo = src[0], hi = src[1];
+  if (lo > hi) return 0;
+  const int count = hi - lo + 1;
+  const size_t table_bytes = static_cast<size_t>(count + 1) / 2;
+  const size_t header = 2 + table_bytes + kEndsBytes;
+  if (len < header) return 0;
+  std::memset(lens, 0, 256);
+  if (count & 1) {
+    if (src[2 + table_bytes - 1] >> 4) return 0;  // unused nibble must be 0
+  }
+  uint32_t kraft = 0;
+  int present = 0;
+  *min_len = kMaxCodeLen;
+  *max_len = 0;
+  for (int i = 0; i < count; ++i) {
+    const int l = (src[2 + i / 2] >> (4 * (i & 1))) & 0xf;
+    if (l > kMaxCodeLen) return 0;
+    lens[lo + i] = static_cast<uint8_t>(l);
+    if (l) {
+      ++present;
+      kraft += 1u << (kMaxCodeLen - l);
+      *min_len = std::min(*min_len, l);
+      *max_len = std::max(*max_len, l);
+    }
+  }
+  if (!lens[lo] || !lens[hi]) return 0;
+  if (present == 1) {
+    if (lens[lo] != 1) return 0;
+  } else if (kraft != kTableSize) {
+    return 0;  // incomplete or oversubscribed
+  }
+  return header;
+}
+
+// Fills the 2^11-entry decoding table. Slots no code reaches (only with a
+// lone symbol) decode as length 11, which the end-offset check then rejects.
+void BuildDecodeTable(const uint8_t lens[256], Entry table[kTableSize]) {
+  uint32_t codes[256];
+  BuildCodes(lens, codes);
+  for (int t = 0; t < kTableSize; ++t) table[t] = kMaxCodeLen;
+  for (int s = 0; s < 256; ++s) {
+    const int l = lens[s];
+    if (!l) continue;
+    const Entry e = static_cast<Entry>(s << 8 | l);
+    for (uint32_t t = codes[s] >> 8; t < kTableSize; t += 1u << l) table[t] = e;
+  }
+}
+
+// Slow, bounds-checked decoding of dst[0, count) for one reader at bit
+// position *bp of payload[0, plen): bytes past plen read as zero.
+void DecodeTail(const Entry* table, const uint8_t* payload, size_t plen, uint64_t* bp,
+                uint8_t* dst, size_t count) {
+  uint64_t pos = *bp;
+  for (size_t i = 0; i < count; ++i) {
+    const uint64_t byte = pos >> 3;
+    uint64_t v = 0;
+    if (byte + 8 <= plen) {
+      v = Load64(payload + byte);
+    } else {
+      for (uint64_t b = byte; b < plen && b < byte + 8; ++b) v |= uint64_t{payload[b]} << (8 * (b - byte));
+    }
+    v >>= pos & 7;
+    const Entry e = table[v & (kTableSize - 1)];
+    dst[i] = static_cast<uint8_t>(e >> 8);
+    pos += e & 0xff;
+  }
+  *bp = pos;
+}
+
+}  // namespace
+
+size_t MaxEncodedSize(size_t n) { return 2 + 128 + kEndsBytes + (n * kMaxCodeLen + 7) / 8; }
+
+size_t EncodedSize(const uint32_t hist[256], size_t /*n*/) {
+  uint8_t len[256];
+  BuildLengths(hist, len);
+  uint64_t bits = 0;
+  for (int s = 0; s < 256; ++s) bits += uint64_t{hist[s]} * len[s];
+  return ShapeOf(len).header + static_cast<size_t>((bits + 7) / 8);
+}
+
+Result<size_t> Encode(const uint8_t* src, size_t n, const uint32_t hist[256], uint8_t* dst,
+                      size_t cap) {
+  if (n == 0 || n > kMaxSymbols) return Status::InvalidArgument("huffman: symbol count out of range");
+  uint64_t total = 0;
+  for (int s = 0; s < 256; ++s) total += hist[s];
+  if (total != n) return Status::InvalidArgument("huffman: histogram does not sum to n");
+
+  uint8_t len[256];
+  BuildLengths(hist, len);
+  uint64_t expect_bits = 0;
+  for (int s = 0; s < 256; ++s) expect_bits += uint64_t{hist[s]} * len[s];
+  const TableShape shape = ShapeOf(len);
+  const size_t size = shape.header + static_cast<size_t>((expect_bits + 7) / 8);
+  if (cap < size) return Status::InvalidArgument("huffman: output buffer too small");
+
+  dst[0] = static_cast<uint8_t>(shape.lo);
+  dst[1] = static_cast<uint8_t>(shape.hi);
+  const size_t table_bytes = static_cast<size_t>(shape.hi - shape.lo + 2) / 2;
+  std::memset(dst + 2, 0, table_bytes);
+  for (int s = shape.lo; s <= shape.hi; ++s) {
+    const int i = s - shape.lo;
+    dst[2 + i / 2] |= static_cast<uint8_t>(len[s] << (4 * (i & 1)));
+  }
+
+  uint32_t codes[256];
+  BuildCodes(len, codes);
+  BitWriter w{dst + shape.header, dst + shape.header, dst + cap};
+  const size_t q = n / 4;
+  uint8_t* ends = dst + 2 + table_bytes;
+  for (int j = 0; j < 4; ++j) {
+    w.Put(src, j * q, j == 3 ? n : (j + 1) * q, codes);
+    if (w.overflow) break;
+    Store32(ends + 4 * j, static_cast<uint32_t>(w.BitPos()));
+  }
+  const bool exact = !w.overflow && w.BitPos() == expect_bits;
+  if (exact) w.Finish();
+  // Only a histogram that does not match the data fails here.
+  if (!exact || w.overflow || static_cast<size_t>(w.out - dst) != size) {
+    return Status::InvalidArgument("huffman: histogram does not match the data");
+  }
+  return size;
+}
+
+Status Decode(const uint8_t* src, size_t len, uint8_t* dst, size_t n) {
+  if (n > kMaxSymbols) return Status::InvalidArgument("huffman: symbol count out of range");
+  uint8_t lens[256];
+  int min_len = 0, max_len = 0;
+  const size_t header = ParseLengths(src, len, lens, &min_len, &max_len);
+  if (!header) return Status::Corruption("huffman: bad code-length table");
+
+  uint64_t end[4];
+  for (int j = 0; j < 4; ++j) end[j] = Load32(src + header - kEndsBytes + 4 * j);
+  const uint8_t* payload = src + header;
+  const size_t plen = len - header;
+  if ((end[3] + 7) / 8 != plen) return Status::Corruption("huffman: payload size mismatch");
+  const size_t q = n / 4;
+  uint64_t start = 0;
+  for (int j = 0; j < 4; ++j) {
+    const uint64_t count = j == 3 ? n - 3 * q : q;
+    if (end[j] < start || end[j] - start < count * min_len || end[j] - start > count * max_len) {
+      return Status::Corruption("huffman: sub-stream size out of range");
+    }
+    start = end[j];
+  }
+  if (end[3] & 7) {
+    if (payload[plen - 1] >> (end[3] & 7)) return Status::Corruption("huffman: nonzero padding");
+  }
+
+  Entry table[kTableSize];
+  BuildDecodeTable(lens, table);
+
+  uint64_t bp0 = 0, bp1 = end[0], bp2 = end[1], bp3 = end[2];
+  uint8_t* o = dst;
+  size_t k = 0;  // symbols decoded per quarter
+  // Fast loop: each round refills the four readers with one 8-byte load and
+  // decodes 5 symbols from each. `limit` is the last bit position at which
+  // an 8-byte load stays inside the payload.
+  if (plen >= 8) {
+    const uint64_t limit = (uint64_t{plen} - 8) * 8 + 7;
+    constexpr uint64_t kRoundBits = kSymbolsPerRefill * kMaxCodeLen;
+    while (k + kSymbolsPerRefill <= q) {
+      const uint64_t maxbp = std::max(std::max(bp0, bp1), std::max(bp2, bp3));
+      if (maxbp > limit) break;
+      size_t rounds = static_cast<size_t>((limit - maxbp) / kRoundBits) + 1;
+      rounds = std::min(rounds, (q - k) / kSymbolsPerRefill);
+      for (size_t r = 0; r < rounds; ++r) {
+        uint64_t b0 = Load64(payload + (bp0 >> 3)) >> (bp0 & 7);
+        uint64_t b1 = Load64(payload + (bp1 >> 3)) >> (bp1 & 7);
+        uint64_t b2 = Load64(payload + (bp2 >> 3)) >> (bp2 & 7);
+        uint64_t b3 = Load64(payload + (bp3 >> 3)) >> (bp3 & 7);
+        uint8_t* o0 = o + k;
+#define LMC_HUFF_STEP(J, U)                           \
+  {                                                   \
+    const Entry e = table[b##J & (kTableSize - 1)];   \
+    o0[J * q + U] = static_cast<uint8_t>(e >> 8);     \
+    b##J >>= (e & 63);                                \
+    bp##J += e & 0xff;                                \
+  }
+#define LMC_HUFF_ROUND(U) \
+  LMC_HUFF_STEP(0, U)     \
+  LMC_HUFF_STEP(1, U)     \
+  LMC_HUFF_STEP(2, U)     \
+  LMC_HUFF_STEP(3, U)
+        LMC_HUFF_ROUND(0)
+        LMC_HUFF_ROUND(1)
+        LMC_HUFF_ROUND(2)
+        LMC_HUFF_ROUND(3)
+        LMC_HUFF_ROUND(4)
+#undef LMC_HUFF_ROUND
+#undef LMC_HUFF_STEP
+        k += kSymbolsPerRefill;
+      }
+    }
+  }
+  DecodeTail(table, payload, plen, &bp0, o + k, q - k);
+  DecodeTail(table, payload, plen, &bp1, o + q + k, q - k);
+  DecodeTail(table, payload, plen, &bp2, o + 2 * q + k, q - k);
+  DecodeTail(table, payload, plen, &bp3, o + 3 * q + k, n - 3 * q - k);
+  if (bp0 != end[0] || bp1 != end[1] || bp2 != end[2] || bp3 != end[3]) {
+    return Status::Corruption("huffman: sub-stream does not end where declared");
+  }
+  return Status::Ok();
+}
+
+}  // namespace lmc::huff

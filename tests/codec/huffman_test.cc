@@ -1,0 +1,253 @@
+#include "huffman.h"
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "lmc/transform.h"
+
+namespace lmc {
+namespace {
+
+using Bytes = std::vector<uint8_t>;
+
+// Symbol sources, each a different shape of histogram.
+enum class Source { kTwo, kUniform, kGeometric, kExponent, kMillion, kFibonacci, kSingle };
+
+Bytes Make(Source src, size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  Bytes v(n);
+  std::normal_distribution<double> gauss(0.0, 0.02);
+  std::geometric_distribution<int> geo(0.3);
+  // Cumulative Fibonacci weights, largest first: F(27), F(26), ...
+  uint32_t fib[27] = {1, 1};
+  for (int k = 2; k < 27; ++k) fib[k] = fib[k - 1] + fib[k - 2];
+  uint32_t fib_cum[26];
+  uint32_t fib_total = 0;
+  for (int s = 0; s < 26; ++s) fib_cum[s] = fib_total += fib[25 - s];
+  for (size_t i = 0; i < n; ++i) {
+    switch (src) {
+      case Source::kTwo: v[i] = (rng() & 3) ? 7 : 200; break;
+      case Source::kUniform: v[i] = static_cast<uint8_t>(rng()); break;
+      case Source::kGeometric: v[i] = static_cast<uint8_t>(std::min(geo(rng), 255)); break;
+      case Source::kExponent: {
+        // bf16 exponent byte of a N(0, 0.02) weight.
+        const double w = std::fabs(gauss(rng)) + 1e-30;
+        v[i] = static_cast<uint8_t>(std::clamp(127 + static_cast<int>(std::floor(std::log2(w))), 0, 255));
+        break;
+      }
+      case Source::kMillion: v[i] = rng() % 1000000 == 0 ? 1 : 0; break;
+      case Source::kFibonacci: {
+        // P(s) ~ 1/phi^s: unlimited Huffman lengths would reach 25.
+        const uint32_t r = rng() % fib_total;
+        size_t s = 0;
+        while (r >= fib_cum[s]) ++s;
+        v[i] = static_cast<uint8_t>(s);
+        break;
+      }
+      case Source::kSingle: v[i] = 42; break;
+    }
+  }
+  if (src == Source::kMillion && n > 1) v[n / 2] = 1;  // at least one rare symbol
+  if (src == Source::kFibonacci && n > 30) {
+    for (int s = 0; s < 26; ++s) v[static_cast<size_t>(s)] = static_cast<uint8_t>(s);
+  }
+  return v;
+}
+
+struct Encoded {
+  Bytes bytes;
+  size_t predicted = 0;
+};
+
+Encoded EncodeOrDie(const Bytes& in) {
+  uint32_t hist[256];
+  Histogram(in.data(), in.size(), hist);
+  Encoded e;
+  e.predicted = huff::EncodedSize(hist, in.size());
+  e.bytes.resize(huff::MaxEncodedSize(in.size()));
+  auto r = huff::Encode(in.data(), in.size(), hist, e.bytes.data(), e.bytes.size());
+  EXPECT_TRUE(r.ok()) << r.status().ToString();
+  if (r.ok()) e.bytes.resize(*r);
+  return e;
+}
+
+// Code lengths from the stream header, indexed by symbol.
+std::vector<int> Lengths(const Bytes& enc) {
+  std::vector<int> len(256, 0);
+  const int lo = enc[0], hi = enc[1];
+  for (int s = lo; s <= hi; ++s) {
+    const int i = s - lo;
+    len[static_cast<size_t>(s)] = (enc[2 + static_cast<size_t>(i / 2)] >> (4 * (i & 1))) & 0xf;
+  }
+  return len;
+}
+
+void ExpectRoundTrip(const Bytes& in) {
+  const Encoded e = EncodeOrDie(in);
+  EXPECT_EQ(e.bytes.size(), e.predicted);
+  // Decode from an exactly sized heap copy so ASan sees any over-read.
+  Bytes exact(e.bytes);
+  Bytes out(in.size() + 1, 0xAB);
+  ASSERT_TRUE(huff::Decode(exact.data(), exact.size(), out.data(), in.size()).ok());
+  EXPECT_EQ(out.back(), 0xAB);  // no write past n
+  out.pop_back();
+  EXPECT_EQ(out, in);
+}
+
+TEST(HuffmanTest, RoundTripsAllSourcesAndSizes) {
+  const Source sources[] = {Source::kTwo,    Source::kUniform,   Source::kGeometric, Source::kExponent,
+                            Source::kMillion, Source::kFibonacci, Source::kSingle};
+  const size_t sizes[] = {1, 2, 3, 4, 5, 7, 8, 9, 13, 19, 20, 21, 39, 41, 63, 64, 65, 101, 1000, 4097, 65537};
+  for (Source src : sources) {
+    for (size_t n : sizes) {
+      SCOPED_TRACE(testing::Message() << "source " << static_cast<int>(src) << " n " << n);
+      ExpectRoundTrip(Make(src, n, static_cast<uint32_t>(n)));
+    }
+  }
+}
+
+TEST(HuffmanTest, RoundTripsOneMebibyte) {
+  for (Source src : {Source::kExponent, Source::kUniform, Source::kMillion, Source::kFibonacci}) {
+    ExpectRoundTrip(Make(src, (1 << 20) + 3, 7));
+  }
+}
+
+TEST(HuffmanTest, LengthsLimitedAndComplete) {
+  for (Source src : {Source::kFibonacci, Source::kGeometric, Source::kExponent, Source::kUniform}) {
+    const Encoded e = EncodeOrDie(Make(src, 1 << 18, 3));
+    const std::vector<int> len = Lengths(e.bytes);
+    uint32_t kraft = 0;
+    int max_len = 0;
+    for (int l : len) {
+      if (l) kraft += 1u << (huff::kMaxCodeLen - l);
+      max_len = std::max(max_len, l);
+    }
+    EXPECT_LE(max_len, huff::kMaxCodeLen);
+    EXPECT_EQ(kraft, 1u << huff::kMaxCodeLen);
+  }
+  // The Fibonacci source really needs the limit.
+  const std::vector<int> fib = Lengths(EncodeOrDie(Make(Source::kFibonacci, 1 << 18, 3)).bytes);
+  EXPECT_EQ(*std::max_element(fib.begin(), fib.end()), huff::kMaxCodeLen);
+}
+
+TEST(HuffmanTest, CloseToEntropy) {
+  for (Source src : {Source::kExponent, Source::kGeometric, Source::kUniform}) {
+    const Bytes in = Make(src, 1 << 20, 11);
+    uint32_t hist[256];
+    Histogram(in.data(), in.size(), hist);
+    const double entropy_bytes = EntropyBits(hist, in.size()) / 8;
+    const size_t size = EncodeOrDie(in).bytes.size();
+    EXPECT_GE(static_cast<double>(size), entropy_bytes);
+    EXPECT_LE(static_cast<double>(size), entropy_bytes * 1.03 + 200) << static_cast<int>(src);
+  }
+}
+
+TEST(HuffmanTest, SmallCapacityIsInvalidArgument) {
+  const Bytes in = Make(Source::kExponent, 1000, 5);
+  uint32_t hist[256];
+  Histogram(in.data(), in.size(), hist);
+  const size_t need = huff::EncodedSize(hist, in.size());
+  for (size_t cap : {size_t{0}, size_t{1}, need / 2, need - 1}) {
+    Bytes out(cap + 1);
+    auto r = huff::Encode(in.data(), in.size(), hist, out.data(), cap);
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().code(), Code::kInvalidArgument);
+  }
+  Bytes out(need);
+  EXPECT_TRUE(huff::Encode(in.data(), in.size(), hist, out.data(), need).ok());
+}
+
+TEST(HuffmanTest, HistogramMismatchIsInvalidArgument) {
+  const Bytes in = Make(Source::kExponent, 1000, 5);
+  uint32_t hist[256];
+  Histogram(in.data(), in.size(), hist);
+  Bytes out(huff::MaxEncodedSize(in.size()));
+  uint32_t wrong_sum[256];
+  std::memcpy(wrong_sum, hist, sizeof(hist));
+  ++wrong_sum[0];
+  EXPECT_EQ(huff::Encode(in.data(), in.size(), wrong_sum, out.data(), out.size()).status().code(),
+            Code::kInvalidArgument);
+  // Same total, but a symbol of the data has no code.
+  Bytes bad = in;
+  bad[500] = 3;
+  EXPECT_EQ(huff::Encode(bad.data(), bad.size(), hist, out.data(), out.size()).status().code(),
+            Code::kInvalidArgument);
+}
+
+TEST(HuffmanTest, RejectsEveryTruncation) {
+  const Bytes in = Make(Source::kExponent, 200, 9);
+  const Bytes enc = EncodeOrDie(in).bytes;
+  Bytes out(in.size());
+  for (size_t len = 0; len < enc.size(); ++len) {
+    Bytes cut(enc.begin(), enc.begin() + static_cast<std::ptrdiff_t>(len));
+    Status s = huff::Decode(cut.data(), cut.size(), out.data(), out.size());
+    EXPECT_TRUE(s.IsCorruption()) << "len " << len;
+  }
+  Bytes longer = enc;
+  longer.push_back(0);
+  EXPECT_TRUE(huff::Decode(longer.data(), longer.size(), out.data(), out.size()).IsCorruption());
+}
+
+TEST(HuffmanTest, SurvivesBitFlips) {
+  const Bytes in = Make(Source::kExponent, 3000, 13);
+  const Bytes enc = EncodeOrDie(in).bytes;
+  std::mt19937 rng(1);
+  Bytes out(in.size());
+  int detected = 0;
+  const int trials = 3000;
+  for (int t = 0; t < trials; ++t) {
+    Bytes bad = enc;
+    const int flips = 1 + static_cast<int>(rng() % 3);
+    for (int f = 0; f < flips; ++f) bad[rng() % bad.size()] ^= static_cast<uint8_t>(1u << (rng() % 8));
+    Status s = huff::Decode(bad.data(), bad.size(), out.data(), out.size());
+    if (!s.ok()) {
+      EXPECT_TRUE(s.IsCorruption());
+      ++detected;
+    } else if (out != in) {
+      // Undetected corruption is possible (no checksum here) but must be rare.
+    }
+  }
+  EXPECT_GT(detected, trials / 2);
+}
+
+TEST(HuffmanTest, SurvivesRandomInput) {
+  std::mt19937 rng(2);
+  Bytes out(5000);
+  for (int t = 0; t < 20000; ++t) {
+    Bytes junk(rng() % 200);
+    for (auto& b : junk) b = static_cast<uint8_t>(rng());
+    // Plausible headers now and then: a small complete code.
+    if (junk.size() > 20 && t % 2) {
+      junk[0] = 10;
+      junk[1] = 13;
+      junk[2] = 0x21;  // lengths 1, 2
+      junk[3] = 0x33;  // lengths 3, 3
+    }
+    const size_t n = rng() % out.size();
+    Status s = huff::Decode(junk.data(), junk.size(), out.data(), n);
+    if (!s.ok()) {
+      EXPECT_TRUE(s.IsCorruption());
+    }
+  }
+}
+
+TEST(HuffmanTest, RejectsBadTables) {
+  const Bytes in = Make(Source::kTwo, 100, 1);
+  const Bytes enc = EncodeOrDie(in).bytes;
+  Bytes out(in.size());
+  // Two symbols of length 1: make one length 2 (incomplete) or 12 (too long).
+  for (uint8_t nibble : {uint8_t{2}, uint8_t{12}, uint8_t{0}}) {
+    Bytes bad = enc;
+    const int i = 200 - bad[0];
+    bad[2 + static_cast<size_t>(i / 2)] =
+        static_cast<uint8_t>((bad[2 + static_cast<size_t>(i / 2)] & ~(0xf << (4 * (i & 1)))) | nibble << (4 * (i & 1)));
+    EXPECT_TRUE(huff::Decode(bad.data(), bad.size(), out.data(), out.size()).IsCorruption());
+  }
+}
+
+}  // namespace
+}  // namespace lmc

@@ -1,0 +1,230 @@
+#include "rans.h"
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "lmc/transform.h"
+
+namespace lmc {
+namespace {
+
+using Bytes = std::vector<uint8_t>;
+
+// XOR-delta-like stream: 0 with probability p_zero, else a small value
+// (1..4) or one of `rare` other values, half and half.
+Bytes Skewed(size_t n, double p_zero, uint32_t seed, uint32_t rare = 256) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<double> u(0, 1);
+  Bytes v(n, 0);
+  for (auto& b : v) {
+    const double r = u(rng);
+    if (r < p_zero) continue;
+    b = r < p_zero + (1 - p_zero) / 2 ? static_cast<uint8_t>(1 + rng() % 4) : static_cast<uint8_t>(rng() % rare);
+  }
+  return v;
+}
+
+Bytes Uniform(size_t n, int symbols, uint32_t seed) {
+  std::mt19937 rng(seed);
+  Bytes v(n);
+  for (auto& b : v) b = static_cast<uint8_t>(rng() % static_cast<uint32_t>(symbols));
+  return v;
+}
+
+Bytes Exponents(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<double> gauss(0.0, 0.02);
+  Bytes v(n);
+  for (auto& b : v) {
+    const double w = std::fabs(gauss(rng)) + 1e-30;
+    b = static_cast<uint8_t>(std::clamp(127 + static_cast<int>(std::floor(std::log2(w))), 0, 255));
+  }
+  return v;
+}
+
+Bytes OneInAMillion(size_t n) {
+  Bytes v(n, 0);
+  for (size_t i = 999983 % n; i < n; i += 1000000) v[i] = 0x80;
+  if (n > 1 && v[n / 2] == 0) v[n / 2] = 0x40;
+  return v;
+}
+
+struct Encoded {
+  Bytes bytes;
+  size_t estimate = 0;
+};
+
+Encoded EncodeOrDie(const Bytes& in) {
+  uint32_t hist[256];
+  Histogram(in.data(), in.size(), hist);
+  Encoded e;
+  e.estimate = rans::EstimatedSize(hist, in.size());
+  e.bytes.resize(rans::MaxEncodedSize(in.size()));
+  auto r = rans::Encode(in.data(), in.size(), hist, e.bytes.data(), e.bytes.size());
+  EXPECT_TRUE(r.ok()) << r.status().ToString();
+  if (r.ok()) e.bytes.resize(*r);
+  return e;
+}
+
+void ExpectRoundTrip(const Bytes& in) {
+  const Encoded e = EncodeOrDie(in);
+  const double actual = static_cast<double>(e.bytes.size());
+  EXPECT_NEAR(static_cast<double>(e.estimate), actual, actual * 0.01 + 24) << "n " << in.size();
+  Bytes exact(e.bytes);  // exactly sized, so ASan sees any over-read
+  Bytes out(in.size() + 1, 0xAB);
+  ASSERT_TRUE(rans::Decode(exact.data(), exact.size(), out.data(), in.size()).ok());
+  EXPECT_EQ(out.back(), 0xAB);
+  out.pop_back();
+  EXPECT_EQ(out, in);
+}
+
+double BitsPerSymbol(const Bytes& in) {
+  return 8.0 * static_cast<double>(EncodeOrDie(in).bytes.size()) / static_cast<double>(in.size());
+}
+
+TEST(RansTest, RoundTripsAllSourcesAndSizes) {
+  const size_t sizes[] = {1, 2, 3, 4, 5, 7, 8, 9, 13, 17, 31, 33, 64, 65, 101, 1000, 4097, 65537};
+  for (size_t n : sizes) {
+    SCOPED_TRACE(testing::Message() << "n " << n);
+    const auto seed = static_cast<uint32_t>(n);
+    ExpectRoundTrip(Uniform(n, 2, seed));
+    ExpectRoundTrip(Uniform(n, 256, seed));
+    ExpectRoundTrip(Uniform(n, 1, seed));
+    ExpectRoundTrip(Skewed(n, 0.99, seed));
+    ExpectRoundTrip(Exponents(n, seed));
+    ExpectRoundTrip(OneInAMillion(n));
+  }
+}
+
+TEST(RansTest, RoundTripsOneMebibyte) {
+  const size_t n = (1 << 20) + 1;
+  ExpectRoundTrip(Uniform(n, 256, 1));
+  ExpectRoundTrip(Skewed(n, 0.995, 2));
+  ExpectRoundTrip(Exponents(n, 3));
+  ExpectRoundTrip(OneInAMillion(n));
+}
+
+TEST(RansTest, SkewedStreamsCostLittle) {
+  const size_t n = 1 << 20;
+  EXPECT_LT(BitsPerSymbol(Skewed(n, 0.995, 4)), 0.2);
+  // Near the entropy when the rare values are few. (With 256 of them at
+  // 2e-5 each, 12-bit frequencies of at least 1/4096 cost ~0.06 bits more.)
+  const Bytes p99 = Skewed(n, 0.99, 5, 16);
+  uint32_t hist[256];
+  Histogram(p99.data(), p99.size(), hist);
+  const double entropy = EntropyBits(hist, n) / static_cast<double>(n);
+  const double bits = BitsPerSymbol(p99);
+  EXPECT_LT(bits, entropy * 1.02 + 0.002);
+  EXPECT_LT(BitsPerSymbol(OneInAMillion(n)), 0.01);
+}
+
+TEST(RansTest, CloseToEntropy) {
+  const size_t n = 1 << 20;
+  for (const Bytes& in : {Exponents(n, 6), Uniform(n, 256, 7), Uniform(n, 3, 8)}) {
+    uint32_t hist[256];
+    Histogram(in.data(), in.size(), hist);
+    const double entropy_bytes = EntropyBits(hist, n) / 8;
+    const double size = static_cast<double>(EncodeOrDie(in).bytes.size());
+    EXPECT_LE(size, entropy_bytes * 1.005 + 600);
+  }
+}
+
+TEST(RansTest, SmallCapacityIsInvalidArgument) {
+  const Bytes in = Exponents(1000, 9);
+  uint32_t hist[256];
+  Histogram(in.data(), in.size(), hist);
+  const size_t need = EncodeOrDie(in).bytes.size();
+  for (size_t cap : {size_t{0}, size_t{3}, need / 2, need - 1}) {
+    Bytes out(cap + 1);
+    auto r = rans::Encode(in.data(), in.size(), hist, out.data(), cap);
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().code(), Code::kInvalidArgument);
+  }
+  Bytes out(need);
+  EXPECT_TRUE(rans::Encode(in.data(), in.size(), hist, out.data(), need).ok());
+}
+
+TEST(RansTest, HistogramMismatchIsInvalidArgument) {
+  Bytes in = Exponents(1000, 10);
+  uint32_t hist[256];
+  Histogram(in.data(), in.size(), hist);
+  Bytes out(rans::MaxEncodedSize(in.size()));
+  in[3] = 255;  // absent from hist
+  EXPECT_EQ(rans::Encode(in.data(), in.size(), hist, out.data(), out.size()).status().code(),
+            Code::kInvalidArgument);
+}
+
+TEST(RansTest, RejectsEveryTruncation) {
+  for (const Bytes& in : {Exponents(300, 11), Skewed(300, 0.9, 12)}) {
+    const Bytes enc = EncodeOrDie(in).bytes;
+    Bytes out(in.size());
+    for (size_t len = 0; len < enc.size(); ++len) {
+      Bytes cut(enc.begin(), enc.begin() + static_cast<std::ptrdiff_t>(len));
+      Status s = rans::Decode(cut.data(), cut.size(), out.data(), out.size());
+      EXPECT_TRUE(s.IsCorruption()) << "len " << len;
+    }
+  }
+}
+
+TEST(RansTest, SurvivesBitFlips) {
+  const Bytes in = Exponents(3000, 13);
+  const Bytes enc = EncodeOrDie(in).bytes;
+  std::mt19937 rng(1);
+  Bytes out(in.size());
+  int detected = 0;
+  const int trials = 3000;
+  for (int t = 0; t < trials; ++t) {
+    Bytes bad = enc;
+    const int flips = 1 + static_cast<int>(rng() % 3);
+    for (int f = 0; f < flips; ++f) bad[rng() % bad.size()] ^= static_cast<uint8_t>(1u << (rng() % 8));
+    Status s = rans::Decode(bad.data(), bad.size(), out.data(), out.size());
+    if (!s.ok()) {
+      EXPECT_TRUE(s.IsCorruption());
+      ++detected;
+    }
+  }
+  EXPECT_GT(detected, trials * 9 / 10);
+}
+
+TEST(RansTest, SurvivesRandomInput) {
+  std::mt19937 rng(2);
+  Bytes out(5000);
+  for (int t = 0; t < 20000; ++t) {
+    Bytes junk(rng() % 300);
+    for (auto& b : junk) b = static_cast<uint8_t>(rng());
+    // Plausible headers now and then: two symbols, frequencies 1 + 4095.
+    if (junk.size() > 40 && t % 2) {
+      junk[0] = 1;
+      junk[1] = 0;
+      junk[2] = 9;
+      junk[3] = 0;
+      junk[4] = 0x80 | 0x7e;
+      junk[5] = 31;
+    }
+    const size_t n = rng() % out.size();
+    Status s = rans::Decode(junk.data(), junk.size(), out.data(), n);
+    if (!s.ok()) {
+      EXPECT_TRUE(s.IsCorruption());
+    }
+  }
+}
+
+TEST(RansTest, RejectsBadFrequencyTables) {
+  const Bytes in = Uniform(500, 2, 14);
+  const Bytes enc = EncodeOrDie(in).bytes;
+  Bytes out(in.size());
+  ASSERT_EQ(enc[0], 1);  // two symbols, listed, then two 2-byte varints
+  Bytes bad = enc;
+  bad[4] ^= 1;  // sum != 4096
+  EXPECT_TRUE(rans::Decode(bad.data(), bad.size(), out.data(), out.size()).IsCorruption());
+  bad = enc;
+  bad[2] = bad[1];  // symbols not increasing
+  EXPECT_TRUE(rans::Decode(bad.data(), bad.size(), out.data(), out.size()).IsCorruption());
+}
+
+}  // namespace
+}  // namespace lmc
