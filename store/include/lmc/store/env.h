@@ -1,0 +1,80 @@
+// Env: every disk operation of the chunk store goes through this seam
+// (../shared/STYLE.md, convention 9), so tests can inject short writes,
+// ENOSPC, fsync failures and crashes (tests/store/fault_env.h).
+//
+// RocksDB does its own I/O and does not use this Env; see
+// docs/ARCHITECTURE-store.md, "Crash simulation", for how the index is
+// modelled in crash tests.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "lmc/status.h"
+
+namespace lmc::store {
+
+// An open file.
+// Thread safety: ReadAt may run in any number of threads at once, and
+// concurrently with one thread calling Append/Sync/Truncate. Append, Sync
+// and Truncate must be serialised by the caller.
+class File {
+ public:
+  virtual ~File() = default;
+  // Reads up to n bytes at off (pread). Returns the bytes read: fewer than
+  // n only at end of file.
+  virtual Result<size_t> ReadAt(uint64_t off, size_t n, uint8_t* dst) const = 0;
+  // Writes n bytes at the current end. On error some prefix of the bytes
+  // may have been written; Size() tells how many.
+  virtual Status Append(const uint8_t* p, size_t n) = 0;
+  // Makes the file's data durable (fdatasync).
+  virtual Status Sync() = 0;
+  virtual Status Truncate(uint64_t size) = 0;
+  // Current size in bytes (tracked, not an fstat per call).
+  virtual uint64_t Size() const = 0;
+};
+
+// Held while alive; released by the destructor.
+class FileLock {
+ public:
+  virtual ~FileLock() = default;
+};
+
+class Env {
+ public:
+  enum class OpenMode {
+    kRead,       // read only; the file must exist
+    kReadWrite,  // read and append; the file must exist
+    kCreate,     // read and append; the file must not exist
+  };
+  virtual ~Env() = default;
+
+  virtual Result<std::unique_ptr<File>> OpenFile(const std::string& path, OpenMode mode) = 0;
+  // Creates a directory; ok if it already exists.
+  virtual Status CreateDir(const std::string& path) = 0;
+  // fsync of a directory: makes creations, renames and deletions in it durable.
+  virtual Status SyncDir(const std::string& path) = 0;
+  // Names of the entries of a directory, without "." and "..".
+  virtual Result<std::vector<std::string>> ListDir(const std::string& path) = 0;
+  virtual bool FileExists(const std::string& path) = 0;
+  virtual Status DeleteFile(const std::string& path) = 0;
+  virtual Status RenameFile(const std::string& from, const std::string& to) = 0;
+  // An exclusive, advisory, non-blocking lock (flock). Another holder,
+  // in this process or another, makes it fail with kBusy.
+  virtual Result<std::unique_ptr<FileLock>> LockFile(const std::string& path) = 0;
+
+  // The POSIX implementation; lives for the whole process.
+  static Env* Default();
+};
+
+// Reads a whole (small) file.
+Result<std::string> ReadFileToString(Env* env, const std::string& path);
+// Writes a small file atomically and durably: temp file, sync, rename,
+// directory sync.
+Status WriteFileAtomic(Env* env, const std::string& dir, const std::string& name,
+                       const std::string& contents);
+
+}  // namespace lmc::store

@@ -1,0 +1,238 @@
+// The chunk store: content-addressed, compressed chunks in append-only pack
+// files, indexed by RocksDB, together with the filesystem's metadata so that
+// both commit in one atomic batch. Formats: docs/FORMAT-store.md; durability,
+// recovery, compaction and fsck: docs/ARCHITECTURE-store.md.
+//
+// Thread safety: a Store is used by many threads at once. Commit groups
+// concurrent callers (one pack sync and one WAL sync per group); ReadChunk,
+// GetChunkInfo, Get and Scan take no store-wide lock. Compact and Fsck
+// exclude commits while they change the index, pack by pack.
+//
+// No exceptions escape this API; errors are Status values.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "lmc/codec.h"
+#include "lmc/status.h"
+#include "lmc/store/chunk_key.h"
+#include "lmc/store/env.h"
+#include "lmc/store/extent.h"
+
+namespace lmc::store {
+
+// Decodes stored frames. The default (LmcFrameCodec) is the LMC codec; tests
+// may substitute a trivial one to exercise the store without compression.
+class FrameCodec {
+ public:
+  virtual ~FrameCodec() = default;
+  // Decodes frame[0, len) into dst (cap bytes) and verifies the frame's own
+  // checksum of the decoded bytes. base is the decoded base chunk of a delta
+  // frame, or nullptr. Returns the decoded size; Corruption on any mismatch.
+  virtual Result<size_t> Decode(const uint8_t* frame, size_t len, const uint8_t* base,
+                                size_t base_len, uint8_t* dst, size_t cap,
+                                Workspace& ws) const = 0;
+};
+// lmc::DecodeChunk. Process lifetime.
+const FrameCodec* LmcFrameCodec();
+
+// Column families the filesystem owns; the store only stores them and
+// commits them atomically with chunk reference changes.
+enum class Cf : uint8_t {
+  kInodes = 0,
+  kDirents = 1,
+  kExtents = 2,  // encoding fixed by lmc/store/extent.h (fsck reads it)
+  kMeta = 3,
+};
+
+struct StoreOptions {
+  Env* env = nullptr;                           // nullptr: Env::Default()
+  const FrameCodec* codec = nullptr;            // nullptr: LmcFrameCodec()
+  bool create_if_missing = true;                // create an empty store when dir has none
+  uint64_t pack_size_limit = uint64_t{256} << 20;  // a pack is sealed once it reaches this size
+  uint64_t max_group_bytes = uint64_t{64} << 20;   // frame bytes one commit group gathers at most
+  // Also check SHA-256(decoded bytes) == key on every read (fsck always does).
+  bool verify_content_hash = false;
+  uint32_t chunk_size = 4u << 20;  // recorded in the config file for the filesystem; not enforced
+};
+
+// One atomic unit of change. Operations apply in the order they were added.
+// A Batch is filled by one thread and handed to Store::Commit.
+class Batch {
+ public:
+  // Takes one reference to chunk `key`, storing `frame` (decoding to
+  // decoded_len bytes) if the chunk is not yet present. When stored, a chunk
+  // with a `base` (a delta frame, decoded against the base's decoded bytes)
+  // also takes one reference to its base. The frame is copied.
+  void AddChunk(const ChunkKey& key, std::span<const uint8_t> frame, uint32_t decoded_len,
+                const std::optional<ChunkKey>& base = std::nullopt);
+  // Takes one more reference to an existing chunk.
+  void Ref(const ChunkKey& key);
+  // Releases one reference. At zero the chunk leaves the index (its record
+  // becomes garbage for Compact) and releases its base's reference.
+  void Unref(const ChunkKey& key);
+  void Put(Cf cf, std::string_view key, std::string_view value);
+  void Delete(Cf cf, std::string_view key);
+
+  bool empty() const { return ops_.empty(); }
+  size_t frame_bytes() const { return frame_bytes_; }
+  void Clear();
+
+  enum class OpKind : uint8_t { kAdd, kRef, kUnref, kPut, kDelete };
+  struct Op {
+    OpKind kind = OpKind::kPut;
+    Cf cf = Cf::kMeta;
+    ChunkKey key;                  // chunk ops
+    std::optional<ChunkKey> base;  // kAdd
+    uint32_t decoded_len = 0;      // kAdd
+    std::string a;                 // kAdd: frame; kPut/kDelete: key
+    std::string b;                 // kPut: value
+  };
+  const std::vector<Op>& ops() const { return ops_; }
+
+ private:
+  std::vector<Op> ops_;
+  size_t frame_bytes_ = 0;
+};
+
+// What the index knows of one chunk.
+struct ChunkInfo {
+  uint64_t pack_id = 0;
+  uint64_t offset = 0;       // of the record header in the pack
+  uint32_t frame_len = 0;
+  uint32_t decoded_len = 0;
+  uint64_t refcount = 0;
+  uint8_t delta_depth = 0;   // 0: no base
+  std::optional<ChunkKey> base;
+};
+
+struct StoreStats {
+  uint64_t packs = 0;
+  uint64_t pack_bytes = 0;   // committed bytes of all packs
+  uint64_t live_bytes = 0;   // record bytes of indexed chunks
+  uint64_t commits = 0;      // successful Commit calls
+  uint64_t commit_groups = 0;  // leader rounds (one pack sync + one WAL write each)
+  uint64_t chunks_stored = 0;  // AddChunk that wrote a record
+  uint64_t dedup_hits = 0;     // AddChunk that only took a reference
+  uint64_t bytes_appended = 0;
+  uint64_t corruptions = 0;    // reads that failed verification
+};
+
+struct CompactOptions {
+  // Sealed packs whose live bytes / record bytes fall below this are compacted.
+  double live_fraction_threshold = 0.5;
+  // Stop after copying this many bytes (checked between packs).
+  uint64_t max_bytes_to_copy = UINT64_MAX;
+  bool dry_run = false;  // only report what would be done
+};
+
+struct CompactProgress {
+  uint64_t pack_id = 0;       // pack being (or just) compacted
+  size_t packs_done = 0;
+  size_t packs_total = 0;     // candidates
+  uint64_t bytes_copied = 0;  // so far
+  uint64_t bytes_reclaimed = 0;
+};
+// Return false to stop (Compact then returns Aborted after finishing the
+// current pack; everything done so far stays committed).
+using CompactProgressFn = std::function<bool(const CompactProgress&)>;
+
+struct CompactReport {
+  size_t packs_examined = 0;
+  size_t packs_compacted = 0;  // retired (copied out or entirely dead)
+  uint64_t chunks_moved = 0;
+  uint64_t bytes_copied = 0;
+  uint64_t bytes_reclaimed = 0;  // pack bytes freed
+  std::vector<uint64_t> candidates;  // pack ids selected (dry run too)
+};
+
+struct FsckOptions {
+  bool repair = false;               // fix counts, truncate orphan tails, delete orphan packs
+  bool verify_content_hash = true;   // SHA-256 of every decoded chunk == its key
+  std::function<void(uint64_t done, uint64_t total)> progress;  // chunks verified
+};
+
+// fsck(8) exit codes.
+enum FsckExit : int {
+  kFsckOk = 0,
+  kFsckCorrected = 1,
+  kFsckUncorrected = 4,
+  kFsckOperationalError = 8,
+  kFsckUsage = 16,
+  kFsckCancelled = 32,
+};
+
+struct FsckReport {
+  uint64_t chunks_checked = 0;
+  uint64_t bad_records = 0;        // record or frame fails verification
+  uint64_t bad_index_values = 0;   // chunk/pack/extent value fails its checks
+  uint64_t missing_chunks = 0;     // referenced (extent or base) but not indexed
+  uint64_t refcount_mismatches = 0;
+  uint64_t live_bytes_mismatches = 0;
+  uint64_t orphan_packs = 0;       // pack files the index does not know
+  uint64_t orphan_bytes = 0;       // tails and orphan packs
+  uint64_t missing_packs = 0;      // indexed pack file absent or short
+  uint64_t errors = 0;             // problems found
+  uint64_t fixed = 0;              // of those, repaired
+  std::vector<std::string> messages;  // one line per problem
+  int ExitCode() const {
+    if (errors == 0) return kFsckOk;
+    return fixed >= errors ? kFsckCorrected : kFsckUncorrected;
+  }
+};
+// Exit code of an fsck run that may have failed to run at all.
+int FsckExitCode(const Result<FsckReport>& r);
+
+class Store {
+ public:
+  // Opens (or creates) the store in dir. A store opened by another Store,
+  // in this or another process, gives kBusy. Recovery after a crash happens
+  // here (docs/ARCHITECTURE-store.md, "Recovery").
+  static Result<std::unique_ptr<Store>> Open(const std::string& dir, const StoreOptions& options);
+  ~Store();
+  Store(const Store&) = delete;
+  Store& operator=(const Store&) = delete;
+
+  // Commits the batch atomically: either all of it or none of it. Pack bytes
+  // are always made durable before the index refers to them; sync=true also
+  // syncs the index's write-ahead log before returning (what fsync needs).
+  // Errors: kInvalidArgument (unknown chunk in Ref/Unref/base, refcount
+  // underflow, oversize frame: nothing of this batch applied), kNoSpace,
+  // kIOError. The batch is left as is.
+  Status Commit(const Batch& batch, bool sync = true);
+
+  // Decodes chunk `key` into dst (cap >= decoded_len), verifying the
+  // record checksum and the frame's decoded checksum (and the key, with
+  // verify_content_hash). Returns decoded_len. kNotFound if absent;
+  // kCorruption (logged and counted) if anything fails verification.
+  Result<size_t> ReadChunk(const ChunkKey& key, uint8_t* dst, size_t cap, Workspace& ws);
+  Result<ChunkInfo> GetChunkInfo(const ChunkKey& key);
+
+  // Filesystem column families. Get: kNotFound if absent.
+  Result<std::string> Get(Cf cf, std::string_view key);
+  // Calls fn(key, value) for every key starting with prefix, in key order,
+  // until fn returns false. Reads a consistent snapshot.
+  Status Scan(Cf cf, std::string_view prefix,
+              const std::function<bool(std::string_view key, std::string_view value)>& fn);
+
+  StoreStats Stats() const;
+
+  Result<CompactReport> Compact(const CompactOptions& options, const CompactProgressFn& progress = {});
+  Result<FsckReport> Fsck(const FsckOptions& options);
+
+  struct Impl;
+
+ private:
+  explicit Store(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace lmc::store

@@ -1,0 +1,43 @@
+#include "lmc/store/chunk_key.h"
+
+#include <openssl/evp.h>
+
+#include <cstdlib>
+
+namespace lmc::store {
+
+ChunkKey ChunkKey::Of(const uint8_t* p, size_t n) {
+  // EVP_sha256 is a static method table; EVP_Digest cannot fail for it
+  // short of memory exhaustion, which we treat like new's failure.
+  ChunkKey k;
+  unsigned int len = 0;
+  if (EVP_Digest(p, n, k.bytes.data(), &len, EVP_sha256(), nullptr) != 1 || len != kSize) std::abort();
+  return k;
+}
+
+std::optional<ChunkKey> ChunkKey::FromHex(std::string_view hex) {
+  if (hex.size() != 2 * kSize) return std::nullopt;
+  ChunkKey k;
+  for (size_t i = 0; i < 2 * kSize; ++i) {
+    char c = hex[i];
+    int d;
+    if (c >= '0' && c <= '9') d = c - '0';
+    else if (c >= 'a' && c <= 'f') d = c - 'a' + 10;
+    else if (c >= 'A' && c <= 'F') d = c - 'A' + 10;
+    else return std::nullopt;
+    k.bytes[i / 2] = static_cast<uint8_t>((k.bytes[i / 2] << 4) | d);
+  }
+  return k;
+}
+
+std::string ChunkKey::ToHex() const {
+  static const char kDigits[] = "0123456789abcdef";
+  std::string s(2 * kSize, '0');
+  for (size_t i = 0; i < kSize; ++i) {
+    s[2 * i] = kDigits[bytes[i] >> 4];
+    s[2 * i + 1] = kDigits[bytes[i] & 15];
+  }
+  return s;
+}
+
+}  // namespace lmc::store

@@ -1,0 +1,160 @@
+// Compaction: copy the live records of mostly-dead packs into the active
+// pack, commit their new places, then retire and delete the old packs.
+// Each step leaves a state that Recover understands
+// (docs/ARCHITECTURE-store.md, "Compaction").
+#include <rocksdb/write_batch.h>
+#include <spdlog/spdlog.h>
+
+#include "store_impl.h"
+
+namespace lmc::store {
+namespace {
+
+// Moves the live records of pack `id` to the active pack and retires it.
+// commit_mu held. keys: chunks that pointed into the pack when scanned
+// (re-checked here: commits may have dropped some since).
+Status CompactPack(Store::Impl& s, uint64_t id, const std::vector<ChunkKey>& keys,
+                   CompactReport& report) {
+  auto pm = s.packs.find(id);
+  if (pm == s.packs.end() || (s.active && id == s.active_id)) return Status::Ok();
+  const uint64_t old_size = pm->second.size;
+
+  std::string records;
+  std::vector<std::pair<ChunkKey, fmt::ChunkEntry>> moved;
+  if (!keys.empty()) {
+    LMC_ASSIGN_OR_RETURN(std::shared_ptr<File> f, s.PackFile(id));
+    LMC_RETURN_IF_ERROR(s.EnsureActivePack());
+    std::vector<uint8_t> rec;
+    for (const ChunkKey& key : keys) {
+      auto e = s.LoadEntry(key);
+      if (!e.ok() && e.status().IsNotFound()) continue;
+      if (!e.ok()) return e.status();
+      if (e->pack_id != id) continue;
+      // A record that fails verification is never copied and its pack is
+      // never deleted: fsck must look at it.
+      LMC_RETURN_IF_ERROR(s.ReadRecord(key, *e, *f, rec));
+      fmt::ChunkEntry ne = *e;
+      ne.pack_id = s.active_id;
+      ne.offset = s.active_end + records.size();
+      records.append(reinterpret_cast<const char*>(rec.data()), rec.size());
+      moved.emplace_back(key, ne);
+    }
+  }
+  // Step 1: copies durable in the active pack (a crash leaves a tail that
+  // Recover cuts).
+  LMC_RETURN_IF_ERROR(s.AppendDurably(records));
+
+  // Step 2: new places, the active pack's size and the old pack's
+  // retirement in one synced index batch.
+  rocksdb::WriteBatch wb;
+  uint64_t live_moved = 0;
+  for (const auto& [key, e] : moved) {
+    wb.Put(s.chunks_cf, key.view(), fmt::EncodeChunkEntry(key, e));
+    live_moved += e.record_size();
+  }
+  fmt::PackMeta active_meta;
+  bool seal = false;
+  const uint64_t end = s.active_end + records.size();
+  if (!records.empty()) {
+    auto it = s.packs.find(s.active_id);
+    if (it != s.packs.end()) active_meta = it->second;
+    active_meta.size = end;
+    active_meta.live += live_moved;
+    seal = end >= s.opts.pack_size_limit;
+    if (seal) active_meta.state = fmt::PackState::kSealed;
+    wb.Put(s.packs_cf, fmt::PackKey(s.active_id), fmt::EncodePackMeta(s.active_id, active_meta));
+  }
+  fmt::PackMeta retired{fmt::PackState::kRetired, old_size, 0};
+  wb.Put(s.packs_cf, fmt::PackKey(id), fmt::EncodePackMeta(id, retired));
+  Status st = s.WriteIndex(wb, true);
+  if (!st.ok()) {
+    s.Rollback();
+    return st;
+  }
+  if (!records.empty()) {
+    s.packs[s.active_id] = active_meta;
+    s.active_end = end;
+    if (seal) s.active.reset();
+  }
+  s.packs.erase(id);
+  report.chunks_moved += moved.size();
+  report.bytes_copied += records.size();
+  report.bytes_reclaimed += old_size;
+  report.packs_compacted++;
+
+  // Step 3: the old pack leaves the read table and the disk. A crash from
+  // here on leaves a retired entry: Recover deletes the file (if still
+  // there) and the entry.
+  {
+    std::unique_lock l(s.files_mu);
+    s.retired.insert(id);
+    s.files.erase(id);  // readers holding it keep reading the unlinked file
+  }
+  LMC_RETURN_IF_ERROR(s.env->DeleteFile(s.PackPath(id)));
+  LMC_RETURN_IF_ERROR(s.env->SyncDir(s.pack_dir));
+  // Step 4: forget the pack.
+  rocksdb::WriteBatch forget;
+  forget.Delete(s.packs_cf, fmt::PackKey(id));
+  return s.WriteIndex(forget, true);
+}
+
+}  // namespace
+
+Result<CompactReport> Store::Compact(const CompactOptions& options, const CompactProgressFn& progress) {
+  Impl& s = *impl_;
+  CompactReport report;
+  {
+    std::lock_guard l(s.commit_mu);
+    for (const auto& [id, m] : s.packs) {
+      if (s.active && id == s.active_id) continue;
+      report.packs_examined++;
+      const uint64_t record_bytes = m.size > fmt::kPackHeaderSize ? m.size - fmt::kPackHeaderSize : 0;
+      if (record_bytes == 0 || static_cast<double>(m.live) < options.live_fraction_threshold * static_cast<double>(record_bytes))
+        report.candidates.push_back(id);
+    }
+  }
+  if (options.dry_run || report.candidates.empty()) return report;
+
+  // Which chunks live in the candidates: one scan of the chunk index. An
+  // entry we cannot decode might point into a candidate, so it stops the
+  // run before anything is touched.
+  std::map<uint64_t, std::vector<ChunkKey>> keys;
+  for (uint64_t id : report.candidates) keys[id];
+  {
+    std::unique_ptr<rocksdb::Iterator> it(s.db->NewIterator(rocksdb::ReadOptions(), s.chunks_cf));
+    for (it->SeekToFirst(); it->Valid(); it->Next()) {
+      if (it->key().size() != ChunkKey::kSize)
+        return Status::Corruption("chunk index key of bad length; run fsck before compacting");
+      ChunkKey key = ChunkKey::FromBytes(reinterpret_cast<const uint8_t*>(it->key().data()));
+      auto e = fmt::DecodeChunkEntry(key, it->value().ToStringView());
+      if (!e.ok())
+        return Status::Corruption("chunk " + key.ToHex() + ": " + e.status().message() +
+                                  "; run fsck before compacting");
+      auto k = keys.find(e->pack_id);
+      if (k != keys.end()) k->second.push_back(key);
+    }
+    LMC_RETURN_IF_ERROR(FromRocks(it->status(), "scanning chunk index"));
+  }
+
+  CompactProgress p;
+  p.packs_total = report.candidates.size();
+  for (uint64_t id : report.candidates) {
+    if (report.bytes_copied >= options.max_bytes_to_copy) break;
+    {
+      std::lock_guard l(s.commit_mu);
+      Status st = CompactPack(s, id, keys[id], report);
+      if (!st.ok()) {
+        spdlog::error("store {}: compacting pack {} stopped: {}", s.dir, s.PackPath(id), st.ToString());
+        return st;
+      }
+    }
+    p.pack_id = id;
+    p.packs_done++;
+    p.bytes_copied = report.bytes_copied;
+    p.bytes_reclaimed = report.bytes_reclaimed;
+    if (progress && !progress(p)) return Status::Aborted("compaction stopped by the caller");
+  }
+  return report;
+}
+
+}  // namespace lmc::store

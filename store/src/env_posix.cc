@@ -1,0 +1,191 @@
+// The POSIX Env: pread/pwrite/fdatasync on file descriptors, flock locks.
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+
+#include "lmc/store/env.h"
+
+namespace lmc::store {
+namespace {
+
+Status Errno(const std::string& what, const std::string& path) {
+  return Status::FromErrno(errno, what + " " + path);
+}
+
+class PosixFile final : public File {
+ public:
+  PosixFile(int fd, std::string path, uint64_t size) : fd_(fd), path_(std::move(path)), size_(size) {}
+  ~PosixFile() override { ::close(fd_); }
+
+  Result<size_t> ReadAt(uint64_t off, size_t n, uint8_t* dst) const override {
+    size_t done = 0;
+    while (done < n) {
+      ssize_t r = ::pread(fd_, dst + done, n - done, static_cast<off_t>(off + done));
+      if (r < 0) {
+        if (errno == EINTR) continue;
+        return Errno("pread", path_);
+      }
+      if (r == 0) break;
+      done += static_cast<size_t>(r);
+    }
+    return done;
+  }
+
+  Status Append(const uint8_t* p, size_t n) override {
+    size_t done = 0;
+    while (done < n) {
+      ssize_t r = ::pwrite(fd_, p + done, n - done, static_cast<off_t>(size_.load()));
+      if (r < 0) {
+        if (errno == EINTR) continue;
+        return Errno("pwrite", path_);
+      }
+      done += static_cast<size_t>(r);
+      size_.fetch_add(static_cast<uint64_t>(r));
+    }
+    return Status::Ok();
+  }
+
+  Status Sync() override {
+    if (::fdatasync(fd_) != 0) return Errno("fdatasync", path_);
+    return Status::Ok();
+  }
+
+  Status Truncate(uint64_t size) override {
+    if (::ftruncate(fd_, static_cast<off_t>(size)) != 0) return Errno("ftruncate", path_);
+    size_.store(size);
+    return Status::Ok();
+  }
+
+  uint64_t Size() const override { return size_.load(); }
+
+ private:
+  int fd_;
+  std::string path_;
+  std::atomic<uint64_t> size_;
+};
+
+class PosixLock final : public FileLock {
+ public:
+  explicit PosixLock(int fd) : fd_(fd) {}
+  ~PosixLock() override {
+    ::flock(fd_, LOCK_UN);
+    ::close(fd_);
+  }
+
+ private:
+  int fd_;
+};
+
+class PosixEnv final : public Env {
+ public:
+  Result<std::unique_ptr<File>> OpenFile(const std::string& path, OpenMode mode) override {
+    int flags = O_CLOEXEC;
+    switch (mode) {
+      case OpenMode::kRead: flags |= O_RDONLY; break;
+      case OpenMode::kReadWrite: flags |= O_RDWR; break;
+      case OpenMode::kCreate: flags |= O_RDWR | O_CREAT | O_EXCL; break;
+    }
+    int fd = ::open(path.c_str(), flags, 0644);
+    if (fd < 0) {
+      if (errno == ENOENT) return Status::NotFound("no file " + path);
+      return Errno("open", path);
+    }
+    struct stat st;
+    if (::fstat(fd, &st) != 0) {
+      Status s = Errno("fstat", path);
+      ::close(fd);
+      return s;
+    }
+    return std::unique_ptr<File>(new PosixFile(fd, path, static_cast<uint64_t>(st.st_size)));
+  }
+
+  Status CreateDir(const std::string& path) override {
+    if (::mkdir(path.c_str(), 0755) != 0 && errno != EEXIST) return Errno("mkdir", path);
+    return Status::Ok();
+  }
+
+  Status SyncDir(const std::string& path) override {
+    int fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return Errno("open directory", path);
+    Status s;
+    if (::fsync(fd) != 0) s = Errno("fsync directory", path);
+    ::close(fd);
+    return s;
+  }
+
+  Result<std::vector<std::string>> ListDir(const std::string& path) override {
+    DIR* d = ::opendir(path.c_str());
+    if (!d) {
+      if (errno == ENOENT) return Status::NotFound("no directory " + path);
+      return Errno("opendir", path);
+    }
+    std::vector<std::string> names;
+    while (struct dirent* e = ::readdir(d)) {
+      std::string n = e->d_name;
+      if (n != "." && n != "..") names.push_back(std::move(n));
+    }
+    ::closedir(d);
+    return names;
+  }
+
+  bool FileExists(const std::string& path) override { return ::access(path.c_str(), F_OK) == 0; }
+
+  Status DeleteFile(const std::string& path) override {
+    if (::unlink(path.c_str()) != 0) return Errno("unlink", path);
+    return Status::Ok();
+  }
+
+  Status RenameFile(const std::string& from, const std::string& to) override {
+    if (::rename(from.c_str(), to.c_str()) != 0) return Errno("rename " + from + " to", to);
+    return Status::Ok();
+  }
+
+  Result<std::unique_ptr<FileLock>> LockFile(const std::string& path) override {
+    int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) return Errno("open lock file", path);
+    if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+      int err = errno;
+      ::close(fd);
+      if (err == EWOULDBLOCK)
+        return Status::Busy("store is in use: another process (or another Store in this one) holds " +
+                            path);
+      errno = err;
+      return Errno("flock", path);
+    }
+    return std::unique_ptr<FileLock>(new PosixLock(fd));
+  }
+};
+
+}  // namespace
+
+Env* Env::Default() {
+  static PosixEnv* env = new PosixEnv;  // never destroyed: used until exit
+  return env;
+}
+
+Result<std::string> ReadFileToString(Env* env, const std::string& path) {
+  LMC_ASSIGN_OR_RETURN(std::unique_ptr<File> f, env->OpenFile(path, Env::OpenMode::kRead));
+  std::string s(f->Size(), '\0');
+  LMC_ASSIGN_OR_RETURN(size_t n, f->ReadAt(0, s.size(), reinterpret_cast<uint8_t*>(s.data())));
+  s.resize(n);
+  return s;
+}
+
+Status WriteFileAtomic(Env* env, const std::string& dir, const std::string& name,
+                       const std::string& contents) {
+  const std::string tmp = dir + "/" + name + ".tmp";
+  if (env->FileExists(tmp)) LMC_RETURN_IF_ERROR(env->DeleteFile(tmp));
+  LMC_ASSIGN_OR_RETURN(std::unique_ptr<File> f, env->OpenFile(tmp, Env::OpenMode::kCreate));
+  LMC_RETURN_IF_ERROR(f->Append(reinterpret_cast<const uint8_t*>(contents.data()), contents.size()));
+  LMC_RETURN_IF_ERROR(f->Sync());
+  f.reset();
+  LMC_RETURN_IF_ERROR(env->RenameFile(tmp, dir + "/" + name));
+  return env->SyncDir(dir);
+}
+
+}  // namespace lmc::store

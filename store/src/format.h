@@ -1,0 +1,91 @@
+// Byte layouts of the store's on-disk structures: pack header, record
+// header, chunk and pack index values. Each one is drawn in
+// docs/FORMAT-store.md under the section named next to it.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "lmc/status.h"
+#include "lmc/store/chunk_key.h"
+
+namespace lmc::store::fmt {
+
+// Store config file ("Config file").
+inline constexpr uint32_t kFormatVersion = 1;
+inline constexpr char kConfigName[] = "CONFIG";
+inline constexpr char kLockName[] = "LOCK";
+inline constexpr char kIndexDir[] = "index";
+inline constexpr char kPackDir[] = "packs";
+
+// Pack header ("Pack file").
+inline constexpr char kPackMagic[8] = {'L', 'M', 'C', 'P', 'A', 'C', 'K', '1'};
+inline constexpr uint32_t kPackVersion = 1;
+inline constexpr size_t kPackHeaderSize = 32;
+
+// Record ("Record").
+inline constexpr char kRecordMagic[4] = {'L', 'M', 'C', 'R'};
+inline constexpr size_t kRecordHeaderSize = 64;
+inline constexpr size_t kRecordChecksumOffset = 56;
+inline constexpr uint32_t kMaxFrameLen = (1u << 30) + (1u << 16);
+
+// Delta chains ("Column family chunks").
+inline constexpr uint8_t kMaxDeltaDepth = 8;
+
+inline void PutU32(uint8_t* p, uint32_t v) { std::memcpy(p, &v, 4); }  // little-endian hosts only
+inline void PutU64(uint8_t* p, uint64_t v) { std::memcpy(p, &v, 8); }
+inline uint32_t GetU32(const uint8_t* p) { uint32_t v; std::memcpy(&v, p, 4); return v; }
+inline uint64_t GetU64(const uint8_t* p) { uint64_t v; std::memcpy(&v, p, 8); return v; }
+void PutBE64(uint8_t* p, uint64_t v);
+uint64_t GetBE64(const uint8_t* p);
+
+std::string PackFileName(uint64_t id);  // "pack-<16 hex digits>.lmp"
+std::optional<uint64_t> ParsePackFileName(std::string_view name);
+
+// 32 bytes: magic, version, header size, pack id, checksum.
+std::string EncodePackHeader(uint64_t id);
+Status CheckPackHeader(const uint8_t* p, size_t n, uint64_t id);
+
+struct RecordHeader {
+  ChunkKey key;
+  uint32_t frame_len = 0;
+  uint32_t decoded_len = 0;
+  uint64_t checksum = 0;
+};
+// Writes the 64-byte header of a record for `frame` into hdr.
+void EncodeRecordHeader(uint8_t* hdr, const ChunkKey& key, const uint8_t* frame,
+                        uint32_t frame_len, uint32_t decoded_len);
+// Parses and checks magic and flags (not the checksum).
+Result<RecordHeader> ParseRecordHeader(const uint8_t* hdr);
+// XXH3-64 over header bytes [0, 56) followed by the frame.
+uint64_t RecordChecksum(const uint8_t* hdr, const uint8_t* frame, size_t frame_len);
+
+struct ChunkEntry {
+  uint64_t pack_id = 0;
+  uint64_t offset = 0;
+  uint32_t frame_len = 0;
+  uint32_t decoded_len = 0;
+  uint64_t refcount = 0;
+  uint8_t depth = 0;
+  std::optional<ChunkKey> base;
+  uint64_t record_size() const { return kRecordHeaderSize + frame_len; }
+};
+std::string EncodeChunkEntry(const ChunkKey& key, const ChunkEntry& e);
+// Corruption if the value's length, version, flags or checksum are wrong.
+Result<ChunkEntry> DecodeChunkEntry(const ChunkKey& key, std::string_view v);
+
+enum class PackState : uint8_t { kOpen = 0, kSealed = 1, kRetired = 2 };
+struct PackMeta {
+  PackState state = PackState::kOpen;
+  uint64_t size = 0;  // committed bytes, header included
+  uint64_t live = 0;  // record bytes of indexed chunks
+};
+std::string PackKey(uint64_t id);  // u64 big-endian
+std::optional<uint64_t> ParsePackKey(std::string_view k);
+std::string EncodePackMeta(uint64_t id, const PackMeta& m);
+Result<PackMeta> DecodePackMeta(uint64_t id, std::string_view v);
+
+}  // namespace lmc::store::fmt

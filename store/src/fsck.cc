@@ -1,0 +1,238 @@
+// fsck: check every pack, every chunk record, every index value and every
+// reference count; repair what can be repaired without touching good data
+// (docs/ARCHITECTURE-store.md, "fsck").
+#include <rocksdb/write_batch.h>
+#include <spdlog/spdlog.h>
+
+#include <unordered_map>
+
+#include "store_impl.h"
+
+namespace lmc::store {
+
+int FsckExitCode(const Result<FsckReport>& r) {
+  if (r.ok()) return r->ExitCode();
+  if (r.status().code() == Code::kAborted) return kFsckCancelled;
+  if (r.status().code() == Code::kInvalidArgument) return kFsckUsage;
+  return kFsckOperationalError;
+}
+
+namespace {
+
+struct Checker {
+  FsckReport& r;
+  const std::string& dir;
+  void Problem(const std::string& msg, bool fixed) {
+    r.errors++;
+    if (fixed) r.fixed++;
+    r.messages.push_back(msg + (fixed ? " (repaired)" : ""));
+    spdlog::warn("fsck {}: {}{}", dir, msg, fixed ? " (repaired)" : "");
+  }
+};
+
+}  // namespace
+
+Result<FsckReport> Store::Fsck(const FsckOptions& options) {
+  Impl& s = *impl_;
+  std::lock_guard l(s.commit_mu);  // no commit or compaction while we count
+  FsckReport r;
+  Checker c{r, s.dir};
+  const bool repair = options.repair;
+  rocksdb::WriteBatch fixes;
+
+  // 1. Pack index values and pack files.
+  std::map<uint64_t, fmt::PackMeta> metas;
+  {
+    std::unique_ptr<rocksdb::Iterator> it(s.db->NewIterator(rocksdb::ReadOptions(), s.packs_cf));
+    for (it->SeekToFirst(); it->Valid(); it->Next()) {
+      auto id = fmt::ParsePackKey(it->key().ToStringView());
+      if (!id) {
+        r.bad_index_values++;
+        c.Problem("pack index key of bad length", false);
+        continue;
+      }
+      auto m = fmt::DecodePackMeta(*id, it->value().ToStringView());
+      if (!m.ok()) {
+        r.bad_index_values++;
+        c.Problem("pack " + std::to_string(*id) + " index value: " + m.status().message(), false);
+        continue;
+      }
+      metas[*id] = *m;
+    }
+    LMC_RETURN_IF_ERROR(FromRocks(it->status(), "scanning pack index"));
+  }
+  LMC_ASSIGN_OR_RETURN(std::vector<std::string> names, s.env->ListDir(s.pack_dir));
+  std::set<uint64_t> on_disk;
+  for (const auto& n : names) {
+    auto id = fmt::ParsePackFileName(n);
+    if (!id) continue;
+    const std::string path = s.pack_dir + "/" + n;
+    LMC_ASSIGN_OR_RETURN(std::unique_ptr<File> f, s.env->OpenFile(path, Env::OpenMode::kReadWrite));
+    auto m = metas.find(*id);
+    if (m == metas.end()) {
+      if (s.active && *id == s.active_id) {  // started, first commit pending
+        on_disk.insert(*id);
+        continue;
+      }
+      r.orphan_packs++;
+      r.orphan_bytes += f->Size();
+      bool fixed = repair && s.env->DeleteFile(path).ok();
+      c.Problem("pack file " + path + " is not in the index (orphan, " + std::to_string(f->Size()) + " bytes)", fixed);
+      continue;
+    }
+    on_disk.insert(*id);
+    uint8_t hdr[fmt::kPackHeaderSize];
+    LMC_ASSIGN_OR_RETURN(size_t got, f->ReadAt(0, sizeof hdr, hdr));
+    Status hs = fmt::CheckPackHeader(hdr, got, *id);
+    if (!hs.ok()) {
+      r.bad_records++;
+      c.Problem("pack " + path + ": " + hs.message(), false);
+    }
+    if (f->Size() > m->second.size) {
+      r.orphan_bytes += f->Size() - m->second.size;
+      bool fixed = repair && f->Truncate(m->second.size).ok() && f->Sync().ok();
+      c.Problem("pack " + path + " has " + std::to_string(f->Size() - m->second.size) +
+                    " uncommitted bytes past its committed size", fixed);
+    } else if (f->Size() < m->second.size) {
+      r.missing_packs++;
+      c.Problem("pack " + path + " is shorter (" + std::to_string(f->Size()) +
+                    ") than its committed size (" + std::to_string(m->second.size) + ")", false);
+    }
+  }
+  for (const auto& [id, m] : metas) {
+    if (on_disk.count(id)) continue;
+    r.missing_packs++;
+    c.Problem("pack file " + s.PackPath(id) + " is missing", false);
+  }
+
+  // 2. Chunk index values; every record read and decoded.
+  std::unordered_map<ChunkKey, fmt::ChunkEntry, ChunkKeyHash> chunks;
+  {
+    std::unique_ptr<rocksdb::Iterator> it(s.db->NewIterator(rocksdb::ReadOptions(), s.chunks_cf));
+    for (it->SeekToFirst(); it->Valid(); it->Next()) {
+      if (it->key().size() != ChunkKey::kSize) {
+        r.bad_index_values++;
+        c.Problem("chunk index key of bad length", false);
+        continue;
+      }
+      ChunkKey key = ChunkKey::FromBytes(reinterpret_cast<const uint8_t*>(it->key().data()));
+      auto e = fmt::DecodeChunkEntry(key, it->value().ToStringView());
+      if (!e.ok()) {
+        r.bad_index_values++;
+        c.Problem("chunk " + key.ToHex() + " index value: " + e.status().message(), false);
+        continue;
+      }
+      chunks.emplace(key, *e);
+    }
+    LMC_RETURN_IF_ERROR(FromRocks(it->status(), "scanning chunk index"));
+  }
+  Workspace ws;
+  std::vector<uint8_t> buf;
+  uint64_t done = 0;
+  for (const auto& [key, e] : chunks) {
+    if (!metas.count(e.pack_id)) {
+      r.bad_records++;
+      c.Problem("chunk " + key.ToHex() + " names pack " + std::to_string(e.pack_id) + " that the index does not know", false);
+    } else {
+      buf.resize(std::max<size_t>(e.decoded_len, 1));
+      auto n = s.Read(key, buf.data(), e.decoded_len, ws, options.verify_content_hash, 0);
+      if (!n.ok()) {
+        if (!n.status().IsCorruption()) return n.status();
+        r.bad_records++;
+        c.Problem(n.status().message(), false);
+      }
+    }
+    r.chunks_checked++;
+    if (options.progress) options.progress(++done, chunks.size());
+  }
+
+  // 3. References: one per extent, one per delta dependant.
+  std::unordered_map<ChunkKey, uint64_t, ChunkKeyHash> refs;
+  for (const auto& [key, e] : chunks) {
+    if (!e.base) continue;
+    refs[*e.base]++;
+    if (!chunks.count(*e.base)) {
+      r.missing_chunks++;
+      c.Problem("chunk " + key.ToHex() + " has delta base " + e.base->ToHex() + " that is not in the store", false);
+    }
+  }
+  {
+    std::unique_ptr<rocksdb::Iterator> it(
+        s.db->NewIterator(rocksdb::ReadOptions(), s.fs_cf[static_cast<size_t>(Cf::kExtents)]));
+    for (it->SeekToFirst(); it->Valid(); it->Next()) {
+      auto x = DecodeExtent(it->value().ToStringView());
+      auto k = ParseExtentKey(it->key().ToStringView());
+      if (!x || !k) {
+        r.bad_index_values++;
+        c.Problem("extent value or key malformed", false);
+        continue;
+      }
+      if (x->hole()) continue;
+      refs[x->chunk]++;
+      if (!chunks.count(x->chunk)) {
+        r.missing_chunks++;
+        c.Problem("inode " + std::to_string(k->first) + " offset " + std::to_string(k->second) +
+                      " references chunk " + x->chunk.ToHex() + " that is not in the store", false);
+      }
+    }
+    LMC_RETURN_IF_ERROR(FromRocks(it->status(), "scanning extents"));
+  }
+
+  // 4. Counts. A chunk nothing references is a leak: repair drops its entry
+  // (its record becomes garbage for Compact), which releases its base.
+  std::vector<ChunkKey> zero;
+  for (const auto& [key, e] : chunks)
+    if (refs[key] == 0) zero.push_back(key);
+  std::set<ChunkKey> dropped;
+  while (repair && !zero.empty()) {
+    ChunkKey key = zero.back();
+    zero.pop_back();
+    const fmt::ChunkEntry& e = chunks[key];
+    if (dropped.count(key)) continue;
+    dropped.insert(key);
+    fixes.Delete(s.chunks_cf, key.view());
+    if (e.base && --refs[*e.base] == 0 && chunks.count(*e.base)) zero.push_back(*e.base);
+  }
+  for (auto& [key, e] : chunks) {
+    const uint64_t want = refs[key];
+    if (dropped.count(key)) {
+      r.refcount_mismatches++;
+      c.Problem("chunk " + key.ToHex() + " has count " + std::to_string(e.refcount) + " but no references (leaked)", true);
+      continue;
+    }
+    if (e.refcount == want) continue;
+    r.refcount_mismatches++;
+    c.Problem("chunk " + key.ToHex() + " has count " + std::to_string(e.refcount) + " but " +
+                  std::to_string(want) + " references", repair && want > 0);
+    if (repair && want > 0) {
+      e.refcount = want;
+      fixes.Put(s.chunks_cf, key.view(), fmt::EncodeChunkEntry(key, e));
+    }
+  }
+
+  // 5. Live bytes per pack, from the (repaired) entries.
+  std::map<uint64_t, uint64_t> live;
+  for (const auto& [key, e] : chunks)
+    if (!dropped.count(key)) live[e.pack_id] += e.record_size();
+  std::map<uint64_t, fmt::PackMeta> new_meta;
+  for (auto& [id, m] : metas) {
+    if (m.live == live[id]) continue;
+    r.live_bytes_mismatches++;
+    c.Problem("pack " + std::to_string(id) + " records " + std::to_string(m.live) + " live bytes, chunks say " +
+                  std::to_string(live[id]), repair);
+    if (repair) {
+      fmt::PackMeta nm = m;
+      nm.live = live[id];
+      fixes.Put(s.packs_cf, fmt::PackKey(id), fmt::EncodePackMeta(id, nm));
+      new_meta[id] = nm;
+    }
+  }
+  if (repair && fixes.Count() > 0) {
+    LMC_RETURN_IF_ERROR(s.WriteIndex(fixes, true));
+    for (const auto& [id, m] : new_meta) s.packs[id] = m;
+  }
+  if (repair && r.orphan_packs > 0) LMC_RETURN_IF_ERROR(s.env->SyncDir(s.pack_dir));
+  return r;
+}
+
+}  // namespace lmc::store

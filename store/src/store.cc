@@ -1,0 +1,409 @@
+// Store: open and recovery, group commit, verified reads.
+// docs/ARCHITECTURE-store.md describes the protocol this file implements.
+#include <rocksdb/options.h>
+#include <rocksdb/write_batch.h>
+#include <spdlog/spdlog.h>
+
+#include <unordered_map>
+
+#include "store_impl.h"
+
+namespace lmc::store {
+
+Status FromRocks(const rocksdb::Status& s, const std::string& what) {
+  if (s.ok()) return Status::Ok();
+  std::string m = what + ": " + s.ToString();
+  if (s.IsNoSpace()) return Status::NoSpace(m);
+  if (s.IsCorruption()) return Status::Corruption(m);
+  if (s.IsNotFound()) return Status::NotFound(m);
+  if (s.IsBusy() || s.IsTryAgain()) return Status::Busy(m);
+  return Status::IOError(m);
+}
+
+// ---------------------------------------------------------------- Batch
+
+void Batch::AddChunk(const ChunkKey& key, std::span<const uint8_t> frame, uint32_t decoded_len,
+                     const std::optional<ChunkKey>& base) {
+  Op op;
+  op.kind = OpKind::kAdd;
+  op.key = key;
+  op.base = base;
+  op.decoded_len = decoded_len;
+  op.a.assign(reinterpret_cast<const char*>(frame.data()), frame.size());
+  frame_bytes_ += frame.size();
+  ops_.push_back(std::move(op));
+}
+
+void Batch::Ref(const ChunkKey& key) {
+  Op op;
+  op.kind = OpKind::kRef;
+  op.key = key;
+  ops_.push_back(std::move(op));
+}
+
+void Batch::Unref(const ChunkKey& key) {
+  Op op;
+  op.kind = OpKind::kUnref;
+  op.key = key;
+  ops_.push_back(std::move(op));
+}
+
+void Batch::Put(Cf cf, std::string_view key, std::string_view value) {
+  Op op;
+  op.kind = OpKind::kPut;
+  op.cf = cf;
+  op.a = key;
+  op.b = value;
+  ops_.push_back(std::move(op));
+}
+
+void Batch::Delete(Cf cf, std::string_view key) {
+  Op op;
+  op.kind = OpKind::kDelete;
+  op.cf = cf;
+  op.a = key;
+  ops_.push_back(std::move(op));
+}
+
+void Batch::Clear() {
+  ops_.clear();
+  frame_bytes_ = 0;
+}
+
+// ---------------------------------------------------------------- Open
+
+namespace {
+
+constexpr const char* kFsCfNames[4] = {"inodes", "dirents", "extents", "meta"};
+
+std::string ConfigText(const StoreOptions& o) {
+  return "# lmcfs chunk store (docs/FORMAT-store.md). Do not edit.\n"
+         "format_version=" + std::to_string(fmt::kFormatVersion) + "\n"
+         "hash=sha256\n"
+         "chunk_size=" + std::to_string(o.chunk_size) + "\n";
+}
+
+Status CheckConfig(const std::string& text, const std::string& path) {
+  int version = -1;
+  std::string hash;
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t nl = text.find('\n', pos);
+    if (nl == std::string::npos) nl = text.size();
+    std::string line = text.substr(pos, nl - pos);
+    pos = nl + 1;
+    if (line.empty() || line[0] == '#') continue;
+    size_t eq = line.find('=');
+    if (eq == std::string::npos) return Status::Corruption(path + ": malformed line '" + line + "'");
+    std::string k = line.substr(0, eq), v = line.substr(eq + 1);
+    if (k == "format_version") version = std::atoi(v.c_str());
+    if (k == "hash") hash = v;
+  }
+  if (version < 1) return Status::Corruption(path + ": no format_version");
+  if (version > static_cast<int>(fmt::kFormatVersion))
+    return Status::Unsupported(path + ": store format " + std::to_string(version) +
+                               " is newer than this lmcfs reads (" +
+                               std::to_string(fmt::kFormatVersion) + "); upgrade lmcfs");
+  if (hash != "sha256") return Status::Unsupported(path + ": unknown chunk hash '" + hash + "'");
+  return Status::Ok();
+}
+
+}  // namespace
+
+Store::Store(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Store::~Store() = default;
+
+Store::Impl::~Impl() {
+  if (db) {
+    for (auto* h : handles) db->DestroyColumnFamilyHandle(h).PermitUncheckedError();
+    db->Close().PermitUncheckedError();
+    delete db;
+  }
+}
+
+Result<std::unique_ptr<Store>> Store::Open(const std::string& dir, const StoreOptions& options) {
+  auto s = std::make_unique<Impl>();
+  s->opts = options;
+  s->env = options.env ? options.env : Env::Default();
+  s->codec = options.codec ? options.codec : LmcFrameCodec();
+  s->dir = dir;
+  s->pack_dir = dir + "/" + fmt::kPackDir;
+  Env* env = s->env;
+  if (s->opts.pack_size_limit < 4096) s->opts.pack_size_limit = 4096;
+
+  if (!env->FileExists(dir)) {
+    if (!options.create_if_missing) return Status::NotFound("no store at " + dir);
+    LMC_RETURN_IF_ERROR(env->CreateDir(dir));
+  }
+  LMC_ASSIGN_OR_RETURN(s->lock, env->LockFile(dir + "/" + fmt::kLockName));
+
+  const std::string config_path = dir + "/" + fmt::kConfigName;
+  const bool fresh = !env->FileExists(config_path);
+  if (fresh) {
+    if (!options.create_if_missing) return Status::NotFound("no store at " + dir + " (no CONFIG)");
+    // CONFIG is written last when creating: a directory with packs but no
+    // CONFIG is not something we made, or not something to overwrite.
+    auto names = env->ListDir(s->pack_dir);
+    if (names.ok()) {
+      for (const auto& n : *names)
+        if (fmt::ParsePackFileName(n))
+          return Status::Corruption(dir + " has pack files but no CONFIG; refusing to create a store over them");
+    }
+    LMC_RETURN_IF_ERROR(env->CreateDir(s->pack_dir));
+  } else {
+    LMC_ASSIGN_OR_RETURN(std::string text, ReadFileToString(env, config_path));
+    LMC_RETURN_IF_ERROR(CheckConfig(text, config_path));
+    if (!env->FileExists(dir + "/" + fmt::kIndexDir + "/CURRENT"))
+      return Status::Corruption(dir + ": the index (" + fmt::kIndexDir +
+                                "/) is missing; refusing to open a store whose packs have no index");
+  }
+  LMC_RETURN_IF_ERROR(s->OpenIndex(fresh));
+  if (fresh) LMC_RETURN_IF_ERROR(WriteFileAtomic(env, dir, fmt::kConfigName, ConfigText(options)));
+  LMC_RETURN_IF_ERROR(s->Recover());
+  return std::unique_ptr<Store>(new Store(std::move(s)));
+}
+
+Status Store::Impl::OpenIndex(bool fresh) {
+  rocksdb::DBOptions dbo;
+  dbo.create_if_missing = fresh;
+  dbo.create_missing_column_families = true;
+  dbo.paranoid_checks = true;
+  dbo.keep_log_file_num = 4;
+  std::vector<rocksdb::ColumnFamilyDescriptor> cfs;
+  rocksdb::ColumnFamilyOptions cfo;
+  cfs.emplace_back(rocksdb::kDefaultColumnFamilyName, cfo);
+  cfs.emplace_back("chunks", cfo);
+  cfs.emplace_back("packs", cfo);
+  for (const char* n : kFsCfNames) cfs.emplace_back(n, cfo);
+  rocksdb::Status rs = rocksdb::DB::Open(dbo, dir + "/" + fmt::kIndexDir, cfs, &handles, &db);
+  if (!rs.ok()) {
+    db = nullptr;
+    return FromRocks(rs, "opening index " + dir + "/" + fmt::kIndexDir);
+  }
+  chunks_cf = handles[1];
+  packs_cf = handles[2];
+  for (size_t i = 0; i < 4; ++i) fs_cf[i] = handles[3 + i];
+  return Status::Ok();
+}
+
+// Recovery (docs/ARCHITECTURE-store.md, "Recovery"): the index is the truth.
+// Pack bytes past a pack's committed size and pack files the index does not
+// know were never acknowledged to anyone; retired packs finish dying.
+Status Store::Impl::Recover() {
+  uint64_t max_id = 0;
+  rocksdb::WriteBatch fixes;
+  std::set<uint64_t> to_delete;
+  {
+    std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(rocksdb::ReadOptions(), packs_cf));
+    for (it->SeekToFirst(); it->Valid(); it->Next()) {
+      auto id = fmt::ParsePackKey(it->key().ToStringView());
+      if (!id) return Status::Corruption("pack index key of bad length in " + dir);
+      auto m = fmt::DecodePackMeta(*id, it->value().ToStringView());
+      if (!m.ok())
+        return Status::Corruption("pack " + std::to_string(*id) + ": " + m.status().message());
+      max_id = std::max(max_id, *id);
+      if (m->state == fmt::PackState::kRetired) {
+        to_delete.insert(*id);
+        fixes.Delete(packs_cf, it->key());
+        continue;
+      }
+      packs[*id] = *m;
+    }
+    LMC_RETURN_IF_ERROR(FromRocks(it->status(), "reading pack index"));
+  }
+  LMC_ASSIGN_OR_RETURN(std::vector<std::string> names, env->ListDir(pack_dir));
+  bool dir_changed = false;
+  for (const auto& n : names) {
+    auto id = fmt::ParsePackFileName(n);
+    if (!id) continue;
+    max_id = std::max(max_id, *id);
+    const std::string path = pack_dir + "/" + n;
+    auto pm = packs.find(*id);
+    if (pm == packs.end()) {
+      if (!to_delete.count(*id))
+        spdlog::info("store {}: deleting pack {} that no commit ever referenced (crash before its first commit)",
+                     dir, path);
+      LMC_RETURN_IF_ERROR(env->DeleteFile(path));
+      dir_changed = true;
+      continue;
+    }
+    LMC_ASSIGN_OR_RETURN(std::unique_ptr<File> f, env->OpenFile(path, Env::OpenMode::kReadWrite));
+    if (f->Size() > pm->second.size) {
+      spdlog::info("store {}: pack {}: cutting {} uncommitted bytes after offset {} (crash during a commit)",
+                   dir, path, f->Size() - pm->second.size, pm->second.size);
+      LMC_RETURN_IF_ERROR(f->Truncate(pm->second.size));
+      LMC_RETURN_IF_ERROR(f->Sync());
+    } else if (f->Size() < pm->second.size) {
+      spdlog::error("store {}: pack {} is {} bytes but the index says {} were committed; its last chunks will read as corrupt (run fsck)",
+                    dir, path, f->Size(), pm->second.size);
+    }
+  }
+  for (const auto& [id, m] : packs) {
+    if (!env->FileExists(PackPath(id)))
+      spdlog::error("store {}: pack {} is in the index but its file is missing (run fsck)", dir, PackPath(id));
+  }
+  if (dir_changed) LMC_RETURN_IF_ERROR(env->SyncDir(pack_dir));
+  if (fixes.Count() > 0) LMC_RETURN_IF_ERROR(WriteIndex(fixes, true));
+  next_pack_id = max_id + 1;
+  return Status::Ok();
+}
+
+Status Store::Impl::WriteIndex(rocksdb::WriteBatch& wb, bool sync) {
+  rocksdb::WriteOptions wo;
+  wo.sync = sync;
+  return FromRocks(db->Write(wo, &wb), "writing index of " + dir);
+}
+
+// ---------------------------------------------------------------- reads
+
+Result<fmt::ChunkEntry> Store::Impl::LoadEntry(const ChunkKey& key) {
+  std::string v;
+  rocksdb::Status rs = db->Get(rocksdb::ReadOptions(), chunks_cf, key.view(), &v);
+  if (rs.IsNotFound()) return Status::NotFound("no chunk " + key.ToHex());
+  LMC_RETURN_IF_ERROR(FromRocks(rs, "reading chunk index"));
+  auto e = fmt::DecodeChunkEntry(key, v);
+  if (!e.ok() && e.status().IsCorruption()) {
+    n_corruptions++;
+    spdlog::error("store {}: chunk {}: index value: {}", dir, key.ToHex(), e.status().message());
+    return Status::Corruption("chunk " + key.ToHex() + ": index value: " + e.status().message());
+  }
+  return e;
+}
+
+Result<std::shared_ptr<File>> Store::Impl::PackFile(uint64_t id) {
+  {
+    std::shared_lock l(files_mu);
+    auto it = files.find(id);
+    if (it != files.end()) return it->second;
+    if (retired.count(id)) return Status::NotFound("pack " + std::to_string(id) + " retired");
+  }
+  LMC_ASSIGN_OR_RETURN(std::unique_ptr<File> f, env->OpenFile(PackPath(id), Env::OpenMode::kRead));
+  std::unique_lock l(files_mu);
+  if (retired.count(id)) return Status::NotFound("pack " + std::to_string(id) + " retired");
+  auto [it, inserted] = files.emplace(id, std::shared_ptr<File>(std::move(f)));
+  return it->second;
+}
+
+Status Store::Impl::Corrupt(const ChunkKey& key, uint64_t pack, uint64_t off, const std::string& what) {
+  n_corruptions++;
+  std::string m = "chunk " + key.ToHex() + " in " + PackPath(pack) + " at offset " +
+                  std::to_string(off) + ": " + what;
+  spdlog::error("store: {}", m);
+  return Status::Corruption(m);
+}
+
+Status Store::Impl::ReadRecord(const ChunkKey& key, const fmt::ChunkEntry& e, const File& f,
+                               std::vector<uint8_t>& buf) {
+  const size_t n = e.record_size();
+  buf.resize(n);
+  LMC_ASSIGN_OR_RETURN(size_t got, f.ReadAt(e.offset, n, buf.data()));
+  if (got < n) return Corrupt(key, e.pack_id, e.offset, "record truncated: pack ends before the index says");
+  auto h = fmt::ParseRecordHeader(buf.data());
+  if (!h.ok()) return Corrupt(key, e.pack_id, e.offset, h.status().message());
+  if (h->key != key) return Corrupt(key, e.pack_id, e.offset, "record holds chunk " + h->key.ToHex());
+  if (h->frame_len != e.frame_len || h->decoded_len != e.decoded_len)
+    return Corrupt(key, e.pack_id, e.offset, "record lengths differ from the index");
+  if (h->checksum != fmt::RecordChecksum(buf.data(), buf.data() + fmt::kRecordHeaderSize, e.frame_len))
+    return Corrupt(key, e.pack_id, e.offset, "record checksum mismatch");
+  return Status::Ok();
+}
+
+Result<size_t> Store::Impl::Read(const ChunkKey& key, uint8_t* dst, size_t cap, Workspace& ws,
+                                 bool verify_hash, int depth) {
+  if (depth > fmt::kMaxDeltaDepth) return Status::Corruption("chunk " + key.ToHex() + ": delta chain too deep");
+  thread_local std::vector<uint8_t> record;
+  for (int attempt = 0;; ++attempt) {
+    LMC_ASSIGN_OR_RETURN(fmt::ChunkEntry e, LoadEntry(key));
+    if (cap < e.decoded_len)
+      return Status::InvalidArgument("buffer of " + std::to_string(cap) + " bytes for chunk " +
+                                     key.ToHex() + " of " + std::to_string(e.decoded_len));
+    std::unique_ptr<uint8_t[]> base;
+    if (e.base) {
+      base.reset(new uint8_t[e.decoded_len ? e.decoded_len : 1]);
+      auto n = Read(*e.base, base.get(), e.decoded_len, ws, verify_hash, depth + 1);
+      if (!n.ok() || *n != e.decoded_len)
+        return Corrupt(key, e.pack_id, e.offset,
+                       "delta base " + e.base->ToHex() + " unreadable: " +
+                           (n.ok() ? std::string("size differs") : n.status().ToString()));
+    }
+    auto f = PackFile(e.pack_id);
+    if (!f.ok()) {
+      // Compaction may have moved the chunk and retired the pack after we
+      // read the entry: read the entry again.
+      if (f.status().IsNotFound() && attempt < 3) continue;
+      if (f.status().IsNotFound()) return Corrupt(key, e.pack_id, e.offset, "pack file missing");
+      return f.status();
+    }
+    LMC_RETURN_IF_ERROR(ReadRecord(key, e, **f, record));
+    auto n = codec->Decode(record.data() + fmt::kRecordHeaderSize, e.frame_len, base.get(),
+                           e.base ? e.decoded_len : 0, dst, cap, ws);
+    if (!n.ok()) {
+      if (n.status().code() == Code::kUnsupported) return n.status();
+      return Corrupt(key, e.pack_id, e.offset, "frame: " + n.status().message());
+    }
+    if (*n != e.decoded_len) return Corrupt(key, e.pack_id, e.offset, "frame decodes to another size");
+    if (verify_hash && ChunkKey::Of(dst, *n) != key)
+      return Corrupt(key, e.pack_id, e.offset, "decoded bytes do not hash to the chunk key");
+    return *n;
+  }
+}
+
+Result<size_t> Store::ReadChunk(const ChunkKey& key, uint8_t* dst, size_t cap, Workspace& ws) {
+  return impl_->Read(key, dst, cap, ws, impl_->opts.verify_content_hash, 0);
+}
+
+Result<ChunkInfo> Store::GetChunkInfo(const ChunkKey& key) {
+  LMC_ASSIGN_OR_RETURN(fmt::ChunkEntry e, impl_->LoadEntry(key));
+  ChunkInfo i;
+  i.pack_id = e.pack_id;
+  i.offset = e.offset;
+  i.frame_len = e.frame_len;
+  i.decoded_len = e.decoded_len;
+  i.refcount = e.refcount;
+  i.delta_depth = e.depth;
+  i.base = e.base;
+  return i;
+}
+
+Result<std::string> Store::Get(Cf cf, std::string_view key) {
+  std::string v;
+  rocksdb::Status rs = impl_->db->Get(rocksdb::ReadOptions(), impl_->fs_cf[static_cast<size_t>(cf)],
+                                      rocksdb::Slice(key.data(), key.size()), &v);
+  if (rs.IsNotFound()) return Status::NotFound("no such key");
+  LMC_RETURN_IF_ERROR(FromRocks(rs, "reading index"));
+  return v;
+}
+
+Status Store::Scan(Cf cf, std::string_view prefix,
+                   const std::function<bool(std::string_view, std::string_view)>& fn) {
+  std::unique_ptr<rocksdb::Iterator> it(
+      impl_->db->NewIterator(rocksdb::ReadOptions(), impl_->fs_cf[static_cast<size_t>(cf)]));
+  for (it->Seek(rocksdb::Slice(prefix.data(), prefix.size())); it->Valid(); it->Next()) {
+    std::string_view k = it->key().ToStringView();
+    if (k.substr(0, prefix.size()) != prefix) break;
+    if (!fn(k, it->value().ToStringView())) break;
+  }
+  return FromRocks(it->status(), "scanning index");
+}
+
+StoreStats Store::Stats() const {
+  Impl& s = *impl_;
+  StoreStats st;
+  {
+    std::lock_guard l(s.commit_mu);
+    for (const auto& [id, m] : s.packs) {
+      st.packs++;
+      st.pack_bytes += m.size;
+      st.live_bytes += m.live;
+    }
+  }
+  st.commits = s.n_commits;
+  st.commit_groups = s.n_groups;
+  st.chunks_stored = s.n_stored;
+  st.dedup_hits = s.n_dedup;
+  st.bytes_appended = s.n_appended;
+  st.corruptions = s.n_corruptions;
+  return st;
+}
+
+}  // namespace lmc::store

@@ -1,0 +1,102 @@
+// Private state of a Store, shared by store.cc (open, commit, read),
+// compact.cc and fsck.cc.
+#pragma once
+
+#include <rocksdb/db.h>
+
+#include <array>
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <shared_mutex>
+#include <string>
+#include <vector>
+
+#include "format.h"
+#include "lmc/store/store.h"
+
+namespace lmc::store {
+
+// One Commit call waiting in the group commit queue.
+struct Writer {
+  const Batch* batch = nullptr;
+  bool sync = false;
+  bool done = false;
+  Status status;
+  std::condition_variable cv;
+};
+
+struct Store::Impl {
+  // Fixed after Open.
+  Env* env = nullptr;
+  const FrameCodec* codec = nullptr;
+  StoreOptions opts;
+  std::string dir;
+  std::string pack_dir;
+  std::unique_ptr<FileLock> lock;
+  rocksdb::DB* db = nullptr;
+  std::vector<rocksdb::ColumnFamilyHandle*> handles;
+  rocksdb::ColumnFamilyHandle* chunks_cf = nullptr;
+  rocksdb::ColumnFamilyHandle* packs_cf = nullptr;
+  std::array<rocksdb::ColumnFamilyHandle*, 4> fs_cf{};  // indexed by Cf
+
+  // Lock order: queue_mu is never held while taking another lock;
+  // commit_mu before files_mu.
+
+  // Pack files open for reading (pread), shared with readers without any
+  // other lock. Retired packs are never (re)inserted.
+  std::shared_mutex files_mu;
+  std::map<uint64_t, std::shared_ptr<File>> files;
+  std::set<uint64_t> retired;
+
+  // Held by the leader of a commit group, by Compact (per pack) and Fsck.
+  // Guards everything below down to the stats.
+  std::mutex commit_mu;
+  std::map<uint64_t, fmt::PackMeta> packs;  // committed state of every pack in the index
+  uint64_t next_pack_id = 1;
+  uint64_t active_id = 0;
+  std::shared_ptr<File> active;  // nullptr: the next commit starts a new pack
+  uint64_t active_end = 0;       // committed end of the active pack
+
+  // Group commit queue (front = current leader).
+  std::mutex queue_mu;
+  std::deque<Writer*> writers;
+
+  std::atomic<uint64_t> n_commits{0}, n_groups{0}, n_stored{0}, n_dedup{0}, n_appended{0},
+      n_corruptions{0};
+
+  ~Impl();
+  std::string PackPath(uint64_t id) const { return pack_dir + "/" + fmt::PackFileName(id); }
+
+  Status OpenIndex(bool fresh);
+  Status Recover();
+
+  Result<fmt::ChunkEntry> LoadEntry(const ChunkKey& key);
+  // The pack file for reading; kNotFound if it does not exist (retired).
+  Result<std::shared_ptr<File>> PackFile(uint64_t id);
+  // Logs, counts and returns a Corruption naming the chunk and its place.
+  Status Corrupt(const ChunkKey& key, uint64_t pack, uint64_t off, const std::string& what);
+  // Reads the record of `key` at e into buf and verifies it (header, key,
+  // lengths, checksum).
+  Status ReadRecord(const ChunkKey& key, const fmt::ChunkEntry& e, const File& f,
+                    std::vector<uint8_t>& buf);
+  Result<size_t> Read(const ChunkKey& key, uint8_t* dst, size_t cap, Workspace& ws, bool verify_hash,
+                      int depth);
+
+  // --- commit_mu held ---
+  Status EnsureActivePack();
+  // Appends records to the active pack and makes them durable; on failure
+  // the pack is cut back to active_end (or abandoned if that fails too).
+  Status AppendDurably(const std::string& records);
+  void Rollback();
+  Status CommitGroup(const std::vector<Writer*>& group);
+  Status WriteIndex(rocksdb::WriteBatch& wb, bool sync);
+};
+
+Status FromRocks(const rocksdb::Status& s, const std::string& what);
+
+}  // namespace lmc::store

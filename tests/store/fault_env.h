@@ -1,0 +1,230 @@
+// FaultEnv: an Env for tests that injects failed and short writes, ENOSPC,
+// fsync errors and crashes (docs/ARCHITECTURE-store.md, "Crash simulation").
+//
+// A crash is modelled in two steps: CrashAfter(n) lets n more mutating
+// operations through and fails every one after (the one that crashes, if an
+// Append, writes half its bytes first: a torn write); after the Store is
+// destroyed, DropUnsynced() puts every file back to what a power loss would
+// have left: data cut to its last Sync, files created since the last
+// SyncDir of their directory removed.
+#pragma once
+
+#include <algorithm>
+#include <map>
+#include <mutex>
+#include <string>
+
+#include "lmc/store/env.h"
+
+namespace lmc::store::testing {
+
+class FaultEnv final : public Env {
+ public:
+  explicit FaultEnv(Env* base = Env::Default()) : base_(base) {}
+
+  void CrashAfter(int64_t ops) {
+    std::lock_guard l(mu_);
+    ops_left_ = ops;
+  }
+  void NoSpaceAfter(int64_t bytes) {
+    std::lock_guard l(mu_);
+    space_left_ = bytes;
+  }
+  void FailSyncs(int n) {
+    std::lock_guard l(mu_);
+    fail_syncs_ = n;
+  }
+  void FailWrites(int n) {
+    std::lock_guard l(mu_);
+    fail_writes_ = n;
+  }
+  // Clears every fault, including a crash.
+  void Heal() {
+    std::lock_guard l(mu_);
+    ops_left_ = -1;
+    space_left_ = -1;
+    fail_syncs_ = fail_writes_ = 0;
+    crashed_ = false;
+  }
+  bool crashed() const {
+    std::lock_guard l(mu_);
+    return crashed_;
+  }
+  int64_t ops() const {
+    std::lock_guard l(mu_);
+    return ops_;
+  }
+
+  void DropUnsynced() {
+    std::lock_guard l(mu_);
+    for (auto& [path, st] : files_) {
+      if (!base_->FileExists(path)) continue;
+      if (!st.dir_synced) {
+        base_->DeleteFile(path).IgnoreError();
+        continue;
+      }
+      auto f = base_->OpenFile(path, OpenMode::kReadWrite);
+      if (f.ok() && (*f)->Size() > st.synced) (*f)->Truncate(st.synced).IgnoreError();
+    }
+    files_.clear();
+  }
+
+  Result<std::unique_ptr<File>> OpenFile(const std::string& path, OpenMode mode) override {
+    if (mode == OpenMode::kCreate) LMC_RETURN_IF_ERROR(Step("create " + path));
+    LMC_ASSIGN_OR_RETURN(std::unique_ptr<File> f, base_->OpenFile(path, mode));
+    {
+      std::lock_guard l(mu_);
+      auto [it, inserted] = files_.try_emplace(path);
+      if (inserted && mode != OpenMode::kCreate) {
+        it->second.synced = f->Size();
+        it->second.dir_synced = true;
+      }
+    }
+    return std::unique_ptr<File>(new FaultFile(this, path, std::move(f)));
+  }
+  Status CreateDir(const std::string& path) override {
+    LMC_RETURN_IF_ERROR(Step("mkdir " + path));
+    return base_->CreateDir(path);
+  }
+  Status SyncDir(const std::string& path) override {
+    LMC_RETURN_IF_ERROR(Step("syncdir " + path));
+    LMC_RETURN_IF_ERROR(base_->SyncDir(path));
+    std::lock_guard l(mu_);
+    for (auto& [p, st] : files_)
+      if (p.size() > path.size() && p.compare(0, path.size(), path) == 0 && p[path.size()] == '/' &&
+          p.find('/', path.size() + 1) == std::string::npos)
+        st.dir_synced = true;
+    return Status::Ok();
+  }
+  Result<std::vector<std::string>> ListDir(const std::string& path) override { return base_->ListDir(path); }
+  bool FileExists(const std::string& path) override { return base_->FileExists(path); }
+  Status DeleteFile(const std::string& path) override {
+    LMC_RETURN_IF_ERROR(Step("unlink " + path));
+    LMC_RETURN_IF_ERROR(base_->DeleteFile(path));
+    std::lock_guard l(mu_);
+    files_.erase(path);
+    return Status::Ok();
+  }
+  Status RenameFile(const std::string& from, const std::string& to) override {
+    LMC_RETURN_IF_ERROR(Step("rename " + from));
+    LMC_RETURN_IF_ERROR(base_->RenameFile(from, to));
+    std::lock_guard l(mu_);
+    auto it = files_.find(from);
+    if (it != files_.end()) {
+      files_[to] = it->second;
+      files_.erase(from);
+    }
+    return Status::Ok();
+  }
+  Result<std::unique_ptr<FileLock>> LockFile(const std::string& path) override {
+    return base_->LockFile(path);
+  }
+
+ private:
+  class FaultFile final : public File {
+   public:
+    FaultFile(FaultEnv* env, std::string path, std::unique_ptr<File> f)
+        : env_(env), path_(std::move(path)), f_(std::move(f)) {}
+    Result<size_t> ReadAt(uint64_t off, size_t n, uint8_t* dst) const override { return f_->ReadAt(off, n, dst); }
+    Status Append(const uint8_t* p, size_t n) override {
+      size_t allowed = n;
+      Status st = env_->WriteStep(path_, n, &allowed);
+      if (allowed > 0) {
+        Status w = f_->Append(p, allowed);
+        if (!w.ok()) return w;
+      }
+      return st;
+    }
+    Status Sync() override {
+      LMC_RETURN_IF_ERROR(env_->SyncStep(path_));
+      LMC_RETURN_IF_ERROR(f_->Sync());
+      env_->Synced(path_, f_->Size());
+      return Status::Ok();
+    }
+    Status Truncate(uint64_t size) override {
+      LMC_RETURN_IF_ERROR(env_->Step("truncate " + path_));
+      LMC_RETURN_IF_ERROR(f_->Truncate(size));
+      env_->Truncated(path_, size);
+      return Status::Ok();
+    }
+    uint64_t Size() const override { return f_->Size(); }
+
+   private:
+    FaultEnv* env_;
+    std::string path_;
+    std::unique_ptr<File> f_;
+  };
+
+  struct FileState {
+    uint64_t synced = 0;
+    bool dir_synced = false;
+  };
+
+  // Counts a mutating operation; fails it after a crash or at the crash point.
+  Status Step(const std::string& what) {
+    std::lock_guard l(mu_);
+    return StepLocked(what);
+  }
+  Status StepLocked(const std::string& what) {
+    if (crashed_) return Status::IOError("simulated crash (" + what + ")");
+    ops_++;
+    if (ops_left_ == 0) {
+      crashed_ = true;
+      return Status::IOError("simulated crash at " + what);
+    }
+    if (ops_left_ > 0) ops_left_--;
+    return Status::Ok();
+  }
+  // *allowed: how many of the n bytes reach the file.
+  Status WriteStep(const std::string& path, size_t n, size_t* allowed) {
+    std::lock_guard l(mu_);
+    bool was_crashed = crashed_;
+    Status st = StepLocked("write " + path);
+    if (!st.ok()) {
+      *allowed = was_crashed ? 0 : n / 2;  // torn write at the crash point
+      return st;
+    }
+    if (fail_writes_ > 0) {
+      fail_writes_--;
+      *allowed = 0;
+      return Status::IOError("injected write error on " + path);
+    }
+    if (space_left_ >= 0 && static_cast<int64_t>(n) > space_left_) {
+      *allowed = static_cast<size_t>(space_left_);
+      space_left_ = 0;
+      return Status::NoSpace("injected ENOSPC writing " + path);
+    }
+    if (space_left_ >= 0) space_left_ -= static_cast<int64_t>(n);
+    return Status::Ok();
+  }
+  Status SyncStep(const std::string& path) {
+    std::lock_guard l(mu_);
+    LMC_RETURN_IF_ERROR(StepLocked("sync " + path));
+    if (fail_syncs_ > 0) {
+      fail_syncs_--;
+      return Status::IOError("injected fdatasync error on " + path);
+    }
+    return Status::Ok();
+  }
+  void Synced(const std::string& path, uint64_t size) {
+    std::lock_guard l(mu_);
+    files_[path].synced = size;
+  }
+  void Truncated(const std::string& path, uint64_t size) {
+    std::lock_guard l(mu_);
+    auto& st = files_[path];
+    st.synced = std::min(st.synced, size);
+  }
+
+  Env* base_;
+  mutable std::mutex mu_;
+  std::map<std::string, FileState> files_;
+  int64_t ops_ = 0;
+  int64_t ops_left_ = -1;
+  int64_t space_left_ = -1;
+  int fail_syncs_ = 0;
+  int fail_writes_ = 0;
+  bool crashed_ = false;
+};
+
+}  // namespace lmc::store::testing
