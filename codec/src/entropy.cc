@@ -2,6 +2,8 @@
 
 #include <cstring>
 
+#include "lmc/transform.h"
+
 #include "huffman.h"
 #include "rans.h"
 
@@ -22,6 +24,26 @@ Coder ChooseCoder(const uint32_t hist[256], size_t n) {
   }
   if (best_size + n / 128 >= n) return Coder::kRaw;
   return best;
+}
+
+bool SampleSaysRaw(const uint8_t* p, size_t n) {
+  constexpr size_t kBlocks = 32, kBlock = 512;  // 16 Ki symbols
+  if (n < 64 * 1024) return false;
+  uint32_t hist[256] = {};
+  size_t stride = n / kBlocks;
+  for (size_t b = 0; b < kBlocks; ++b) {
+    const uint8_t* q = p + b * stride;
+    for (size_t i = 0; i < kBlock; ++i) ++hist[q[i]];
+  }
+  const size_t m = kBlocks * kBlock;
+  int distinct = 0;
+  for (uint32_t h : hist) distinct += h != 0;
+  // Miller-Madow: the plug-in entropy of a sample is biased low by about
+  // (K-1) / (2 m ln 2) bits per symbol.
+  double bits = EntropyBits(hist, m) / m + (distinct - 1) / (2.0 * m * 0.6931471805599453);
+  // Raw is chosen below 1/128 savings, i.e. above 7.9375 bits/symbol; a
+  // Huffman code costs a little over the entropy, so 7.96 is safely raw.
+  return bits >= 7.96;
 }
 
 Result<EncodedStream> EncodeStream(const uint8_t* src, size_t n, const uint32_t hist[256],

@@ -17,6 +17,12 @@ namespace lmc {
 // saves less than 1/128 of the stream.
 Coder ChooseCoder(const uint32_t hist[256], size_t n);
 
+// True when a sample of the stream shows it is so close to uniform that no
+// coder would beat the raw threshold of ChooseCoder, so the full histogram
+// can be skipped (sign+mantissa streams of floats). Only for n >= 64 KiB;
+// smaller streams always return false.
+bool SampleSaysRaw(const uint8_t* p, size_t n);
+
 // Worst-case payload of EncodeStream for n bytes.
 inline size_t MaxStreamPayload(size_t n) { return n; }
 

@@ -67,8 +67,11 @@ Result<size_t> EncodeChunk(const uint8_t* src, size_t n, const EncodeParams& par
     const uint8_t* s = streams + shape.offset(i);
     size_t m = shape.size(i);
     uint32_t hist[256];
-    Histogram(s, m, hist);
-    Coder want = ChooseCoder(hist, m);
+    Coder want = Coder::kRaw;
+    if (!SampleSaysRaw(s, m)) {
+      Histogram(s, m, hist);
+      want = ChooseCoder(hist, m);
+    }
     LMC_ASSIGN_OR_RETURN(EncodedStream es, EncodeStream(s, m, hist, want, dst + pos, cap - pos));
     uint8_t* e = dst + kFixedHeader + i * kStreamEntry;
     e[0] = static_cast<uint8_t>(es.coder);
@@ -125,12 +128,22 @@ Result<size_t> DecodeChunk(const uint8_t* p, size_t len, const uint8_t* base, si
   if (fi.xor_delta && (base == nullptr || base_len != n))
     return Status::InvalidArgument("delta frame needs its base chunk of the same size");
   StreamShape shape = ShapeFor(fi.dtype, n);
-  uint8_t* streams = ws.Scratch(n);
+  uint8_t* scratch = ws.Scratch(n);
+  const uint8_t* streams[kMaxStreams];
   size_t pos = fi.header_size;
   for (size_t i = 0; i < fi.streams.size(); ++i) {
     const StreamInfo& s = fi.streams[i];
-    Status st = DecodeStream(s.coder, p + pos, s.encoded_size, streams + shape.offset(i), s.decoded_size);
-    if (!st.ok()) return Status::Corruption("stream " + std::to_string(i) + ": " + st.message());
+    if (s.coder == Coder::kRaw) {
+      // Merged straight from the frame: no copy.
+      if (s.encoded_size != s.decoded_size)
+        return Status::Corruption("stream " + std::to_string(i) + ": raw size mismatch");
+      streams[i] = p + pos;
+    } else {
+      uint8_t* out = scratch + shape.offset(i);
+      Status st = DecodeStream(s.coder, p + pos, s.encoded_size, out, s.decoded_size);
+      if (!st.ok()) return Status::Corruption("stream " + std::to_string(i) + ": " + st.message());
+      streams[i] = out;
+    }
     pos += s.encoded_size;
   }
   MergeStreams(fi.dtype, streams, n, fi.xor_delta ? base : nullptr, dst);

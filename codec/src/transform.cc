@@ -35,11 +35,13 @@ void SplitT(const uint8_t* src, size_t elems, const uint8_t* base, uint8_t* dst)
 }
 
 template <typename U, bool kRot, bool kXor>
-void MergeT(const uint8_t* streams, size_t elems, const uint8_t* base, uint8_t* dst) {
+void MergeT(const uint8_t* const* streams, size_t elems, const uint8_t* base, uint8_t* dst) {
   constexpr size_t w = sizeof(U);
+  const uint8_t* s[w];
+  for (size_t b = 0; b < w; ++b) s[b] = streams[b];
   for (size_t i = 0; i < elems; ++i) {
     U v = 0;
-    for (size_t b = 0; b < w; ++b) v |= static_cast<U>(streams[b * elems + i]) << (8 * (w - 1 - b));
+    for (size_t b = 0; b < w; ++b) v |= static_cast<U>(s[b][i]) << (8 * (w - 1 - b));
     if constexpr (kRot) v = std::rotr(v, 1);
     if constexpr (kXor) v ^= Load<U>(base + i * w);
     Store<U>(dst + i * w, v);
@@ -54,7 +56,7 @@ void SplitDispatch(const uint8_t* src, size_t elems, const uint8_t* base, uint8_
     SplitT<U, kRot, false>(src, elems, nullptr, dst);
 }
 template <typename U, bool kRot>
-void MergeDispatch(const uint8_t* s, size_t elems, const uint8_t* base, uint8_t* dst) {
+void MergeDispatch(const uint8_t* const* s, size_t elems, const uint8_t* base, uint8_t* dst) {
   if (base)
     MergeT<U, kRot, true>(s, elems, base, dst);
   else
@@ -100,9 +102,17 @@ void SplitStreams(DType t, const uint8_t* src, size_t n, const uint8_t* base, ui
 
 void MergeStreams(DType t, const uint8_t* streams, size_t n, const uint8_t* base, uint8_t* dst) {
   StreamShape s = ShapeFor(t, n);
+  const uint8_t* ptrs[9];
+  for (size_t i = 0; i < s.count(); ++i) ptrs[i] = streams + s.offset(i);
+  MergeStreams(t, ptrs, n, base, dst);
+}
+
+void MergeStreams(DType t, const uint8_t* const* streams, size_t n, const uint8_t* base,
+                  uint8_t* dst) {
+  StreamShape s = ShapeFor(t, n);
   const bool rot = IsFloat(t);
   switch (s.width) {
-    case 1: XorCopy(streams, n, base, dst); return;
+    case 1: XorCopy(streams[0], n, base, dst); return;
     case 2:
       rot ? MergeDispatch<uint16_t, true>(streams, s.elems, base, dst)
           : MergeDispatch<uint16_t, false>(streams, s.elems, base, dst);
@@ -117,7 +127,7 @@ void MergeStreams(DType t, const uint8_t* streams, size_t n, const uint8_t* base
       break;
   }
   size_t done = s.width * s.elems;
-  XorCopy(streams + done, s.tail, base ? base + done : nullptr, dst + done);
+  if (s.tail) XorCopy(streams[s.width], s.tail, base ? base + done : nullptr, dst + done);
 }
 
 void Histogram(const uint8_t* p, size_t n, uint32_t hist[256]) {

@@ -34,6 +34,11 @@ StreamShape ShapeFor(DType t, size_t n);
 void SplitStreams(DType t, const uint8_t* src, size_t n, const uint8_t* base, uint8_t* dst);
 // Inverse of SplitStreams.
 void MergeStreams(DType t, const uint8_t* streams, size_t n, const uint8_t* base, uint8_t* dst);
+// The same with each stream at its own address (streams[i] holds
+// ShapeFor(t, n).size(i) bytes), so the decoder can merge raw streams
+// straight from the frame without copying them.
+void MergeStreams(DType t, const uint8_t* const* streams, size_t n, const uint8_t* base,
+                  uint8_t* dst);
 
 // Histogram of a byte stream. Fast (4 interleaved tables).
 void Histogram(const uint8_t* p, size_t n, uint32_t hist[256]);
