@@ -119,27 +119,41 @@ def flatten(obj, parent=None):
 
 def norm(r):
     size = pick(r, "bytes", "size", "original_bytes", "input_bytes")
-    comp = pick(r, "compressed_bytes", "compressed", "stored_bytes")
-    ratio = pick(r, "ratio")
-    if ratio is None and size and comp:
-        ratio = size / comp
+    comp = pick(r, "compressed_bytes", "bytes_out", "compressed", "stored_bytes")
+    # lmc reports ratio as compressed/original, zipnn_bench.py as
+    # original/compressed: recompute from the byte counts whenever possible.
+    ratio = size / comp if size and comp else pick(r, "ratio")
     method = str(pick(r, "method", "codec", "name", "algo") or "?")
     t = pick(r, "threads", "T")
     if t is not None and f"T={t}" not in method:
         method = f"{method} (T={t})"
+    if r.get("verified") is False:
+        method += " UNVERIFIED"
     return {
         "file": os.path.basename(str(pick(r, "file", "path", "input") or "?")),
-        "size": size, "method": method, "ratio": ratio,
+        "size": size, "comp_bytes": comp, "method": method, "ratio": ratio,
         "comp": pick(r, "comp_mbps", "compress_mbps", "comp_MBps", "compress_MBps",
                      "compression_mbps", "comp_mb_s"),
         "decomp": pick(r, "decomp_mbps", "decompress_mbps", "decomp_MBps",
                        "decompress_MBps", "decompression_mbps", "decomp_mb_s"),
     }
 
+def bound_rows(obj):
+    """lmc bench's per-file entropy bound, shown as a row of its own."""
+    for f in obj if isinstance(obj, list) else []:
+        if isinstance(f, dict) and f.get("entropy_bound_bytes") and f.get("bytes"):
+            yield {"file": os.path.basename(str(f.get("file"))), "size": f["bytes"],
+                   "comp_bytes": f["entropy_bound_bytes"],
+                   "method": "entropy bound (lmc bench)",
+                   "ratio": f["bytes"] / f["entropy_bound_bytes"],
+                   "comp": None, "decomp": None}
+
 lmc_path, zipnn_path, lmc_ok = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
 rows = []
 try:
-    rows += [norm(r) for r in flatten(json.load(open(lmc_path)))]
+    lmc = json.load(open(lmc_path))
+    rows += [norm(r) for r in flatten(lmc)]
+    rows += list(bound_rows(lmc))
 except ValueError as e:
     print(f"bench.sh: could not parse lmc JSON ({e}); lmc rows skipped", file=sys.stderr)
 rows += [norm(r) for r in flatten(json.load(open(zipnn_path)))]
@@ -153,17 +167,18 @@ sizes = {r["file"]: r["size"] for r in rows if r["size"]}
 def fmt(v, spec):
     return "-" if v is None else format(v, spec)
 
-print("| file | size (MB) | method | ratio | comp MB/s | decomp MB/s |")
-print("|---|--:|---|--:|--:|--:|")
+print("| file | size (MB) | method | ratio | % of original | comp MB/s | decomp MB/s |")
+print("|---|--:|---|--:|--:|--:|--:|")
 for f in order:
     for r in rows:
         if r["file"] == f:
             size = sizes.get(f)
+            pct = 100 / r["ratio"] if r["ratio"] else None
             print(f"| {f} | {fmt(size / 1e6 if size else None, '.1f')} | {r['method']} "
-                  f"| {fmt(r['ratio'], '.3f')} | {fmt(r['comp'], '.0f')} "
+                  f"| {fmt(r['ratio'], '.3f')} | {fmt(pct, '.1f')} | {fmt(r['comp'], '.0f')} "
                   f"| {fmt(r['decomp'], '.0f')} |")
 print()
-print("ratio = original / compressed; MB/s = 1e6 bytes of original data per "
+print("ratio = original / compressed (higher is better); MB/s = 1e6 bytes of original data per "
       "second, best of the timing repeats, in memory (no file I/O).")
 if not lmc_ok:
     print("lmc / zstd / lz4 rows missing: `lmc bench` was not available.")
