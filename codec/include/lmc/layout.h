@@ -7,6 +7,20 @@
 // exactly the bytes fed. The parser is only a hint: any input, including a
 // malformed or lying header, yields a valid cover (falling back to
 // statistical dtype detection), and losslessness never depends on it.
+//
+// Emission. A region is emitted only once all of its bytes have been fed
+// (or at Finish(), cut at the last byte fed), so a consumer may hold bytes
+// until they are covered. Regions longer than 4 MiB are emitted in pieces
+// cut at multiples of 4 MiB from the region's start (same name, dtype and
+// is_tensor), each as soon as it is complete: the lag behind bytes_fed() is
+// at most one piece or one smaller region. The regions do not depend on how
+// the input is split across Feed() calls. Headers (safetensors JSON, torch
+// data.pkl, GGUF metadata, npy dicts) are buffered up to 64 MiB; tensor data
+// never is. Feed() after Finish() is ignored.
+//
+// Formats: safetensors, torch.save zip archives, npz/zip, npy, GGUF v2/v3.
+// Everything else, and whatever a parser cannot explain, is cut into 1 MiB
+// blocks typed by DetectDType() (is_tensor false). See codec/src/layout*.cc.
 #pragma once
 
 #include <cstddef>
