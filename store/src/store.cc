@@ -1,6 +1,8 @@
 // Store: open and recovery, group commit, verified reads.
 // docs/ARCHITECTURE-store.md describes the protocol this file implements.
+#include <rocksdb/filter_policy.h>
 #include <rocksdb/options.h>
+#include <rocksdb/table.h>
 #include <rocksdb/write_batch.h>
 #include <spdlog/spdlog.h>
 
@@ -171,8 +173,16 @@ Status Store::Impl::OpenIndex(bool fresh) {
   dbo.keep_log_file_num = 4;
   std::vector<rocksdb::ColumnFamilyDescriptor> cfs;
   rocksdb::ColumnFamilyOptions cfo;
+  // Most chunk lookups on the write path are misses (new chunks): a bloom
+  // filter answers those without reading blocks.
+  rocksdb::ColumnFamilyOptions chunk_cfo;
+  rocksdb::BlockBasedTableOptions table;
+  table.filter_policy.reset(rocksdb::NewBloomFilterPolicy(10));
+  table.whole_key_filtering = true;
+  chunk_cfo.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table));
+  chunk_cfo.OptimizeForPointLookup(64);
   cfs.emplace_back(rocksdb::kDefaultColumnFamilyName, cfo);
-  cfs.emplace_back("chunks", cfo);
+  cfs.emplace_back("chunks", chunk_cfo);
   cfs.emplace_back("packs", cfo);
   for (const char* n : kFsCfNames) cfs.emplace_back(n, cfo);
   rocksdb::Status rs = rocksdb::DB::Open(dbo, dir + "/" + fmt::kIndexDir, cfs, &handles, &db);
