@@ -380,17 +380,19 @@ Status Decode(const uint8_t* src, size_t len, uint8_t* dst, size_t n) {
       size_t rounds = static_cast<size_t>((limit - maxbp) / kRoundBits) + 1;
       rounds = std::min(rounds, (q - k) / kSymbolsPerRefill);
       for (size_t r = 0; r < rounds; ++r) {
-        uint64_t b0 = Load64(payload + (bp0 >> 3)) >> (bp0 & 7);
-        uint64_t b1 = Load64(payload + (bp1 >> 3)) >> (bp1 & 7);
-        uint64_t b2 = Load64(payload + (bp2 >> 3)) >> (bp2 & 7);
-        uint64_t b3 = Load64(payload + (bp3 >> 3)) >> (bp3 & 7);
+        // Bit 63 is a marker: it is never among the <= 55 bits used, and
+        // after the shifts its distance from the top is the bits consumed.
+        constexpr uint64_t kMarker = uint64_t{1} << 63;
+        uint64_t b0 = Load64(payload + (bp0 >> 3)) >> (bp0 & 7) | kMarker;
+        uint64_t b1 = Load64(payload + (bp1 >> 3)) >> (bp1 & 7) | kMarker;
+        uint64_t b2 = Load64(payload + (bp2 >> 3)) >> (bp2 & 7) | kMarker;
+        uint64_t b3 = Load64(payload + (bp3 >> 3)) >> (bp3 & 7) | kMarker;
         uint8_t* o0 = o + k;
 #define LMC_HUFF_STEP(J, U)                           \
   {                                                   \
     const Entry e = table[b##J & (kTableSize - 1)];   \
     o0[J * q + U] = static_cast<uint8_t>(e >> 8);     \
     b##J >>= (e & 63);                                \
-    bp##J += e & 0xff;                                \
   }
 #define LMC_HUFF_ROUND(U) \
   LMC_HUFF_STEP(0, U)     \
@@ -404,6 +406,10 @@ Status Decode(const uint8_t* src, size_t len, uint8_t* dst, size_t n) {
         LMC_HUFF_ROUND(4)
 #undef LMC_HUFF_ROUND
 #undef LMC_HUFF_STEP
+        bp0 += static_cast<uint64_t>(std::countl_zero(b0));
+        bp1 += static_cast<uint64_t>(std::countl_zero(b1));
+        bp2 += static_cast<uint64_t>(std::countl_zero(b2));
+        bp3 += static_cast<uint64_t>(std::countl_zero(b3));
         k += kSymbolsPerRefill;
       }
     }

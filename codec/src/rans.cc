@@ -288,49 +288,48 @@ Status Decode(const uint8_t* src, size_t len, uint8_t* dst, size_t n) {
   if (x0 < kLow || x1 < kLow || x2 < kLow || x3 < kLow)
     return Status::Corruption("rans: bad initial state");
 
-  // slot -> f << 20 | (slot - cum) << 8 | symbol; f <= 4095 here since k >= 2.
-  uint32_t table[kProbScale];
+  // slot -> symbol, and slot -> f << 16 | (slot - cum).
+  uint8_t slot_symbol[kProbScale];
+  uint32_t slot_step[kProbScale];
   {
     uint32_t slot = 0;
     for (int s = 0; s < 256; ++s) {
-      for (uint32_t r = 0; r < freq[s]; ++r, ++slot)
-        table[slot] = freq[s] << 20 | r << 8 | static_cast<uint32_t>(s);
+      for (uint32_t r = 0; r < freq[s]; ++r, ++slot) {
+        slot_symbol[slot] = static_cast<uint8_t>(s);
+        slot_step[slot] = freq[s] << 16 | r;
+      }
     }
   }
 
   size_t i = 0;
-  // Fast loop: one 8-byte load covers the <= 4 words a round can take; the
-  // words go to the states in order, so state j's word sits after the words
-  // of the states before it that renormalised.
+  // Fast loop, branch-free (renormalisation is data-dependent): a state
+  // below 2^16 takes the next word, others take nothing.
   while (i + kStates <= n && end - p >= 8) {
-#define LMC_RANS_STEP(J)                                              \
-  {                                                                   \
-    const uint32_t e = table[x##J & (kProbScale - 1)];                \
-    dst[i + J] = static_cast<uint8_t>(e);                             \
-    x##J = (e >> 20) * (x##J >> kProbBits) + ((e >> 8) & 0xfff);      \
+#define LMC_RANS_STEP(J)                                                            \
+  {                                                                                 \
+    const uint32_t slot = x##J & (kProbScale - 1);                                  \
+    const uint32_t e = slot_step[slot];                                             \
+    dst[i + J] = slot_symbol[slot];                                                 \
+    x##J = (e >> 16) * (x##J >> kProbBits) + (e & 0xffff);                          \
+    const uint32_t r = x##J < kLow;                                                 \
+    x##J = x##J << (16 * r) | (Load16(p) & (0u - r));                               \
+    p += 2 * r;                                                                     \
   }
     LMC_RANS_STEP(0)
     LMC_RANS_STEP(1)
     LMC_RANS_STEP(2)
     LMC_RANS_STEP(3)
 #undef LMC_RANS_STEP
-    const uint64_t w = Load64(p);
-    const uint32_t r0 = x0 < kLow, r1 = x1 < kLow, r2 = x2 < kLow, r3 = x3 < kLow;
-    const uint32_t sh1 = 16 * r0, sh2 = sh1 + 16 * r1, sh3 = sh2 + 16 * r2;
-    x0 = r0 ? x0 << 16 | static_cast<uint16_t>(w) : x0;
-    x1 = r1 ? x1 << 16 | static_cast<uint16_t>(w >> sh1) : x1;
-    x2 = r2 ? x2 << 16 | static_cast<uint16_t>(w >> sh2) : x2;
-    x3 = r3 ? x3 << 16 | static_cast<uint16_t>(w >> sh3) : x3;
-    p += 2 * (r0 + r1 + r2 + r3);
     i += kStates;
   }
   // Checked tail, one symbol at a time.
   uint32_t x[kStates] = {x0, x1, x2, x3};
   for (; i < n; ++i) {
     uint32_t& st = x[i & (kStates - 1)];
-    const uint32_t e = table[st & (kProbScale - 1)];
-    dst[i] = static_cast<uint8_t>(e);
-    st = (e >> 20) * (st >> kProbBits) + ((e >> 8) & 0xfff);
+    const uint32_t slot = st & (kProbScale - 1);
+    const uint32_t e = slot_step[slot];
+    dst[i] = slot_symbol[slot];
+    st = (e >> 16) * (st >> kProbBits) + (e & 0xffff);
     if (st < kLow) {
       if (end - p < 2) return Status::Corruption("rans: truncated word stream");
       st = st << 16 | Load16(p);
