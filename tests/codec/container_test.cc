@@ -41,7 +41,7 @@ TEST(ContainerTest, RoundTripSafetensorsWithThreads) {
     EXPECT_EQ(st.input_bytes, file.size());
     EXPECT_EQ(st.output_bytes, c->size());
     EXPECT_LT(c->size(), file.size() * 0.75);
-    EXPECT_GT(st.bytes_by_dtype[DType::kBF16], 6u << 20) << "tensors were not coded as bf16";
+    EXPECT_GE(st.bytes_by_dtype[DType::kBF16], 6u << 20) << "tensors were not coded as bf16";
     DecompressOptions dopt;
     dopt.threads = threads;
     dopt.pool = &pool;

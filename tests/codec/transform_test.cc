@@ -25,8 +25,9 @@ TEST(TransformTest, F32ExponentIsStreamZero) {
   SplitStreams(DType::kF32, reinterpret_cast<uint8_t*>(f), 8, nullptr, out);
   EXPECT_EQ(out[0], 127);
   EXPECT_EQ(out[1], 126);
-  EXPECT_EQ(out[2] & 1, 0);  // stream 1 low bit is the sign
-  EXPECT_EQ(out[3] & 1, 1);
+  // The sign ends in the lowest bit of the last stream (the low byte).
+  EXPECT_EQ(out[6] & 1, 0);
+  EXPECT_EQ(out[7] & 1, 1);
 }
 
 TEST(TransformTest, RoundTripEveryDtypeAndOddLengths) {
