@@ -232,33 +232,75 @@ Result<size_t> Encode(const uint8_t* src, size_t n, const uint32_t hist[256], ui
   if (cap < header + kStatesBytes) return Status::InvalidArgument("rans: output buffer too small");
   WriteHeader(freq, k, dst);
 
-  // Per symbol: start, frequency, and the state bound above which a word is
-  // shifted out before coding (2^20 * f, so the state after coding is < 2^32).
-  uint32_t start[256], cum = 0;
-  uint64_t bound[256];
+  // Coding x with symbol s is x' = (x / f) * 4096 + x % f + start, computed
+  // without a division as x' = x + bias + q * (4096 - f), q = x / f taken as
+  // the high half of x * rcp with rcp = floor(2^64 / f) + 1 (exact for
+  // x * f < 2^64). f = 1 uses rcp = 2^64 - 1, which gives q = x - 1; bias
+  // adds the missing 4095 back. Before coding, a state >= bound = 2^20 f
+  // shifts out a word, so that x' < 2^32.
+  struct EncSymbol {
+    uint64_t rcp = 0;  // 0: symbol absent from the histogram
+    uint64_t bound = 0;
+    uint32_t bias = 0;
+    uint32_t cmpl = 0;
+  };
+  EncSymbol sym[256];
+  uint32_t cum = 0;
   for (int s = 0; s < 256; ++s) {
-    start[s] = cum;
-    cum += freq[s];
-    bound[s] = (uint64_t{kLow} >> kProbBits << 16) * freq[s];
+    const uint32_t f = freq[s];
+    if (!f) continue;
+    EncSymbol& e = sym[s];
+    e.rcp = f == 1 ? UINT64_MAX : UINT64_MAX / f + 1;
+    e.bound = (uint64_t{kLow} >> kProbBits << 16) * f;
+    e.bias = f == 1 ? cum + kProbScale - 1 : cum;
+    e.cmpl = kProbScale - f;
+    cum += f;
   }
-
   // Words are written backwards from the end of dst, then moved down.
   uint8_t* const lo = dst + header + kStatesBytes;
   uint8_t* p = dst + cap;
+  auto code = [](uint32_t& x, const EncSymbol& e) {
+    const auto q = static_cast<uint32_t>(static_cast<unsigned __int128>(x) * e.rcp >> 64);
+    x = x + e.bias + q * e.cmpl;
+  };
+  // Branch-free renormalise and code; needs 2 bytes of room below p.
+  auto put = [&p, &code](uint32_t& x, const EncSymbol& e) {
+    const uint32_t r = x >= e.bound;
+    Store16(p - 2, static_cast<uint16_t>(x));
+    p -= 2 * r;
+    x >>= 16 * r;
+    code(x, e);
+  };
   uint32_t x[kStates] = {kLow, kLow, kLow, kLow};
-  for (size_t i = n; i-- > 0;) {
-    const int s = src[i];
-    uint32_t& st = x[i & (kStates - 1)];
-    const uint32_t f = freq[s];
-    if (f == 0) return Status::InvalidArgument("rans: histogram does not match the data");
-    if (st >= bound[s]) {
+  size_t i = n;
+  while (i > 0) {
+    if (i % kStates == 0 && p - lo >= 2 * kStates) {
+      // Fast path: a whole round, states 3..0, room checked once.
+      const EncSymbol& e3 = sym[src[i - 1]];
+      const EncSymbol& e2 = sym[src[i - 2]];
+      const EncSymbol& e1 = sym[src[i - 3]];
+      const EncSymbol& e0 = sym[src[i - 4]];
+      if (!(e0.rcp && e1.rcp && e2.rcp && e3.rcp)) break;
+      put(x[3], e3);
+      put(x[2], e2);
+      put(x[1], e1);
+      put(x[0], e0);
+      i -= kStates;
+      continue;
+    }
+    --i;
+    const EncSymbol& e = sym[src[i]];
+    if (!e.rcp) break;
+    uint32_t& st = x[i % kStates];
+    if (st >= e.bound) {
       if (p - lo < 2) return Status::InvalidArgument("rans: output buffer too small");
       p -= 2;
       Store16(p, static_cast<uint16_t>(st));
       st >>= 16;
     }
-    st = (st / f << kProbBits) + st % f + start[s];
+    code(st, e);
   }
+  if (i > 0) return Status::InvalidArgument("rans: histogram does not match the data");
   for (int j = 0; j < kStates; ++j) Store32(dst + header + 4 * j, x[j]);
   const size_t words = static_cast<size_t>(dst + cap - p);
   std::memmove(lo, p, words);
