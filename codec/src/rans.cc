@@ -46,11 +46,6 @@ inline uint16_t Load16(const uint8_t* p) {
   std::memcpy(&v, p, 2);
   return v;
 }
-inline uint64_t Load64(const uint8_t* p) {
-  uint64_t v;
-  std::memcpy(&v, p, 8);
-  return v;
-}
 inline void Store32(uint8_t* p, uint32_t v) { std::memcpy(p, &v, 4); }
 inline void Store16(uint8_t* p, uint16_t v) { std::memcpy(p, &v, 2); }
 
