@@ -6,5 +6,5 @@ cd "$(dirname "$0")/.."
 scripts/install-deps.sh
 BUILD_DIR=build scripts/build.sh -DLMC_WERROR=ON
 ctest --test-dir build --output-on-failure -j"$(nproc)"
-BUILD_DIR=build-asan BUILD_TYPE=Debug scripts/build.sh -DLMC_WERROR=ON -DLMC_SANITIZE=ON
+BUILD_DIR=build-asan BUILD_TYPE=Debug scripts/build.sh -DLMC_WERROR=ON -DLMC_SANITIZE=ON -DLMC_CUDA=OFF
 ctest --test-dir build-asan --output-on-failure -j"$(nproc)" -L unit
