@@ -26,6 +26,11 @@ constexpr size_t kHeaderSize = 16;
 constexpr size_t kTrailerSize = 28;  // size u64, xxh3 u64, chunks u64, crc u32
 constexpr size_t kReadSize = 8 << 20;
 constexpr size_t kChunksPerThread = 4;  // chunks in flight per thread per batch
+// The trailer's file checksum is XXH3-64 over the frames' own decoded
+// checksums (frame bytes 12-19) in file order: each frame's checksum covers
+// its bytes, and this one covers their order, so hashing the data a second
+// time would add nothing.
+constexpr size_t kFrameChecksumOffset = 12;
 
 uint32_t Crc32Of(const uint8_t* p, size_t n) { return static_cast<uint32_t>(XXH3_64bits(p, n)); }
 
@@ -48,6 +53,45 @@ Result<size_t> ReadFull(const ReadFn& in, uint8_t* buf, size_t n) {
   return got;
 }
 
+// The input bytes not yet handed to the encoder: a buffer that grows to the
+// largest span in flight and is reused, without zero-filling (a vector's
+// resize would clear every 8 MiB read).
+class Window {
+ public:
+  uint64_t start() const { return start_; }  // file offset of data()[0]
+  const uint8_t* data() const { return buf_.get() + begin_; }
+  size_t size() const { return end_ - begin_; }
+  // Room for n more bytes at the end; returns where to write them.
+  uint8_t* Reserve(size_t n) {
+    if (end_ + n > cap_) {
+      size_t live = size();
+      if (live + n > cap_) {
+        size_t cap = std::max(live + n, cap_ * 2);
+        std::unique_ptr<uint8_t[]> nb(new uint8_t[cap]);
+        if (live) std::memcpy(nb.get(), data(), live);
+        buf_ = std::move(nb);
+        cap_ = cap;
+      } else if (live) {
+        std::memmove(buf_.get(), data(), live);
+      }
+      begin_ = 0;
+      end_ = live;
+    }
+    return buf_.get() + end_;
+  }
+  void Commit(size_t n) { end_ += n; }
+  // Drops bytes before file offset `off`.
+  void DropBefore(uint64_t off) {
+    begin_ += static_cast<size_t>(off - start_);
+    start_ = off;
+  }
+
+ private:
+  std::unique_ptr<uint8_t[]> buf_;
+  size_t cap_ = 0, begin_ = 0, end_ = 0;
+  uint64_t start_ = 0;
+};
+
 struct XxhState {
   XxhState() : s(XXH3_createState()) { XXH3_64bits_reset(s); }
   ~XxhState() { XXH3_freeState(s); }
@@ -60,65 +104,110 @@ struct XxhState {
 
 bool IsContainer(const uint8_t* p, size_t n) { return n >= 4 && std::memcmp(p, kMagic, 4) == 0; }
 
+namespace {
+
+// Writes a .lmc stream: the header, batches of chunks encoded in parallel
+// and emitted in order, then the trailer. Shared by the streaming and the
+// in-memory compressors, which differ only in where chunk bytes live.
+class FrameWriter {
+ public:
+  FrameWriter(const CompressOptions& opts, WriteFn out)
+      : pool_(opts.pool ? *opts.pool : ThreadPool::Shared()),
+        threads_(std::max<size_t>(1, opts.threads == 0 ? pool_.size() : std::min(opts.threads, pool_.size()))),
+        slots_(threads_),
+        out_(std::move(out)) {}
+
+  size_t batch() const { return threads_ * kChunksPerThread; }
+
+  Status WriteHeader(uint32_t chunk_size) {
+    uint8_t hdr[kHeaderSize] = {};
+    std::memcpy(hdr, kMagic, 4);
+    hdr[4] = kVersion;
+    PutU32(hdr + 8, chunk_size);
+    PutU32(hdr + 12, Crc32Of(hdr, 12));
+    return Emit(hdr, kHeaderSize);
+  }
+
+  // Encodes chunks[0, count), whose bytes are at data + (offset - data_start),
+  // in parallel, and emits their frames in order.
+  Status Encode(const ChunkSpec* chunks, size_t count, const uint8_t* data, uint64_t data_start) {
+    if (count == 0) return Status::Ok();
+    if (frames_.size() < count) frames_.resize(count);
+    sizes_.assign(count, Status::Aborted("not encoded"));
+    pool_.ParallelFor(count, threads_, [&](size_t i, size_t slot) {
+      const ChunkSpec& c = chunks[i];
+      auto& f = frames_[i];
+      size_t need = MaxEncodedSize(c.length);
+      if (f.size() < need) f.resize(need);
+      sizes_[i] = EncodeChunk(data + (c.offset - data_start), c.length, EncodeParams{c.dtype, nullptr},
+                              f.data(), f.size(), *slots_.ws[slot]);
+    });
+    for (size_t i = 0; i < count; ++i) {
+      if (!sizes_[i].ok()) return sizes_[i].status();
+      uint8_t len[4];
+      PutU32(len, static_cast<uint32_t>(*sizes_[i]));
+      LMC_RETURN_IF_ERROR(Emit(len, 4));
+      LMC_RETURN_IF_ERROR(Emit(frames_[i].data(), *sizes_[i]));
+      whole_.Update(frames_[i].data() + kFrameChecksumOffset, 8);
+      stats_.bytes_by_dtype[chunks[i].dtype] += chunks[i].length;
+      stats_.input_bytes += chunks[i].length;
+      ++stats_.chunks;
+    }
+    return Status::Ok();
+  }
+
+  Status WriteTrailer() {
+    uint8_t tr[4 + kTrailerSize];
+    PutU32(tr, 0);  // end marker
+    PutU64(tr + 4, stats_.input_bytes);
+    PutU64(tr + 12, whole_.Digest());
+    PutU64(tr + 20, stats_.chunks);
+    PutU32(tr + 28, Crc32Of(tr + 4, 24));
+    return Emit(tr, sizeof(tr));
+  }
+
+  CompressStats& stats() { return stats_; }
+
+ private:
+  Status Emit(const uint8_t* p, size_t n) {
+    stats_.output_bytes += n;
+    return out_(p, n);
+  }
+
+  ThreadPool& pool_;
+  size_t threads_;
+  Slots slots_;
+  WriteFn out_;
+  XxhState whole_;
+  CompressStats stats_;
+  std::vector<std::vector<uint8_t>> frames_;  // reused across batches
+  std::vector<Result<size_t>> sizes_;
+};
+
+Status CheckChunkSize(uint32_t chunk_size) {
+  if (chunk_size == 0 || chunk_size > kMaxChunkSize)
+    return Status::InvalidArgument("chunk size must be between 1 byte and 1 GiB");
+  return Status::Ok();
+}
+
+}  // namespace
+
 Status CompressStream(const ReadFn& in, const WriteFn& out, const CompressOptions& opts,
                       CompressStats* stats) {
-  if (opts.chunk_size == 0 || opts.chunk_size > kMaxChunkSize)
-    return Status::InvalidArgument("chunk size must be between 1 byte and 1 GiB");
-  ThreadPool& pool = opts.pool ? *opts.pool : ThreadPool::Shared();
-  size_t threads = opts.threads == 0 ? pool.size() : std::min(opts.threads, pool.size() + 0);
-  if (threads == 0) threads = 1;
-  CompressStats st;
-  uint64_t out_bytes = 0;
-  auto emit = [&](const uint8_t* p, size_t n) -> Status {
-    out_bytes += n;
-    return out(p, n);
-  };
-
-  uint8_t hdr[kHeaderSize] = {};
-  std::memcpy(hdr, kMagic, 4);
-  hdr[4] = kVersion;
-  PutU32(hdr + 8, opts.chunk_size);
-  PutU32(hdr + 12, Crc32Of(hdr, 12));
-  LMC_RETURN_IF_ERROR(emit(hdr, kHeaderSize));
+  LMC_RETURN_IF_ERROR(CheckChunkSize(opts.chunk_size));
+  FrameWriter fw(opts, out);
+  LMC_RETURN_IF_ERROR(fw.WriteHeader(opts.chunk_size));
 
   auto parser = LayoutParser::Create();
   Chunker chunker(ChunkerOptions{opts.chunk_size, ChunkerOptions{}.small_region});
-  Slots slots(threads);
-  XxhState whole;
-
-  std::vector<uint8_t> window;  // input bytes from file offset window_start
-  uint64_t window_start = 0;
+  Window window;
   std::vector<ChunkSpec> pending;
-  std::vector<std::vector<uint8_t>> frames;
-  std::vector<Result<size_t>> sizes;
-  const size_t batch = threads * kChunksPerThread;
+  uint64_t fed = 0;
 
-  // Encodes `pending` in parallel and writes the frames in order.
   auto flush = [&]() -> Status {
     if (pending.empty()) return Status::Ok();
-    if (frames.size() < pending.size()) frames.resize(pending.size());
-    sizes.assign(pending.size(), Status::Aborted("not encoded"));
-    pool.ParallelFor(pending.size(), threads, [&](size_t i, size_t slot) {
-      const ChunkSpec& c = pending[i];
-      auto& f = frames[i];
-      size_t need = MaxEncodedSize(c.length);
-      if (f.size() < need) f.resize(need);
-      const uint8_t* src = window.data() + (c.offset - window_start);
-      sizes[i] = EncodeChunk(src, c.length, EncodeParams{c.dtype, nullptr}, f.data(), f.size(),
-                             *slots.ws[slot]);
-    });
-    for (size_t i = 0; i < pending.size(); ++i) {
-      if (!sizes[i].ok()) return sizes[i].status();
-      uint8_t len[4];
-      PutU32(len, static_cast<uint32_t>(*sizes[i]));
-      LMC_RETURN_IF_ERROR(emit(len, 4));
-      LMC_RETURN_IF_ERROR(emit(frames[i].data(), *sizes[i]));
-      st.bytes_by_dtype[pending[i].dtype] += pending[i].length;
-      ++st.chunks;
-    }
-    uint64_t end = pending.back().offset + pending.back().length;
-    window.erase(window.begin(), window.begin() + static_cast<ptrdiff_t>(end - window_start));
-    window_start = end;
+    LMC_RETURN_IF_ERROR(fw.Encode(pending.data(), pending.size(), window.data(), window.start()));
+    window.DropBefore(pending.back().offset + pending.back().length);
     pending.clear();
     return Status::Ok();
   };
@@ -129,7 +218,7 @@ Status CompressStream(const ReadFn& in, const WriteFn& out, const CompressOption
   auto take_regions = [&]() {
     if (parser_ok) {
       for (const Region& r : parser->TakeRegions()) {
-        if (r.offset != covered || r.length == 0 || r.offset + r.length > st.input_bytes) {
+        if (r.offset != covered || r.length == 0 || r.offset + r.length > fed) {
           parser_ok = false;
           break;
         }
@@ -137,46 +226,61 @@ Status CompressStream(const ReadFn& in, const WriteFn& out, const CompressOption
         covered += r.length;
       }
     }
-    if (!parser_ok && covered < st.input_bytes) {
+    if (!parser_ok && covered < fed) {
       Region rest;
       rest.offset = covered;
-      rest.length = st.input_bytes - covered;
+      rest.length = fed - covered;
       chunker.Add(rest, &pending);
-      covered = st.input_bytes;
+      covered = fed;
     }
   };
 
   for (;;) {
-    size_t old = window.size();
-    window.resize(old + kReadSize);
-    LMC_ASSIGN_OR_RETURN(size_t got, ReadFull(in, window.data() + old, kReadSize));
-    window.resize(old + got);
+    uint8_t* dst = window.Reserve(kReadSize);
+    LMC_ASSIGN_OR_RETURN(size_t got, ReadFull(in, dst, kReadSize));
+    window.Commit(got);
     if (got == 0) break;
-    whole.Update(window.data() + old, got);
-    st.input_bytes += got;
-    parser->Feed(window.data() + old, got);
+    fed += got;
+    parser->Feed(dst, got);
     take_regions();
-    if (pending.size() >= batch) LMC_RETURN_IF_ERROR(flush());
+    if (pending.size() >= fw.batch()) LMC_RETURN_IF_ERROR(flush());
   }
   parser->Finish();
   take_regions();
-  if (covered != st.input_bytes) {  // the parser left bytes uncovered
+  if (covered != fed) {  // the parser left bytes uncovered
     parser_ok = false;
     take_regions();
   }
   chunker.Finish(&pending);
   LMC_RETURN_IF_ERROR(flush());
+  LMC_RETURN_IF_ERROR(fw.WriteTrailer());
+  fw.stats().format = parser->format();
+  if (stats) *stats = std::move(fw.stats());
+  return Status::Ok();
+}
 
-  uint8_t tr[4 + kTrailerSize];
-  PutU32(tr, 0);  // end marker
-  PutU64(tr + 4, st.input_bytes);
-  PutU64(tr + 12, whole.Digest());
-  PutU64(tr + 20, st.chunks);
-  PutU32(tr + 28, Crc32Of(tr + 4, 24));
-  LMC_RETURN_IF_ERROR(emit(tr, sizeof(tr)));
-  st.format = parser->format();
-  st.output_bytes = out_bytes;
-  if (stats) *stats = std::move(st);
+Status CompressBufferInto(const uint8_t* p, size_t n, const CompressOptions& opts,
+                          std::vector<uint8_t>* out, CompressStats* stats) {
+  LMC_RETURN_IF_ERROR(CheckChunkSize(opts.chunk_size));
+  Format fmt = Format::kUnknown;
+  std::vector<ChunkSpec> chunks =
+      PlanChunks(p, n, ChunkerOptions{opts.chunk_size, ChunkerOptions{}.small_region}, &fmt);
+  size_t bound = kHeaderSize + 4 + kTrailerSize;
+  for (const ChunkSpec& c : chunks) bound += 4 + MaxEncodedSize(c.length);
+  if (out->size() < bound) out->resize(bound);
+  size_t pos = 0;
+  FrameWriter fw(opts, [out, &pos](const uint8_t* b, size_t k) {
+    std::memcpy(out->data() + pos, b, k);
+    pos += k;
+    return Status::Ok();
+  });
+  LMC_RETURN_IF_ERROR(fw.WriteHeader(opts.chunk_size));
+  for (size_t i = 0; i < chunks.size(); i += fw.batch())
+    LMC_RETURN_IF_ERROR(fw.Encode(chunks.data() + i, std::min(fw.batch(), chunks.size() - i), p, 0));
+  LMC_RETURN_IF_ERROR(fw.WriteTrailer());
+  out->resize(pos);
+  fw.stats().format = fmt;
+  if (stats) *stats = std::move(fw.stats());
   return Status::Ok();
 }
 
@@ -217,7 +321,7 @@ Status DecompressStream(const ReadFn& in, const WriteFn& out, const DecompressOp
                           ? Status::Corruption("chunk " + std::to_string(st.chunks) + ": " +
                                                sizes[i].status().message())
                           : sizes[i].status());
-      whole.Update(outs[i].data(), *sizes[i]);
+      whole.Update(frames[i].data() + kFrameChecksumOffset, 8);
       LMC_RETURN_IF_ERROR(out(outs[i].data(), *sizes[i]));
       st.output_bytes += *sizes[i];
       ++st.chunks;
@@ -253,7 +357,7 @@ Status DecompressStream(const ReadFn& in, const WriteFn& out, const DecompressOp
   if (GetU32(tr + 24) != Crc32Of(tr, 24)) return Status::Corruption(".lmc trailer checksum mismatch");
   if (GetU64(tr) != st.output_bytes || GetU64(tr + 16) != st.chunks)
     return Status::Corruption(".lmc trailer size does not match the frames (chunks lost?)");
-  if (GetU64(tr + 8) != whole.Digest()) return Status::Corruption(".lmc whole-file checksum mismatch");
+  if (GetU64(tr + 8) != whole.Digest()) return Status::Corruption(".lmc file checksum mismatch (frames reordered or replaced)");
   uint8_t extra;
   LMC_ASSIGN_OR_RETURN(got, ReadFull(in, &extra, 1));
   if (got != 0) return Status::Corruption(".lmc file has trailing data after its trailer");
@@ -285,42 +389,72 @@ std::vector<ChunkSpec> PlanChunks(const uint8_t* p, size_t n, const ChunkerOptio
   return out;
 }
 
-namespace {
-ReadFn MemReader(const uint8_t* p, size_t n) {
-  auto pos = std::make_shared<size_t>(0);
-  return [p, n, pos](uint8_t* buf, size_t want) -> Result<size_t> {
-    size_t k = std::min(want, n - *pos);
-    std::memcpy(buf, p + *pos, k);
-    *pos += k;
-    return k;
-  };
-}
-}  // namespace
-
 Result<std::vector<uint8_t>> CompressBuffer(const uint8_t* p, size_t n, const CompressOptions& opts,
                                             CompressStats* stats) {
   std::vector<uint8_t> outv;
-  outv.reserve(n / 2 + 64);
-  LMC_RETURN_IF_ERROR(CompressStream(
-      MemReader(p, n),
-      [&](const uint8_t* b, size_t k) {
-        outv.insert(outv.end(), b, b + k);
-        return Status::Ok();
-      },
-      opts, stats));
+  LMC_RETURN_IF_ERROR(CompressBufferInto(p, n, opts, &outv, stats));
   return outv;
+}
+
+Status DecompressBufferInto(const uint8_t* p, size_t n, const DecompressOptions& opts,
+                            std::vector<uint8_t>* out) {
+  // Pass 1: walk and check the frame headers to place every chunk.
+  if (n < 4 || std::memcmp(p, kMagic, 4) != 0) return Status::InvalidArgument("not an .lmc file (bad magic)");
+  if (n < kHeaderSize) return Status::Corruption(".lmc file truncated in its header");
+  if (GetU32(p + 12) != Crc32Of(p, 12)) return Status::Corruption(".lmc header checksum mismatch");
+  if (p[4] != kVersion)
+    return Status::Unsupported(".lmc version " + std::to_string(p[4]) + " is newer than this lmc; upgrade lmcfs");
+  struct Job {
+    size_t frame, len;
+    uint64_t out;
+  };
+  std::vector<Job> jobs;
+  XxhState whole;
+  size_t pos = kHeaderSize;
+  uint64_t total = 0;
+  for (;;) {
+    if (n - pos < 4) return Status::Corruption(".lmc file truncated (no end marker): incomplete copy?");
+    uint32_t len = GetU32(p + pos);
+    pos += 4;
+    if (len == 0) break;
+    if (len > n - pos) return Status::Corruption(".lmc file truncated inside a frame");
+    LMC_ASSIGN_OR_RETURN(FrameInfo fi, ReadFrameInfo(p + pos, len));
+    if (fi.frame_size != len) return Status::Corruption(".lmc frame length does not match its header");
+    if (fi.xor_delta) return Status::Corruption(".lmc frame is a delta, which .lmc files never hold");
+    jobs.push_back({pos, len, total});
+    whole.Update(p + pos + kFrameChecksumOffset, 8);
+    total += fi.decoded_size;
+    pos += len;
+  }
+  if (n - pos < kTrailerSize) return Status::Corruption(".lmc file truncated in its trailer");
+  const uint8_t* tr = p + pos;
+  if (GetU32(tr + 24) != Crc32Of(tr, 24)) return Status::Corruption(".lmc trailer checksum mismatch");
+  if (GetU64(tr) != total || GetU64(tr + 16) != jobs.size())
+    return Status::Corruption(".lmc trailer size does not match the frames (chunks lost?)");
+  if (GetU64(tr + 8) != whole.Digest())
+    return Status::Corruption(".lmc file checksum mismatch (frames reordered or replaced)");
+  if (pos + kTrailerSize != n) return Status::Corruption(".lmc file has trailing data after its trailer");
+
+  // Pass 2: decode every frame in parallel straight into place.
+  out->resize(total);
+  ThreadPool& pool = opts.pool ? *opts.pool : ThreadPool::Shared();
+  size_t threads = std::max<size_t>(1, opts.threads == 0 ? pool.size() : std::min(opts.threads, pool.size()));
+  Slots slots(threads);
+  std::vector<Status> errs(jobs.size());
+  pool.ParallelFor(jobs.size(), threads, [&](size_t i, size_t slot) {
+    const Job& j = jobs[i];
+    Result<size_t> r = DecodeChunk(p + j.frame, j.len, nullptr, 0, out->data() + j.out,
+                                   static_cast<size_t>(total - j.out), *slots.ws[slot]);
+    if (!r.ok()) errs[i] = Status::Corruption("chunk " + std::to_string(i) + ": " + r.status().message());
+  });
+  for (const Status& e : errs) LMC_RETURN_IF_ERROR(e);
+  return Status::Ok();
 }
 
 Result<std::vector<uint8_t>> DecompressBuffer(const uint8_t* p, size_t n,
                                               const DecompressOptions& opts) {
   std::vector<uint8_t> outv;
-  LMC_RETURN_IF_ERROR(DecompressStream(
-      MemReader(p, n),
-      [&](const uint8_t* b, size_t k) {
-        outv.insert(outv.end(), b, b + k);
-        return Status::Ok();
-      },
-      opts));
+  LMC_RETURN_IF_ERROR(DecompressBufferInto(p, n, opts, &outv));
   return outv;
 }
 

@@ -13,7 +13,7 @@ namespace lmc {
 // The coder for a stream with histogram `hist` of n symbols, chosen from the
 // histogram alone (never by trying coders): kConst for one symbol; else the
 // smallest of Huffman (exact size) and rANS (estimated; taken only when it
-// saves more than 1% over Huffman, since it decodes slower); kRaw when that
+// saves more than 1/16 over Huffman, since it codes at half the speed); kRaw when that
 // saves less than 1/128 of the stream.
 Coder ChooseCoder(const uint32_t hist[256], size_t n);
 

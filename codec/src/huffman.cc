@@ -261,6 +261,28 @@ void BuildDecodeTable(const uint8_t lens[256], Entry table[kTableSize]) {
   }
 }
 
+// A multi-symbol entry: bits 0-23 up to three symbols (first in the low
+// byte), bits 24-25 how many, bits 26-29 the bits their codes take.
+using MultiEntry = uint32_t;
+
+// For every 11-bit window, the longest run of up to 3 whole codes at its
+// start (at least one: the single-symbol entry, even a length-11 filler).
+void BuildMultiTable(const Entry single[kTableSize], MultiEntry multi[kTableSize]) {
+  for (uint32_t t = 0; t < kTableSize; ++t) {
+    uint32_t syms = 0, count = 0, used = 0;
+    while (count < 3) {
+      const Entry e = single[(t >> used) & (kTableSize - 1)];
+      const uint32_t l = e & 0xff;
+      if (count > 0 && used + l > static_cast<uint32_t>(kMaxCodeLen)) break;
+      syms |= static_cast<uint32_t>(e >> 8) << (8 * count);
+      ++count;
+      used += l;
+      if (used >= static_cast<uint32_t>(kMaxCodeLen)) break;
+    }
+    multi[t] = syms | count << 24 | used << 26;
+  }
+}
+
 // Slow, bounds-checked decoding of dst[0, count) for one reader at bit
 // position *bp of payload[0, plen): bytes past plen read as zero.
 void DecodeTail(const Entry* table, const uint8_t* payload, size_t plen, uint64_t* bp,
@@ -365,20 +387,38 @@ Status Decode(const uint8_t* src, size_t len, uint8_t* dst, size_t n) {
   Entry table[kTableSize];
   BuildDecodeTable(lens, table);
 
-  uint64_t bp0 = 0, bp1 = end[0], bp2 = end[1], bp3 = end[2];
-  uint8_t* o = dst;
-  size_t k = 0;  // symbols decoded per quarter
+  // Multi-symbol table: one lookup of 11 bits yields up to 3 symbols whose
+  // codes fit in those bits together (exponent streams average under 3 bits
+  // per code, so most lookups yield 2-3 symbols).
+  MultiEntry multi[kTableSize];
+  BuildMultiTable(table, multi);
+
+  uint64_t bp[4] = {0, end[0], end[1], end[2]};
+  uint8_t* out[4] = {dst, dst + q, dst + 2 * q, dst + 3 * q};
+  uint8_t* const stop[4] = {dst + q, dst + 2 * q, dst + 3 * q, dst + n};
   // Fast loop: each round refills the four readers with one 8-byte load and
-  // decodes 5 symbols from each. `limit` is the last bit position at which
-  // an 8-byte load stays inside the payload.
+  // does 5 lookups on each (5 * 11 = 55 bits <= the 57 a refill guarantees),
+  // writing at most 5 * 3 symbols plus one spare byte of the last 4-byte
+  // store. `limit` is the last bit position at which an 8-byte load stays
+  // inside the payload; kRoom keeps every store inside its own quarter.
+  constexpr size_t kRoom = kSymbolsPerRefill * 3 + 1;
   if (plen >= 8) {
     const uint64_t limit = (uint64_t{plen} - 8) * 8 + 7;
-    constexpr uint64_t kRoundBits = kSymbolsPerRefill * kMaxCodeLen;
-    while (k + kSymbolsPerRefill <= q) {
-      const uint64_t maxbp = std::max(std::max(bp0, bp1), std::max(bp2, bp3));
-      if (maxbp > limit) break;
-      size_t rounds = static_cast<size_t>((limit - maxbp) / kRoundBits) + 1;
-      rounds = std::min(rounds, (q - k) / kSymbolsPerRefill);
+    uint64_t bp0 = bp[0], bp1 = bp[1], bp2 = bp[2], bp3 = bp[3];
+    uint8_t *o0 = out[0], *o1 = out[1], *o2 = out[2], *o3 = out[3];
+    auto room = [&] {
+      return static_cast<size_t>(stop[0] - o0) >= kRoom && static_cast<size_t>(stop[1] - o1) >= kRoom &&
+             static_cast<size_t>(stop[2] - o2) >= kRoom && static_cast<size_t>(stop[3] - o3) >= kRoom &&
+             std::max(std::max(bp0, bp1), std::max(bp2, bp3)) <= limit;
+    };
+    while (room()) {
+      // Rounds that certainly fit, by the worst case of 55 bits and 15
+      // symbols per round, so the inner loop has no checks.
+      uint64_t maxbp = std::max(std::max(bp0, bp1), std::max(bp2, bp3));
+      size_t minroom = std::min(std::min(static_cast<size_t>(stop[0] - o0), static_cast<size_t>(stop[1] - o1)),
+                                std::min(static_cast<size_t>(stop[2] - o2), static_cast<size_t>(stop[3] - o3)));
+      size_t rounds = std::min(static_cast<size_t>((limit - maxbp) / (kSymbolsPerRefill * kMaxCodeLen)) + 1,
+                               (minroom - kRoom) / (kSymbolsPerRefill * 3) + 1);
       for (size_t r = 0; r < rounds; ++r) {
         // Bit 63 is a marker: it is never among the <= 55 bits used, and
         // after the shifts its distance from the top is the bits consumed.
@@ -387,37 +427,36 @@ Status Decode(const uint8_t* src, size_t len, uint8_t* dst, size_t n) {
         uint64_t b1 = Load64(payload + (bp1 >> 3)) >> (bp1 & 7) | kMarker;
         uint64_t b2 = Load64(payload + (bp2 >> 3)) >> (bp2 & 7) | kMarker;
         uint64_t b3 = Load64(payload + (bp3 >> 3)) >> (bp3 & 7) | kMarker;
-        uint8_t* o0 = o + k;
-#define LMC_HUFF_STEP(J, U)                           \
-  {                                                   \
-    const Entry e = table[b##J & (kTableSize - 1)];   \
-    o0[J * q + U] = static_cast<uint8_t>(e >> 8);     \
-    b##J >>= (e & 63);                                \
+#define LMC_HUFF_STEP(J)                               \
+  {                                                    \
+    const MultiEntry e = multi[b##J & (kTableSize - 1)]; \
+    Store32(o##J, e);                                  \
+    o##J += (e >> 24) & 3;                             \
+    b##J >>= (e >> 26);                                \
   }
-#define LMC_HUFF_ROUND(U) \
-  LMC_HUFF_STEP(0, U)     \
-  LMC_HUFF_STEP(1, U)     \
-  LMC_HUFF_STEP(2, U)     \
-  LMC_HUFF_STEP(3, U)
-        LMC_HUFF_ROUND(0)
-        LMC_HUFF_ROUND(1)
-        LMC_HUFF_ROUND(2)
-        LMC_HUFF_ROUND(3)
-        LMC_HUFF_ROUND(4)
+#define LMC_HUFF_ROUND \
+  LMC_HUFF_STEP(0)     \
+  LMC_HUFF_STEP(1)     \
+  LMC_HUFF_STEP(2)     \
+  LMC_HUFF_STEP(3)
+        LMC_HUFF_ROUND
+        LMC_HUFF_ROUND
+        LMC_HUFF_ROUND
+        LMC_HUFF_ROUND
+        LMC_HUFF_ROUND
 #undef LMC_HUFF_ROUND
 #undef LMC_HUFF_STEP
         bp0 += static_cast<uint64_t>(std::countl_zero(b0));
         bp1 += static_cast<uint64_t>(std::countl_zero(b1));
         bp2 += static_cast<uint64_t>(std::countl_zero(b2));
         bp3 += static_cast<uint64_t>(std::countl_zero(b3));
-        k += kSymbolsPerRefill;
       }
     }
+    bp[0] = bp0, bp[1] = bp1, bp[2] = bp2, bp[3] = bp3;
+    out[0] = o0, out[1] = o1, out[2] = o2, out[3] = o3;
   }
-  DecodeTail(table, payload, plen, &bp0, o + k, q - k);
-  DecodeTail(table, payload, plen, &bp1, o + q + k, q - k);
-  DecodeTail(table, payload, plen, &bp2, o + 2 * q + k, q - k);
-  DecodeTail(table, payload, plen, &bp3, o + 3 * q + k, n - 3 * q - k);
+  for (int j = 0; j < 4; ++j) DecodeTail(table, payload, plen, &bp[j], out[j], static_cast<size_t>(stop[j] - out[j]));
+  const uint64_t bp0 = bp[0], bp1 = bp[1], bp2 = bp[2], bp3 = bp[3];
   if (bp0 != end[0] || bp1 != end[1] || bp2 != end[2] || bp3 != end[3]) {
     return Status::Corruption("huffman: sub-stream does not end where declared");
   }

@@ -1,6 +1,8 @@
 #include "lmc/container.h"
 
+#include <algorithm>
 #include <cstring>
+#include <random>
 
 #include <gtest/gtest.h>
 
@@ -95,6 +97,45 @@ TEST(ContainerTest, TruncationAndCorruptionAreDetected) {
       EXPECT_EQ(*d, file) << "corruption at " << pos << " produced different bytes";
     }
   }
+}
+
+TEST(ContainerTest, StreamingAndInMemoryWriteTheSameBytes) {
+  auto file = MakeSafetensors(1 << 20, 70000);
+  auto mem = CompressBuffer(file.data(), file.size(), CompressOptions{});
+  ASSERT_TRUE(mem.ok());
+  // Stream it through reads of odd, random sizes.
+  std::mt19937 rng(42);
+  size_t pos = 0;
+  ReadFn rd = [&](uint8_t* buf, size_t want) -> Result<size_t> {
+    size_t k = std::min({want, file.size() - pos, static_cast<size_t>(rng() % 300000 + 1)});
+    std::memcpy(buf, file.data() + pos, k);
+    pos += k;
+    return k;
+  };
+  std::vector<uint8_t> streamed;
+  WriteFn wr = [&](const uint8_t* b, size_t k) {
+    streamed.insert(streamed.end(), b, b + k);
+    return Status::Ok();
+  };
+  CompressStats st;
+  ASSERT_TRUE(CompressStream(rd, wr, CompressOptions{}, &st).ok());
+  EXPECT_EQ(streamed, *mem);
+  EXPECT_EQ(st.input_bytes, file.size());
+  EXPECT_EQ(st.format, Format::kSafetensors);
+  // And back through the streaming decoder.
+  size_t cpos = 0;
+  ReadFn crd = [&](uint8_t* buf, size_t want) -> Result<size_t> {
+    size_t k = std::min({want, streamed.size() - cpos, static_cast<size_t>(rng() % 5000 + 1)});
+    std::memcpy(buf, streamed.data() + cpos, k);
+    cpos += k;
+    return k;
+  };
+  std::vector<uint8_t> back;
+  ASSERT_TRUE(DecompressStream(crd, [&](const uint8_t* b, size_t k) {
+                back.insert(back.end(), b, b + k);
+                return Status::Ok();
+              }, DecompressOptions{}).ok());
+  EXPECT_EQ(back, file);
 }
 
 TEST(ContainerTest, PlanChunksCoversFile) {
