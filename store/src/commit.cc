@@ -1,4 +1,4 @@
-// Commit: group commit of batches (docs/ARCHITECTURE-store.md, "Commit").
+// Commit: group commit of batches (docs/ARCHITECTURE.md, "The chunk store", "Commit").
 //
 // Callers queue; the first in the queue leads: it takes the queue's head
 // (up to max_group_bytes of frames), applies the batches' chunk operations

@@ -1,7 +1,7 @@
 // Compaction: copy the live records of mostly-dead packs into the active
 // pack, commit their new places, then retire and delete the old packs.
 // Each step leaves a state that Recover understands
-// (docs/ARCHITECTURE-store.md, "Compaction").
+// (docs/ARCHITECTURE.md, "The chunk store", "Compaction").
 #include <rocksdb/write_batch.h>
 #include <spdlog/spdlog.h>
 

@@ -1,6 +1,6 @@
 // Byte layouts of the store's on-disk structures: pack header, record
 // header, chunk and pack index values. Each one is drawn in
-// docs/FORMAT-store.md under the section named next to it.
+// docs/FORMAT.md, "Chunk store" under the section named next to it.
 #pragma once
 
 #include <cstdint>

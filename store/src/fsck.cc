@@ -1,6 +1,6 @@
 // fsck: check every pack, every chunk record, every index value and every
 // reference count; repair what can be repaired without touching good data
-// (docs/ARCHITECTURE-store.md, "fsck").
+// (docs/ARCHITECTURE.md, "The chunk store", "fsck").
 #include <rocksdb/write_batch.h>
 #include <spdlog/spdlog.h>
 

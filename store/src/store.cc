@@ -1,5 +1,5 @@
 // Store: open and recovery, group commit, verified reads.
-// docs/ARCHITECTURE-store.md describes the protocol this file implements.
+// docs/ARCHITECTURE.md, "The chunk store" describes the protocol this file implements.
 #include <rocksdb/filter_policy.h>
 #include <rocksdb/options.h>
 #include <rocksdb/table.h>
@@ -79,7 +79,7 @@ namespace {
 constexpr const char* kFsCfNames[4] = {"inodes", "dirents", "extents", "meta"};
 
 std::string ConfigText(const StoreOptions& o) {
-  return "# lmcfs chunk store (docs/FORMAT-store.md). Do not edit.\n"
+  return "# lmcfs chunk store (docs/FORMAT.md, section Chunk store). Do not edit.\n"
          "format_version=" + std::to_string(fmt::kFormatVersion) + "\n"
          "hash=sha256\n"
          "chunk_size=" + std::to_string(o.chunk_size) + "\n";
@@ -196,7 +196,7 @@ Status Store::Impl::OpenIndex(bool fresh) {
   return Status::Ok();
 }
 
-// Recovery (docs/ARCHITECTURE-store.md, "Recovery"): the index is the truth.
+// Recovery (docs/ARCHITECTURE.md, "The chunk store", "Recovery"): the index is the truth.
 // Pack bytes past a pack's committed size and pack files the index does not
 // know were never acknowledged to anyone; retired packs finish dying.
 Status Store::Impl::Recover() {

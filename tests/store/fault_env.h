@@ -1,5 +1,5 @@
 // FaultEnv: an Env for tests that injects failed and short writes, ENOSPC,
-// fsync errors and crashes (docs/ARCHITECTURE-store.md, "Crash simulation").
+// fsync errors and crashes (docs/ARCHITECTURE.md, "The chunk store", "Crash simulation").
 //
 // A crash is modelled in two steps: CrashAfter(n) lets n more mutating
 // operations through and fails every one after (the one that crashes, if an

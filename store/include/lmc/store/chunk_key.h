@@ -1,5 +1,5 @@
 // ChunkKey: the content address of a chunk, SHA-256 of its decoded bytes
-// (docs/FORMAT-store.md, "Chunk keys"). 256 bits so that no accidental or
+// (docs/FORMAT.md, "Chunk store", "Chunk keys"). 256 bits so that no accidental or
 // crafted collision can make one chunk stand for another.
 #pragma once
 

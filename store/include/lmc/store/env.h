@@ -3,7 +3,7 @@
 // ENOSPC, fsync failures and crashes (tests/store/fault_env.h).
 //
 // RocksDB does its own I/O and does not use this Env; see
-// docs/ARCHITECTURE-store.md, "Crash simulation", for how the index is
+// docs/ARCHITECTURE.md, "The chunk store", "Crash simulation", for how the index is
 // modelled in crash tests.
 #pragma once
 

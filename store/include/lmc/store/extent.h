@@ -1,6 +1,6 @@
 // The extents column family's encoding, shared by the filesystem (which
 // owns the column family) and fsck (which counts chunk references from it).
-// docs/FORMAT-store.md, "Column family extents".
+// docs/FORMAT.md, "Chunk store", "Column family extents".
 //
 // Reference-counting contract: every non-hole extent value held in the
 // extents column family is exactly one reference to its chunk. Whoever puts

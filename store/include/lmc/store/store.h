@@ -1,7 +1,7 @@
 // The chunk store: content-addressed, compressed chunks in append-only pack
 // files, indexed by RocksDB, together with the filesystem's metadata so that
-// both commit in one atomic batch. Formats: docs/FORMAT-store.md; durability,
-// recovery, compaction and fsck: docs/ARCHITECTURE-store.md.
+// both commit in one atomic batch. Formats: docs/FORMAT.md, "Chunk store"; durability,
+// recovery, compaction and fsck: docs/ARCHITECTURE.md, "The chunk store".
 //
 // Thread safety: a Store is used by many threads at once. Commit groups
 // concurrent callers (one pack sync and one WAL sync per group); ReadChunk,
@@ -195,7 +195,7 @@ class Store {
  public:
   // Opens (or creates) the store in dir. A store opened by another Store,
   // in this or another process, gives kBusy. Recovery after a crash happens
-  // here (docs/ARCHITECTURE-store.md, "Recovery").
+  // here (docs/ARCHITECTURE.md, "The chunk store", "Recovery").
   static Result<std::unique_ptr<Store>> Open(const std::string& dir, const StoreOptions& options);
   ~Store();
   Store(const Store&) = delete;
