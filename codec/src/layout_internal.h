@@ -163,7 +163,6 @@ class LayoutContext {
   uint64_t fed_ = 0;
   size_t want_ = 0;      // bytes a suspended Read/Peek waits for
   uint64_t skip_ = 0;    // bytes a suspended Skip still discards
-  uint64_t skip_asked_ = 0;
   bool eof_ = false;
 
   // Parsers.

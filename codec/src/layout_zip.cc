@@ -168,8 +168,8 @@ ParseTask ParseZip(LayoutContext& c) {
     }
     if (sig != kLocalSig) break;
 
-    // Local file header.
-    flush();  // directory records of an earlier archive, if any
+    // Local file header. Its region also takes in the previous member's
+    // data descriptor (one region, not two tiny ones).
     std::string_view h = co_await c.Read(30);
     if (h.size() < 30) break;
     const uint64_t flags = LoadLE(h, 6, 2);
@@ -183,7 +183,7 @@ ParseTask ParseZip(LayoutContext& c) {
     const std::string name(ne.substr(0, name_len));
     bool zip64 = false;
     if (!ApplyZip64(ne.substr(name_len), &usize, &csize, &zip64)) break;
-    flush();  // the header
+    flush();  // the header (and what came before it unplanned)
     if (csize > kMaxExtent) break;
     // Bit 3 with zero sizes: the length is only in the descriptor after the data.
     const bool deferred = (flags & 8) && csize == 0;
@@ -312,7 +312,6 @@ ParseTask ParseZip(LayoutContext& c) {
       size_t n = DescriptorAt(d, 0, member_len, zip64, /*require_sig=*/false);
       if (n == 0) break;  // the member was not as long as we thought
       co_await c.Read(n);
-      flush();
     }
   }
   flush();

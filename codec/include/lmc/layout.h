@@ -50,6 +50,7 @@ struct Region {
   DType dtype = DType::kBytes;
   bool is_tensor = false;  // tensor payload (true) or header/metadata bytes
   std::string name;        // tensor name, zip member or storage key; may be empty
+  bool operator==(const Region&) const = default;
 };
 
 class LayoutParser {
