@@ -20,7 +20,7 @@ SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 
 DEB_PACKAGES=(
-  build-essential cmake ninja-build pkg-config git clang
+  build-essential cmake ninja-build pkg-config git clang libclang-rt-14-dev
   libfuse3-dev fuse3
   librocksdb-dev libzstd-dev zstd liblz4-dev lz4 libxxhash-dev libssl-dev
   libspdlog-dev libfmt-dev libcli11-dev nlohmann-json3-dev
