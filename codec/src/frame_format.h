@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "lmc/codec.h"
+
 namespace lmc::frame {
 
 inline constexpr uint8_t kMagic[4] = {'L', 'M', 'C', 'F'};
@@ -14,7 +16,7 @@ inline constexpr uint8_t kKnownFlags = kFlagXorDelta;
 inline constexpr size_t kFixedHeader = 20;   // magic .. checksum
 inline constexpr size_t kStreamEntry = 5;    // coder u8 + encoded size u32
 inline constexpr size_t kHeaderCrc = 4;      // low 32 bits of XXH3-64 of the header
-inline constexpr size_t kMaxStreams = 9;     // 8 byte planes + tail
+inline constexpr size_t kMaxStreams = StreamList::kCapacity;  // 8 byte planes + tail
 
 inline constexpr size_t HeaderSize(size_t n_streams) {
   return kFixedHeader + kStreamEntry * n_streams + kHeaderCrc;

@@ -67,6 +67,22 @@ struct StreamInfo {
   uint32_t decoded_size;  // bytes of the regrouped stream
 };
 
+// A frame's stream table, held inline: parsing a frame allocates nothing.
+class StreamList {
+ public:
+  static constexpr size_t kCapacity = 9;  // 8 byte planes + tail
+  size_t size() const { return n_; }
+  void resize(size_t n) { n_ = n <= kCapacity ? n : kCapacity; }
+  StreamInfo& operator[](size_t i) { return s_[i]; }
+  const StreamInfo& operator[](size_t i) const { return s_[i]; }
+  const StreamInfo* begin() const { return s_; }
+  const StreamInfo* end() const { return s_ + n_; }
+
+ private:
+  StreamInfo s_[kCapacity] = {};
+  size_t n_ = 0;
+};
+
 struct FrameInfo {
   uint8_t version = 0;
   DType dtype = DType::kBytes;
@@ -75,7 +91,7 @@ struct FrameInfo {
   uint32_t frame_size = 0;      // bytes of the whole frame
   uint32_t header_size = 0;     // bytes before the first stream payload
   uint64_t checksum = 0;        // XXH3-64 of the decoded chunk
-  std::vector<StreamInfo> streams;
+  StreamList streams;
 };
 
 // Parses and checks a frame's header (magic, version, header checksum,
