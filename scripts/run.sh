@@ -21,7 +21,7 @@ if [ $full -eq 1 ]; then exec scripts/bench.sh; fi
 
 DATA=./bench-data/demo
 python3 scripts/gen_bench_data.py --small --out "$DATA" >/dev/null
-ckpt=$(ls "$DATA"/ckpt-step*.pt | sort -V | tail -1)
+ckpt=$(ls "$DATA"/small/ckpt-step*.pt | sort -V | tail -1)
 echo
 echo "== lmc compress / decompress a real checkpoint: $DATA/minilm-bf16.safetensors"
 build/tools/lmc compress -f "$DATA/minilm-bf16.safetensors" "$DATA/minilm-bf16.safetensors.lmc"
