@@ -50,7 +50,8 @@ bool SampleSaysRaw(const uint8_t* p, size_t n) {
 }
 
 Result<EncodedStream> EncodeStream(const uint8_t* src, size_t n, const uint32_t hist[256],
-                                   Coder coder, uint8_t* dst, size_t cap) {
+                                   const uint32_t (*quarters)[256], Coder coder, uint8_t* dst,
+                                   size_t cap) {
   if (cap < n && coder == Coder::kRaw) return Status::InvalidArgument("stream buffer too small");
   switch (coder) {
     case Coder::kConst:
@@ -62,8 +63,9 @@ Result<EncodedStream> EncodeStream(const uint8_t* src, size_t n, const uint32_t 
       // Bound the coder's output by the raw size: if it cannot beat raw,
       // it fails with InvalidArgument and the stream is stored raw.
       size_t limit = cap < n ? cap : n;
-      Result<size_t> r = coder == Coder::kHuffman ? huff::Encode(src, n, hist, dst, limit)
-                                                  : rans::Encode(src, n, hist, dst, limit);
+      Result<size_t> r = coder == Coder::kRans ? rans::Encode(src, n, hist, dst, limit)
+                         : quarters             ? huff::Encode(src, n, quarters, dst, limit)
+                                                : huff::Encode(src, n, hist, dst, limit);
       if (r.ok() && *r < n) return EncodedStream{coder, *r};
       break;
     }

@@ -67,12 +67,14 @@ Result<size_t> EncodeChunk(const uint8_t* src, size_t n, const EncodeParams& par
     const uint8_t* s = streams + shape.offset(i);
     size_t m = shape.size(i);
     uint32_t hist[256];
+    uint32_t quarters[4][256];
     Coder want = Coder::kRaw;
     if (!SampleSaysRaw(s, m)) {
-      Histogram(s, m, hist);
+      HistogramQuarters(s, m, quarters, hist);
       want = ChooseCoder(hist, m);
     }
-    LMC_ASSIGN_OR_RETURN(EncodedStream es, EncodeStream(s, m, hist, want, dst + pos, cap - pos));
+    LMC_ASSIGN_OR_RETURN(EncodedStream es,
+                         EncodeStream(s, m, hist, quarters, want, dst + pos, cap - pos));
     uint8_t* e = dst + kFixedHeader + i * kStreamEntry;
     e[0] = static_cast<uint8_t>(es.coder);
     PutU32(e + 1, static_cast<uint32_t>(es.size));

@@ -20,9 +20,14 @@ size_t MaxEncodedSize(size_t n);
 // alone (no pass over the data). Used to choose a coder without encoding.
 size_t EncodedSize(const uint32_t hist[256], size_t n);
 
-// Encodes src[0, n) (histogram `hist` precomputed by the caller, at least two
-// distinct symbols) into dst. Returns bytes written; InvalidArgument when
-// cap is too small. Allocates nothing.
+// Encodes src[0, n) (histograms of its four quarters precomputed by the
+// caller with HistogramQuarters, at least two distinct symbols) into dst.
+// Returns bytes written; InvalidArgument when cap is too small or the
+// histograms do not match the data. Allocates nothing. The four quarters are
+// coded by four independent writers, since their start bits are known.
+Result<size_t> Encode(const uint8_t* src, size_t n, const uint32_t quarters[4][256], uint8_t* dst,
+                      size_t cap);
+// The same from the whole stream's histogram (recomputes the quarters).
 Result<size_t> Encode(const uint8_t* src, size_t n, const uint32_t hist[256], uint8_t* dst,
                       size_t cap);
 

@@ -64,6 +64,7 @@ void MergeDispatch(const uint8_t* const* s, size_t elems, const uint8_t* base, u
 }
 
 void XorCopy(const uint8_t* src, size_t n, const uint8_t* base, uint8_t* dst) {
+  if (n == 0) return;  // src may be null (an empty chunk)
   if (!base) {
     std::memcpy(dst, src, n);
     return;
@@ -131,16 +132,38 @@ void MergeStreams(DType t, const uint8_t* const* streams, size_t n, const uint8_
 }
 
 void Histogram(const uint8_t* p, size_t n, uint32_t hist[256]) {
-  uint32_t h[4][256] = {};
+  uint32_t quarters[4][256];
+  HistogramQuarters(p, n, quarters, hist);
+}
+
+void HistogramQuarters(const uint8_t* p, size_t n, uint32_t quarters[4][256], uint32_t hist[256]) {
+  // Eight tables, two per quarter, so that runs of one symbol do not
+  // serialise on one counter.
+  uint32_t h[8][256] = {};
+  const size_t q = n / 4;
+  const uint8_t *a = p, *b = p + q, *c = p + 2 * q, *d = p + 3 * q;
   size_t i = 0;
-  for (; i + 4 <= n; i += 4) {
-    ++h[0][p[i]];
-    ++h[1][p[i + 1]];
-    ++h[2][p[i + 2]];
-    ++h[3][p[i + 3]];
+  for (; i + 2 <= q; i += 2) {
+    ++h[0][a[i]];
+    ++h[1][b[i]];
+    ++h[2][c[i]];
+    ++h[3][d[i]];
+    ++h[4][a[i + 1]];
+    ++h[5][b[i + 1]];
+    ++h[6][c[i + 1]];
+    ++h[7][d[i + 1]];
   }
-  for (; i < n; ++i) ++h[0][p[i]];
-  for (int s = 0; s < 256; ++s) hist[s] = h[0][s] + h[1][s] + h[2][s] + h[3][s];
+  for (; i < q; ++i) {
+    ++h[0][a[i]];
+    ++h[1][b[i]];
+    ++h[2][c[i]];
+    ++h[3][d[i]];
+  }
+  for (size_t k = 4 * q; k < n; ++k) ++h[3][p[k]];  // quarter 3 holds the rest
+  for (int s = 0; s < 256; ++s) {
+    for (int j = 0; j < 4; ++j) quarters[j][s] = h[j][s] + h[j + 4][s];
+    hist[s] = quarters[0][s] + quarters[1][s] + quarters[2][s] + quarters[3][s];
+  }
 }
 
 double EntropyBits(const uint32_t hist[256], size_t n) {

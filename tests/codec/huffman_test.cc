@@ -178,6 +178,100 @@ TEST(HuffmanTest, HistogramMismatchIsInvalidArgument) {
             Code::kInvalidArgument);
 }
 
+// Reference encoder: one bit at a time from the lengths the encoder wrote,
+// straight from the format description (canonical codes, quarters back to
+// back in one LSB-first bit string).
+Bytes ReferenceEncode(const Bytes& in, const Bytes& enc) {
+  const int lo = enc[0], hi = enc[1];
+  uint8_t len[256] = {};
+  for (int s = lo; s <= hi; ++s) len[s] = (enc[2 + (s - lo) / 2] >> (4 * ((s - lo) & 1))) & 0xf;
+  const size_t header = 2 + static_cast<size_t>(hi - lo + 2) / 2 + 16;
+  uint32_t code[256] = {};
+  uint32_t next = 0;
+  for (int l = 1; l <= huff::kMaxCodeLen; ++l) {
+    for (int s = 0; s < 256; ++s)
+      if (len[s] == l) code[s] = next++;
+    next <<= 1;
+  }
+  Bytes out(enc.begin(), enc.begin() + static_cast<std::ptrdiff_t>(header));
+  std::vector<bool> bits;
+  const size_t q = in.size() / 4;
+  for (int j = 0; j < 4; ++j) {
+    const size_t stop = j == 3 ? in.size() : (j + 1) * q;
+    for (size_t i = j * q; i < stop; ++i)
+      for (int b = len[in[i]] - 1; b >= 0; --b) bits.push_back((code[in[i]] >> b) & 1);
+    const uint32_t end = static_cast<uint32_t>(bits.size());
+    for (int k = 0; k < 4; ++k) out[header - 16 + 4 * j + k] = static_cast<uint8_t>(end >> (8 * k));
+  }
+  out.resize(header + (bits.size() + 7) / 8, 0);
+  for (size_t b = 0; b < bits.size(); ++b)
+    if (bits[b]) out[header + b / 8] |= static_cast<uint8_t>(1u << (b % 8));
+  return out;
+}
+
+// The four writers must produce exactly the single-writer bit string, for
+// every alignment of the quarter boundaries.
+TEST(HuffmanTest, MatchesReferenceEncoder) {
+  for (Source src : {Source::kTwo, Source::kUniform, Source::kExponent, Source::kFibonacci}) {
+    for (size_t n : {size_t{2}, size_t{3}, size_t{4}, size_t{5}, size_t{6}, size_t{7}, size_t{9},
+                     size_t{17}, size_t{31}, size_t{64}, size_t{101}, size_t{1000}, size_t{4099},
+                     size_t{65537}}) {
+      Bytes in = Make(src, n, static_cast<uint32_t>(n));
+      in[0] = 1;
+      in[n - 1] = 2;  // at least two symbols
+      const Bytes enc = EncodeOrDie(in).bytes;
+      EXPECT_EQ(enc, ReferenceEncode(in, enc)) << static_cast<int>(src) << " n=" << n;
+      Bytes dec(n);
+      ASSERT_TRUE(huff::Decode(enc.data(), enc.size(), dec.data(), n).ok());
+      EXPECT_EQ(dec, in);
+    }
+  }
+}
+
+// Quarters of very different bit lengths: short codes in one quarter, long
+// ones in another, so the writers start at unrelated bit offsets.
+TEST(HuffmanTest, QuartersOfVeryDifferentSizes) {
+  for (size_t n : {size_t{8}, size_t{13}, size_t{400}, size_t{40003}}) {
+    for (int hot = 0; hot < 4; ++hot) {
+      Bytes in = Make(Source::kFibonacci, n, static_cast<uint32_t>(n + hot));
+      const size_t q = n / 4;
+      const size_t a = hot * q, b = hot == 3 ? n : (hot + 1) * q;
+      for (size_t i = a; i < b; ++i) in[i] = 0;  // the most frequent symbol: 1-2 bits
+      in[0] = 25;
+      in[n - 1] = 24;
+      const Bytes enc = EncodeOrDie(in).bytes;
+      EXPECT_EQ(enc, ReferenceEncode(in, enc)) << "n=" << n << " hot=" << hot;
+      Bytes dec(n);
+      ASSERT_TRUE(huff::Decode(enc.data(), enc.size(), dec.data(), n).ok());
+      EXPECT_EQ(dec, in);
+    }
+  }
+}
+
+// The quarter-histogram entry point gives the same bytes, and rejects
+// quarter histograms that do not split the stream as the format does.
+TEST(HuffmanTest, QuarterHistogramsEntryPoint) {
+  const Bytes in = Make(Source::kExponent, 10007, 3);
+  uint32_t quarters[4][256], hist[256];
+  HistogramQuarters(in.data(), in.size(), quarters, hist);
+  uint32_t whole[256];
+  Histogram(in.data(), in.size(), whole);
+  EXPECT_EQ(0, std::memcmp(whole, hist, sizeof(hist)));
+  Bytes out(huff::MaxEncodedSize(in.size()));
+  auto r = huff::Encode(in.data(), in.size(), quarters, out.data(), out.size());
+  ASSERT_TRUE(r.ok());
+  out.resize(*r);
+  EXPECT_EQ(out, EncodeOrDie(in).bytes);
+  // Move one count between quarters: the total still matches.
+  int s = 0;
+  while (!quarters[0][s]) ++s;
+  --quarters[0][s];
+  ++quarters[1][s];
+  Bytes out2(huff::MaxEncodedSize(in.size()));
+  EXPECT_EQ(huff::Encode(in.data(), in.size(), quarters, out2.data(), out2.size()).status().code(),
+            Code::kInvalidArgument);
+}
+
 TEST(HuffmanTest, RejectsEveryTruncation) {
   const Bytes in = Make(Source::kExponent, 200, 9);
   const Bytes enc = EncodeOrDie(in).bytes;

@@ -40,8 +40,12 @@ void MergeStreams(DType t, const uint8_t* streams, size_t n, const uint8_t* base
 void MergeStreams(DType t, const uint8_t* const* streams, size_t n, const uint8_t* base,
                   uint8_t* dst);
 
-// Histogram of a byte stream. Fast (4 interleaved tables).
+// Histogram of a byte stream.
 void Histogram(const uint8_t* p, size_t n, uint32_t hist[256]);
+// Histogram of a byte stream and of each of its four quarters as the
+// Huffman coder splits it (quarter j < 3 is [j*(n/4), (j+1)*(n/4)), quarter
+// 3 the rest), in one pass.
+void HistogramQuarters(const uint8_t* p, size_t n, uint32_t quarters[4][256], uint32_t hist[256]);
 // Order-0 Shannon entropy of a histogram, in bits for the whole stream.
 double EntropyBits(const uint32_t hist[256], size_t n);
 
