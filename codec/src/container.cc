@@ -132,6 +132,7 @@ class FrameWriter {
   // in parallel, and emits their frames in order.
   Status Encode(const ChunkSpec* chunks, size_t count, const uint8_t* data, uint64_t data_start) {
     if (count == 0) return Status::Ok();
+    if (direct_ && threads_ == 1) return EncodeDirect(chunks, count, data, data_start);
     if (frames_.size() < count) frames_.resize(count);
     sizes_.assign(count, Status::Aborted("not encoded"));
     pool_.ParallelFor(count, threads_, [&](size_t i, size_t slot) {
@@ -168,7 +169,36 @@ class FrameWriter {
 
   CompressStats& stats() { return stats_; }
 
+  // Output is a buffer with room for every frame's worst case (the
+  // in-memory compressor): with one thread, frames are encoded straight
+  // into it, with no copy and no per-call frame buffers.
+  void SetDirect(uint8_t* out, size_t* pos, size_t cap) {
+    direct_ = out;
+    direct_pos_ = pos;
+    direct_cap_ = cap;
+  }
+
  private:
+  Status EncodeDirect(const ChunkSpec* chunks, size_t count, const uint8_t* data, uint64_t data_start) {
+    for (size_t i = 0; i < count; ++i) {
+      const ChunkSpec& c = chunks[i];
+      size_t& pos = *direct_pos_;
+      if (direct_cap_ - pos < 4) return Status::InvalidArgument("output buffer too small");
+      uint8_t* f = direct_ + pos + 4;
+      LMC_ASSIGN_OR_RETURN(size_t size, EncodeChunk(data + (c.offset - data_start), c.length,
+                                                     EncodeParams{c.dtype, nullptr}, f,
+                                                     direct_cap_ - pos - 4, *slots_.ws[0]));
+      PutU32(direct_ + pos, static_cast<uint32_t>(size));
+      pos += 4 + size;
+      stats_.output_bytes += 4 + size;
+      whole_.Update(f + kFrameChecksumOffset, 8);
+      stats_.bytes_by_dtype[c.dtype] += c.length;
+      stats_.input_bytes += c.length;
+      ++stats_.chunks;
+    }
+    return Status::Ok();
+  }
+
   Status Emit(const uint8_t* p, size_t n) {
     stats_.output_bytes += n;
     return out_(p, n);
@@ -182,6 +212,9 @@ class FrameWriter {
   CompressStats stats_;
   std::vector<std::vector<uint8_t>> frames_;  // reused across batches
   std::vector<Result<size_t>> sizes_;
+  uint8_t* direct_ = nullptr;
+  size_t* direct_pos_ = nullptr;
+  size_t direct_cap_ = 0;
 };
 
 Status CheckChunkSize(uint32_t chunk_size) {
@@ -275,6 +308,7 @@ Status CompressBufferInto(const uint8_t* p, size_t n, const CompressOptions& opt
     return Status::Ok();
   });
   LMC_RETURN_IF_ERROR(fw.WriteHeader(opts.chunk_size));
+  fw.SetDirect(out->data(), &pos, bound - 4 - kTrailerSize);
   for (size_t i = 0; i < chunks.size(); i += fw.batch())
     LMC_RETURN_IF_ERROR(fw.Encode(chunks.data() + i, std::min(fw.batch(), chunks.size() - i), p, 0));
   LMC_RETURN_IF_ERROR(fw.WriteTrailer());
