@@ -1,0 +1,137 @@
+// The lmcfs filesystem core: POSIX semantics over the chunk store, with no
+// FUSE header (the glue is src/fuse_ops.cc). Tests drive it directly.
+// Design, lifecycle and lock order: docs/ARCHITECTURE-fs.md.
+//
+// Every operation returns 0 or a positive errno (passthrough_hp style), so
+// the glue only replies. Inode numbers are the store's and persistent; the
+// root is 1 (FUSE_ROOT_ID). Thread safety: all methods may be called from
+// any number of threads at once.
+#pragma once
+
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/types.h>
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "lmc/status.h"
+#include "lmc/store/store.h"
+
+namespace lmc::fs {
+
+inline constexpr uint64_t kRootIno = 1;
+
+struct FsOptions {
+  uint32_t chunk_size = 1u << 20;            // codec chunk size (Chunker); default = lmc::kDefaultChunkSize
+  uint64_t dirty_limit = uint64_t{64} << 20;  // unchunked bytes per inode before they are chunked early
+  uint64_t batch_limit = uint64_t{16} << 20;  // frame bytes per inode before a (non-sync) commit
+  uint64_t cache_bytes = uint64_t{64} << 20;  // decoded-chunk cache
+  bool read_only = false;
+};
+
+// Who is asking (from fuse_req_ctx): owner of new inodes.
+struct Caller {
+  uid_t uid = 0;
+  gid_t gid = 0;
+};
+
+// SetAttr's mask (the glue maps FUSE_SET_ATTR_* onto these).
+enum SetAttrMask : int {
+  kSetMode = 1 << 0,
+  kSetUid = 1 << 1,
+  kSetGid = 1 << 2,
+  kSetSize = 1 << 3,
+  kSetAtime = 1 << 4,
+  kSetMtime = 1 << 5,
+  kSetAtimeNow = 1 << 6,
+  kSetMtimeNow = 1 << 7,
+  kSetCtime = 1 << 8,
+};
+
+struct DirEntry {
+  std::string name;
+  uint64_t ino = 0;
+  uint32_t mode = 0;  // S_IFMT bits only
+};
+
+struct FsCounters {
+  std::atomic<uint64_t> eio{0};          // operations answered EIO (corruption, I/O)
+  std::atomic<uint64_t> chunks_written{0};
+  std::atomic<uint64_t> bytes_written{0};  // logical bytes encoded into chunks
+  std::atomic<uint64_t> cache_hits{0};
+  std::atomic<uint64_t> cache_misses{0};
+};
+
+struct Inode;
+class ChunkCache;
+
+class Filesystem {
+ public:
+  // The store must outlive the Filesystem. Creates the root on an empty
+  // store, and purges inodes left unlinked-but-open by a crash.
+  static Result<std::unique_ptr<Filesystem>> Open(store::Store* store, const std::string& store_dir,
+                                                  const FsOptions& options);
+  ~Filesystem();
+  Filesystem(const Filesystem&) = delete;
+  Filesystem& operator=(const Filesystem&) = delete;
+
+  // Namespace. Calls that answer with an entry (Lookup, Create, Mknod,
+  // Mkdir, Symlink, Link) take one kernel lookup reference, released by Forget.
+  int Lookup(uint64_t parent, std::string_view name, struct stat* out);
+  void Forget(uint64_t ino, uint64_t nlookup);
+  int GetAttr(uint64_t ino, struct stat* out);
+  int SetAttr(uint64_t ino, const struct stat& in, int mask, struct stat* out);
+  // Create also opens (Release later); Mknod does not.
+  int Create(uint64_t parent, std::string_view name, mode_t mode, const Caller& c, struct stat* out);
+  int Mknod(uint64_t parent, std::string_view name, mode_t mode, dev_t rdev, const Caller& c,
+            struct stat* out);
+  int Mkdir(uint64_t parent, std::string_view name, mode_t mode, const Caller& c, struct stat* out);
+  int Symlink(std::string_view target, uint64_t parent, std::string_view name, const Caller& c,
+              struct stat* out);
+  int Readlink(uint64_t ino, std::string* target);
+  int Link(uint64_t ino, uint64_t newparent, std::string_view newname, struct stat* out);
+  int Unlink(uint64_t parent, std::string_view name);
+  int Rmdir(uint64_t parent, std::string_view name);
+  // flags: 0, RENAME_NOREPLACE or RENAME_EXCHANGE (linux/fs.h values).
+  int Rename(uint64_t parent, std::string_view name, uint64_t newparent, std::string_view newname,
+             unsigned flags);
+  // A snapshot of the directory ("." and ".." first): readdir offsets index it.
+  int ReadDir(uint64_t ino, std::vector<DirEntry>* out);
+
+  // Files. Open counts an open handle (O_TRUNC truncates); Release drops it.
+  int Open(uint64_t ino, int flags);
+  int Release(uint64_t ino);
+  int Read(uint64_t ino, uint64_t off, size_t size, std::string* out);
+  int Write(uint64_t ino, uint64_t off, const void* data, size_t size);
+  // Chunks everything written and commits it (sync: WAL synced, durable).
+  int Flush(uint64_t ino);
+  int Fsync(uint64_t ino, bool datasync);
+  int FsyncDir(uint64_t ino);
+  int StatFs(struct statvfs* out);
+
+  // Flushes every inode and purges unlinked ones; called once at unmount.
+  Status Shutdown();
+
+  const FsOptions& options() const { return opts_; }
+  FsCounters& counters() { return counters_; }
+  store::Store* store() { return store_; }
+
+  struct Impl;  // private state (src/fs_impl.h)
+
+ private:
+  Filesystem(store::Store* store, std::string store_dir, const FsOptions& options);
+  friend struct Impl;
+
+  store::Store* store_;
+  std::string store_dir_;
+  FsOptions opts_;
+  FsCounters counters_;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace lmc::fs

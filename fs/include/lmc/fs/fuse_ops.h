@@ -1,0 +1,26 @@
+// The libfuse3 low-level glue over fs::Filesystem (src/fuse_ops.cc, the
+// only file that includes a FUSE header). Each operation is a thin reply
+// over a Filesystem call; nothing escapes a callback (exceptions -> EIO,
+// bad_alloc -> ENOMEM).
+#pragma once
+
+#include <cstdint>
+
+struct fuse_lowlevel_ops;
+
+namespace lmc::fs {
+
+class Filesystem;
+
+// The session's userdata.
+struct FuseContext {
+  Filesystem* fs = nullptr;
+  uint32_t max_write = 1u << 20;  // largest FUSE write we ask for (the kernel's limit here)
+  double entry_timeout = 1.0;     // seconds the kernel caches names
+  // 0: every stat reaches us, so st_blocks follows the stored size at once.
+  double attr_timeout = 0.0;
+};
+
+const fuse_lowlevel_ops& LowLevelOps();
+
+}  // namespace lmc::fs

@@ -1,0 +1,439 @@
+// The write and read pipelines of one inode (docs/ARCHITECTURE-fs.md,
+// "Write pipeline", "Read pipeline"). Every function here runs with the
+// inode's mutex held.
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "fs_impl.h"
+#include "lmc/codec.h"
+#include "lmc/store/extent.h"
+#include "lmc/thread_pool.h"
+
+namespace lmc::fs {
+
+namespace {
+
+// Per-thread codec scratch and frame buffer: encode never allocates in the
+// steady state.
+struct EncodeScratch {
+  Workspace ws;
+  std::vector<uint8_t> frame;
+};
+EncodeScratch& Scratch() {
+  thread_local EncodeScratch s;
+  return s;
+}
+
+bool AllZero(const uint8_t* p, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if (p[i]) return false;
+  return true;
+}
+
+}  // namespace
+
+int Filesystem::Impl::LoadExtents(Inode& in) {
+  if (in.extents_loaded) return 0;
+  std::map<uint64_t, ExtentRec> m;
+  bool bad = false;
+  Status s = store->Scan(store::Cf::kExtents, store::ExtentKeyPrefix(in.ino),
+                         [&](std::string_view k, std::string_view v) {
+                           auto key = store::ParseExtentKey(k);
+                           auto e = DecodeExtentRec(v);
+                           if (!key || !e) {
+                             bad = true;
+                             return false;
+                           }
+                           m.emplace(key->second, *e);
+                           return true;
+                         });
+  if (!s.ok()) return ToErrno(s, "load extents", in.ino);
+  if (bad) return ToErrno(Status::Corruption("undecodable extent"), "load extents", in.ino);
+  in.extents = std::move(m);
+  in.extents_loaded = true;
+  return 0;
+}
+
+void Filesystem::Impl::InsertDirty(Inode& in, uint64_t off, const uint8_t* p, size_t n) {
+  if (n == 0) return;
+  RemoveDirty(in, off, off + n);
+  in.dirty_bytes += n;
+  // Append to the segment ending exactly here while it is small, so that
+  // tiny writes do not make tiny segments.
+  auto it = in.dirty.lower_bound(off);
+  if (it != in.dirty.begin()) {
+    auto prev = std::prev(it);
+    if (prev->first + prev->second.size() == off && prev->second.size() < (256u << 10)) {
+      prev->second.append(reinterpret_cast<const char*>(p), n);
+      return;
+    }
+  }
+  in.dirty.emplace(off, std::string(reinterpret_cast<const char*>(p), n));
+}
+
+void Filesystem::Impl::RemoveDirty(Inode& in, uint64_t a, uint64_t b) {
+  if (a >= b || in.dirty.empty()) return;
+  auto it = in.dirty.lower_bound(a);
+  if (it != in.dirty.begin()) {
+    auto prev = std::prev(it);
+    if (prev->first + prev->second.size() > a) it = prev;
+  }
+  while (it != in.dirty.end() && it->first < b) {
+    uint64_t s = it->first, e = s + it->second.size();
+    std::string seg = std::move(it->second);
+    it = in.dirty.erase(it);
+    in.dirty_bytes -= seg.size();
+    if (s < a) {
+      in.dirty.emplace(s, seg.substr(0, a - s));
+      in.dirty_bytes += a - s;
+    }
+    if (e > b) {
+      in.dirty.emplace(b, seg.substr(b - s));
+      in.dirty_bytes += e - b;
+      break;
+    }
+  }
+}
+
+// Replaces whatever extents cover [a, b) by `nw` (placed at a; its chunk
+// reference already taken by the caller's AddChunk) or by nothing (zeros).
+// Extents crossing a or b keep their outside parts, each one reference.
+// Batch order matters: references of the remnants before the releases (a
+// release to zero deletes the chunk), and extent deletes before puts of the
+// same key.
+void Filesystem::Impl::ReplaceRange(Inode& in, uint64_t a, uint64_t b, const ExtentRec* nw) {
+  std::vector<std::pair<uint64_t, ExtentRec>> removed, remnants;
+  auto it = in.extents.upper_bound(a);
+  if (it != in.extents.begin()) {
+    auto prev = std::prev(it);
+    if (prev->first + prev->second.length > a) it = prev;
+  }
+  while (it != in.extents.end() && it->first < b) {
+    uint64_t s = it->first, e = s + it->second.length;
+    const ExtentRec& x = it->second;
+    if (s < a) {
+      ExtentRec l = x;
+      l.length = static_cast<uint32_t>(a - s);
+      remnants.emplace_back(s, l);
+    }
+    if (e > b) {
+      ExtentRec r = x;
+      r.chunk_offset = static_cast<uint32_t>(x.chunk_offset + (b - s));
+      r.length = static_cast<uint32_t>(e - b);
+      remnants.emplace_back(b, r);
+    }
+    removed.emplace_back(s, x);
+    it = in.extents.erase(it);
+  }
+  store::Batch& batch = in.pending;
+  for (auto& [off, r] : remnants) batch.Ref(r.key);
+  for (auto& [off, x] : removed) {
+    batch.Unref(x.key);
+    batch.Delete(store::Cf::kExtents, store::ExtentKey(in.ino, off));
+    in.rec.stored -= std::min(in.rec.stored, x.Stored());
+  }
+  for (auto& [off, r] : remnants) {
+    batch.Put(store::Cf::kExtents, store::ExtentKey(in.ino, off), EncodeExtentRec(r));
+    in.extents[off] = r;
+    in.rec.stored += r.Stored();
+  }
+  if (nw) {
+    batch.Put(store::Cf::kExtents, store::ExtentKey(in.ino, a), EncodeExtentRec(*nw));
+    in.extents[a] = *nw;
+    in.rec.stored += nw->Stored();
+  }
+  if (!removed.empty() || nw) in.rec_dirty = true;
+}
+
+int Filesystem::Impl::GetChunk(Inode& in, const ExtentRec& e, ChunkBytes* out) {
+  if ((*out = cache.Get(e.key))) {
+    fs->counters_.cache_hits++;
+    return 0;
+  }
+  fs->counters_.cache_misses++;
+  // The chunk may exist only in this inode's pending batch.
+  if (in.pending_chunks) {
+    if (int err = CommitLocked(in, false)) return err;
+  }
+  auto buf = std::make_shared<std::vector<uint8_t>>(e.decoded_len);
+  auto r = store->ReadChunk(e.key, buf->data(), buf->size(), Scratch().ws);
+  if (!r.ok()) return ToErrno(r.status(), "read chunk " + e.key.ToHex(), in.ino);
+  if (*r != e.decoded_len)
+    return ToErrno(Status::Corruption("chunk " + e.key.ToHex() + " has an unexpected length"),
+                   "read chunk", in.ino);
+  cache.Put(e.key, buf);
+  *out = std::move(buf);
+  return 0;
+}
+
+// The file's current bytes [a, b): zeros, then extents, then dirty bytes.
+int Filesystem::Impl::View(Inode& in, uint64_t a, uint64_t b, uint8_t* out) {
+  std::memset(out, 0, b - a);
+  if (int err = LoadExtents(in)) return err;
+  auto it = in.extents.upper_bound(a);
+  if (it != in.extents.begin()) {
+    auto prev = std::prev(it);
+    if (prev->first + prev->second.length > a) it = prev;
+  }
+  for (; it != in.extents.end() && it->first < b; ++it) {
+    uint64_t s = std::max(a, it->first), e = std::min(b, it->first + it->second.length);
+    if (s >= e) continue;
+    ExtentRec x = it->second;  // copy: GetChunk may commit, never reshapes the map
+    ChunkBytes c;
+    if (int err = GetChunk(in, x, &c)) return err;
+    std::memcpy(out + (s - a), c->data() + x.chunk_offset + (s - it->first), e - s);
+  }
+  auto d = in.dirty.upper_bound(a);
+  if (d != in.dirty.begin()) {
+    auto prev = std::prev(d);
+    if (prev->first + prev->second.size() > a) d = prev;
+  }
+  for (; d != in.dirty.end() && d->first < b; ++d) {
+    uint64_t s = std::max(a, d->first), e = std::min(b, d->first + d->second.size());
+    if (s < e) std::memcpy(out + (s - a), d->second.data() + (s - d->first), e - s);
+  }
+  return 0;
+}
+
+// Cuts each range [a, b) of the file's current bytes into one chunk that
+// replaces whatever covered it; zeros store nothing. dtype nullopt: detected
+// from the bytes. Views are taken in order, then the chunks are encoded and
+// hashed on the shared thread pool (the calling thread takes part), then
+// applied to the extents and the pending batch in order.
+int Filesystem::Impl::MaterializeRanges(Inode& in, const std::vector<CutSpec>& specs) {
+  struct Cut {
+    uint64_t a = 0, end = 0;
+    std::optional<DType> dtype;
+    std::shared_ptr<std::vector<uint8_t>> buf;
+    std::vector<uint8_t> frame;
+    size_t frame_len = 0;
+    store::ChunkKey key;
+    bool zero = false;
+    Status status;
+  };
+  if (int err = LoadExtents(in)) return err;
+  std::vector<Cut> cuts;
+  cuts.reserve(specs.size());
+  for (const CutSpec& s : specs) {
+    Cut c;
+    c.a = s.a;
+    c.end = std::min(s.b, in.rec.size);
+    c.dtype = s.dtype;
+    if (c.a < c.end) {
+      c.buf = std::make_shared<std::vector<uint8_t>>(c.end - c.a);
+      if (int err = View(in, c.a, c.end, c.buf->data())) return err;
+    }
+    cuts.push_back(std::move(c));
+  }
+  auto encode = [&](size_t i, size_t) {
+    Cut& c = cuts[i];
+    if (!c.buf) return;
+    const uint8_t* p = c.buf->data();
+    size_t n = c.buf->size();
+    if (AllZero(p, n)) {
+      c.zero = true;
+      return;
+    }
+    c.frame.resize(MaxEncodedSize(n));
+    EncodeParams params;
+    params.dtype = c.dtype ? *c.dtype : DetectDType(p, n);
+    auto r = EncodeChunk(p, n, params, c.frame.data(), c.frame.size(), Scratch().ws);
+    if (!r.ok()) {
+      c.status = r.status();
+      return;
+    }
+    c.frame_len = *r;
+    c.key = store::ChunkKey::Of(p, n);
+  };
+  if (cuts.size() == 1) {
+    encode(0, 0);
+  } else {
+    ThreadPool::Shared().ParallelFor(cuts.size(), 0, encode);
+  }
+  for (size_t i = 0; i < cuts.size(); i++) {
+    Cut& c = cuts[i];
+    if (!c.status.ok()) return ToErrno(c.status, "encode chunk", in.ino);
+    if (c.buf && c.zero) {
+      ReplaceRange(in, c.a, c.end, nullptr);
+    } else if (c.buf) {
+      ExtentRec e;
+      e.length = static_cast<uint32_t>(c.buf->size());
+      e.key = c.key;
+      e.frame_len = static_cast<uint32_t>(c.frame_len);
+      e.decoded_len = e.length;
+      in.pending.AddChunk(e.key, {c.frame.data(), c.frame_len}, e.decoded_len);
+      in.pending_chunks = true;
+      ReplaceRange(in, c.a, c.end, &e);
+      cache.Put(e.key, std::move(c.buf));
+      fs->counters_.chunks_written++;
+      fs->counters_.bytes_written += e.length;
+    }
+    RemoveDirty(in, specs[i].a, specs[i].b);
+    if (in.pending.frame_bytes() >= fs->opts_.batch_limit) {
+      if (int err = CommitLocked(in, false)) return err;
+    }
+  }
+  return 0;
+}
+
+void Filesystem::Impl::KillStream(Inode& in) {
+  in.streaming = false;
+  in.queued.clear();  // their bytes are still dirty
+  in.parser.reset();
+  in.chunker.reset();
+}
+
+// Feeds the parser the dirty bytes contiguous from stream_pos, and cuts the
+// chunks the chunker completes.
+int Filesystem::Impl::AdvanceStream(Inode& in) {
+  for (;;) {
+    auto it = in.dirty.upper_bound(in.stream_pos);
+    if (it == in.dirty.begin()) break;
+    --it;
+    uint64_t end = it->first + it->second.size();
+    if (end <= in.stream_pos) break;
+    in.parser->Feed(reinterpret_cast<const uint8_t*>(it->second.data()) + (in.stream_pos - it->first),
+                    end - in.stream_pos);
+    in.stream_pos = end;
+  }
+  std::vector<ChunkSpec> specs;
+  for (const Region& r : in.parser->TakeRegions()) in.chunker->Add(r, &specs);
+  for (const ChunkSpec& c : specs) in.queued.push_back({c.offset, c.offset + c.length, c.dtype});
+  // Completed chunks wait until there is one per pool thread, then encode
+  // in parallel (their bytes stay in the dirty map meanwhile).
+  if (in.queued.size() >= std::max<size_t>(2, ThreadPool::Shared().size())) {
+    std::vector<CutSpec> q = std::move(in.queued);
+    in.queued.clear();
+    return MaterializeRanges(in, q);
+  }
+  return 0;
+}
+
+int Filesystem::Impl::FinishStream(Inode& in) {
+  if (!in.streaming) return 0;
+  in.parser->Finish();
+  std::vector<ChunkSpec> specs;
+  for (const Region& r : in.parser->TakeRegions()) in.chunker->Add(r, &specs);
+  in.chunker->Finish(&specs);
+  std::vector<CutSpec> q = std::move(in.queued);
+  KillStream(in);
+  for (const ChunkSpec& c : specs) q.push_back({c.offset, c.offset + c.length, c.dtype});
+  return MaterializeRanges(in, q);
+}
+
+// Cuts every dirty range into chunks aligned to chunk_size in the file.
+int Filesystem::Impl::MaterializeDirty(Inode& in) {
+  const uint64_t cs = fs->opts_.chunk_size;
+  // Ranges: contiguous dirty bytes, cut at multiples of chunk_size.
+  std::vector<CutSpec> q;
+  uint64_t a = 0, b = 0;
+  auto cut = [&] {
+    while (a < b) {
+      uint64_t limit = std::min(b, (a / cs + 1) * cs);
+      q.push_back({a, limit, std::nullopt});
+      a = limit;
+    }
+  };
+  for (auto& [off, seg] : in.dirty) {
+    if (off != b) {
+      cut();
+      a = off;
+    }
+    b = off + seg.size();
+  }
+  cut();
+  const size_t group = std::max<size_t>(2, ThreadPool::Shared().size()) * 2;
+  for (size_t i = 0; i < q.size(); i += group) {
+    std::vector<CutSpec> g(q.begin() + i, q.begin() + std::min(q.size(), i + group));
+    if (int err = MaterializeRanges(in, g)) return err;
+  }
+  return 0;
+}
+
+int Filesystem::Impl::WriteLocked(Inode& in, uint64_t off, const uint8_t* p, size_t n) {
+  if (n == 0) return 0;
+  if (off + n < off || off + n > (uint64_t{1} << 62)) return EFBIG;
+  if (int err = LoadExtents(in)) return err;
+  if (!in.streaming && off == 0 && in.extents.empty() && in.dirty.empty()) {
+    in.streaming = true;
+    in.stream_pos = 0;
+    in.parser = LayoutParser::Create();
+    ChunkerOptions co;
+    co.chunk_size = fs->opts_.chunk_size;
+    in.chunker = std::make_unique<Chunker>(co);
+  }
+  InsertDirty(in, off, p, n);
+  in.rec.size = std::max(in.rec.size, off + n);
+  in.rec.mtime_ns = in.rec.ctime_ns = NowNs();
+  in.rec_dirty = true;
+  if (in.streaming) {
+    if (int err = AdvanceStream(in)) return err;
+  }
+  if (in.dirty_bytes > fs->opts_.dirty_limit) {
+    // Out-of-order or random writes piling up: give up the stream's typed
+    // chunking and cut everything now, so memory stays bounded.
+    if (int err = FinishStream(in)) return err;
+    if (int err = MaterializeDirty(in)) return err;
+  }
+  return 0;
+}
+
+int Filesystem::Impl::ReadLocked(Inode& in, uint64_t off, size_t n, std::string* out) {
+  out->clear();
+  if (off >= in.rec.size) return 0;
+  n = static_cast<size_t>(std::min<uint64_t>(n, in.rec.size - off));
+  out->resize(n);
+  return View(in, off, off + n, reinterpret_cast<uint8_t*>(out->data()));
+}
+
+int Filesystem::Impl::TruncateLocked(Inode& in, uint64_t size) {
+  if (size > (uint64_t{1} << 62)) return EFBIG;
+  if (int err = LoadExtents(in)) return err;
+  if (size < in.rec.size) {
+    if (in.streaming && in.stream_pos > size) KillStream(in);
+    RemoveDirty(in, size, UINT64_MAX);
+    ReplaceRange(in, size, UINT64_MAX, nullptr);
+  }
+  in.rec.size = size;
+  in.rec.mtime_ns = in.rec.ctime_ns = NowNs();
+  in.rec_dirty = true;
+  return 0;
+}
+
+int Filesystem::Impl::CommitLocked(Inode& in, bool sync) {
+  if (in.purged) return 0;
+  if (in.pending.empty() && !in.rec_dirty && !sync) return 0;
+  in.pending.Put(store::Cf::kInodes, InodeKey(in.ino), EncodeInode(in.rec));
+  Status s = store->Commit(in.pending, sync);
+  if (!s.ok()) return ToErrno(s, "commit", in.ino);
+  in.pending.Clear();
+  in.pending_chunks = false;
+  in.rec_dirty = false;
+  return 0;
+}
+
+int Filesystem::Impl::FinalizeLocked(Inode& in, bool sync) {
+  if (in.purged) return 0;
+  if (int err = FinishStream(in)) return err;
+  if (int err = MaterializeDirty(in)) return err;
+  return CommitLocked(in, sync);
+}
+
+int Filesystem::Impl::PurgeLocked(Inode& in, store::Batch* b) {
+  if (in.purged) return 0;
+  KillStream(in);
+  in.dirty.clear();
+  in.dirty_bytes = 0;
+  if (int err = CommitLocked(in, false)) return err;
+  if (int err = LoadExtents(in)) return err;
+  for (auto& [off, e] : in.extents) {
+    b->Unref(e.key);
+    b->Delete(store::Cf::kExtents, store::ExtentKey(in.ino, off));
+  }
+  b->Delete(store::Cf::kInodes, InodeKey(in.ino));
+  b->Delete(store::Cf::kMeta, OrphanKey(in.ino));
+  return 0;
+}
+
+}  // namespace lmc::fs

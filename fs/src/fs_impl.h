@@ -1,0 +1,122 @@
+// Private state of fs::Filesystem. Lifecycle and lock order are in
+// docs/ARCHITECTURE-fs.md; in short:
+//
+//   ns_mu (shared_mutex) -> Inode::mu (several: increasing ino) -> table_mu
+//
+// ns_mu: exclusive for every namespace change (create, unlink, rename, ...)
+//   and for Forget (which may evict or purge); shared for Lookup and ReadDir.
+// Inode::mu: the inode's attributes, counts and whole data state. Data ops
+//   (read, write, flush, setattr) take only this.
+// table_mu: the ino -> Inode map only; a leaf, held for map operations.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <shared_mutex>
+#include <string>
+#include <unordered_map>
+
+#include "chunk_cache.h"
+#include "lmc/chunker.h"
+#include "lmc/fs/filesystem.h"
+#include "lmc/layout.h"
+#include "records.h"
+
+namespace lmc::fs {
+
+// A range of a file to cut into one chunk; dtype nullopt: detect.
+struct CutSpec {
+  uint64_t a = 0, b = 0;
+  std::optional<DType> dtype;
+};
+
+struct Inode {
+  explicit Inode(uint64_t n) : ino(n) {}
+  const uint64_t ino;
+  std::mutex mu;  // guards everything below
+
+  InodeRec rec;
+  bool rec_dirty = false;   // rec differs from the store
+  bool purged = false;      // deleted from the store; no more commits
+  uint64_t nlookup = 0;     // kernel lookup references
+  uint64_t nopen = 0;       // open handles
+
+  // Committed (or in `pending`) extents: file offset -> extent. Loaded on
+  // first data access; they never overlap.
+  bool extents_loaded = false;
+  std::map<uint64_t, ExtentRec> extents;
+
+  // Written bytes not yet cut into chunks: offset -> bytes, non-overlapping.
+  // They override extents on read.
+  std::map<uint64_t, std::string> dirty;
+  uint64_t dirty_bytes = 0;
+
+  // Sequential stream: active while the file is written from offset 0 in
+  // order; bytes [0, stream_pos) went through the layout parser.
+  bool streaming = false;
+  uint64_t stream_pos = 0;
+  std::unique_ptr<LayoutParser> parser;
+  std::unique_ptr<Chunker> chunker;
+  std::vector<CutSpec> queued;  // chunks completed by the chunker, not yet cut
+
+  // Chunk adds, extent and inode puts not yet committed.
+  store::Batch pending;
+  bool pending_chunks = false;  // pending holds AddChunk (not yet readable from the store)
+
+  bool IsDir() const { return S_ISDIR(rec.mode); }
+  bool IsReg() const { return S_ISREG(rec.mode); }
+  bool Clean() const {
+    return !rec_dirty && dirty.empty() && !streaming && pending.empty() && queued.empty();
+  }
+};
+using InodePtr = std::shared_ptr<Inode>;
+
+struct Filesystem::Impl {
+  explicit Impl(Filesystem* f);
+
+  Filesystem* fs;
+  store::Store* store;
+  ChunkCache cache;
+
+  std::shared_mutex ns_mu;
+  std::mutex table_mu;  // guards table and next_ino
+  std::unordered_map<uint64_t, InodePtr> table;
+  uint64_t next_ino = 2;
+
+  // --- table (filesystem.cc) ---
+  // The in-memory inode, loaded from the store if needed; nullptr if absent.
+  // Sets *err (ENOENT, EIO).
+  InodePtr Get(uint64_t ino, int* err);
+  void Erase(uint64_t ino);
+  int ToErrno(const Status& s, std::string_view what, uint64_t ino);
+
+  // --- data (file_data.cc); all with in.mu held ---
+  int LoadExtents(Inode& in);
+  int WriteLocked(Inode& in, uint64_t off, const uint8_t* p, size_t n);
+  int ReadLocked(Inode& in, uint64_t off, size_t n, std::string* out);
+  int TruncateLocked(Inode& in, uint64_t size);
+  // Cuts everything written into chunks (finishing the stream) and commits.
+  int FinalizeLocked(Inode& in, bool sync);
+  // Commits the pending batch with the inode record.
+  int CommitLocked(Inode& in, bool sync);
+  // Adds to `b` the removal of every extent and the inode record (after
+  // committing in's own pending batch). The caller commits b.
+  int PurgeLocked(Inode& in, store::Batch* b);
+
+  // helpers
+  void KillStream(Inode& in);
+  int AdvanceStream(Inode& in);
+  int FinishStream(Inode& in);
+  int MaterializeRanges(Inode& in, const std::vector<CutSpec>& specs);
+  int MaterializeDirty(Inode& in);
+  void ReplaceRange(Inode& in, uint64_t a, uint64_t b, const ExtentRec* nw);
+  void InsertDirty(Inode& in, uint64_t off, const uint8_t* p, size_t n);
+  void RemoveDirty(Inode& in, uint64_t a, uint64_t b);
+  int View(Inode& in, uint64_t a, uint64_t b, uint8_t* out);
+  int GetChunk(Inode& in, const ExtentRec& e, ChunkBytes* out);
+};
+
+int64_t NowNs();
+
+}  // namespace lmc::fs

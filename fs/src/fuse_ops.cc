@@ -1,0 +1,399 @@
+// libfuse3 low-level adapters: the only file of lmc_fs that includes a FUSE
+// header. Each callback replies from one Filesystem call; Guard turns any
+// stray exception into an error reply (STYLE.md convention 3).
+#define FUSE_USE_VERSION 312
+#include <fuse3/fuse_lowlevel.h>
+#include <spdlog/spdlog.h>
+
+#include <fcntl.h>
+
+#include <cerrno>
+#include <cstring>
+#include <new>
+#include <string>
+#include <vector>
+
+#include "lmc/fs/filesystem.h"
+#include "lmc/fs/fuse_ops.h"
+
+namespace lmc::fs {
+namespace {
+
+FuseContext& Ctx(fuse_req_t req) { return *static_cast<FuseContext*>(fuse_req_userdata(req)); }
+Filesystem& Fs(fuse_req_t req) { return *Ctx(req).fs; }
+
+// Runs fn; on an exception replies with an errno unless fn already replied
+// (replied is set by fn just before replying). Ops that never reply
+// (forget) pass no_reply.
+template <typename Fn>
+void Guard(fuse_req_t req, const char* op, Fn&& fn, bool no_reply = false) {
+  bool replied = false;
+  try {
+    fn(replied);
+    return;
+  } catch (const std::bad_alloc&) {
+    spdlog::error("lmcfs: {}: out of memory", op);
+    if (!replied && !no_reply) fuse_reply_err(req, ENOMEM);
+  } catch (const std::exception& e) {
+    spdlog::error("lmcfs: {}: exception: {}", op, e.what());
+    if (!replied && !no_reply) fuse_reply_err(req, EIO);
+  } catch (...) {
+    spdlog::error("lmcfs: {}: unknown exception", op);
+    if (!replied && !no_reply) fuse_reply_err(req, EIO);
+  }
+  if (no_reply && !replied) fuse_reply_none(req);
+}
+
+void ReplyEntry(fuse_req_t req, const struct stat& st) {
+  fuse_entry_param e{};
+  e.ino = st.st_ino;
+  e.generation = 0;  // inode numbers are never reused; the root must keep 0
+  e.attr = st;
+  e.attr_timeout = Ctx(req).attr_timeout;
+  e.entry_timeout = Ctx(req).entry_timeout;
+  fuse_reply_entry(req, &e);
+}
+
+Caller CallerOf(fuse_req_t req) {
+  const fuse_ctx* c = fuse_req_ctx(req);
+  return {c->uid, c->gid};
+}
+
+void Init(void* userdata, fuse_conn_info* conn) {
+  auto* ctx = static_cast<FuseContext*>(userdata);
+  // Big writes: the kernel sends up to max_write bytes per request (1 MiB,
+  // its limit here); fewer, larger requests feed the chunker efficiently.
+  conn->max_write = ctx->max_write;
+  conn->max_read = 0;
+  // Let the kernel clear setuid/setgid on write/truncate/chown (we do not).
+  conn->want &= ~FUSE_CAP_HANDLE_KILLPRIV;
+  // No writeback cache yet: the daemon owns size and mtime, and every
+  // write(2) reaches flush/fsync in order (FUSE_NOTES, semantics 3).
+  conn->want &= ~FUSE_CAP_WRITEBACK_CACHE;
+  if (conn->capable & FUSE_CAP_ATOMIC_O_TRUNC) conn->want |= FUSE_CAP_ATOMIC_O_TRUNC;
+  if (conn->capable & FUSE_CAP_SPLICE_READ) conn->want &= ~FUSE_CAP_SPLICE_READ;
+}
+
+void Lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
+  Guard(req, "lookup", [&](bool& r) {
+    struct stat st;
+    int err = Fs(req).Lookup(parent, name, &st);
+    r = true;
+    if (err) {
+      fuse_reply_err(req, err);
+    } else {
+      ReplyEntry(req, st);
+    }
+  });
+}
+
+void Forget(fuse_req_t req, fuse_ino_t ino, uint64_t n) {
+  Guard(req, "forget", [&](bool& r) {
+    Fs(req).Forget(ino, n);
+    r = true;
+    fuse_reply_none(req);
+  }, true);
+}
+
+void ForgetMulti(fuse_req_t req, size_t count, fuse_forget_data* f) {
+  Guard(req, "forget", [&](bool& r) {
+    for (size_t i = 0; i < count; i++) Fs(req).Forget(f[i].ino, f[i].nlookup);
+    r = true;
+    fuse_reply_none(req);
+  }, true);
+}
+
+void GetAttr(fuse_req_t req, fuse_ino_t ino, fuse_file_info*) {
+  Guard(req, "getattr", [&](bool& r) {
+    struct stat st;
+    int err = Fs(req).GetAttr(ino, &st);
+    r = true;
+    if (err) {
+      fuse_reply_err(req, err);
+    } else {
+      fuse_reply_attr(req, &st, Ctx(req).attr_timeout);
+    }
+  });
+}
+
+void SetAttr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fuse_file_info*) {
+  Guard(req, "setattr", [&](bool& r) {
+    int mask = 0;
+    if (to_set & FUSE_SET_ATTR_MODE) mask |= kSetMode;
+    if (to_set & FUSE_SET_ATTR_UID) mask |= kSetUid;
+    if (to_set & FUSE_SET_ATTR_GID) mask |= kSetGid;
+    if (to_set & FUSE_SET_ATTR_SIZE) mask |= kSetSize;
+    if (to_set & FUSE_SET_ATTR_ATIME) mask |= kSetAtime;
+    if (to_set & FUSE_SET_ATTR_MTIME) mask |= kSetMtime;
+    if (to_set & FUSE_SET_ATTR_ATIME_NOW) mask |= kSetAtimeNow;
+    if (to_set & FUSE_SET_ATTR_MTIME_NOW) mask |= kSetMtimeNow;
+    if (to_set & FUSE_SET_ATTR_CTIME) mask |= kSetCtime;
+    struct stat st;
+    int err = Fs(req).SetAttr(ino, *attr, mask, &st);
+    r = true;
+    if (err) {
+      fuse_reply_err(req, err);
+    } else {
+      fuse_reply_attr(req, &st, Ctx(req).attr_timeout);
+    }
+  });
+}
+
+void Readlink(fuse_req_t req, fuse_ino_t ino) {
+  Guard(req, "readlink", [&](bool& r) {
+    std::string t;
+    int err = Fs(req).Readlink(ino, &t);
+    r = true;
+    if (err) {
+      fuse_reply_err(req, err);
+    } else {
+      fuse_reply_readlink(req, t.c_str());
+    }
+  });
+}
+
+template <typename Fn>
+void EntryOp(fuse_req_t req, const char* op, Fn&& fn) {
+  Guard(req, op, [&](bool& r) {
+    struct stat st;
+    int err = fn(&st);
+    r = true;
+    if (err) {
+      fuse_reply_err(req, err);
+    } else {
+      ReplyEntry(req, st);
+    }
+  });
+}
+
+void Mknod(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, dev_t rdev) {
+  EntryOp(req, "mknod", [&](struct stat* st) {
+    return Fs(req).Mknod(parent, name, mode, rdev, CallerOf(req), st);
+  });
+}
+
+void Mkdir(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode) {
+  EntryOp(req, "mkdir", [&](struct stat* st) {
+    return Fs(req).Mkdir(parent, name, mode, CallerOf(req), st);
+  });
+}
+
+void Symlink(fuse_req_t req, const char* link, fuse_ino_t parent, const char* name) {
+  EntryOp(req, "symlink", [&](struct stat* st) {
+    return Fs(req).Symlink(link, parent, name, CallerOf(req), st);
+  });
+}
+
+void Link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char* newname) {
+  EntryOp(req, "link", [&](struct stat* st) { return Fs(req).Link(ino, newparent, newname, st); });
+}
+
+template <typename Fn>
+void ErrOp(fuse_req_t req, const char* op, Fn&& fn) {
+  Guard(req, op, [&](bool& r) {
+    int err = fn();
+    r = true;
+    fuse_reply_err(req, err);
+  });
+}
+
+void Unlink(fuse_req_t req, fuse_ino_t parent, const char* name) {
+  ErrOp(req, "unlink", [&] { return Fs(req).Unlink(parent, name); });
+}
+
+void Rmdir(fuse_req_t req, fuse_ino_t parent, const char* name) {
+  ErrOp(req, "rmdir", [&] { return Fs(req).Rmdir(parent, name); });
+}
+
+void Rename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t newparent,
+            const char* newname, unsigned flags) {
+  ErrOp(req, "rename", [&] { return Fs(req).Rename(parent, name, newparent, newname, flags); });
+}
+
+void Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+  Guard(req, "open", [&](bool& r) {
+    int err = Fs(req).Open(ino, fi->flags);
+    r = true;
+    if (err) {
+      fuse_reply_err(req, err);
+      return;
+    }
+    // All data state is per inode; fh only remembers whether this handle
+    // may have written, so that closing a reader does not cut a writer's
+    // stream short.
+    fi->fh = (fi->flags & O_ACCMODE) != O_RDONLY;
+    if (fuse_reply_open(req, fi) == -ENOENT) Fs(req).Release(ino);  // interrupted open
+  });
+}
+
+void Create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, fuse_file_info* fi) {
+  Guard(req, "create", [&](bool& r) {
+    struct stat st;
+    int err = Fs(req).Create(parent, name, mode, CallerOf(req), &st);
+    r = true;
+    if (err) {
+      fuse_reply_err(req, err);
+      return;
+    }
+    fuse_entry_param e{};
+    e.ino = st.st_ino;
+    e.attr = st;
+    e.attr_timeout = Ctx(req).attr_timeout;
+    e.entry_timeout = Ctx(req).entry_timeout;
+    fi->fh = 1;
+    if (fuse_reply_create(req, &e, fi) == -ENOENT) {
+      Fs(req).Release(st.st_ino);
+      Fs(req).Forget(st.st_ino, 1);
+    }
+  });
+}
+
+void Read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info*) {
+  Guard(req, "read", [&](bool& r) {
+    std::string buf;
+    int err = Fs(req).Read(ino, static_cast<uint64_t>(off), size, &buf);
+    r = true;
+    if (err) {
+      fuse_reply_err(req, err);
+    } else {
+      fuse_reply_buf(req, buf.data(), buf.size());
+    }
+  });
+}
+
+void Write(fuse_req_t req, fuse_ino_t ino, const char* buf, size_t size, off_t off,
+           fuse_file_info*) {
+  Guard(req, "write", [&](bool& r) {
+    int err = Fs(req).Write(ino, static_cast<uint64_t>(off), buf, size);
+    r = true;
+    if (err) {
+      fuse_reply_err(req, err);
+    } else {
+      fuse_reply_write(req, size);
+    }
+  });
+}
+
+// flush comes with every close(); its error is what close() returns, so the
+// data is finalized here, not in release (FUSE_NOTES, semantics 1).
+void Flush(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+  ErrOp(req, "flush", [&] { return fi->fh ? Fs(req).Flush(ino) : 0; });
+}
+
+void Release(fuse_req_t req, fuse_ino_t ino, fuse_file_info*) {
+  ErrOp(req, "release", [&] { return Fs(req).Release(ino); });
+}
+
+void Fsync(fuse_req_t req, fuse_ino_t ino, int datasync, fuse_file_info*) {
+  ErrOp(req, "fsync", [&] { return Fs(req).Fsync(ino, datasync != 0); });
+}
+
+// A directory handle is a snapshot of its entries; readdir offsets index it
+// (stable whatever changes meanwhile), and offset 0 refreshes it (rewinddir).
+struct DirHandle {
+  std::vector<DirEntry> entries;
+};
+
+void OpenDir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+  Guard(req, "opendir", [&](bool& r) {
+    auto h = std::make_unique<DirHandle>();
+    int err = Fs(req).ReadDir(ino, &h->entries);
+    r = true;
+    if (err) {
+      fuse_reply_err(req, err);
+      return;
+    }
+    fi->fh = reinterpret_cast<uint64_t>(h.get());
+    if (fuse_reply_open(req, fi) == 0) h.release();
+  });
+}
+
+void ReadDir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi) {
+  Guard(req, "readdir", [&](bool& r) {
+    auto* h = reinterpret_cast<DirHandle*>(fi->fh);
+    if (off == 0) {
+      int err = Fs(req).ReadDir(ino, &h->entries);
+      if (err) {
+        r = true;
+        fuse_reply_err(req, err);
+        return;
+      }
+    }
+    std::string buf(size, '\0');
+    size_t used = 0;
+    for (size_t i = static_cast<size_t>(off); i < h->entries.size(); i++) {
+      const DirEntry& e = h->entries[i];
+      struct stat st{};
+      st.st_ino = e.ino;
+      st.st_mode = e.mode;
+      size_t n = fuse_add_direntry(req, buf.data() + used, size - used, e.name.c_str(), &st,
+                                   static_cast<off_t>(i + 1));
+      if (n > size - used) break;
+      used += n;
+    }
+    r = true;
+    fuse_reply_buf(req, buf.data(), used);
+  });
+}
+
+void ReleaseDir(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
+  delete reinterpret_cast<DirHandle*>(fi->fh);
+  fuse_reply_err(req, 0);
+}
+
+void FsyncDir(fuse_req_t req, fuse_ino_t ino, int, fuse_file_info*) {
+  ErrOp(req, "fsyncdir", [&] { return Fs(req).FsyncDir(ino); });
+}
+
+void StatFs(fuse_req_t req, fuse_ino_t) {
+  Guard(req, "statfs", [&](bool& r) {
+    struct statvfs st;
+    int err = Fs(req).StatFs(&st);
+    r = true;
+    if (err) {
+      fuse_reply_err(req, err);
+    } else {
+      fuse_reply_statfs(req, &st);
+    }
+  });
+}
+
+fuse_lowlevel_ops MakeOps() {
+  fuse_lowlevel_ops o{};
+  o.init = Init;
+  o.lookup = Lookup;
+  o.forget = Forget;
+  o.forget_multi = ForgetMulti;
+  o.getattr = GetAttr;
+  o.setattr = SetAttr;
+  o.readlink = Readlink;
+  o.mknod = Mknod;
+  o.mkdir = Mkdir;
+  o.symlink = Symlink;
+  o.link = Link;
+  o.unlink = Unlink;
+  o.rmdir = Rmdir;
+  o.rename = Rename;
+  o.open = Open;
+  o.create = Create;
+  o.read = Read;
+  o.write = Write;
+  o.flush = Flush;
+  o.release = Release;
+  o.fsync = Fsync;
+  o.opendir = OpenDir;
+  o.readdir = ReadDir;
+  o.releasedir = ReleaseDir;
+  o.fsyncdir = FsyncDir;
+  o.statfs = StatFs;
+  return o;
+}
+
+}  // namespace
+
+const fuse_lowlevel_ops& LowLevelOps() {
+  static const fuse_lowlevel_ops ops = MakeOps();
+  return ops;
+}
+
+}  // namespace lmc::fs

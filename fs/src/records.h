@@ -1,0 +1,70 @@
+// Encodings of the filesystem's column families (docs/ARCHITECTURE-fs.md,
+// "Metadata records"). Integers little-endian in values, big-endian in keys
+// (so one directory's entries, and one inode's extents, are adjacent).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "lmc/store/chunk_key.h"
+
+namespace lmc::fs {
+
+// inodes: key = ino u64 BE. Value version 1:
+//   0 u8 version  1..3 reserved  4 u32 mode  8 u32 uid  12 u32 gid
+//   16 u32 nlink  20 u32 rdev  24 u64 size  32 u64 stored bytes
+//   40 i64 atime ns  48 i64 mtime ns  56 i64 ctime ns  64.. symlink target
+struct InodeRec {
+  uint32_t mode = 0, uid = 0, gid = 0, nlink = 0, rdev = 0;
+  uint64_t size = 0;
+  uint64_t stored = 0;  // sum of the extents' shares of their frames (st_blocks)
+  int64_t atime_ns = 0, mtime_ns = 0, ctime_ns = 0;
+  std::string symlink;
+};
+std::string InodeKey(uint64_t ino);
+std::string EncodeInode(const InodeRec& r);
+std::optional<InodeRec> DecodeInode(std::string_view v);
+
+// dirents: key = parent u64 BE + name. Value: u64 ino, u32 mode (S_IFMT).
+std::string DirentKey(uint64_t parent, std::string_view name);
+std::string DirentPrefix(uint64_t parent);
+struct DirentVal {
+  uint64_t ino = 0;
+  uint32_t mode = 0;
+};
+std::string EncodeDirent(const DirentVal& d);
+std::optional<DirentVal> DecodeDirent(std::string_view v);
+
+// meta keys.
+inline constexpr std::string_view kMetaNextIno = "fs/next_ino";   // u64 LE
+inline constexpr std::string_view kMetaFormat = "fs/format";      // "1"
+inline constexpr std::string_view kMetaOrphanPrefix = "fs/orphan/";  // + ino u64 BE: unlinked, still open
+std::string OrphanKey(uint64_t ino);
+
+// A data extent in memory. Its store value is lmc/store/extent.h with an
+// 8-byte trailer: u32 frame length, u32 decoded length of the chunk, so
+// reads size their buffer and st_blocks is kept without asking the store.
+struct ExtentRec {
+  uint32_t length = 0;
+  store::ChunkKey key;
+  uint32_t chunk_offset = 0;
+  uint32_t frame_len = 0;
+  uint32_t decoded_len = 0;
+  // This extent's share of the stored frame, in bytes.
+  uint64_t Stored() const {
+    return decoded_len ? uint64_t{frame_len} * length / decoded_len : 0;
+  }
+};
+std::string EncodeExtentRec(const ExtentRec& e);
+std::optional<ExtentRec> DecodeExtentRec(std::string_view v);
+
+void PutU32(std::string* s, uint32_t v);
+void PutU64(std::string* s, uint64_t v);
+uint32_t GetU32(const char* p);
+uint64_t GetU64(const char* p);
+void PutBE64(std::string* s, uint64_t v);
+uint64_t GetBE64(const char* p);
+
+}  // namespace lmc::fs

@@ -1,0 +1,395 @@
+// Integration tests: a real lmcfs mount (mount.lmcfs -f as a child
+// process) used by real programs: coreutils, Python's standard library,
+// PyTorch, safetensors, numpy. Each result is compared byte for byte
+// (sha256) with the same program's output in a plain directory, before and
+// after an unmount/remount. Suites named Mount* carry the ctest label
+// "integration". The fixture always unmounts (fusermount3 -u -z) and skips
+// when /dev/fuse is missing.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <thread>
+
+namespace {
+
+namespace fsys = std::filesystem;
+
+int Sh(const std::string& cmd) {
+  int rc = std::system(cmd.c_str());
+  return WIFEXITED(rc) ? WEXITSTATUS(rc) : 128;
+}
+
+bool IsMounted(const std::string& dir) {
+  std::ifstream f("/proc/self/mounts");
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.find(" " + dir + " fuse.lmcfs ") != std::string::npos) return true;
+  }
+  return false;
+}
+
+class MountFixture : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (access("/dev/fuse", R_OK | W_OK) != 0) GTEST_SKIP() << "/dev/fuse is not available";
+    if (access("/usr/bin/fusermount3", X_OK) != 0 && Sh("command -v fusermount3 >/dev/null") != 0)
+      GTEST_SKIP() << "fusermount3 is not installed";
+    char tmpl[] = "/tmp/lmcfs_mount_XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    root_ = tmpl;
+    store_ = root_ + "/store";
+    mnt_ = root_ + "/mnt";
+    plain_ = root_ + "/plain";
+    fsys::create_directories(mnt_);
+    fsys::create_directories(plain_);
+    Mount();
+  }
+
+  void TearDown() override {
+    if (root_.empty()) return;
+    Unmount();
+    if (HasFailure()) Sh("tail -20 " + root_ + "/log >&2");
+    std::error_code ec;
+    fsys::remove_all(root_, ec);
+  }
+
+  void Mount() {
+    ASSERT_FALSE(mounted_);
+    pid_ = fork();
+    ASSERT_GE(pid_, 0);
+    if (pid_ == 0) {
+      std::string log = "log_file=" + root_ + "/log,log_level=info";
+      execl(LMC_MOUNT_BIN, LMC_MOUNT_BIN, store_.c_str(), mnt_.c_str(), "-f", "-o", log.c_str(),
+            static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    mounted_ = true;
+    for (int i = 0; i < 200; i++) {
+      if (IsMounted(mnt_)) return;
+      int status;
+      if (waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = -1;
+        mounted_ = false;
+        FAIL() << "mount.lmcfs exited with status " << status;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    FAIL() << "mount did not appear in 10 s";
+  }
+
+  // Unmounts and waits for the daemon (which flushes and closes the store).
+  void Unmount() {
+    if (!mounted_) return;
+    mounted_ = false;
+    Sh("fusermount3 -u -z " + mnt_ + " 2>/dev/null");
+    if (pid_ <= 0) return;
+    for (int i = 0; i < 600; i++) {
+      int status;
+      if (waitpid(pid_, &status, WNOHANG) == pid_) {
+        EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "daemon status " << status;
+        pid_ = -1;
+        return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    kill(pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+    pid_ = -1;
+    ADD_FAILURE() << "daemon did not exit after unmount";
+  }
+
+  void Remount() {
+    Unmount();
+    Mount();
+  }
+
+  // sha256 listing of every regular file under dir (relative names).
+  std::string Digest(const std::string& dir) {
+    std::string out = root_ + "/digest.txt";
+    EXPECT_EQ(Sh("cd " + dir + " && find . -type f -print0 | sort -z | xargs -0 -r sha256sum > " +
+                 out),
+              0);
+    std::ifstream f(out);
+    return std::string(std::istreambuf_iterator<char>(f), {});
+  }
+
+  // Runs a Python script with DIR as argv[1], once on the mount and once
+  // on the plain directory, and checks the two trees are identical, also
+  // after a remount.
+  void RunPythonBoth(const std::string& script, const std::string& sub) {
+    std::string path = root_ + "/script.py";
+    std::ofstream(path) << script;
+    fsys::create_directories(mnt_ + "/" + sub);
+    fsys::create_directories(plain_ + "/" + sub);
+    ASSERT_EQ(Sh("python3 " + path + " " + plain_ + "/" + sub), 0);
+    ASSERT_EQ(Sh("python3 " + path + " " + mnt_ + "/" + sub), 0);
+    std::string want = Digest(plain_ + "/" + sub);
+    EXPECT_FALSE(want.empty());
+    EXPECT_EQ(Digest(mnt_ + "/" + sub), want);
+    Remount();
+    EXPECT_EQ(Digest(mnt_ + "/" + sub), want);
+  }
+
+  std::string root_, store_, mnt_, plain_;
+  pid_t pid_ = -1;
+  bool mounted_ = false;
+};
+
+// Python prelude: zip members carry the time of writing; pin it, so that
+// the runs on the mount and on the plain directory write the same bytes.
+constexpr const char* kPinZipTime = R"PY(
+import types, time as _time, zipfile
+_ft = types.ModuleType('fixed_time'); _ft.__dict__.update(_time.__dict__)
+_ft.time = lambda: 1577836800.0
+zipfile.time = _ft
+)PY";
+
+using MountCoreutils = MountFixture;
+using MountPython = MountFixture;
+using MountTorch = MountFixture;
+using MountRandom = MountFixture;
+
+TEST_F(MountCoreutils, CpMvLsDuStatTruncateLn) {
+  const std::string& m = mnt_;
+  ASSERT_EQ(Sh("head -c 3000000 /dev/urandom > " + plain_ + "/rand.bin"), 0);
+  ASSERT_EQ(Sh("python3 -c \"import sys; sys.stdout.buffer.write(bytes(range(8))*640000)\" > " +
+               plain_ + "/pattern.bin"),
+            0);
+  ASSERT_EQ(Sh("cp " + plain_ + "/rand.bin " + plain_ + "/pattern.bin " + m + "/"), 0);
+  ASSERT_EQ(Sh("cmp " + plain_ + "/rand.bin " + m + "/rand.bin"), 0);
+  ASSERT_EQ(Sh("cmp " + plain_ + "/pattern.bin " + m + "/pattern.bin"), 0);
+  ASSERT_EQ(Sh("mkdir -p " + m + "/d/e && mv " + m + "/pattern.bin " + m + "/d/e/p.bin"), 0);
+  ASSERT_EQ(Sh("cmp " + plain_ + "/pattern.bin " + m + "/d/e/p.bin"), 0);
+  ASSERT_EQ(Sh("ls -l " + m + "/d/e | grep -q 'p.bin'"), 0);
+  ASSERT_EQ(Sh("test \"$(stat -c %s " + m + "/d/e/p.bin)\" = 5120000"), 0);
+  // du shows the stored (compressed) size; --apparent-size the logical one.
+  ASSERT_EQ(Sh("test \"$(du -k " + m + "/d/e/p.bin | cut -f1)\" -lt 2500"), 0);
+  ASSERT_EQ(Sh("test \"$(du -k --apparent-size " + m + "/d/e/p.bin | cut -f1)\" = 5000"), 0);
+  ASSERT_EQ(Sh("truncate -s 1234567 " + m + "/d/e/p.bin && truncate -s 1234567 " + plain_ +
+               "/pattern.bin"),
+            0);
+  ASSERT_EQ(Sh("truncate -s 2M " + m + "/d/e/p.bin && truncate -s 2M " + plain_ + "/pattern.bin"),
+            0);
+  ASSERT_EQ(Sh("cmp " + plain_ + "/pattern.bin " + m + "/d/e/p.bin"), 0);
+  ASSERT_EQ(Sh("ln " + m + "/rand.bin " + m + "/hard.bin && ln -s rand.bin " + m + "/sym.bin"), 0);
+  ASSERT_EQ(Sh("test \"$(stat -c %h " + m + "/rand.bin)\" = 2"), 0);
+  ASSERT_EQ(Sh("cmp " + plain_ + "/rand.bin " + m + "/sym.bin"), 0);
+  ASSERT_EQ(Sh("test \"$(readlink " + m + "/sym.bin)\" = rand.bin"), 0);
+  ASSERT_EQ(Sh("chmod 600 " + m + "/rand.bin && test \"$(stat -c %a " + m + "/hard.bin)\" = 600"),
+            0);
+  ASSERT_EQ(Sh("touch -d '2020-01-02 03:04:05' " + m + "/rand.bin && test \"$(stat -c %Y " + m +
+               "/rand.bin)\" = \"$(date -d '2020-01-02 03:04:05' +%s)\""),
+            0);
+  ASSERT_EQ(Sh("chown 1234:5678 " + m + "/rand.bin && test \"$(stat -c %u:%g " + m +
+               "/hard.bin)\" = 1234:5678"),
+            0);
+  EXPECT_NE(Sh("rmdir " + m + "/d 2>/dev/null"), 0);  // not empty
+  ASSERT_EQ(Sh("cp -r " + m + "/d " + m + "/d2 && rm -r " + m + "/d"), 0);
+  ASSERT_EQ(Sh("df " + m + " > /dev/null"), 0);
+  Remount();
+  ASSERT_EQ(Sh("cmp " + plain_ + "/rand.bin " + m + "/hard.bin"), 0);
+  ASSERT_EQ(Sh("cmp " + plain_ + "/pattern.bin " + m + "/d2/e/p.bin"), 0);
+  ASSERT_EQ(Sh("test \"$(stat -c %a:%u:%g:%h " + m + "/rand.bin)\" = 600:1234:5678:2"), 0);
+  ASSERT_EQ(Sh("test ! -e " + m + "/d"), 0);
+}
+
+TEST_F(MountPython, StdlibZipShutilReplace) {
+  RunPythonBoth(std::string(kPinZipTime) + R"PY(
+import os, sys, shutil, json, random
+d = sys.argv[1]
+rnd = random.Random(7)
+data = bytes(rnd.getrandbits(8) for _ in range(200000))
+with zipfile.ZipFile(os.path.join(d, 'a.zip'), 'w') as z:   # seeks back to patch headers
+    z.writestr('x.bin', data)
+    with z.open('y.bin', 'w') as f:
+        for i in range(50):
+            f.write(data[i * 1000:(i + 1) * 1000] * 3)
+with zipfile.ZipFile(os.path.join(d, 'a.zip')) as z:
+    assert z.read('x.bin') == data
+# write-then-rename commit, as checkpoint writers do
+p = os.path.join(d, 'meta.json')
+for step in range(5):
+    tmp = p + '.tmp'
+    with open(tmp, 'w') as f:
+        json.dump({'step': step, 'pad': 'x' * step * 1000}, f)
+        f.flush(); os.fsync(f.fileno())
+    os.replace(tmp, p)
+os.makedirs(os.path.join(d, 'tree', 'sub'))
+with open(os.path.join(d, 'tree', 'sub', 'f'), 'wb') as f:
+    f.write(data[:12345])
+shutil.copytree(os.path.join(d, 'tree'), os.path.join(d, 'tree2'))
+shutil.rmtree(os.path.join(d, 'tree'))
+with open(os.path.join(d, 'app.log'), 'ab') as f:
+    f.write(b'one\n')
+with open(os.path.join(d, 'app.log'), 'ab') as f:
+    f.write(b'two\n')
+with open(os.path.join(d, 'rw.bin'), 'w+b') as f:  # overwrite in place, read back
+    f.write(data)
+    f.seek(1000); f.write(b'Z' * 5000)
+    f.seek(0); got = f.read()
+    assert got[1000:6000] == b'Z' * 5000 and len(got) == len(data)
+)PY",
+                "py");
+}
+
+TEST_F(MountTorch, TorchSafetensorsNumpy) {
+  if (Sh("python3 -c 'import torch, safetensors, numpy' 2>/dev/null") != 0)
+    GTEST_SKIP() << "torch, safetensors or numpy not installed";
+  RunPythonBoth(std::string(kPinZipTime) + R"PY(
+import os, sys
+import numpy as np, torch
+from safetensors.torch import save_file, load_file
+d = sys.argv[1]
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.GELU(), torch.nn.Linear(512, 256))
+opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+for _ in range(3):
+    loss = model(torch.randn(8, 256)).pow(2).mean()
+    loss.backward(); opt.step(); opt.zero_grad()
+ckpt = os.path.join(d, 'ckpt.pt')
+tmp = ckpt + '.tmp'
+torch.save({'model': model.state_dict(), 'optim': opt.state_dict(), 'step': 3}, tmp)
+with open(tmp, 'rb+') as f:
+    os.fsync(f.fileno())
+os.replace(tmp, ckpt)
+back = torch.load(ckpt, weights_only=True)
+for k, v in model.state_dict().items():
+    assert torch.equal(back['model'][k], v), k
+bf = {k: v.to(torch.bfloat16).contiguous() for k, v in model.state_dict().items()}
+save_file(bf, os.path.join(d, 'model.safetensors'))
+lb = load_file(os.path.join(d, 'model.safetensors'))
+for k in bf:
+    assert torch.equal(lb[k], bf[k]), k
+rng = np.random.default_rng(0)
+np.savez(os.path.join(d, 'arrays.npz'), a=rng.standard_normal((300, 300)).astype(np.float32),
+         b=np.arange(100000, dtype=np.int64))
+z = np.load(os.path.join(d, 'arrays.npz'))
+assert z['b'][-1] == 99999
+)PY",
+                "torch");
+  // And the files load from the remounted filesystem.
+  ASSERT_EQ(Sh("python3 -c \"import torch,sys; torch.load(sys.argv[1] + '/ckpt.pt', "
+               "weights_only=True)\" " + mnt_ + "/torch"),
+            0);
+}
+
+// A few thousand mixed operations on the mount and on a plain directory:
+// writes at random offsets, truncate, rename, unlink while open, hard links.
+TEST_F(MountRandom, MatchesPlainDirectory) {
+  const char* script = R"PY(
+import os, sys, random
+seed, d = int(sys.argv[1]), sys.argv[2]
+rnd = random.Random(seed)
+blob = bytes(rnd.getrandbits(8) for _ in range(1 << 16)) * 8
+names = ['f%d' % i for i in range(8)]
+held = []  # fds of unlinked files, with the content they must keep
+def content(fd):
+    os.lseek(fd, 0, 0)
+    out = b''
+    while True:
+        b = os.read(fd, 1 << 20)
+        if not b: return out
+        out += b
+for op in range(3000):
+    n = rnd.choice(names); p = os.path.join(d, n)
+    k = rnd.random()
+    if k < 0.5:
+        fd = os.open(p, os.O_RDWR | os.O_CREAT, 0o644)
+        size = os.fstat(fd).st_size
+        off = rnd.choice([size, rnd.randrange(size + 70000)])
+        ln = rnd.choice([rnd.randrange(1, 300), rnd.randrange(1, 200000)])
+        s = rnd.randrange(len(blob) - ln)
+        os.pwrite(fd, blob[s:s + ln], off)
+        os.close(fd)
+    elif k < 0.6:
+        if os.path.exists(p): os.truncate(p, rnd.randrange(300000))
+    elif k < 0.7:
+        q = os.path.join(d, rnd.choice(names))
+        if os.path.exists(p): os.rename(p, q)
+    elif k < 0.75:
+        if os.path.exists(p):
+            fd = os.open(p, os.O_RDWR)
+            os.unlink(p)
+            os.pwrite(fd, b'after-unlink', rnd.randrange(1000))
+            held.append(fd)
+    elif k < 0.8:
+        q = os.path.join(d, rnd.choice(names))
+        if os.path.exists(p) and not os.path.exists(q): os.link(p, q)
+    elif k < 0.83:
+        if os.path.exists(p): os.unlink(p)
+    else:
+        if os.path.exists(p):
+            with open(p, 'rb') as f: f.read()
+    if held and rnd.random() < 0.05:
+        fd = held.pop(rnd.randrange(len(held)))
+        with open(os.path.join(d, 'held.%d' % op), 'wb') as f:
+            f.write(content(fd))
+        os.close(fd)
+for fd in held:
+    with open(os.path.join(d, 'held.end.%d' % fd), 'wb') as f:
+        f.write(content(fd))
+    os.close(fd)
+)PY";
+  const int seed = 4242;
+  std::printf("MountRandom seed=%d\n", seed);
+  std::string path = root_ + "/random.py";
+  std::ofstream(path) << script;
+  ASSERT_EQ(Sh("python3 " + path + " " + std::to_string(seed) + " " + plain_), 0);
+  ASSERT_EQ(Sh("python3 " + path + " " + std::to_string(seed) + " " + mnt_), 0);
+  // held.end.<fd> names depend on fd numbers, equal in both runs.
+  std::string want = Digest(plain_);
+  EXPECT_EQ(Digest(mnt_), want);
+  EXPECT_EQ(Sh("cd " + plain_ + " && ls -l | grep -v '^total' | awk '{print $1, $2, $5, $9}' > " + root_ +
+               "/ls1 && cd " + mnt_ + " && ls -l | grep -v '^total' | awk '{print $1, $2, $5, $9}' > " + root_ +
+               "/ls2 && diff " + root_ + "/ls1 " + root_ + "/ls2"),
+            0);
+  Remount();
+  EXPECT_EQ(Digest(mnt_), want);
+}
+
+TEST(MountTool, ErrorsAndDaemonMode) {
+  if (access("/dev/fuse", R_OK | W_OK) != 0) GTEST_SKIP() << "/dev/fuse is not available";
+  char tmpl[] = "/tmp/lmcfs_tool_XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  std::string root = tmpl, store = root + "/s", mnt = root + "/m", mnt2 = root + "/m2";
+  fsys::create_directories(mnt);
+  fsys::create_directories(mnt2);
+  std::string bin = LMC_MOUNT_BIN;
+  EXPECT_EQ(Sh(bin + " --help | grep -q chunk_size"), 0);
+  // Non-empty mountpoint.
+  std::ofstream(mnt2 + "/x") << "x";
+  EXPECT_EQ(Sh(bin + " " + store + " " + mnt2 + " 2>&1 | grep -q 'not empty'"), 0);
+  fsys::remove(mnt2 + "/x");
+  // Daemon mode: returns once mounted.
+  ASSERT_EQ(Sh(bin + " " + store + " " + mnt), 0);
+  EXPECT_TRUE(IsMounted(mnt));
+  EXPECT_EQ(Sh("echo hi > " + mnt + "/f && test \"$(cat " + mnt + "/f)\" = hi"), 0);
+  // Same store again: locked.
+  EXPECT_EQ(Sh(bin + " " + store + " " + mnt2 + " 2>&1 | grep -q 'in use'"), 0);
+  EXPECT_FALSE(IsMounted(mnt2));
+  Sh("fusermount3 -u -z " + mnt);
+  // The daemon releases the store once it has flushed: a remount succeeds.
+  bool ok = false;
+  for (int i = 0; i < 100 && !ok; i++) {
+    ok = Sh(bin + " " + store + " " + mnt2 + " 2>/dev/null") == 0;
+    if (!ok) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_TRUE(ok);
+  EXPECT_EQ(Sh("test \"$(cat " + mnt2 + "/f)\" = hi"), 0);
+  Sh("fusermount3 -u -z " + mnt2);
+  for (int i = 0; i < 100 && Sh("fuser " + store + "/LOCK >/dev/null 2>&1") == 0; i++)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  std::error_code ec;
+  fsys::remove_all(root, ec);
+}
+
+}  // namespace

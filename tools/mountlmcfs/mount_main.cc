@@ -1,0 +1,402 @@
+// mount.lmcfs: opens the store, mounts, and serves until unmounted
+// (umount, fusermount3 -u) or signalled (SIGTERM, SIGINT, SIGHUP); then
+// flushes every inode and closes the store cleanly.
+//
+// Daemon mode forks BEFORE opening the store (RocksDB's threads do not
+// survive fork), and the child reports "mounted" or its error through a
+// pipe, so the command returns only once the mount is ready and prints the
+// real reason when it is not (what fuse_daemonize cannot do once the store
+// is open in the parent).
+#define FUSE_USE_VERSION 312
+#include "mount_main.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <fuse3/fuse_lowlevel.h>
+#include <spdlog/sinks/basic_file_sink.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "lmc/fs/filesystem.h"
+#include "lmc/fs/fuse_ops.h"
+#include "lmc/store/store.h"
+
+namespace lmc::fs {
+namespace {
+
+constexpr const char* kUsage = R"(usage: mount.lmcfs [STORE] MOUNTPOINT [-o OPTIONS] [-f]
+
+Mounts the lmcfs chunk store STORE at MOUNTPOINT. Files written there are
+stored compressed and deduplicated; reads return the exact bytes written.
+Returns once the mount is ready and keeps serving in the background;
+`umount MOUNTPOINT`, `fusermount3 -u MOUNTPOINT` or SIGTERM flush everything
+and stop it.
+
+STORE defaults to /var/lib/lmcfs/default for root and to
+$XDG_DATA_HOME/lmcfs/default (~/.local/share/lmcfs/default) otherwise;
+it is created on first use.
+
+  -f                  stay in the foreground (logs to stderr)
+  -h, --help          this text
+  -o OPTIONS          comma-separated:
+     store=PATH         the store (instead of the STORE argument)
+     threads=N          FUSE worker threads (default: 2 per core, at least 4)
+     chunk_size=BYTES   codec chunk size, K/M suffixes (default 1M)
+     cache_size=BYTES   decoded-chunk cache (default 64M)
+     allow_other        let other users access the mount (needs user_allow_other
+                        in /etc/fuse.conf for non-root)
+     ro                 read-only
+     log_file=PATH      log there (default: stderr with -f, nowhere otherwise)
+     log_level=LEVEL    trace, debug, info, warn (default), error, off
+     nonempty           allow a non-empty mountpoint
+  Other options are handed to FUSE; mount(8)'s generic ones (rw, defaults,
+  auto, dev, suid, exec, _netdev, ...) are accepted and ignored.
+)";
+
+struct Options {
+  std::string store, mountpoint, log_file, log_level = "warn";
+  unsigned threads = 0;
+  uint64_t chunk_size = 1u << 20;
+  uint64_t cache_size = uint64_t{64} << 20;
+  bool foreground = false, allow_other = false, ro = false, nonempty = false;
+  std::vector<std::string> fuse_opts;
+};
+
+bool ParseSize(const std::string& s, uint64_t* out) {
+  char* end = nullptr;
+  errno = 0;
+  unsigned long long v = std::strtoull(s.c_str(), &end, 10);
+  if (errno || end == s.c_str()) return false;
+  std::string suf(end);
+  if (suf == "" ) *out = v;
+  else if (suf == "K" || suf == "k" || suf == "KiB") *out = v << 10;
+  else if (suf == "M" || suf == "m" || suf == "MiB") *out = v << 20;
+  else if (suf == "G" || suf == "g" || suf == "GiB") *out = v << 30;
+  else return false;
+  return true;
+}
+
+// Returns an exit code >= 0 to stop (help or error), -1 to go on.
+int ParseArgs(int argc, char** argv, Options* o) {
+  std::vector<std::string> pos;
+  auto add_opts = [&](const std::string& list) -> bool {
+    size_t i = 0;
+    while (i <= list.size()) {
+      size_t j = list.find(',', i);
+      if (j == std::string::npos) j = list.size();
+      std::string kv = list.substr(i, j - i);
+      i = j + 1;
+      if (kv.empty()) continue;
+      std::string k = kv, v;
+      if (auto eq = kv.find('='); eq != std::string::npos) {
+        k = kv.substr(0, eq);
+        v = kv.substr(eq + 1);
+      }
+      if (k == "store") o->store = v;
+      else if (k == "threads") o->threads = static_cast<unsigned>(std::atoi(v.c_str()));
+      else if (k == "chunk_size") {
+        if (!ParseSize(v, &o->chunk_size) || o->chunk_size == 0 || o->chunk_size > (1u << 30)) {
+          std::fprintf(stderr, "mount.lmcfs: bad chunk_size '%s'\n", v.c_str());
+          return false;
+        }
+      } else if (k == "cache_size") {
+        if (!ParseSize(v, &o->cache_size)) {
+          std::fprintf(stderr, "mount.lmcfs: bad cache_size '%s'\n", v.c_str());
+          return false;
+        }
+      } else if (k == "allow_other") o->allow_other = true;
+      else if (k == "ro") o->ro = true;
+      else if (k == "log_file") o->log_file = v;
+      else if (k == "log_level") o->log_level = v;
+      else if (k == "nonempty") o->nonempty = true;
+      else if (k == "rw" || k == "defaults" || k == "auto" || k == "noauto" || k == "user" ||
+               k == "nouser" || k == "users" || k == "exec" || k == "noexec" || k == "suid" ||
+               k == "nosuid" || k == "dev" || k == "nodev" || k == "_netdev" || k == "nofail" ||
+               k == "default_permissions") {
+      } else {
+        o->fuse_opts.push_back(kv);
+      }
+    }
+    return true;
+  };
+  for (int i = 1; i < argc; i++) {
+    std::string a = argv[i];
+    if (a == "-h" || a == "--help") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    } else if (a == "-f") {
+      o->foreground = true;
+    } else if (a == "-o") {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "mount.lmcfs: -o needs an argument\n%s", kUsage);
+        return 16;
+      }
+      if (!add_opts(argv[++i])) return 16;
+    } else if (a.rfind("-o", 0) == 0) {
+      if (!add_opts(a.substr(2))) return 16;
+    } else if (a == "-n" || a == "-s" || a == "-v") {
+      // mount(8) helper flags: no mtab, sloppy, verbose.
+    } else if (!a.empty() && a[0] == '-') {
+      std::fprintf(stderr, "mount.lmcfs: unknown flag %s\n%s", a.c_str(), kUsage);
+      return 16;
+    } else {
+      pos.push_back(a);
+    }
+  }
+  if (pos.size() == 1) {
+    o->mountpoint = pos[0];
+  } else if (pos.size() == 2) {
+    if (o->store.empty()) o->store = pos[0];
+    o->mountpoint = pos[1];
+  } else {
+    std::fprintf(stderr, "mount.lmcfs: expected [STORE] MOUNTPOINT\n%s", kUsage);
+    return 16;
+  }
+  if (o->store.empty()) {
+    if (geteuid() == 0) {
+      o->store = "/var/lib/lmcfs/default";
+    } else if (const char* x = std::getenv("XDG_DATA_HOME"); x && *x) {
+      o->store = std::string(x) + "/lmcfs/default";
+    } else if (const char* h = std::getenv("HOME"); h && *h) {
+      o->store = std::string(h) + "/.local/share/lmcfs/default";
+    } else {
+      std::fprintf(stderr, "mount.lmcfs: no STORE given and no HOME to default to\n");
+      return 16;
+    }
+  }
+  return -1;
+}
+
+// Checks that fail fast with a message a user can act on.
+int Validate(Options* o) {
+  if (access("/dev/fuse", R_OK | W_OK) != 0) {
+    std::fprintf(stderr,
+                 "mount.lmcfs: /dev/fuse is %s: load the fuse module (modprobe fuse), or in a "
+                 "container pass --device /dev/fuse\n",
+                 errno == ENOENT ? "missing" : "not accessible");
+    return 32;
+  }
+  char buf[PATH_MAX];
+  if (!realpath(o->mountpoint.c_str(), buf)) {
+    std::fprintf(stderr, "mount.lmcfs: mountpoint %s: %s\n", o->mountpoint.c_str(),
+                 std::strerror(errno));
+    return 32;
+  }
+  o->mountpoint = buf;
+  struct stat st;
+  if (stat(buf, &st) != 0 || !S_ISDIR(st.st_mode)) {
+    std::fprintf(stderr, "mount.lmcfs: mountpoint %s is not a directory\n", buf);
+    return 32;
+  }
+  if (!o->nonempty) {
+    DIR* d = opendir(buf);
+    if (!d) {
+      std::fprintf(stderr, "mount.lmcfs: mountpoint %s: %s\n", buf, std::strerror(errno));
+      return 32;
+    }
+    bool empty = true;
+    while (dirent* e = readdir(d)) {
+      if (std::strcmp(e->d_name, ".") && std::strcmp(e->d_name, "..")) {
+        empty = false;
+        break;
+      }
+    }
+    closedir(d);
+    if (!empty) {
+      std::fprintf(stderr,
+                   "mount.lmcfs: mountpoint %s is not empty (use -o nonempty to mount over it)\n",
+                   buf);
+      return 32;
+    }
+  }
+  std::error_code ec;
+  std::filesystem::create_directories(o->store, ec);
+  if (ec) {
+    std::fprintf(stderr, "mount.lmcfs: cannot create store directory %s: %s\n", o->store.c_str(),
+                 ec.message().c_str());
+    return 32;
+  }
+  if (!realpath(o->store.c_str(), buf)) {
+    std::fprintf(stderr, "mount.lmcfs: store %s: %s\n", o->store.c_str(), std::strerror(errno));
+    return 32;
+  }
+  o->store = buf;
+  return 0;
+}
+
+void SetupLogging(const Options& o) {
+  std::shared_ptr<spdlog::logger> logger;
+  try {
+    if (!o.log_file.empty()) {
+      logger = spdlog::basic_logger_mt("lmcfs", o.log_file);
+    } else {
+      logger = spdlog::stderr_color_mt("lmcfs");
+    }
+    logger->set_level(spdlog::level::from_str(o.log_level));
+    logger->flush_on(spdlog::level::info);
+    spdlog::set_default_logger(logger);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "mount.lmcfs: log file %s: %s\n", o.log_file.c_str(), e.what());
+  }
+}
+
+// Writes the child's verdict to the parent: "0" or "<code> <message>".
+void Report(int fd, int code, const std::string& msg) {
+  if (fd < 0) {
+    if (code) std::fprintf(stderr, "mount.lmcfs: %s\n", msg.c_str());
+    return;
+  }
+  std::string s = std::to_string(code) + " " + msg;
+  ssize_t w = write(fd, s.data(), s.size());
+  (void)w;
+  close(fd);
+}
+
+// Opens, mounts and serves. report_fd: the parent's pipe (daemon) or -1.
+int Serve(const Options& o, int report_fd) {
+  SetupLogging(o);
+  store::StoreOptions so;
+  so.chunk_size = static_cast<uint32_t>(o.chunk_size);
+  so.create_if_missing = !o.ro;
+  auto st = store::Store::Open(o.store, so);
+  if (!st.ok()) {
+    std::string m = st.status().code() == Code::kBusy
+                        ? "store " + o.store + " is in use by another mount or process (" +
+                              st.status().message() + ")"
+                    : st.status().code() == Code::kUnsupported
+                        ? "store " + o.store + " was written by a newer lmcfs: " +
+                              st.status().message()
+                        : "cannot open store " + o.store + ": " + st.status().ToString();
+    Report(report_fd, 32, m);
+    return 32;
+  }
+  std::unique_ptr<store::Store> store = std::move(st).value();
+  FsOptions fo;
+  fo.chunk_size = static_cast<uint32_t>(o.chunk_size);
+  fo.cache_bytes = o.cache_size;
+  fo.read_only = o.ro;
+  auto fsr = Filesystem::Open(store.get(), o.store, fo);
+  if (!fsr.ok()) {
+    Report(report_fd, 32, "cannot open the filesystem in " + o.store + ": " + fsr.status().ToString());
+    return 32;
+  }
+  std::unique_ptr<Filesystem> fs = std::move(fsr).value();
+  FuseContext ctx;
+  ctx.fs = fs.get();
+
+  std::string opts = "default_permissions,fsname=lmcfs:" + o.store + ",subtype=lmcfs";
+  if (o.allow_other) opts += ",allow_other";
+  if (o.ro) opts += ",ro";
+  for (auto& x : o.fuse_opts) opts += "," + x;
+  std::vector<std::string> argstore = {"mount.lmcfs", "-o", opts};
+  std::vector<char*> av;
+  for (auto& s : argstore) av.push_back(s.data());
+  fuse_args args = FUSE_ARGS_INIT(static_cast<int>(av.size()), av.data());
+  fuse_session* se = fuse_session_new(&args, &LowLevelOps(), sizeof(fuse_lowlevel_ops), &ctx);
+  fuse_opt_free_args(&args);
+  if (!se) {
+    Report(report_fd, 16, "bad FUSE options: " + opts);
+    return 16;
+  }
+  if (fuse_set_signal_handlers(se) != 0) {
+    fuse_session_destroy(se);
+    Report(report_fd, 32, "cannot install signal handlers");
+    return 32;
+  }
+  if (fuse_session_mount(se, o.mountpoint.c_str()) != 0) {
+    fuse_remove_signal_handlers(se);
+    fuse_session_destroy(se);
+    Report(report_fd, 32, "cannot mount at " + o.mountpoint + " (see the message above)");
+    return 32;
+  }
+  spdlog::info("lmcfs: mounted {} at {}", o.store, o.mountpoint);
+  if (report_fd >= 0) {
+    Report(report_fd, 0, "");
+    int nul = open("/dev/null", O_RDWR);
+    if (nul >= 0) {
+      dup2(nul, 0);
+      dup2(nul, 1);
+      if (o.log_file.empty()) dup2(nul, 2);
+      if (nul > 2) close(nul);
+    }
+  }
+  fuse_loop_config* cfg = fuse_loop_cfg_create();
+  unsigned threads = o.threads ? o.threads : std::max(4u, 2 * std::thread::hardware_concurrency());
+  fuse_loop_cfg_set_max_threads(cfg, threads);
+  int rc = fuse_session_loop_mt(se, cfg);
+  fuse_loop_cfg_destroy(cfg);
+  fuse_session_unmount(se);
+  fuse_remove_signal_handlers(se);
+  fuse_session_destroy(se);
+  Status s = fs->Shutdown();
+  fs.reset();
+  store.reset();
+  if (!s.ok()) {
+    spdlog::error("lmcfs: unmount of {}: {}", o.mountpoint, s.ToString());
+    return 8;
+  }
+  spdlog::info("lmcfs: unmounted {}", o.mountpoint);
+  return rc < 0 ? 8 : 0;
+}
+
+}  // namespace
+
+int MountMain(int argc, char** argv) {
+  Options o;
+  if (int rc = ParseArgs(argc, argv, &o); rc >= 0) return rc;
+  if (int rc = Validate(&o)) return rc;
+  if (o.foreground) return Serve(o, -1);
+  int p[2];
+  if (pipe(p) != 0) {
+    std::perror("mount.lmcfs: pipe");
+    return 8;
+  }
+  pid_t pid = fork();
+  if (pid < 0) {
+    std::perror("mount.lmcfs: fork");
+    return 8;
+  }
+  if (pid == 0) {
+    close(p[0]);
+    setsid();
+    if (chdir("/") != 0) {
+    }
+    _exit(Serve(o, p[1]));
+  }
+  close(p[1]);
+  std::string msg;
+  char buf[512];
+  ssize_t n;
+  while ((n = read(p[0], buf, sizeof buf)) > 0) msg.append(buf, static_cast<size_t>(n));
+  close(p[0]);
+  if (msg.empty()) {
+    int status = 0;
+    waitpid(pid, &status, 0);
+    std::fprintf(stderr, "mount.lmcfs: the mount process died before the mount was ready\n");
+    return 32;
+  }
+  int code = std::atoi(msg.c_str());
+  if (code != 0) {
+    auto sp = msg.find(' ');
+    std::fprintf(stderr, "mount.lmcfs: %s\n", sp == std::string::npos ? "" : msg.c_str() + sp + 1);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    return code;
+  }
+  return 0;
+}
+
+}  // namespace lmc::fs
