@@ -740,6 +740,38 @@ int Filesystem::FsyncDir(uint64_t ino) {
   });
 }
 
+int Filesystem::CopyRange(uint64_t src, uint64_t soff, uint64_t dst, uint64_t doff, uint64_t len,
+                          uint64_t* copied) {
+  Impl& m = *impl_;
+  *copied = 0;
+  if (opts_.read_only) return EROFS;
+  int err = 0;
+  InodePtr si = m.Get(src, &err);
+  if (!si) return err;
+  InodePtr di = m.Get(dst, &err);
+  if (!di) return err;
+  if (src == dst) {
+    // Overlapping ranges of one file: copy the bytes.
+    std::string buf;
+    if (int e = Read(src, soff, static_cast<size_t>(std::min<uint64_t>(len, 64u << 20)), &buf))
+      return e;
+    if (int e = Write(dst, doff, buf.data(), buf.size())) return e;
+    *copied = buf.size();
+    return 0;
+  }
+  MultiLock locks({si.get(), di.get()});
+  if (!si->IsReg() || !di->IsReg()) return EINVAL;
+  if (di->purged) return EIO;
+  if (soff >= si->rec.size || len == 0) return 0;
+  len = std::min(len, si->rec.size - soff);
+  if (doff + len < doff || doff + len > (uint64_t{1} << 62)) return EFBIG;
+  // src's bytes must all be in committed extents to be shared.
+  if (int e = m.FinalizeLocked(*si, false)) return e;
+  if (int e = m.CloneRangeLocked(*si, soff, *di, doff, len)) return e;
+  *copied = len;
+  return 0;
+}
+
 int Filesystem::StatFs(struct statvfs* out) {
   if (::statvfs(store_dir_.c_str(), out) != 0) return errno;
   std::lock_guard lk(impl_->table_mu);

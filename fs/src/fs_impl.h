@@ -104,6 +104,10 @@ struct Filesystem::Impl {
   // committing in's own pending batch). The caller commits b.
   int PurgeLocked(Inode& in, store::Batch* b);
 
+  // dst's [doff, doff+len) := src's [soff, soff+len) by chunk references;
+  // both mutexes held, src != dst, src fully committed.
+  int CloneRangeLocked(Inode& src, uint64_t soff, Inode& dst, uint64_t doff, uint64_t len);
+
   // helpers
   void KillStream(Inode& in);
   int AdvanceStream(Inode& in);

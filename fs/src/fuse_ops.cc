@@ -358,6 +358,63 @@ void StatFs(fuse_req_t req, fuse_ino_t) {
   });
 }
 
+void SetXattr(fuse_req_t req, fuse_ino_t ino, const char* name, const char* value, size_t size,
+              int flags) {
+  ErrOp(req, "setxattr", [&] { return Fs(req).SetXattr(ino, name, {value, size}, flags); });
+}
+
+// getxattr/listxattr: size 0 asks for the length; a short buffer is ERANGE.
+void ReplyXattr(fuse_req_t req, int err, const std::string& v, size_t size) {
+  if (err) {
+    fuse_reply_err(req, err);
+  } else if (size == 0) {
+    fuse_reply_xattr(req, v.size());
+  } else if (size < v.size()) {
+    fuse_reply_err(req, ERANGE);
+  } else {
+    fuse_reply_buf(req, v.data(), v.size());
+  }
+}
+
+void GetXattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) {
+  Guard(req, "getxattr", [&](bool& r) {
+    std::string v;
+    int err = Fs(req).GetXattr(ino, name, &v);
+    r = true;
+    ReplyXattr(req, err, v, size);
+  });
+}
+
+void ListXattr(fuse_req_t req, fuse_ino_t ino, size_t size) {
+  Guard(req, "listxattr", [&](bool& r) {
+    std::string v;
+    int err = Fs(req).ListXattr(ino, &v);
+    r = true;
+    ReplyXattr(req, err, v, size);
+  });
+}
+
+void RemoveXattr(fuse_req_t req, fuse_ino_t ino, const char* name) {
+  ErrOp(req, "removexattr", [&] { return Fs(req).RemoveXattr(ino, name); });
+}
+
+// Shares chunks instead of copying bytes (cp uses copy_file_range).
+void CopyFileRange(fuse_req_t req, fuse_ino_t ino_in, off_t off_in, fuse_file_info*,
+                   fuse_ino_t ino_out, off_t off_out, fuse_file_info*, size_t len, int flags) {
+  Guard(req, "copy_file_range", [&](bool& r) {
+    uint64_t copied = 0;
+    int err = flags ? EINVAL
+                    : Fs(req).CopyRange(ino_in, static_cast<uint64_t>(off_in), ino_out,
+                                        static_cast<uint64_t>(off_out), len, &copied);
+    r = true;
+    if (err) {
+      fuse_reply_err(req, err);
+    } else {
+      fuse_reply_write(req, static_cast<size_t>(copied));
+    }
+  });
+}
+
 fuse_lowlevel_ops MakeOps() {
   fuse_lowlevel_ops o{};
   o.init = Init;
@@ -386,6 +443,11 @@ fuse_lowlevel_ops MakeOps() {
   o.releasedir = ReleaseDir;
   o.fsyncdir = FsyncDir;
   o.statfs = StatFs;
+  o.setxattr = SetXattr;
+  o.getxattr = GetXattr;
+  o.listxattr = ListXattr;
+  o.removexattr = RemoveXattr;
+  o.copy_file_range = CopyFileRange;
   return o;
 }
 

@@ -42,6 +42,8 @@ inline constexpr std::string_view kMetaNextIno = "fs/next_ino";   // u64 LE
 inline constexpr std::string_view kMetaFormat = "fs/format";      // "1"
 inline constexpr std::string_view kMetaOrphanPrefix = "fs/orphan/";  // + ino u64 BE: unlinked, still open
 std::string OrphanKey(uint64_t ino);
+inline constexpr std::string_view kMetaXattrPrefix = "fs/xattr/";  // + ino u64 BE + name: value
+std::string XattrPrefix(uint64_t ino);
 
 // A data extent in memory. Its store value is lmc/store/extent.h with an
 // 8-byte trailer: u32 frame length, u32 decoded length of the chunk, so

@@ -232,6 +232,18 @@ with open(os.path.join(d, 'app.log'), 'ab') as f:
     f.write(b'one\n')
 with open(os.path.join(d, 'app.log'), 'ab') as f:
     f.write(b'two\n')
+# copy_file_range shares chunks; virtual xattrs report the stored size
+src = os.path.join(d, 'tree2', 'sub', 'f')
+fi, fo = os.open(src, os.O_RDONLY), os.open(os.path.join(d, 'cfr.bin'), os.O_WRONLY | os.O_CREAT, 0o644)
+n = 0
+while n < 12000:
+    n += os.copy_file_range(fi, fo, 12000 - n, offset_src=n + 300, offset_dst=n + 11)
+os.close(fi); os.close(fo)
+os.setxattr(src, 'user.note', b'kept')
+assert os.getxattr(src, 'user.note') == b'kept'
+if '/mnt/' in d:
+    assert int(os.getxattr(src, 'user.lmcfs.stored_bytes')) > 0
+    assert 0 < float(os.getxattr(src, 'user.lmcfs.ratio')) < 2
 with open(os.path.join(d, 'rw.bin'), 'w+b') as f:  # overwrite in place, read back
     f.write(data)
     f.seek(1000); f.write(b'Z' * 5000)

@@ -112,6 +112,19 @@ class Filesystem {
   int Flush(uint64_t ino);
   int Fsync(uint64_t ino, bool datasync);
   int FsyncDir(uint64_t ino);
+  // copy_file_range: dst's [doff, doff+len) takes references to src's
+  // chunks instead of copies (no bytes re-encoded, no space used).
+  // *copied: bytes copied (less than len at src's end of file).
+  int CopyRange(uint64_t src, uint64_t soff, uint64_t dst, uint64_t doff, uint64_t len,
+                uint64_t* copied);
+
+  // Extended attributes. Stored for every name except user.lmcfs.*, which
+  // are virtual and read-only: user.lmcfs.stored_bytes, user.lmcfs.ratio
+  // (stored / logical size). flags: XATTR_CREATE / XATTR_REPLACE.
+  int SetXattr(uint64_t ino, std::string_view name, std::string_view value, int flags);
+  int GetXattr(uint64_t ino, std::string_view name, std::string* value);
+  int ListXattr(uint64_t ino, std::string* names);  // NUL-terminated names
+  int RemoveXattr(uint64_t ino, std::string_view name);
   int StatFs(struct statvfs* out);
 
   // Flushes every inode and purges unlinked ones; called once at unmount.
