@@ -410,6 +410,7 @@ int Filesystem::Impl::CommitLocked(Inode& in, bool sync) {
   in.pending.Put(store::Cf::kInodes, InodeKey(in.ino), EncodeInode(in.rec));
   Status s = store->Commit(in.pending, sync);
   if (!s.ok()) return ToErrno(s, "commit", in.ino);
+  fs->counters_.commits++;
   in.pending.Clear();
   in.pending_chunks = false;
   in.rec_dirty = false;

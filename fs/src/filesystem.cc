@@ -710,6 +710,8 @@ int Filesystem::Write(uint64_t ino, uint64_t off, const void* data, size_t size)
   return WithInode(*impl_, ino, [&](Inode& in) {
     if (!in.IsReg()) return EINVAL;
     if (in.purged) return EIO;
+    counters_.write_calls++;
+    counters_.write_bytes += size;
     return m.WriteLocked(in, off, static_cast<const uint8_t*>(data), size);
   });
 }
@@ -790,6 +792,12 @@ Status Filesystem::Shutdown() {
     std::lock_guard lk(m.table_mu);
     for (auto& [ino, in] : m.table) all.push_back(in);
   }
+  spdlog::info("lmcfs: {} writes ({} bytes), {} chunks ({} bytes) encoded, {} data commits, "
+               "cache {} hits / {} misses, {} EIO",
+               counters_.write_calls.load(), counters_.write_bytes.load(),
+               counters_.chunks_written.load(), counters_.bytes_written.load(),
+               counters_.commits.load(), counters_.cache_hits.load(), counters_.cache_misses.load(),
+               counters_.eio.load());
   Status first;
   for (auto& in : all) {
     std::lock_guard lk(in->mu);

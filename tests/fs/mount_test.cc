@@ -368,6 +368,52 @@ for fd in held:
   EXPECT_EQ(Digest(mnt_), want);
 }
 
+using MountConcurrent = MountFixture;
+
+// Several writers (one file each, as ranks do) and readers at once, then a
+// byte comparison with the same files written to the plain directory.
+TEST_F(MountConcurrent, WritersAndReaders) {
+  const char* script = R"PY(
+import os, sys, random, threading
+d, mode = sys.argv[1], sys.argv[2]
+def data(i):
+    r = random.Random(i)
+    return bytes(r.getrandbits(8) & 0x3f for _ in range(1 << 20)) * 3
+def writer(i):
+    b = data(i)
+    with open(os.path.join(d, 'rank%d.bin' % i), 'wb') as f:
+        for off in range(0, len(b), 100000):
+            f.write(b[off:off + 100000])
+        f.flush(); os.fsync(f.fileno())
+errors = []
+def reader(i):
+    p = os.path.join(d, 'rank%d.bin' % i)
+    for _ in range(20):
+        try:
+            with open(p, 'rb') as f:
+                got = f.read()
+            want = data(i)
+            if got != want[:len(got)]:
+                errors.append('reader %d saw wrong bytes at size %d' % (i, len(got)))
+        except FileNotFoundError:
+            pass
+ts = [threading.Thread(target=writer, args=(i,)) for i in range(4)]
+if mode == 'mnt':
+    ts += [threading.Thread(target=reader, args=(i,)) for i in range(4)]
+for t in ts: t.start()
+for t in ts: t.join()
+assert not errors, errors
+)PY";
+  std::string path = root_ + "/conc.py";
+  std::ofstream(path) << script;
+  ASSERT_EQ(Sh("python3 " + path + " " + plain_ + " plain"), 0);
+  ASSERT_EQ(Sh("python3 " + path + " " + mnt_ + " mnt"), 0);
+  std::string want = Digest(plain_);
+  EXPECT_EQ(Digest(mnt_), want);
+  Remount();
+  EXPECT_EQ(Digest(mnt_), want);
+}
+
 TEST(MountTool, ErrorsAndDaemonMode) {
   if (access("/dev/fuse", R_OK | W_OK) != 0) GTEST_SKIP() << "/dev/fuse is not available";
   char tmpl[] = "/tmp/lmcfs_tool_XXXXXX";

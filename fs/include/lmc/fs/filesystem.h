@@ -61,6 +61,9 @@ struct DirEntry {
 
 struct FsCounters {
   std::atomic<uint64_t> eio{0};          // operations answered EIO (corruption, I/O)
+  std::atomic<uint64_t> write_calls{0};
+  std::atomic<uint64_t> write_bytes{0};  // bytes received by Write
+  std::atomic<uint64_t> commits{0};      // store commits of data batches
   std::atomic<uint64_t> chunks_written{0};
   std::atomic<uint64_t> bytes_written{0};  // logical bytes encoded into chunks
   std::atomic<uint64_t> cache_hits{0};
