@@ -382,11 +382,52 @@ int Filesystem::Impl::WriteLocked(Inode& in, uint64_t off, const uint8_t* p, siz
   return 0;
 }
 
+void Filesystem::Impl::Prefetch(Inode& in, uint64_t a, uint64_t b, uint64_t need_end) {
+  if (LoadExtents(in)) return;
+  std::vector<ExtentRec> todo;
+  bool needed_now = false;  // an uncached chunk under the read itself
+  auto it = in.extents.upper_bound(a);
+  if (it != in.extents.begin()) {
+    auto prev = std::prev(it);
+    if (prev->first + prev->second.length > a) it = prev;
+  }
+  for (; it != in.extents.end() && it->first < b; ++it) {
+    const ExtentRec& e = it->second;
+    if (!todo.empty() && todo.back().key == e.key) continue;
+    if (cache.Get(e.key)) continue;
+    if (it->first < need_end) needed_now = true;
+    todo.push_back(e);
+  }
+  // Decode once there is a chunk per pool thread to decode (or the read
+  // needs one now), so that each round runs in parallel.
+  const size_t k = std::max<size_t>(2, ThreadPool::Shared().size());
+  if (todo.empty() || (todo.size() < k && !needed_now)) return;
+  if (in.pending_chunks && CommitLocked(in, false)) return;
+  ThreadPool::Shared().ParallelFor(todo.size(), 0, [&](size_t i, size_t) {
+    try {
+      auto buf = std::make_shared<std::vector<uint8_t>>(todo[i].decoded_len);
+      auto r = store->ReadChunk(todo[i].key, buf->data(), buf->size(), Scratch().ws);
+      if (r.ok() && *r == buf->size()) cache.Put(todo[i].key, std::move(buf));
+    } catch (...) {
+      // best effort: the read decodes (and reports) on its own
+    }
+  });
+}
+
 int Filesystem::Impl::ReadLocked(Inode& in, uint64_t off, size_t n, std::string* out) {
   out->clear();
   if (off >= in.rec.size) return 0;
   n = static_cast<size_t>(std::min<uint64_t>(n, in.rec.size - off));
   out->resize(n);
+  // Sequential reads decode this read's chunks and the next few ahead in
+  // parallel (one per pool thread), so cp and torch.load use every core.
+  const bool sequential = off == in.last_read_end;
+  in.last_read_end = off + n;
+  if (sequential) {
+    uint64_t ahead =
+        uint64_t{fs->opts_.chunk_size} * 2 * std::max<size_t>(2, ThreadPool::Shared().size());
+    Prefetch(in, off, std::min(in.rec.size, off + n + ahead), off + n);
+  }
   return View(in, off, off + n, reinterpret_cast<uint8_t*>(out->data()));
 }
 

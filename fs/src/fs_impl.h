@@ -60,6 +60,8 @@ struct Inode {
   std::unique_ptr<Chunker> chunker;
   std::vector<CutSpec> queued;  // chunks completed by the chunker, not yet cut
 
+  uint64_t last_read_end = 0;  // sequential-read detection (prefetch)
+
   // Chunk adds, extent and inode puts not yet committed.
   store::Batch pending;
   bool pending_chunks = false;  // pending holds AddChunk (not yet readable from the store)
@@ -119,6 +121,10 @@ struct Filesystem::Impl {
   void RemoveDirty(Inode& in, uint64_t a, uint64_t b);
   int View(Inode& in, uint64_t a, uint64_t b, uint8_t* out);
   int GetChunk(Inode& in, const ExtentRec& e, ChunkBytes* out);
+  // Decodes the chunks under [a, b) that are not cached, in parallel on the
+  // shared pool, into the cache, once there are enough of them or one lies
+  // under [a, need_end). Best effort: errors surface on the read.
+  void Prefetch(Inode& in, uint64_t a, uint64_t b, uint64_t need_end);
 };
 
 int64_t NowNs();

@@ -348,6 +348,15 @@ TEST_F(FsCore, RandomOpsMatchModel) {
       a.st_size = static_cast<off_t>(size);
       ASSERT_EQ(fs_->SetAttr(ino, a, kSetSize, &out), 0);
       m.resize(size, '\0');
+    } else if (kind < 73) {
+      // Sequential read of the whole file (prefetch path).
+      std::string all, got;
+      for (uint64_t off = 0; off < m.size(); off += got.size()) {
+        ASSERT_EQ(fs_->Read(ino, off, 50000, &got), 0);
+        ASSERT_FALSE(got.empty());
+        all += got;
+      }
+      ASSERT_EQ(all, m) << "op " << op << " ino " << ino;
     } else if (kind < 80) {
       uint64_t off = rng() % (m.size() + 10);
       size_t n = rng() % 200000;
