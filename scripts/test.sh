@@ -10,7 +10,11 @@ BUILD_DIR=build-asan BUILD_TYPE=Debug scripts/build.sh -DLMC_WERROR=ON -DLMC_SAN
 ctest --test-dir build-asan --output-on-failure -j"$(nproc)" -L unit
 # A short fuzz run of the decoders and layout parsers (libFuzzer needs clang).
 if command -v clang++ >/dev/null; then
-  CC=clang CXX=clang++ BUILD_DIR=build-fuzz scripts/build.sh -DLMC_FUZZ=ON -DLMC_CUDA=OFF -DBUILD_TESTING=OFF
+  # Only the fuzz targets: the instrumented codec library does not link into
+  # the other (uninstrumented) programs.
+  CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DLMC_FUZZ=ON -DLMC_CUDA=OFF -DBUILD_TESTING=OFF >/dev/null
+  cmake --build build-fuzz -j"$(nproc)" --target frame_fuzz layout_fuzz
   for t in frame_fuzz layout_fuzz; do
     corpus=$(mktemp -d)
     build-fuzz/tests/fuzz/$t -max_total_time=${LMC_FUZZ_SECONDS:-30} -max_len=70000 -rss_limit_mb=2048 \
