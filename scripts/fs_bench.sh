@@ -31,7 +31,7 @@ torch.manual_seed(0)
 piece = 64 << 20
 state = {}
 if dtype == 'adam':  # fp32 weights + two fp32 moments: a training checkpoint
-    n = size_mib * (1 << 20) // 12 // 4
+    n = size_mib * (1 << 20) // 12  # elements per tensor: 3 fp32 tensors
     for i in range(0, n, piece // 4):
         m = min(piece // 4, n - i)
         w = torch.randn(m) * 0.02
