@@ -253,6 +253,40 @@ with open(os.path.join(d, 'rw.bin'), 'w+b') as f:  # overwrite in place, read ba
                 "py");
 }
 
+// Memory-mapped writes and reads (numpy memmaps, torch.load(mmap=True)) and
+// O_DIRECT writes and reads.
+TEST_F(MountPython, MmapAndDirectIo) {
+  RunPythonBoth(R"PY(
+import mmap, os, sys, random
+d = sys.argv[1]
+p = os.path.join(d, 'mm.bin')
+with open(p, 'wb') as f:
+    f.truncate(3 << 20)
+with open(p, 'r+b') as f:
+    m = mmap.mmap(f.fileno(), 0)
+    r = random.Random(3)
+    for _ in range(200):
+        off = r.randrange((3 << 20) - 100)
+        m[off:off + 100] = bytes([r.randrange(256)]) * 100
+    m.flush(); m.close()
+with open(p, 'rb') as f:
+    m = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)
+    assert m[:] == open(p, 'rb').read()
+    m.close()
+buf = mmap.mmap(-1, 1 << 20)  # page-aligned buffer for O_DIRECT
+buf[:] = bytes(range(256)) * 4096
+fd = os.open(os.path.join(d, 'direct.bin'), os.O_WRONLY | os.O_CREAT | os.O_DIRECT, 0o644)
+for i in range(4):
+    os.pwrite(fd, buf, i << 20)
+os.close(fd)
+fd = os.open(os.path.join(d, 'direct.bin'), os.O_RDONLY | os.O_DIRECT)
+rb = mmap.mmap(-1, 1 << 20)
+assert os.preadv(fd, [rb], 2 << 20) == 1 << 20 and rb[:] == buf[:]
+os.close(fd)
+)PY",
+                "mmap");
+}
+
 TEST_F(MountTorch, TorchSafetensorsNumpy) {
   if (Sh("python3 -c 'import torch, safetensors, numpy' 2>/dev/null") != 0)
     GTEST_SKIP() << "torch, safetensors or numpy not installed";
@@ -273,7 +307,7 @@ torch.save({'model': model.state_dict(), 'optim': opt.state_dict(), 'step': 3}, 
 with open(tmp, 'rb+') as f:
     os.fsync(f.fileno())
 os.replace(tmp, ckpt)
-back = torch.load(ckpt, weights_only=True)
+back = torch.load(ckpt, weights_only=True, mmap=True)
 for k, v in model.state_dict().items():
     assert torch.equal(back['model'][k], v), k
 bf = {k: v.to(torch.bfloat16).contiguous() for k, v in model.state_dict().items()}
