@@ -1,4 +1,4 @@
-// The write and read pipelines of one inode (docs/ARCHITECTURE-fs.md,
+// The write and read pipelines of one inode (docs/ARCHITECTURE.md, "The filesystem",
 // "Write pipeline", "Read pipeline"). Every function here runs with the
 // inode's mutex held.
 #include <algorithm>

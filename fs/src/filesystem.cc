@@ -1,5 +1,5 @@
 // Namespace operations, the inode table and inode lifecycle
-// (docs/ARCHITECTURE-fs.md, "Lifecycle").
+// (docs/ARCHITECTURE.md, "The filesystem", "Lifecycle").
 #include <fcntl.h>
 #include <spdlog/spdlog.h>
 #include <sys/statvfs.h>

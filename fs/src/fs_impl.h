@@ -1,5 +1,5 @@
 // Private state of fs::Filesystem. Lifecycle and lock order are in
-// docs/ARCHITECTURE-fs.md; in short:
+// docs/ARCHITECTURE.md, "The filesystem"; in short:
 //
 //   ns_mu (shared_mutex) -> Inode::mu (several: increasing ino) -> table_mu
 //

@@ -1,4 +1,4 @@
-// Encodings of the filesystem's column families (docs/ARCHITECTURE-fs.md,
+// Encodings of the filesystem's column families (docs/ARCHITECTURE.md, "The filesystem",
 // "Metadata records"). Integers little-endian in values, big-endian in keys
 // (so one directory's entries, and one inode's extents, are adjacent).
 #pragma once

@@ -1,6 +1,6 @@
 // The lmcfs filesystem core: POSIX semantics over the chunk store, with no
 // FUSE header (the glue is src/fuse_ops.cc). Tests drive it directly.
-// Design, lifecycle and lock order: docs/ARCHITECTURE-fs.md.
+// Design, lifecycle and lock order: docs/ARCHITECTURE.md, "The filesystem".
 //
 // Every operation returns 0 or a positive errno (passthrough_hp style), so
 // the glue only replies. Inode numbers are the store's and persistent; the
