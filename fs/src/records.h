@@ -1,5 +1,5 @@
-// Encodings of the filesystem's column families (docs/ARCHITECTURE.md, "The filesystem",
-// "Metadata records"). Integers little-endian in values, big-endian in keys
+// Encodings of the filesystem's column families (docs/FORMAT.md,
+// "8. Filesystem metadata"). Integers little-endian in values, big-endian in keys
 // (so one directory's entries, and one inode's extents, are adjacent).
 #pragma once
 
