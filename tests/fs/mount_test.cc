@@ -330,6 +330,33 @@ assert z['b'][-1] == 99999
             0);
 }
 
+// Hugging Face transformers' save_pretrained of a small randomly initialised
+// model, sharded into several safetensors files plus their JSON index, and
+// from_pretrained back from the mount (no hub access: nothing is fetched).
+TEST_F(MountTorch, TransformersSavePretrainedSharded) {
+  if (Sh("python3 -c 'import transformers, torch' 2>/dev/null") != 0)
+    GTEST_SKIP() << "transformers or torch not installed";
+  RunPythonBoth(R"PY(
+import os, sys
+os.environ["HF_HUB_OFFLINE"] = "1"
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel
+d = sys.argv[1]
+torch.manual_seed(0)
+cfg = GPT2Config(n_layer=2, n_embd=64, n_head=2, vocab_size=1000, n_positions=128)
+model = GPT2LMHeadModel(cfg).to(torch.bfloat16)
+model.save_pretrained(d, max_shard_size="200KB", safe_serialization=True)
+shards = [f for f in os.listdir(d) if f.endswith(".safetensors")]
+assert len(shards) > 1, shards
+assert os.path.exists(os.path.join(d, "model.safetensors.index.json"))
+back = GPT2LMHeadModel.from_pretrained(d, torch_dtype=torch.bfloat16)
+sd = model.state_dict()
+for k, v in back.state_dict().items():
+    assert torch.equal(v, sd[k]), k
+)PY",
+                "hf");
+}
+
 // A few thousand mixed operations on the mount and on a plain directory:
 // writes at random offsets, truncate, rename, unlink while open, hard links.
 TEST_F(MountRandom, MatchesPlainDirectory) {
