@@ -30,10 +30,11 @@
 #include <bit>
 #include <cstring>
 
+#include "unaligned.h"
+
 namespace lmc::huff {
 namespace {
 
-static_assert(std::endian::native == std::endian::little, "little-endian host assumed");
 
 constexpr int kTableSize = 1 << kMaxCodeLen;
 constexpr size_t kEndsBytes = 16;
@@ -42,18 +43,6 @@ constexpr size_t kMaxSymbols = size_t{1} << 28;
 // Bits a refilled reader is guaranteed to hold (64 - 7).
 constexpr int kSymbolsPerRefill = 5;  // 5 * 11 = 55 <= 57
 
-inline uint64_t Load64(const uint8_t* p) {
-  uint64_t v;
-  std::memcpy(&v, p, 8);
-  return v;
-}
-inline uint32_t Load32(const uint8_t* p) {
-  uint32_t v;
-  std::memcpy(&v, p, 4);
-  return v;
-}
-inline void Store64(uint8_t* p, uint64_t v) { std::memcpy(p, &v, 8); }
-inline void Store32(uint8_t* p, uint32_t v) { std::memcpy(p, &v, 4); }
 
 // Optimal code lengths limited to kMaxCodeLen bits by package-merge
 // (Larmore and Hirschberg). Symbols with hist 0 get length 0; a lone symbol

@@ -25,10 +25,11 @@
 #include <cmath>
 #include <cstring>
 
+#include "unaligned.h"
+
 namespace lmc::rans {
 namespace {
 
-static_assert(std::endian::native == std::endian::little, "little-endian host assumed");
 
 constexpr uint32_t kProbScale = 1u << kProbBits;
 constexpr uint32_t kLow = 1u << 16;  // states live in [kLow, 2^32)
@@ -36,18 +37,6 @@ constexpr int kStates = 4;
 constexpr size_t kStatesBytes = 4 * kStates;
 constexpr size_t kMaxHeader = 1 + 32 + 2 * 256;
 
-inline uint32_t Load32(const uint8_t* p) {
-  uint32_t v;
-  std::memcpy(&v, p, 4);
-  return v;
-}
-inline uint16_t Load16(const uint8_t* p) {
-  uint16_t v;
-  std::memcpy(&v, p, 2);
-  return v;
-}
-inline void Store32(uint8_t* p, uint32_t v) { std::memcpy(p, &v, 4); }
-inline void Store16(uint8_t* p, uint16_t v) { std::memcpy(p, &v, 2); }
 
 // log2(f) for f in [0, 4096]; entry 0 unused.
 struct Log2Values {

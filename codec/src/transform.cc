@@ -1,5 +1,7 @@
 #include "lmc/transform.h"
 
+#include "unaligned.h"
+
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -11,24 +13,13 @@ bool IsFloat(DType t) {
   return t == DType::kF16 || t == DType::kBF16 || t == DType::kF32 || t == DType::kF64;
 }
 
-template <typename U>
-inline U Load(const uint8_t* p) {
-  U v;
-  std::memcpy(&v, p, sizeof(U));
-  return v;
-}
-template <typename U>
-inline void Store(uint8_t* p, U v) {
-  std::memcpy(p, &v, sizeof(U));
-}
-
 // Split for element type U (little-endian in memory). kRot: rotate left by 1.
 template <typename U, bool kRot, bool kXor>
 void SplitT(const uint8_t* src, size_t elems, const uint8_t* base, uint8_t* dst) {
   constexpr size_t w = sizeof(U);
   for (size_t i = 0; i < elems; ++i) {
-    U v = Load<U>(src + i * w);
-    if constexpr (kXor) v ^= Load<U>(base + i * w);
+    U v = LoadLE<U>(src + i * w);
+    if constexpr (kXor) v ^= LoadLE<U>(base + i * w);
     if constexpr (kRot) v = std::rotl(v, 1);
     for (size_t b = 0; b < w; ++b) dst[b * elems + i] = static_cast<uint8_t>(v >> (8 * (w - 1 - b)));
   }
@@ -43,8 +34,8 @@ void MergeT(const uint8_t* const* streams, size_t elems, const uint8_t* base, ui
     U v = 0;
     for (size_t b = 0; b < w; ++b) v |= static_cast<U>(s[b][i]) << (8 * (w - 1 - b));
     if constexpr (kRot) v = std::rotr(v, 1);
-    if constexpr (kXor) v ^= Load<U>(base + i * w);
-    Store<U>(dst + i * w, v);
+    if constexpr (kXor) v ^= LoadLE<U>(base + i * w);
+    StoreLE<U>(dst + i * w, v);
   }
 }
 

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <map>
 
 #include <CLI/CLI.hpp>
@@ -49,13 +50,11 @@ Result<int> OpenInput(const std::string& in) {
   return fd;
 }
 
-int Compress(const std::string& in, std::string out, size_t threads, uint32_t chunk, bool force,
-             bool quiet) {
-  if (out.empty()) out = in == "-" ? "-" : in + kSuffix;
-  if (out == "-" && ::isatty(1)) {
-    std::fprintf(stderr, "lmc: refusing to write compressed data to a terminal (use OUT or a pipe)\n");
-    return 1;
-  }
+// Opens IN and OUT, runs `op` from one to the other, then closes IN and
+// commits OUT. Returns the exit status. On failure a file OUT is never left
+// behind (OutputFile), and the user is told what happened and what to do.
+int RunPipe(const std::string& in, const std::string& out, bool force, bool decoding,
+            const std::function<Status(const ReadFn&, const WriteFn&)>& op) {
   Result<int> fd = OpenInput(in);
   if (!fd.ok()) return Fail(in, fd.status());
   Result<OutputFile> of = OutputFile::Open(out, force);
@@ -63,16 +62,33 @@ int Compress(const std::string& in, std::string out, size_t threads, uint32_t ch
     if (*fd > 0) ::close(*fd);
     return Fail(out, of.status());
   }
+  Status st = op(FdReader(*fd, in), FdWriter(of->fd(), out));
+  if (*fd > 0) ::close(*fd);
+  if (st.ok()) st = of->Commit();
+  if (st.ok()) return 0;
+  if (out == "-")
+    std::fprintf(stderr, "lmc: the data already written to stdout is incomplete; discard it\n");
+  else if (decoding && st.IsCorruption())
+    std::fprintf(stderr, "lmc: %s is damaged; no output was written\n", in.c_str());
+  return Fail(in, st);
+}
+
+int Compress(const std::string& in, std::string out, size_t threads, uint32_t chunk, bool force,
+             bool quiet) {
+  if (out.empty()) out = in == "-" ? "-" : in + kSuffix;
+  if (out == "-" && ::isatty(1)) {
+    std::fprintf(stderr, "lmc: refusing to write compressed data to a terminal (use OUT or a pipe)\n");
+    return 1;
+  }
   CompressOptions opts;
   opts.threads = threads;
   if (chunk) opts.chunk_size = chunk;
   CompressStats stats;
   auto t0 = std::chrono::steady_clock::now();
-  Status st = CompressStream(FdReader(*fd, in), FdWriter(of->fd(), out), opts, &stats);
-  if (*fd > 0) ::close(*fd);
-  if (st.ok()) st = of->Commit();
-  if (!st.ok()) return Fail(in, st);
-  if (!quiet) {
+  int rc = RunPipe(in, out, force, false, [&](const ReadFn& r, const WriteFn& w) {
+    return CompressStream(r, w, opts, &stats);
+  });
+  if (rc == 0 && !quiet) {
     double s = Seconds(t0);
     std::fprintf(stderr, "%s: %s -> %s (%.2f%%), %s, %.0f MB/s\n", in.c_str(),
                  HumanSize(static_cast<double>(stats.input_bytes)).c_str(),
@@ -81,7 +97,7 @@ int Compress(const std::string& in, std::string out, size_t threads, uint32_t ch
                  std::string(FormatName(stats.format)).c_str(),
                  s > 0 ? stats.input_bytes / s / 1e6 : 0.0);
   }
-  return 0;
+  return rc;
 }
 
 int Decompress(const std::string& in, std::string out, size_t threads, bool force, bool quiet) {
@@ -96,33 +112,21 @@ int Decompress(const std::string& in, std::string out, size_t threads, bool forc
       return 1;
     }
   }
-  Result<int> fd = OpenInput(in);
-  if (!fd.ok()) return Fail(in, fd.status());
-  Result<OutputFile> of = OutputFile::Open(out, force);
-  if (!of.ok()) {
-    if (*fd > 0) ::close(*fd);
-    return Fail(out, of.status());
-  }
   DecompressOptions opts;
   opts.threads = threads;
   DecompressStats stats;
   auto t0 = std::chrono::steady_clock::now();
-  Status st = DecompressStream(FdReader(*fd, in), FdWriter(of->fd(), out), opts, &stats);
-  if (*fd > 0) ::close(*fd);
-  if (st.ok()) st = of->Commit();
-  if (!st.ok()) {
-    if (st.IsCorruption() && out != "-")
-      std::fprintf(stderr, "lmc: %s is damaged; no output was written\n", in.c_str());
-    return Fail(in, st);
-  }
-  if (!quiet) {
+  int rc = RunPipe(in, out, force, true, [&](const ReadFn& r, const WriteFn& w) {
+    return DecompressStream(r, w, opts, &stats);
+  });
+  if (rc == 0 && !quiet) {
     double s = Seconds(t0);
     std::fprintf(stderr, "%s: %s -> %s, %.0f MB/s\n", in.c_str(),
                  HumanSize(static_cast<double>(stats.input_bytes)).c_str(),
                  HumanSize(static_cast<double>(stats.output_bytes)).c_str(),
                  s > 0 ? stats.output_bytes / s / 1e6 : 0.0);
   }
-  return 0;
+  return rc;
 }
 
 // `lmc info` on a .lmc file: what its frames hold.
