@@ -1,0 +1,59 @@
+// The seam between the filesystem's write pipeline (file_data.cc) and the
+// incremental-snapshot policy (deltas against prior checkpoint versions,
+// docs/ARCHITECTURE.md, "Incremental snapshots"). The pipeline asks the
+// policy, per chunk and on the encoder thread, for an XOR base; it records
+// each applied chunk through the policy in the same batch as its extent, so
+// lineage and data commit atomically.
+//
+// With no policy installed (Impl::delta == nullptr) every chunk is encoded
+// standalone.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string_view>
+#include <vector>
+
+#include "lmc/chunker.h"
+#include "lmc/store/chunk_key.h"
+#include "lmc/store/store.h"
+
+namespace lmc::fs {
+
+// What the write pipeline knows about a chunk it is about to encode.
+struct ChunkOrigin {
+  uint64_t ino = 0;
+  std::string_view file_name;  // the name the file was created (or last renamed) under
+  const ChunkSpec* spec = nullptr;  // offset/length/dtype (+ region fields from the chunker)
+};
+
+// An XOR base for one chunk: the decoded bytes of a committed chunk of the
+// same length.
+struct BaseChoice {
+  store::ChunkKey key;
+  std::shared_ptr<const std::vector<uint8_t>> bytes;
+};
+
+class DeltaPolicy {
+ public:
+  virtual ~DeltaPolicy() = default;
+  // Called on an encoder thread before encoding data[0, n) (the chunk's
+  // final bytes). Returns a base when an XOR delta is expected to be
+  // smaller, within the delta-chain limit; nullopt: encode standalone.
+  // Thread-safe; must be cheap (statistics on a sample, never a trial encode).
+  // The policy guarantees that the base is still indexed when the batch
+  // that references it commits (a base released meanwhile, e.g. by an
+  // unlink, must not make the commit fail): it pins it until Record or
+  // Unpin... whatever mechanism it documents here.
+  virtual std::optional<BaseChoice> ChooseBase(const ChunkOrigin& origin, const uint8_t* data,
+                                               size_t n) = 0;
+  // Called with the inode's mutex held when the encoded chunk `key` is
+  // applied to the inode's pending batch (in file order); the policy adds
+  // whatever it persists (its lineage record) to `batch`, which commits
+  // together with the chunk and its extent.
+  virtual void Record(const ChunkOrigin& origin, const store::ChunkKey& key,
+                      const std::optional<store::ChunkKey>& base, store::Batch* batch) = 0;
+};
+
+}  // namespace lmc::fs
