@@ -31,13 +31,14 @@
 #include <vector>
 
 #include "lmc/fs/filesystem.h"
+#include "lmc/gpu.h"
 #include "lmc/fs/fuse_ops.h"
 #include "lmc/store/store.h"
 
 namespace lmc::fs {
 namespace {
 
-constexpr const char* kUsage = R"(usage: mount.lmcfs [STORE] MOUNTPOINT [-o OPTIONS] [-f]
+constexpr const char* kUsage = R"(usage: mount.lmcfs [STORE] MOUNTPOINT [-o OPTIONS] [-f] [-snv]
 
 Mounts the lmcfs chunk store STORE at MOUNTPOINT. Files written there are
 stored compressed and deduplicated; reads return the exact bytes written.
@@ -49,13 +50,27 @@ STORE defaults to /var/lib/lmcfs/default for root and to
 $XDG_DATA_HOME/lmcfs/default (~/.local/share/lmcfs/default) otherwise;
 it is created on first use.
 
+mount(8) runs this helper for `mount -t lmcfs STORE MOUNTPOINT -o OPTIONS`
+and for /etc/fstab lines such as
+  /var/lib/lmcfs/ckpt  /ckpt  lmcfs  defaults,cache_size=256M  0  0
+once it is installed as /sbin/mount.lmcfs (cmake --install puts it there).
+
   -f                  stay in the foreground (logs to stderr)
+  -s, -n, -v          mount(8) helper flags (sloppy, no mtab, verbose): accepted
+  -t TYPE             mount(8)'s type argument: accepted and ignored
   -h, --help          this text
   -o OPTIONS          comma-separated:
      store=PATH         the store (instead of the STORE argument)
-     threads=N          FUSE worker threads (default: 2 per core, at least 4)
-     chunk_size=BYTES   codec chunk size, K/M suffixes (default 1M)
+     threads=N          encoder threads (default: one per core)
+     fuse_threads=N     FUSE worker threads (default: 2 per core, at least 4)
+     chunk_size=BYTES   codec chunk size, K/M/G suffixes (default 1M)
      cache_size=BYTES   decoded-chunk cache (default 64M)
+     write_buffer=BYTES memory for written chunks waiting for or in the
+                        encoders, over all files (default 256M); writers wait
+                        when it is full
+     gpu=auto|on|off    CUDA path of the codec: auto uses a GPU when one is
+                        usable (default), on fails the mount without one, off
+                        never uses it
      allow_other        let other users access the mount (needs user_allow_other
                         in /etc/fuse.conf for non-root)
      ro                 read-only
@@ -71,6 +86,9 @@ struct Options {
   unsigned threads = 0;
   uint64_t chunk_size = 1u << 20;
   uint64_t cache_size = uint64_t{64} << 20;
+  uint64_t write_buffer = uint64_t{256} << 20;
+  unsigned encode_threads = 0;
+  std::string gpu = "auto";
   bool foreground = false, allow_other = false, ro = false, nonempty = false;
   std::vector<std::string> fuse_opts;
 };
@@ -105,8 +123,35 @@ int ParseArgs(int argc, char** argv, Options* o) {
         k = kv.substr(0, eq);
         v = kv.substr(eq + 1);
       }
+      auto count = [&](unsigned* out) {
+        char* end = nullptr;
+        unsigned long x = std::strtoul(v.c_str(), &end, 10);
+        if (v.empty() || *end || x == 0 || x > 1024) {
+          std::fprintf(stderr, "mount.lmcfs: bad %s '%s' (expected 1 to 1024)\n", k.c_str(),
+                       v.c_str());
+          return false;
+        }
+        *out = static_cast<unsigned>(x);
+        return true;
+      };
       if (k == "store") o->store = v;
-      else if (k == "threads") o->threads = static_cast<unsigned>(std::atoi(v.c_str()));
+      else if (k == "threads") {
+        if (!count(&o->encode_threads)) return false;
+      } else if (k == "fuse_threads") {
+        if (!count(&o->threads)) return false;
+      } else if (k == "write_buffer") {
+        if (!ParseSize(v, &o->write_buffer) || o->write_buffer < (uint64_t{1} << 20)) {
+          std::fprintf(stderr, "mount.lmcfs: bad write_buffer '%s' (at least 1M)\n", v.c_str());
+          return false;
+        }
+      } else if (k == "gpu") {
+        if (v != "auto" && v != "on" && v != "off") {
+          std::fprintf(stderr, "mount.lmcfs: bad gpu '%s' (expected auto, on or off)\n",
+                       v.c_str());
+          return false;
+        }
+        o->gpu = v;
+      }
       else if (k == "chunk_size") {
         if (!ParseSize(v, &o->chunk_size) || o->chunk_size == 0 || o->chunk_size > (1u << 30)) {
           std::fprintf(stderr, "mount.lmcfs: bad chunk_size '%s'\n", v.c_str());
@@ -120,12 +165,23 @@ int ParseArgs(int argc, char** argv, Options* o) {
       } else if (k == "allow_other") o->allow_other = true;
       else if (k == "ro") o->ro = true;
       else if (k == "log_file") o->log_file = v;
-      else if (k == "log_level") o->log_level = v;
+      else if (k == "log_level") {
+        if (v != "trace" && v != "debug" && v != "info" && v != "warn" && v != "warning" &&
+            v != "error" && v != "err" && v != "critical" && v != "off") {
+          std::fprintf(stderr,
+                       "mount.lmcfs: bad log_level '%s' (trace, debug, info, warn, error, off)\n",
+                       v.c_str());
+          return false;
+        }
+        o->log_level = v;
+      }
       else if (k == "nonempty") o->nonempty = true;
       else if (k == "rw" || k == "defaults" || k == "auto" || k == "noauto" || k == "user" ||
                k == "nouser" || k == "users" || k == "exec" || k == "noexec" || k == "suid" ||
                k == "nosuid" || k == "dev" || k == "nodev" || k == "_netdev" || k == "nofail" ||
-               k == "default_permissions") {
+               k == "default_permissions" || k == "async" || k == "atime" ||
+               k == "noatime" || k == "relatime" || k == "norelatime" || k == "strictatime" ||
+               k == "loop" || k.rfind("x-", 0) == 0 || k == "comment") {
       } else {
         o->fuse_opts.push_back(kv);
       }
@@ -147,8 +203,12 @@ int ParseArgs(int argc, char** argv, Options* o) {
       if (!add_opts(argv[++i])) return 16;
     } else if (a.rfind("-o", 0) == 0) {
       if (!add_opts(a.substr(2))) return 16;
-    } else if (a == "-n" || a == "-s" || a == "-v") {
+    } else if (a == "-n" || a == "-s" || a == "-v" || a == "-sv" || a == "-vs" || a == "-nv" ||
+               a == "-vn" || a == "-sn" || a == "-ns") {
       // mount(8) helper flags: no mtab, sloppy, verbose.
+    } else if (a == "-t") {
+      // mount(8) may pass the type (lmcfs or lmcfs.SUBTYPE): nothing to choose.
+      if (i + 1 < argc) i++;
     } else if (!a.empty() && a[0] == '-') {
       std::fprintf(stderr, "mount.lmcfs: unknown flag %s\n%s", a.c_str(), kUsage);
       return 16;
@@ -180,8 +240,42 @@ int ParseArgs(int argc, char** argv, Options* o) {
   return -1;
 }
 
+// Whether `dir` (a real path) is the mount point of a mounted filesystem,
+// from /proc/self/mountinfo (field 5; octal escapes for space, tab, \\, \n).
+bool IsMountPoint(const std::string& dir) {
+  FILE* f = std::fopen("/proc/self/mountinfo", "r");
+  if (!f) return false;
+  char* line = nullptr;
+  size_t cap = 0;
+  bool found = false;
+  while (!found && getline(&line, &cap, f) > 0) {
+    char mp[PATH_MAX + 1];
+    if (std::sscanf(line, "%*s %*s %*s %*s %4096s", mp) != 1) continue;
+    std::string un;
+    for (size_t i = 0; mp[i]; i++) {
+      if (mp[i] == '\\' && mp[i + 1] >= '0' && mp[i + 1] <= '7' && mp[i + 2] && mp[i + 3]) {
+        un += static_cast<char>((mp[i + 1] - '0') * 64 + (mp[i + 2] - '0') * 8 + (mp[i + 3] - '0'));
+        i += 3;
+      } else {
+        un += mp[i];
+      }
+    }
+    found = un == dir;
+  }
+  std::free(line);
+  std::fclose(f);
+  return found;
+}
+
 // Checks that fail fast with a message a user can act on.
 int Validate(Options* o) {
+  if (o->gpu == "on" && !GpuAvailable()) {
+    std::fprintf(stderr,
+                 "mount.lmcfs: gpu=on but no GPU path is usable (%s); mount with gpu=auto or "
+                 "gpu=off to use the CPU codec\n",
+                 GpuDescription().c_str());
+    return 32;
+  }
   if (access("/dev/fuse", R_OK | W_OK) != 0) {
     std::fprintf(stderr,
                  "mount.lmcfs: /dev/fuse is %s: load the fuse module (modprobe fuse), or in a "
@@ -191,11 +285,25 @@ int Validate(Options* o) {
   }
   char buf[PATH_MAX];
   if (!realpath(o->mountpoint.c_str(), buf)) {
-    std::fprintf(stderr, "mount.lmcfs: mountpoint %s: %s\n", o->mountpoint.c_str(),
-                 std::strerror(errno));
+    if (errno == ENOTCONN) {
+      std::fprintf(stderr,
+                   "mount.lmcfs: mountpoint %s is busy: a FUSE mount whose daemon died is still "
+                   "there (clear it with fusermount3 -u -z %s)\n",
+                   o->mountpoint.c_str(), o->mountpoint.c_str());
+    } else {
+      std::fprintf(stderr, "mount.lmcfs: mountpoint %s: %s\n", o->mountpoint.c_str(),
+                   std::strerror(errno));
+    }
     return 32;
   }
   o->mountpoint = buf;
+  if (IsMountPoint(o->mountpoint)) {
+    std::fprintf(stderr,
+                 "mount.lmcfs: mountpoint %s is busy: something is already mounted there "
+                 "(unmount it first: umount %s, or fusermount3 -u %s)\n",
+                 buf, buf, buf);
+    return 32;
+  }
   struct stat st;
   if (stat(buf, &st) != 0 || !S_ISDIR(st.st_mode)) {
     std::fprintf(stderr, "mount.lmcfs: mountpoint %s is not a directory\n", buf);
@@ -287,6 +395,8 @@ int Serve(const Options& o, int report_fd) {
   FsOptions fo;
   fo.chunk_size = static_cast<uint32_t>(o.chunk_size);
   fo.cache_bytes = o.cache_size;
+  fo.write_budget = o.write_buffer;
+  fo.encode_threads = o.encode_threads;
   fo.read_only = o.ro;
   auto fsr = Filesystem::Open(store.get(), o.store, fo);
   if (!fsr.ok()) {
@@ -322,7 +432,11 @@ int Serve(const Options& o, int report_fd) {
     Report(report_fd, 32, "cannot mount at " + o.mountpoint + " (see the message above)");
     return 32;
   }
-  spdlog::info("lmcfs: mounted {} at {}", o.store, o.mountpoint);
+  // The codec's chunk encoder and decoder run on the CPU (the CUDA
+  // transforms of gpu.h are not in the chunk path yet), so gpu=auto|on only
+  // decides whether a usable GPU is required; the log says what runs.
+  spdlog::info("lmcfs: mounted {} at {}; codec path: CPU (gpu={}; GPU: {})", o.store, o.mountpoint,
+               o.gpu, GpuDescription());
   if (report_fd >= 0) {
     Report(report_fd, 0, "");
     int nul = open("/dev/null", O_RDWR);

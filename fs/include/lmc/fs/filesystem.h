@@ -31,6 +31,11 @@ struct FsOptions {
   uint64_t dirty_limit = uint64_t{64} << 20;  // unchunked bytes per inode before they are chunked early
   uint64_t batch_limit = uint64_t{16} << 20;  // frame bytes per inode before a (non-sync) commit
   uint64_t cache_bytes = uint64_t{64} << 20;  // decoded-chunk cache
+  // Write buffer: bytes of chunks handed to the encoders and not yet applied
+  // (their input plus their frame), over all inodes. A writer that would
+  // exceed it waits for its own oldest chunk (backpressure).
+  uint64_t write_budget = uint64_t{256} << 20;
+  unsigned encode_threads = 0;  // encoder threads; 0: one per hardware thread
   bool read_only = false;
 };
 
