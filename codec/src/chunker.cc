@@ -24,7 +24,15 @@ void Chunker::Add(const Region& r, std::vector<ChunkSpec>* out) {
     FlushMixed(out);
     while (left > 0) {
       uint32_t n = static_cast<uint32_t>(std::min<uint64_t>(left, opts_.chunk_size));
-      Emit(ChunkSpec{off, n, r.dtype}, out);
+      ChunkSpec c;
+      c.offset = off;
+      c.length = n;
+      c.dtype = r.dtype;
+      c.tensor_chunk = true;
+      c.region_name = r.name;
+      c.region_length = r.length;
+      c.region_offset = off - r.offset;
+      Emit(c, out);
       off += n;
       left -= n;
     }

@@ -2,11 +2,15 @@
 
 #include <gtest/gtest.h>
 
+#include <string>
+#include <utility>
+
 namespace lmc {
 namespace {
 
-Region R(uint64_t off, uint64_t len, DType t, bool tensor) {
+Region R(uint64_t off, uint64_t len, DType t, bool tensor, std::string name = "") {
   Region r;
+  r.name = std::move(name);
   r.offset = off;
   r.length = len;
   r.dtype = t;
@@ -61,6 +65,58 @@ TEST(ChunkerTest, LongNonTensorRegionIsSplitAtChunkSize) {
   ch.Finish(&out);
   ExpectCover(out, 2999, 1000);
   EXPECT_EQ(out.size(), 3u);
+}
+
+TEST(ChunkerTest, TensorChunksCarryRegionLineage) {
+  Chunker ch(ChunkerOptions{1000, 100});
+  std::vector<ChunkSpec> out;
+  ch.Add(R(0, 37, DType::kBytes, false, "hdr"), &out);
+  ch.Add(R(37, 2500, DType::kBF16, true, "layer.0.weight"), &out);
+  ch.Add(R(2537, 40, DType::kF32, true, "layer.0.bias"), &out);
+  ch.Add(R(2577, 1200, DType::kF32, true, "layer.1.weight"), &out);
+  ch.Finish(&out);
+  ExpectCover(out, 3777, 1000);
+  ASSERT_EQ(out.size(), 7u);
+  // Header: mixed chunk, no lineage fields.
+  EXPECT_FALSE(out[0].tensor_chunk);
+  EXPECT_TRUE(out[0].region_name.empty());
+  EXPECT_EQ(out[0].region_length, 0u);
+  // The big tensor's three chunks.
+  for (int i = 1; i <= 3; ++i) {
+    EXPECT_TRUE(out[i].tensor_chunk);
+    EXPECT_EQ(out[i].region_name, "layer.0.weight");
+    EXPECT_EQ(out[i].region_length, 2500u);
+    EXPECT_EQ(out[i].region_offset, 1000u * (i - 1));
+    EXPECT_EQ(out[i].offset, 37u + out[i].region_offset);
+  }
+  // The small bias is flushed alone as a mixed chunk before layer.1.
+  EXPECT_FALSE(out[4].tensor_chunk);
+  EXPECT_TRUE(out[4].region_name.empty());
+  EXPECT_EQ(out[4].length, 40u);
+  EXPECT_EQ(out[5].region_name, "layer.1.weight");
+  EXPECT_EQ(out[5].region_offset, 0u);
+  EXPECT_EQ(out[6].region_offset, 1000u);
+  EXPECT_EQ(out[6].length, 200u);
+  EXPECT_EQ(out[6].region_length, 1200u);
+}
+
+TEST(ChunkerTest, SameTensorAtDifferentOffsetsGivesSameRegionFields) {
+  Chunker a(ChunkerOptions{1000, 100}), b(ChunkerOptions{1000, 100});
+  std::vector<ChunkSpec> oa, ob;
+  a.Add(R(0, 10, DType::kBytes, false), &oa);
+  a.Add(R(10, 1500, DType::kF16, true, "w"), &oa);
+  a.Finish(&oa);
+  b.Add(R(0, 333, DType::kBytes, false), &ob);
+  b.Add(R(333, 1500, DType::kF16, true, "w"), &ob);
+  b.Finish(&ob);
+  ASSERT_EQ(oa.size(), 3u);
+  ASSERT_EQ(ob.size(), 3u);
+  for (int i = 1; i < 3; ++i) {
+    EXPECT_EQ(oa[i].length, ob[i].length);
+    EXPECT_EQ(oa[i].region_offset, ob[i].region_offset);
+    EXPECT_EQ(oa[i].region_name, ob[i].region_name);
+    EXPECT_EQ(oa[i].offset - 10, ob[i].offset - 333);
+  }
 }
 
 }  // namespace

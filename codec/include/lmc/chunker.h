@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "lmc/dtype.h"
@@ -26,9 +27,19 @@ struct ChunkerOptions {
 };
 
 struct ChunkSpec {
-  uint64_t offset = 0;
+  uint64_t offset = 0;  // in the file
   uint32_t length = 0;
   DType dtype = DType::kBytes;
+  // Lineage fields (docs/ARCHITECTURE.md, "Incremental snapshots"): for a
+  // chunk cut from one tensor region, the region's name (tensor name, zip
+  // member or storage key from the LayoutParser; may be empty when the
+  // format has none), its length, and this chunk's offset within it. For a
+  // mixed (packed small regions / header) chunk: region_name empty,
+  // region_length 0, region_offset 0; `tensor_chunk` tells the two apart.
+  bool tensor_chunk = false;
+  std::string region_name;
+  uint64_t region_length = 0;
+  uint64_t region_offset = 0;
 };
 
 class Chunker {
