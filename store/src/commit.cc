@@ -25,6 +25,7 @@ class Overlay {
   };
 
   explicit Overlay(Store::Impl& s) : s_(s) {}
+  bool Pinned(const ChunkKey& key) const { return s_.Pinned(key); }
 
   Result<Slot*> Find(const ChunkKey& key) {
     auto it = map_.find(key);
@@ -84,6 +85,9 @@ Status Unref(Overlay& ov, const ChunkKey& first) {
     ov.Save(key, *slot);
     slot->dirty = true;
     if (--slot->e.refcount > 0) return Status::Ok();
+    // A pinned chunk stays indexed at refcount 0 until its pin goes
+    // (CommitGroup writes its marker; a later group drops it).
+    if (ov.Pinned(key)) return Status::Ok();
     // Last reference: the chunk leaves the index; its record is garbage.
     slot->present = false;
     ov.AddLive(slot->e.pack_id, -static_cast<int64_t>(slot->e.record_size()));
@@ -158,6 +162,50 @@ Status ApplyChunkOps(Store::Impl& s, const Batch& b, Overlay& ov, std::string& r
       case Batch::OpKind::kUnref:
         LMC_RETURN_IF_ERROR(Unref(ov, op.key));
         break;
+      case Batch::OpKind::kRewrite: {
+        LMC_ASSIGN_OR_RETURN(Overlay::Slot * slot, ov.Find(op.key));
+        if (!slot->present) break;  // released meanwhile: nothing to rewrite
+        if (op.a.empty() || op.a.size() > fmt::kMaxFrameLen)
+          return Status::InvalidArgument("RewriteChunk " + op.key.ToHex() + ": frame of " +
+                                         std::to_string(op.a.size()) + " bytes out of range");
+        fmt::ChunkEntry e = slot->e;
+        const std::optional<ChunkKey> old_base = e.base;
+        e.base.reset();
+        e.depth = 0;
+        if (op.base) {
+          if (*op.base == op.key) return Status::InvalidArgument("chunk cannot be its own delta base");
+          LMC_ASSIGN_OR_RETURN(Overlay::Slot * bslot, ov.Find(*op.base));
+          if (!bslot->present || bslot->e.decoded_len != e.decoded_len ||
+              bslot->e.depth + 1 > fmt::kMaxDeltaDepth)
+            return Status::InvalidArgument("RewriteChunk " + op.key.ToHex() + ": base " +
+                                           op.base->ToHex() + " absent, of another size or too deep");
+          ov.Save(*op.base, *bslot);
+          bslot->e.refcount++;
+          bslot->dirty = true;
+          e.base = op.base;
+          e.depth = static_cast<uint8_t>(bslot->e.depth + 1);
+        }
+        LMC_ASSIGN_OR_RETURN(slot, ov.Find(op.key));
+        ov.AddLive(slot->e.pack_id, -static_cast<int64_t>(slot->e.record_size()));
+        e.pack_id = s.active_id;
+        e.offset = records_base + records.size();
+        e.frame_len = static_cast<uint32_t>(op.a.size());
+        uint8_t hdr[fmt::kRecordHeaderSize];
+        fmt::EncodeRecordHeader(hdr, op.key, reinterpret_cast<const uint8_t*>(op.a.data()),
+                                e.frame_len, e.decoded_len);
+        records.append(reinterpret_cast<const char*>(hdr), sizeof hdr);
+        records.append(op.a);
+        ov.Save(op.key, *slot);
+        slot->dirty = true;
+        slot->e = e;
+        ov.AddLive(s.active_id, static_cast<int64_t>(e.record_size()));
+        counts.stored++;
+        // The old base loses this dependant's reference.
+        if (old_base) LMC_RETURN_IF_ERROR(Unref(ov, *old_base));
+        break;
+      }
+      case Batch::OpKind::kUnpin:
+        break;  // applied once the group has committed (CommitGroup)
       case Batch::OpKind::kPut:
       case Batch::OpKind::kDelete:
         if (static_cast<size_t>(op.cf) >= 4) return Status::InvalidArgument("unknown column family");
@@ -169,7 +217,7 @@ Status ApplyChunkOps(Store::Impl& s, const Batch& b, Overlay& ov, std::string& r
 
 bool HasAdds(const Batch& b) {
   for (const auto& op : b.ops())
-    if (op.kind == Batch::OpKind::kAdd) return true;
+    if (op.kind == Batch::OpKind::kAdd || op.kind == Batch::OpKind::kRewrite) return true;
   return false;
 }
 
@@ -238,6 +286,29 @@ Status Store::Impl::CommitGroup(const std::vector<Writer*>& group) {
   BatchCounts counts;
   rocksdb::WriteBatch wb;
   size_t applied = 0;
+
+  // 0. Drop pinned dead chunks whose last pin went (kept in `reap` until a
+  // group commits their removal).
+  std::vector<ChunkKey> reaping;
+  {
+    std::lock_guard pl(pin_mu);
+    for (const ChunkKey& k : reap)
+      if (!pins.count(k)) reaping.push_back(k);
+  }
+  for (const ChunkKey& k : reaping) {
+    LMC_ASSIGN_OR_RETURN(Overlay::Slot * slot, ov.Find(k));
+    if (!slot->present || slot->e.refcount != 0 || Pinned(k)) continue;
+    ov.Save(k, *slot);
+    slot->present = false;
+    slot->dirty = true;
+    ov.AddLive(slot->e.pack_id, -static_cast<int64_t>(slot->e.record_size()));
+    if (slot->e.base) {
+      Status st = Unref(ov, *slot->e.base);
+      if (!st.ok() && st.code() != Code::kInvalidArgument) return st;
+      if (!st.ok()) spdlog::error("store {}: dropping pinned dead chunk {}: {} (run fsck)", dir, k.ToHex(), st.ToString());
+    }
+  }
+
   for (Writer* w : group) {
     ov.BeginBatch(records.size());
     BatchCounts bc;
@@ -257,16 +328,28 @@ Status Store::Impl::CommitGroup(const std::vector<Writer*>& group) {
         wb.Delete(fs_cf[static_cast<size_t>(op.cf)], op.a);
     }
   }
-  if (applied == 0) return Status::Ok();  // every member failed on its own
+  if (applied == 0 && reaping.empty()) return Status::Ok();  // every member failed on its own
 
   // 1. Pack bytes durable before the index names them.
   LMC_RETURN_IF_ERROR(AppendDurably(records));
 
   // 2. One index batch: chunk entries, pack sizes and live bytes, fs metadata.
-  for (const auto& [key, slot] : ov.slots()) {
-    if (!slot.dirty) continue;
-    if (slot.present) wb.Put(chunks_cf, key.view(), fmt::EncodeChunkEntry(key, slot.e));
-    else wb.Delete(chunks_cf, key.view());
+  std::vector<ChunkKey> new_zombies, gone_zombies;
+  {
+    std::lock_guard pl(pin_mu);
+    for (const auto& [key, slot] : ov.slots()) {
+      if (!slot.dirty) continue;
+      if (slot.present) wb.Put(chunks_cf, key.view(), fmt::EncodeChunkEntry(key, slot.e));
+      else wb.Delete(chunks_cf, key.view());
+      const bool zombie = slot.present && slot.e.refcount == 0;
+      if (zombie && !zombies.count(key)) {
+        wb.Put(handles[0], fmt::PinnedDeadKey(key), "");
+        new_zombies.push_back(key);
+      } else if (!zombie && zombies.count(key)) {
+        wb.Delete(handles[0], fmt::PinnedDeadKey(key));
+        gone_zombies.push_back(key);
+      }
+    }
   }
   std::map<uint64_t, fmt::PackMeta> new_meta;
   for (const auto& [id, delta] : ov.live()) {
@@ -294,6 +377,28 @@ Status Store::Impl::CommitGroup(const std::vector<Writer*>& group) {
   }
   // 3. Committed: publish the new state.
   for (const auto& [id, m] : new_meta) packs[id] = m;
+  {
+    std::lock_guard pl(pin_mu);
+    for (const ChunkKey& k : new_zombies) zombies.insert(k);
+    for (const ChunkKey& k : gone_zombies) {
+      zombies.erase(k);
+      reap.erase(k);
+    }
+    for (const ChunkKey& k : reaping) reap.erase(k);
+    // Pins released by the batches that committed.
+    for (Writer* w : group) {
+      if (!w->status.ok()) continue;
+      for (const Batch::Op& op : w->batch->ops()) {
+        if (op.kind != Batch::OpKind::kUnpin) continue;
+        auto it = pins.find(op.key);
+        if (it == pins.end()) continue;
+        if (--it->second == 0) {
+          pins.erase(it);
+          if (zombies.count(op.key)) reap.insert(op.key);
+        }
+      }
+    }
+  }
   if (!records.empty()) active_end = end;
   if (seal) active.reset();
   n_groups++;

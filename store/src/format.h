@@ -32,6 +32,11 @@ inline constexpr size_t kRecordHeaderSize = 64;
 inline constexpr size_t kRecordChecksumOffset = 56;
 inline constexpr uint32_t kMaxFrameLen = (1u << 30) + (1u << 16);
 
+// Marker of a chunk kept at refcount 0 by an in-memory pin, in the default
+// column family ("Column family default"): prefix + the 32-byte key, empty value.
+inline constexpr char kPinnedDeadPrefix[] = "pinned-dead/";
+inline std::string PinnedDeadKey(const ChunkKey& k) { return std::string(kPinnedDeadPrefix) + std::string(k.view()); }
+
 // Delta chains ("Column family chunks").
 inline constexpr uint8_t kMaxDeltaDepth = 8;
 

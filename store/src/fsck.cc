@@ -180,9 +180,17 @@ Result<FsckReport> Store::Fsck(const FsckOptions& options) {
 
   // 4. Counts. A chunk nothing references is a leak: repair drops its entry
   // (its record becomes garbage for Compact), which releases its base.
+  // A chunk kept at refcount 0 by a pin (online fsck; Store::PinChunk) is
+  // not a leak: it goes when the pin does.
+  std::set<ChunkKey> pinned_dead;
+  {
+    std::lock_guard pl(s.pin_mu);
+    for (const auto& [key, e] : chunks)
+      if (e.refcount == 0 && refs[key] == 0 && s.zombies.count(key)) pinned_dead.insert(key);
+  }
   std::vector<ChunkKey> zero;
   for (const auto& [key, e] : chunks)
-    if (refs[key] == 0) zero.push_back(key);
+    if (refs[key] == 0 && !pinned_dead.count(key)) zero.push_back(key);
   std::set<ChunkKey> dropped;
   while (repair && !zero.empty()) {
     ChunkKey key = zero.back();
@@ -195,6 +203,7 @@ Result<FsckReport> Store::Fsck(const FsckOptions& options) {
   }
   for (auto& [key, e] : chunks) {
     const uint64_t want = refs[key];
+    if (pinned_dead.count(key)) continue;
     if (dropped.count(key)) {
       r.refcount_mismatches++;
       c.Problem("chunk " + key.ToHex() + " has count " + std::to_string(e.refcount) + " but no references (leaked)", true);

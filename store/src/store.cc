@@ -67,6 +67,24 @@ void Batch::Delete(Cf cf, std::string_view key) {
   ops_.push_back(std::move(op));
 }
 
+void Batch::Unpin(const ChunkKey& key) {
+  Op op;
+  op.kind = OpKind::kUnpin;
+  op.key = key;
+  ops_.push_back(std::move(op));
+}
+
+void Batch::RewriteChunk(const ChunkKey& key, std::span<const uint8_t> frame,
+                         const std::optional<ChunkKey>& base) {
+  Op op;
+  op.kind = OpKind::kRewrite;
+  op.key = key;
+  op.base = base;
+  op.a.assign(reinterpret_cast<const char*>(frame.data()), frame.size());
+  frame_bytes_ += frame.size();
+  ops_.push_back(std::move(op));
+}
+
 void Batch::Clear() {
   ops_.clear();
   frame_bytes_ = 0;
@@ -162,6 +180,7 @@ Result<std::unique_ptr<Store>> Store::Open(const std::string& dir, const StoreOp
   LMC_RETURN_IF_ERROR(s->OpenIndex(fresh));
   if (fresh) LMC_RETURN_IF_ERROR(WriteFileAtomic(env, dir, fmt::kConfigName, ConfigText(options)));
   LMC_RETURN_IF_ERROR(s->Recover());
+  LMC_RETURN_IF_ERROR(s->ReapPinnedDead());
   return std::unique_ptr<Store>(new Store(std::move(s)));
 }
 
@@ -256,6 +275,27 @@ Status Store::Impl::Recover() {
   if (fixes.Count() > 0) LMC_RETURN_IF_ERROR(WriteIndex(fixes, true));
   next_pack_id = max_id + 1;
   return Status::Ok();
+}
+
+Status Store::Impl::ReapPinnedDead() {
+  std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(rocksdb::ReadOptions(), handles[0]));
+  const std::string_view prefix = fmt::kPinnedDeadPrefix;
+  size_t n = 0;
+  for (it->Seek(rocksdb::Slice(prefix.data(), prefix.size())); it->Valid(); it->Next()) {
+    std::string_view k = it->key().ToStringView();
+    if (k.substr(0, prefix.size()) != prefix) break;
+    if (k.size() != prefix.size() + ChunkKey::kSize)
+      return Status::Corruption("store " + dir + ": malformed pinned-dead marker in the index (run fsck)");
+    const ChunkKey key = ChunkKey::FromBytes(reinterpret_cast<const uint8_t*>(k.data() + prefix.size()));
+    std::lock_guard l(pin_mu);
+    zombies.insert(key);
+    reap.insert(key);
+    n++;
+  }
+  LMC_RETURN_IF_ERROR(FromRocks(it->status(), "scanning pinned-dead markers"));
+  if (n == 0) return Status::Ok();
+  spdlog::info("store {}: dropping {} chunks that only a pin of the previous run kept", dir, n);
+  return CommitGroup({});
 }
 
 Status Store::Impl::WriteIndex(rocksdb::WriteBatch& wb, bool sync) {
@@ -394,6 +434,43 @@ Status Store::Scan(Cf cf, std::string_view prefix,
     if (!fn(k, it->value().ToStringView())) break;
   }
   return FromRocks(it->status(), "scanning index");
+}
+
+Status Store::PinChunk(const ChunkKey& key) {
+  Impl& s = *impl_;
+  {
+    std::lock_guard l(s.pin_mu);
+    auto it = s.pins.find(key);
+    // Pinned already: the chunk is indexed (a pinned chunk is never dropped).
+    if (it != s.pins.end()) {
+      it->second++;
+      return Status::Ok();
+    }
+  }
+  // First pin: check presence with commits excluded, so that no commit
+  // group between the check and the pin can drop the chunk.
+  std::lock_guard cl(s.commit_mu);
+  LMC_ASSIGN_OR_RETURN(fmt::ChunkEntry e, s.LoadEntry(key));
+  (void)e;
+  std::lock_guard l(s.pin_mu);
+  s.pins[key]++;
+  return Status::Ok();
+}
+
+void Store::UnpinChunk(const ChunkKey& key) {
+  Impl& s = *impl_;
+  std::lock_guard l(s.pin_mu);
+  auto it = s.pins.find(key);
+  if (it == s.pins.end()) return;
+  if (--it->second == 0) {
+    s.pins.erase(it);
+    if (s.zombies.count(key)) s.reap.insert(key);
+  }
+}
+
+uint64_t Store::PinnedDeadChunks() const {
+  std::lock_guard l(impl_->pin_mu);
+  return impl_->zombies.size();
 }
 
 StoreStats Store::Stats() const {

@@ -12,6 +12,7 @@
 #include <memory>
 #include <mutex>
 #include <set>
+#include <unordered_map>
 #include <shared_mutex>
 #include <string>
 #include <vector>
@@ -66,6 +67,19 @@ struct Store::Impl {
   std::mutex queue_mu;
   std::deque<Writer*> writers;
 
+  // Pins (Store::PinChunk; docs/ARCHITECTURE.md, "Pinned bases"). Lock
+  // order: commit_mu before pin_mu; pin_mu is held only for set operations.
+  mutable std::mutex pin_mu;
+  std::unordered_map<ChunkKey, uint32_t, ChunkKeyHash> pins;  // key -> pin count (> 0)
+  // Chunks indexed with refcount 0 because a pin held them when their last
+  // reference went (each has a marker in the default column family), and
+  // those of them whose last pin is gone: the next commit group drops them.
+  std::set<ChunkKey> zombies, reap;
+  bool Pinned(const ChunkKey& key) const {
+    std::lock_guard l(pin_mu);
+    return pins.count(key) > 0;
+  }
+
   std::atomic<uint64_t> n_commits{0}, n_groups{0}, n_stored{0}, n_dedup{0}, n_appended{0},
       n_corruptions{0};
 
@@ -95,6 +109,9 @@ struct Store::Impl {
   void Rollback();
   Status CommitGroup(const std::vector<Writer*>& group);
   Status WriteIndex(rocksdb::WriteBatch& wb, bool sync);
+  // Loads the markers of pinned dead chunks left by a previous run (no pin
+  // survives a restart) and drops them with one commit group.
+  Status ReapPinnedDead();
 };
 
 Status FromRocks(const rocksdb::Status& s, const std::string& what);

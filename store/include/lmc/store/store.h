@@ -81,19 +81,32 @@ class Batch {
   void Unref(const ChunkKey& key);
   void Put(Cf cf, std::string_view key, std::string_view value);
   void Delete(Cf cf, std::string_view key);
+  // Releases one pin taken with Store::PinChunk, once this batch has
+  // committed (the pin covers the window until the chunks that use `key` as
+  // a base are indexed). A batch that fails or is never committed keeps its
+  // pins until the store is reopened: a dead chunk then waits for the next
+  // Open to be reclaimed, which costs space, never data.
+  void Unpin(const ChunkKey& key);
+  // Replaces the record of indexed chunk `key` by `frame` (decoding to the
+  // same bytes: the key is their SHA-256), as a delta against `base` or
+  // standalone. The chunk keeps its references; its old base releases one
+  // reference, the new base takes one, all in this batch (garbage
+  // collection of dead delta bases, Store::RewriteDeadBases).
+  void RewriteChunk(const ChunkKey& key, std::span<const uint8_t> frame,
+                    const std::optional<ChunkKey>& base = std::nullopt);
 
   bool empty() const { return ops_.empty(); }
   size_t frame_bytes() const { return frame_bytes_; }
   void Clear();
 
-  enum class OpKind : uint8_t { kAdd, kRef, kUnref, kPut, kDelete };
+  enum class OpKind : uint8_t { kAdd, kRef, kUnref, kPut, kDelete, kUnpin, kRewrite };
   struct Op {
     OpKind kind = OpKind::kPut;
     Cf cf = Cf::kMeta;
     ChunkKey key;                  // chunk ops
-    std::optional<ChunkKey> base;  // kAdd
+    std::optional<ChunkKey> base;  // kAdd, kRewrite
     uint32_t decoded_len = 0;      // kAdd
-    std::string a;                 // kAdd: frame; kPut/kDelete: key
+    std::string a;                 // kAdd, kRewrite: frame; kPut/kDelete: key
     std::string b;                 // kPut: value
   };
   const std::vector<Op>& ops() const { return ops_; }
@@ -153,6 +166,33 @@ struct CompactReport {
   uint64_t bytes_reclaimed = 0;  // pack bytes freed
   std::vector<uint64_t> candidates;  // pack ids selected (dry run too)
 };
+
+// Garbage collection of dead delta bases (docs/ARCHITECTURE.md,
+// "Incremental snapshots", "Dead bases"). A chunk is a dead base when every
+// reference it holds comes from chunks that use it as their delta base (no
+// file references it any more): it would live forever. Its dependants are
+// re-encoded standalone (their key does not change), which lets the base go.
+struct DeadBaseOptions {
+  // Re-encodes one chunk standalone: decoded bytes and the dtype its
+  // current frame was coded with -> a standalone frame. Unset: the LMC codec
+  // (lmc::EncodeChunk).
+  std::function<Result<std::vector<uint8_t>>(const ChunkKey& key, const uint8_t* decoded, size_t n,
+                                             DType dtype)>
+      reencode;
+  uint64_t max_chunks = UINT64_MAX;   // stop after rewriting this many dependants
+  uint64_t batch_bytes = 64u << 20;   // frame bytes per commit
+  bool dry_run = false;               // only report what would be done
+};
+struct DeadBaseReport {
+  uint64_t chunks_scanned = 0;
+  uint64_t dead_bases = 0;         // chunks found referenced only as bases
+  uint64_t dead_base_bytes = 0;    // their record bytes (freed for Compact once rewritten)
+  uint64_t rewritten = 0;          // dependants re-encoded
+  uint64_t bytes_before = 0;       // record bytes of those dependants before
+  uint64_t bytes_after = 0;        // and after
+};
+// Return false to stop after the current commit (work done so far stays).
+using DeadBaseProgressFn = std::function<bool(const DeadBaseReport&)>;
 
 struct FsckOptions {
   bool repair = false;               // fix counts, truncate orphan tails, delete orphan packs
@@ -224,6 +264,25 @@ class Store {
               const std::function<bool(std::string_view key, std::string_view value)>& fn);
 
   StoreStats Stats() const;
+
+  // Pins an indexed chunk so that it stays indexed, even if its last
+  // reference goes, until the pin is released (Batch::Unpin at the commit of
+  // the batch that uses it as a delta base, or UnpinChunk). Pins are in
+  // memory; counted (pin twice, release twice). kNotFound if the chunk is
+  // not indexed. Thread-safe. docs/ARCHITECTURE.md, "Pinned bases".
+  Status PinChunk(const ChunkKey& key);
+  // Releases a pin at once (the caller did not use the chunk).
+  void UnpinChunk(const ChunkKey& key);
+  // Chunks kept only by their pins (their last reference is gone), waiting
+  // for the pin to go.
+  uint64_t PinnedDeadChunks() const;
+
+  // Finds dead delta bases and re-encodes their dependants (see
+  // DeadBaseOptions). Safe while the store serves commits: each rewrite
+  // commits like any batch; a dependant released meanwhile is skipped.
+  // Follow with Compact to give the freed records' space back.
+  Result<DeadBaseReport> RewriteDeadBases(const DeadBaseOptions& options,
+                                          const DeadBaseProgressFn& progress = {});
 
   Result<CompactReport> Compact(const CompactOptions& options, const CompactProgressFn& progress = {});
   Result<FsckReport> Fsck(const FsckOptions& options);
