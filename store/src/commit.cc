@@ -97,6 +97,25 @@ Status Unref(Overlay& ov, const ChunkKey& first) {
   return Status::Corruption("delta chain of " + first.ToHex() + " longer than allowed");
 }
 
+// Appends op's frame as a record at the end of `records` (the active pack),
+// makes `e` point at it and installs it in the slot (saved for undo first).
+void AppendRecord(Store::Impl& s, const Batch::Op& op, fmt::ChunkEntry& e, Overlay& ov,
+                  Overlay::Slot* slot, std::string& records, uint64_t records_base) {
+  e.pack_id = s.active_id;
+  e.offset = records_base + records.size();
+  e.frame_len = static_cast<uint32_t>(op.a.size());
+  uint8_t hdr[fmt::kRecordHeaderSize];
+  fmt::EncodeRecordHeader(hdr, op.key, reinterpret_cast<const uint8_t*>(op.a.data()), e.frame_len,
+                          e.decoded_len);
+  records.append(reinterpret_cast<const char*>(hdr), sizeof hdr);
+  records.append(op.a);
+  ov.Save(op.key, *slot);
+  slot->present = true;
+  slot->dirty = true;
+  slot->e = e;
+  ov.AddLive(s.active_id, static_cast<int64_t>(e.record_size()));
+}
+
 Status ApplyChunkOps(Store::Impl& s, const Batch& b, Overlay& ov, std::string& records,
                      uint64_t records_base, BatchCounts& counts) {
   for (const Batch::Op& op : b.ops()) {
@@ -133,21 +152,9 @@ Status ApplyChunkOps(Store::Impl& s, const Batch& b, Overlay& ov, std::string& r
           // Find may rehash; re-find the chunk's own slot below.
         }
         LMC_ASSIGN_OR_RETURN(slot, ov.Find(op.key));
-        e.pack_id = s.active_id;
-        e.offset = records_base + records.size();
-        e.frame_len = static_cast<uint32_t>(op.a.size());
         e.decoded_len = op.decoded_len;
         e.refcount = 1;
-        uint8_t hdr[fmt::kRecordHeaderSize];
-        fmt::EncodeRecordHeader(hdr, op.key, reinterpret_cast<const uint8_t*>(op.a.data()),
-                                e.frame_len, e.decoded_len);
-        records.append(reinterpret_cast<const char*>(hdr), sizeof hdr);
-        records.append(op.a);
-        ov.Save(op.key, *slot);
-        slot->present = true;
-        slot->dirty = true;
-        slot->e = e;
-        ov.AddLive(s.active_id, static_cast<int64_t>(e.record_size()));
+        AppendRecord(s, op, e, ov, slot, records, records_base);
         counts.stored++;
         break;
       }
@@ -187,18 +194,7 @@ Status ApplyChunkOps(Store::Impl& s, const Batch& b, Overlay& ov, std::string& r
         }
         LMC_ASSIGN_OR_RETURN(slot, ov.Find(op.key));
         ov.AddLive(slot->e.pack_id, -static_cast<int64_t>(slot->e.record_size()));
-        e.pack_id = s.active_id;
-        e.offset = records_base + records.size();
-        e.frame_len = static_cast<uint32_t>(op.a.size());
-        uint8_t hdr[fmt::kRecordHeaderSize];
-        fmt::EncodeRecordHeader(hdr, op.key, reinterpret_cast<const uint8_t*>(op.a.data()),
-                                e.frame_len, e.decoded_len);
-        records.append(reinterpret_cast<const char*>(hdr), sizeof hdr);
-        records.append(op.a);
-        ov.Save(op.key, *slot);
-        slot->dirty = true;
-        slot->e = e;
-        ov.AddLive(s.active_id, static_cast<int64_t>(e.record_size()));
+        AppendRecord(s, op, e, ov, slot, records, records_base);
         counts.stored++;
         // The old base loses this dependant's reference.
         if (old_base) LMC_RETURN_IF_ERROR(Unref(ov, *old_base));
