@@ -30,6 +30,7 @@
 #include <thread>
 #include <vector>
 
+#include "lmc/fs/control.h"
 #include "lmc/fs/filesystem.h"
 #include "lmc/gpu.h"
 #include "lmc/fs/fuse_ops.h"
@@ -437,6 +438,12 @@ int Serve(const Options& o, int report_fd) {
   // decides whether a usable GPU is required; the log says what runs.
   spdlog::info("lmcfs: mounted {} at {}; codec path: CPU (gpu={}; GPU: {})", o.store, o.mountpoint,
                o.gpu, GpuDescription());
+  // The control channel of lmcfs-gc/-stat/-fsck (lmc/fs/control.h); the
+  // mount serves without it if it cannot start.
+  control::ControlServer control;
+  if (Status cs = control.Start(fs.get(), o.store, getuid()); !cs.ok())
+    spdlog::warn("lmcfs: no control channel for {} ({}); lmcfs-gc/-stat/-fsck cannot reach this mount",
+                 o.mountpoint, cs.ToString());
   if (report_fd >= 0) {
     Report(report_fd, 0, "");
     int nul = open("/dev/null", O_RDWR);
@@ -455,6 +462,7 @@ int Serve(const Options& o, int report_fd) {
   fuse_session_unmount(se);
   fuse_remove_signal_handlers(se);
   fuse_session_destroy(se);
+  control.Stop();
   Status s = fs->Shutdown();
   fs.reset();
   store.reset();

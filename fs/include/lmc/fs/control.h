@@ -1,0 +1,111 @@
+// The daemon's control channel and the store operations it serves, shared
+// with the offline tools (lmcfs-gc, lmcfs-stat, lmcfs-fsck), so that a tool
+// gives the same answer whether it runs against a mounted filesystem or an
+// unmounted store directory.
+//
+// Channel: a Unix stream socket STORE/control.sock, mode 0600, owned by the
+// daemon's user; the server also checks the peer's credentials (SO_PEERCRED):
+// only root and the daemon's uid are served. Framing and messages:
+// docs/FORMAT.md, "Control protocol"; design: docs/ARCHITECTURE.md,
+// "Operating tools".
+//
+// Every operation returns its result as a JSON document (text), the same
+// document the control protocol carries, so that tools render one format.
+#pragma once
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "lmc/fs/filesystem.h"
+#include "lmc/status.h"
+#include "lmc/store/store.h"
+
+namespace lmc::fs::control {
+
+inline constexpr int kProtocolVersion = 1;                 // docs/FORMAT.md, "Control protocol"
+inline constexpr char kSocketName[] = "control.sock";      // in the store directory
+inline constexpr uint32_t kMaxMessageBytes = 64u << 20;    // a frame longer than this is refused
+
+// Progress events (one JSON object each) streamed while an operation runs.
+using EventFn = std::function<void(const std::string& event_json)>;
+
+struct GcOptions {
+  double threshold = 0.5;             // compact packs whose live fraction is below this
+  uint64_t rate_bytes_per_s = 0;      // copy at most this fast on average (0: unlimited)
+  uint64_t max_bytes = UINT64_MAX;    // stop after copying this much
+  bool dry_run = false;               // report only
+  // Runs before compaction (not on dry runs): the place where chunks whose
+  // delta base is otherwise dead get re-encoded, so compaction can drop the
+  // base. Unset: nothing to do. Must be safe to run while the filesystem
+  // serves requests.
+  std::function<Status(store::Store& store, const EventFn& events)> before_compact;
+  // Polled between packs; true stops the run (kAborted, work so far kept).
+  std::function<bool()> cancelled;
+};
+
+// Compaction with rate limit and progress. Result: {"dry_run", "packs_examined",
+// "packs_rewritten", "candidates", "chunks_moved", "bytes_copied",
+// "bytes_reclaimed", "pack_bytes_before", "pack_bytes_after", "seconds"}.
+Result<std::string> RunGc(store::Store& store, const GcOptions& options, const EventFn& events);
+
+struct FsckRunOptions {
+  bool repair = false;           // only on an unmounted store
+  bool online = false;           // the store is in use: tree checks need two passes to agree
+  std::string quarantine_path;   // when repairing: where removed records' metadata is written
+  std::function<bool()> cancelled;
+};
+// Store::Fsck plus the tree checks, and the paths of the files any
+// corruption affects. Result documented in docs/FORMAT.md; its
+// "exit_code" follows fsck(8) (store::FsckExit).
+Result<std::string> RunFsck(store::Store& store, const FsckRunOptions& options, const EventFn& events);
+
+// Per-file/per-directory figures and store totals (lmc/fs/inspect.h), plus
+// "index_bytes" (the index directory's size on disk) when store_dir is
+// given, and "daemon" counters when fs is given.
+Result<std::string> RunStat(store::Store& store, const std::string& store_dir,
+                            const std::vector<std::string>& paths, Filesystem* fs,
+                            double uptime_s = 0);
+
+// STORE/control.sock.
+std::string SocketPath(const std::string& store_dir);
+
+// True if the connected peer on fd may use the channel: root, or `owner`.
+// Otherwise *why says who asked.
+bool PeerAllowed(int fd, uid_t owner, std::string* why);
+
+// Serves the channel on a thread of its own (one more per connection).
+// Requests that change the store (gc) run one at a time.
+class ControlServer {
+ public:
+  ControlServer();
+  ~ControlServer();  // Stop()
+  ControlServer(const ControlServer&) = delete;
+  ControlServer& operator=(const ControlServer&) = delete;
+
+  // Listens on SocketPath(store_dir), owned by `owner`, mode 0600. A stale
+  // socket file (left by a crash: we hold the store lock) is replaced.
+  Status Start(Filesystem* fs, const std::string& store_dir, uid_t owner);
+  // Stops listening, cancels running operations between packs, joins.
+  void Stop();
+  // Installed into every gc's options (GcOptions::before_compact).
+  void SetBeforeCompact(std::function<Status(store::Store&, const EventFn&)> fn);
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+// Client: sends one request (a JSON object; "v" is added) and reads events
+// until the final response. on_event gets each progress event; *response
+// the final one ({"ok": true, "result": ...} or {"ok": false, "error": ...}).
+Status Call(const std::string& socket_path, const std::string& request_json, const EventFn& on_event,
+            std::string* response);
+
+}  // namespace lmc::fs::control

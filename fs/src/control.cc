@@ -1,0 +1,636 @@
+// The control channel (server and client) and the operations it serves:
+// gc, fsck and stat as JSON documents (lmc/fs/control.h; protocol in
+// docs/FORMAT.md, "Control protocol").
+#include "lmc/fs/control.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <spdlog/spdlog.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <list>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <set>
+#include <thread>
+
+#include "lmc/fs/inspect.h"
+
+namespace lmc::fs::control {
+namespace {
+
+using json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+double Since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+// ------------------------------------------------------------ framing
+
+bool WriteAll(int fd, const void* p, size_t n) {
+  const char* c = static_cast<const char*>(p);
+  while (n > 0) {
+    ssize_t w = ::send(fd, c, n, MSG_NOSIGNAL);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return false;
+    c += w;
+    n -= static_cast<size_t>(w);
+  }
+  return true;
+}
+
+bool ReadAll(int fd, void* p, size_t n) {
+  char* c = static_cast<char*>(p);
+  while (n > 0) {
+    ssize_t r = ::recv(fd, c, n, 0);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return false;
+    c += r;
+    n -= static_cast<size_t>(r);
+  }
+  return true;
+}
+
+// A frame: u32 little-endian length, then that many bytes of JSON.
+bool WriteFrame(int fd, const std::string& s) {
+  uint8_t h[4];
+  const uint32_t n = static_cast<uint32_t>(s.size());
+  for (int i = 0; i < 4; i++) h[i] = static_cast<uint8_t>(n >> (8 * i));
+  return WriteAll(fd, h, 4) && WriteAll(fd, s.data(), s.size());
+}
+
+Status ReadFrame(int fd, std::string* s) {
+  uint8_t h[4];
+  if (!ReadAll(fd, h, 4)) return Status::IOError("control channel closed");
+  const uint32_t n = h[0] | (h[1] << 8) | (h[2] << 16) | (uint32_t{h[3]} << 24);
+  if (n > kMaxMessageBytes)
+    return Status::Corruption("control message of " + std::to_string(n) + " bytes exceeds the limit");
+  s->resize(n);
+  if (!ReadAll(fd, s->data(), n)) return Status::IOError("control channel closed mid-message");
+  return Status::Ok();
+}
+
+// sun_path holds 108 bytes; a longer path goes through the directory's
+// /proc/self/fd entry (dir_fd keeps it open until the call is done).
+Status Address(const std::string& path, sockaddr_un* a, int* dir_fd) {
+  std::memset(a, 0, sizeof *a);
+  a->sun_family = AF_UNIX;
+  *dir_fd = -1;
+  std::string p = path;
+  if (p.size() >= sizeof a->sun_path) {
+    const auto slash = path.rfind('/');
+    const std::string dir = slash == std::string::npos ? "." : path.substr(0, slash);
+    *dir_fd = ::open(dir.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (*dir_fd < 0) return Status::FromErrno(errno, "open " + dir);
+    p = "/proc/self/fd/" + std::to_string(*dir_fd) + "/" + path.substr(slash + 1);
+    if (p.size() >= sizeof a->sun_path) return Status::InvalidArgument("socket name too long: " + path);
+  }
+  std::memcpy(a->sun_path, p.c_str(), p.size());
+  return Status::Ok();
+}
+
+json Figures(const SpaceFigures& f) {
+  return {{"files", f.files},
+          {"chunks", f.chunks},
+          {"logical", f.logical},
+          {"stored", f.stored},
+          {"charged", f.charged},
+          {"delta_stored", f.delta_stored},
+          {"saved_codec", f.saved_codec},
+          {"saved_delta", f.saved_delta},
+          {"saved_dedup", f.saved_dedup},
+          {"ratio", f.Ratio()}};
+}
+
+const char* TypeName(uint32_t mode) {
+  switch (mode & S_IFMT) {
+    case S_IFREG: return "file";
+    case S_IFDIR: return "dir";
+    case S_IFLNK: return "symlink";
+    default: return "special";
+  }
+}
+
+uint64_t DirBytes(const std::string& dir) {
+  uint64_t n = 0;
+  std::error_code ec;
+  for (auto it = std::filesystem::recursive_directory_iterator(dir, ec);
+       !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
+    std::error_code e2;
+    if (it->is_regular_file(e2)) n += it->file_size(e2);
+  }
+  return n;
+}
+
+// 64-hex-digit tokens in the store's fsck messages: the chunks they name.
+std::set<store::ChunkKey> KeysIn(const std::vector<std::string>& messages) {
+  static const std::regex hex("[0-9a-f]{64}");
+  std::set<store::ChunkKey> keys;
+  for (const auto& m : messages)
+    for (auto it = std::sregex_iterator(m.begin(), m.end(), hex); it != std::sregex_iterator(); ++it)
+      if (auto k = store::ChunkKey::FromHex(it->str())) keys.insert(*k);
+  return keys;
+}
+
+}  // namespace
+
+std::string SocketPath(const std::string& store_dir) { return store_dir + "/" + kSocketName; }
+
+// ------------------------------------------------------------ operations
+
+Result<std::string> RunGc(store::Store& st, const GcOptions& o, const EventFn& events) {
+  const auto t0 = Clock::now();
+  const store::StoreStats before = st.Stats();
+  if (o.before_compact && !o.dry_run) LMC_RETURN_IF_ERROR(o.before_compact(st, events));
+  store::CompactOptions co;
+  co.live_fraction_threshold = o.threshold;
+  co.max_bytes_to_copy = o.max_bytes;
+  co.dry_run = o.dry_run;
+  // The rate limit sleeps between packs so that bytes copied / time stays
+  // under the rate: commits wait only while one pack is copied.
+  auto progress = [&](const store::CompactProgress& p) {
+    if (events) {
+      json e = {{"event", "progress"}, {"op", "gc"},       {"done", p.packs_done},
+                {"total", p.packs_total}, {"bytes_copied", p.bytes_copied},
+                {"bytes_reclaimed", p.bytes_reclaimed}, {"pack", p.pack_id}};
+      events(e.dump());
+    }
+    if (o.rate_bytes_per_s > 0) {
+      const double want = static_cast<double>(p.bytes_copied) / static_cast<double>(o.rate_bytes_per_s);
+      while (Since(t0) < want) {
+        if (o.cancelled && o.cancelled()) return false;
+        std::this_thread::sleep_for(std::chrono::milliseconds(
+            std::min<int64_t>(100, static_cast<int64_t>((want - Since(t0)) * 1000) + 1)));
+      }
+    }
+    return !(o.cancelled && o.cancelled());
+  };
+  LMC_ASSIGN_OR_RETURN(store::CompactReport r, st.Compact(co, progress));
+  const store::StoreStats after = st.Stats();
+  // A dry run reclaims nothing: what it would reclaim is the candidates' dead bytes.
+  uint64_t would = 0;
+  if (o.dry_run) would = before.pack_bytes - std::min(before.pack_bytes, before.live_bytes);
+  json j = {{"dry_run", o.dry_run},
+            {"threshold", o.threshold},
+            {"packs_examined", r.packs_examined},
+            {"packs_rewritten", r.packs_compacted},
+            {"candidates", r.candidates},
+            {"chunks_moved", r.chunks_moved},
+            {"bytes_copied", r.bytes_copied},
+            {"bytes_reclaimed", r.bytes_reclaimed},
+            {"dead_bytes", would},
+            {"pack_bytes_before", before.pack_bytes},
+            {"pack_bytes_after", after.pack_bytes},
+            {"live_bytes", after.live_bytes},
+            {"seconds", Since(t0)}};
+  return j.dump();
+}
+
+Result<std::string> RunFsck(store::Store& st, const FsckRunOptions& o, const EventFn& events) {
+  const auto t0 = Clock::now();
+  store::FsckOptions fo;
+  fo.repair = o.repair && !o.online;
+  fo.verify_content_hash = true;
+  auto last = Clock::now();
+  fo.progress = [&](uint64_t done, uint64_t total) {
+    if (!events || (done != total && Since(last) < 0.2)) return;
+    last = Clock::now();
+    events(json{{"event", "progress"}, {"op", "fsck"}, {"done", done}, {"total", total}}.dump());
+  };
+  const store::StoreStats stats = st.Stats();
+  auto sr = st.Fsck(fo);
+  if (!sr.ok()) return sr.status();
+  const store::FsckReport& r = *sr;
+  const double verify_s = Since(t0);
+
+  LMC_ASSIGN_OR_RETURN(TreeCheck tc, CheckTree(&st));
+  if (o.online && !tc.problems.empty()) {
+    // Concurrent commits can fall between the per-family snapshots: keep
+    // only what a second pass sees too.
+    LMC_ASSIGN_OR_RETURN(TreeCheck again, CheckTree(&st));
+    std::set<std::pair<std::string, std::string>> seen;
+    for (const auto& p : again.problems) seen.emplace(p.key_hex, p.message);
+    std::vector<TreeProblem> kept;
+    for (auto& p : tc.problems)
+      if (seen.count({p.key_hex, p.message})) kept.push_back(std::move(p));
+    tc.problems = std::move(kept);
+  }
+
+  // Chunks the store found bad or missing, confirmed one by one.
+  std::set<store::ChunkKey> bad;
+  Workspace ws;
+  std::vector<uint8_t> buf;
+  for (const auto& k : KeysIn(r.messages)) {
+    auto info = st.GetChunkInfo(k);
+    if (!info.ok()) {
+      if (info.status().IsNotFound() || info.status().IsCorruption()) bad.insert(k);
+      continue;
+    }
+    buf.resize(std::max<size_t>(info->decoded_len, 1));
+    auto n = st.ReadChunk(k, buf.data(), buf.size(), ws);
+    if (!n.ok() && n.status().IsCorruption()) bad.insert(k);
+  }
+  for (const auto& p : tc.problems) {
+    if (p.kind != TreeProblem::kMissingChunk) continue;
+    for (const auto& k : KeysIn({p.message})) bad.insert(k);
+  }
+  LMC_ASSIGN_OR_RETURN(std::vector<std::string> affected, PathsUsingChunks(&st, bad));
+
+  uint64_t tree_fixed = 0;
+  json quarantine = json::array();
+  if (o.repair && !o.online) {
+    for (const auto& p : tc.problems)
+      if (p.repairable && p.kind != TreeProblem::kLinkCount)
+        quarantine.push_back({{"what", p.message}, {"key_hex", p.key_hex}, {"value_hex", p.value_hex}});
+    for (const auto& p : tc.problems)
+      if (!p.repairable)
+        quarantine.push_back({{"what", p.message}, {"key_hex", p.key_hex}, {"value_hex", p.value_hex},
+                              {"left", true}});
+    for (const auto& m : r.messages)
+      if (m.find("(repaired)") == std::string::npos) quarantine.push_back({{"what", m}, {"left", true}});
+    if (!quarantine.empty() && !o.quarantine_path.empty()) {
+      // Written before the records are removed: the evidence survives a crash.
+      std::ofstream q(o.quarantine_path, std::ios::trunc);
+      q << json{{"v", kProtocolVersion}, {"records", quarantine}, {"affected_files", affected}}.dump(2) << "\n";
+      q.close();
+      if (!q) return Status::IOError("cannot write the quarantine report " + o.quarantine_path);
+    }
+    LMC_ASSIGN_OR_RETURN(tree_fixed, RepairTree(&st, tc));
+  }
+
+  uint64_t errors = r.errors + tc.problems.size();
+  uint64_t fixed = r.fixed + tree_fixed;
+  int code = errors == 0 ? store::kFsckOk : fixed >= errors ? store::kFsckCorrected : store::kFsckUncorrected;
+  json problems = json::array();
+  for (const auto& p : tc.problems)
+    problems.push_back({{"message", p.message}, {"repaired", o.repair && !o.online && p.repairable}});
+  json j = {
+      {"online", o.online},
+      {"repair", o.repair && !o.online},
+      {"exit_code", code},
+      {"errors", errors},
+      {"fixed", fixed},
+      {"seconds", Since(t0)},
+      {"verify_seconds", verify_s},
+      {"verified_bytes", stats.live_bytes},
+      {"store",
+       {{"chunks_checked", r.chunks_checked},
+        {"bad_records", r.bad_records},
+        {"bad_index_values", r.bad_index_values},
+        {"missing_chunks", r.missing_chunks},
+        {"refcount_mismatches", r.refcount_mismatches},
+        {"live_bytes_mismatches", r.live_bytes_mismatches},
+        {"orphan_packs", r.orphan_packs},
+        {"orphan_bytes", r.orphan_bytes},
+        {"missing_packs", r.missing_packs},
+        {"errors", r.errors},
+        {"fixed", r.fixed},
+        {"messages", r.messages}}},
+      {"tree", {{"inodes", tc.inodes}, {"dirents", tc.dirents}, {"extents", tc.extents}, {"problems", problems}}},
+      {"bad_chunks", json::array()},
+      {"affected_files", affected},
+      {"quarantine", quarantine.empty() ? "" : o.quarantine_path}};
+  for (const auto& k : bad) j["bad_chunks"].push_back(k.ToHex());
+  return j.dump();
+}
+
+Result<std::string> RunStat(store::Store& st, const std::string& store_dir,
+                            const std::vector<std::string>& paths, Filesystem* fs, double uptime_s) {
+  LMC_ASSIGN_OR_RETURN(TreeReport rep, InspectTree(&st, paths));
+  json entries = json::array();
+  for (const auto& e : rep.entries) {
+    json x = Figures(e.space);
+    x["path"] = e.path;
+    x["ino"] = e.ino;
+    x["type"] = TypeName(e.mode);
+    x["nlink"] = e.nlink;
+    entries.push_back(std::move(x));
+  }
+  const StoreTotals& t = rep.totals;
+  json totals = Figures(t.space);
+  totals.update({{"inodes", t.inodes},
+                 {"dirs", t.dirs},
+                 {"chunks", t.chunks},
+                 {"unique_frame_bytes", t.unique_frames},
+                 {"delta_chunks", t.delta_chunks},
+                 {"delta_frame_bytes", t.delta_frame_bytes},
+                 {"packs", t.packs},
+                 {"pack_bytes", t.pack_bytes},
+                 {"live_bytes", t.live_bytes},
+                 {"live_fraction", t.LiveFraction()}});
+  if (!store_dir.empty()) totals["index_bytes"] = DirBytes(store_dir + "/index");
+  json j = {{"entries", entries}, {"totals", totals}};
+  if (fs) {
+    FsCounters& c = fs->counters();
+    const store::StoreStats ss = st.Stats();
+    j["daemon"] = {{"uptime_s", uptime_s},
+                   {"write_calls", c.write_calls.load()},
+                   {"write_bytes", c.write_bytes.load()},
+                   {"bytes_encoded", c.bytes_written.load()},
+                   {"chunks_written", c.chunks_written.load()},
+                   {"data_commits", c.commits.load()},
+                   {"cache_hits", c.cache_hits.load()},
+                   {"cache_misses", c.cache_misses.load()},
+                   {"eio", c.eio.load()},
+                   {"store_commits", ss.commits},
+                   {"store_dedup_hits", ss.dedup_hits},
+                   {"store_bytes_appended", ss.bytes_appended},
+                   {"store_corruptions", ss.corruptions}};
+  }
+  return j.dump();
+}
+
+bool PeerAllowed(int fd, uid_t owner, std::string* why) {
+  ucred cred{};
+  socklen_t len = sizeof cred;
+  if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
+    if (why) *why = std::string("cannot read the peer's credentials: ") + std::strerror(errno);
+    return false;
+  }
+  if (cred.uid == 0 || cred.uid == owner) return true;
+  if (why)
+    *why = "uid " + std::to_string(cred.uid) + " (pid " + std::to_string(cred.pid) +
+           ") is neither root nor the mount's owner (uid " + std::to_string(owner) + ")";
+  return false;
+}
+
+// ------------------------------------------------------------ server
+
+struct ControlServer::Impl {
+  Filesystem* fs = nullptr;
+  std::string store_dir, path;
+  uid_t owner = 0;
+  int listen_fd = -1;
+  int wake[2] = {-1, -1};
+  std::atomic<bool> stopping{false};
+  std::thread acceptor;
+  std::mutex mu;  // guards conns and before_compact
+  struct Conn {
+    int fd;
+    std::thread th;
+    std::atomic<bool> done{false};
+  };
+  std::list<Conn> conns;
+  std::function<Status(store::Store&, const EventFn&)> before_compact;
+  std::mutex gc_mu;  // one store-changing operation at a time
+  Clock::time_point started = Clock::now();
+
+  void Accept();
+  void Serve(int fd);
+  json Handle(const json& req, const EventFn& ev);
+  void Reap(bool all);
+};
+
+ControlServer::ControlServer() : impl_(std::make_unique<Impl>()) {}
+ControlServer::~ControlServer() { Stop(); }
+
+void ControlServer::SetBeforeCompact(std::function<Status(store::Store&, const EventFn&)> fn) {
+  std::lock_guard l(impl_->mu);
+  impl_->before_compact = std::move(fn);
+}
+
+Status ControlServer::Start(Filesystem* fs, const std::string& store_dir, uid_t owner) {
+  Impl& s = *impl_;
+  if (s.listen_fd >= 0) return Status::InvalidArgument("control server already started");
+  s.fs = fs;
+  s.store_dir = store_dir;
+  s.path = SocketPath(store_dir);
+  s.owner = owner;
+  s.stopping = false;
+  s.started = Clock::now();
+  sockaddr_un a;
+  int dir_fd = -1;
+  LMC_RETURN_IF_ERROR(Address(s.path, &a, &dir_fd));
+  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    if (dir_fd >= 0) ::close(dir_fd);
+    return Status::FromErrno(errno, "control socket");
+  }
+  ::unlink(s.path.c_str());  // stale from a crash: the store lock is ours
+  // Created with no permission for anyone else; the owner is set after.
+  const mode_t old = ::umask(0177);
+  int rc = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  const int bind_err = errno;
+  ::umask(old);
+  if (dir_fd >= 0) ::close(dir_fd);
+  if (rc != 0) {
+    ::close(fd);
+    return Status::FromErrno(bind_err, "bind control socket " + s.path);
+  }
+  if (::chmod(s.path.c_str(), 0600) != 0 ||
+      (::geteuid() == 0 && owner != 0 && ::chown(s.path.c_str(), owner, static_cast<gid_t>(-1)) != 0) ||
+      ::listen(fd, 16) != 0) {
+    const int e = errno;
+    ::close(fd);
+    ::unlink(s.path.c_str());
+    return Status::FromErrno(e, "set up control socket " + s.path);
+  }
+  if (::pipe2(s.wake, O_CLOEXEC) != 0) {
+    const int e = errno;
+    ::close(fd);
+    ::unlink(s.path.c_str());
+    return Status::FromErrno(e, "control pipe");
+  }
+  s.listen_fd = fd;
+  s.acceptor = std::thread([&s] { s.Accept(); });
+  spdlog::info("lmcfs: control channel at {}", s.path);
+  return Status::Ok();
+}
+
+void ControlServer::Stop() {
+  Impl& s = *impl_;
+  if (s.listen_fd < 0) return;
+  s.stopping = true;
+  char c = 0;
+  if (::write(s.wake[1], &c, 1) < 0) {
+  }
+  if (s.acceptor.joinable()) s.acceptor.join();
+  {
+    std::lock_guard l(s.mu);
+    for (auto& cn : s.conns) ::shutdown(cn.fd, SHUT_RDWR);
+  }
+  s.Reap(true);
+  ::close(s.listen_fd);
+  ::close(s.wake[0]);
+  ::close(s.wake[1]);
+  s.listen_fd = s.wake[0] = s.wake[1] = -1;
+  ::unlink(s.path.c_str());
+}
+
+void ControlServer::Impl::Reap(bool all) {
+  std::list<Conn> finished;
+  {
+    std::lock_guard l(mu);
+    for (auto it = conns.begin(); it != conns.end();) {
+      if (all || it->done) {
+        auto next = std::next(it);
+        finished.splice(finished.end(), conns, it);
+        it = next;
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (auto& c : finished) c.th.join();
+}
+
+void ControlServer::Impl::Accept() {
+  while (!stopping) {
+    pollfd p[2] = {{listen_fd, POLLIN, 0}, {wake[0], POLLIN, 0}};
+    int n = ::poll(p, 2, 1000);
+    Reap(false);
+    if (n <= 0 || stopping) continue;
+    if (!(p[0].revents & POLLIN)) continue;
+    int fd = ::accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) continue;
+    std::lock_guard l(mu);
+    Conn& c = conns.emplace_back();
+    c.fd = fd;
+    c.th = std::thread([this, &c] {
+      Serve(c.fd);
+      ::close(c.fd);
+      c.done = true;
+    });
+  }
+}
+
+void ControlServer::Impl::Serve(int fd) {
+  auto reply_error = [&](const std::string& code, const std::string& msg) {
+    WriteFrame(fd, json{{"v", kProtocolVersion}, {"ok", false}, {"code", code}, {"error", msg}}.dump());
+  };
+  std::string why;
+  if (!PeerAllowed(fd, owner, &why)) {
+    spdlog::warn("lmcfs: control channel {}: refused {}", path, why);
+    reply_error("permission_denied", "permission denied: " + why);
+    return;
+  }
+  std::string msg;
+  while (ReadFrame(fd, &msg).ok()) {
+    json req = json::parse(msg, nullptr, false);
+    if (req.is_discarded() || !req.is_object()) {
+      reply_error("bad_request", "request is not a JSON object");
+      return;
+    }
+    const int v = req.value("v", 0);
+    if (v != kProtocolVersion) {
+      reply_error("unsupported_version", "protocol version " + std::to_string(v) + " not served; this daemon speaks " +
+                                             std::to_string(kProtocolVersion));
+      continue;
+    }
+    EventFn ev = [&](const std::string& e) {
+      json x = json::parse(e, nullptr, false);
+      x["v"] = kProtocolVersion;
+      WriteFrame(fd, x.dump());
+    };
+    json resp;
+    try {
+      resp = Handle(req, ev);
+    } catch (const std::exception& e) {
+      resp = {{"ok", false}, {"code", "internal"}, {"error", e.what()}};
+    }
+    resp["v"] = kProtocolVersion;
+    if (!WriteFrame(fd, resp.dump())) return;
+  }
+}
+
+json ControlServer::Impl::Handle(const json& req, const EventFn& ev) {
+  store::Store& st = *fs->store();
+  const std::string op = req.value("op", "");
+  auto fail = [](const Status& s) {
+    return json{{"ok", false}, {"code", "error"}, {"error", s.ToString()}};
+  };
+  auto ok = [](const std::string& result) {
+    return json{{"ok", true}, {"result", json::parse(result)}};
+  };
+  if (op == "ping") return json{{"ok", true}, {"result", {{"store", store_dir}}}};
+  if (op == "stat") {
+    std::vector<std::string> paths = req.value("paths", std::vector<std::string>{});
+    auto r = RunStat(st, store_dir, paths, fs, Since(started));
+    if (!r.ok()) return fail(r.status());
+    json j = ok(*r);
+    j["result"]["store"] = store_dir;
+    return j;
+  }
+  if (op == "gc") {
+    std::unique_lock l(gc_mu, std::try_to_lock);
+    if (!l.owns_lock()) return json{{"ok", false}, {"code", "busy"}, {"error", "another gc is running on this mount; try again when it finishes"}};
+    GcOptions o;
+    o.threshold = req.value("threshold", 0.5);
+    o.rate_bytes_per_s = req.value("rate_bytes_per_s", uint64_t{0});
+    o.max_bytes = req.value("max_bytes", UINT64_MAX);
+    o.dry_run = req.value("dry_run", false);
+    {
+      std::lock_guard g(mu);
+      o.before_compact = before_compact;
+    }
+    o.cancelled = [this] { return stopping.load(); };
+    auto r = RunGc(st, o, ev);
+    return r.ok() ? ok(*r) : fail(r.status());
+  }
+  if (op == "fsck") {
+    if (req.value("repair", false))
+      return json{{"ok", false}, {"code", "invalid"},
+                  {"error", "repair is not possible while mounted; unmount, then run lmcfs-fsck --repair on the store"}};
+    FsckRunOptions o;
+    o.online = true;
+    auto r = RunFsck(st, o, ev);
+    return r.ok() ? ok(*r) : fail(r.status());
+  }
+  return json{{"ok", false}, {"code", "bad_request"}, {"error", "unknown op '" + op + "'"}};
+}
+
+// ------------------------------------------------------------ client
+
+Status Call(const std::string& socket_path, const std::string& request_json, const EventFn& on_event,
+            std::string* response) {
+  json req = json::parse(request_json, nullptr, false);
+  if (req.is_discarded() || !req.is_object()) return Status::InvalidArgument("request is not a JSON object");
+  req["v"] = kProtocolVersion;
+  sockaddr_un a;
+  int dir_fd = -1;
+  LMC_RETURN_IF_ERROR(Address(socket_path, &a, &dir_fd));
+  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    if (dir_fd >= 0) ::close(dir_fd);
+    return Status::FromErrno(errno, "socket");
+  }
+  int rc = ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  const int err = errno;
+  if (dir_fd >= 0) ::close(dir_fd);
+  if (rc != 0) {
+    ::close(fd);
+    if (err == EACCES || err == EPERM)
+      return Status::IOError("permission denied on " + socket_path + ": only root and the mount's owner may use it");
+    return Status::FromErrno(err, "connect to the daemon at " + socket_path);
+  }
+  if (!WriteFrame(fd, req.dump())) {
+    ::close(fd);
+    return Status::IOError("the daemon closed the control channel " + socket_path);
+  }
+  std::string msg;
+  for (;;) {
+    Status s = ReadFrame(fd, &msg);
+    if (!s.ok()) {
+      ::close(fd);
+      return Status::IOError("no answer from the daemon at " + socket_path + ": " + s.message());
+    }
+    json j = json::parse(msg, nullptr, false);
+    if (j.is_object() && j.contains("event")) {
+      if (on_event) on_event(msg);
+      continue;
+    }
+    *response = msg;
+    ::close(fd);
+    return Status::Ok();
+  }
+}
+
+}  // namespace lmc::fs::control

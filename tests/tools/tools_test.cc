@@ -1,0 +1,468 @@
+// lmcfs-gc, lmcfs-stat, lmcfs-fsck in-process against offline stores
+// written through fs::Filesystem (no mount), and the control channel served
+// in-process (ControlServer over a Filesystem, without FUSE).
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <thread>
+
+#include "lmc/fs/control.h"
+#include "lmc/fs/filesystem.h"
+#include "lmc/fs/inspect.h"
+#include "lmc/store/store.h"
+#include "lmcfs_tools.h"
+#include "records.h"
+#include "tools_test_util.h"
+
+namespace lmc::tools {
+namespace {
+
+using json = nlohmann::json;
+using testing::PackBytesOnDisk;
+using testing::RandomData;
+using testing::RunTool;
+using testing::TempDir;
+
+// A store with a filesystem on it, opened in-process.
+class ToolsOffline : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    store_dir_ = tmp_.path() + "/store";
+    fo_.chunk_size = 256 << 10;
+    fo_.batch_limit = 1 << 20;
+    Open();
+  }
+  void TearDown() override { Close(); }
+  void Open(uint64_t pack_limit = uint64_t{256} << 20) {
+    store::StoreOptions so;
+    so.pack_size_limit = pack_limit;
+    auto s = store::Store::Open(store_dir_, so);
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    store_ = std::move(s).value();
+    auto f = fs::Filesystem::Open(store_.get(), store_dir_, fo_);
+    ASSERT_TRUE(f.ok()) << f.status().ToString();
+    fs_ = std::move(f).value();
+  }
+  void Close() {
+    if (fs_) {
+      EXPECT_TRUE(fs_->Shutdown().ok());
+    }
+    fs_.reset();
+    store_.reset();
+  }
+  uint64_t Mkdir(uint64_t parent, const std::string& name) {
+    struct stat st;
+    EXPECT_EQ(fs_->Mkdir(parent, name, 0755, {0, 0}, &st), 0);
+    return st.st_ino;
+  }
+  uint64_t Write(uint64_t parent, const std::string& name, const std::string& data) {
+    struct stat st;
+    EXPECT_EQ(fs_->Create(parent, name, 0644, {0, 0}, &st), 0);
+    for (size_t off = 0; off < data.size(); off += 1 << 20) {
+      size_t n = std::min<size_t>(1 << 20, data.size() - off);
+      EXPECT_EQ(fs_->Write(st.st_ino, off, data.data() + off, n), 0);
+    }
+    EXPECT_EQ(fs_->Fsync(st.st_ino, false), 0);
+    EXPECT_EQ(fs_->Release(st.st_ino), 0);
+    fs_->Forget(st.st_ino, 1);  // as the kernel does: unlink then frees the data
+    return st.st_ino;
+  }
+  std::string Read(uint64_t parent, const std::string& name) {
+    struct stat st;
+    EXPECT_EQ(fs_->Lookup(parent, name, &st), 0);
+    std::string out;
+    EXPECT_EQ(fs_->Read(st.st_ino, 0, static_cast<size_t>(st.st_size), &out), 0);
+    return out;
+  }
+  // Chunk keys of an inode's extents.
+  std::set<store::ChunkKey> ChunksOf(uint64_t ino) {
+    std::set<store::ChunkKey> keys;
+    EXPECT_TRUE(store_->Scan(store::Cf::kExtents, store::ExtentKeyPrefix(ino),
+                             [&](std::string_view, std::string_view v) {
+                               auto e = store::DecodeExtent(v);
+                               if (e && !e->hole()) keys.insert(e->chunk);
+                               return true;
+                             }).ok());
+    return keys;
+  }
+  json Json(const testing::ToolResult& r) {
+    json j = json::parse(r.out, nullptr, false);
+    EXPECT_FALSE(j.is_discarded()) << "not JSON: " << r.out << r.err;
+    return j;
+  }
+
+  TempDir tmp_;
+  std::string store_dir_;
+  fs::FsOptions fo_;
+  std::unique_ptr<store::Store> store_;
+  std::unique_ptr<fs::Filesystem> fs_;
+};
+
+TEST_F(ToolsOffline, StatFiguresPerFileDirectoryAndDedup) {
+  const uint64_t d = Mkdir(fs::kRootIno, "ckpt");
+  const std::string a = RandomData(3 << 20, 1);
+  std::string zeros(2 << 20, '\0');
+  Write(d, "a.bin", a);
+  Write(d, "zeros.bin", zeros);
+  Write(fs::kRootIno, "copy.bin", a);  // same bytes: deduplicated
+  Close();
+
+  auto r = RunTool(StatMain, "lmcfs-stat", {store_dir_, "--json"});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  json j = Json(r);
+  std::map<std::string, json> by_path;
+  for (const auto& e : j["entries"]) by_path[e["path"]] = e;
+  ASSERT_TRUE(by_path.count("/ckpt/a.bin") && by_path.count("/ckpt") && by_path.count("/copy.bin"));
+  EXPECT_EQ(by_path["/ckpt/a.bin"]["logical"], a.size());
+  EXPECT_EQ(by_path["/ckpt/zeros.bin"]["logical"], zeros.size());
+  // Zeros compress; random bytes do not.
+  EXPECT_LT(by_path["/ckpt/zeros.bin"]["stored"].get<uint64_t>(), zeros.size() / 50);
+  EXPECT_GT(by_path["/ckpt/a.bin"]["stored"].get<uint64_t>(), a.size() * 99 / 100);
+  // The two copies share chunks: each is charged half, the rest is dedup.
+  const uint64_t stored_a = by_path["/ckpt/a.bin"]["stored"];
+  EXPECT_EQ(by_path["/copy.bin"]["stored"].get<uint64_t>(), stored_a);
+  EXPECT_NEAR(by_path["/ckpt/a.bin"]["saved_dedup"].get<double>(), stored_a / 2.0, 64.0);
+  // A directory sums its subtree.
+  EXPECT_EQ(by_path["/ckpt"]["logical"].get<uint64_t>(), a.size() + zeros.size());
+  EXPECT_EQ(by_path["/ckpt"]["stored"].get<uint64_t>(),
+            stored_a + by_path["/ckpt/zeros.bin"]["stored"].get<uint64_t>());
+  // Savings add up to logical - charged, per entry.
+  for (const auto& [p, e] : by_path) {
+    if (e["type"] != "file") continue;
+    EXPECT_EQ(e["saved_codec"].get<int64_t>() + e["saved_delta"].get<int64_t>() + e["saved_dedup"].get<int64_t>(),
+              e["logical"].get<int64_t>() - e["charged"].get<int64_t>())
+        << p;
+  }
+  // Totals count every chunk once.
+  const json& t = j["totals"];
+  EXPECT_EQ(t["files"], 3u);
+  EXPECT_EQ(t["logical"].get<uint64_t>(), 2 * a.size() + zeros.size());
+  EXPECT_LT(t["unique_frame_bytes"].get<uint64_t>(), t["stored"].get<uint64_t>());
+  EXPECT_GT(t["packs"].get<uint64_t>(), 0u);
+  EXPECT_GT(t["index_bytes"].get<uint64_t>(), 0u);
+
+  // Paths limit the entries; the table sorts by stored size.
+  r = RunTool(StatMain, "lmcfs-stat", {store_dir_, "/ckpt", "--sort", "stored", "--bytes"});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(r.out.find("/copy.bin"), std::string::npos) << r.out;
+  const size_t pa = r.out.find("/ckpt/a.bin"), pz = r.out.find("/ckpt/zeros.bin");
+  ASSERT_NE(pa, std::string::npos);
+  ASSERT_NE(pz, std::string::npos);
+  EXPECT_LT(pa, pz) << r.out;
+  EXPECT_NE(r.out.find(std::to_string(a.size())), std::string::npos) << r.out;
+
+  r = RunTool(StatMain, "lmcfs-stat", {store_dir_, "/nope"});
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_NE(r.err.find("/nope"), std::string::npos) << r.err;
+  r = RunTool(StatMain, "lmcfs-stat", {store_dir_, "--sort", "colour"});
+  EXPECT_EQ(r.rc, 2);
+}
+
+TEST_F(ToolsOffline, GcReclaimsExactlyTheDeletedFilesBytes) {
+  Close();
+  Open(/*pack_limit=*/1);  // every commit seals its pack: one file, one pack
+  const std::string keep = RandomData(1 << 20, 2), gone = RandomData(1536 << 10, 3);
+  const uint64_t ik = Write(fs::kRootIno, "keep.bin", keep);
+  const uint64_t ig = Write(fs::kRootIno, "gone.bin", gone);
+  // What the deleted file occupies: its records, in packs of their own.
+  uint64_t want = 0;
+  std::set<uint64_t> packs_gone, packs_keep;
+  for (const auto& k : ChunksOf(ik)) packs_keep.insert(store_->GetChunkInfo(k)->pack_id);
+  for (const auto& k : ChunksOf(ig)) {
+    auto info = store_->GetChunkInfo(k);
+    ASSERT_TRUE(info.ok());
+    want += 64 + info->frame_len;  // record header + frame (docs/FORMAT.md, "Chunk records")
+    packs_gone.insert(info->pack_id);
+  }
+  for (uint64_t p : packs_gone) ASSERT_FALSE(packs_keep.count(p)) << "files share pack " << p;
+  want += 32 * packs_gone.size();  // their pack headers
+  ASSERT_EQ(fs_->Unlink(fs::kRootIno, "gone.bin"), 0);
+  Close();
+
+  const uint64_t before = PackBytesOnDisk(store_dir_);
+  auto dry = RunTool(GcMain, "lmcfs-gc", {store_dir_, "--dry-run", "--json", "--threshold", "1"});
+  ASSERT_EQ(dry.rc, 0) << dry.err;
+  EXPECT_EQ(Json(dry)["bytes_reclaimed"], 0u);
+  EXPECT_EQ(Json(dry)["candidates"].size(), packs_gone.size());
+  EXPECT_EQ(PackBytesOnDisk(store_dir_), before);
+
+  auto r = RunTool(GcMain, "lmcfs-gc", {store_dir_, "--json", "--threshold", "1"});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  json j = Json(r);
+  EXPECT_EQ(j["bytes_reclaimed"].get<uint64_t>(), want);
+  EXPECT_EQ(j["packs_rewritten"].get<uint64_t>(), packs_gone.size());
+  EXPECT_EQ(j["bytes_copied"], 0u);
+  EXPECT_EQ(before - PackBytesOnDisk(store_dir_), want);
+
+  // Human output of a second run: nothing left to do.
+  r = RunTool(GcMain, "lmcfs-gc", {store_dir_, "--threshold", "1"});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.out.find("reclaimed 0 B"), std::string::npos) << r.out;
+
+  Open();
+  EXPECT_EQ(Read(fs::kRootIno, "keep.bin"), keep);
+  Close();
+  r = RunTool(FsckMain, "lmcfs-fsck", {store_dir_});
+  EXPECT_EQ(r.rc, 0) << r.out << r.err;
+}
+
+TEST_F(ToolsOffline, GcRefusesAStoreInUse) {
+  Write(fs::kRootIno, "f", RandomData(1000, 4));
+  // The store is open here (as a daemon would hold it).
+  auto r = RunTool(GcMain, "lmcfs-gc", {store_dir_});
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_NE(r.err.find("in use"), std::string::npos) << r.err;
+  r = RunTool(GcMain, "lmcfs-gc", {tmp_.path()});
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_NE(r.err.find("is neither an lmcfs mountpoint"), std::string::npos) << r.err;
+}
+
+TEST_F(ToolsOffline, FsckFindsABitFlipAndNamesTheFile) {
+  const uint64_t d = Mkdir(fs::kRootIno, "run");
+  const uint64_t ibad = Write(d, "bad.bin", RandomData(600 << 10, 5));
+  Write(d, "good.bin", RandomData(600 << 10, 6));
+  const store::ChunkKey victim = *ChunksOf(ibad).begin();
+  auto info = store_->GetChunkInfo(victim);
+  ASSERT_TRUE(info.ok());
+  Close();
+  ASSERT_EQ(RunTool(FsckMain, "lmcfs-fsck", {store_dir_}).rc, 0);
+
+  // Flip one bit in the middle of the chunk's frame.
+  const std::string pack = store_dir_ + "/packs/" + [&] {
+    for (const auto& e : std::filesystem::directory_iterator(store_dir_ + "/packs"))
+      if (e.path().filename().string().find(std::to_string(info->pack_id)) != std::string::npos)
+        return e.path().filename().string();
+    return std::string();
+  }();
+  int fd = ::open(pack.c_str(), O_RDWR);
+  ASSERT_GE(fd, 0) << pack;
+  const off_t at = static_cast<off_t>(info->offset + 64 + info->frame_len / 2);
+  char c;
+  ASSERT_EQ(::pread(fd, &c, 1, at), 1);
+  c ^= 0x10;
+  ASSERT_EQ(::pwrite(fd, &c, 1, at), 1);
+  ::close(fd);
+
+  auto r = RunTool(FsckMain, "lmcfs-fsck", {store_dir_, "--json"});
+  EXPECT_EQ(r.rc, store::kFsckUncorrected) << r.out << r.err;
+  json j = Json(r);
+  EXPECT_EQ(j["store"]["bad_records"], 1u);
+  EXPECT_EQ(j["affected_files"], json::array({"/run/bad.bin"}));
+  EXPECT_EQ(j["bad_chunks"], json::array({victim.ToHex()}));
+  r = RunTool(FsckMain, "lmcfs-fsck", {store_dir_});
+  EXPECT_EQ(r.rc, store::kFsckUncorrected);
+  EXPECT_NE(r.out.find("files affected by corruption (1):\n  /run/bad.bin\n"), std::string::npos) << r.out;
+  // Repair cannot invent the lost bytes: still uncorrected, evidence kept.
+  const std::string q = tmp_.path() + "/q.json";
+  r = RunTool(FsckMain, "lmcfs-fsck", {store_dir_, "--repair", "--quarantine", q});
+  EXPECT_EQ(r.rc, store::kFsckUncorrected) << r.out;
+  json qj = json::parse(std::ifstream(q), nullptr, false);
+  ASSERT_FALSE(qj.is_discarded());
+  EXPECT_EQ(qj["affected_files"], json::array({"/run/bad.bin"}));
+}
+
+TEST_F(ToolsOffline, FsckRepairsAWrongReferenceCountAndTreeDamage) {
+  const uint64_t ia = Write(fs::kRootIno, "a.bin", RandomData(300 << 10, 7));
+  Mkdir(fs::kRootIno, "sub");
+  const store::ChunkKey k = *ChunksOf(ia).begin();
+  Close();
+  {
+    store::StoreOptions so;
+    auto s = store::Store::Open(store_dir_, so);
+    ASSERT_TRUE(s.ok());
+    store::Batch b;
+    b.Ref(k);  // a reference no extent holds: the count is one too high
+    // A directory entry naming no inode, and a wrong link count.
+    b.Put(store::Cf::kDirents, fs::DirentKey(fs::kRootIno, "ghost"), fs::EncodeDirent({999999, S_IFREG}));
+    auto v = (*s)->Get(store::Cf::kInodes, fs::InodeKey(ia));
+    ASSERT_TRUE(v.ok());
+    auto rec = fs::DecodeInode(*v);
+    rec->nlink = 3;
+    b.Put(store::Cf::kInodes, fs::InodeKey(ia), fs::EncodeInode(*rec));
+    ASSERT_TRUE((*s)->Commit(b).ok());
+  }
+  auto r = RunTool(FsckMain, "lmcfs-fsck", {store_dir_, "--json"});
+  EXPECT_EQ(r.rc, store::kFsckUncorrected) << r.out;
+  json j = Json(r);
+  EXPECT_EQ(j["store"]["refcount_mismatches"], 1u);
+  EXPECT_EQ(j["tree"]["problems"].size(), 2u) << j["tree"].dump();
+  EXPECT_EQ(j["affected_files"].size(), 0u);
+
+  const std::string q = tmp_.path() + "/quarantine.json";
+  r = RunTool(FsckMain, "lmcfs-fsck", {store_dir_, "--repair", "--quarantine", q});
+  EXPECT_EQ(r.rc, store::kFsckCorrected) << r.out << r.err;
+  json qj = json::parse(std::ifstream(q), nullptr, false);
+  ASSERT_FALSE(qj.is_discarded());
+  bool ghost = false;
+  for (const auto& rec : qj["records"]) ghost = ghost || rec["what"].get<std::string>().find("/ghost") != std::string::npos;
+  EXPECT_TRUE(ghost) << qj.dump();
+
+  r = RunTool(FsckMain, "lmcfs-fsck", {store_dir_});
+  EXPECT_EQ(r.rc, store::kFsckOk) << r.out;
+  EXPECT_NE(r.out.find("clean"), std::string::npos);
+  Open();
+  EXPECT_EQ(Read(fs::kRootIno, "a.bin"), RandomData(300 << 10, 7));
+}
+
+TEST_F(ToolsOffline, RetentionListsAndDeletesOnlyWithYes) {
+  const std::string ck = tmp_.path() + "/ckpts";
+  for (int i = 1; i <= 12; i++) std::filesystem::create_directories(ck + "/step-" + std::to_string(i * 100));
+  std::filesystem::create_directories(ck + "/other");
+  Close();
+  auto r = RunTool(GcMain, "lmcfs-gc",
+                   {store_dir_, "--dir", ck, "--pattern", "step-*", "--keep-last", "2", "--keep-every", "5"});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  // Version order: step-100 .. step-1200; keep 100, 600, 1100 (every 5th) and 1100, 1200 (last 2).
+  for (int s : {200, 300, 400, 500, 700, 800, 900, 1000})
+    EXPECT_NE(r.out.find("  step-" + std::to_string(s) + "\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("would delete 8 of 12"), std::string::npos) << r.out;
+  EXPECT_TRUE(std::filesystem::exists(ck + "/step-200"));
+  r = RunTool(GcMain, "lmcfs-gc",
+              {store_dir_, "--dir", ck, "--pattern", "step-*", "--keep-last", "2", "--keep-every", "5", "--yes"});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  std::set<std::string> left;
+  for (const auto& e : std::filesystem::directory_iterator(ck)) left.insert(e.path().filename().string());
+  EXPECT_EQ(left, (std::set<std::string>{"other", "step-100", "step-600", "step-1100", "step-1200"}));
+}
+
+// ------------------------------------------------------------ control channel in-process
+
+class ToolsControl : public ToolsOffline {
+ protected:
+  void StartServer(uid_t owner = 0) {
+    ASSERT_TRUE(server_.Start(fs_.get(), store_dir_, owner).ok());
+  }
+  json Call(const json& req, std::vector<json>* events = nullptr) {
+    std::string resp;
+    Status s = fs::control::Call(fs::control::SocketPath(store_dir_), req.dump(),
+                                 [&](const std::string& e) {
+                                   if (events) events->push_back(json::parse(e));
+                                 },
+                                 &resp);
+    EXPECT_TRUE(s.ok()) << s.ToString();
+    return s.ok() ? json::parse(resp) : json();
+  }
+  void TearDown() override {
+    server_.Stop();
+    ToolsOffline::TearDown();
+  }
+  fs::control::ControlServer server_;
+};
+
+TEST_F(ToolsControl, StatGcFsckOverTheSocket) {
+  StartServer();
+  struct stat st;
+  ASSERT_EQ(::stat(fs::control::SocketPath(store_dir_).c_str(), &st), 0);
+  EXPECT_TRUE(S_ISSOCK(st.st_mode));
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+
+  Write(fs::kRootIno, "x.bin", RandomData(700 << 10, 8));
+  json r = Call({{"op", "stat"}, {"paths", {"/x.bin"}}});
+  ASSERT_TRUE(r["ok"].get<bool>()) << r.dump();
+  EXPECT_EQ(r["v"], fs::control::kProtocolVersion);
+  EXPECT_EQ(r["result"]["entries"].size(), 1u);
+  EXPECT_EQ(r["result"]["entries"][0]["logical"], 700u << 10);
+  EXPECT_GT(r["result"]["daemon"]["write_bytes"].get<uint64_t>(), 0u);
+
+  r = Call({{"op", "fsck"}});
+  ASSERT_TRUE(r["ok"].get<bool>()) << r.dump();
+  EXPECT_EQ(r["result"]["exit_code"], 0);
+  EXPECT_TRUE(r["result"]["online"].get<bool>());
+  r = Call({{"op", "fsck"}, {"repair", true}});
+  EXPECT_FALSE(r["ok"].get<bool>());
+  EXPECT_NE(r["error"].get<std::string>().find("unmount"), std::string::npos);
+
+  std::vector<json> events;
+  r = Call({{"op", "gc"}, {"dry_run", true}}, &events);
+  ASSERT_TRUE(r["ok"].get<bool>()) << r.dump();
+  EXPECT_TRUE(r["result"]["dry_run"].get<bool>());
+
+  r = Call({{"op", "launch"}});
+  EXPECT_FALSE(r["ok"].get<bool>());
+  r = Call({{"op", "stat"}, {"paths", {"/missing"}}});
+  EXPECT_FALSE(r["ok"].get<bool>());
+  // A newer client's version is refused by name.
+  std::string resp;
+  ASSERT_TRUE(fs::control::Call(fs::control::SocketPath(store_dir_), R"({"op":"stat"})", {}, &resp).ok());
+  EXPECT_TRUE(json::parse(resp)["ok"].get<bool>());
+}
+
+TEST_F(ToolsControl, GcDuringConcurrentWritesLosesNothing) {
+  Close();
+  Open(/*pack_limit=*/256 << 10);  // many small packs to compact
+  // Half of the data dead.
+  for (int i = 0; i < 8; i++) Write(fs::kRootIno, "old" + std::to_string(i), RandomData(512 << 10, 100 + i));
+  for (int i = 0; i < 8; i += 2) ASSERT_EQ(fs_->Unlink(fs::kRootIno, "old" + std::to_string(i)), 0);
+  StartServer();
+  std::atomic<bool> stop{false};
+  std::atomic<int> written{0};
+  std::thread writer([&] {
+    for (int i = 0; !stop || i < 6; i++) {
+      Write(fs::kRootIno, "new" + std::to_string(i), RandomData((256 << 10) + i * 977, 200 + i));
+      written = i + 1;
+    }
+  });
+  std::vector<json> events;
+  json r = Call({{"op", "gc"}, {"threshold", 0.9}}, &events);
+  stop = true;
+  writer.join();
+  ASSERT_TRUE(r["ok"].get<bool>()) << r.dump();
+  EXPECT_GT(r["result"]["bytes_reclaimed"].get<uint64_t>(), 0u);
+  EXPECT_GT(r["result"]["packs_rewritten"].get<uint64_t>(), 0u);
+  EXPECT_FALSE(events.empty());
+  for (int i = 1; i < 8; i += 2) EXPECT_EQ(Read(fs::kRootIno, "old" + std::to_string(i)), RandomData(512 << 10, 100 + i));
+  for (int i = 0; i < written; i++)
+    EXPECT_EQ(Read(fs::kRootIno, "new" + std::to_string(i)), RandomData((256 << 10) + i * 977, 200 + i)) << i;
+  server_.Stop();
+  Close();
+  auto f = RunTool(FsckMain, "lmcfs-fsck", {store_dir_});
+  EXPECT_EQ(f.rc, 0) << f.out;
+  Open();
+}
+
+// The peer-credential check: a process running as `nobody` is refused even
+// when the socket's mode would let it connect.
+TEST_F(ToolsControl, OnlyRootOrTheOwnerMayUseTheChannel) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to switch to nobody";
+  const uid_t nobody = 65534;
+  StartServer(/*owner=*/0);
+  const std::string sock = fs::control::SocketPath(store_dir_);
+  ::chmod(tmp_.path().c_str(), 0755);
+  ::chmod(store_dir_.c_str(), 0755);
+  // Child exit codes: 0 = refused as expected, 1 = connect failed, 2 = served.
+  auto as_nobody = [&](const std::string& path) {
+    pid_t pid = fork();
+    if (pid == 0) {
+      if (setgid(nobody) != 0 || setuid(nobody) != 0) _exit(3);
+      std::string resp;
+      Status s = fs::control::Call(path, R"({"op":"stat"})", {}, &resp);
+      if (!s.ok()) _exit(1);
+      json j = json::parse(resp, nullptr, false);
+      _exit(j.is_object() && !j.value("ok", true) && j.value("code", "") == "permission_denied" ? 0 : 2);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  };
+  EXPECT_EQ(as_nobody(sock), 1);  // mode 0600: the kernel refuses the connect
+  ASSERT_EQ(::chmod(sock.c_str(), 0666), 0);
+  EXPECT_EQ(as_nobody(sock), 0);  // SO_PEERCRED: the server refuses
+  // Root is served.
+  EXPECT_TRUE(Call({{"op", "ping"}})["ok"].get<bool>());
+  // The owner is served too.
+  server_.Stop();
+  StartServer(/*owner=*/nobody);
+  ASSERT_EQ(::chmod(sock.c_str(), 0666), 0);
+  EXPECT_EQ(as_nobody(sock), 2);
+}
+
+}  // namespace
+}  // namespace lmc::tools

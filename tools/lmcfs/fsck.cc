@@ -1,0 +1,136 @@
+// lmcfs-fsck: the store's verification (Store::Fsck) and the filesystem's
+// own checks, with the files any corruption affects; fsck(8) exit codes.
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <ctime>
+#include <nlohmann/json.hpp>
+
+#include "common.h"
+#include "lmcfs_tools.h"
+
+namespace lmc::tools {
+namespace {
+
+using json = nlohmann::json;
+
+constexpr const char* kDescription =
+    "Verifies an lmcfs store: every pack and record checksum, every chunk decoded and "
+    "checked against its SHA-256 key, the index, reference counts, delta bases, and the "
+    "filesystem's directory entries, link counts and extents. Lists the files any corruption "
+    "affects. TARGET is an unmounted store directory, or a mountpoint (verify only; commits "
+    "wait while the store part runs). --repair (store directory only) fixes counts, drops "
+    "leaked chunks and orphan pack data, removes entries that point nowhere, and writes the "
+    "metadata of what it removed to a quarantine report first.\n"
+    "Exit codes (fsck(8)): 0 clean, 1 errors corrected, 4 errors left uncorrected, "
+    "8 operational error, 16 usage error, 32 cancelled.";
+
+void PrintReport(const json& r, std::ostream& out) {
+  const json& s = r["store"];
+  out << "checked " << s["chunks_checked"].get<uint64_t>() << " chunks ("
+      << HumanSize(r["verified_bytes"]) << " stored) in " << r["verify_seconds"].get<double>() << " s";
+  const double vs = r["verify_seconds"].get<double>();
+  if (vs > 0) out << ", " << HumanSize(static_cast<uint64_t>(r["verified_bytes"].get<double>() / vs)) << "/s";
+  out << "; " << r["tree"]["inodes"].get<uint64_t>() << " inodes, " << r["tree"]["dirents"].get<uint64_t>()
+      << " directory entries, " << r["tree"]["extents"].get<uint64_t>() << " extents\n";
+  for (const auto& m : s["messages"]) out << "store: " << m.get<std::string>() << "\n";
+  for (const auto& p : r["tree"]["problems"])
+    out << "filesystem: " << p["message"].get<std::string>() << (p["repaired"].get<bool>() ? " (repaired)" : "")
+        << "\n";
+  if (!r["affected_files"].empty()) {
+    out << "files affected by corruption (" << r["affected_files"].size() << "):\n";
+    for (const auto& f : r["affected_files"]) out << "  " << f.get<std::string>() << "\n";
+  }
+  if (!r["quarantine"].get<std::string>().empty())
+    out << "quarantine report: " << r["quarantine"].get<std::string>() << "\n";
+  const uint64_t errors = r["errors"], fixed = r["fixed"];
+  if (errors == 0) {
+    out << "clean\n";
+  } else {
+    out << errors << " problem" << (errors == 1 ? "" : "s") << " found, " << fixed << " repaired";
+    if (fixed < errors)
+      out << (r["repair"].get<bool>() ? "; the rest need the damaged data back (restore the files listed "
+                                        "from a copy)"
+                                      : (r["online"].get<bool>() ? "; unmount and run lmcfs-fsck --repair STORE"
+                                                                 : "; run again with --repair"));
+    out << "\n";
+  }
+}
+
+}  // namespace
+
+int FsckMain(int argc, char** argv, std::ostream& out, std::ostream& err) {
+  CLI::App app(kDescription, "lmcfs-fsck");
+  std::string target, quarantine;
+  bool repair = false, as_json = false, quiet = false;
+  app.add_option("TARGET", target, "store directory (or mountpoint: verify only)")->required();
+  app.add_flag("--repair,-y", repair, "repair what can be repaired without touching good data");
+  app.add_option("--quarantine", quarantine,
+                 "where --repair writes the removed records' metadata (default: STORE/quarantine-TIME.json)");
+  app.add_flag("--json", as_json, "one JSON document (docs/FORMAT.md, \"Control protocol\", fsck)");
+  app.add_flag("-q,--quiet", quiet, "no progress bar");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e, out, err);
+    return rc == 0 ? store::kFsckOk : store::kFsckUsage;
+  }
+  auto t = ResolveTarget(target);
+  if (!t.ok()) {
+    err << "lmcfs-fsck: " << t.status().message() << "\n";
+    return store::kFsckUsage;
+  }
+  Progress bar(err, "lmcfs-fsck: verifying chunks", quiet || as_json);
+  auto on_event = [&](const std::string& e) {
+    json j = json::parse(e, nullptr, false);
+    if (j.is_object() && j.value("event", "") == "progress") bar.Update(j.value("done", 0ull), j.value("total", 0ull));
+  };
+  std::string doc_text;
+  if (t->online) {
+    if (repair) {
+      err << "lmcfs-fsck: " << t->store << " is mounted at " << t->mountpoint
+          << ": repair needs the store unmounted (umount " << t->mountpoint << ", then lmcfs-fsck --repair "
+          << t->store << "); verifying only\n";
+    }
+    auto r = Ask(*t, json{{"op", "fsck"}}.dump(), on_event);
+    if (!r.ok()) {
+      err << "lmcfs-fsck: " << r.status().message() << "\n";
+      return store::kFsckOperationalError;
+    }
+    doc_text = *r;
+  } else {
+    auto st = OpenOffline(t->store, "lmcfs-fsck");
+    if (!st.ok()) {
+      err << "lmcfs-fsck: " << st.status().message() << "\n";
+      return store::kFsckOperationalError;
+    }
+    fs::control::FsckRunOptions o;
+    o.repair = repair;
+    if (repair) {
+      if (quarantine.empty()) {
+        char ts[32];
+        const std::time_t now = std::time(nullptr);
+        std::strftime(ts, sizeof ts, "%Y%m%dT%H%M%SZ", std::gmtime(&now));
+        quarantine = t->store + "/quarantine-" + ts + ".json";
+      }
+      o.quarantine_path = quarantine;
+    }
+    auto r = fs::control::RunFsck(**st, o, [&](const std::string& e) { on_event(e); });
+    if (!r.ok()) {
+      bar.Finish();
+      err << "lmcfs-fsck: " << t->store << ": " << r.status().message() << "\n";
+      return r.status().code() == Code::kAborted ? store::kFsckCancelled : store::kFsckOperationalError;
+    }
+    doc_text = *r;
+  }
+  bar.Finish();
+  json doc = json::parse(doc_text);
+  doc["store_dir"] = t->store;
+  if (as_json) {
+    out << doc.dump(2) << "\n";
+  } else {
+    PrintReport(doc, out);
+  }
+  return doc["exit_code"].get<int>();
+}
+
+}  // namespace lmc::tools

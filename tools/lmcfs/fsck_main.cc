@@ -1,0 +1,5 @@
+#include <iostream>
+
+#include "lmcfs_tools.h"
+
+int main(int argc, char** argv) { return lmc::tools::FsckMain(argc, argv, std::cout, std::cerr); }

@@ -1,0 +1,17 @@
+// lmcfs-gc, lmcfs-stat and lmcfs-fsck as functions: each main() only
+// adapts, and tests run them in-process. Output goes to `out`, messages and
+// the progress bar to `err` (the bar only when err is a terminal's stderr).
+#pragma once
+
+#include <ostream>
+
+namespace lmc::tools {
+
+// Exit codes: 0 done, 1 failed, 2 usage.
+int GcMain(int argc, char** argv, std::ostream& out, std::ostream& err);
+// Exit codes: 0 done, 1 failed, 2 usage.
+int StatMain(int argc, char** argv, std::ostream& out, std::ostream& err);
+// fsck(8) exit codes (lmc/store/store.h, FsckExit).
+int FsckMain(int argc, char** argv, std::ostream& out, std::ostream& err);
+
+}  // namespace lmc::tools

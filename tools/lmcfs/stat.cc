@@ -1,0 +1,163 @@
+// lmcfs-stat: space figures per file and directory, store totals and, on a
+// mount, the daemon's counters. The figures are defined in
+// docs/ARCHITECTURE.md, "Operating tools".
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "common.h"
+#include "lmcfs_tools.h"
+
+namespace lmc::tools {
+namespace {
+
+using json = nlohmann::json;
+
+constexpr const char* kDescription =
+    "Shows how much space files on lmcfs take: logical bytes (what `du --apparent-size` "
+    "says), stored bytes (what `du` says), the ratio logical/stored, and what was saved by "
+    "the codec, by deltas against earlier checkpoints (an estimate) and by deduplication; "
+    "per file and per directory (a directory sums its subtree), then the store's totals. "
+    "TARGET is a mountpoint (asks the daemon) or an unmounted store directory.";
+
+std::string Size(const json& v, bool bytes) {
+  const int64_t n = v.get<int64_t>();  // savings may be negative (codec overhead)
+  const uint64_t mag = n < 0 ? static_cast<uint64_t>(-n) : static_cast<uint64_t>(n);
+  return (n < 0 ? "-" : "") + (bytes ? std::to_string(mag) : HumanSize(mag));
+}
+
+std::string Ratio(double r) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.2fx", r);
+  return b;
+}
+
+void PrintTable(const json& doc, const std::string& sort, bool reverse, bool bytes, bool files_only,
+                std::ostream& out) {
+  std::vector<json> rows(doc["entries"].begin(), doc["entries"].end());
+  if (files_only)
+    rows.erase(std::remove_if(rows.begin(), rows.end(), [](const json& e) { return e["type"] == "dir"; }),
+               rows.end());
+  auto key = [&](const json& e) -> double {
+    if (sort == "size") return e["logical"].get<double>();
+    if (sort == "stored") return e["stored"].get<double>();
+    return e["ratio"].get<double>();
+  };
+  if (sort == "name") {
+    std::stable_sort(rows.begin(), rows.end(), [](const json& a, const json& b) {
+      return a["path"].get<std::string>() < b["path"].get<std::string>();
+    });
+  } else {
+    // Largest first; ties by name.
+    std::stable_sort(rows.begin(), rows.end(), [&](const json& a, const json& b) {
+      if (key(a) != key(b)) return key(a) > key(b);
+      return a["path"].get<std::string>() < b["path"].get<std::string>();
+    });
+  }
+  if (reverse) std::reverse(rows.begin(), rows.end());
+  char line[512];
+  std::snprintf(line, sizeof line, "%12s %12s %8s %12s %12s %12s  %s\n", "LOGICAL", "STORED", "RATIO",
+                "CODEC", "DELTA", "DEDUP", "PATH");
+  out << line;
+  for (const auto& e : rows) {
+    std::string path = e["path"].get<std::string>();
+    if (e["type"] == "dir" && path != "/") path += "/";
+    std::snprintf(line, sizeof line, "%12s %12s %8s %12s %12s %12s  %s\n",
+                  Size(e["logical"], bytes).c_str(), Size(e["stored"], bytes).c_str(),
+                  Ratio(e["ratio"]).c_str(), Size(e["saved_codec"], bytes).c_str(),
+                  Size(e["saved_delta"], bytes).c_str(), Size(e["saved_dedup"], bytes).c_str(),
+                  path.c_str());
+    out << line;
+  }
+  const json& t = doc["totals"];
+  out << "\nstore " << doc.value("store", std::string()) << "\n";
+  out << "  files " << t["files"].get<uint64_t>() << ", directories " << t["dirs"].get<uint64_t>()
+      << ", inodes " << t["inodes"].get<uint64_t>() << "\n";
+  out << "  logical " << Size(t["logical"], bytes) << ", stored " << Size(t["stored"], bytes)
+      << " (ratio " << Ratio(t["ratio"]) << "), after dedup " << Size(t["charged"], bytes) << "\n";
+  out << "  saved: codec " << Size(t["saved_codec"], bytes) << ", delta " << Size(t["saved_delta"], bytes)
+      << " (" << t["delta_chunks"].get<uint64_t>() << " delta chunks), dedup " << Size(t["saved_dedup"], bytes)
+      << "\n";
+  char lf[32];
+  std::snprintf(lf, sizeof lf, "%.1f%%", 100.0 * t["live_fraction"].get<double>());
+  out << "  packs " << t["packs"].get<uint64_t>() << ", pack bytes " << Size(t["pack_bytes"], bytes)
+      << ", live " << Size(t["live_bytes"], bytes) << " (" << lf << ")";
+  if (t.contains("index_bytes")) out << ", index " << Size(t["index_bytes"], bytes);
+  out << "\n";
+  if (doc.contains("daemon")) {
+    const json& d = doc["daemon"];
+    const double up = std::max(d["uptime_s"].get<double>(), 1e-9);
+    const uint64_t hits = d["cache_hits"], misses = d["cache_misses"];
+    char hr[32];
+    std::snprintf(hr, sizeof hr, "%.1f%%", hits + misses ? 100.0 * static_cast<double>(hits) / static_cast<double>(hits + misses) : 0.0);
+    out << "daemon (up " << static_cast<uint64_t>(up) << " s)\n";
+    out << "  written " << Size(d["write_bytes"], bytes) << " in " << d["write_calls"].get<uint64_t>()
+        << " calls (" << HumanSize(static_cast<uint64_t>(d["write_bytes"].get<double>() / up))
+        << "/s average), " << d["chunks_written"].get<uint64_t>() << " chunks encoded\n";
+    out << "  cache hits " << hits << ", misses " << misses << " (hit rate " << hr << ")\n";
+    out << "  I/O errors (EIO) " << d["eio"].get<uint64_t>() << ", corrupt reads "
+        << d["store_corruptions"].get<uint64_t>() << "\n";
+  }
+}
+
+}  // namespace
+
+int StatMain(int argc, char** argv, std::ostream& out, std::ostream& err) {
+  CLI::App app(kDescription, "lmcfs-stat");
+  std::string target, sort = "name";
+  std::vector<std::string> paths;
+  bool as_json = false, bytes = false, reverse = false, files_only = false;
+  app.add_option("TARGET", target, "lmcfs mountpoint or store directory")->required();
+  app.add_option("PATH", paths, "files or directories to show (default: everything)");
+  app.add_option("--sort", sort, "order: size (logical), stored, ratio, or name (default)")
+      ->check(CLI::IsMember({"size", "stored", "ratio", "name"}));
+  app.add_flag("-r,--reverse", reverse, "reverse the order");
+  app.add_flag("--files", files_only, "list files only, not directories");
+  app.add_flag("-b,--bytes", bytes, "exact byte counts instead of human-readable sizes");
+  app.add_flag("--json", as_json, "one JSON document (docs/FORMAT.md, \"Control protocol\", stat)");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e, out, err);
+    return rc == 0 ? 0 : 2;
+  }
+  auto t = ResolveTarget(target);
+  if (!t.ok()) {
+    err << "lmcfs-stat: " << t.status().message() << "\n";
+    return 1;
+  }
+  const std::vector<std::string> fs_paths = FsPaths(*t, paths);
+  std::string doc_text;
+  if (t->online) {
+    auto r = Ask(*t, json{{"op", "stat"}, {"paths", fs_paths}}.dump(), {});
+    if (!r.ok()) {
+      err << "lmcfs-stat: " << r.status().message() << "\n";
+      return 1;
+    }
+    doc_text = *r;
+  } else {
+    auto st = OpenOffline(t->store, "lmcfs-stat");
+    if (!st.ok()) {
+      err << "lmcfs-stat: " << st.status().message() << "\n";
+      return 1;
+    }
+    auto r = fs::control::RunStat(**st, t->store, fs_paths, nullptr);
+    if (!r.ok()) {
+      err << "lmcfs-stat: " << t->store << ": " << r.status().message() << "\n";
+      return 1;
+    }
+    doc_text = *r;
+  }
+  json doc = json::parse(doc_text);
+  doc["store"] = t->store;
+  if (t->online) doc["mountpoint"] = t->mountpoint;
+  if (as_json) {
+    out << doc.dump(2) << "\n";
+  } else {
+    PrintTable(doc, sort, reverse, bytes, files_only, out);
+  }
+  return 0;
+}
+
+}  // namespace lmc::tools
