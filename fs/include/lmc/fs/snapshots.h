@@ -1,0 +1,40 @@
+// Incremental snapshots (docs/ARCHITECTURE.md, "Incremental snapshots"):
+// the options of the delta policy and how to install it. The policy itself
+// is private to lmc_fs (src/delta.h behind src/delta_hook.h).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "lmc/delta_estimate.h"
+#include "lmc/status.h"
+#include "lmc/store/store.h"
+
+namespace lmc::fs {
+
+class DeltaPolicy;
+class Filesystem;
+
+// The store's limit on delta chains (docs/FORMAT.md, "Chunk entry": depth <= 8).
+inline constexpr uint32_t kMaxDeltaChain = 8;
+
+struct DeltaOptions {
+  bool enabled = true;                              // mount option delta=on|off
+  uint32_t max_chain = 4;                           // delta_chain=N (1..8): decodes per chunk read <= N + 1
+  size_t lineage_cached = size_t{1} << 16;          // lineage records kept in memory
+  uint64_t base_cache_bytes = uint64_t{256} << 20;  // decoded bases kept for the next save
+  uint32_t min_chunk = 4096;                        // smaller chunks are always standalone
+  DeltaEstimateOptions estimate;
+};
+
+// Parses one mount option of the policy: "delta" (on|off) or "delta_chain"
+// (1..8). Returns false when `key` is not one of them; InvalidArgument (with
+// a message naming the option and the accepted values) when the value is bad.
+Result<bool> ParseDeltaOption(std::string_view key, std::string_view value, DeltaOptions* out);
+
+// The incremental-snapshot policy over `store` (which must outlive it).
+std::unique_ptr<DeltaPolicy> MakeSnapshotDeltaPolicy(store::Store* store, const DeltaOptions& options);
+
+}  // namespace lmc::fs

@@ -1,0 +1,122 @@
+#include "lineage.h"
+
+#include <array>
+#include <cctype>
+
+namespace lmc::fs {
+namespace {
+
+bool IsDigit(char c) { return c >= '0' && c <= '9'; }
+bool IsSep(char c) { return c == '_' || c == '-' || c == '.' || c == '='; }
+
+bool ShardWord(std::string_view w) {
+  static constexpr std::array<std::string_view, 12> kWords = {
+      "rank", "shard", "part", "mp", "pp", "tp", "dp", "ep", "worker", "gpu", "node", "of"};
+  for (auto k : kWords)
+    if (w == k) return true;
+  return false;
+}
+
+// The word (letters) ending just before position i, skipping one separator.
+std::string WordBefore(std::string_view s, size_t i) {
+  if (i > 0 && IsSep(s[i - 1])) --i;
+  size_t j = i;
+  while (j > 0 && std::isalpha(static_cast<unsigned char>(s[j - 1]))) --j;
+  std::string w(s.substr(j, i - j));
+  for (auto& c : w) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return w;
+}
+
+// True when s[j..] starts with "-of-" or "_of_" (any case).
+bool OfFollows(std::string_view s, size_t j) {
+  if (j + 4 > s.size()) return false;
+  if (!IsSep(s[j]) || !IsSep(s[j + 3])) return false;
+  return std::tolower(static_cast<unsigned char>(s[j + 1])) == 'o' &&
+         std::tolower(static_cast<unsigned char>(s[j + 2])) == 'f';
+}
+
+void PutBE(std::string* out, uint64_t v, int bytes) {
+  for (int i = bytes - 1; i >= 0; --i) out->push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+}
+
+}  // namespace
+
+std::string NormalizeFileName(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  size_t i = 0;
+  while (i < s.size()) {
+    if (!IsDigit(s[i])) {
+      out.push_back(s[i++]);
+      continue;
+    }
+    size_t j = i;
+    while (j < s.size() && IsDigit(s[j])) ++j;
+    const bool keep = ShardWord(WordBefore(s, i)) || OfFollows(s, j);
+    if (keep) out.append(s.substr(i, j - i));
+    else out.push_back('#');
+    i = j;
+  }
+  return out;
+}
+
+std::string LineageKey(std::string_view file_name, const ChunkSpec& spec) {
+  if (spec.length == 0) return {};
+  std::string k = kLineagePrefix;
+  k += NormalizeFileName(file_name);
+  k.push_back('\0');
+  if (spec.tensor_chunk) {
+    k.push_back('t');
+    k += spec.region_name;
+    k.push_back('\0');
+    k.push_back(static_cast<char>(spec.dtype));
+    PutBE(&k, spec.region_length, 8);
+    PutBE(&k, spec.region_offset, 8);
+  } else {
+    k.push_back('m');
+    PutBE(&k, spec.offset, 8);
+  }
+  PutBE(&k, spec.length, 4);
+  return k;
+}
+
+void LineageIndex::CacheLocked(const std::string& lineage, const store::ChunkKey& key) {
+  auto it = map_.find(lineage);
+  if (it != map_.end()) {
+    it->second->second = key;
+    lru_.splice(lru_.begin(), lru_, it->second);
+    return;
+  }
+  lru_.emplace_front(lineage, key);
+  map_[lineage] = lru_.begin();
+  while (map_.size() > max_ && !lru_.empty()) {
+    map_.erase(lru_.back().first);
+    lru_.pop_back();
+  }
+}
+
+std::optional<store::ChunkKey> LineageIndex::Lookup(const std::string& lineage) {
+  {
+    std::lock_guard l(mu_);
+    auto it = map_.find(lineage);
+    if (it != map_.end()) {
+      lru_.splice(lru_.begin(), lru_, it->second);
+      return it->second->second;
+    }
+  }
+  auto v = store_->Get(store::Cf::kMeta, lineage);
+  if (!v.ok() || v->size() != store::ChunkKey::kSize) return std::nullopt;
+  const store::ChunkKey key = store::ChunkKey::FromBytes(reinterpret_cast<const uint8_t*>(v->data()));
+  std::lock_guard l(mu_);
+  if (!map_.count(lineage)) CacheLocked(lineage, key);
+  return key;
+}
+
+void LineageIndex::Record(const std::string& lineage, const store::ChunkKey& key,
+                          store::Batch* batch) {
+  batch->Put(store::Cf::kMeta, lineage, key.view());
+  std::lock_guard l(mu_);
+  CacheLocked(lineage, key);
+}
+
+}  // namespace lmc::fs

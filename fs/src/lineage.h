@@ -1,0 +1,63 @@
+// Lineage of chunks: which committed chunk is the prior version of a chunk
+// being written (docs/ARCHITECTURE.md, "Incremental snapshots", "Lineage").
+//
+// The lineage key of a tensor chunk is (file role, tensor name, dtype,
+// tensor length, offset in the tensor, chunk length); of a mixed (header /
+// packed small tensors) chunk, (file role, file offset, chunk length). The
+// file role is the file's name with its step numbers normalized away
+// (NormalizeFileName). The index lineage key -> newest committed chunk key
+// is persistent (Cf::kMeta, prefix kLineagePrefix, docs/FORMAT.md,
+// "Lineage records") and cached in a bounded in-memory map.
+#pragma once
+
+#include <cstdint>
+#include <list>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+
+#include "lmc/chunker.h"
+#include "lmc/store/chunk_key.h"
+#include "lmc/store/store.h"
+
+namespace lmc::fs {
+
+// Cf::kMeta key prefix of lineage records; value: the 32-byte chunk key.
+inline constexpr char kLineagePrefix[] = "lineage/";
+
+// The file's role in a run: every maximal run of decimal digits becomes
+// '#', except runs that identify a shard, which are kept: a run preceded
+// (directly or after one of "_-.=") by one of the words rank, shard, part,
+// mp, pp, tp, dp, ep, worker, gpu, node, of; and a run followed by
+// "-of-" / "_of_" (the NNNNN of "NNNNN-of-MMMMM"). Case-insensitive words.
+// ckpt_step_2000.pt -> ckpt_step_#.pt; model-00001-of-00002.safetensors
+// stays; mp_rank_00_model_states.pt stays; epoch=3-step=500.ckpt ->
+// epoch=#-step=#.ckpt.
+std::string NormalizeFileName(std::string_view name);
+
+// The lineage key of a chunk of file `file_name` (the name only, no
+// directory). Empty: no lineage (empty chunk).
+std::string LineageKey(std::string_view file_name, const ChunkSpec& spec);
+
+// Persistent lineage index with a bounded in-memory cache. Thread-safe.
+class LineageIndex {
+ public:
+  LineageIndex(store::Store* store, size_t max_cached) : store_(store), max_(max_cached) {}
+  // The newest chunk recorded for `lineage` (committed or in a pending
+  // batch of this process); nullopt if none.
+  std::optional<store::ChunkKey> Lookup(const std::string& lineage);
+  // Adds the record to `batch` and to the cache.
+  void Record(const std::string& lineage, const store::ChunkKey& key, store::Batch* batch);
+
+ private:
+  void CacheLocked(const std::string& lineage, const store::ChunkKey& key);
+  store::Store* const store_;
+  const size_t max_;
+  std::mutex mu_;  // guards the cache
+  std::list<std::pair<std::string, store::ChunkKey>> lru_;  // most recent first
+  std::unordered_map<std::string, decltype(lru_)::iterator> map_;
+};
+
+}  // namespace lmc::fs

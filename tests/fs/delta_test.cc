@@ -1,0 +1,283 @@
+// The incremental-snapshot policy without a mount: lineage keys, base
+// choice, chain limit, pinned bases racing an unlink, and keep-last-K
+// rotation with gc reaching a steady state, driven as the write pipeline
+// drives it (ChooseBase, encode, AddChunk, Record, commit).
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "delta.h"
+#include "lmc/fs/snapshots.h"
+#include "lineage.h"
+#include "lmc/codec.h"
+#include "lmc/store/extent.h"
+#include "lmc/store/store.h"
+
+namespace lmc::fs {
+namespace {
+
+TEST(LineageTest, StepNumbersGoShardNumbersStay) {
+  EXPECT_EQ(NormalizeFileName("ckpt_step_2000.pt"), "ckpt_step_#.pt");
+  EXPECT_EQ(NormalizeFileName("ckpt_step_1000.pt"), NormalizeFileName("ckpt_step_2000.pt"));
+  EXPECT_EQ(NormalizeFileName("model-00001-of-00002.safetensors"), "model-00001-of-00002.safetensors");
+  EXPECT_NE(NormalizeFileName("model-00001-of-00002.safetensors"),
+            NormalizeFileName("model-00002-of-00002.safetensors"));
+  EXPECT_EQ(NormalizeFileName("mp_rank_00_model_states.pt"), "mp_rank_00_model_states.pt");
+  EXPECT_EQ(NormalizeFileName("zero_pp_rank_3_mp_rank_00_optim_states.pt"),
+            "zero_pp_rank_3_mp_rank_00_optim_states.pt");
+  EXPECT_EQ(NormalizeFileName("epoch=3-step=500.ckpt"), "epoch=#-step=#.ckpt");
+  EXPECT_EQ(NormalizeFileName("global_step1200"), "global_step#");
+  EXPECT_EQ(NormalizeFileName("RANK7-shard2.bin"), "RANK7-shard2.bin");
+  EXPECT_EQ(NormalizeFileName("latest.pt"), "latest.pt");
+  EXPECT_EQ(NormalizeFileName(""), "");
+}
+
+TEST(LineageTest, KeysSeparateTensorsDtypesOffsetsAndRoles) {
+  ChunkSpec a;
+  a.offset = 4096;
+  a.length = 65536;
+  a.dtype = DType::kBF16;
+  a.tensor_chunk = true;
+  a.region_name = "layer.0.weight";
+  a.region_length = 1 << 20;
+  a.region_offset = 65536;
+  const std::string k = LineageKey("ckpt_step_100.pt", a);
+  ChunkSpec moved = a;
+  moved.offset = 9999;  // the tensor moved in the file: same lineage
+  EXPECT_EQ(LineageKey("ckpt_step_200.pt", moved), k);
+  ChunkSpec b = a;
+  b.region_name = "layer.1.weight";
+  EXPECT_NE(LineageKey("ckpt_step_100.pt", b), k);
+  b = a;
+  b.dtype = DType::kF32;
+  EXPECT_NE(LineageKey("ckpt_step_100.pt", b), k);
+  b = a;
+  b.region_offset = 0;
+  EXPECT_NE(LineageKey("ckpt_step_100.pt", b), k);
+  EXPECT_NE(LineageKey("other.pt", a), k);
+  ChunkSpec m;  // mixed chunk: keyed by file offset
+  m.offset = 0;
+  m.length = 5000;
+  const std::string km = LineageKey("x_1.pt", m);
+  EXPECT_EQ(LineageKey("x_2.pt", m), km);
+  m.offset = 1;
+  EXPECT_NE(LineageKey("x_2.pt", m), km);
+  EXPECT_EQ(km.rfind(kLineagePrefix, 0), 0u);
+}
+
+// f32 weights that drift a little per step, like an optimizer update.
+std::vector<uint8_t> Weights(size_t n_floats, int step, uint32_t tensor_seed) {
+  std::mt19937 rng(tensor_seed);
+  std::normal_distribution<float> w0(0.0f, 0.02f);
+  std::vector<float> w(n_floats);
+  for (auto& x : w) x = w0(rng);
+  std::mt19937 rs(tensor_seed * 7919u + 1);
+  std::normal_distribution<float> upd(0.0f, 1e-4f);
+  for (int s = 0; s < step; ++s)
+    for (auto& x : w) x *= 1.0f + upd(rs);
+  std::vector<uint8_t> out(n_floats * 4);
+  std::memcpy(out.data(), w.data(), out.size());
+  return out;
+}
+
+class DeltaPolicyTest : public ::testing::Test {
+ protected:
+  static constexpr uint32_t kChunk = 64 << 10;
+  static constexpr int kChunks = 4;
+
+  void SetUp() override {
+    char tmpl[] = "/tmp/lmcfs_delta_XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    store::StoreOptions so;
+    so.verify_content_hash = true;
+    auto s = store::Store::Open(dir_, so);
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    store_ = std::move(s).value();
+  }
+  void TearDown() override {
+    policy_.reset();
+    store_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+  void MakePolicy(DeltaOptions o) { policy_ = std::make_unique<SnapshotDeltaPolicy>(store_.get(), o); }
+
+  struct Written {
+    std::vector<store::ChunkKey> keys;
+    std::vector<std::vector<uint8_t>> data;
+  };
+  // Writes "file" `name` (inode ino): one tensor of kChunks chunks, as the
+  // pipeline would; `between` runs after ChooseBase and before the commit.
+  Written WriteFile(uint64_t ino, const std::string& name, int step,
+                    const std::function<void()>& between = {}) {
+    Written w;
+    auto bytes = Weights(kChunks * kChunk / 4, step, 42);
+    store::Batch batch;
+    Workspace ws;
+    for (int i = 0; i < kChunks; ++i) {
+      ChunkSpec spec;
+      spec.offset = 128 + static_cast<uint64_t>(i) * kChunk;
+      spec.length = kChunk;
+      spec.dtype = DType::kF32;
+      spec.tensor_chunk = true;
+      spec.region_name = "w";
+      spec.region_length = bytes.size();
+      spec.region_offset = static_cast<uint64_t>(i) * kChunk;
+      std::vector<uint8_t> d(bytes.begin() + i * kChunk, bytes.begin() + (i + 1) * kChunk);
+      ChunkOrigin origin{ino, name, &spec};
+      auto base = policy_->ChooseBase(origin, d.data(), d.size());
+      if (between) between();
+      std::vector<uint8_t> frame(MaxEncodedSize(d.size()));
+      EncodeParams p;
+      p.dtype = spec.dtype;
+      p.base = base ? base->bytes->data() : nullptr;
+      auto n = EncodeChunk(d.data(), d.size(), p, frame.data(), frame.size(), ws);
+      EXPECT_TRUE(n.ok());
+      frame.resize(*n);
+      const store::ChunkKey key = store::ChunkKey::Of(d.data(), d.size());
+      std::optional<store::ChunkKey> bk;
+      if (base) bk = base->key;
+      batch.AddChunk(key, frame, kChunk, bk);
+      store::Extent e;
+      e.length = kChunk;
+      e.chunk = key;
+      batch.Put(store::Cf::kExtents, store::ExtentKey(ino, spec.offset), store::EncodeExtent(e));
+      policy_->Record(origin, key, bk, &batch);
+      w.keys.push_back(key);
+      w.data.push_back(std::move(d));
+    }
+    Status st = store_->Commit(batch);
+    EXPECT_TRUE(st.ok()) << st.ToString();
+    return w;
+  }
+  void DeleteFile(uint64_t ino, const Written& w) {
+    store::Batch b;
+    for (int i = 0; i < kChunks; ++i) {
+      b.Unref(w.keys[i]);
+      b.Delete(store::Cf::kExtents, store::ExtentKey(ino, 128 + static_cast<uint64_t>(i) * kChunk));
+    }
+    ASSERT_TRUE(store_->Commit(b).ok());
+  }
+  void ExpectReads(const Written& w) {
+    Workspace ws;
+    for (size_t i = 0; i < w.keys.size(); ++i) {
+      std::vector<uint8_t> out(kChunk);
+      auto n = store_->ReadChunk(w.keys[i], out.data(), out.size(), ws);
+      ASSERT_TRUE(n.ok()) << n.status().ToString();
+      EXPECT_EQ(out, w.data[i]);
+    }
+  }
+  void ExpectFsckClean() {
+    auto f = store_->Fsck({});
+    ASSERT_TRUE(f.ok());
+    EXPECT_EQ(f->errors, 0u) << (f->messages.empty() ? "" : f->messages[0]);
+  }
+
+  std::string dir_;
+  std::unique_ptr<store::Store> store_;
+  std::unique_ptr<SnapshotDeltaPolicy> policy_;
+};
+
+TEST_F(DeltaPolicyTest, NextStepIsStoredAsDeltaWithinTheChainLimit) {
+  DeltaOptions o;
+  o.max_chain = 2;
+  MakePolicy(o);
+  std::vector<Written> files;
+  for (int step = 0; step < 6; ++step)
+    files.push_back(WriteFile(10 + step, "ckpt_step_" + std::to_string(step * 100) + ".pt", step));
+  // Depths follow 0,1,2,0,1,2: a keyframe once the chain would exceed 2.
+  const int want[] = {0, 1, 2, 0, 1, 2};
+  for (int step = 0; step < 6; ++step) {
+    for (const auto& k : files[step].keys) {
+      auto info = store_->GetChunkInfo(k);
+      ASSERT_TRUE(info.ok());
+      EXPECT_EQ(info->delta_depth, want[step]) << "step " << step;
+      EXPECT_LE(info->delta_depth, o.max_chain);
+    }
+  }
+  EXPECT_GT(policy_->counters().delta.load(), 0u);
+  EXPECT_GT(policy_->counters().keyframes.load(), 0u);
+  // Deltas are smaller than the keyframe they follow.
+  EXPECT_LT(store_->GetChunkInfo(files[1].keys[0])->frame_len,
+            store_->GetChunkInfo(files[0].keys[0])->frame_len);
+  for (const auto& f : files) ExpectReads(f);
+  ExpectFsckClean();
+}
+
+TEST_F(DeltaPolicyTest, OffMeansStandalone) {
+  DeltaOptions o;
+  o.enabled = false;
+  MakePolicy(o);
+  WriteFile(1, "ckpt_step_1.pt", 0);
+  auto w = WriteFile(2, "ckpt_step_2.pt", 1);
+  for (const auto& k : w.keys) EXPECT_FALSE(store_->GetChunkInfo(k)->base.has_value());
+}
+
+TEST_F(DeltaPolicyTest, UnrelatedDataOfTheSameShapeIsNotADelta) {
+  MakePolicy({});
+  WriteFile(1, "a_1.pt", 0);
+  // Same lineage, different weights entirely (another seed).
+  store::Batch batch;
+  ChunkSpec spec;
+  spec.offset = 128;
+  spec.length = kChunk;
+  spec.dtype = DType::kF32;
+  spec.tensor_chunk = true;
+  spec.region_name = "w";
+  spec.region_length = kChunks * kChunk;
+  auto other = Weights(kChunk / 4, 0, 777);
+  auto base = policy_->ChooseBase(ChunkOrigin{2, "a_2.pt", &spec}, other.data(), other.size());
+  EXPECT_FALSE(base.has_value());
+  EXPECT_EQ(policy_->counters().estimate_said_no.load(), 1u);
+}
+
+TEST_F(DeltaPolicyTest, BaseUnlinkedBetweenChoiceAndCommitDoesNotFailTheCommit) {
+  MakePolicy({});
+  auto first = WriteFile(1, "ckpt_step_1.pt", 0);
+  // Between ChooseBase (which pinned the base) and the commit, the base's
+  // file is deleted: its chunks lose their last reference.
+  bool deleted = false;
+  auto second = WriteFile(2, "ckpt_step_2.pt", 1, [&] {
+    if (!deleted) DeleteFile(1, first);
+    deleted = true;
+  });
+  // Chunk 0 chose its base before the unlink (pinned: still a delta); the
+  // later chunks found theirs gone and went standalone.
+  EXPECT_TRUE(store_->GetChunkInfo(second.keys[0])->base.has_value());
+  for (int i = 1; i < kChunks; ++i) EXPECT_FALSE(store_->GetChunkInfo(second.keys[i])->base.has_value());
+  EXPECT_EQ(policy_->counters().base_gone.load(), uint64_t{kChunks - 1});
+  ExpectReads(second);
+  ExpectFsckClean();
+  EXPECT_EQ(store_->PinnedDeadChunks(), 0u);
+}
+
+TEST_F(DeltaPolicyTest, KeepLastKRotationWithGcReachesASteadyState) {
+  DeltaOptions o;
+  o.max_chain = 4;
+  MakePolicy(o);
+  constexpr int kKeep = 3, kSaves = 12;
+  std::vector<Written> files;
+  std::vector<uint64_t> live;
+  for (int step = 0; step < kSaves; ++step) {
+    files.push_back(WriteFile(100 + step, "ckpt_step_" + std::to_string(step) + ".pt", step));
+    if (step >= kKeep) DeleteFile(100 + step - kKeep, files[step - kKeep]);
+    auto r = store_->RewriteDeadBases({});
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    live.push_back(store_->Stats().live_bytes);
+    for (int k = std::max(0, step - kKeep + 1); k <= step; ++k) ExpectReads(files[k]);
+  }
+  ExpectFsckClean();
+  // Live bytes hold K checkpoints: bounded by K standalone copies, and not
+  // growing once the rotation runs (allow the keyframe cycle's wobble).
+  const uint64_t standalone = live[0];  // one save, all keyframes
+  for (int step = kKeep; step < kSaves; ++step) EXPECT_LE(live[step], kKeep * standalone) << step;
+  EXPECT_LE(live[kSaves - 1], live[kKeep + 2] * 12 / 10);
+  EXPECT_LT(live[kSaves - 1], kKeep * standalone) << "deltas saved nothing";
+}
+
+}  // namespace
+}  // namespace lmc::fs
