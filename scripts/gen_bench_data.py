@@ -28,6 +28,8 @@ Sizes (params, per-save file sizes):
   small  ~0.9M params, 2 saves 5 steps apart, seconds; ckpt .pt ~11 MB, bf16 ~2 MB
   base   ~21M params, 8 saves 25 steps apart (200 steps); ~4 min on 2 idle
          cores; ckpt .pt ~253 MB, bf16 ~42 MB
+  deep   the base model, 10 saves 25 steps apart (250 steps): ~5 min;
+         in OUT/deep/ (scripts/delta_bench.sh)
   large  ~134M params, 2 saves 3 steps apart; ckpt .pt ~1.6 GB, bf16 ~270 MB
   xl     ~260M params, 1 save after 2 steps; ckpt .pt ~3.1 GB, bf16 ~520 MB
 
@@ -68,6 +70,11 @@ PRESETS = {
                   corpus_bytes=1 << 20),
     "base": dict(n_layer=4, d_model=512, n_head=8, vocab=8192, seq_len=128,
                  batch=8, saves=8, save_every=25, lr=1e-3, warmup=20,
+                 corpus_bytes=8 << 20),
+    # The base model saved 10 times (incremental-snapshot benchmark:
+    # scripts/delta_bench.sh reads the newest of a 10-deep series).
+    "deep": dict(n_layer=4, d_model=512, n_head=8, vocab=8192, seq_len=128,
+                 batch=8, saves=10, save_every=25, lr=1e-3, warmup=20,
                  corpus_bytes=8 << 20),
     "large": dict(n_layer=8, d_model=1024, n_head=16, vocab=16384,
                   seq_len=64, batch=2, saves=2, save_every=3, lr=3e-4,

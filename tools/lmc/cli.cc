@@ -252,6 +252,15 @@ int LmcMain(const std::vector<std::string>& args) {
   b->add_flag("--no-zstd19", bo.skip_zstd19, "skip zstd -19 (slow)");
   b->add_option("FILE", bo.files, "files to measure")->required();
 
+  BoundOptions bd;
+  auto* bnd = app.add_subcommand(
+      "bound", "per-chunk min(standalone, XOR vs PREV) order-0 entropy bound of FILE (incremental snapshots)");
+  bnd->add_option("-c,--chunk-size", bd.chunk_size, "chunk size in bytes (default 1 MiB)")
+      ->check(CLI::Range(4096u, 1u << 30));
+  bnd->add_flag("--per-chunk", bd.per_chunk, "print one row per chunk");
+  bnd->add_option("FILE", bd.file, "checkpoint")->required();
+  bnd->add_option("PREV", bd.prev, "its predecessor (same role, earlier step)");
+
   std::vector<std::string> rev(args.rbegin(), args.rend());
   try {
     app.parse(rev);
@@ -264,6 +273,7 @@ int LmcMain(const std::vector<std::string>& args) {
     if (d->parsed()) return Decompress(in, out, threads, force, quiet);
     if (i->parsed()) return Info(in, max_rows);
     if (b->parsed()) return RunBench(bo);
+    if (bnd->parsed()) return RunBound(bd);
   } catch (const std::bad_alloc&) {
     std::fprintf(stderr, "lmc: out of memory\n");
     return 1;

@@ -22,4 +22,14 @@ struct BenchOptions {
 };
 int RunBench(const BenchOptions& o);
 
+// `lmc bound` (bound.cc): the incremental-snapshot size bound of a file
+// given its predecessor.
+struct BoundOptions {
+  std::string file;
+  std::string prev;         // empty: standalone bound only
+  uint32_t chunk_size = 0;  // 0: default
+  bool per_chunk = false;   // one row per chunk
+};
+int RunBound(const BoundOptions& o);
+
 }  // namespace lmc::cli
