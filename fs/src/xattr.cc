@@ -7,6 +7,7 @@
 #include <cstdio>
 
 #include "fs_impl.h"
+#include "lmc/store/extent.h"
 
 namespace lmc::fs {
 
@@ -15,9 +16,40 @@ namespace {
 constexpr std::string_view kVirtualPrefix = "user.lmcfs.";
 constexpr std::string_view kStored = "user.lmcfs.stored_bytes";
 constexpr std::string_view kRatio = "user.lmcfs.ratio";
+// Incremental snapshots (docs/ARCHITECTURE.md, "Incremental snapshots",
+// "Observability"), over the file's committed extents: frame bytes (each
+// extent's share of its chunk's frame) of delta and of standalone frames,
+// and logical bytes whose chunk is shared (refcount > 1: another extent,
+// file or dependant uses it too).
+constexpr std::string_view kDelta = "user.lmcfs.delta_bytes";
+constexpr std::string_view kStandalone = "user.lmcfs.standalone_bytes";
+constexpr std::string_view kDedup = "user.lmcfs.dedup_bytes";
 constexpr size_t kMaxValue = 64 << 10;
 
 bool Virtual(std::string_view name) { return name.substr(0, kVirtualPrefix.size()) == kVirtualPrefix; }
+
+struct SnapshotBytes {
+  double delta = 0, standalone = 0;
+  uint64_t dedup = 0;
+};
+
+Status CountSnapshotBytes(store::Store* st, uint64_t ino, SnapshotBytes* out) {
+  Status inner = Status::Ok();
+  Status s = st->Scan(store::Cf::kExtents, store::ExtentKeyPrefix(ino), [&](std::string_view, std::string_view v) {
+    auto x = store::DecodeExtent(v);
+    if (!x || x->hole()) return true;
+    auto info = st->GetChunkInfo(x->chunk);
+    if (!info.ok()) {
+      inner = info.status();
+      return false;
+    }
+    const double share = info->decoded_len ? double(info->frame_len) * x->length / info->decoded_len : 0.0;
+    (info->base ? out->delta : out->standalone) += share;
+    if (info->refcount > 1) out->dedup += x->length;
+    return true;
+  });
+  return s.ok() ? inner : s;
+}
 
 }  // namespace
 
@@ -32,6 +64,18 @@ int Filesystem::GetXattr(uint64_t ino, std::string_view name, std::string* value
   int err = 0;
   InodePtr in = m.Get(ino, &err);
   if (!in) return err;
+  if (Virtual(name) && (name == kDelta || name == kStandalone || name == kDedup)) {
+    {
+      std::lock_guard lk(in->mu);
+      if (!in->IsReg()) return ENODATA;
+    }
+    SnapshotBytes b;
+    Status s = CountSnapshotBytes(store_, ino, &b);
+    if (!s.ok()) return m.ToErrno(s, "getxattr " + std::string(name), ino);
+    const double v = name == kDelta ? b.delta : name == kStandalone ? b.standalone : double(b.dedup);
+    *value = std::to_string(static_cast<uint64_t>(v + 0.5));
+    return 0;
+  }
   if (Virtual(name)) {
     std::lock_guard lk(in->mu);
     if (!in->IsReg()) return ENODATA;
@@ -67,6 +111,7 @@ int Filesystem::ListXattr(uint64_t ino, std::string* names) {
   if (reg) {
     names->append(kStored).push_back('\0');
     names->append(kRatio).push_back('\0');
+    for (auto n : {kDelta, kStandalone, kDedup}) names->append(n).push_back('\0');
   }
   std::string prefix = XattrPrefix(ino);
   Status s = store_->Scan(store::Cf::kMeta, prefix, [&](std::string_view k, std::string_view) {

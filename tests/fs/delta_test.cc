@@ -279,5 +279,23 @@ TEST_F(DeltaPolicyTest, KeepLastKRotationWithGcReachesASteadyState) {
   EXPECT_LT(live[kSaves - 1], kKeep * standalone) << "deltas saved nothing";
 }
 
+TEST_F(DeltaPolicyTest, GcHookRewritesDependantsOfDeadBasesAndReports) {
+  MakePolicy({});
+  auto first = WriteFile(1, "ckpt_step_1.pt", 0);
+  auto second = WriteFile(2, "ckpt_step_2.pt", 1);
+  ASSERT_TRUE(store_->GetChunkInfo(second.keys[0])->base.has_value());
+  DeleteFile(1, first);
+  std::vector<std::string> events;
+  auto hook = DeadBaseGcHook();
+  ASSERT_TRUE(hook(*store_, [&](const std::string& e) { events.push_back(e); }).ok());
+  ASSERT_FALSE(events.empty());
+  EXPECT_NE(events.back().find("\"done\":true"), std::string::npos) << events.back();
+  EXPECT_NE(events.back().find("\"rewritten\":" + std::to_string(kChunks)), std::string::npos) << events.back();
+  for (const auto& k : first.keys) EXPECT_TRUE(store_->GetChunkInfo(k).status().IsNotFound());
+  for (const auto& k : second.keys) EXPECT_FALSE(store_->GetChunkInfo(k)->base.has_value());
+  ExpectReads(second);
+  ExpectFsckClean();
+}
+
 }  // namespace
 }  // namespace lmc::fs

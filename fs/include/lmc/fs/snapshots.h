@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -36,5 +37,13 @@ Result<bool> ParseDeltaOption(std::string_view key, std::string_view value, Delt
 
 // The incremental-snapshot policy over `store` (which must outlive it).
 std::unique_ptr<DeltaPolicy> MakeSnapshotDeltaPolicy(store::Store* store, const DeltaOptions& options);
+// gc's hook for dead delta bases (control::GcOptions::before_compact, also
+// ControlServer::SetBeforeCompact): Store::RewriteDeadBases with the LMC
+// codec, one progress event per commit ({"event":"dead_bases",...}).
+std::function<Status(store::Store&, const std::function<void(const std::string&)>&)> DeadBaseGcHook();
+
+// Installs it in `fs` (Filesystem::SetDeltaPolicy) over fs's store; before
+// the first write.
+void InstallSnapshotPolicy(Filesystem* fs, const DeltaOptions& options);
 
 }  // namespace lmc::fs
