@@ -25,10 +25,18 @@ EncodeScratch& Scratch() {
   return s;
 }
 
-bool AllZero(const uint8_t* p, size_t n) {
-  for (size_t i = 0; i < n; i++)
-    if (p[i]) return false;
-  return true;
+std::vector<CutSpec> ToCuts(const std::vector<ChunkSpec>& specs) {
+  std::vector<CutSpec> q;
+  q.reserve(specs.size());
+  for (const ChunkSpec& c : specs) {
+    CutSpec x;
+    x.a = c.offset;
+    x.b = c.offset + c.length;
+    x.dtype = c.dtype;
+    x.spec = c;
+    q.push_back(std::move(x));
+  }
+  return q;
 }
 
 }  // namespace
@@ -184,6 +192,11 @@ int Filesystem::Impl::View(Inode& in, uint64_t a, uint64_t b, uint8_t* out) {
     if (int err = GetChunk(in, x, &c)) return err;
     std::memcpy(out + (s - a), c->data() + x.chunk_offset + (s - it->first), e - s);
   }
+  // Chunks at the encoders, in submission order (a later one is newer).
+  for (const auto& j : in.inflight) {
+    uint64_t s = std::max(a, j->a), e = std::min(b, j->end);
+    if (s < e) std::memcpy(out + (s - a), j->buf->data() + (s - j->a), e - s);
+  }
   auto d = in.dirty.upper_bound(a);
   if (d != in.dirty.begin()) {
     auto prev = std::prev(d);
@@ -196,93 +209,128 @@ int Filesystem::Impl::View(Inode& in, uint64_t a, uint64_t b, uint8_t* out) {
   return 0;
 }
 
-// Cuts each range [a, b) of the file's current bytes into one chunk that
-// replaces whatever covered it; zeros store nothing. dtype nullopt: detected
-// from the bytes. Views are taken in order, then the chunks are encoded on
-// the shared thread pool (the calling thread takes part), then hashed and
-// applied to the extents and the pending batch in order.
+// Hands each range [a, b) of the file's current bytes to the encoders as
+// one chunk that will replace whatever covers it; zeros will store nothing.
+// The bytes leave `dirty` now and live in the job (reads see them there)
+// until ApplyDone/Drain applies the job, in submission order.
 int Filesystem::Impl::MaterializeRanges(Inode& in, const std::vector<CutSpec>& specs) {
-  struct Cut {
-    uint64_t a = 0, end = 0;
-    std::optional<DType> dtype;
-    std::shared_ptr<std::vector<uint8_t>> buf;
-    std::vector<uint8_t> frame;
-    size_t frame_len = 0;
-    store::ChunkKey key;
-    bool zero = false;
-    Status status;
-  };
   if (int err = LoadExtents(in)) return err;
-  std::vector<Cut> cuts;
-  cuts.reserve(specs.size());
   for (const CutSpec& s : specs) {
-    Cut c;
-    c.a = s.a;
-    c.end = std::min(s.b, in.rec.size);
-    c.dtype = s.dtype;
-    if (c.a < c.end) {
-      c.buf = std::make_shared<std::vector<uint8_t>>(c.end - c.a);
-      if (int err = View(in, c.a, c.end, c.buf->data())) return err;
+    const uint64_t end = std::min(s.b, in.rec.size);
+    if (s.a < end) {
+      auto job = std::make_shared<EncodeJob>();
+      job->ino = in.ino;
+      job->name_hint = in.name_hint;
+      job->spec = s.spec;
+      job->dtype = s.dtype;
+      job->a = s.a;
+      job->end = end;
+      job->buf = std::make_shared<std::vector<uint8_t>>(end - s.a);
+      if (int err = View(in, s.a, end, job->buf->data())) return err;
+      job->delta = delta.get();
+      // The input, and a frame that is at most about as large.
+      job->charge = 2 * (end - s.a);
+      inflight_bytes += job->charge;
+      in.inflight.push_back(job);
+      encoders.Submit(std::move(job));
     }
-    cuts.push_back(std::move(c));
-  }
-  auto encode = [&](size_t i, size_t) {
-    Cut& c = cuts[i];
-    if (!c.buf) return;
-    const uint8_t* p = c.buf->data();
-    size_t n = c.buf->size();
-    if (AllZero(p, n)) {
-      c.zero = true;
-      return;
-    }
-    c.frame.resize(MaxEncodedSize(n));
-    EncodeParams params;
-    params.dtype = c.dtype ? *c.dtype : DetectDType(p, n);
-    auto r = EncodeChunk(p, n, params, c.frame.data(), c.frame.size(), Scratch().ws);
-    if (!r.ok()) {
-      c.status = r.status();
-      return;
-    }
-    c.frame_len = *r;
-  };
-  if (cuts.size() == 1) {
-    encode(0, 0);
-  } else {
-    ThreadPool::Shared().ParallelFor(cuts.size(), 0, encode);
-  }
-  for (size_t i = 0; i < cuts.size(); i++) {
-    Cut& c = cuts[i];
-    if (!c.status.ok()) return ToErrno(c.status, "encode chunk", in.ino);
-    if (c.buf && c.zero) {
-      ReplaceRange(in, c.a, c.end, nullptr);
-    } else if (c.buf) {
-      // Hashed here rather than on the pool: OpenSSL's per-thread state on
-      // pool threads alive at exit reads as a leak to LeakSanitizer, and
-      // SHA-256 (SHA extensions) costs little next to encoding.
-      c.key = store::ChunkKey::Of(c.buf->data(), c.buf->size());
-      ExtentRec e;
-      e.length = static_cast<uint32_t>(c.buf->size());
-      e.key = c.key;
-      e.frame_len = static_cast<uint32_t>(c.frame_len);
-      e.decoded_len = e.length;
-      in.pending.AddChunk(e.key, {c.frame.data(), c.frame_len}, e.decoded_len);
-      in.pending_chunks = true;
-      ReplaceRange(in, c.a, c.end, &e);
-      cache.Put(e.key, std::move(c.buf));
-      fs->counters_.chunks_written++;
-      fs->counters_.bytes_written += e.length;
-    }
-    RemoveDirty(in, specs[i].a, specs[i].b);
-    if (in.pending.frame_bytes() >= fs->opts_.batch_limit) {
-      if (int err = CommitLocked(in, false)) return err;
-    }
+    RemoveDirty(in, s.a, s.b);
   }
   return 0;
 }
 
+// Puts a failed job's bytes back into `dirty` where nothing newer covers
+// them (newer dirty bytes, or a later job at the encoders), so that reads
+// stay right and the next flush encodes them again.
+static void Restore(Filesystem::Impl& m, Inode& in, const EncodeJob& job) {
+  std::vector<std::pair<uint64_t, uint64_t>> keep = {{job.a, job.end}};
+  auto cut = [&](uint64_t s, uint64_t e) {
+    std::vector<std::pair<uint64_t, uint64_t>> next;
+    for (auto [x, y] : keep) {
+      if (e <= x || s >= y) {
+        next.emplace_back(x, y);
+        continue;
+      }
+      if (x < s) next.emplace_back(x, s);
+      if (e < y) next.emplace_back(e, y);
+    }
+    keep = std::move(next);
+  };
+  for (auto& [off, seg] : in.dirty) cut(off, off + seg.size());
+  bool later = false;
+  for (const auto& j : in.inflight) {
+    if (later) cut(j->a, j->end);
+    if (j.get() == &job) later = true;
+  }
+  for (auto [x, y] : keep) m.InsertDirty(in, x, job.buf->data() + (x - job.a), y - x);
+}
+
+int Filesystem::Impl::ApplyJob(Inode& in, EncodeJob& job) {
+  if (!job.status.ok()) {
+    Restore(*this, in, job);
+    return ToErrno(job.status, "encode chunk at offset " + std::to_string(job.a), in.ino);
+  }
+  if (job.zero) {
+    ReplaceRange(in, job.a, job.end, nullptr);
+    return 0;
+  }
+  ExtentRec e;
+  e.length = static_cast<uint32_t>(job.end - job.a);
+  e.key = job.key;
+  e.frame_len = static_cast<uint32_t>(job.frame_len);
+  e.decoded_len = e.length;
+  if (delta) {
+    ChunkOrigin origin{in.ino, in.name_hint, &job.spec};
+    delta->Record(origin, job.key, job.base_key, &in.pending);
+  }
+  in.pending.AddChunk(e.key, {job.frame.data(), job.frame_len}, e.decoded_len, job.base_key);
+  in.pending_chunks = true;
+  ReplaceRange(in, job.a, job.end, &e);
+  cache.Put(e.key, std::move(job.buf));
+  fs->counters_.chunks_written++;
+  fs->counters_.bytes_written += e.length;
+  if (in.pending.frame_bytes() >= fs->opts_.batch_limit) return CommitLocked(in, false);
+  return 0;
+}
+
+// Which jobs ApplyHead applies from the head of in.inflight.
+enum class Until {
+  kNotDone,     // those already done
+  kEmpty,       // all (waits for each)
+  kUnderBudget  // while the write budget is exceeded (waits for each)
+};
+
+static int ApplyHead(Filesystem::Impl& m, Inode& in, Until until, uint64_t budget) {
+  int first = 0;
+  while (!in.inflight.empty()) {
+    if (until == Until::kUnderBudget && m.inflight_bytes <= budget) break;
+    std::shared_ptr<EncodeJob> job = in.inflight.front();
+    if (until == Until::kNotDone) {
+      std::lock_guard lk(job->mu);
+      if (!job->done) break;
+    } else {
+      job->Wait();
+    }
+    in.inflight.pop_front();
+    int err = m.ApplyJob(in, *job);
+    m.inflight_bytes -= job->charge;
+    if (err && !first) first = err;
+  }
+  return first;
+}
+
+int Filesystem::Impl::ApplyDone(Inode& in) { return ApplyHead(*this, in, Until::kNotDone, 0); }
+int Filesystem::Impl::Drain(Inode& in) { return ApplyHead(*this, in, Until::kEmpty, 0); }
+// A writer over the budget waits for its own oldest jobs only: waiting for
+// another inode's could wait for a writer that is itself waiting. So the
+// budget can be exceeded by what other inodes hold, at most about one
+// write's worth per concurrent writer.
+int Filesystem::Impl::Backpressure(Inode& in) {
+  return ApplyHead(*this, in, Until::kUnderBudget, fs->opts_.write_budget);
+}
+
 void Filesystem::Impl::KillStream(Inode& in) {
   in.streaming = false;
-  in.queued.clear();  // their bytes are still dirty
   in.parser.reset();
   in.chunker.reset();
 }
@@ -302,15 +350,9 @@ int Filesystem::Impl::AdvanceStream(Inode& in) {
   }
   std::vector<ChunkSpec> specs;
   for (const Region& r : in.parser->TakeRegions()) in.chunker->Add(r, &specs);
-  for (const ChunkSpec& c : specs) in.queued.push_back({c.offset, c.offset + c.length, c.dtype});
-  // Completed chunks wait until there is one per pool thread, then encode
-  // in parallel (their bytes stay in the dirty map meanwhile).
-  if (in.queued.size() >= std::max<size_t>(2, ThreadPool::Shared().size())) {
-    std::vector<CutSpec> q = std::move(in.queued);
-    in.queued.clear();
-    return MaterializeRanges(in, q);
-  }
-  return 0;
+  if (specs.empty()) return 0;
+  // Each completed chunk goes to the encoders at once.
+  return MaterializeRanges(in, ToCuts(specs));
 }
 
 int Filesystem::Impl::FinishStream(Inode& in) {
@@ -319,10 +361,8 @@ int Filesystem::Impl::FinishStream(Inode& in) {
   std::vector<ChunkSpec> specs;
   for (const Region& r : in.parser->TakeRegions()) in.chunker->Add(r, &specs);
   in.chunker->Finish(&specs);
-  std::vector<CutSpec> q = std::move(in.queued);
   KillStream(in);
-  for (const ChunkSpec& c : specs) q.push_back({c.offset, c.offset + c.length, c.dtype});
-  return MaterializeRanges(in, q);
+  return MaterializeRanges(in, ToCuts(specs));
 }
 
 // Cuts every dirty range into chunks aligned to chunk_size in the file.
@@ -334,7 +374,12 @@ int Filesystem::Impl::MaterializeDirty(Inode& in) {
   auto cut = [&] {
     while (a < b) {
       uint64_t limit = std::min(b, (a / cs + 1) * cs);
-      q.push_back({a, limit, std::nullopt});
+      CutSpec c;
+      c.a = a;
+      c.b = limit;
+      c.spec.offset = a;
+      c.spec.length = static_cast<uint32_t>(limit - a);
+      q.push_back(std::move(c));
       a = limit;
     }
   };
@@ -346,19 +391,16 @@ int Filesystem::Impl::MaterializeDirty(Inode& in) {
     b = off + seg.size();
   }
   cut();
-  const size_t group = std::max<size_t>(2, ThreadPool::Shared().size()) * 2;
-  for (size_t i = 0; i < q.size(); i += group) {
-    std::vector<CutSpec> g(q.begin() + i, q.begin() + std::min(q.size(), i + group));
-    if (int err = MaterializeRanges(in, g)) return err;
-  }
-  return 0;
+  return MaterializeRanges(in, q);
 }
 
 int Filesystem::Impl::WriteLocked(Inode& in, uint64_t off, const uint8_t* p, size_t n) {
   if (n == 0) return 0;
   if (off + n < off || off + n > (uint64_t{1} << 62)) return EFBIG;
   if (int err = LoadExtents(in)) return err;
-  if (!in.streaming && off == 0 && in.extents.empty() && in.dirty.empty()) {
+  int first = ApplyDone(in);
+  if (!in.streaming && off == 0 && in.extents.empty() && in.dirty.empty() &&
+      in.inflight.empty()) {
     in.streaming = true;
     in.stream_pos = 0;
     in.parser = LayoutParser::Create();
@@ -379,6 +421,10 @@ int Filesystem::Impl::WriteLocked(Inode& in, uint64_t off, const uint8_t* p, siz
     if (int err = FinishStream(in)) return err;
     if (int err = MaterializeDirty(in)) return err;
   }
+  if (int err = Backpressure(in); err && !first) first = err;
+  // An encoder error of an earlier chunk: this write's bytes are buffered
+  // (and the failed chunk's are back in dirty); flush reports it again.
+  if (first) in.write_error = first;
   return 0;
 }
 
@@ -434,6 +480,8 @@ int Filesystem::Impl::ReadLocked(Inode& in, uint64_t off, size_t n, std::string*
 int Filesystem::Impl::TruncateLocked(Inode& in, uint64_t size) {
   if (size > (uint64_t{1} << 62)) return EFBIG;
   if (int err = LoadExtents(in)) return err;
+  // Jobs at the encoders replace ranges when applied: apply them first.
+  if (int err = Drain(in)) return err;
   if (size < in.rec.size) {
     if (in.streaming && in.stream_pos > size) KillStream(in);
     RemoveDirty(in, size, UINT64_MAX);
@@ -460,17 +508,23 @@ int Filesystem::Impl::CommitLocked(Inode& in, bool sync) {
 
 int Filesystem::Impl::FinalizeLocked(Inode& in, bool sync) {
   if (in.purged) return 0;
+  int reported = in.write_error;
+  in.write_error = 0;
   if (int err = FinishStream(in)) return err;
   if (int err = MaterializeDirty(in)) return err;
-  return CommitLocked(in, sync);
+  if (int err = Drain(in)) return err;
+  if (int err = CommitLocked(in, sync)) return err;
+  return reported;
 }
 
 int Filesystem::Impl::CloneRangeLocked(Inode& src, uint64_t soff, Inode& dst, uint64_t doff,
                                        uint64_t len) {
   if (int err = LoadExtents(src)) return err;
   if (int err = LoadExtents(dst)) return err;
-  // dst's stream cannot continue past bytes that did not go through it.
+  // dst's stream cannot continue past bytes that did not go through it, and
+  // its jobs must not land on the cloned range later.
   if (int err = FinishStream(dst)) return err;
+  if (int err = Drain(dst)) return err;
   RemoveDirty(dst, doff, doff + len);
   ReplaceRange(dst, doff, doff + len, nullptr);
   const uint64_t send = soff + len;
@@ -504,6 +558,10 @@ int Filesystem::Impl::PurgeLocked(Inode& in, store::Batch* b) {
   KillStream(in);
   in.dirty.clear();
   in.dirty_bytes = 0;
+  // Jobs still at the encoders are dropped (the encoder keeps its
+  // reference until it finishes; nothing of them is applied).
+  for (auto& j : in.inflight) inflight_bytes -= j->charge;
+  in.inflight.clear();
   if (int err = CommitLocked(in, false)) return err;
   if (int err = LoadExtents(in)) return err;
   for (auto& [off, e] : in.extents) {

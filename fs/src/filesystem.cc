@@ -81,7 +81,12 @@ int WithInode(Filesystem::Impl& m, uint64_t ino, Fn&& fn) {
 
 }  // namespace
 
-Filesystem::Impl::Impl(Filesystem* f) : fs(f), store(f->store_), cache(f->opts_.cache_bytes) {}
+Filesystem::Impl::Impl(Filesystem* f)
+    : fs(f), store(f->store_), cache(f->opts_.cache_bytes), encoders(f->opts_.encode_threads) {}
+
+void Filesystem::SetDeltaPolicy(std::unique_ptr<DeltaPolicy> policy) {
+  impl_->delta = std::move(policy);
+}
 
 int Filesystem::Impl::ToErrno(const Status& s, std::string_view what, uint64_t ino) {
   switch (s.code()) {
@@ -207,6 +212,7 @@ int Filesystem::Lookup(uint64_t parent, std::string_view name, struct stat* out)
   if (!in) return err == ENOENT ? EIO : err;  // a dirent naming no inode
   std::lock_guard lk(in->mu);
   in->nlookup++;
+  if (in->name_hint.empty()) in->name_hint.assign(name);
   FillStat(*in, out);
   return 0;
 }
@@ -336,6 +342,7 @@ static int MakeNode(Filesystem::Impl& m, bool read_only, uint64_t parent, std::s
     r.size = target.size();
   }
   in->extents_loaded = true;
+  in->name_hint.assign(name);
   in->nlookup = 1;
   in->nopen = open ? 1 : 0;
 
@@ -426,6 +433,7 @@ int Filesystem::Link(uint64_t ino, uint64_t newparent, std::string_view newname,
   if (!s.ok()) return m.ToErrno(s, "link", ino);
   in->rec = r;
   dir->rec = dr;
+  in->name_hint.assign(newname);
   in->nlookup++;
   FillStat(*in, out);
   return 0;
@@ -624,6 +632,8 @@ int Filesystem::Rename(uint64_t parent, std::string_view name, uint64_t newparen
   // sin may be pdir/ndir only for a directory renamed into itself, which
   // the kernel refuses before asking us.
   sin->rec.ctime_ns = sr.ctime_ns;
+  sin->name_hint.assign(newname);
+  if (din && (flags & RENAME_EXCHANGE)) din->name_hint.assign(name);
   if (din) {
     din->rec = dr;
     if (purged) MarkPurged(m, *din);

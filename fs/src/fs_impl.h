@@ -2,14 +2,20 @@
 // docs/ARCHITECTURE.md, "The filesystem"; in short:
 //
 //   ns_mu (shared_mutex) -> Inode::mu (several: increasing ino) -> table_mu
+//   Inode::mu -> EncoderPool's and EncodeJob's mutexes (leaves)
 //
 // ns_mu: exclusive for every namespace change (create, unlink, rename, ...)
 //   and for Forget (which may evict or purge); shared for Lookup and ReadDir.
 // Inode::mu: the inode's attributes, counts and whole data state. Data ops
 //   (read, write, flush, setattr) take only this.
 // table_mu: the ino -> Inode map only; a leaf, held for map operations.
+// Encoder threads never take an inode's mutex: a writer may wait for a job
+// with its inode's mutex held.
 #pragma once
 
+#include <atomic>
+#include <condition_variable>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -18,6 +24,8 @@
 #include <unordered_map>
 
 #include "chunk_cache.h"
+#include "delta_hook.h"
+#include "encoder.h"
 #include "lmc/chunker.h"
 #include "lmc/fs/filesystem.h"
 #include "lmc/layout.h"
@@ -25,10 +33,14 @@
 
 namespace lmc::fs {
 
-// A range of a file to cut into one chunk; dtype nullopt: detect.
+// A range of a file to cut into one chunk; dtype nullopt: detect. `spec`
+// carries the chunker's fields (offset, length, dtype and the lineage
+// fields) unchanged for chunks the stream cut; for other cuts it holds
+// offset and length only.
 struct CutSpec {
   uint64_t a = 0, b = 0;
   std::optional<DType> dtype;
+  ChunkSpec spec;
 };
 
 struct Inode {
@@ -58,7 +70,19 @@ struct Inode {
   uint64_t stream_pos = 0;
   std::unique_ptr<LayoutParser> parser;
   std::unique_ptr<Chunker> chunker;
-  std::vector<CutSpec> queued;  // chunks completed by the chunker, not yet cut
+
+  // Chunks handed to the encoders, in file order (submission order). Their
+  // bytes left `dirty` when submitted; reads see them (over extents, under
+  // dirty) until they are applied, in this order, by ApplyDone or Drain.
+  std::deque<std::shared_ptr<EncodeJob>> inflight;
+  // An encoder error applied outside flush/fsync (in a write): reported by
+  // the next flush or fsync, then cleared. The chunk's bytes went back to
+  // `dirty`, so reads stay right and the next flush retries.
+  int write_error = 0;
+
+  // The name the file was created, last linked or renamed under (or looked
+  // up by), for the delta policy's lineage (delta_hook.h).
+  std::string name_hint;
 
   uint64_t last_read_end = 0;  // sequential-read detection (prefetch)
 
@@ -69,7 +93,7 @@ struct Inode {
   bool IsDir() const { return S_ISDIR(rec.mode); }
   bool IsReg() const { return S_ISREG(rec.mode); }
   bool Clean() const {
-    return !rec_dirty && dirty.empty() && !streaming && pending.empty() && queued.empty();
+    return !rec_dirty && dirty.empty() && !streaming && pending.empty() && inflight.empty();
   }
 };
 using InodePtr = std::shared_ptr<Inode>;
@@ -80,6 +104,11 @@ struct Filesystem::Impl {
   Filesystem* fs;
   store::Store* store;
   ChunkCache cache;
+
+  // The incremental-snapshot policy (delta_hook.h); nullptr: every chunk
+  // standalone. Installed before use (Filesystem::SetDeltaPolicy); declared
+  // before `encoders` so that it outlives the jobs that use it.
+  std::unique_ptr<DeltaPolicy> delta;
 
   std::shared_mutex ns_mu;
   std::mutex table_mu;  // guards table and next_ino
@@ -114,7 +143,16 @@ struct Filesystem::Impl {
   void KillStream(Inode& in);
   int AdvanceStream(Inode& in);
   int FinishStream(Inode& in);
+  // Hands each range [a, b) of the file's current bytes to the encoders as
+  // one chunk (to replace whatever covers it once applied); returns at once.
   int MaterializeRanges(Inode& in, const std::vector<CutSpec>& specs);
+  // Applies the finished jobs at the head of in.inflight (all: Drain waits
+  // for each). First error wins; the others are still applied.
+  int ApplyDone(Inode& in);
+  int Drain(Inode& in);
+  int ApplyJob(Inode& in, EncodeJob& job);
+  // Waits while the write budget is exceeded and this inode has jobs in flight.
+  int Backpressure(Inode& in);
   int MaterializeDirty(Inode& in);
   void ReplaceRange(Inode& in, uint64_t a, uint64_t b, const ExtentRec* nw);
   void InsertDirty(Inode& in, uint64_t off, const uint8_t* p, size_t n);
@@ -125,6 +163,11 @@ struct Filesystem::Impl {
   // shared pool, into the cache, once there are enough of them or one lies
   // under [a, need_end). Best effort: errors surface on the read.
   void Prefetch(Inode& in, uint64_t a, uint64_t b, uint64_t need_end);
+
+  // Bytes charged by jobs in flight over all inodes (FsOptions::write_budget).
+  std::atomic<uint64_t> inflight_bytes{0};
+  // Last member: destroyed (joined) first, while everything its jobs use lives.
+  EncoderPool encoders;
 };
 
 int64_t NowNs();

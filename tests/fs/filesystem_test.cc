@@ -8,17 +8,76 @@
 #include <stdlib.h>
 #include <sys/xattr.h>
 
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <map>
+#include <mutex>
 #include <random>
 #include <string>
+#include <thread>
 
+#include "delta_hook.h"
 #include "lmc/store/store.h"
 
 namespace lmc::fs {
 namespace {
+
+// A delta policy for pipeline tests: ChooseBase blocks while the gate is
+// closed (holding chunks at the encoders, like a sync point), counts calls,
+// and can offer a base (a wrong-length one, to make the encoder fail).
+class GatePolicy : public DeltaPolicy {
+ public:
+  explicit GatePolicy(bool open = true) : open_(open) {}
+  void Open() {
+    {
+      std::lock_guard lk(mu_);
+      open_ = true;
+    }
+    cv_.notify_all();
+  }
+  // Waits until at least n encoders are inside ChooseBase (or passed it).
+  bool WaitCalls(int n) {
+    for (int i = 0; i < 2000 && calls.load() < n; i++)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    return calls.load() >= n;
+  }
+  std::optional<BaseChoice> ChooseBase(const ChunkOrigin& origin, const uint8_t*,
+                                       size_t n) override {
+    calls++;
+    std::unique_lock lk(mu_);
+    cv_.wait(lk, [&] { return open_; });
+    names.push_back(std::string(origin.file_name));
+    if (bad_base) return BaseChoice{{}, std::make_shared<std::vector<uint8_t>>(n + 1)};
+    if (base && base->bytes->size() == n) return *base;
+    return std::nullopt;
+  }
+  void Record(const ChunkOrigin& origin, const store::ChunkKey& key,
+              const std::optional<store::ChunkKey>& b, store::Batch*) override {
+    std::lock_guard lk(mu_);
+    recorded.push_back({std::string(origin.file_name), key, b});
+  }
+
+  struct Rec {
+    std::string name;
+    store::ChunkKey key;
+    std::optional<store::ChunkKey> base;
+  };
+  std::atomic<int> calls{0};
+  std::atomic<bool> bad_base{false};
+  std::optional<BaseChoice> base;  // offered for chunks of its length
+  std::vector<std::string> names;  // guarded by mu_
+  std::vector<Rec> recorded;       // guarded by mu_
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool open_;
+};
 
 class FsCore : public ::testing::Test {
  protected:
@@ -37,6 +96,8 @@ class FsCore : public ::testing::Test {
     std::filesystem::remove_all(dir_);
   }
   void Close() {
+    if (gate_open_) gate_open_();  // a failed test must not leave encoders held
+    gate_open_ = nullptr;
     if (fs_) {
       EXPECT_TRUE(fs_->Shutdown().ok());
     }
@@ -72,6 +133,14 @@ class FsCore : public ::testing::Test {
     for (auto& m : r->messages) msgs += m + "\n";
     EXPECT_EQ(r->errors, 0u) << msgs;
   }
+  // Installs a GatePolicy (owned by the filesystem) and returns it.
+  GatePolicy* InstallGate(bool open) {
+    auto p = std::make_unique<GatePolicy>(open);
+    GatePolicy* raw = p.get();
+    fs_->SetDeltaPolicy(std::move(p));
+    gate_open_ = [raw] { raw->Open(); };
+    return raw;
+  }
   uint64_t ExtentCount(uint64_t ino) {
     std::string prefix(8, '\0');
     for (int i = 0; i < 8; i++) prefix[i] = static_cast<char>(ino >> (56 - 8 * i));
@@ -84,6 +153,7 @@ class FsCore : public ::testing::Test {
   }
 
   std::string dir_;
+  std::function<void()> gate_open_;
   FsOptions opts_;
   std::unique_ptr<store::Store> store_;
   std::unique_ptr<Filesystem> fs_;
@@ -101,6 +171,162 @@ std::string Bf16Like(size_t n, uint32_t seed) {
     s[i + 1] = static_cast<char>(u >> 24);
   }
   return s;
+}
+
+TEST_F(FsCore, PipelineReadsAndOverwritesSeeInFlightChunks) {
+  GatePolicy* gate = InstallGate(false);
+  uint64_t ino = CreateFile(kRootIno, "inflight.bin");
+  // Past the layout parser's detection window, so the stream cuts chunks.
+  std::string model = Bf16Like(20 * (64 << 10) + 1000, 11);
+  for (size_t off = 0; off < model.size(); off += 32 << 10)
+    ASSERT_EQ(fs_->Write(ino, off, model.data() + off, std::min<size_t>(32 << 10, model.size() - off)),
+              0);
+  // Writes returned while every encoder is held: the chunks are in flight.
+  ASSERT_TRUE(gate->WaitCalls(1));
+  EXPECT_EQ(fs_->counters().chunks_written.load(), 0u);
+  EXPECT_EQ(ReadAll(ino), model);
+  // Overwrite inside an in-flight chunk, and across two of them.
+  std::string p1(5000, 'A'), p2(70000, 'B');
+  ASSERT_EQ(fs_->Write(ino, 70000, p1.data(), p1.size()), 0);
+  model.replace(70000, p1.size(), p1);
+  ASSERT_EQ(fs_->Write(ino, 3 * (64 << 10) - 1000, p2.data(), p2.size()), 0);
+  model.replace(3 * (64 << 10) - 1000, p2.size(), p2);
+  std::string part;
+  ASSERT_EQ(fs_->Read(ino, 69000, 7000, &part), 0);
+  EXPECT_EQ(part, model.substr(69000, 7000));
+  EXPECT_EQ(ReadAll(ino), model);
+  EXPECT_EQ(fs_->counters().chunks_written.load(), 0u);
+  gate->Open();
+  ASSERT_EQ(fs_->Flush(ino), 0);
+  EXPECT_GE(fs_->counters().chunks_written.load(), 8u);
+  EXPECT_EQ(ReadAll(ino), model);
+  ASSERT_EQ(fs_->Release(ino), 0);
+  Reopen();
+  EXPECT_EQ(ReadAll(ino), model);
+  ExpectFsckClean();
+}
+
+TEST_F(FsCore, PipelineTruncateWhileEncoding) {
+  GatePolicy* gate = InstallGate(false);
+  uint64_t ino = CreateFile(kRootIno, "trunc.bin");
+  std::string model = Bf16Like(20 * (64 << 10), 12);
+  ASSERT_EQ(fs_->Write(ino, 0, model.data(), model.size()), 0);
+  ASSERT_TRUE(gate->WaitCalls(1));
+  // Truncate into the second chunk while the chunks are held at the
+  // encoders; it waits for them, so release them from another thread.
+  std::thread opener([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    gate->Open();
+  });
+  struct stat a{}, out;
+  a.st_size = 100000;
+  ASSERT_EQ(fs_->SetAttr(ino, a, kSetSize, &out), 0);
+  opener.join();
+  model.resize(100000);
+  EXPECT_EQ(ReadAll(ino), model);
+  a.st_size = 300000;  // grow again: zeros, not the old bytes
+  ASSERT_EQ(fs_->SetAttr(ino, a, kSetSize, &out), 0);
+  model.resize(300000, '\0');
+  EXPECT_EQ(ReadAll(ino), model);
+  ASSERT_EQ(fs_->Flush(ino), 0);
+  ASSERT_EQ(fs_->Release(ino), 0);
+  Reopen();
+  EXPECT_EQ(ReadAll(ino), model);
+  ExpectFsckClean();
+}
+
+TEST_F(FsCore, PipelineFsyncIsDurableWithoutShutdown) {
+  uint64_t ino = CreateFile(kRootIno, "durable.bin");
+  std::string model = Bf16Like(20 * (64 << 10) + 123, 13);
+  for (size_t off = 0; off < model.size(); off += 100000)
+    ASSERT_EQ(fs_->Write(ino, off, model.data() + off, std::min<size_t>(100000, model.size() - off)),
+              0);
+  std::string patch(3000, 'Z');  // and a random write
+  ASSERT_EQ(fs_->Write(ino, 500000, patch.data(), patch.size()), 0);
+  model.replace(500000, patch.size(), patch);
+  ASSERT_EQ(fs_->Fsync(ino, false), 0);
+  // Crash: no flush, no Shutdown; what fsync made durable must be there.
+  fs_.reset();
+  store_.reset();
+  Reopen(false);
+  EXPECT_EQ(ReadAll(ino), model);
+  ExpectFsckClean();
+}
+
+TEST_F(FsCore, PipelineBackpressureBlocksWritersAtTheBudget) {
+  opts_.write_budget = 64 << 10;  // one chunk's input
+  Reopen();
+  GatePolicy* gate = InstallGate(false);
+  uint64_t ino = CreateFile(kRootIno, "budget.bin");
+  std::string model = Bf16Like(16 * (64 << 10), 14);
+  std::atomic<bool> finished{false};
+  std::thread writer([&] {
+    for (size_t off = 0; off < model.size(); off += 64 << 10)
+      EXPECT_EQ(fs_->Write(ino, off, model.data() + off, 64 << 10), 0);
+    finished = true;
+  });
+  ASSERT_TRUE(gate->WaitCalls(1));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  // The writer waits for its oldest chunk, which the gate holds.
+  EXPECT_FALSE(finished.load());
+  gate->Open();
+  writer.join();
+  EXPECT_TRUE(finished.load());
+  ASSERT_EQ(fs_->Flush(ino), 0);
+  EXPECT_EQ(ReadAll(ino), model);
+  ASSERT_EQ(fs_->Release(ino), 0);
+  Reopen();
+  EXPECT_EQ(ReadAll(ino), model);
+}
+
+TEST_F(FsCore, PipelineEncoderErrorSurfacesOnFlushAndKeepsBytes) {
+  GatePolicy* gate = InstallGate(true);
+  gate->bad_base = true;  // every encode fails: a base of the wrong length
+  uint64_t ino = CreateFile(kRootIno, "err.bin");
+  std::string model = Bf16Like(4 * (64 << 10) + 77, 15);
+  ASSERT_EQ(fs_->Write(ino, 0, model.data(), model.size()), 0);
+  EXPECT_EQ(fs_->Flush(ino), EIO);
+  EXPECT_GE(fs_->counters().eio.load(), 1u);
+  // Nothing lost, nothing altered: the bytes are still readable...
+  EXPECT_EQ(ReadAll(ino), model);
+  EXPECT_EQ(fs_->Flush(ino), EIO);  // ...and still not stored
+  // Once encoding works again, the next flush stores them.
+  gate->bad_base = false;
+  ASSERT_EQ(fs_->Flush(ino), 0);
+  EXPECT_EQ(ReadAll(ino), model);
+  ASSERT_EQ(fs_->Release(ino), 0);
+  Reopen();
+  EXPECT_EQ(ReadAll(ino), model);
+  ExpectFsckClean();
+}
+
+TEST_F(FsCore, PipelineDeltaSeamPassesBaseAndName) {
+  GatePolicy* gate = InstallGate(true);
+  uint64_t a = CreateFile(kRootIno, "v1.bin");
+  std::string v1 = Bf16Like(64 << 10, 16);
+  ASSERT_EQ(fs_->Write(a, 0, v1.data(), v1.size()), 0);
+  ASSERT_EQ(fs_->Flush(a), 0);
+  ASSERT_EQ(fs_->Release(a), 0);
+  // v2 differs from v1 in a few bytes; offer v1's chunk as its base.
+  std::string v2 = v1;
+  for (size_t i = 0; i < v2.size(); i += 4096) v2[i] ^= 1;
+  gate->base = BaseChoice{store::ChunkKey::Of(reinterpret_cast<const uint8_t*>(v1.data()), v1.size()),
+                          std::make_shared<std::vector<uint8_t>>(v1.begin(), v1.end())};
+  uint64_t b = CreateFile(kRootIno, "tmp.bin");
+  ASSERT_EQ(fs_->Rename(kRootIno, "tmp.bin", kRootIno, "v2.bin", 0), 0);
+  ASSERT_EQ(fs_->Write(b, 0, v2.data(), v2.size()), 0);
+  ASSERT_EQ(fs_->Flush(b), 0);
+  ASSERT_EQ(fs_->Release(b), 0);
+  ASSERT_EQ(gate->recorded.size(), 2u);
+  EXPECT_EQ(gate->recorded[0].name, "v1.bin");
+  EXPECT_FALSE(gate->recorded[0].base.has_value());
+  EXPECT_EQ(gate->recorded[1].name, "v2.bin");  // the name after the rename
+  ASSERT_TRUE(gate->recorded[1].base.has_value());
+  EXPECT_EQ(*gate->recorded[1].base, gate->base->key);
+  Reopen();
+  EXPECT_EQ(ReadAll(a), v1);
+  EXPECT_EQ(ReadAll(b), v2);  // decoded against its base
+  ExpectFsckClean();
 }
 
 TEST_F(FsCore, CreateWriteReadPersist) {

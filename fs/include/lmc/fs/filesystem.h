@@ -77,6 +77,7 @@ struct FsCounters {
 
 struct Inode;
 class ChunkCache;
+class DeltaPolicy;  // src/delta_hook.h
 
 class Filesystem {
  public:
@@ -137,6 +138,11 @@ class Filesystem {
 
   // Flushes every inode and purges unlinked ones; called once at unmount.
   Status Shutdown();
+
+  // Installs the incremental-snapshot policy the write pipeline consults
+  // for each chunk (src/delta_hook.h); nullptr: none. Call before the first
+  // write or while no write is in flight (encoder jobs hold the pointer).
+  void SetDeltaPolicy(std::unique_ptr<DeltaPolicy> policy);
 
   const FsOptions& options() const { return opts_; }
   FsCounters& counters() { return counters_; }

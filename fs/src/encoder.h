@@ -1,0 +1,85 @@
+// The encode stage of the write pipeline (docs/ARCHITECTURE.md, "The
+// filesystem", "Write pipeline"): one job per chunk, run on the
+// filesystem's own encoder threads, applied back to its inode in file order
+// by the inode's writer (file_data.cc).
+//
+// A job is built under its inode's mutex, then owned by the encoder until
+// `done`; after that only the inode side touches it. Encoder threads never
+// take an inode's mutex.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "delta_hook.h"
+#include "lmc/chunker.h"
+#include "lmc/status.h"
+#include "lmc/store/chunk_key.h"
+
+namespace lmc::fs {
+
+struct EncodeJob {
+  // --- input: set before submission, read-only afterwards ---
+  uint64_t ino = 0;
+  std::string name_hint;        // the inode's name_hint at submission
+  ChunkSpec spec;               // the chunker's fields (offset, length, dtype, lineage)
+  std::optional<DType> dtype;   // nullopt: detect from the bytes
+  uint64_t a = 0, end = 0;      // file range [a, end), end - a == buf->size()
+  std::shared_ptr<std::vector<uint8_t>> buf;  // the chunk's bytes (later the cache's)
+  DeltaPolicy* delta = nullptr;  // Impl::delta at submission, or nullptr
+  uint64_t charge = 0;           // bytes counted against the write budget
+
+  // --- output: written by the encoder before `done` ---
+  bool zero = false;  // all zeros: stores nothing (a hole)
+  std::vector<uint8_t> frame;
+  size_t frame_len = 0;
+  store::ChunkKey key;
+  std::optional<store::ChunkKey> base_key;  // the XOR base, when the policy chose one
+  Status status;
+
+  // --- completion ---
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;  // guarded by mu
+
+  ChunkOrigin Origin() const { return {ino, name_hint, &spec}; }
+  void Wait();
+};
+
+// Encodes and hashes one chunk (the encode task): zero check, optional XOR
+// base from the delta policy, EncodeChunk, SHA-256 chunk key. Never throws;
+// errors land in job->status. Does not set `done`.
+void RunEncodeJob(EncodeJob* job);
+
+// A fixed set of encoder threads with a FIFO queue. Each thread releases
+// OpenSSL's per-thread state when it exits (OPENSSL_thread_stop), so the
+// chunk hashing can run here without LeakSanitizer reports.
+class EncoderPool {
+ public:
+  explicit EncoderPool(unsigned threads);  // 0: one per hardware thread
+  ~EncoderPool();  // runs what is queued, then joins
+  EncoderPool(const EncoderPool&) = delete;
+  EncoderPool& operator=(const EncoderPool&) = delete;
+
+  // Queues the job; the encoder runs RunEncodeJob, then marks it done and
+  // wakes its waiters.
+  void Submit(std::shared_ptr<EncodeJob> job);
+  size_t size() const { return threads_.size(); }
+
+ private:
+  void Run();
+  std::mutex mu_;  // guards queue_ and stop_
+  std::condition_variable cv_;
+  std::deque<std::shared_ptr<EncodeJob>> queue_;
+  bool stop_ = false;
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace lmc::fs
