@@ -113,7 +113,7 @@ print(f'stored size: {stored / 1e6:.1f} MB of {st.st_size / 1e6:.1f} MB = ratio 
 print(f'write speedup (mnt vs plain): {res["plain"][1] / res["mnt"][1]:.2f}x; '
       f'disk-bound limit 1/ratio = {st.st_size / stored:.2f}x')
 PY
-LMC=$BUILD_DIR/tools/lmc/lmc
+LMC=$BUILD_DIR/tools/lmc
 if [ -x "$LMC" ]; then
   "$LMC" compress -q "$WORK/plain/ckpt.pt" "$WORK/ckpt.lmc" >/dev/null
   python3 - "$WORK" <<'PY'

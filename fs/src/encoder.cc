@@ -26,10 +26,15 @@ bool AllZero(const uint8_t* p, size_t n) {
   return true;
 }
 
-// Per-thread codec scratch: encode never allocates it in the steady state.
-Workspace& EncoderWorkspace() {
-  thread_local Workspace ws;
-  return ws;
+// Per-thread codec scratch and worst-case frame buffer: encode neither
+// allocates nor zero-fills them in the steady state.
+struct EncoderScratch {
+  Workspace ws;
+  std::vector<uint8_t> frame;
+};
+EncoderScratch& Scratch() {
+  thread_local EncoderScratch s;
+  return s;
 }
 
 }  // namespace
@@ -66,15 +71,15 @@ void RunEncodeJob(EncodeJob* job) {
         job->base_key = base->key;
       }
     }
-    job->frame.resize(MaxEncodedSize(n));
-    auto r = EncodeChunk(p, n, params, job->frame.data(), job->frame.size(), EncoderWorkspace());
+    EncoderScratch& sc = Scratch();
+    if (sc.frame.size() < MaxEncodedSize(n)) sc.frame.resize(MaxEncodedSize(n));
+    auto r = EncodeChunk(p, n, params, sc.frame.data(), sc.frame.size(), sc.ws);
     if (!r.ok()) {
       job->status = r.status();
       return;
     }
     job->frame_len = *r;
-    job->frame.resize(job->frame_len);
-    job->frame.shrink_to_fit();
+    job->frame.assign(sc.frame.data(), sc.frame.data() + job->frame_len);
     job->key = store::ChunkKey::Of(p, n);
   } catch (const std::bad_alloc&) {
     job->status = Status::IOError("out of memory encoding a chunk");

@@ -72,12 +72,16 @@ void Filesystem::Impl::InsertDirty(Inode& in, uint64_t off, const uint8_t* p, si
   auto it = in.dirty.lower_bound(off);
   if (it != in.dirty.begin()) {
     auto prev = std::prev(it);
-    if (prev->first + prev->second.size() == off && prev->second.size() < (256u << 10)) {
-      prev->second.append(reinterpret_cast<const char*>(p), n);
+    DirtySeg& x = prev->second;
+    if (prev->first + x.len == off && x.len < (256u << 10) && x.buf.use_count() == 1 &&
+        x.start + x.len == x.buf->size()) {
+      x.buf->append(reinterpret_cast<const char*>(p), n);
+      x.len += n;
       return;
     }
   }
-  in.dirty.emplace(off, std::string(reinterpret_cast<const char*>(p), n));
+  in.dirty.emplace(off, DirtySeg{std::make_shared<std::string>(reinterpret_cast<const char*>(p), n),
+                                 0, n});
 }
 
 void Filesystem::Impl::RemoveDirty(Inode& in, uint64_t a, uint64_t b) {
@@ -89,15 +93,15 @@ void Filesystem::Impl::RemoveDirty(Inode& in, uint64_t a, uint64_t b) {
   }
   while (it != in.dirty.end() && it->first < b) {
     uint64_t s = it->first, e = s + it->second.size();
-    std::string seg = std::move(it->second);
+    DirtySeg seg = std::move(it->second);
     it = in.dirty.erase(it);
     in.dirty_bytes -= seg.size();
     if (s < a) {
-      in.dirty.emplace(s, seg.substr(0, a - s));
+      in.dirty.emplace(s, seg.Slice(0, a - s));
       in.dirty_bytes += a - s;
     }
     if (e > b) {
-      in.dirty.emplace(b, seg.substr(b - s));
+      in.dirty.emplace(b, seg.Slice(b - s, e - b));
       in.dirty_bytes += e - b;
       break;
     }
@@ -209,6 +213,27 @@ int Filesystem::Impl::View(Inode& in, uint64_t a, uint64_t b, uint8_t* out) {
   return 0;
 }
 
+// When dirty bytes cover all of [a, b) (the usual case for a stream), they
+// are the file's bytes there: appends them to *out (no zero fill) and
+// returns true. Otherwise leaves *out empty and returns false.
+static bool CopyDirty(const Inode& in, uint64_t a, uint64_t b, std::vector<uint8_t>* out) {
+  auto it = in.dirty.upper_bound(a);
+  if (it == in.dirty.begin()) return false;
+  --it;
+  out->reserve(b - a);
+  uint64_t pos = a;
+  for (; pos < b && it != in.dirty.end() && it->first <= pos; ++it) {
+    uint64_t e = std::min(b, it->first + it->second.size());
+    if (e <= pos) break;
+    const auto* p = reinterpret_cast<const uint8_t*>(it->second.data()) + (pos - it->first);
+    out->insert(out->end(), p, p + (e - pos));
+    pos = e;
+  }
+  if (pos == b) return true;
+  out->clear();
+  return false;
+}
+
 // Hands each range [a, b) of the file's current bytes to the encoders as
 // one chunk that will replace whatever covers it; zeros will store nothing.
 // The bytes leave `dirty` now and live in the job (reads see them there)
@@ -225,8 +250,11 @@ int Filesystem::Impl::MaterializeRanges(Inode& in, const std::vector<CutSpec>& s
       job->dtype = s.dtype;
       job->a = s.a;
       job->end = end;
-      job->buf = std::make_shared<std::vector<uint8_t>>(end - s.a);
-      if (int err = View(in, s.a, end, job->buf->data())) return err;
+      job->buf = std::make_shared<std::vector<uint8_t>>();
+      if (!CopyDirty(in, s.a, end, job->buf.get())) {
+        job->buf->resize(end - s.a);
+        if (int err = View(in, s.a, end, job->buf->data())) return err;
+      }
       job->delta = delta.get();
       // The input, and a frame that is at most about as large.
       job->charge = 2 * (end - s.a);

@@ -43,6 +43,16 @@ struct CutSpec {
   ChunkSpec spec;
 };
 
+// Written bytes [start, start+len) of a shared buffer: cutting a chunk out
+// of a write's bytes re-slices the rest instead of copying it.
+struct DirtySeg {
+  std::shared_ptr<std::string> buf;
+  size_t start = 0, len = 0;
+  size_t size() const { return len; }
+  const char* data() const { return buf->data() + start; }
+  DirtySeg Slice(size_t from, size_t n) const { return {buf, start + from, n}; }
+};
+
 struct Inode {
   explicit Inode(uint64_t n) : ino(n) {}
   const uint64_t ino;
@@ -61,7 +71,7 @@ struct Inode {
 
   // Written bytes not yet cut into chunks: offset -> bytes, non-overlapping.
   // They override extents on read.
-  std::map<uint64_t, std::string> dirty;
+  std::map<uint64_t, DirtySeg> dirty;
   uint64_t dirty_bytes = 0;
 
   // Sequential stream: active while the file is written from offset 0 in
