@@ -22,6 +22,15 @@ void Chunker::Add(const Region& r, std::vector<ChunkSpec>* out) {
   if (left == 0) return;
   if (r.is_tensor && left >= opts_.small_region) {
     FlushMixed(out);
+    const bool continues = in_tensor_ && r.offset == tensor_end_ && r.name == tensor_name_ &&
+                           r.dtype == tensor_dtype_ && (tensor_end_ - tensor_start_) % kRegionPieceBytes == 0;
+    if (!continues) {
+      tensor_start_ = r.offset;
+      tensor_name_ = r.name;
+      tensor_dtype_ = r.dtype;
+    }
+    in_tensor_ = true;
+    tensor_end_ = r.offset + r.length;
     while (left > 0) {
       uint32_t n = static_cast<uint32_t>(std::min<uint64_t>(left, opts_.chunk_size));
       ChunkSpec c;
@@ -30,8 +39,8 @@ void Chunker::Add(const Region& r, std::vector<ChunkSpec>* out) {
       c.dtype = r.dtype;
       c.tensor_chunk = true;
       c.region_name = r.name;
-      c.region_length = r.length;
-      c.region_offset = off - r.offset;
+      c.region_length = tensor_end_ - tensor_start_;
+      c.region_offset = off - tensor_start_;
       Emit(c, out);
       off += n;
       left -= n;
@@ -39,6 +48,7 @@ void Chunker::Add(const Region& r, std::vector<ChunkSpec>* out) {
     return;
   }
   // Small or non-tensor region: pack into the mixed chunk.
+  in_tensor_ = false;
   while (left > 0) {
     if (mixed_.length == 0) {
       mixed_.offset = off;

@@ -31,7 +31,7 @@ namespace lmc::layout {
 
 // Regions longer than this are emitted in pieces of this size, cut at
 // multiples of it from the region's start (lmc/layout.h, "Emission").
-inline constexpr uint64_t kPieceBytes = uint64_t{4} << 20;
+inline constexpr uint64_t kPieceBytes = kRegionPieceBytes;
 // Largest header (safetensors JSON, data.pkl, GGUF metadata, npy dict) a
 // parser will buffer or walk; beyond it the parser gives up.
 inline constexpr uint64_t kHeaderCap = uint64_t{64} << 20;

@@ -119,5 +119,28 @@ TEST(ChunkerTest, SameTensorAtDifferentOffsetsGivesSameRegionFields) {
   }
 }
 
+TEST(ChunkerTest, PiecesOfALongTensorContinueItsLineage) {
+  // The layout emits a 9 MiB tensor as pieces of 4, 4 and 1 MiB.
+  constexpr uint64_t P = kRegionPieceBytes, M = 1u << 20;
+  Chunker ch(ChunkerOptions{static_cast<uint32_t>(M), 64 * 1024});
+  std::vector<ChunkSpec> out;
+  ch.Add(R(0, 100, DType::kBytes, false), &out);
+  ch.Add(R(100, P, DType::kBF16, true, "wte"), &out);
+  ch.Add(R(100 + P, P, DType::kBF16, true, "wte"), &out);
+  ch.Add(R(100 + 2 * P, M, DType::kBF16, true, "wte"), &out);
+  // The same name right after: another tensor (the previous piece was short).
+  ch.Add(R(100 + 2 * P + M, 2 * M, DType::kBF16, true, "wte"), &out);
+  ch.Finish(&out);
+  ASSERT_EQ(out.size(), 1u + 9u + 2u);
+  for (int i = 0; i < 9; ++i) {
+    const ChunkSpec& c = out[1 + i];
+    EXPECT_EQ(c.region_offset, uint64_t{M} * i) << i;
+    EXPECT_EQ(c.region_length, i < 4 ? P : i < 8 ? 2 * P : 2 * P + M) << i;
+  }
+  EXPECT_EQ(out[10].region_offset, 0u);
+  EXPECT_EQ(out[11].region_offset, M);
+  EXPECT_EQ(out[11].region_length, 2 * M);
+}
+
 }  // namespace
 }  // namespace lmc

@@ -12,6 +12,7 @@
 
 #include "cli.h"
 #include "io.h"
+#include "lmc/codec.h"
 #include "lmc/container.h"
 #include "lmc/delta_estimate.h"
 
@@ -52,6 +53,18 @@ int RunBound(const BoundOptions& o) {
 
   double standalone = 0, best = 0;
   uint64_t matched = 0, delta_wins = 0;
+  // --encode: the frames themselves, and what the sampled estimate picks.
+  uint64_t frames_min = 0, frames_chosen = 0;
+  Workspace ws;
+  std::vector<uint8_t> frame;
+  auto frame_size = [&](const ChunkSpec& c, const uint8_t* base) -> uint64_t {
+    frame.resize(MaxEncodedSize(c.length));
+    EncodeParams p;
+    p.dtype = c.dtype;
+    p.base = base;
+    auto n = EncodeChunk(data->data() + c.offset, c.length, p, frame.data(), frame.size(), ws);
+    return n.ok() ? *n : 0;
+  };
   if (o.per_chunk) std::printf("offset\tlength\tdtype\ttensor\tstandalone_bytes\txor_bytes\tmin_bytes\n");
   for (const ChunkSpec& c : chunks) {
     const uint8_t* base = nullptr;
@@ -65,11 +78,23 @@ int RunBound(const BoundOptions& o) {
     standalone += s;
     best += m;
     if (m < s) delta_wins++;
+    if (o.encode) {
+      const uint64_t fs = frame_size(c, nullptr), fx = base ? frame_size(c, base) : fs;
+      frames_min += std::min(fs, fx);
+      const bool pick = base && EstimateDelta(c.dtype, data->data() + c.offset, base, c.length).prefer_delta;
+      frames_chosen += pick ? fx : fs;
+      if (o.per_chunk)
+        std::printf("  frames: standalone %llu xor %llu estimate picks %s\n", static_cast<unsigned long long>(fs),
+                    static_cast<unsigned long long>(fx), pick ? "xor" : "standalone");
+    }
     if (o.per_chunk)
       std::printf("%llu\t%u\t%s\t%s\t%.0f\t%.0f\t%.0f\n", static_cast<unsigned long long>(c.offset),
                   c.length, std::string(DTypeName(c.dtype)).c_str(), c.region_name.c_str(), s,
                   base ? std::ceil(b.delta_bytes) : -1.0, m);
   }
+  if (o.encode)
+    std::printf("frames: per-chunk min %llu, as the estimate picks %llu\n",
+                static_cast<unsigned long long>(frames_min), static_cast<unsigned long long>(frames_chosen));
   std::printf("file\tlogical\tchunks\tmatched\tdelta_wins\tstandalone_bound\tmin_bound\n");
   std::printf("%s\t%zu\t%zu\t%llu\t%llu\t%.0f\t%.0f\n", o.file.c_str(), data->size(), chunks.size(),
               static_cast<unsigned long long>(matched), static_cast<unsigned long long>(delta_wins),

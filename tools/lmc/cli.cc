@@ -258,6 +258,7 @@ int LmcMain(const std::vector<std::string>& args) {
   bnd->add_option("-c,--chunk-size", bd.chunk_size, "chunk size in bytes (default 1 MiB)")
       ->check(CLI::Range(4096u, 1u << 30));
   bnd->add_flag("--per-chunk", bd.per_chunk, "print one row per chunk");
+  bnd->add_flag("--encode", bd.encode, "also encode each chunk standalone and as XOR (frame sizes, the estimate's pick)");
   bnd->add_option("FILE", bd.file, "checkpoint")->required();
   bnd->add_option("PREV", bd.prev, "its predecessor (same role, earlier step)");
 

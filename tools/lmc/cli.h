@@ -29,6 +29,7 @@ struct BoundOptions {
   std::string prev;         // empty: standalone bound only
   uint32_t chunk_size = 0;  // 0: default
   bool per_chunk = false;   // one row per chunk
+  bool encode = false;      // also encode each chunk both ways (frame sizes, estimate's pick)
 };
 int RunBound(const BoundOptions& o);
 

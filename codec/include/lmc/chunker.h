@@ -33,7 +33,12 @@ struct ChunkSpec {
   // Lineage fields (docs/ARCHITECTURE.md, "Incremental snapshots"): for a
   // chunk cut from one tensor region, the region's name (tensor name, zip
   // member or storage key from the LayoutParser; may be empty when the
-  // format has none), its length, and this chunk's offset within it. For a
+  // format has none), its length, and this chunk's offset from the
+  // tensor's first byte. The layout emits tensors longer than 4 MiB in
+  // pieces (kRegionPieceBytes); the chunker joins them again, so
+  // region_offset counts from the tensor's start and region_length is the
+  // tensor's length up to the end of the current piece (the whole tensor
+  // for its last piece; the same for the same tensor in every save). For a
   // mixed (packed small regions / header) chunk: region_name empty,
   // region_length 0, region_offset 0; `tensor_chunk` tells the two apart.
   bool tensor_chunk = false;
@@ -58,6 +63,12 @@ class Chunker {
 
   ChunkerOptions opts_;
   ChunkSpec mixed_{};
+  // The tensor whose piece gave the last tensor chunks (continued by the
+  // next piece: same name and dtype, contiguous, previous pieces whole).
+  bool in_tensor_ = false;
+  std::string tensor_name_;
+  DType tensor_dtype_ = DType::kBytes;
+  uint64_t tensor_start_ = 0, tensor_end_ = 0;
   bool mixed_uniform_ = true;
   uint64_t emitted_end_ = 0;
 };

@@ -44,6 +44,10 @@ enum class Format : uint8_t {
 };
 std::string_view FormatName(Format f);
 
+// Pieces of long regions (see above): every piece but the last of a region
+// is exactly this long, cut at multiples of it from the region's start.
+inline constexpr uint64_t kRegionPieceBytes = uint64_t{4} << 20;
+
 struct Region {
   uint64_t offset = 0;
   uint64_t length = 0;
