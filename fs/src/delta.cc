@@ -49,7 +49,10 @@ SnapshotDeltaPolicy::Bytes SnapshotDeltaPolicy::BaseBytes(const store::ChunkKey&
 
 std::optional<BaseChoice> SnapshotDeltaPolicy::ChooseBase(const ChunkOrigin& origin,
                                                           const uint8_t* data, size_t n) {
-  if (!opts_.enabled || origin.spec == nullptr || n < opts_.min_chunk) return std::nullopt;
+  if (!opts_.enabled || origin.spec == nullptr || n < opts_.min_chunk) {
+    spdlog::debug("delta: ino {} len {}: not considered (off, no spec or small)", origin.ino, n);
+    return std::nullopt;
+  }
   // Keep this chunk's bytes for Record: they are the base of the next save.
   if (opts_.base_cache_bytes > 0) {
     auto copy = std::make_shared<const std::vector<uint8_t>>(data, data + n);
@@ -71,12 +74,15 @@ std::optional<BaseChoice> SnapshotDeltaPolicy::ChooseBase(const ChunkOrigin& ori
   auto base = lk.empty() ? std::nullopt : lineage_.Lookup(lk);
   if (!base) {
     counters_.no_lineage++;
+    spdlog::debug("delta: ino {} offset {} len {} '{}': no prior version", origin.ino, origin.spec->offset, n,
+                  origin.spec->region_name);
     return std::nullopt;
   }
   // Pin first: from here on the base stays indexed until Record's batch
   // commits (or UnpinChunk below).
   if (!store_->PinChunk(*base).ok()) {
     counters_.base_gone++;
+    spdlog::debug("delta: ino {} offset {} len {}: prior version gone", origin.ino, origin.spec->offset, n);
     return std::nullopt;
   }
   auto unpin = [&] { store_->UnpinChunk(*base); };
@@ -84,11 +90,14 @@ std::optional<BaseChoice> SnapshotDeltaPolicy::ChooseBase(const ChunkOrigin& ori
   if (!info.ok() || info->decoded_len != n) {
     unpin();
     counters_.base_gone++;
+    spdlog::debug("delta: ino {} offset {} len {}: prior version gone or of another length", origin.ino,
+                  origin.spec->offset, n);
     return std::nullopt;
   }
   if (info->delta_depth + 1u > opts_.max_chain) {
     unpin();
     counters_.keyframes++;
+    spdlog::debug("delta: ino {} offset {} len {}: keyframe (chain limit)", origin.ino, origin.spec->offset, n);
     return std::nullopt;
   }
   Bytes bytes = BaseBytes(*base, n);
@@ -98,6 +107,9 @@ std::optional<BaseChoice> SnapshotDeltaPolicy::ChooseBase(const ChunkOrigin& ori
     return std::nullopt;
   }
   const DeltaEstimate est = EstimateDelta(origin.spec->dtype, data, bytes->data(), n, opts_.estimate);
+  spdlog::debug("delta: ino {} offset {} len {} '{}' depth {}: estimate standalone {:.0f} xor {:.0f} bits",
+                origin.ino, origin.spec->offset, n, origin.spec->region_name, info->delta_depth,
+                est.standalone_bits, est.delta_bits);
   if (!est.prefer_delta) {
     unpin();
     counters_.estimate_said_no++;
