@@ -34,6 +34,7 @@
 #include "lmc/fs/filesystem.h"
 #include "lmc/gpu.h"
 #include "lmc/fs/fuse_ops.h"
+#include "lmc/fs/snapshots.h"
 #include "lmc/store/store.h"
 
 namespace lmc::fs {
@@ -72,6 +73,11 @@ once it is installed as /sbin/mount.lmcfs (cmake --install puts it there).
      gpu=auto|on|off    CUDA path of the codec: auto uses a GPU when one is
                         usable (default), on fails the mount without one, off
                         never uses it
+     delta=on|off       store chunks of a new checkpoint as XOR deltas against
+                        the prior version of the same tensor when smaller
+                        (default on; docs/ARCHITECTURE.md "Incremental snapshots")
+     delta_chain=N      at most N deltas in a row (1-8, default 4): reading a
+                        chunk decodes at most N+1 frames
      allow_other        let other users access the mount (needs user_allow_other
                         in /etc/fuse.conf for non-root)
      ro                 read-only
@@ -92,6 +98,7 @@ struct Options {
   std::string gpu = "auto";
   bool foreground = false, allow_other = false, ro = false, nonempty = false;
   std::vector<std::string> fuse_opts;
+  DeltaOptions delta;
 };
 
 bool ParseSize(const std::string& s, uint64_t* out) {
@@ -175,6 +182,13 @@ int ParseArgs(int argc, char** argv, Options* o) {
           return false;
         }
         o->log_level = v;
+      }
+      else if (k == "delta" || k == "delta_chain") {
+        auto r = ParseDeltaOption(k, v, &o->delta);
+        if (!r.ok()) {
+          std::fprintf(stderr, "mount.lmcfs: %s\n", r.status().message().c_str());
+          return false;
+        }
       }
       else if (k == "nonempty") o->nonempty = true;
       else if (k == "rw" || k == "defaults" || k == "auto" || k == "noauto" || k == "user" ||
@@ -405,6 +419,7 @@ int Serve(const Options& o, int report_fd) {
     return 32;
   }
   std::unique_ptr<Filesystem> fs = std::move(fsr).value();
+  InstallSnapshotPolicy(fs.get(), o.delta);
   FuseContext ctx;
   ctx.fs = fs.get();
 
@@ -441,6 +456,7 @@ int Serve(const Options& o, int report_fd) {
   // The control channel of lmcfs-gc/-stat/-fsck (lmc/fs/control.h); the
   // mount serves without it if it cannot start.
   control::ControlServer control;
+  control.SetBeforeCompact(DeadBaseGcHook());  // lmcfs-gc re-encodes dependants of dead delta bases
   if (Status cs = control.Start(fs.get(), o.store, getuid()); !cs.ok())
     spdlog::warn("lmcfs: no control channel for {} ({}); lmcfs-gc/-stat/-fsck cannot reach this mount",
                  o.mountpoint, cs.ToString());

@@ -1,0 +1,13 @@
+// InstallSnapshotPolicy (lmc/fs/snapshots.h): here, where DeltaPolicy is a
+// complete type, so that callers need not include the private seam.
+#include "delta.h"
+#include "lmc/fs/filesystem.h"
+#include "lmc/fs/snapshots.h"
+
+namespace lmc::fs {
+
+void InstallSnapshotPolicy(Filesystem* fs, const DeltaOptions& options) {
+  fs->SetDeltaPolicy(MakeSnapshotDeltaPolicy(fs->store(), options));
+}
+
+}  // namespace lmc::fs

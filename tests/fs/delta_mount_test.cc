@@ -1,0 +1,345 @@
+// Incremental snapshots through a real mount (suites Mount*, label
+// integration): a training series written by torch.save and safetensors'
+// save_file straight into lmcfs; every file byte-identical (sha256 against
+// the same script run in a plain directory) before and after remount and
+// after deleting older checkpoints in every order; the delta chain limit
+// read back from the store index; keep-last-K rotation with gc (dead-base
+// rewrite + compaction) between saves reaching a steady state; one tensor
+// saved in two formats stored once.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <sys/xattr.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "lmc/store/extent.h"
+#include "lmc/store/store.h"
+
+namespace {
+
+namespace fsys = std::filesystem;
+using lmc::store::Store;
+
+int Shell(const std::string& cmd) {
+  int rc = std::system(cmd.c_str());
+  return WIFEXITED(rc) ? WEXITSTATUS(rc) : 128;
+}
+
+// Trains a small MLP with AdamW (lr 1e-4) per SEED and saves, after each
+// of STEPS steps, ckpt_step_N.pt (model + optimizer, torch.save) and
+// model_step_N.safetensors (save_file) into OUT/s<SEED>/. Deterministic.
+constexpr char kTrainScript[] = R"(
+import os, sys, torch
+from safetensors.torch import save_file
+out, steps = sys.argv[1], int(sys.argv[2])
+torch.use_deterministic_algorithms(True)
+torch.set_num_threads(1)
+for seed in map(int, sys.argv[3:]):
+    d = f'{out}/s{seed}'
+    os.makedirs(d, exist_ok=True)
+    torch.manual_seed(seed)
+    m = torch.nn.Sequential(torch.nn.Linear(256, 1024), torch.nn.GELU(), torch.nn.Linear(1024, 256))
+    opt = torch.optim.AdamW(m.parameters(), lr=1e-4)
+    for s in range(steps):
+        x = torch.randn(64, 256)
+        loss = m(x).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        n = (s + 1) * 100
+        torch.save({'model': m.state_dict(), 'optim': opt.state_dict()}, f'{d}/ckpt_step_{n}.pt')
+        save_file({k: v.contiguous() for k, v in m.state_dict().items()}, f'{d}/model_step_{n}.safetensors')
+)";
+
+bool Mounted(const std::string& dir) {
+  std::ifstream f("/proc/self/mounts");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.find(" " + dir + " fuse.lmcfs ") != std::string::npos) return true;
+  return false;
+}
+
+class MountDeltaTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (access("/dev/fuse", R_OK | W_OK) != 0) GTEST_SKIP() << "/dev/fuse is not available";
+    if (Shell("python3 -c 'import torch, safetensors' 2>/dev/null") != 0)
+      GTEST_SKIP() << "python3 with torch and safetensors is not installed";
+    char tmpl[] = "/tmp/lmcfs_delta_mount_XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    root_ = tmpl;
+    store_ = root_ + "/store";
+    mnt_ = root_ + "/mnt";
+    plain_ = root_ + "/plain";
+    fsys::create_directories(mnt_);
+    fsys::create_directories(plain_);
+    std::ofstream(root_ + "/train.py") << kTrainScript;
+    Mount();
+  }
+  void TearDown() override {
+    if (root_.empty()) return;
+    Unmount();
+    if (HasFailure()) Shell("tail -20 " + root_ + "/log >&2");
+    std::error_code ec;
+    fsys::remove_all(root_, ec);
+  }
+
+  void Mount() {
+    ASSERT_FALSE(mounted_);
+    pid_ = fork();
+    ASSERT_GE(pid_, 0);
+    if (pid_ == 0) {
+      std::string o = "log_file=" + root_ + "/log,log_level=info,delta_chain=" + std::to_string(kChain);
+      execl(LMC_MOUNT_BIN, LMC_MOUNT_BIN, store_.c_str(), mnt_.c_str(), "-f", "-o", o.c_str(),
+            static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    mounted_ = true;
+    for (int i = 0; i < 200 && !Mounted(mnt_); i++) {
+      int status;
+      if (waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = -1;
+        mounted_ = false;
+        FAIL() << "mount.lmcfs exited with status " << status;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    ASSERT_TRUE(Mounted(mnt_)) << "mount did not appear in 10 s";
+  }
+  void Unmount() {
+    if (!mounted_) return;
+    mounted_ = false;
+    Shell("fusermount3 -u -z " + mnt_ + " 2>/dev/null");
+    for (int i = 0; i < 600 && pid_ > 0; i++) {
+      int status;
+      if (waitpid(pid_, &status, WNOHANG) == pid_) {
+        EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "daemon status " << status;
+        pid_ = -1;
+        return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    if (pid_ > 0) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+      pid_ = -1;
+      ADD_FAILURE() << "daemon did not exit after unmount";
+    }
+  }
+  // The store, opened while unmounted.
+  std::unique_ptr<Store> OpenStore() {
+    auto s = Store::Open(store_, {});
+    EXPECT_TRUE(s.ok()) << s.status().ToString();
+    return s.ok() ? std::move(s).value() : nullptr;
+  }
+  void ExpectFsckClean(Store& s) {
+    auto f = s.Fsck({});
+    ASSERT_TRUE(f.ok()) << f.status().ToString();
+    EXPECT_EQ(f->errors, 0u) << (f->messages.empty() ? "" : f->messages[0]);
+  }
+  // gc as lmcfs-gc runs it: dead bases re-encoded, then compaction.
+  void Gc() {
+    Unmount();
+    auto s = OpenStore();
+    ASSERT_TRUE(s);
+    auto r = s->RewriteDeadBases({});
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    lmc::store::CompactOptions co;
+    co.live_fraction_threshold = 0.9;
+    ASSERT_TRUE(s->Compact(co).ok());
+    ExpectFsckClean(*s);
+    s.reset();
+    Mount();
+  }
+  std::string Digest(const std::string& dir) {
+    const std::string out = root_ + "/digest.txt";
+    EXPECT_EQ(Shell("cd " + dir + " && find . -type f -print0 | sort -z | xargs -0 -r sha256sum > " + out), 0);
+    std::ifstream f(out);
+    return std::string(std::istreambuf_iterator<char>(f), {});
+  }
+  // Series s<seed> for each seed, in the plain directory and on the mount.
+  void Train(int steps, const std::string& seeds) {
+    for (const std::string& d : {plain_, mnt_})
+      ASSERT_EQ(Shell("python3 " + root_ + "/train.py " + d + " " + std::to_string(steps) + " " + seeds), 0);
+  }
+  void ExpectSame(const std::string& sub) {
+    const std::string want = Digest(plain_ + "/" + sub);
+    EXPECT_FALSE(want.empty());
+    EXPECT_EQ(Digest(mnt_ + "/" + sub), want) << sub;
+  }
+
+  uint64_t Xattr(const std::string& path, const std::string& name) {
+    char buf[64] = {};
+    ssize_t n = getxattr(path.c_str(), ("user.lmcfs." + name).c_str(), buf, sizeof buf - 1);
+    EXPECT_GT(n, 0) << path << " " << name;
+    return n > 0 ? std::stoull(std::string(buf, static_cast<size_t>(n))) : 0;
+  }
+
+  static constexpr int kChain = 2;
+  std::string root_, store_, mnt_, plain_;
+  pid_t pid_ = -1;
+  bool mounted_ = false;
+};
+
+TEST_F(MountDeltaTest, MountSeriesIsIdenticalWithinTheChainLimitInEveryDeleteOrder) {
+  // Six series (one per order of deleting the first three of four saves).
+  std::vector<std::vector<int>> orders;
+  std::vector<int> p = {1, 2, 3};
+  do orders.push_back(p);
+  while (std::next_permutation(p.begin(), p.end()));
+  Train(4, "0 1 2 3 4 5");
+  for (size_t o = 0; o < orders.size(); ++o) ExpectSame("s" + std::to_string(o));
+  // Observability: the first save is all standalone frames, later ones
+  // carry delta frames; the split adds up to the stored bytes.
+  const std::string first = mnt_ + "/s0/ckpt_step_100.pt", second = mnt_ + "/s0/ckpt_step_200.pt";
+  EXPECT_EQ(Xattr(first, "delta_bytes"), 0u);
+  EXPECT_GT(Xattr(second, "delta_bytes"), 0u);
+  const uint64_t split = Xattr(second, "delta_bytes") + Xattr(second, "standalone_bytes");
+  const uint64_t stored = Xattr(second, "stored_bytes");
+  EXPECT_LE(split, stored + 64);  // rounding per extent
+  EXPECT_GE(split + 64, stored);
+
+  // The index: deltas were chosen, and no chain is longer than the limit.
+  Unmount();
+  {
+    auto s = OpenStore();
+    ASSERT_TRUE(s);
+    uint64_t chunks = 0, deltas = 0;
+    int max_depth = 0;
+    ASSERT_TRUE(s->Scan(lmc::store::Cf::kExtents, "", [&](std::string_view, std::string_view v) {
+                  auto x = lmc::store::DecodeExtent(v);
+                  if (!x || x->hole()) return true;
+                  auto info = s->GetChunkInfo(x->chunk);
+                  EXPECT_TRUE(info.ok());
+                  if (!info.ok()) return true;
+                  chunks++;
+                  if (info->base) deltas++;
+                  max_depth = std::max<int>(max_depth, info->delta_depth);
+                  // The real chain, base by base.
+                  int depth = 0;
+                  for (auto b = info->base; b; ++depth) {
+                    auto bi = s->GetChunkInfo(*b);
+                    EXPECT_TRUE(bi.ok());
+                    if (!bi.ok()) break;
+                    b = bi->base;
+                  }
+                  EXPECT_LE(depth, kChain);
+                  return true;
+                }).ok());
+    EXPECT_GT(chunks, 0u);
+    EXPECT_GT(deltas, 0u) << "no chunk was stored as a delta";
+    EXPECT_LE(max_depth, kChain);
+    ExpectFsckClean(*s);
+  }
+  Mount();
+  for (size_t o = 0; o < orders.size(); ++o) ExpectSame("s" + std::to_string(o));
+
+  // Delete the older saves in each order; what is left stays identical.
+  for (size_t o = 0; o < orders.size(); ++o) {
+    const std::string sub = "s" + std::to_string(o);
+    for (int step : orders[o]) {
+      for (const std::string& d : {plain_ + "/" + sub, mnt_ + "/" + sub}) {
+        ASSERT_EQ(Shell("rm " + d + "/ckpt_step_" + std::to_string(step * 100) + ".pt " + d + "/model_step_" +
+                      std::to_string(step * 100) + ".safetensors"),
+                  0);
+      }
+      ExpectSame(sub);
+    }
+  }
+  Gc();
+  for (size_t o = 0; o < orders.size(); ++o) ExpectSame("s" + std::to_string(o));
+}
+
+TEST_F(MountDeltaTest, MountKeepLastKRotationWithGcReachesASteadyState) {
+  constexpr int kSaves = 8, kKeep = 2;
+  // The series, trained once in a plain directory; each save is copied in
+  // (cp), the oldest beyond K deleted, then gc runs.
+  ASSERT_EQ(Shell("python3 " + root_ + "/train.py " + root_ + " " + std::to_string(kSaves) + " 7"), 0);
+  const std::string series = root_ + "/s7";
+  std::vector<uint64_t> live;
+  for (int i = 1; i <= kSaves; ++i) {
+    const std::string f = "ckpt_step_" + std::to_string(i * 100) + ".pt";
+    ASSERT_EQ(Shell("cp " + series + "/" + f + " " + mnt_ + "/ && cp " + series + "/" + f + " " + plain_ + "/"),
+              0);
+    if (i > kKeep) {
+      const std::string old = "ckpt_step_" + std::to_string((i - kKeep) * 100) + ".pt";
+      ASSERT_EQ(Shell("rm " + mnt_ + "/" + old + " " + plain_ + "/" + old), 0);
+    }
+    Gc();
+    ExpectSame("");
+    Unmount();
+    {
+      auto s = OpenStore();
+      ASSERT_TRUE(s);
+      live.push_back(s->Stats().live_bytes);
+    }
+    Mount();
+  }
+  const uint64_t one = fsys::file_size(series + "/ckpt_step_100.pt");
+  std::printf("checkpoint %llu bytes; live bytes after each save + gc:", static_cast<unsigned long long>(one));
+  for (uint64_t l : live) std::printf(" %llu", static_cast<unsigned long long>(l));
+  std::printf("\n");
+  for (int i = kKeep; i < kSaves; ++i) {
+    // Never more than K standalone copies' worth (they compress).
+    EXPECT_LE(live[i], kKeep * one) << "save " << i + 1;
+  }
+  // Steady: the last saves cost no more than the first full rotation.
+  EXPECT_LE(live[kSaves - 1], live[kKeep] * 11 / 10);
+  EXPECT_LE(live[kSaves - 2], live[kKeep] * 11 / 10);
+}
+
+TEST_F(MountDeltaTest, MountSameTensorSavedAsPtAndSafetensorsIsStoredOnce) {
+  const std::string script = root_ + "/two.py";
+  std::ofstream(script) << R"(
+import sys, torch
+from safetensors.torch import save_file
+torch.manual_seed(3)
+t = torch.randn(640 * 1024)  # 2.5 MiB of f32: chunks of 1 MiB, 1 MiB, 0.5 MiB
+torch.save(t, sys.argv[1] + '/t.pt')
+save_file({'t': t}, sys.argv[1] + '/t.safetensors')
+)";
+  ASSERT_EQ(Shell("python3 " + script + " " + mnt_), 0);
+  ASSERT_EQ(Shell("python3 " + script + " " + plain_), 0);
+  ExpectSame("");
+  // Every byte of the tensor (2.5 MiB) sits in chunks the other file shares.
+  EXPECT_GE(Xattr(mnt_ + "/t.pt", "dedup_bytes"), 640u * 1024 * 4);
+  EXPECT_GE(Xattr(mnt_ + "/t.safetensors", "dedup_bytes"), 640u * 1024 * 4);
+  struct stat a, b;
+  ASSERT_EQ(stat((mnt_ + "/t.pt").c_str(), &a), 0);
+  ASSERT_EQ(stat((mnt_ + "/t.safetensors").c_str(), &b), 0);
+  Unmount();
+  auto s = OpenStore();
+  ASSERT_TRUE(s);
+  auto chunks_of = [&](uint64_t ino) {
+    std::set<lmc::store::ChunkKey> keys;
+    std::string prefix = lmc::store::ExtentKey(ino, 0).substr(0, 8);
+    EXPECT_TRUE(s->Scan(lmc::store::Cf::kExtents, prefix, [&](std::string_view, std::string_view v) {
+                   auto x = lmc::store::DecodeExtent(v);
+                   if (x && !x->hole()) keys.insert(x->chunk);
+                   return true;
+                 }).ok());
+    return keys;
+  };
+  auto ka = chunks_of(a.st_ino), kb = chunks_of(b.st_ino);
+  std::vector<lmc::store::ChunkKey> shared;
+  std::set_intersection(ka.begin(), ka.end(), kb.begin(), kb.end(), std::back_inserter(shared));
+  EXPECT_GE(shared.size(), 3u) << "the tensor's three chunks are not shared";
+  for (const auto& k : shared) EXPECT_EQ(s->GetChunkInfo(k)->refcount, 2u);
+  ExpectFsckClean(*s);
+  s.reset();
+  Mount();
+  ExpectSame("");
+}
+
+}  // namespace
