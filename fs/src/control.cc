@@ -19,7 +19,6 @@
 #include <list>
 #include <mutex>
 #include <nlohmann/json.hpp>
-#include <regex>
 #include <set>
 #include <thread>
 
@@ -132,11 +131,18 @@ uint64_t DirBytes(const std::string& dir) {
 
 // 64-hex-digit tokens in the store's fsck messages: the chunks they name.
 std::set<store::ChunkKey> KeysIn(const std::vector<std::string>& messages) {
-  static const std::regex hex("[0-9a-f]{64}");
+  auto hex = [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); };
   std::set<store::ChunkKey> keys;
-  for (const auto& m : messages)
-    for (auto it = std::sregex_iterator(m.begin(), m.end(), hex); it != std::sregex_iterator(); ++it)
-      if (auto k = store::ChunkKey::FromHex(it->str())) keys.insert(*k);
+  for (const auto& m : messages) {
+    size_t i = 0;
+    while (i < m.size()) {
+      size_t j = i;
+      while (j < m.size() && hex(m[j])) j++;
+      if (j - i == 2 * store::ChunkKey::kSize)
+        if (auto k = store::ChunkKey::FromHex(std::string_view(m).substr(i, j - i))) keys.insert(*k);
+      i = j + 1;
+    }
+  }
   return keys;
 }
 
