@@ -426,7 +426,9 @@ int Filesystem::Impl::WriteLocked(Inode& in, uint64_t off, const uint8_t* p, siz
   if (n == 0) return 0;
   if (off + n < off || off + n > (uint64_t{1} << 62)) return EFBIG;
   if (int err = LoadExtents(in)) return err;
-  int first = ApplyDone(in);
+  // An encoder error of an earlier chunk: this write's bytes are buffered
+  // (and the failed chunk's are back in dirty); the next flush reports it.
+  if (int err = ApplyDone(in)) in.write_error = err;
   if (!in.streaming && off == 0 && in.extents.empty() && in.dirty.empty() &&
       in.inflight.empty()) {
     in.streaming = true;
@@ -449,10 +451,7 @@ int Filesystem::Impl::WriteLocked(Inode& in, uint64_t off, const uint8_t* p, siz
     if (int err = FinishStream(in)) return err;
     if (int err = MaterializeDirty(in)) return err;
   }
-  if (int err = Backpressure(in); err && !first) first = err;
-  // An encoder error of an earlier chunk: this write's bytes are buffered
-  // (and the failed chunk's are back in dirty); flush reports it again.
-  if (first) in.write_error = first;
+  if (int err = Backpressure(in)) in.write_error = err;
   return 0;
 }
 

@@ -67,8 +67,12 @@ void Init(void* userdata, fuse_conn_info* conn) {
   conn->max_read = 0;
   // Let the kernel clear setuid/setgid on write/truncate/chown (we do not).
   conn->want &= ~FUSE_CAP_HANDLE_KILLPRIV;
-  // No writeback cache yet: the daemon owns size and mtime, and every
-  // write(2) reaches flush/fsync in order (FUSE_NOTES, semantics 3).
+  // No writeback cache (FUSE_NOTES, semantics 3): with it the kernel sends
+  // pages in writeback order, not the program's, which stops the stream
+  // (tensor-aligned, typed chunks) at the first out-of-order page and costs
+  // ratio; it would also own size and mtime and send reads on write-only
+  // handles. Writes return before encoding (the pipeline buffers them), so
+  // the cache would only save the per-request cost of 1 MiB requests.
   conn->want &= ~FUSE_CAP_WRITEBACK_CACHE;
   if (conn->capable & FUSE_CAP_ATOMIC_O_TRUNC) conn->want |= FUSE_CAP_ATOMIC_O_TRUNC;
   if (conn->capable & FUSE_CAP_SPLICE_READ) conn->want &= ~FUSE_CAP_SPLICE_READ;

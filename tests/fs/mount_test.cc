@@ -560,4 +560,67 @@ TEST(MountTool, ErrorsAndDaemonMode) {
   fsys::remove_all(root, ec);
 }
 
+// Waits until no process holds the store's lock (the daemon flushed and exited).
+void WaitStoreFree(const std::string& store) {
+  for (int i = 0; i < 100 && Sh("fuser " + store + "/LOCK >/dev/null 2>&1") == 0; i++)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+}
+
+// The mount(8) helper convention: mount(8) runs /sbin/mount.lmcfs SPEC DIR
+// [-sfnv] [-o OPTIONS] for `mount -t lmcfs` and for fstab lines. First the
+// binary is invoked exactly that way; then, when /sbin/mount.lmcfs is free,
+// a symlink to this build is installed for the test (and removed after) and
+// the real mount(8) is used, with -t and with an fstab file (-T).
+TEST(MountHelper, Mount8ConventionAndFstab) {
+  if (access("/dev/fuse", R_OK | W_OK) != 0) GTEST_SKIP() << "/dev/fuse is not available";
+  char tmpl[] = "/tmp/lmcfs_helper_XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  std::string root = tmpl, store = root + "/s", mnt = root + "/m", mnt2 = root + "/m2";
+  fsys::create_directories(mnt);
+  fsys::create_directories(mnt2);
+  std::string bin = LMC_MOUNT_BIN;
+  std::string opts = "rw,nosuid,nodev,noatime,cache_size=32M,write_buffer=32M,threads=2,"
+                     "gpu=auto,log_level=info,log_file=" + root + "/log";
+  // As mount(8) calls a helper: SPEC DIR -n -o OPTIONS (with generic options).
+  ASSERT_EQ(Sh(bin + " " + store + " " + mnt + " -n -o " + opts), 0);
+  EXPECT_TRUE(IsMounted(mnt));
+  EXPECT_EQ(Sh("echo helper > " + mnt + "/f"), 0);
+  EXPECT_EQ(Sh("grep -q 'codec path: CPU' " + root + "/log"), 0);  // which path runs
+  // Busy mountpoint: a clear message, nothing mounted twice.
+  EXPECT_EQ(Sh(bin + " " + root + "/other " + mnt + " 2>&1 | grep -q 'is busy'"), 0);
+  // Bad options fail before mounting, with exit code 16 (mount(8)'s usage error).
+  EXPECT_EQ(Sh(bin + " " + store + " " + mnt2 + " -o gpu=maybe 2>/dev/null"), 16);
+  EXPECT_EQ(Sh(bin + " " + store + " " + mnt2 + " -o write_buffer=12Q 2>/dev/null"), 16);
+  // gpu=on without a usable GPU refuses to mount and says what to do.
+  if (Sh("nvidia-smi >/dev/null 2>&1") != 0) {
+    EXPECT_EQ(Sh(bin + " " + store + " " + mnt2 + " -o gpu=on 2>&1 | grep -q 'gpu=auto'"), 0);
+  }
+  EXPECT_EQ(Sh("umount " + mnt), 0);
+  WaitStoreFree(store);
+
+  const std::string helper = "/sbin/mount.lmcfs";
+  bool ours = symlink(bin.c_str(), helper.c_str()) == 0;
+  if (ours) {
+    EXPECT_EQ(Sh("mount -t lmcfs " + store + " " + mnt + " -o " + opts), 0);
+    EXPECT_TRUE(IsMounted(mnt));
+    EXPECT_EQ(Sh("test \"$(cat " + mnt + "/f)\" = helper"), 0);
+    EXPECT_EQ(Sh("umount " + mnt), 0);
+    WaitStoreFree(store);
+    std::ofstream(root + "/fstab") << store << " " << mnt2 << " lmcfs noauto," << opts
+                                   << " 0 0\n";
+    EXPECT_EQ(Sh("mount -T " + root + "/fstab " + mnt2), 0);
+    EXPECT_TRUE(IsMounted(mnt2));
+    EXPECT_EQ(Sh("test \"$(cat " + mnt2 + "/f)\" = helper"), 0);
+    EXPECT_EQ(Sh("umount " + mnt2), 0);
+    WaitStoreFree(store);
+    char target[4096];
+    ssize_t n = readlink(helper.c_str(), target, sizeof target - 1);
+    if (n > 0 && std::string(target, static_cast<size_t>(n)) == bin) unlink(helper.c_str());
+  }
+  Sh("fusermount3 -u -z " + mnt + " 2>/dev/null; fusermount3 -u -z " + mnt2 + " 2>/dev/null");
+  std::error_code ec;
+  fsys::remove_all(root, ec);
+  if (!ours) GTEST_SKIP() << helper << " exists; the real mount(8) part was not run";
+}
+
 }  // namespace
