@@ -7,34 +7,26 @@
 // rewrite + compaction) between saves reaching a steady state; one tensor
 // saved in two formats stored once.
 #include <gtest/gtest.h>
-#include <signal.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <sys/xattr.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
-#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <set>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "lmc/store/extent.h"
 #include "lmc/store/store.h"
+#include "mount_util.h"
 
 namespace {
 
 namespace fsys = std::filesystem;
 using lmc::store::Store;
-
-int Shell(const std::string& cmd) {
-  int rc = std::system(cmd.c_str());
-  return WIFEXITED(rc) ? WEXITSTATUS(rc) : 128;
-}
+using lmc::testing::Shell;
 
 // Trains a small MLP with AdamW (lr 1e-4) per SEED and saves, after each
 // of STEPS steps, ckpt_step_N.pt (model + optimizer, torch.save) and
@@ -61,14 +53,6 @@ for seed in map(int, sys.argv[3:]):
         torch.save({'model': m.state_dict(), 'optim': opt.state_dict()}, f'{d}/ckpt_step_{n}.pt')
         save_file({k: v.contiguous() for k, v in m.state_dict().items()}, f'{d}/model_step_{n}.safetensors')
 )";
-
-bool Mounted(const std::string& dir) {
-  std::ifstream f("/proc/self/mounts");
-  std::string line;
-  while (std::getline(f, line))
-    if (line.find(" " + dir + " fuse.lmcfs ") != std::string::npos) return true;
-  return false;
-}
 
 class MountDeltaTest : public ::testing::Test {
  protected:
@@ -97,45 +81,16 @@ class MountDeltaTest : public ::testing::Test {
 
   void Mount() {
     ASSERT_FALSE(mounted_);
-    pid_ = fork();
-    ASSERT_GE(pid_, 0);
-    if (pid_ == 0) {
-      std::string o = "log_file=" + root_ + "/log,log_level=info,delta_chain=" + std::to_string(kChain);
-      execl(LMC_MOUNT_BIN, LMC_MOUNT_BIN, store_.c_str(), mnt_.c_str(), "-f", "-o", o.c_str(),
-            static_cast<char*>(nullptr));
-      _exit(127);
-    }
+    pid_ = lmc::testing::StartMount(LMC_MOUNT_BIN, store_, mnt_,
+                                    "log_file=" + root_ + "/log,log_level=info,delta_chain=" + std::to_string(kChain));
+    ASSERT_GT(pid_, 0);
     mounted_ = true;
-    for (int i = 0; i < 200 && !Mounted(mnt_); i++) {
-      int status;
-      if (waitpid(pid_, &status, WNOHANG) == pid_) {
-        pid_ = -1;
-        mounted_ = false;
-        FAIL() << "mount.lmcfs exited with status " << status;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-    ASSERT_TRUE(Mounted(mnt_)) << "mount did not appear in 10 s";
   }
   void Unmount() {
     if (!mounted_) return;
     mounted_ = false;
-    Shell("fusermount3 -u -z " + mnt_ + " 2>/dev/null");
-    for (int i = 0; i < 600 && pid_ > 0; i++) {
-      int status;
-      if (waitpid(pid_, &status, WNOHANG) == pid_) {
-        EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "daemon status " << status;
-        pid_ = -1;
-        return;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-    if (pid_ > 0) {
-      kill(pid_, SIGKILL);
-      waitpid(pid_, nullptr, 0);
-      pid_ = -1;
-      ADD_FAILURE() << "daemon did not exit after unmount";
-    }
+    lmc::testing::StopMount(mnt_, pid_);
+    pid_ = -1;
   }
   // The store, opened while unmounted.
   std::unique_ptr<Store> OpenStore() {
