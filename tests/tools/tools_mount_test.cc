@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "../fs/mount_util.h"
 #include "tools_test_util.h"
 
 namespace lmc::tools {
@@ -26,10 +27,8 @@ using testing::PackBytesOnDisk;
 using testing::RandomData;
 namespace fsys = std::filesystem;
 
-int Sh(const std::string& cmd) {
-  int rc = std::system(cmd.c_str());
-  return WIFEXITED(rc) ? WEXITSTATUS(rc) : 128;
-}
+using lmc::testing::Shell;
+int Sh(const std::string& cmd) { return Shell(cmd); }
 
 std::string Slurp(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
@@ -57,45 +56,19 @@ class MountTools : public ::testing::Test {
     fsys::remove_all(root_, ec);
   }
   void Mount() {
-    pid_ = fork();
-    ASSERT_GE(pid_, 0);
-    if (pid_ == 0) {
-      std::string log = "log_file=" + root_ + "/log,log_level=info";
-      execl(LMC_MOUNT_BIN, LMC_MOUNT_BIN, store_.c_str(), mnt_.c_str(), "-f", "-o", log.c_str(),
-            static_cast<char*>(nullptr));
-      _exit(127);
-    }
+    pid_ = lmc::testing::StartMount(LMC_MOUNT_BIN, store_, mnt_, "log_file=" + root_ + "/log,log_level=info");
+    ASSERT_GT(pid_, 0);
     mounted_ = true;
-    // Ready once the control socket answers (it starts after the mount).
-    for (int i = 0; i < 200; i++) {
-      if (Sh(std::string(LMC_TOOLS_BIN_DIR) + "/lmcfs-stat " + mnt_ + " >/dev/null 2>&1") == 0) return;
-      int status;
-      if (waitpid(pid_, &status, WNOHANG) == pid_) {
-        pid_ = -1;
-        mounted_ = false;
-        FAIL() << "mount.lmcfs exited with status " << status;
-      }
+    // The control socket starts right after the mount appears.
+    for (int i = 0; i < 200 && !fsys::exists(store_ + "/control.sock"); i++)
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-    FAIL() << "mount did not answer in 10 s";
+    ASSERT_TRUE(fsys::exists(store_ + "/control.sock")) << "no control socket in 10 s";
   }
   void Unmount() {
     if (!mounted_) return;
     mounted_ = false;
-    Sh("fusermount3 -u -z " + mnt_ + " 2>/dev/null");
-    if (pid_ <= 0) return;
-    for (int i = 0; i < 600; i++) {
-      int status;
-      if (waitpid(pid_, &status, WNOHANG) == pid_) {
-        pid_ = -1;
-        return;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-    kill(pid_, SIGKILL);
-    waitpid(pid_, nullptr, 0);
+    lmc::testing::StopMount(mnt_, pid_);
     pid_ = -1;
-    ADD_FAILURE() << "daemon did not exit after unmount";
   }
   void Remount() {
     Unmount();
