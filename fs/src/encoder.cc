@@ -26,15 +26,10 @@ bool AllZero(const uint8_t* p, size_t n) {
   return true;
 }
 
-// Per-thread codec scratch and worst-case frame buffer: encode neither
-// allocates nor zero-fills them in the steady state.
-struct EncoderScratch {
-  Workspace ws;
-  std::vector<uint8_t> frame;
-};
-EncoderScratch& Scratch() {
-  thread_local EncoderScratch s;
-  return s;
+// Per-thread codec scratch: encode never allocates it in the steady state.
+Workspace& EncoderWorkspace() {
+  thread_local Workspace ws;
+  return ws;
 }
 
 }  // namespace
@@ -71,15 +66,16 @@ void RunEncodeJob(EncodeJob* job) {
         job->base_key = base->key;
       }
     }
-    EncoderScratch& sc = Scratch();
-    if (sc.frame.size() < MaxEncodedSize(n)) sc.frame.resize(MaxEncodedSize(n));
-    auto r = EncodeChunk(p, n, params, sc.frame.data(), sc.frame.size(), sc.ws);
+    // Encoded in place into the job's own buffer (no zero fill, no copy
+    // afterwards); the batch copies the frame_len bytes when applied.
+    const size_t cap = MaxEncodedSize(n);
+    job->frame = std::make_unique_for_overwrite<uint8_t[]>(cap);
+    auto r = EncodeChunk(p, n, params, job->frame.get(), cap, EncoderWorkspace());
     if (!r.ok()) {
       job->status = r.status();
       return;
     }
     job->frame_len = *r;
-    job->frame.assign(sc.frame.data(), sc.frame.data() + job->frame_len);
     job->key = store::ChunkKey::Of(p, n);
   } catch (const std::bad_alloc&) {
     job->status = Status::IOError("out of memory encoding a chunk");

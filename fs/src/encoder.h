@@ -38,7 +38,7 @@ struct EncodeJob {
 
   // --- output: written by the encoder before `done` ---
   bool zero = false;  // all zeros: stores nothing (a hole)
-  std::vector<uint8_t> frame;
+  std::unique_ptr<uint8_t[]> frame;  // worst-case sized, not zero-filled; frame_len used
   size_t frame_len = 0;
   store::ChunkKey key;
   std::optional<store::ChunkKey> base_key;  // the XOR base, when the policy chose one

@@ -311,7 +311,7 @@ int Filesystem::Impl::ApplyJob(Inode& in, EncodeJob& job) {
     ChunkOrigin origin{in.ino, in.name_hint, &job.spec};
     delta->Record(origin, job.key, job.base_key, &in.pending);
   }
-  in.pending.AddChunk(e.key, {job.frame.data(), job.frame_len}, e.decoded_len, job.base_key);
+  in.pending.AddChunk(e.key, {job.frame.get(), job.frame_len}, e.decoded_len, job.base_key);
   in.pending_chunks = true;
   ReplaceRange(in, job.a, job.end, &e);
   cache.Put(e.key, std::move(job.buf));
