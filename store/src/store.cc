@@ -370,7 +370,11 @@ Result<size_t> Store::Impl::Read(const ChunkKey& key, uint8_t* dst, size_t cap, 
     std::unique_ptr<uint8_t[]> base;
     if (e.base) {
       base.reset(new uint8_t[e.decoded_len ? e.decoded_len : 1]);
-      auto n = Read(*e.base, base.get(), e.decoded_len, ws, verify_hash, depth + 1);
+      // The base's own key is not re-hashed: a wrong base makes this
+      // chunk's decoded bytes fail their checks below (frame checksum, and
+      // the key when verify_hash), and fsck verifies every base as a chunk
+      // of its own.
+      auto n = Read(*e.base, base.get(), e.decoded_len, ws, false, depth + 1);
       if (!n.ok() || *n != e.decoded_len)
         return Corrupt(key, e.pack_id, e.offset,
                        "delta base " + e.base->ToHex() + " unreadable: " +

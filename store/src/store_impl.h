@@ -90,6 +90,9 @@ struct Store::Impl {
   Status Recover();
 
   Result<fmt::ChunkEntry> LoadEntry(const ChunkKey& key);
+  // fsck's record pass (fsck.cc); takes no lock.
+  Status VerifyRecords(const FsckOptions& options,
+                       std::unordered_map<ChunkKey, std::string, ChunkKeyHash>* bad);
   // The pack file for reading; kNotFound if it does not exist (retired).
   Result<std::shared_ptr<File>> PackFile(uint64_t id);
   // Logs, counts and returns a Corruption naming the chunk and its place.
