@@ -10,42 +10,43 @@
 namespace lmc::store {
 namespace {
 
-// Moves the live records of pack `id` to the active pack and retires it.
-// commit_mu held. keys: chunks that pointed into the pack when scanned
-// (re-checked here: commits may have dropped some since).
-Status CompactPack(Store::Impl& s, uint64_t id, const std::vector<ChunkKey>& keys,
-                   CompactReport& report) {
-  auto pm = s.packs.find(id);
-  if (pm == s.packs.end() || (s.active && id == s.active_id)) return Status::Ok();
-  const uint64_t old_size = pm->second.size;
+// Live records copied per commit_mu hold: a commit waits at most for one
+// slice's append and sync, never for a whole pack's copy.
+constexpr size_t kSliceBytes = size_t{8} << 20;
 
+struct ReadRecordCopy {
+  ChunkKey key;
+  uint64_t offset = 0;  // in the old pack, when read
+  std::vector<uint8_t> record;
+};
+
+// Appends a slice of copied records to the active pack and points their
+// chunks at it, in one synced index batch that also moves their live bytes
+// from the old pack to the active one. commit_mu held. A chunk whose entry
+// changed since it was read (released, rewritten, moved) is skipped: its
+// copy would be garbage.
+Status MoveSlice(Store::Impl& s, uint64_t id, std::vector<ReadRecordCopy>& slice,
+                 CompactReport& report) {
+  auto pm = s.packs.find(id);
+  if (pm == s.packs.end()) return Status::Ok();
+  LMC_RETURN_IF_ERROR(s.EnsureActivePack());
   std::string records;
   std::vector<std::pair<ChunkKey, fmt::ChunkEntry>> moved;
-  if (!keys.empty()) {
-    LMC_ASSIGN_OR_RETURN(std::shared_ptr<File> f, s.PackFile(id));
-    LMC_RETURN_IF_ERROR(s.EnsureActivePack());
-    std::vector<uint8_t> rec;
-    for (const ChunkKey& key : keys) {
-      auto e = s.LoadEntry(key);
-      if (!e.ok() && e.status().IsNotFound()) continue;
-      if (!e.ok()) return e.status();
-      if (e->pack_id != id) continue;
-      // A record that fails verification is never copied and its pack is
-      // never deleted: fsck must look at it.
-      LMC_RETURN_IF_ERROR(s.ReadRecord(key, *e, *f, rec));
-      fmt::ChunkEntry ne = *e;
-      ne.pack_id = s.active_id;
-      ne.offset = s.active_end + records.size();
-      records.append(reinterpret_cast<const char*>(rec.data()), rec.size());
-      moved.emplace_back(key, ne);
-    }
+  for (ReadRecordCopy& c : slice) {
+    auto e = s.LoadEntry(c.key);
+    if (!e.ok() && e.status().IsNotFound()) continue;
+    if (!e.ok()) return e.status();
+    if (e->pack_id != id || e->offset != c.offset) continue;
+    fmt::ChunkEntry ne = *e;
+    ne.pack_id = s.active_id;
+    ne.offset = s.active_end + records.size();
+    records.append(reinterpret_cast<const char*>(c.record.data()), c.record.size());
+    moved.emplace_back(c.key, ne);
   }
-  // Step 1: copies durable in the active pack (a crash leaves a tail that
-  // Recover cuts).
+  if (moved.empty()) return Status::Ok();
+  // Copies durable in the active pack first (a crash leaves a tail that
+  // Recover cuts), then their new places in the index.
   LMC_RETURN_IF_ERROR(s.AppendDurably(records));
-
-  // Step 2: new places, the active pack's size and the old pack's
-  // retirement in one synced index batch.
   rocksdb::WriteBatch wb;
   uint64_t live_moved = 0;
   for (const auto& [key, e] : moved) {
@@ -53,46 +54,105 @@ Status CompactPack(Store::Impl& s, uint64_t id, const std::vector<ChunkKey>& key
     live_moved += e.record_size();
   }
   fmt::PackMeta active_meta;
-  bool seal = false;
+  if (auto it = s.packs.find(s.active_id); it != s.packs.end()) active_meta = it->second;
   const uint64_t end = s.active_end + records.size();
-  if (!records.empty()) {
-    auto it = s.packs.find(s.active_id);
-    if (it != s.packs.end()) active_meta = it->second;
-    active_meta.size = end;
-    active_meta.live += live_moved;
-    seal = end >= s.opts.pack_size_limit;
-    if (seal) active_meta.state = fmt::PackState::kSealed;
-    wb.Put(s.packs_cf, fmt::PackKey(s.active_id), fmt::EncodePackMeta(s.active_id, active_meta));
-  }
-  fmt::PackMeta retired{fmt::PackState::kRetired, old_size, 0};
-  wb.Put(s.packs_cf, fmt::PackKey(id), fmt::EncodePackMeta(id, retired));
+  active_meta.size = end;
+  active_meta.live += live_moved;
+  const bool seal = end >= s.opts.pack_size_limit;
+  if (seal) active_meta.state = fmt::PackState::kSealed;
+  wb.Put(s.packs_cf, fmt::PackKey(s.active_id), fmt::EncodePackMeta(s.active_id, active_meta));
+  fmt::PackMeta old_meta = pm->second;
+  old_meta.live -= std::min(old_meta.live, live_moved);
+  wb.Put(s.packs_cf, fmt::PackKey(id), fmt::EncodePackMeta(id, old_meta));
   Status st = s.WriteIndex(wb, true);
   if (!st.ok()) {
     s.Rollback();
     return st;
   }
-  if (!records.empty()) {
-    s.packs[s.active_id] = active_meta;
-    s.active_end = end;
-    if (seal) s.active.reset();
-  }
-  s.packs.erase(id);
+  s.packs[s.active_id] = active_meta;
+  s.packs[id] = old_meta;
+  s.active_end = end;
+  if (seal) s.active.reset();
   report.chunks_moved += moved.size();
   report.bytes_copied += records.size();
+  return Status::Ok();
+}
+
+// Moves the live records of pack `id` to the active pack and retires it.
+// Records are read and verified without the commit lock; each slice of
+// kSliceBytes is moved under it (MoveSlice), and the retirement takes it
+// once more. keys: chunks that pointed into the pack when scanned (each is
+// re-checked: commits may have released or rewritten some since).
+Status CompactPack(Store::Impl& s, uint64_t id, const std::vector<ChunkKey>& keys,
+                   CompactReport& report) {
+  {
+    std::lock_guard l(s.commit_mu);
+    auto pm = s.packs.find(id);
+    if (pm == s.packs.end() || (s.active && id == s.active_id)) return Status::Ok();
+  }
+  if (!keys.empty()) {
+    LMC_ASSIGN_OR_RETURN(std::shared_ptr<File> f, s.PackFile(id));
+    std::vector<ReadRecordCopy> slice;
+    size_t slice_bytes = 0;
+    auto flush = [&]() -> Status {
+      std::lock_guard l(s.commit_mu);
+      Status st = MoveSlice(s, id, slice, report);
+      slice.clear();
+      slice_bytes = 0;
+      return st;
+    };
+    for (const ChunkKey& key : keys) {
+      auto e = s.LoadEntry(key);
+      if (!e.ok() && e.status().IsNotFound()) continue;
+      if (!e.ok()) return e.status();
+      if (e->pack_id != id) continue;
+      // A record that fails verification is never copied and its pack is
+      // never deleted: fsck must look at it.
+      ReadRecordCopy c{key, e->offset, {}};
+      LMC_RETURN_IF_ERROR(s.ReadRecord(key, *e, *f, c.record));
+      slice_bytes += c.record.size();
+      slice.push_back(std::move(c));
+      if (slice_bytes >= kSliceBytes) LMC_RETURN_IF_ERROR(flush());
+    }
+    if (!slice.empty()) LMC_RETURN_IF_ERROR(flush());
+  }
+
+  std::lock_guard l(s.commit_mu);
+  auto pm = s.packs.find(id);
+  if (pm == s.packs.end()) return Status::Ok();
+  const uint64_t old_size = pm->second.size;
+  // A chunk added to the index after the scan cannot point into a sealed
+  // pack; one still pointing here was skipped above (entry changed while we
+  // read): keep the pack for a later run.
+  if (pm->second.live != 0) {
+    bool still_used = false;
+    for (const ChunkKey& key : keys) {
+      auto e = s.LoadEntry(key);
+      if (e.ok() && e->pack_id == id) {
+        still_used = true;
+        break;
+      }
+    }
+    if (still_used) return Status::Ok();
+  }
+  // The old pack's retirement in one synced index batch. A crash from here
+  // on leaves a retired entry: Recover deletes the file (if still there)
+  // and the entry.
+  rocksdb::WriteBatch wb;
+  fmt::PackMeta retired{fmt::PackState::kRetired, old_size, 0};
+  wb.Put(s.packs_cf, fmt::PackKey(id), fmt::EncodePackMeta(id, retired));
+  LMC_RETURN_IF_ERROR(s.WriteIndex(wb, true));
+  s.packs.erase(id);
   report.bytes_reclaimed += old_size;
   report.packs_compacted++;
-
-  // Step 3: the old pack leaves the read table and the disk. A crash from
-  // here on leaves a retired entry: Recover deletes the file (if still
-  // there) and the entry.
   {
-    std::unique_lock l(s.files_mu);
+    std::unique_lock fl(s.files_mu);
     s.retired.insert(id);
     s.files.erase(id);  // readers holding it keep reading the unlinked file
   }
   LMC_RETURN_IF_ERROR(s.env->DeleteFile(s.PackPath(id)));
   LMC_RETURN_IF_ERROR(s.env->SyncDir(s.pack_dir));
-  // Step 4: forget the pack.
+  // Forget the pack.
   rocksdb::WriteBatch forget;
   forget.Delete(s.packs_cf, fmt::PackKey(id));
   return s.WriteIndex(forget, true);
@@ -140,13 +200,10 @@ Result<CompactReport> Store::Compact(const CompactOptions& options, const Compac
   p.packs_total = report.candidates.size();
   for (uint64_t id : report.candidates) {
     if (report.bytes_copied >= options.max_bytes_to_copy) break;
-    {
-      std::lock_guard l(s.commit_mu);
-      Status st = CompactPack(s, id, keys[id], report);
-      if (!st.ok()) {
-        spdlog::error("store {}: compacting pack {} stopped: {}", s.dir, s.PackPath(id), st.ToString());
-        return st;
-      }
+    Status st = CompactPack(s, id, keys[id], report);
+    if (!st.ok()) {
+      spdlog::error("store {}: compacting pack {} stopped: {}", s.dir, s.PackPath(id), st.ToString());
+      return st;
     }
     p.pack_id = id;
     p.packs_done++;
