@@ -4,6 +4,7 @@
 #include "lmc/fs/control.h"
 
 #include <fcntl.h>
+#include <openssl/crypto.h>
 #include <poll.h>
 #include <spdlog/spdlog.h>
 #include <sys/socket.h>
@@ -503,6 +504,7 @@ void ControlServer::Impl::Accept() {
     c.th = std::thread([this, &c] {
       Serve(c.fd);
       ::close(c.fd);
+      OPENSSL_thread_stop();  // gc and fsck hash on this thread: free OpenSSL's per-thread state
       c.done = true;
     });
   }
@@ -617,15 +619,15 @@ Status Call(const std::string& socket_path, const std::string& request_json, con
       return Status::IOError("permission denied on " + socket_path + ": only root and the mount's owner may use it");
     return Status::FromErrno(err, "connect to the daemon at " + socket_path);
   }
-  if (!WriteFrame(fd, req.dump())) {
-    ::close(fd);
-    return Status::IOError("the daemon closed the control channel " + socket_path);
-  }
+  // A refusal (permission_denied) may arrive before the request is sent:
+  // a failed send still reads what the daemon answered.
+  const bool sent = WriteFrame(fd, req.dump());
   std::string msg;
   for (;;) {
     Status s = ReadFrame(fd, &msg);
     if (!s.ok()) {
       ::close(fd);
+      if (!sent) return Status::IOError("the daemon closed the control channel " + socket_path);
       return Status::IOError("no answer from the daemon at " + socket_path + ": " + s.message());
     }
     json j = json::parse(msg, nullptr, false);
