@@ -74,18 +74,18 @@ Status Store::Impl::VerifyRecords(const FsckOptions& options,
     const Item& item = items[i];
     std::vector<uint8_t>& buf = bufs[slot];
     buf.resize(std::max<size_t>(item.decoded_len, 1));
-    Result<size_t> n = Status::Ok();
+    Status st;
     try {
-      n = Read(item.key, buf.data(), buf.size(), ws[slot], options.verify_content_hash, 0);
+      st = Read(item.key, buf.data(), buf.size(), ws[slot], options.verify_content_hash, 0).status();
     } catch (const std::exception& e) {
-      n = Status::IOError(std::string("verifying chunk ") + item.key.ToHex() + ": " + e.what());
+      st = Status::IOError(std::string("verifying chunk ") + item.key.ToHex() + ": " + e.what());
     }
     std::lock_guard l(mu);
-    if (!n.ok()) {
-      if (n.status().IsCorruption())
-        bad->emplace(item.key, n.status().message());
-      else if (!n.status().IsNotFound() && first_error.ok())  // NotFound: deleted meanwhile
-        first_error = n.status();
+    if (!st.ok()) {
+      if (st.IsCorruption())
+        bad->emplace(item.key, st.message());
+      else if (!st.IsNotFound() && first_error.ok())  // NotFound: deleted meanwhile
+        first_error = st;
     }
     if (options.progress) options.progress(++done, items.size());
   });
