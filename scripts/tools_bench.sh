@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Benchmarks of the operating tools (issue 6), on real checkpoints:
 #  1. lmcfs-fsck verification rate: bench-data/ckpt-step*.pt written through
-#     a mount, then `lmcfs-fsck STORE` offline (every record checksum, every
+#     a mount, then `lmcfs-fsck STORE` offline (every record checksum) and
+#     `lmcfs-fsck --deep STORE` (also every
 #     chunk decoded and its SHA-256 checked); rate = stored bytes / time.
 #  2. Online gc with 50% dead data: half of those checkpoints deleted, then
 #     a new checkpoint (NEW, default bench-data/minilm-f32.safetensors, not
@@ -64,15 +65,17 @@ for f in "${CKPTS[@]}"; do cp "$f" "$WORK/mnt/"; done
 sync -f "$WORK/mnt" 2>/dev/null || true
 umount_it
 
-echo "== 1. lmcfs-fsck $WORK/store (offline, ${#CKPTS[@]} checkpoints)"
-"$TOOLS/lmcfs-fsck" -q --json "$WORK/store" > "$WORK/fsck.json"
-python3 - "$WORK/fsck.json" <<'PY'
+for mode in "" --deep; do
+echo "== 1. lmcfs-fsck ${mode:+$mode }$WORK/store (offline, ${#CKPTS[@]} checkpoints)"
+"$TOOLS/lmcfs-fsck" -q --json $mode "$WORK/store" > "$WORK/fsck.json"
+python3 - "$WORK/fsck.json" "${mode:-record checksums}" <<'PY'
 import json, sys
 j = json.load(open(sys.argv[1]))
 b, s = j['verified_bytes'], j['verify_seconds']
-print(f"fsck: exit {j['exit_code']}, {j['store']['chunks_checked']} chunks, {b / 2**30:.2f} GiB stored, "
+print(f"fsck ({sys.argv[2]}): exit {j['exit_code']}, {j['store']['chunks_checked']} chunks, {b / 2**30:.2f} GiB stored, "
       f"store checks {s:.2f} s = {b / s / 2**30:.2f} GiB/s; whole run {j['seconds']:.2f} s = {b / j['seconds'] / 2**30:.2f} GiB/s")
 PY
+done
 
 echo "== 2. online gc with 50% dead data vs a concurrent checkpoint write"
 mount_it

@@ -205,7 +205,8 @@ Result<std::string> RunFsck(store::Store& st, const FsckRunOptions& o, const Eve
   const auto t0 = Clock::now();
   store::FsckOptions fo;
   fo.repair = o.repair && !o.online;
-  fo.verify_content_hash = true;
+  fo.decode = o.deep;
+  fo.verify_content_hash = o.deep;
   auto last = Clock::now();
   fo.progress = [&](uint64_t done, uint64_t total) {
     if (!events || (done != total && Since(last) < 0.2)) return;
@@ -589,6 +590,7 @@ json ControlServer::Impl::Handle(const json& req, const EventFn& ev) {
                   {"error", "repair is not possible while mounted; unmount, then run lmcfs-fsck --repair on the store"}};
     FsckRunOptions o;
     o.online = true;
+    o.deep = req.value("deep", false);
     auto r = RunFsck(st, o, ev);
     return r.ok() ? ok(*r) : fail(r.status());
   }

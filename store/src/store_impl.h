@@ -91,6 +91,7 @@ struct Store::Impl {
 
   Result<fmt::ChunkEntry> LoadEntry(const ChunkKey& key);
   // fsck's record pass (fsck.cc); takes no lock.
+  Status CheckRecord(const ChunkKey& key);
   Status VerifyRecords(const FsckOptions& options,
                        std::unordered_map<ChunkKey, std::string, ChunkKeyHash>* bad);
   // The pack file for reading; kNotFound if it does not exist (retired).

@@ -70,6 +70,13 @@ TEST_F(CorruptionTest, FrameBytes) {
     ASSERT_TRUE(f.ok());
     EXPECT_EQ(f->bad_records, 1u);
     EXPECT_EQ(f->ExitCode(), kFsckUncorrected);
+    // The scrub without decoding finds it by the record checksum.
+    FsckOptions quick;
+    quick.decode = false;
+    auto q = s_->Fsck(quick);
+    ASSERT_TRUE(q.ok());
+    EXPECT_EQ(q->bad_records, 1u);
+    EXPECT_EQ(q->ExitCode(), kFsckUncorrected);
     FlipByte(pack_, info_.offset + fmt::kRecordHeaderSize + i, 0x80);
   }
 }
@@ -87,6 +94,15 @@ TEST_F(CorruptionTest, FrameCheckedByDecodedChecksum) {
   ASSERT_EQ(::pwrite(fd, rec.data(), rec.size(), static_cast<off_t>(info_.offset)), static_cast<ssize_t>(rec.size()));
   ::close(fd);
   ExpectCorrupt();
+  // Only decoding finds this one: the scrub sees a consistent record.
+  FsckOptions quick;
+  quick.decode = false;
+  auto q = s_->Fsck(quick);
+  ASSERT_TRUE(q.ok());
+  EXPECT_EQ(q->bad_records, 0u);
+  auto d = s_->Fsck({});
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->bad_records, 1u);
 }
 
 TEST_F(CorruptionTest, PackHeaderFoundByFsck) {

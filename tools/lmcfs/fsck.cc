@@ -14,11 +14,11 @@ namespace {
 using json = nlohmann::json;
 
 constexpr const char* kDescription =
-    "Verifies an lmcfs store: every pack and record checksum, every chunk decoded and "
-    "checked against its SHA-256 key, the index, reference counts, delta bases, and the "
-    "filesystem's directory entries, link counts and extents. Lists the files any corruption "
-    "affects. TARGET is an unmounted store directory, or a mountpoint (verify only; commits "
-    "wait while the store part runs). --repair (store directory only) fixes counts, drops "
+    "Verifies an lmcfs store: every pack and record checksum (with --deep also every chunk "
+    "decoded and checked against its SHA-256 key), the index, reference counts, delta bases, "
+    "and the filesystem's directory entries, link counts and extents. Lists the files any "
+    "corruption affects. TARGET is an unmounted store directory, or a mountpoint (verify "
+    "only; commits wait only while the index is checked). --repair (store directory only) fixes counts, drops "
     "leaked chunks and orphan pack data, removes entries that point nowhere, and writes the "
     "metadata of what it removed to a quarantine report first.\n"
     "Exit codes (fsck(8)): 0 clean, 1 errors corrected, 4 errors left uncorrected, "
@@ -61,11 +61,14 @@ void PrintReport(const json& r, std::ostream& out) {
 int FsckMain(int argc, char** argv, std::ostream& out, std::ostream& err) {
   CLI::App app(kDescription, "lmcfs-fsck");
   std::string target, quarantine;
-  bool repair = false, as_json = false, quiet = false;
+  bool repair = false, as_json = false, quiet = false, deep = false;
   app.add_option("TARGET", target, "store directory (or mountpoint: verify only)")->required();
   app.add_flag("--repair,-y", repair, "repair what can be repaired without touching good data");
   app.add_option("--quarantine", quarantine,
                  "where --repair writes the removed records' metadata (default: STORE/quarantine-TIME.json)");
+  app.add_flag("--deep", deep,
+               "also decode every chunk and check its SHA-256 against its key (slower: the default "
+               "verifies every record's checksum, which finds any changed stored byte)");
   app.add_flag("--json", as_json, "one JSON document (docs/FORMAT.md, \"Control protocol\", fsck)");
   app.add_flag("-q,--quiet", quiet, "no progress bar");
   try {
@@ -91,7 +94,7 @@ int FsckMain(int argc, char** argv, std::ostream& out, std::ostream& err) {
           << ": repair needs the store unmounted (umount " << t->mountpoint << ", then lmcfs-fsck --repair "
           << t->store << "); verifying only\n";
     }
-    auto r = Ask(*t, json{{"op", "fsck"}}.dump(), on_event);
+    auto r = Ask(*t, json{{"op", "fsck"}, {"deep", deep}}.dump(), on_event);
     if (!r.ok()) {
       err << "lmcfs-fsck: " << r.status().message() << "\n";
       return store::kFsckOperationalError;
@@ -105,6 +108,7 @@ int FsckMain(int argc, char** argv, std::ostream& out, std::ostream& err) {
     }
     fs::control::FsckRunOptions o;
     o.repair = repair;
+    o.deep = deep;
     if (repair) {
       if (quarantine.empty()) {
         char ts[32];

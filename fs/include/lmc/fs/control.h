@@ -57,6 +57,7 @@ Result<std::string> RunGc(store::Store& store, const GcOptions& options, const E
 struct FsckRunOptions {
   bool repair = false;           // only on an unmounted store
   bool online = false;           // the store is in use: tree checks need two passes to agree
+  bool deep = false;             // also decode every frame and check SHA-256(bytes) == key
   std::string quarantine_path;   // when repairing: where removed records' metadata is written
   std::function<bool()> cancelled;
 };

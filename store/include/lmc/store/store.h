@@ -196,7 +196,11 @@ using DeadBaseProgressFn = std::function<bool(const DeadBaseReport&)>;
 
 struct FsckOptions {
   bool repair = false;               // fix counts, truncate orphan tails, delete orphan packs
-  bool verify_content_hash = true;   // SHA-256 of every decoded chunk == its key
+  // false: every record's checksum, header and lengths are verified (a scrub:
+  // any changed byte of a record is found), without decoding frames.
+  // true: also decode every frame (its own checksum of the decoded bytes).
+  bool decode = true;
+  bool verify_content_hash = true;   // with decode: SHA-256 of every decoded chunk == its key
   std::function<void(uint64_t done, uint64_t total)> progress;  // chunks verified
 };
 
