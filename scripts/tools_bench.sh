@@ -66,6 +66,8 @@ sync -f "$WORK/mnt" 2>/dev/null || true
 umount_it
 
 for mode in "" --deep; do
+# Cold: the pack bytes come from the disk, not from the page cache the copy filled.
+if [ "$(id -u)" = 0 ]; then sync; echo 3 > /proc/sys/vm/drop_caches; fi
 echo "== 1. lmcfs-fsck ${mode:+$mode }$WORK/store (offline, ${#CKPTS[@]} checkpoints)"
 "$TOOLS/lmcfs-fsck" -q --json $mode "$WORK/store" > "$WORK/fsck.json"
 python3 - "$WORK/fsck.json" "${mode:-record checksums}" <<'PY'
