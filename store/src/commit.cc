@@ -99,6 +99,30 @@ Status Unref(Overlay& ov, const ChunkKey& first) {
 
 // Appends op's frame as a record at the end of `records` (the active pack),
 // makes `e` point at it and installs it in the slot (saved for undo first).
+// One more reference to the chunk in `slot` (present).
+void TakeRef(Overlay& ov, const ChunkKey& key, Overlay::Slot* slot) {
+  ov.Save(key, *slot);
+  slot->e.refcount++;
+  slot->dirty = true;
+}
+
+// Makes `e` (chunk `key`, decoded_len bytes) a delta on `base`: checks the
+// base (present, same size, chain within kMaxDeltaDepth) and takes its
+// reference. May rehash the overlay: callers re-find their own slots.
+Status TakeBase(Overlay& ov, const char* what, const ChunkKey& key, const ChunkKey& base,
+                uint32_t decoded_len, fmt::ChunkEntry* e) {
+  if (base == key) return Status::InvalidArgument("chunk cannot be its own delta base");
+  LMC_ASSIGN_OR_RETURN(Overlay::Slot * bslot, ov.Find(base));
+  const std::string head = std::string(what) + " " + key.ToHex() + ": delta base " + base.ToHex();
+  if (!bslot->present) return Status::InvalidArgument(head + " is not in the store");
+  if (bslot->e.depth + 1 > fmt::kMaxDeltaDepth) return Status::InvalidArgument(head + ": delta chain too long");
+  if (bslot->e.decoded_len != decoded_len) return Status::InvalidArgument(head + " is of another size");
+  TakeRef(ov, base, bslot);
+  e->base = base;
+  e->depth = static_cast<uint8_t>(bslot->e.depth + 1);
+  return Status::Ok();
+}
+
 void AppendRecord(Store::Impl& s, const Batch::Op& op, fmt::ChunkEntry& e, Overlay& ov,
                   Overlay::Slot* slot, std::string& records, uint64_t records_base) {
   e.pack_id = s.active_id;
@@ -123,9 +147,7 @@ Status ApplyChunkOps(Store::Impl& s, const Batch& b, Overlay& ov, std::string& r
       case Batch::OpKind::kAdd: {
         LMC_ASSIGN_OR_RETURN(Overlay::Slot * slot, ov.Find(op.key));
         if (slot->present) {
-          ov.Save(op.key, *slot);
-          slot->e.refcount++;
-          slot->dirty = true;
+          TakeRef(ov, op.key, slot);
           counts.dedup++;
           break;
         }
@@ -134,23 +156,8 @@ Status ApplyChunkOps(Store::Impl& s, const Batch& b, Overlay& ov, std::string& r
                                          std::to_string(op.a.size()) + " bytes / chunk of " +
                                          std::to_string(op.decoded_len) + " bytes out of range");
         fmt::ChunkEntry e;
-        if (op.base) {
-          if (*op.base == op.key) return Status::InvalidArgument("chunk cannot be its own delta base");
-          LMC_ASSIGN_OR_RETURN(Overlay::Slot * bslot, ov.Find(*op.base));
-          if (!bslot->present)
-            return Status::InvalidArgument("AddChunk " + op.key.ToHex() + ": delta base " +
-                                           op.base->ToHex() + " is not in the store");
-          if (bslot->e.depth + 1 > fmt::kMaxDeltaDepth)
-            return Status::InvalidArgument("AddChunk " + op.key.ToHex() + ": delta chain too long");
-          if (bslot->e.decoded_len != op.decoded_len)
-            return Status::InvalidArgument("AddChunk " + op.key.ToHex() + ": delta base of another size");
-          ov.Save(*op.base, *bslot);
-          bslot->e.refcount++;
-          bslot->dirty = true;
-          e.base = op.base;
-          e.depth = static_cast<uint8_t>(bslot->e.depth + 1);
-          // Find may rehash; re-find the chunk's own slot below.
-        }
+        if (op.base) LMC_RETURN_IF_ERROR(TakeBase(ov, "AddChunk", op.key, *op.base, op.decoded_len, &e));
+        // Find may have rehashed; re-find the chunk's own slot.
         LMC_ASSIGN_OR_RETURN(slot, ov.Find(op.key));
         e.decoded_len = op.decoded_len;
         e.refcount = 1;
@@ -161,9 +168,7 @@ Status ApplyChunkOps(Store::Impl& s, const Batch& b, Overlay& ov, std::string& r
       case Batch::OpKind::kRef: {
         LMC_ASSIGN_OR_RETURN(Overlay::Slot * slot, ov.Find(op.key));
         if (!slot->present) return Status::InvalidArgument("Ref of chunk " + op.key.ToHex() + " not in the store");
-        ov.Save(op.key, *slot);
-        slot->e.refcount++;
-        slot->dirty = true;
+        TakeRef(ov, op.key, slot);
         break;
       }
       case Batch::OpKind::kUnref:
@@ -179,19 +184,7 @@ Status ApplyChunkOps(Store::Impl& s, const Batch& b, Overlay& ov, std::string& r
         const std::optional<ChunkKey> old_base = e.base;
         e.base.reset();
         e.depth = 0;
-        if (op.base) {
-          if (*op.base == op.key) return Status::InvalidArgument("chunk cannot be its own delta base");
-          LMC_ASSIGN_OR_RETURN(Overlay::Slot * bslot, ov.Find(*op.base));
-          if (!bslot->present || bslot->e.decoded_len != e.decoded_len ||
-              bslot->e.depth + 1 > fmt::kMaxDeltaDepth)
-            return Status::InvalidArgument("RewriteChunk " + op.key.ToHex() + ": base " +
-                                           op.base->ToHex() + " absent, of another size or too deep");
-          ov.Save(*op.base, *bslot);
-          bslot->e.refcount++;
-          bslot->dirty = true;
-          e.base = op.base;
-          e.depth = static_cast<uint8_t>(bslot->e.depth + 1);
-        }
+        if (op.base) LMC_RETURN_IF_ERROR(TakeBase(ov, "RewriteChunk", op.key, *op.base, e.decoded_len, &e));
         LMC_ASSIGN_OR_RETURN(slot, ov.Find(op.key));
         ov.AddLive(slot->e.pack_id, -static_cast<int64_t>(slot->e.record_size()));
         AppendRecord(s, op, e, ov, slot, records, records_base);

@@ -20,24 +20,15 @@
 #include <thread>
 
 #include "lmc/store/store.h"
+#include "mount_util.h"
 
 namespace {
 
 namespace fsys = std::filesystem;
 
-int Sh(const std::string& cmd) {
-  int rc = std::system(cmd.c_str());
-  return WIFEXITED(rc) ? WEXITSTATUS(rc) : 128;
-}
-
-bool IsMounted(const std::string& dir) {
-  std::ifstream f("/proc/self/mounts");
-  std::string line;
-  while (std::getline(f, line)) {
-    if (line.find(" " + dir + " fuse.lmcfs ") != std::string::npos) return true;
-  }
-  return false;
-}
+using lmc::testing::IsLmcfsMounted;
+int Sh(const std::string& cmd) { return lmc::testing::Shell(cmd); }
+bool IsMounted(const std::string& dir) { return IsLmcfsMounted(dir); }
 
 class MountFixture : public ::testing::Test {
  protected:
@@ -66,47 +57,18 @@ class MountFixture : public ::testing::Test {
 
   void Mount() {
     ASSERT_FALSE(mounted_);
-    pid_ = fork();
-    ASSERT_GE(pid_, 0);
-    if (pid_ == 0) {
-      std::string log = "log_file=" + root_ + "/log,log_level=info";
-      execl(LMC_MOUNT_BIN, LMC_MOUNT_BIN, store_.c_str(), mnt_.c_str(), "-f", "-o", log.c_str(),
-            static_cast<char*>(nullptr));
-      _exit(127);
-    }
+    pid_ = lmc::testing::StartMount(LMC_MOUNT_BIN, store_, mnt_, "log_file=" + root_ + "/log,log_level=info");
+    ASSERT_GT(pid_, 0);
     mounted_ = true;
-    for (int i = 0; i < 200; i++) {
-      if (IsMounted(mnt_)) return;
-      int status;
-      if (waitpid(pid_, &status, WNOHANG) == pid_) {
-        pid_ = -1;
-        mounted_ = false;
-        FAIL() << "mount.lmcfs exited with status " << status;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-    FAIL() << "mount did not appear in 10 s";
+    ASSERT_TRUE(IsMounted(mnt_)) << "mount did not appear";
   }
 
   // Unmounts and waits for the daemon (which flushes and closes the store).
   void Unmount() {
     if (!mounted_) return;
     mounted_ = false;
-    Sh("fusermount3 -u -z " + mnt_ + " 2>/dev/null");
-    if (pid_ <= 0) return;
-    for (int i = 0; i < 600; i++) {
-      int status;
-      if (waitpid(pid_, &status, WNOHANG) == pid_) {
-        EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "daemon status " << status;
-        pid_ = -1;
-        return;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-    kill(pid_, SIGKILL);
-    waitpid(pid_, nullptr, 0);
+    lmc::testing::StopMount(mnt_, pid_);
     pid_ = -1;
-    ADD_FAILURE() << "daemon did not exit after unmount";
   }
 
   void Remount() {
