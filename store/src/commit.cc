@@ -193,6 +193,8 @@ Status ApplyChunkOps(Store::Impl& s, const Batch& b, Overlay& ov, std::string& r
         if (old_base) LMC_RETURN_IF_ERROR(Unref(ov, *old_base));
         break;
       }
+      case Batch::OpKind::kRebase:
+        break;  // not yet implemented: always skipped
       case Batch::OpKind::kUnpin:
         break;  // applied once the group has committed (CommitGroup)
       case Batch::OpKind::kPut:

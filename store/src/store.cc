@@ -85,6 +85,18 @@ void Batch::RewriteChunk(const ChunkKey& key, std::span<const uint8_t> frame,
   ops_.push_back(std::move(op));
 }
 
+void Batch::RebaseChunk(const ChunkKey& key, std::span<const uint8_t> frame, const ChunkKey& base,
+                        uint8_t max_depth) {
+  Op op;
+  op.kind = OpKind::kRebase;
+  op.key = key;
+  op.base = base;
+  op.max_depth = max_depth;
+  op.a.assign(reinterpret_cast<const char*>(frame.data()), frame.size());
+  frame_bytes_ += frame.size();
+  ops_.push_back(std::move(op));
+}
+
 void Batch::Clear() {
   ops_.clear();
   frame_bytes_ = 0;
@@ -475,6 +487,11 @@ void Store::UnpinChunk(const ChunkKey& key) {
 uint64_t Store::PinnedDeadChunks() const {
   std::lock_guard l(impl_->pin_mu);
   return impl_->zombies.size();
+}
+
+Result<uint32_t> Store::SubtreeHeight(const ChunkKey& key) {
+  (void)key;
+  return Status::Unsupported("SubtreeHeight: not yet implemented");
 }
 
 StoreStats Store::Stats() const {

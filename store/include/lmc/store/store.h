@@ -94,19 +94,31 @@ class Batch {
   // collection of dead delta bases, Store::RewriteDeadBases).
   void RewriteChunk(const ChunkKey& key, std::span<const uint8_t> frame,
                     const std::optional<ChunkKey>& base = std::nullopt);
+  // A conditional RewriteChunk with a base (reverse deltas: the previous
+  // version of a chunk becomes a delta on the newest one). Applies at commit
+  // only if all hold: `key` is indexed and has no base; `base` is indexed
+  // (a pinned chunk at refcount 0 counts), differs from `key`, has the same
+  // decoded size and does not have `key` in its own chain; and afterwards
+  // every chunk of key's subtree (key and its transitive dependants) has a
+  // delta depth <= min(max_depth, kMaxDeltaDepth). Otherwise the op is
+  // skipped (not an error: the rest of the batch applies); StoreStats counts
+  // both outcomes. The frame is copied.
+  void RebaseChunk(const ChunkKey& key, std::span<const uint8_t> frame, const ChunkKey& base,
+                   uint8_t max_depth);
 
   bool empty() const { return ops_.empty(); }
   size_t frame_bytes() const { return frame_bytes_; }
   void Clear();
 
-  enum class OpKind : uint8_t { kAdd, kRef, kUnref, kPut, kDelete, kUnpin, kRewrite };
+  enum class OpKind : uint8_t { kAdd, kRef, kUnref, kPut, kDelete, kUnpin, kRewrite, kRebase };
   struct Op {
     OpKind kind = OpKind::kPut;
     Cf cf = Cf::kMeta;
     ChunkKey key;                  // chunk ops
-    std::optional<ChunkKey> base;  // kAdd, kRewrite
+    std::optional<ChunkKey> base;  // kAdd, kRewrite, kRebase
     uint32_t decoded_len = 0;      // kAdd
-    std::string a;                 // kAdd, kRewrite: frame; kPut/kDelete: key
+    uint8_t max_depth = 0;         // kRebase
+    std::string a;                 // kAdd, kRewrite, kRebase: frame; kPut/kDelete: key
     std::string b;                 // kPut: value
   };
   const std::vector<Op>& ops() const { return ops_; }
@@ -137,6 +149,8 @@ struct StoreStats {
   uint64_t dedup_hits = 0;     // AddChunk that only took a reference
   uint64_t bytes_appended = 0;
   uint64_t corruptions = 0;    // reads that failed verification
+  uint64_t rebased = 0;         // RebaseChunk ops applied
+  uint64_t rebase_skipped = 0;  // RebaseChunk ops whose conditions did not hold
 };
 
 struct CompactOptions {
@@ -224,6 +238,8 @@ struct FsckReport {
   uint64_t orphan_packs = 0;       // pack files the index does not know
   uint64_t orphan_bytes = 0;       // tails and orphan packs
   uint64_t missing_packs = 0;      // indexed pack file absent or short
+  uint64_t dependant_index_mismatches = 0;  // dep/ record missing or naming no such dependant
+  uint64_t depth_mismatches = 0;   // entry's depth != depth(base) + 1 (0 without base)
   uint64_t errors = 0;             // problems found
   uint64_t fixed = 0;              // of those, repaired
   std::vector<std::string> messages;  // one line per problem
@@ -259,6 +275,13 @@ class Store {
   // kCorruption (logged and counted) if anything fails verification.
   Result<size_t> ReadChunk(const ChunkKey& key, uint8_t* dst, size_t cap, Workspace& ws);
   Result<ChunkInfo> GetChunkInfo(const ChunkKey& key);
+  // Height of key's subtree in the committed index: the largest
+  // depth(X) - depth(key) over the chunks X that reach `key` through their
+  // delta bases; 0 when none. kNotFound if `key` is not indexed. Takes no
+  // commit lock, so a concurrent commit may change the answer: a hint for
+  // callers deciding whether a RebaseChunk is worth encoding (the commit
+  // checks again).
+  Result<uint32_t> SubtreeHeight(const ChunkKey& key);
 
   // Filesystem column families. Get: kNotFound if absent.
   Result<std::string> Get(Cf cf, std::string_view key);
