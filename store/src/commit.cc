@@ -8,7 +8,9 @@
 #include <rocksdb/write_batch.h>
 #include <spdlog/spdlog.h>
 
+#include <set>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "store_impl.h"
 
@@ -48,20 +50,47 @@ class Overlay {
     live_undo_.emplace_back(pack, delta);
   }
 
+  // The dependants index (docs/FORMAT.md, "Dependants index"): the record
+  // base -> dep is added (present) or removed by this group.
+  void SetDependant(const ChunkKey& base, const ChunkKey& dep, bool present) {
+    Edge edge{base, dep};
+    auto it = edges_.find(edge);
+    edge_undo_.emplace_back(edge, it == edges_.end() ? std::nullopt : std::optional<bool>(it->second));
+    edges_[edge] = present;
+  }
+  // Chunks whose base is `key`: the committed records, with this group's
+  // changes.
+  Result<std::vector<ChunkKey>> Dependants(const ChunkKey& key) {
+    std::set<ChunkKey> deps;
+    LMC_RETURN_IF_ERROR(s_.ScanDependants(key, nullptr, [&](const ChunkKey& d) { deps.insert(d); }));
+    for (auto it = edges_.lower_bound(Edge{key, ChunkKey{}}); it != edges_.end() && it->first.first == key; ++it) {
+      if (it->second) deps.insert(it->first.second);
+      else deps.erase(it->first.second);
+    }
+    return std::vector<ChunkKey>(deps.begin(), deps.end());
+  }
+
   void BeginBatch(size_t records_len) {
     undo_.clear();
     live_undo_.clear();
+    edge_undo_.clear();
     records_mark_ = records_len;
   }
   // Undoes the current batch; returns the records length to cut back to.
   size_t AbortBatch() {
     for (auto it = undo_.rbegin(); it != undo_.rend(); ++it) map_[it->first] = it->second;
     for (auto& [pack, d] : live_undo_) live_[pack] -= d;
+    for (auto it = edge_undo_.rbegin(); it != edge_undo_.rend(); ++it) {
+      if (it->second) edges_[it->first] = *it->second;
+      else edges_.erase(it->first);
+    }
     return records_mark_;
   }
 
   const std::unordered_map<ChunkKey, Slot, ChunkKeyHash>& slots() const { return map_; }
   const std::map<uint64_t, int64_t>& live() const { return live_; }
+  using Edge = std::pair<ChunkKey, ChunkKey>;  // base, dependant
+  const std::map<Edge, bool>& dependant_changes() const { return edges_; }
 
  private:
   Store::Impl& s_;
@@ -69,12 +98,24 @@ class Overlay {
   std::map<uint64_t, int64_t> live_;
   std::vector<std::pair<ChunkKey, Slot>> undo_;
   std::vector<std::pair<uint64_t, int64_t>> live_undo_;
+  std::map<Edge, bool> edges_;
+  std::vector<std::pair<Edge, std::optional<bool>>> edge_undo_;  // previous state; nullopt: committed
   size_t records_mark_ = 0;
 };
 
 struct BatchCounts {
-  uint64_t stored = 0, dedup = 0;
+  uint64_t stored = 0, dedup = 0, rebased = 0, rebase_skipped = 0;
 };
+
+// Takes `slot` (chunk `key`, present) out of the index: its record becomes
+// garbage and its dep/ record goes. The caller releases its base.
+void DropEntry(Overlay& ov, const ChunkKey& key, Overlay::Slot* slot) {
+  ov.Save(key, *slot);
+  slot->present = false;
+  slot->dirty = true;
+  ov.AddLive(slot->e.pack_id, -static_cast<int64_t>(slot->e.record_size()));
+  if (slot->e.base) ov.SetDependant(*slot->e.base, key, false);
+}
 
 Status Unref(Overlay& ov, const ChunkKey& first) {
   ChunkKey key = first;
@@ -89,16 +130,14 @@ Status Unref(Overlay& ov, const ChunkKey& first) {
     // (CommitGroup writes its marker; a later group drops it).
     if (ov.Pinned(key)) return Status::Ok();
     // Last reference: the chunk leaves the index; its record is garbage.
-    slot->present = false;
-    ov.AddLive(slot->e.pack_id, -static_cast<int64_t>(slot->e.record_size()));
+    // (Saved above; saving twice is harmless, undo replays in reverse.)
+    DropEntry(ov, key, slot);
     if (!slot->e.base) return Status::Ok();
     key = *slot->e.base;  // a dependant holds one reference on its base
   }
   return Status::Corruption("delta chain of " + first.ToHex() + " longer than allowed");
 }
 
-// Appends op's frame as a record at the end of `records` (the active pack),
-// makes `e` point at it and installs it in the slot (saved for undo first).
 // One more reference to the chunk in `slot` (present).
 void TakeRef(Overlay& ov, const ChunkKey& key, Overlay::Slot* slot) {
   ov.Save(key, *slot);
@@ -120,9 +159,12 @@ Status TakeBase(Overlay& ov, const char* what, const ChunkKey& key, const ChunkK
   TakeRef(ov, base, bslot);
   e->base = base;
   e->depth = static_cast<uint8_t>(bslot->e.depth + 1);
+  ov.SetDependant(base, key, true);
   return Status::Ok();
 }
 
+// Appends op's frame as a record at the end of `records` (the active pack),
+// makes `e` point at it and installs it in the slot (saved for undo first).
 void AppendRecord(Store::Impl& s, const Batch::Op& op, fmt::ChunkEntry& e, Overlay& ov,
                   Overlay::Slot* slot, std::string& records, uint64_t records_base) {
   e.pack_id = s.active_id;
@@ -138,6 +180,117 @@ void AppendRecord(Store::Impl& s, const Batch::Op& op, fmt::ChunkEntry& e, Overl
   slot->dirty = true;
   slot->e = e;
   ov.AddLive(s.active_id, static_cast<int64_t>(e.record_size()));
+}
+
+// Whether `key` is `from` or one of its bases, in the overlay. A chain
+// longer than any valid one counts as a loop.
+Result<bool> InChain(Overlay& ov, const ChunkKey& from, const ChunkKey& key) {
+  ChunkKey cur = from;
+  for (int hop = 0; hop <= fmt::kMaxDeltaDepth + 1; ++hop) {
+    if (cur == key) return true;
+    LMC_ASSIGN_OR_RETURN(Overlay::Slot * slot, ov.Find(cur));
+    if (!slot->present || !slot->e.base) return false;
+    cur = *slot->e.base;
+  }
+  return true;
+}
+
+// The transitive dependants of `key` in the overlay, breadth first, each
+// with its level below `key` (1: a direct dependant). Levels past
+// kMaxDeltaDepth + 1 are not explored: such a subtree is over every limit.
+Result<std::vector<std::pair<ChunkKey, int>>> Subtree(Overlay& ov, const ChunkKey& key) {
+  std::vector<std::pair<ChunkKey, int>> out;
+  std::unordered_set<ChunkKey, ChunkKeyHash> seen{key};
+  for (size_t i = 0; i <= out.size(); ++i) {
+    const ChunkKey parent = i == 0 ? key : out[i - 1].first;
+    const int level = i == 0 ? 1 : out[i - 1].second + 1;
+    if (level > fmt::kMaxDeltaDepth + 1) continue;
+    LMC_ASSIGN_OR_RETURN(std::vector<ChunkKey> deps, ov.Dependants(parent));
+    for (const ChunkKey& d : deps) {
+      LMC_ASSIGN_OR_RETURN(Overlay::Slot * slot, ov.Find(d));
+      // A record that no longer matches its entry (written by an older
+      // lmcfs; fsck repairs it) is not followed.
+      if (!slot->present || slot->e.base != parent || !seen.insert(d).second) continue;
+      out.emplace_back(d, level);
+    }
+  }
+  return out;
+}
+
+// Makes the depth of every chunk below `key` exact after key's own depth
+// changed: depth(X) = depth(base(X)) + 1.
+Status Redepth(Overlay& ov, const ChunkKey& key, const char* what) {
+  LMC_ASSIGN_OR_RETURN(Overlay::Slot * slot, ov.Find(key));
+  const int top = slot->e.depth;
+  LMC_ASSIGN_OR_RETURN(auto below, Subtree(ov, key));
+  for (const auto& [k, level] : below) {
+    const int want = top + level;
+    if (want > fmt::kMaxDeltaDepth)
+      return Status::InvalidArgument(std::string(what) + " " + key.ToHex() + ": dependant " + k.ToHex() +
+                                     " would be " + std::to_string(want) + " deltas deep: delta chain too long");
+    LMC_ASSIGN_OR_RETURN(Overlay::Slot * d, ov.Find(k));
+    if (d->e.depth == want) continue;
+    ov.Save(k, *d);
+    d->e.depth = static_cast<uint8_t>(want);
+    d->dirty = true;
+  }
+  return Status::Ok();
+}
+
+// Whether a RebaseChunk may apply now (the conditions of Batch::RebaseChunk).
+Result<bool> CanRebase(Overlay& ov, const Batch::Op& op) {
+  const ChunkKey& key = op.key;
+  const ChunkKey& base = *op.base;
+  if (base == key) return false;
+  LMC_ASSIGN_OR_RETURN(Overlay::Slot * slot, ov.Find(key));
+  if (!slot->present || slot->e.base) return false;
+  const uint32_t decoded_len = slot->e.decoded_len;
+  LMC_ASSIGN_OR_RETURN(Overlay::Slot * bslot, ov.Find(base));
+  if (!bslot->present || bslot->e.decoded_len != decoded_len) return false;
+  const int depth = bslot->e.depth + 1;
+  const int limit = std::min<int>(op.max_depth, fmt::kMaxDeltaDepth);
+  if (depth > limit) return false;
+  LMC_ASSIGN_OR_RETURN(bool loop, InChain(ov, base, key));
+  if (loop) return false;
+  LMC_ASSIGN_OR_RETURN(auto below, Subtree(ov, key));
+  for (const auto& [k, level] : below)
+    if (depth + level > limit) return false;
+  return true;
+}
+
+Status CheckFrame(const Batch::Op& op, const char* what) {
+  if (op.a.empty() || op.a.size() > fmt::kMaxFrameLen)
+    return Status::InvalidArgument(std::string(what) + " " + op.key.ToHex() + ": frame of " +
+                                   std::to_string(op.a.size()) + " bytes out of range");
+  return Status::Ok();
+}
+
+// Replaces the record of indexed chunk op.key by op's frame, a delta on
+// op.base or standalone (RewriteChunk, RebaseChunk): the chunk keeps its
+// key and references, its old record becomes garbage, the new base takes a
+// reference and the old one releases one; its subtree's depths follow.
+Status ReplaceRecord(Store::Impl& s, const Batch::Op& op, Overlay& ov, std::string& records,
+                     uint64_t records_base, const char* what) {
+  LMC_ASSIGN_OR_RETURN(Overlay::Slot * slot, ov.Find(op.key));
+  fmt::ChunkEntry e = slot->e;
+  const std::optional<ChunkKey> old_base = e.base;
+  if (old_base) ov.SetDependant(*old_base, op.key, false);
+  e.base.reset();
+  e.depth = 0;
+  if (op.base) {
+    LMC_ASSIGN_OR_RETURN(bool loop, InChain(ov, *op.base, op.key));
+    if (loop)
+      return Status::InvalidArgument(std::string(what) + " " + op.key.ToHex() + ": delta base " +
+                                     op.base->ToHex() + " is built on it (a loop)");
+    LMC_RETURN_IF_ERROR(TakeBase(ov, what, op.key, *op.base, e.decoded_len, &e));
+  }
+  LMC_ASSIGN_OR_RETURN(slot, ov.Find(op.key));
+  ov.AddLive(slot->e.pack_id, -static_cast<int64_t>(slot->e.record_size()));
+  AppendRecord(s, op, e, ov, slot, records, records_base);
+  LMC_RETURN_IF_ERROR(Redepth(ov, op.key, what));
+  // The old base loses this dependant's reference.
+  if (old_base) LMC_RETURN_IF_ERROR(Unref(ov, *old_base));
+  return Status::Ok();
 }
 
 Status ApplyChunkOps(Store::Impl& s, const Batch& b, Overlay& ov, std::string& records,
@@ -177,24 +330,22 @@ Status ApplyChunkOps(Store::Impl& s, const Batch& b, Overlay& ov, std::string& r
       case Batch::OpKind::kRewrite: {
         LMC_ASSIGN_OR_RETURN(Overlay::Slot * slot, ov.Find(op.key));
         if (!slot->present) break;  // released meanwhile: nothing to rewrite
-        if (op.a.empty() || op.a.size() > fmt::kMaxFrameLen)
-          return Status::InvalidArgument("RewriteChunk " + op.key.ToHex() + ": frame of " +
-                                         std::to_string(op.a.size()) + " bytes out of range");
-        fmt::ChunkEntry e = slot->e;
-        const std::optional<ChunkKey> old_base = e.base;
-        e.base.reset();
-        e.depth = 0;
-        if (op.base) LMC_RETURN_IF_ERROR(TakeBase(ov, "RewriteChunk", op.key, *op.base, e.decoded_len, &e));
-        LMC_ASSIGN_OR_RETURN(slot, ov.Find(op.key));
-        ov.AddLive(slot->e.pack_id, -static_cast<int64_t>(slot->e.record_size()));
-        AppendRecord(s, op, e, ov, slot, records, records_base);
+        LMC_RETURN_IF_ERROR(CheckFrame(op, "RewriteChunk"));
+        LMC_RETURN_IF_ERROR(ReplaceRecord(s, op, ov, records, records_base, "RewriteChunk"));
         counts.stored++;
-        // The old base loses this dependant's reference.
-        if (old_base) LMC_RETURN_IF_ERROR(Unref(ov, *old_base));
         break;
       }
-      case Batch::OpKind::kRebase:
-        break;  // not yet implemented: always skipped
+      case Batch::OpKind::kRebase: {
+        LMC_RETURN_IF_ERROR(CheckFrame(op, "RebaseChunk"));
+        LMC_ASSIGN_OR_RETURN(bool applies, CanRebase(ov, op));
+        if (!applies) {
+          counts.rebase_skipped++;
+          break;
+        }
+        LMC_RETURN_IF_ERROR(ReplaceRecord(s, op, ov, records, records_base, "RebaseChunk"));
+        counts.rebased++;
+        break;
+      }
       case Batch::OpKind::kUnpin:
         break;  // applied once the group has committed (CommitGroup)
       case Batch::OpKind::kPut:
@@ -208,7 +359,9 @@ Status ApplyChunkOps(Store::Impl& s, const Batch& b, Overlay& ov, std::string& r
 
 bool HasAdds(const Batch& b) {
   for (const auto& op : b.ops())
-    if (op.kind == Batch::OpKind::kAdd || op.kind == Batch::OpKind::kRewrite) return true;
+    if (op.kind == Batch::OpKind::kAdd || op.kind == Batch::OpKind::kRewrite ||
+        op.kind == Batch::OpKind::kRebase)
+      return true;
   return false;
 }
 
@@ -289,10 +442,7 @@ Status Store::Impl::CommitGroup(const std::vector<Writer*>& group) {
   for (const ChunkKey& k : reaping) {
     LMC_ASSIGN_OR_RETURN(Overlay::Slot * slot, ov.Find(k));
     if (!slot->present || slot->e.refcount != 0 || Pinned(k)) continue;
-    ov.Save(k, *slot);
-    slot->present = false;
-    slot->dirty = true;
-    ov.AddLive(slot->e.pack_id, -static_cast<int64_t>(slot->e.record_size()));
+    DropEntry(ov, k, slot);
     if (slot->e.base) {
       Status st = Unref(ov, *slot->e.base);
       if (!st.ok() && st.code() != Code::kInvalidArgument) return st;
@@ -312,6 +462,8 @@ Status Store::Impl::CommitGroup(const std::vector<Writer*>& group) {
     applied++;
     counts.stored += bc.stored;
     counts.dedup += bc.dedup;
+    counts.rebased += bc.rebased;
+    counts.rebase_skipped += bc.rebase_skipped;
     for (const Batch::Op& op : w->batch->ops()) {
       if (op.kind == Batch::OpKind::kPut)
         wb.Put(fs_cf[static_cast<size_t>(op.cf)], op.a, op.b);
@@ -341,6 +493,11 @@ Status Store::Impl::CommitGroup(const std::vector<Writer*>& group) {
         gone_zombies.push_back(key);
       }
     }
+  }
+  for (const auto& [edge, present] : ov.dependant_changes()) {
+    const std::string k = fmt::DependantKey(edge.first, edge.second);
+    if (present) wb.Put(handles[0], k, "");
+    else wb.Delete(handles[0], k);
   }
   std::map<uint64_t, fmt::PackMeta> new_meta;
   for (const auto& [id, delta] : ov.live()) {
@@ -395,6 +552,8 @@ Status Store::Impl::CommitGroup(const std::vector<Writer*>& group) {
   n_groups++;
   n_stored += counts.stored;
   n_dedup += counts.dedup;
+  n_rebased += counts.rebased;
+  n_rebase_skipped += counts.rebase_skipped;
   n_appended += records.size();
   return Status::Ok();
 }

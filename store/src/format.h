@@ -37,6 +37,21 @@ inline constexpr uint32_t kMaxFrameLen = (1u << 30) + (1u << 16);
 inline constexpr char kPinnedDeadPrefix[] = "pinned-dead/";
 inline std::string PinnedDeadKey(const ChunkKey& k) { return std::string(kPinnedDeadPrefix) + std::string(k.view()); }
 
+// Dependants index ("Dependants index", default column family): prefix +
+// base key + dependant key (32 bytes each), empty value, one per chunk entry
+// with a base. The marker key says the index is complete (built or
+// maintained since the store was created).
+inline constexpr char kDependantPrefix[] = "dep/";
+inline constexpr char kDepsIndexMarker[] = "deps-index";
+inline constexpr char kDepsIndexMarkerValue[] = "1";
+inline constexpr size_t kDependantKeySize = sizeof(kDependantPrefix) - 1 + 2 * ChunkKey::kSize;
+inline std::string DependantPrefix(const ChunkKey& base) {
+  return std::string(kDependantPrefix) + std::string(base.view());
+}
+inline std::string DependantKey(const ChunkKey& base, const ChunkKey& dep) {
+  return DependantPrefix(base) + std::string(dep.view());
+}
+
 // Delta chains ("Column family chunks").
 inline constexpr uint8_t kMaxDeltaDepth = 8;
 

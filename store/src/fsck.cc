@@ -257,6 +257,65 @@ Result<FsckReport> Store::Fsck(const FsckOptions& options) {
     LMC_RETURN_IF_ERROR(FromRocks(it->status(), "scanning extents"));
   }
 
+  // 3b. Delta chains (docs/FORMAT.md, "Dependants index"): the dep/
+  // records name exactly the entries with a base, and every depth is exact.
+  std::vector<ChunkKey> redepth;  // entries whose depth repair corrects
+  {
+    std::set<std::pair<ChunkKey, ChunkKey>> want;  // base, dependant
+    for (const auto& [key, e] : chunks)
+      if (e.base) want.emplace(*e.base, key);
+    const std::string_view prefix = fmt::kDependantPrefix;
+    std::unique_ptr<rocksdb::Iterator> it(s.db->NewIterator(rocksdb::ReadOptions(), s.handles[0]));
+    for (it->Seek(rocksdb::Slice(prefix.data(), prefix.size())); it->Valid(); it->Next()) {
+      std::string_view k = it->key().ToStringView();
+      if (k.substr(0, prefix.size()) != prefix) break;
+      std::string what = "malformed dependants index record";
+      if (k.size() == fmt::kDependantKeySize) {
+        const auto* p = reinterpret_cast<const uint8_t*>(k.data() + prefix.size());
+        const ChunkKey base = ChunkKey::FromBytes(p), dep = ChunkKey::FromBytes(p + ChunkKey::kSize);
+        if (want.erase({base, dep})) continue;
+        auto d = chunks.find(dep);
+        what = "dependants index names chunk " + dep.ToHex() + " as built on " + base.ToHex() + " but " +
+               (d == chunks.end() ? std::string("it is not in the store")
+                : d->second.base ? "its base is " + d->second.base->ToHex()
+                                 : std::string("it has no base"));
+      }
+      r.dependant_index_mismatches++;
+      c.Problem(what, repair);
+      if (repair) fixes.Delete(s.handles[0], it->key());
+    }
+    LMC_RETURN_IF_ERROR(FromRocks(it->status(), "scanning the dependants index"));
+    for (const auto& [base, dep] : want) {
+      r.dependant_index_mismatches++;
+      c.Problem("chunk " + dep.ToHex() + " has delta base " + base.ToHex() + " but no dependants index record", repair);
+      if (repair) fixes.Put(s.handles[0], fmt::DependantKey(base, dep), "");
+    }
+    // A chain through a missing base is reported above, once.
+    auto reaches_missing = [&](const fmt::ChunkEntry* e) {
+      for (int hop = 0; hop <= fmt::kMaxDeltaDepth + 1 && e->base; ++hop) {
+        auto b = chunks.find(*e->base);
+        if (b == chunks.end()) return true;
+        e = &b->second;
+      }
+      return false;
+    };
+    const auto depths = ExactDepths(chunks);
+    for (auto& [key, e] : chunks) {
+      const std::optional<uint8_t> d = depths.at(key);
+      if (d ? *d == e.depth : reaches_missing(&e)) continue;
+      r.depth_mismatches++;
+      const bool fixed = repair && d.has_value();
+      c.Problem("chunk " + key.ToHex() + " records delta depth " + std::to_string(e.depth) + " but its chain " +
+                    (d ? "is " + std::to_string(*d) + " deep"
+                       : "loops or is longer than " + std::to_string(fmt::kMaxDeltaDepth)),
+                fixed);
+      if (fixed) {
+        e.depth = *d;
+        redepth.push_back(key);
+      }
+    }
+  }
+
   // 4. Counts. A chunk nothing references is a leak: repair drops its entry
   // (its record becomes garbage for Compact), which releases its base.
   // A chunk kept at refcount 0 by a pin (online fsck; Store::PinChunk) is
@@ -278,6 +337,7 @@ Result<FsckReport> Store::Fsck(const FsckOptions& options) {
     if (dropped.count(key)) continue;
     dropped.insert(key);
     fixes.Delete(s.chunks_cf, key.view());
+    if (e.base) fixes.Delete(s.handles[0], fmt::DependantKey(*e.base, key));
     if (e.base && --refs[*e.base] == 0 && chunks.count(*e.base)) zero.push_back(*e.base);
   }
   for (auto& [key, e] : chunks) {
@@ -297,6 +357,9 @@ Result<FsckReport> Store::Fsck(const FsckOptions& options) {
       fixes.Put(s.chunks_cf, key.view(), fmt::EncodeChunkEntry(key, e));
     }
   }
+
+  for (const ChunkKey& key : redepth)  // after the count fixes: this value has both
+    if (!dropped.count(key)) fixes.Put(s.chunks_cf, key.view(), fmt::EncodeChunkEntry(key, chunks[key]));
 
   // 5. Live bytes per pack, from the (repaired) entries.
   std::map<uint64_t, uint64_t> live;

@@ -192,6 +192,7 @@ Result<std::unique_ptr<Store>> Store::Open(const std::string& dir, const StoreOp
   LMC_RETURN_IF_ERROR(s->OpenIndex(fresh));
   if (fresh) LMC_RETURN_IF_ERROR(WriteFileAtomic(env, dir, fmt::kConfigName, ConfigText(options)));
   LMC_RETURN_IF_ERROR(s->Recover());
+  LMC_RETURN_IF_ERROR(s->EnsureDependantsIndex(fresh));
   LMC_RETURN_IF_ERROR(s->ReapPinnedDead());
   return std::unique_ptr<Store>(new Store(std::move(s)));
 }
@@ -489,11 +490,6 @@ uint64_t Store::PinnedDeadChunks() const {
   return impl_->zombies.size();
 }
 
-Result<uint32_t> Store::SubtreeHeight(const ChunkKey& key) {
-  (void)key;
-  return Status::Unsupported("SubtreeHeight: not yet implemented");
-}
-
 StoreStats Store::Stats() const {
   Impl& s = *impl_;
   StoreStats st;
@@ -511,6 +507,8 @@ StoreStats Store::Stats() const {
   st.dedup_hits = s.n_dedup;
   st.bytes_appended = s.n_appended;
   st.corruptions = s.n_corruptions;
+  st.rebased = s.n_rebased;
+  st.rebase_skipped = s.n_rebase_skipped;
   return st;
 }
 

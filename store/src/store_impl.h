@@ -8,9 +8,11 @@
 #include <atomic>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <unordered_map>
 #include <shared_mutex>
@@ -21,6 +23,13 @@
 #include "lmc/store/store.h"
 
 namespace lmc::store {
+
+using ChunkEntries = std::unordered_map<ChunkKey, fmt::ChunkEntry, ChunkKeyHash>;
+// The exact delta depth of every chunk of `chunks` from their bases
+// (depth(X) = depth(base(X)) + 1, 0 without base); nullopt for a chunk
+// whose chain names a base not in `chunks`, loops, or is longer than
+// fmt::kMaxDeltaDepth. Open's index migration and fsck (dependants.cc).
+std::unordered_map<ChunkKey, std::optional<uint8_t>, ChunkKeyHash> ExactDepths(const ChunkEntries& chunks);
 
 // One Commit call waiting in the group commit queue.
 struct Writer {
@@ -81,7 +90,7 @@ struct Store::Impl {
   }
 
   std::atomic<uint64_t> n_commits{0}, n_groups{0}, n_stored{0}, n_dedup{0}, n_appended{0},
-      n_corruptions{0};
+      n_corruptions{0}, n_rebased{0}, n_rebase_skipped{0};
 
   ~Impl();
   std::string PackPath(uint64_t id) const { return pack_dir + "/" + fmt::PackFileName(id); }
@@ -104,6 +113,16 @@ struct Store::Impl {
                     std::vector<uint8_t>& buf);
   Result<size_t> Read(const ChunkKey& key, uint8_t* dst, size_t cap, Workspace& ws, bool verify_hash,
                       int depth);
+
+  // Dependants index (dependants.cc; docs/FORMAT.md, "Dependants index").
+  // Calls fn(dependant) for each committed dep/ record of `base`, in key
+  // order, reading `snap` (nullptr: the latest state). Takes no lock.
+  Status ScanDependants(const ChunkKey& base, const rocksdb::Snapshot* snap,
+                        const std::function<void(const ChunkKey&)>& fn);
+  // At Open, before any commit: a new store gets the marker; a store
+  // without it gets its index built from one scan of the chunk index (and
+  // its entries' depths made exact), then the marker, in one write.
+  Status EnsureDependantsIndex(bool fresh);
 
   // --- commit_mu held ---
   Status EnsureActivePack();

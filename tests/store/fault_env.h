@@ -10,6 +10,7 @@
 #pragma once
 
 #include <algorithm>
+#include <condition_variable>
 #include <map>
 #include <mutex>
 #include <string>
@@ -37,6 +38,18 @@ class FaultEnv final : public Env {
   void FailWrites(int n) {
     std::lock_guard l(mu_);
     fail_writes_ = n;
+  }
+  // While held, every file Sync waits (a commit leader stalls with its
+  // group taken, so that the next Commit calls queue up behind it).
+  void HoldSyncs(bool hold) {
+    std::lock_guard l(mu_);
+    hold_syncs_ = hold;
+    cv_.notify_all();
+  }
+  // Waits until n Syncs are held.
+  void WaitForHeldSyncs(int n) {
+    std::unique_lock l(mu_);
+    cv_.wait(l, [&] { return held_syncs_ >= n; });
   }
   // Clears every fault, including a crash.
   void Heal() {
@@ -198,7 +211,13 @@ class FaultEnv final : public Env {
     return Status::Ok();
   }
   Status SyncStep(const std::string& path) {
-    std::lock_guard l(mu_);
+    std::unique_lock l(mu_);
+    if (hold_syncs_) {
+      held_syncs_++;
+      cv_.notify_all();
+      cv_.wait(l, [&] { return !hold_syncs_; });
+      held_syncs_--;
+    }
     LMC_RETURN_IF_ERROR(StepLocked("sync " + path));
     if (fail_syncs_ > 0) {
       fail_syncs_--;
@@ -218,6 +237,9 @@ class FaultEnv final : public Env {
 
   Env* base_;
   mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool hold_syncs_ = false;
+  int held_syncs_ = 0;
   std::map<std::string, FileState> files_;
   int64_t ops_ = 0;
   int64_t ops_left_ = -1;

@@ -112,20 +112,12 @@ TEST_F(CorruptionTest, PackHeaderFoundByFsck) {
 
 TEST_F(CorruptionTest, ChunkIndexValue) {
   s_.reset();
-  {
-    rocksdb::DB* db = nullptr;
-    std::vector<rocksdb::ColumnFamilyDescriptor> cfs;
-    for (const char* n : {"default", "chunks", "packs", "inodes", "dirents", "extents", "meta"})
-      cfs.emplace_back(n, rocksdb::ColumnFamilyOptions());
-    std::vector<rocksdb::ColumnFamilyHandle*> h;
-    ASSERT_TRUE(rocksdb::DB::Open(rocksdb::DBOptions(), t_.store() + "/index", cfs, &h, &db).ok());
+  testing::WithRawIndex(t_.store(), [&](rocksdb::DB* db, const std::vector<rocksdb::ColumnFamilyHandle*>& h) {
     std::string v;
     ASSERT_TRUE(db->Get(rocksdb::ReadOptions(), h[1], key_.view(), &v).ok());
     v[9] ^= 1;  // pack id
     ASSERT_TRUE(db->Put(rocksdb::WriteOptions(), h[1], key_.view(), v).ok());
-    for (auto* x : h) ASSERT_TRUE(db->DestroyColumnFamilyHandle(x).ok());
-    delete db;
-  }
+  });
   s_ = OpenOrDie(t_.store(), TestOptions());
   auto r = ReadAll(*s_, key_);
   EXPECT_TRUE(r.status().IsCorruption()) << r.status().ToString();

@@ -4,10 +4,12 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <rocksdb/db.h>
 #include <unistd.h>
 
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <random>
 #include <string>
 #include <vector>
@@ -114,6 +116,23 @@ inline void AddFileChunk(Batch& b, uint64_t inode, const std::vector<uint8_t>& d
   e.length = static_cast<uint32_t>(data.size());
   e.chunk = k;
   b.Put(Cf::kExtents, ExtentKey(inode, 0), EncodeExtent(e));
+}
+
+// Opens the index of a closed store with RocksDB itself (to damage it, or
+// to make it look like an older store's) and calls fn with the column
+// family handles in the store's order: default, chunks, packs, inodes,
+// dirents, extents, meta.
+inline void WithRawIndex(const std::string& store_dir,
+                         const std::function<void(rocksdb::DB*, const std::vector<rocksdb::ColumnFamilyHandle*>&)>& fn) {
+  rocksdb::DB* db = nullptr;
+  std::vector<rocksdb::ColumnFamilyDescriptor> cfs;
+  for (const char* n : {"default", "chunks", "packs", "inodes", "dirents", "extents", "meta"})
+    cfs.emplace_back(n, rocksdb::ColumnFamilyOptions());
+  std::vector<rocksdb::ColumnFamilyHandle*> h;
+  ASSERT_TRUE(rocksdb::DB::Open(rocksdb::DBOptions(), store_dir + "/index", cfs, &h, &db).ok());
+  fn(db, h);
+  for (auto* x : h) EXPECT_TRUE(db->DestroyColumnFamilyHandle(x).ok());
+  delete db;
 }
 
 }  // namespace lmc::store::testing
