@@ -91,7 +91,10 @@ class Batch {
   // same bytes: the key is their SHA-256), as a delta against `base` or
   // standalone. The chunk keeps its references; its old base releases one
   // reference, the new base takes one, all in this batch (garbage
-  // collection of dead delta bases, Store::RewriteDeadBases).
+  // collection of dead delta bases, Store::RewriteDeadBases). The depths of
+  // the chunk and of its transitive dependants are recomputed; a base that
+  // would make any of them deeper than 8 hops, or that is built on `key`,
+  // fails the batch with kInvalidArgument.
   void RewriteChunk(const ChunkKey& key, std::span<const uint8_t> frame,
                     const std::optional<ChunkKey>& base = std::nullopt);
   // A conditional RewriteChunk with a base (reverse deltas: the previous
@@ -209,7 +212,9 @@ struct DeadBaseReport {
 using DeadBaseProgressFn = std::function<bool(const DeadBaseReport&)>;
 
 struct FsckOptions {
-  bool repair = false;               // fix counts, truncate orphan tails, delete orphan packs
+  // Fix counts, truncate orphan tails, delete orphan packs, fix the
+  // dependants index and delta depths.
+  bool repair = false;
   // false: every record's checksum, header and lengths are verified (a scrub:
   // any changed byte of a record is found), without decoding frames.
   // true: also decode every frame (its own checksum of the decoded bytes).
