@@ -1,11 +1,16 @@
 #!/usr/bin/env bash
 # Incremental snapshots (issue 5): writes a series of checkpoints through an
-# lmcfs mount with delta=on and with delta=off (two fresh stores), in step
-# order, each copied in with fsync; reports per checkpoint the logical size,
-# stored bytes (off, on), the delta / standalone / dedup split (xattrs
-# user.lmcfs.*), the per-chunk entropy bound min(standalone, XOR vs the
-# predecessor) from `lmc bound`, and the write times; then reads the newest
-# checkpoint back from each store (fresh mount each time, best of 3).
+# lmcfs mount with delta=off, delta=forward and delta=on (reverse deltas,
+# the default), three fresh stores, in step order, each copied in with
+# fsync; after each file, waits for the reverse mount's background rebases
+# (user.lmcfs.pending_rebases = 0) and times that wait apart. Reports per
+# checkpoint the logical size, stored bytes per mode, the delta /
+# standalone / dedup split (xattrs user.lmcfs.*) of delta=on, the per-chunk
+# entropy bounds min(standalone, XOR) from `lmc bound` against the
+# predecessor (what forward deltas can reach) and against the successor
+# (reverse deltas: the newest has none, so its bound is standalone), and the
+# write times; then reads the newest and the oldest checkpoint back from
+# each store (fresh mount each time, best of 3).
 # Usage:
 #   BUILD_DIR=build scripts/delta_bench.sh [SERIES_DIR] [GLOB]
 # (defaults: bench-data/deep 'ckpt-step*.pt'; make the series with
@@ -26,10 +31,11 @@ done
 mapfile -t FILES < <(ls "$SERIES"/$GLOB 2>/dev/null | sort -V)
 [ "${#FILES[@]}" -ge 2 ] || { echo "need at least 2 files matching $SERIES/$GLOB" >&2; exit 2; }
 
+MODES="off forward on"
 rm -rf "$WORK"
-mkdir -p "$WORK/mnt-off" "$WORK/mnt-on"
-unmount() {  # [MODE...] (default both)
-  for m in "${@:-off on}"; do
+for m in $MODES; do mkdir -p "$WORK/mnt-$m"; done
+unmount() {  # [MODE...] (default all)
+  for m in "${@:-$MODES}"; do
     for mm in $m; do
       fusermount3 -u -z "$WORK/mnt-$mm" 2>/dev/null || true
       for _ in $(seq 100); do fuser "$WORK/store-$mm/LOCK" >/dev/null 2>&1 || break; sleep 0.2; done
@@ -57,23 +63,26 @@ print(f"# series: {m['architecture']['params']} params, saves every {c['save_eve
       f"peak lr {c['lr']} ({m['optimizer'].get('schedule', '')}), AdamW")
 PY
 
-# Both stores mounted at once; each file goes to delta=off then delta=on,
-# so that both see the same machine load.
-declare -A T STORED DELTA ALONE DEDUP
-mount_store off
-mount_store on
+# The stores mounted at once; each file goes to every mode in turn, so
+# that all see the same machine load. Background rebases of delta=on run
+# while the next mode's copy runs; the wait after that is timed apart.
+declare -A T STORED DELTA ALONE DEDUP BG
+for m in $MODES; do mount_store "$m"; done
 for f in "${FILES[@]}"; do
   n=$(basename "$f")
-  for mode in off on; do
+  for mode in $MODES; do
     t0=$(now)
     dd if="$f" of="$WORK/mnt-$mode/$n" bs=4M conv=fsync status=none
     t1=$(now)
     T[$mode,$n]=$(calc "$t1 - $t0")
   done
+  t0=$(now)
+  while [ "$(xattr pending_rebases "$WORK/mnt-on")" != 0 ]; do sleep 0.05; done
+  BG[$n]=$(calc "$(now) - $t0")
 done
 for f in "${FILES[@]}"; do
   n=$(basename "$f")
-  for mode in off on; do
+  for mode in $MODES; do
     STORED[$mode,$n]=$(xattr stored_bytes "$WORK/mnt-$mode/$n")
     DELTA[$mode,$n]=$(xattr delta_bytes "$WORK/mnt-$mode/$n")
     ALONE[$mode,$n]=$(xattr standalone_bytes "$WORK/mnt-$mode/$n")
@@ -83,58 +92,69 @@ done
 unmount
 
 echo
-echo "| checkpoint | logical | stored, delta=off | stored, delta=on | of which delta frames | standalone frames | dedup (logical) | bound min(standalone, XOR) | on / bound | write off (s) | write on (s) |"
-echo "|---|---|---|---|---|---|---|---|---|---|---|"
-prev=""
-tot_on=0; tot_bound=0; tot_off=0; tw_off=0; tw_on=0
+echo "| checkpoint | logical | stored, off | stored, forward | bound vs predecessor | forward / bound | stored, on (reverse) | of which delta frames | standalone frames | dedup (logical) | bound vs successor | on / bound | write off / fwd / on (s) | rebase wait (s) |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+tot_on=0; tot_on_b=0; tot_fw=0; tot_fw_b=0; tot_off=0; tot_off_all=0; tot_on_all=0; tot_fw_all=0
+tw_off=0; tw_on=0; tw_fw=0; tbg=0
 declare -a BARS
-for f in "${FILES[@]}"; do
-  n=$(basename "$f")
-  if [ -n "$prev" ]; then bound=$("$LMC" bound "$f" "$prev" | tail -1 | cut -f7)
-  else bound=$("$LMC" bound "$f" | tail -1 | cut -f7); fi
+cnt=${#FILES[@]}
+for ((i = 0; i < cnt; i++)); do
+  f=${FILES[i]}; n=$(basename "$f")
+  if ((i > 0)); then bfw=$("$LMC" bound "$f" "${FILES[i-1]}" | tail -1 | cut -f7)
+  else bfw=$("$LMC" bound "$f" | tail -1 | cut -f7); fi
+  if ((i + 1 < cnt)); then brv=$("$LMC" bound "$f" "${FILES[i+1]}" | tail -1 | cut -f7)
+  else brv=$("$LMC" bound "$f" | tail -1 | cut -f7); fi
   logical=$(stat -c %s "$f")
-  on=${STORED[on,$n]}; off=${STORED[off,$n]}
-  ratio=$(calc "round($on / $bound, 4)")
-  printf "| %s | %d | %d | %d | %d | %d | %d | %d | %s | %.2f | %.2f |\n" "$n" "$logical" "$off" "$on" \
-    "${DELTA[on,$n]}" "${ALONE[on,$n]}" "${DEDUP[on,$n]}" "$bound" "$ratio" "${T[off,$n]}" "${T[on,$n]}"
-  if [ -n "$prev" ]; then  # the targets concern the checkpoints after the first
-    tot_on=$((tot_on + on)); tot_bound=$((tot_bound + bound)); tot_off=$((tot_off + off))
-  fi
-  tw_off=$(calc "$tw_off + ${T[off,$n]}"); tw_on=$(calc "$tw_on + ${T[on,$n]}")
-  BARS+=("$n $off $on")
-  prev=$f
+  on=${STORED[on,$n]}; off=${STORED[off,$n]}; fw=${STORED[forward,$n]}
+  printf "| %s | %d | %d | %d | %d | %s | %d | %d | %d | %d | %d | %s | %.2f / %.2f / %.2f | %.2f |\n" "$n" "$logical" \
+    "$off" "$fw" "$bfw" "$(calc "round($fw / $bfw, 4)")" "$on" "${DELTA[on,$n]}" "${ALONE[on,$n]}" "${DEDUP[on,$n]}" \
+    "$brv" "$(calc "round($on / $brv, 4)")" "${T[off,$n]}" "${T[forward,$n]}" "${T[on,$n]}" "${BG[$n]}"
+  # The bound targets concern the saves that have a neighbour to delta
+  # against: after the first (forward), before the newest (reverse).
+  if ((i > 0)); then tot_fw=$((tot_fw + fw)); tot_fw_b=$((tot_fw_b + bfw)); fi
+  if ((i + 1 < cnt)); then tot_on=$((tot_on + on)); tot_on_b=$((tot_on_b + brv)); fi
+  tot_off_all=$((tot_off_all + off)); tot_on_all=$((tot_on_all + on)); tot_fw_all=$((tot_fw_all + fw))
+  tw_off=$(calc "$tw_off + ${T[off,$n]}"); tw_on=$(calc "$tw_on + ${T[on,$n]}"); tw_fw=$(calc "$tw_fw + ${T[forward,$n]}")
+  tbg=$(calc "$tbg + ${BG[$n]}")
+  BARS+=("$n $off $fw $on")
 done
 echo
-echo "After the first: stored on / bound = $(calc "round($tot_on / $tot_bound, 4)") (target <= 1.02); on / off = $(calc "round($tot_on / $tot_off, 4)")"
-echo "Write time, all files: off ${tw_off}s, on ${tw_on}s: on / off = $(calc "round($tw_on / $tw_off, 3)") (target <= 1.15)"
+echo "forward, after the first: stored / bound vs predecessor = $(calc "round($tot_fw / $tot_fw_b, 4)") (target <= 1.02)"
+echo "on (reverse), before the newest: stored / bound vs successor = $(calc "round($tot_on / $tot_on_b, 4)") (target <= 1.02)"
+echo "whole series stored: off $tot_off_all, forward $tot_fw_all ($(calc "round($tot_fw_all / $tot_off_all, 4)") of off), on $tot_on_all ($(calc "round($tot_on_all / $tot_off_all, 4)") of off)"
+echo "Write time, all files: off ${tw_off}s, forward ${tw_fw}s, on ${tw_on}s: forward / off = $(calc "round($tw_fw / $tw_off, 3)"), on / off = $(calc "round($tw_on / $tw_off, 3)") (target <= 1.15); rebase waits after the copies: ${tbg}s in all"
 
 echo
 python3 - "${BARS[@]}" <<'PY'
 import sys
 rows = [r.split() for r in sys.argv[1:]]
-top = max(int(r[1]) for r in rows) or 1
-print("Stored bytes per checkpoint (bar: 60 columns = the largest; o = delta=off, n = delta=on):")
+top = max(int(x) for r in rows for x in r[1:]) or 1
+print("Stored bytes per checkpoint (bar: 60 columns = the largest; o = delta=off, f = delta=forward, n = delta=on):")
 print("```")
-for name, off, on in rows:
-    for tag, v in (("o", int(off)), ("n", int(on))):
+for name, off, fw, on in rows:
+    for tag, v in (("o", int(off)), ("f", int(fw)), ("n", int(on))):
         print(f"{name if tag == 'o' else '':<26} {tag} {'#' * round(60 * v / top):<60} {v / 1e6:7.1f} MB")
 print("```")
 PY
 
-# Reads of the newest checkpoint: fresh mount (cold daemon and FUSE page
-# cache; pack files may sit in the host page cache for both), best of 3.
-newest=$(basename "${FILES[-1]}")
+# Reads of the newest and of the oldest checkpoint: fresh mount (cold
+# daemon and FUSE page cache; pack files may sit in the host page cache for
+# all), best of 3.
 echo
-for mode in off on; do
-  best=""
-  for _ in 1 2 3; do
-    mount_store "$mode"
-    t0=$(now); cat "$WORK/mnt-$mode/$newest" > /dev/null; t1=$(now)
-    cmp -s "$WORK/mnt-$mode/$newest" "${FILES[-1]}" || { echo "MISMATCH reading $newest (delta=$mode)" >&2; exit 1; }
-    unmount "$mode"
-    t=$(calc "$t1 - $t0")
-    if [ -z "$best" ] || [ "$(calc "$t < $best")" = True ]; then best=$t; fi
+for which in newest oldest; do
+  if [ $which = newest ]; then src=${FILES[-1]}; else src=${FILES[0]}; fi
+  name=$(basename "$src")
+  for mode in $MODES; do
+    best=""
+    for _ in 1 2 3; do
+      mount_store "$mode"
+      t0=$(now); cat "$WORK/mnt-$mode/$name" > /dev/null; t1=$(now)
+      cmp -s "$WORK/mnt-$mode/$name" "$src" || { echo "MISMATCH reading $name (delta=$mode)" >&2; exit 1; }
+      unmount "$mode"
+      t=$(calc "$t1 - $t0")
+      if [ -z "$best" ] || [ "$(calc "$t < $best")" = True ]; then best=$t; fi
+    done
+    eval "READ_$mode=$best"
   done
-  eval "READ_$mode=$best"
+  echo "Read of the $which ($name, delta_chain=$CHAIN): off ${READ_off}s, forward ${READ_forward}s, on ${READ_on}s: forward / off = $(calc "round($READ_forward / $READ_off, 3)"), on / off = $(calc "round($READ_on / $READ_off, 3)") (target for the newest <= 1.2)"
 done
-echo "Read of the newest ($newest, chain of up to $CHAIN deltas): delta=off ${READ_off}s, delta=on ${READ_on}s: on / off = $(calc "round($READ_on / $READ_off, 3)") (target <= 1.2)"

@@ -351,7 +351,12 @@ Result<std::string> RunStat(store::Store& st, const std::string& store_dir,
                    {"store_commits", ss.commits},
                    {"store_dedup_hits", ss.dedup_hits},
                    {"store_bytes_appended", ss.bytes_appended},
-                   {"store_corruptions", ss.corruptions}};
+                   {"store_corruptions", ss.corruptions},
+                   {"store_rebased", ss.rebased},
+                   {"store_rebase_skipped", ss.rebase_skipped}};
+    json d = json::object();
+    for (const auto& [k, v] : fs->DeltaCounters()) d[k] = v;
+    j["daemon"]["delta"] = d;
   }
   return j.dump();
 }

@@ -1,11 +1,43 @@
 #include "delta.h"
 
 #include <spdlog/spdlog.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
 
 namespace lmc::fs {
 
+int64_t NowNs();  // fs_impl.h
+
+namespace {
+// How long a queued rebase waits for its new chunk to be committed before
+// it is dropped (the file was deleted or its commit failed).
+constexpr int64_t kRebaseWaitNs = int64_t{30} * 1000 * 1000 * 1000;
+// Frame bytes per rebase commit.
+constexpr size_t kRebaseBatchBytes = size_t{32} << 20;
+}  // namespace
+
 SnapshotDeltaPolicy::SnapshotDeltaPolicy(store::Store* store, DeltaOptions opts)
-    : store_(store), opts_(opts), lineage_(store, opts.lineage_cached) {}
+    : store_(store), opts_(opts), lineage_(store, opts.lineage_cached) {
+  if (opts_.mode == DeltaMode::kReverse) rebaser_ = std::thread([this] { RebaseLoop(); });
+}
+
+SnapshotDeltaPolicy::~SnapshotDeltaPolicy() {
+  {
+    std::lock_guard l(rq_mu_);
+    stop_ = true;
+  }
+  rq_cv_.notify_all();
+  if (rebaser_.joinable()) rebaser_.join();
+  if (!rq_.empty()) {
+    counters_.rebase_dropped += rq_.size();
+    spdlog::info("delta: {} queued rebases dropped at shutdown (those prior versions stay standalone)",
+                 rq_.size());
+  }
+}
 
 SnapshotDeltaPolicy::Bytes SnapshotDeltaPolicy::CacheGet(const store::ChunkKey& key) {
   std::lock_guard l(mu_);
@@ -49,7 +81,7 @@ SnapshotDeltaPolicy::Bytes SnapshotDeltaPolicy::BaseBytes(const store::ChunkKey&
 
 std::optional<BaseChoice> SnapshotDeltaPolicy::ChooseBase(const ChunkOrigin& origin,
                                                           const uint8_t* data, size_t n) {
-  if (!opts_.enabled || origin.spec == nullptr || n < opts_.min_chunk) {
+  if (opts_.mode == DeltaMode::kOff || origin.spec == nullptr || n < opts_.min_chunk) {
     spdlog::debug("delta: ino {} len {}: not considered (off, no spec or small)", origin.ino, n);
     return std::nullopt;
   }
@@ -70,8 +102,13 @@ std::optional<BaseChoice> SnapshotDeltaPolicy::ChooseBase(const ChunkOrigin& ori
       pending_bytes_ += n;
     }
   }
+  // Reverse deltas: the new chunk is standalone; Record queues the rebase
+  // of its prior version.
+  if (opts_.mode == DeltaMode::kReverse) return std::nullopt;
   const std::string lk = LineageKey(origin.file_name, *origin.spec);
-  auto base = lk.empty() ? std::nullopt : lineage_.Lookup(lk);
+  std::optional<store::ChunkKey> base;
+  if (!lk.empty())
+    if (auto e = lineage_.Lookup(lk)) base = e->key;
   if (!base) {
     counters_.no_lineage++;
     spdlog::debug("delta: ino {} offset {} len {} '{}': no prior version", origin.ino, origin.spec->offset, n,
@@ -122,7 +159,7 @@ std::optional<BaseChoice> SnapshotDeltaPolicy::ChooseBase(const ChunkOrigin& ori
 void SnapshotDeltaPolicy::Record(const ChunkOrigin& origin, const store::ChunkKey& key,
                                  const std::optional<store::ChunkKey>& base, store::Batch* batch) {
   if (base) batch->Unpin(*base);  // the pin ends when this batch commits
-  if (!opts_.enabled || origin.spec == nullptr) return;
+  if (opts_.mode == DeltaMode::kOff || origin.spec == nullptr) return;
   Bytes bytes;
   {
     std::lock_guard l(mu_);
@@ -139,15 +176,210 @@ void SnapshotDeltaPolicy::Record(const ChunkOrigin& origin, const store::ChunkKe
   }
   if (bytes && bytes->size() == origin.spec->length) CachePut(key, std::move(bytes));
   const std::string lk = LineageKey(origin.file_name, *origin.spec);
-  if (!lk.empty() && origin.spec->length >= opts_.min_chunk) lineage_.Record(lk, key, batch);
+  if (lk.empty() || origin.spec->length < opts_.min_chunk) return;
+  if (opts_.mode == DeltaMode::kReverse) {
+    if (auto prev = lineage_.Lookup(lk); prev && prev->key != key) {
+      RebaseItem item{prev->key, key, origin.spec->dtype, origin.spec->length, NowNs(), prev->ino, prev->offset};
+      {
+        std::lock_guard l(rq_mu_);
+        rq_.push_back(item);
+      }
+      counters_.rebase_queued++;
+      rq_cv_.notify_one();
+    }
+  }
+  lineage_.Record(lk, LineageEntry{key, origin.ino, origin.spec->offset}, batch);
+}
+
+uint64_t SnapshotDeltaPolicy::Pending() const {
+  std::lock_guard l(rq_mu_);
+  return rq_.size() + in_progress_;
+}
+
+std::vector<std::pair<std::string, uint64_t>> SnapshotDeltaPolicy::Counters() const {
+  const DeltaCounters& c = counters_;
+  return {{"delta_chunks", c.delta.load()},
+          {"no_lineage", c.no_lineage.load()},
+          {"base_gone", c.base_gone.load()},
+          {"keyframes", c.keyframes.load()},
+          {"estimate_said_no", c.estimate_said_no.load()},
+          {"base_cache_hits", c.base_cache_hits.load()},
+          {"rebase_queued", c.rebase_queued.load()},
+          {"rebase_pending", Pending()},
+          {"rebased", c.rebased.load()},
+          {"rebase_keyframes", c.rebase_keyframes.load()},
+          {"rebase_not_smaller", c.rebase_not_smaller.load()},
+          {"rebase_skipped", c.rebase_skipped.load()},
+          {"rebase_dropped", c.rebase_dropped.load()},
+          {"rebase_errors", c.rebase_errors.load()}};
+}
+
+void SnapshotDeltaPolicy::Flush() {
+  if (opts_.mode != DeltaMode::kReverse) return;
+  std::unique_lock l(rq_mu_);
+  flushers_++;
+  rq_cv_.notify_all();
+  idle_cv_.wait(l, [&] { return stop_ || (rq_.empty() && in_progress_ == 0); });
+  flushers_--;
+}
+
+SnapshotDeltaPolicy::Outcome SnapshotDeltaPolicy::PrepareRebase(const RebaseItem& it, store::Batch* batch) {
+  const size_t n = it.n;
+  auto next = store_->GetChunkInfo(it.next);
+  if (next.status().IsNotFound()) return Outcome::kWaiting;  // not committed yet (or gone)
+  auto prev = store_->GetChunkInfo(it.prev);
+  if (!next.ok() || !prev.ok() || prev->base || prev->decoded_len != n || next->decoded_len != n) {
+    counters_.rebase_skipped++;  // gone, already a delta, or another length
+    return Outcome::kSkipped;
+  }
+  auto height = store_->SubtreeHeight(it.prev);
+  if (!height.ok()) {
+    counters_.rebase_skipped++;
+    return Outcome::kSkipped;
+  }
+  // prev would sit at next's depth + 1, and its dependants below it.
+  if (next->delta_depth + 1u + *height > opts_.max_chain) {
+    counters_.rebase_keyframes++;
+    spdlog::debug("delta: {} stays a keyframe (chain limit)", it.prev.ToHex());
+    return Outcome::kSkipped;
+  }
+  // Decoded bytes: the new chunk is usually in the cache (Record put it
+  // there); the prior version too when it was written by this process.
+  thread_local Workspace ws;
+  Bytes nb = BaseBytes(it.next, n);
+  Bytes pb = CacheGet(it.prev);
+  if (!pb) {
+    auto buf = std::make_shared<std::vector<uint8_t>>(n);
+    auto got = store_->ReadChunk(it.prev, buf->data(), n, ws);
+    if (got.ok() && *got == n) pb = std::move(buf);
+  }
+  if (!nb || !pb) {
+    counters_.rebase_skipped++;
+    return Outcome::kSkipped;
+  }
+  const DType dtype = it.dtype != DType::kBytes ? it.dtype : DetectDType(pb->data(), n);
+  const DeltaEstimate est = EstimateDelta(dtype, pb->data(), nb->data(), n, opts_.estimate);
+  if (!est.prefer_delta) {
+    counters_.rebase_not_smaller++;
+    return Outcome::kSkipped;
+  }
+  EncodeParams params;
+  params.dtype = dtype;
+  params.base = nb->data();
+  std::vector<uint8_t> frame(MaxEncodedSize(n));
+  auto len = EncodeChunk(pb->data(), n, params, frame.data(), frame.size(), ws);
+  if (!len.ok()) {
+    counters_.rebase_errors++;
+    spdlog::warn("delta: re-encoding {} against {} failed ({}); it stays standalone", it.prev.ToHex(),
+                 it.next.ToHex(), len.status().ToString());
+    return Outcome::kSkipped;
+  }
+  frame.resize(*len);
+  // The stored bytes of an older checkpoint are about to be replaced:
+  // decode the new frame and compare before it goes anywhere.
+  std::vector<uint8_t> check(n);
+  auto back = DecodeChunk(frame.data(), frame.size(), nb->data(), n, check.data(), n, ws);
+  if (!back.ok() || *back != n || std::memcmp(check.data(), pb->data(), n) != 0) {
+    counters_.rebase_errors++;
+    spdlog::error("delta: re-encoded frame of {} against {} does not decode to its bytes ({}); it stays "
+                  "standalone",
+                  it.prev.ToHex(), it.next.ToHex(), back.ok() ? "bytes differ" : back.status().ToString());
+    return Outcome::kSkipped;
+  }
+  batch->RebaseChunk(it.prev, frame, it.next, static_cast<uint8_t>(opts_.max_chain));
+  return Outcome::kAdded;
+}
+
+void SnapshotDeltaPolicy::RebaseLoop() {
+  // Background work: the lowest CPU priority, so that writers' encoders
+  // come first (Linux: nice applies per thread).
+  ::setpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid)), 19);
+  std::unique_lock l(rq_mu_);
+  for (;;) {
+    rq_cv_.wait(l, [&] { return stop_ || !rq_.empty(); });
+    if (stop_) break;
+    const bool flushing = flushers_ > 0;
+    std::vector<RebaseItem> take(rq_.begin(), rq_.end());
+    rq_.clear();
+    in_progress_ = take.size();
+    l.unlock();
+
+    std::vector<RebaseItem> waiting;
+    store::Batch batch;
+    std::vector<const RebaseItem*> in_batch;
+    uint64_t added = 0;
+    auto commit = [&] {
+      if (batch.empty()) return;
+      const uint64_t before = store_->Stats().rebased;
+      Status st = store_->Commit(batch, false);
+      if (!st.ok()) {
+        counters_.rebase_errors += added;
+        spdlog::warn("delta: committing {} rebases failed ({}); those prior versions stay standalone", added,
+                     st.ToString());
+      } else {
+        const uint64_t done = store_->Stats().rebased - before;
+        counters_.rebased += std::min<uint64_t>(done, added);
+        if (done < added) counters_.rebase_skipped += added - done;  // refused under the commit lock
+        // The files' extents still carry the old frame length (st_blocks):
+        // the filesystem refreshes them.
+        if (listener_) {
+          for (const RebaseItem* it : in_batch) {
+            auto info = store_->GetChunkInfo(it->prev);
+            if (info.ok() && info->base && *info->base == it->next && it->prev_ino != 0)
+              listener_(it->prev_ino, it->prev_offset, it->prev, info->frame_len);
+          }
+        }
+      }
+      batch.Clear();
+      in_batch.clear();
+      added = 0;
+    };
+    for (const RebaseItem& it : take) {
+      bool stopping;
+      {
+        std::lock_guard g(rq_mu_);
+        stopping = stop_;
+      }
+      if (stopping) {
+        counters_.rebase_dropped++;
+        continue;
+      }
+      switch (PrepareRebase(it, &batch)) {
+        case Outcome::kAdded:
+          added++;
+          in_batch.push_back(&it);
+          break;
+        case Outcome::kWaiting:
+          if (!flushing && NowNs() - it.queued_ns < kRebaseWaitNs) waiting.push_back(it);
+          else counters_.rebase_dropped++;
+          break;
+        case Outcome::kSkipped:
+          break;
+      }
+      if (batch.frame_bytes() >= kRebaseBatchBytes) commit();
+    }
+    commit();
+
+    l.lock();
+    in_progress_ = 0;
+    const bool only_waiting = rq_.empty() && !waiting.empty();
+    for (auto& w : waiting) rq_.push_back(w);
+    if (rq_.empty()) idle_cv_.notify_all();
+    // Everything left waits for commits: look again a little later.
+    if (only_waiting) rq_cv_.wait_for(l, std::chrono::milliseconds(200), [&] { return stop_ || flushers_ > 0; });
+  }
+  idle_cv_.notify_all();
 }
 
 
 Result<bool> ParseDeltaOption(std::string_view key, std::string_view value, DeltaOptions* out) {
   if (key == "delta") {
-    if (value == "on") out->enabled = true;
-    else if (value == "off") out->enabled = false;
-    else return Status::InvalidArgument("delta=" + std::string(value) + ": expected delta=on or delta=off");
+    if (value == "on" || value == "reverse") out->mode = DeltaMode::kReverse;
+    else if (value == "forward") out->mode = DeltaMode::kForward;
+    else if (value == "off") out->mode = DeltaMode::kOff;
+    else
+      return Status::InvalidArgument("delta=" + std::string(value) +
+                                     ": expected delta=on (reverse deltas), delta=forward or delta=off");
     return true;
   }
   if (key == "delta_chain") {

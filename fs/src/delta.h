@@ -12,13 +12,27 @@
 // reference and keeps it alive). A chunk offered but never recorded (the
 // pipeline dropped it) keeps its pin until the store is reopened: space,
 // never data.
+//
+// Reverse deltas (DeltaMode::kReverse, the default): ChooseBase offers no
+// base (a new chunk is written standalone, so reading the newest save
+// decodes one frame per chunk); Record queues (prior version, new chunk).
+// A background thread, at the lowest CPU priority, re-encodes each prior
+// version as an XOR delta against the new chunk once that is committed,
+// when the estimate says it is smaller and the store's chain limit allows
+// (Batch::RebaseChunk, checked again under the commit lock). The new frame
+// is decoded and compared with the prior version's bytes before it is
+// committed. Work still queued at a crash or unmount is lost: the prior
+// version stays standalone (space, never data).
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <list>
 #include <memory>
 #include <mutex>
+#include <thread>
 #include <unordered_map>
 
 #include "delta_hook.h"
@@ -35,15 +49,28 @@ struct DeltaCounters {
   std::atomic<uint64_t> keyframes{0};      // standalone: chain limit reached
   std::atomic<uint64_t> estimate_said_no{0};  // standalone: delta not smaller
   std::atomic<uint64_t> base_cache_hits{0};
+  // Reverse deltas (background).
+  std::atomic<uint64_t> rebase_queued{0};
+  std::atomic<uint64_t> rebased{0};            // prior versions re-encoded against the new chunk
+  std::atomic<uint64_t> rebase_keyframes{0};   // left standalone: chain limit
+  std::atomic<uint64_t> rebase_not_smaller{0}; // left standalone: estimate said no
+  std::atomic<uint64_t> rebase_skipped{0};     // prior version gone, already a delta, or store refused
+  std::atomic<uint64_t> rebase_dropped{0};     // new chunk never committed (or unmount)
+  std::atomic<uint64_t> rebase_errors{0};      // decode/encode/verify/commit failures (logged)
 };
 
 class SnapshotDeltaPolicy final : public DeltaPolicy {
  public:
   SnapshotDeltaPolicy(store::Store* store, DeltaOptions opts);
+  ~SnapshotDeltaPolicy() override;
   std::optional<BaseChoice> ChooseBase(const ChunkOrigin& origin, const uint8_t* data,
                                        size_t n) override;
   void Record(const ChunkOrigin& origin, const store::ChunkKey& key,
               const std::optional<store::ChunkKey>& base, store::Batch* batch) override;
+  void Flush() override;
+  void SetRebaseListener(RebaseListener fn) override { listener_ = std::move(fn); }
+  uint64_t Pending() const override;
+  std::vector<std::pair<std::string, uint64_t>> Counters() const override;
   const DeltaCounters& counters() const { return counters_; }
   const DeltaOptions& options() const { return opts_; }
 
@@ -54,6 +81,20 @@ class SnapshotDeltaPolicy final : public DeltaPolicy {
   Bytes BaseBytes(const store::ChunkKey& key, size_t n);
   Bytes CacheGet(const store::ChunkKey& key);
   void CachePut(const store::ChunkKey& key, Bytes b);
+
+  // --- reverse deltas ---
+  struct RebaseItem {
+    store::ChunkKey prev, next;  // re-encode prev as a delta against next
+    DType dtype = DType::kBytes;
+    uint32_t n = 0;
+    int64_t queued_ns = 0;
+    uint64_t prev_ino = 0, prev_offset = 0;  // where prev was written (0: unknown)
+  };
+  enum class Outcome { kAdded, kWaiting, kSkipped };
+  void RebaseLoop();
+  // Adds the rebase of item.prev to `batch` when it pays; kWaiting: the new
+  // chunk is not committed yet.
+  Outcome PrepareRebase(const RebaseItem& item, store::Batch* batch);
 
   store::Store* const store_;
   const DeltaOptions opts_;
@@ -70,6 +111,18 @@ class SnapshotDeltaPolicy final : public DeltaPolicy {
   // (ino, file offset) -> the chunk's bytes, from ChooseBase until Record.
   std::unordered_map<uint64_t, std::unordered_map<uint64_t, Bytes>> pending_;
   uint64_t pending_bytes_ = 0;
+
+  // Rebase queue, worked by rebaser_ (started in the constructor in
+  // reverse mode, joined by the destructor).
+  mutable std::mutex rq_mu_;  // guards the queue state below
+  std::condition_variable rq_cv_;    // work queued, flush asked, or stop
+  std::condition_variable idle_cv_;  // queue drained
+  std::deque<RebaseItem> rq_;
+  size_t in_progress_ = 0;  // items taken by the worker, not yet finished
+  int flushers_ = 0;        // Flush calls waiting: waiting items are dropped
+  bool stop_ = false;
+  RebaseListener listener_;  // set before the first write
+  std::thread rebaser_;
 };
 
 }  // namespace lmc::fs

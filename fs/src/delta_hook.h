@@ -10,9 +10,12 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
+#include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "lmc/chunker.h"
@@ -35,6 +38,11 @@ struct BaseChoice {
   std::shared_ptr<const std::vector<uint8_t>> bytes;
 };
 
+// Told, on the policy's background thread, that the chunk `key` written at
+// (ino, offset) was re-encoded and its frame is now frame_len bytes.
+using RebaseListener =
+    std::function<void(uint64_t ino, uint64_t offset, const store::ChunkKey& key, uint32_t frame_len)>;
+
 class DeltaPolicy {
  public:
   virtual ~DeltaPolicy() = default;
@@ -54,6 +62,16 @@ class DeltaPolicy {
   // together with the chunk and its extent.
   virtual void Record(const ChunkOrigin& origin, const store::ChunkKey& key,
                       const std::optional<store::ChunkKey>& base, store::Batch* batch) = 0;
+  // Background work the policy queued (reverse deltas: re-encoding the prior
+  // version of each chunk written against it). Flush does all of it that
+  // can be done now and returns when the queue is empty; work that waits
+  // for a chunk that is not committed is dropped (call after the inodes
+  // are committed). Pending: items queued or in progress.
+  virtual void Flush() {}
+  virtual uint64_t Pending() const { return 0; }
+  virtual void SetRebaseListener(RebaseListener) {}
+  // Named counters for lmcfs-stat's daemon section.
+  virtual std::vector<std::pair<std::string, uint64_t>> Counters() const { return {}; }
 };
 
 }  // namespace lmc::fs

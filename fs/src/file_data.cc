@@ -1,6 +1,8 @@
 // The write and read pipelines of one inode (docs/ARCHITECTURE.md, "The filesystem",
 // "Write pipeline", "Read pipeline"). Every function here runs with the
 // inode's mutex held.
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -531,6 +533,26 @@ int Filesystem::Impl::CommitLocked(Inode& in, bool sync) {
   in.pending_chunks = false;
   in.rec_dirty = false;
   return 0;
+}
+
+void Filesystem::Impl::RefreshFrameLen(uint64_t ino, uint64_t off, const store::ChunkKey& key,
+                                       uint32_t frame_len) {
+  int err = 0;
+  InodePtr in = Get(ino, &err);
+  if (!in) return;  // deleted since
+  std::lock_guard lk(in->mu);
+  if (in->purged || !in->IsReg() || LoadExtents(*in) != 0) return;
+  auto it = in->extents.find(off);
+  if (it == in->extents.end() || it->second.key != key || it->second.frame_len == frame_len) return;
+  ExtentRec& x = it->second;
+  in->rec.stored -= std::min(in->rec.stored, x.Stored());
+  x.frame_len = frame_len;
+  in->rec.stored += x.Stored();
+  in->rec_dirty = true;
+  in->pending.Put(store::Cf::kExtents, store::ExtentKey(ino, off), EncodeExtentRec(x));
+  if (CommitLocked(*in, false) != 0)
+    spdlog::warn("lmcfs: inode {}: recording the new frame length of {} failed; st_blocks stays as it was",
+                 ino, key.ToHex());
 }
 
 int Filesystem::Impl::FinalizeLocked(Inode& in, bool sync) {

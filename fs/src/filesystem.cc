@@ -84,8 +84,25 @@ int WithInode(Filesystem::Impl& m, uint64_t ino, Fn&& fn) {
 Filesystem::Impl::Impl(Filesystem* f)
     : fs(f), store(f->store_), cache(f->opts_.cache_bytes), encoders(f->opts_.encode_threads) {}
 
+void Filesystem::FlushBackground() {
+  if (impl_->delta) impl_->delta->Flush();
+}
+
+uint64_t Filesystem::BackgroundPending() const { return impl_->delta ? impl_->delta->Pending() : 0; }
+
+std::vector<std::pair<std::string, uint64_t>> Filesystem::DeltaCounters() const {
+  return impl_->delta ? impl_->delta->Counters() : std::vector<std::pair<std::string, uint64_t>>{};
+}
+
 void Filesystem::SetDeltaPolicy(std::unique_ptr<DeltaPolicy> policy) {
   impl_->delta = std::move(policy);
+  if (impl_->delta && !opts_.read_only) {
+    Impl* m = impl_.get();
+    impl_->delta->SetRebaseListener(
+        [m](uint64_t ino, uint64_t off, const store::ChunkKey& key, uint32_t frame_len) {
+          m->RefreshFrameLen(ino, off, key, frame_len);
+        });
+  }
 }
 
 int Filesystem::Impl::ToErrno(const Status& s, std::string_view what, uint64_t ino) {
@@ -824,6 +841,11 @@ Status Filesystem::Shutdown() {
       e = m.FinalizeLocked(*in, false);
     }
     if (e && first.ok()) first = Status::IOError("flushing inode " + std::to_string(in->ino) + " failed");
+  }
+  if (!opts_.read_only && m.delta) {
+    if (uint64_t n = m.delta->Pending())
+      spdlog::info("lmcfs: finishing {} queued delta rebases before unmount", n);
+    m.delta->Flush();
   }
   if (!opts_.read_only) {
     store::Batch b;

@@ -145,6 +145,12 @@ struct Filesystem::Impl {
   // committing in's own pending batch). The caller commits b.
   int PurgeLocked(Inode& in, store::Batch* b);
 
+  // The chunk `key` of the extent at (ino, off) was re-encoded (reverse
+  // deltas) into a frame of frame_len bytes: updates that extent and the
+  // inode's stored bytes (st_blocks) and commits them. Takes the inode's
+  // mutex; does nothing when the extent no longer holds `key`.
+  void RefreshFrameLen(uint64_t ino, uint64_t off, const store::ChunkKey& key, uint32_t frame_len);
+
   // dst's [doff, doff+len) := src's [soff, soff+len) by chunk references;
   // both mutexes held, src != dst, src fully committed.
   int CloneRangeLocked(Inode& src, uint64_t soff, Inode& dst, uint64_t doff, uint64_t len);

@@ -39,6 +39,12 @@ void PutBE(std::string* out, uint64_t v, int bytes) {
   for (int i = bytes - 1; i >= 0; --i) out->push_back(static_cast<char>((v >> (8 * i)) & 0xff));
 }
 
+uint64_t GetBE(const char* p, int bytes) {
+  uint64_t v = 0;
+  for (int i = 0; i < bytes; ++i) v = (v << 8) | static_cast<uint8_t>(p[i]);
+  return v;
+}
+
 }  // namespace
 
 std::string NormalizeFileName(std::string_view s) {
@@ -80,14 +86,14 @@ std::string LineageKey(std::string_view file_name, const ChunkSpec& spec) {
   return k;
 }
 
-void LineageIndex::CacheLocked(const std::string& lineage, const store::ChunkKey& key) {
+void LineageIndex::CacheLocked(const std::string& lineage, const LineageEntry& entry) {
   auto it = map_.find(lineage);
   if (it != map_.end()) {
-    it->second->second = key;
+    it->second->second = entry;
     lru_.splice(lru_.begin(), lru_, it->second);
     return;
   }
-  lru_.emplace_front(lineage, key);
+  lru_.emplace_front(lineage, entry);
   map_[lineage] = lru_.begin();
   while (map_.size() > max_ && !lru_.empty()) {
     map_.erase(lru_.back().first);
@@ -95,7 +101,7 @@ void LineageIndex::CacheLocked(const std::string& lineage, const store::ChunkKey
   }
 }
 
-std::optional<store::ChunkKey> LineageIndex::Lookup(const std::string& lineage) {
+std::optional<LineageEntry> LineageIndex::Lookup(const std::string& lineage) {
   {
     std::lock_guard l(mu_);
     auto it = map_.find(lineage);
@@ -105,18 +111,26 @@ std::optional<store::ChunkKey> LineageIndex::Lookup(const std::string& lineage) 
     }
   }
   auto v = store_->Get(store::Cf::kMeta, lineage);
-  if (!v.ok() || v->size() != store::ChunkKey::kSize) return std::nullopt;
-  const store::ChunkKey key = store::ChunkKey::FromBytes(reinterpret_cast<const uint8_t*>(v->data()));
+  constexpr size_t kKey = store::ChunkKey::kSize;
+  if (!v.ok() || (v->size() != kKey && v->size() != kKey + 16)) return std::nullopt;
+  LineageEntry e;
+  e.key = store::ChunkKey::FromBytes(reinterpret_cast<const uint8_t*>(v->data()));
+  if (v->size() == kKey + 16) {
+    e.ino = GetBE(v->data() + kKey, 8);
+    e.offset = GetBE(v->data() + kKey + 8, 8);
+  }
   std::lock_guard l(mu_);
-  if (!map_.count(lineage)) CacheLocked(lineage, key);
-  return key;
+  if (!map_.count(lineage)) CacheLocked(lineage, e);
+  return e;
 }
 
-void LineageIndex::Record(const std::string& lineage, const store::ChunkKey& key,
-                          store::Batch* batch) {
-  batch->Put(store::Cf::kMeta, lineage, key.view());
+void LineageIndex::Record(const std::string& lineage, const LineageEntry& entry, store::Batch* batch) {
+  std::string v(entry.key.view());
+  PutBE(&v, entry.ino, 8);
+  PutBE(&v, entry.offset, 8);
+  batch->Put(store::Cf::kMeta, lineage, v);
   std::lock_guard l(mu_);
-  CacheLocked(lineage, key);
+  CacheLocked(lineage, entry);
 }
 
 }  // namespace lmc::fs

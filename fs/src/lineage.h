@@ -24,7 +24,8 @@
 
 namespace lmc::fs {
 
-// Cf::kMeta key prefix of lineage records; value: the 32-byte chunk key.
+// Cf::kMeta key prefix of lineage records; value: the 32-byte chunk key,
+// then (since reverse deltas) inode u64 BE and file offset u64 BE.
 inline constexpr char kLineagePrefix[] = "lineage/";
 
 // The file's role in a run: every maximal run of decimal digits becomes
@@ -41,22 +42,32 @@ std::string NormalizeFileName(std::string_view name);
 // directory). Empty: no lineage (empty chunk).
 std::string LineageKey(std::string_view file_name, const ChunkSpec& spec);
 
+// The newest chunk of a lineage and where it was written: the inode and
+// file offset of its extent (ino 0: unknown, a record from before they
+// were kept). Reverse deltas use the place to refresh that extent's frame
+// length (st_blocks) after re-encoding the chunk.
+struct LineageEntry {
+  store::ChunkKey key;
+  uint64_t ino = 0;
+  uint64_t offset = 0;
+};
+
 // Persistent lineage index with a bounded in-memory cache. Thread-safe.
 class LineageIndex {
  public:
   LineageIndex(store::Store* store, size_t max_cached) : store_(store), max_(max_cached) {}
   // The newest chunk recorded for `lineage` (committed or in a pending
   // batch of this process); nullopt if none.
-  std::optional<store::ChunkKey> Lookup(const std::string& lineage);
+  std::optional<LineageEntry> Lookup(const std::string& lineage);
   // Adds the record to `batch` and to the cache.
-  void Record(const std::string& lineage, const store::ChunkKey& key, store::Batch* batch);
+  void Record(const std::string& lineage, const LineageEntry& entry, store::Batch* batch);
 
  private:
-  void CacheLocked(const std::string& lineage, const store::ChunkKey& key);
+  void CacheLocked(const std::string& lineage, const LineageEntry& entry);
   store::Store* const store_;
   const size_t max_;
   std::mutex mu_;  // guards the cache
-  std::list<std::pair<std::string, store::ChunkKey>> lru_;  // most recent first
+  std::list<std::pair<std::string, LineageEntry>> lru_;  // most recent first
   std::unordered_map<std::string, decltype(lru_)::iterator> map_;
 };
 

@@ -19,11 +19,15 @@ constexpr std::string_view kRatio = "user.lmcfs.ratio";
 // Incremental snapshots (docs/ARCHITECTURE.md, "Incremental snapshots",
 // "Observability"), over the file's committed extents: frame bytes (each
 // extent's share of its chunk's frame) of delta and of standalone frames,
-// and logical bytes whose chunk is shared (refcount > 1: another extent,
-// file or dependant uses it too).
+// and logical bytes whose chunk another extent (of this or another file)
+// references too. References held by delta dependants (a chunk is the base
+// of another version) are not sharing and do not count.
 constexpr std::string_view kDelta = "user.lmcfs.delta_bytes";
 constexpr std::string_view kStandalone = "user.lmcfs.standalone_bytes";
 constexpr std::string_view kDedup = "user.lmcfs.dedup_bytes";
+// On the mount root: background rebases queued or in progress
+// (Filesystem::BackgroundPending); 0 once the store is in its final form.
+constexpr std::string_view kPendingRebases = "user.lmcfs.pending_rebases";
 constexpr size_t kMaxValue = 64 << 10;
 
 bool Virtual(std::string_view name) { return name.substr(0, kVirtualPrefix.size()) == kVirtualPrefix; }
@@ -45,7 +49,14 @@ Status CountSnapshotBytes(store::Store* st, uint64_t ino, SnapshotBytes* out) {
     }
     const double share = info->decoded_len ? double(info->frame_len) * x->length / info->decoded_len : 0.0;
     (info->base ? out->delta : out->standalone) += share;
-    if (info->refcount > 1) out->dedup += x->length;
+    if (info->refcount > 1) {
+      auto deps = st->CountDependants(x->chunk);
+      if (!deps.ok()) {
+        inner = deps.status();
+        return false;
+      }
+      if (info->refcount > *deps + 1) out->dedup += x->length;
+    }
     return true;
   });
   return s.ok() ? inner : s;
@@ -64,6 +75,11 @@ int Filesystem::GetXattr(uint64_t ino, std::string_view name, std::string* value
   int err = 0;
   InodePtr in = m.Get(ino, &err);
   if (!in) return err;
+  if (name == kPendingRebases) {
+    if (ino != kRootIno) return ENODATA;
+    *value = std::to_string(BackgroundPending());
+    return 0;
+  }
   if (Virtual(name) && (name == kDelta || name == kStandalone || name == kDedup)) {
     {
       std::lock_guard lk(in->mu);

@@ -162,4 +162,10 @@ Result<uint32_t> Store::SubtreeHeight(const ChunkKey& key) {
   return height;
 }
 
+Result<uint64_t> Store::CountDependants(const ChunkKey& key) {
+  uint64_t n = 0;
+  LMC_RETURN_IF_ERROR(impl_->ScanDependants(key, nullptr, [&](const ChunkKey&) { n++; }));
+  return n;
+}
+
 }  // namespace lmc::store

@@ -3,7 +3,9 @@
 // save_file straight into lmcfs; every file byte-identical (sha256 against
 // the same script run in a plain directory) before and after remount and
 // after deleting older checkpoints in every order; the delta chain limit
-// read back from the store index; keep-last-K rotation with gc (dead-base
+// read back from the store index, with reverse deltas (the default: the
+// newest save standalone, older ones re-encoded against it in the
+// background) and forward deltas; keep-last-K rotation with gc (dead-base
 // rewrite + compaction) between saves reaching a steady state; one tensor
 // saved in two formats stored once.
 #include <gtest/gtest.h>
@@ -81,8 +83,9 @@ class MountDeltaTest : public ::testing::Test {
 
   void Mount() {
     ASSERT_FALSE(mounted_);
-    pid_ = lmc::testing::StartMount(LMC_MOUNT_BIN, store_, mnt_,
-                                    "log_file=" + root_ + "/log,log_level=info,delta_chain=" + std::to_string(kChain));
+    pid_ = lmc::testing::StartMount(
+        LMC_MOUNT_BIN, store_, mnt_,
+        "log_file=" + root_ + "/log,log_level=info,delta=" + mode_ + ",delta_chain=" + std::to_string(kChain));
     ASSERT_GT(pid_, 0);
     mounted_ = true;
   }
@@ -141,29 +144,56 @@ class MountDeltaTest : public ::testing::Test {
     return n > 0 ? std::stoull(std::string(buf, static_cast<size_t>(n))) : 0;
   }
 
+  // Waits until the daemon's background rebases are done (the mount
+  // root's user.lmcfs.pending_rebases reads 0).
+  void WaitRebases() {
+    for (int i = 0; i < 1200; ++i) {
+      if (Xattr(mnt_, "pending_rebases") == 0) return;
+      usleep(100 * 1000);
+    }
+    ADD_FAILURE() << "background rebases still pending after 120 s";
+  }
+  // The series test, for delta mode mode_: deletes `deleted` (steps) in
+  // every order.
+  void SeriesInEveryDeleteOrder(std::vector<int> deleted);
+
   static constexpr int kChain = 2;
+  std::string mode_ = "on";
   std::string root_, store_, mnt_, plain_;
   pid_t pid_ = -1;
   bool mounted_ = false;
 };
 
-TEST_F(MountDeltaTest, MountSeriesIsIdenticalWithinTheChainLimitInEveryDeleteOrder) {
-  // Six series (one per order of deleting the first three of four saves).
+void MountDeltaTest::SeriesInEveryDeleteOrder(std::vector<int> p) {
+  // Six series (one per order of deleting three of four saves).
   std::vector<std::vector<int>> orders;
-  std::vector<int> p = {1, 2, 3};
+  std::sort(p.begin(), p.end());
   do orders.push_back(p);
   while (std::next_permutation(p.begin(), p.end()));
   Train(4, "0 1 2 3 4 5");
   for (size_t o = 0; o < orders.size(); ++o) ExpectSame("s" + std::to_string(o));
-  // Observability: the first save is all standalone frames, later ones
-  // carry delta frames; the split adds up to the stored bytes.
-  const std::string first = mnt_ + "/s0/ckpt_step_100.pt", second = mnt_ + "/s0/ckpt_step_200.pt";
-  EXPECT_EQ(Xattr(first, "delta_bytes"), 0u);
-  EXPECT_GT(Xattr(second, "delta_bytes"), 0u);
-  const uint64_t split = Xattr(second, "delta_bytes") + Xattr(second, "standalone_bytes");
-  const uint64_t stored = Xattr(second, "stored_bytes");
+  // Observability: with forward deltas the first save is all standalone
+  // frames and later ones carry delta frames; with reverse deltas (once the
+  // background work is done) the newest is all standalone and the older
+  // ones carry delta frames. The split adds up to the stored bytes.
+  const bool reverse = mode_ == "on";
+  if (reverse) WaitRebases();
+  // Series share lineage by file role across directories (s1's first save
+  // follows s0's last), so the standalone newest save is the last series'.
+  const std::string first = mnt_ + "/s0/ckpt_step_100.pt", last = mnt_ + "/s5/ckpt_step_400.pt";
+  const std::string standalone = reverse ? last : first, delta = reverse ? first : last;
+  EXPECT_EQ(Xattr(standalone, "delta_bytes"), 0u);
+  EXPECT_GT(Xattr(delta, "delta_bytes"), 0u);
+  const uint64_t split = Xattr(delta, "delta_bytes") + Xattr(delta, "standalone_bytes");
+  const uint64_t stored = Xattr(delta, "stored_bytes");
   EXPECT_LE(split, stored + 64);  // rounding per extent
   EXPECT_GE(split + 64, stored);
+  // A save in the middle is the base of a neighbour's chunks: that is not
+  // sharing. What it does share is its model weights (a third of the file:
+  // the rest is AdamW's two moments), also in model_step_200.safetensors.
+  const std::string mid = mnt_ + "/s0/ckpt_step_200.pt";
+  EXPECT_GT(Xattr(mid, "dedup_bytes"), fsys::file_size(mid) / 4);
+  EXPECT_LT(Xattr(mid, "dedup_bytes"), fsys::file_size(mid) / 2);
 
   // The index: deltas were chosen, and no chain is longer than the limit.
   Unmount();
@@ -214,6 +244,19 @@ TEST_F(MountDeltaTest, MountSeriesIsIdenticalWithinTheChainLimitInEveryDeleteOrd
   }
   Gc();
   for (size_t o = 0; o < orders.size(); ++o) ExpectSame("s" + std::to_string(o));
+}
+
+// Reverse deltas: older saves depend on newer ones, so deleting the newer
+// ones (keeping the first) is the case that leaves dead bases.
+TEST_F(MountDeltaTest, MountSeriesIsIdenticalWithinTheChainLimitInEveryDeleteOrder) {
+  SeriesInEveryDeleteOrder({2, 3, 4});
+}
+
+TEST_F(MountDeltaTest, MountForwardSeriesIsIdenticalWithinTheChainLimitInEveryDeleteOrder) {
+  mode_ = "forward";
+  Unmount();
+  Mount();
+  SeriesInEveryDeleteOrder({1, 2, 3});
 }
 
 TEST_F(MountDeltaTest, MountKeepLastKRotationWithGcReachesASteadyState) {

@@ -105,6 +105,11 @@ class DeltaPolicyTest : public ::testing::Test {
     std::filesystem::remove_all(dir_);
   }
   void MakePolicy(DeltaOptions o) { policy_ = std::make_unique<SnapshotDeltaPolicy>(store_.get(), o); }
+  static DeltaOptions Forward() {
+    DeltaOptions o;
+    o.mode = DeltaMode::kForward;
+    return o;
+  }
 
   struct Written {
     std::vector<store::ChunkKey> keys;
@@ -113,7 +118,7 @@ class DeltaPolicyTest : public ::testing::Test {
   // Writes "file" `name` (inode ino): one tensor of kChunks chunks, as the
   // pipeline would; `between` runs after ChooseBase and before the commit.
   Written WriteFile(uint64_t ino, const std::string& name, int step,
-                    const std::function<void()>& between = {}) {
+                    const std::function<void()>& between = {}, bool commit = true) {
     Written w;
     auto bytes = Weights(kChunks * kChunk / 4, step, 42);
     store::Batch batch;
@@ -150,6 +155,7 @@ class DeltaPolicyTest : public ::testing::Test {
       w.keys.push_back(key);
       w.data.push_back(std::move(d));
     }
+    if (!commit) return w;
     Status st = store_->Commit(batch);
     EXPECT_TRUE(st.ok()) << st.ToString();
     return w;
@@ -177,13 +183,15 @@ class DeltaPolicyTest : public ::testing::Test {
     EXPECT_EQ(f->errors, 0u) << (f->messages.empty() ? "" : f->messages[0]);
   }
 
+  void Rotation(DeltaMode mode);
+
   std::string dir_;
   std::unique_ptr<store::Store> store_;
   std::unique_ptr<SnapshotDeltaPolicy> policy_;
 };
 
 TEST_F(DeltaPolicyTest, NextStepIsStoredAsDeltaWithinTheChainLimit) {
-  DeltaOptions o;
+  DeltaOptions o = Forward();
   o.max_chain = 2;
   MakePolicy(o);
   std::vector<Written> files;
@@ -210,7 +218,7 @@ TEST_F(DeltaPolicyTest, NextStepIsStoredAsDeltaWithinTheChainLimit) {
 
 TEST_F(DeltaPolicyTest, OffMeansStandalone) {
   DeltaOptions o;
-  o.enabled = false;
+  o.mode = DeltaMode::kOff;
   MakePolicy(o);
   WriteFile(1, "ckpt_step_1.pt", 0);
   auto w = WriteFile(2, "ckpt_step_2.pt", 1);
@@ -218,7 +226,7 @@ TEST_F(DeltaPolicyTest, OffMeansStandalone) {
 }
 
 TEST_F(DeltaPolicyTest, UnrelatedDataOfTheSameShapeIsNotADelta) {
-  MakePolicy({});
+  MakePolicy(Forward());
   WriteFile(1, "a_1.pt", 0);
   // Same lineage, different weights entirely (another seed).
   store::Batch batch;
@@ -236,7 +244,7 @@ TEST_F(DeltaPolicyTest, UnrelatedDataOfTheSameShapeIsNotADelta) {
 }
 
 TEST_F(DeltaPolicyTest, BaseUnlinkedBetweenChoiceAndCommitDoesNotFailTheCommit) {
-  MakePolicy({});
+  MakePolicy(Forward());
   auto first = WriteFile(1, "ckpt_step_1.pt", 0);
   // Between ChooseBase (which pinned the base) and the commit, the base's
   // file is deleted: its chunks lose their last reference.
@@ -255,8 +263,10 @@ TEST_F(DeltaPolicyTest, BaseUnlinkedBetweenChoiceAndCommitDoesNotFailTheCommit) 
   EXPECT_EQ(store_->PinnedDeadChunks(), 0u);
 }
 
-TEST_F(DeltaPolicyTest, KeepLastKRotationWithGcReachesASteadyState) {
+// keep-last-K rotation with gc after every save, in both delta modes.
+void DeltaPolicyTest::Rotation(DeltaMode mode) {
   DeltaOptions o;
+  o.mode = mode;
   o.max_chain = 4;
   MakePolicy(o);
   constexpr int kKeep = 3, kSaves = 12;
@@ -264,6 +274,7 @@ TEST_F(DeltaPolicyTest, KeepLastKRotationWithGcReachesASteadyState) {
   std::vector<uint64_t> live;
   for (int step = 0; step < kSaves; ++step) {
     files.push_back(WriteFile(100 + step, "ckpt_step_" + std::to_string(step) + ".pt", step));
+    policy_->Flush();
     if (step >= kKeep) DeleteFile(100 + step - kKeep, files[step - kKeep]);
     auto r = store_->RewriteDeadBases({});
     ASSERT_TRUE(r.ok()) << r.status().ToString();
@@ -279,8 +290,83 @@ TEST_F(DeltaPolicyTest, KeepLastKRotationWithGcReachesASteadyState) {
   EXPECT_LT(live[kSaves - 1], kKeep * standalone) << "deltas saved nothing";
 }
 
-TEST_F(DeltaPolicyTest, GcHookRewritesDependantsOfDeadBasesAndReports) {
+TEST_F(DeltaPolicyTest, KeepLastKRotationWithGcReachesASteadyState) { Rotation(DeltaMode::kForward); }
+TEST_F(DeltaPolicyTest, ReverseKeepLastKRotationWithGcReachesASteadyState) { Rotation(DeltaMode::kReverse); }
+
+TEST_F(DeltaPolicyTest, ReverseKeepsTheNewestStandaloneAndRebasesThePriorVersion) {
+  DeltaOptions o;  // reverse is the default
+  ASSERT_EQ(o.mode, DeltaMode::kReverse);
+  o.max_chain = 2;
+  MakePolicy(o);
+  std::vector<Written> files;
+  for (int step = 0; step < 7; ++step) {
+    files.push_back(WriteFile(10 + step, "ckpt_step_" + std::to_string(step * 100) + ".pt", step));
+    // Written standalone: reading the newest decodes one frame per chunk.
+    for (const auto& k : files.back().keys) EXPECT_FALSE(store_->GetChunkInfo(k)->base.has_value()) << step;
+    policy_->Flush();
+    EXPECT_EQ(policy_->Pending(), 0u);
+    for (const auto& k : files.back().keys) EXPECT_EQ(store_->GetChunkInfo(k)->delta_depth, 0) << step;
+  }
+  // Each prior version is a delta on the next save unless that would put a
+  // chunk more than 2 deltas deep: v2 and v5 stay keyframes.
+  const int want[] = {2, 1, 0, 2, 1, 0, 0};
+  for (int step = 0; step < 7; ++step) {
+    for (int i = 0; i < kChunks; ++i) {
+      auto info = store_->GetChunkInfo(files[step].keys[i]);
+      ASSERT_TRUE(info.ok());
+      EXPECT_EQ(info->delta_depth, want[step]) << "step " << step;
+      if (want[step] > 0) {
+        ASSERT_TRUE(info->base.has_value());
+        EXPECT_EQ(*info->base, files[step + 1].keys[i]) << "step " << step;
+        EXPECT_LT(info->frame_len, store_->GetChunkInfo(files[6].keys[i])->frame_len) << "delta not smaller";
+      }
+    }
+    ExpectReads(files[step]);
+  }
+  EXPECT_EQ(policy_->counters().rebased.load(), 4u * kChunks);
+  EXPECT_EQ(policy_->counters().rebase_keyframes.load(), 2u * kChunks);
+  EXPECT_EQ(policy_->counters().rebase_errors.load(), 0u);
+  EXPECT_EQ(policy_->counters().delta.load(), 0u) << "reverse mode wrote a forward delta";
+  ExpectFsckClean();
+  // Deleting the newest save keeps every older one readable (their bases
+  // stay while they depend on them).
+  DeleteFile(16, files[6]);
+  DeleteFile(15, files[5]);
+  for (int step = 0; step < 5; ++step) ExpectReads(files[step]);
+  ExpectFsckClean();
+}
+
+TEST_F(DeltaPolicyTest, ReverseRebaseOfANewChunkThatNeverCommitsIsDropped) {
   MakePolicy({});
+  auto first = WriteFile(1, "ckpt_step_1.pt", 0);
+  WriteFile(2, "ckpt_step_2.pt", 1, {}, /*commit=*/false);
+  policy_->Flush();  // the new chunks are not in the store: nothing to rebase on
+  EXPECT_EQ(policy_->Pending(), 0u);
+  EXPECT_EQ(policy_->counters().rebase_dropped.load(), static_cast<uint64_t>(kChunks));
+  for (const auto& k : first.keys) EXPECT_FALSE(store_->GetChunkInfo(k)->base.has_value());
+  ExpectReads(first);
+  ExpectFsckClean();
+}
+
+TEST_F(DeltaPolicyTest, ReversePriorVersionDeletedBeforeTheRebaseIsSkipped) {
+  MakePolicy({});
+  auto first = WriteFile(1, "latest.pt", 0);
+  // latest.pt rewritten: the queued rebases find their prior versions gone.
+  bool deleted = false;
+  auto second = WriteFile(2, "latest.pt", 1, [&] {
+    if (!deleted) DeleteFile(1, first);
+    deleted = true;
+  });
+  policy_->Flush();
+  for (const auto& k : first.keys) EXPECT_TRUE(store_->GetChunkInfo(k).status().IsNotFound());
+  for (const auto& k : second.keys) EXPECT_FALSE(store_->GetChunkInfo(k)->base.has_value());
+  EXPECT_EQ(policy_->counters().rebased.load(), 0u);
+  ExpectReads(second);
+  ExpectFsckClean();
+}
+
+TEST_F(DeltaPolicyTest, GcHookRewritesDependantsOfDeadBasesAndReports) {
+  MakePolicy(Forward());
   auto first = WriteFile(1, "ckpt_step_1.pt", 0);
   auto second = WriteFile(2, "ckpt_step_2.pt", 1);
   ASSERT_TRUE(store_->GetChunkInfo(second.keys[0])->base.has_value());

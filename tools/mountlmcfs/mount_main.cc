@@ -73,9 +73,14 @@ once it is installed as /sbin/mount.lmcfs (cmake --install puts it there).
      gpu=auto|on|off    CUDA path of the codec: auto uses a GPU when one is
                         usable (default), on fails the mount without one, off
                         never uses it
-     delta=on|off       store chunks of a new checkpoint as XOR deltas against
-                        the prior version of the same tensor when smaller
-                        (default on; docs/ARCHITECTURE.md "Incremental snapshots")
+     delta=on|forward|off
+                        incremental snapshots (docs/ARCHITECTURE.md
+                        "Incremental snapshots"). on (default): new chunks are
+                        written standalone and, in the background, the prior
+                        version of each is re-encoded as an XOR delta against
+                        it when smaller (the newest save reads at full speed);
+                        forward: new chunks are written as deltas against the
+                        prior version; off: every chunk standalone
      delta_chain=N      at most N deltas in a row (1-8, default 4): reading a
                         chunk decodes at most N+1 frames
      allow_other        let other users access the mount (needs user_allow_other

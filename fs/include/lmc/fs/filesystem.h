@@ -17,6 +17,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "lmc/status.h"
@@ -136,8 +137,20 @@ class Filesystem {
   int RemoveXattr(uint64_t ino, std::string_view name);
   int StatFs(struct statvfs* out);
 
-  // Flushes every inode and purges unlinked ones; called once at unmount.
+  // Flushes every inode and purges unlinked ones, then finishes the delta
+  // policy's background work (FlushBackground); called once at unmount.
   Status Shutdown();
+
+  // Background work of the delta policy (reverse deltas re-encode the prior
+  // version of each chunk written): FlushBackground does what can be done
+  // now and returns when none is left (work waiting for an uncommitted
+  // chunk is dropped: the prior version stays standalone);
+  // BackgroundPending counts the items queued or in progress (also the
+  // mount root's xattr user.lmcfs.pending_rebases).
+  void FlushBackground();
+  uint64_t BackgroundPending() const;
+  // The delta policy's named counters (empty without one).
+  std::vector<std::pair<std::string, uint64_t>> DeltaCounters() const;
 
   // Installs the incremental-snapshot policy the write pipeline consults
   // for each chunk (src/delta_hook.h); nullptr: none. Call before the first

@@ -21,8 +21,16 @@ class Filesystem;
 // The store's limit on delta chains (docs/FORMAT.md, "Chunk entry": depth <= 8).
 inline constexpr uint32_t kMaxDeltaChain = 8;
 
+// delta=on (reverse), delta=forward, delta=off. docs/ARCHITECTURE.md,
+// "Incremental snapshots", "Reverse deltas".
+enum class DeltaMode : uint8_t {
+  kOff,      // every chunk standalone
+  kReverse,  // new chunks standalone; the prior version is re-encoded against the new one in the background
+  kForward,  // new chunks are XOR deltas against the prior version when smaller
+};
+
 struct DeltaOptions {
-  bool enabled = true;                              // mount option delta=on|off
+  DeltaMode mode = DeltaMode::kReverse;             // mount option delta=on|forward|off
   uint32_t max_chain = 4;                           // delta_chain=N (1..8): decodes per chunk read <= N + 1
   size_t lineage_cached = size_t{1} << 16;          // lineage records kept in memory
   uint64_t base_cache_bytes = uint64_t{256} << 20;  // decoded bases kept for the next save
@@ -30,7 +38,7 @@ struct DeltaOptions {
   DeltaEstimateOptions estimate;
 };
 
-// Parses one mount option of the policy: "delta" (on|off) or "delta_chain"
+// Parses one mount option of the policy: "delta" (on|forward|off) or "delta_chain"
 // (1..8). Returns false when `key` is not one of them; InvalidArgument (with
 // a message naming the option and the accepted values) when the value is bad.
 Result<bool> ParseDeltaOption(std::string_view key, std::string_view value, DeltaOptions* out);

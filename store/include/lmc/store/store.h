@@ -287,6 +287,10 @@ class Store {
   // callers deciding whether a RebaseChunk is worth encoding (the commit
   // checks again).
   Result<uint32_t> SubtreeHeight(const ChunkKey& key);
+  // Number of chunks that use `key` as their delta base (each holds one of
+  // its references; the rest come from file extents), from the committed
+  // dependants index. No commit lock.
+  Result<uint64_t> CountDependants(const ChunkKey& key);
 
   // Filesystem column families. Get: kNotFound if absent.
   Result<std::string> Get(Cf cf, std::string_view key);
