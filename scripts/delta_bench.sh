@@ -10,7 +10,7 @@
 # predecessor (what forward deltas can reach) and against the successor
 # (reverse deltas: the newest has none, so its bound is standalone), and the
 # write times; then reads the newest and the oldest checkpoint back from
-# each store (fresh mount each time, best of 3).
+# each store (fresh mount each time, best of READS=5, modes interleaved).
 # Usage:
 #   BUILD_DIR=build scripts/delta_bench.sh [SERIES_DIR] [GLOB]
 # (defaults: bench-data/deep 'ckpt-step*.pt'; make the series with
@@ -139,22 +139,23 @@ PY
 
 # Reads of the newest and of the oldest checkpoint: fresh mount (cold
 # daemon and FUSE page cache; pack files may sit in the host page cache for
-# all), best of 3.
+# all), best of READS (default 5), the modes interleaved so that each sees
+# the same load.
+READS=${READS:-5}
 echo
 for which in newest oldest; do
   if [ $which = newest ]; then src=${FILES[-1]}; else src=${FILES[0]}; fi
   name=$(basename "$src")
-  for mode in $MODES; do
-    best=""
-    for _ in 1 2 3; do
+  declare -A BEST=()
+  for _ in $(seq "$READS"); do
+    for mode in $MODES; do
       mount_store "$mode"
       t0=$(now); cat "$WORK/mnt-$mode/$name" > /dev/null; t1=$(now)
       cmp -s "$WORK/mnt-$mode/$name" "$src" || { echo "MISMATCH reading $name (delta=$mode)" >&2; exit 1; }
       unmount "$mode"
       t=$(calc "$t1 - $t0")
-      if [ -z "$best" ] || [ "$(calc "$t < $best")" = True ]; then best=$t; fi
+      if [ -z "${BEST[$mode]:-}" ] || [ "$(calc "$t < ${BEST[$mode]}")" = True ]; then BEST[$mode]=$t; fi
     done
-    eval "READ_$mode=$best"
   done
-  echo "Read of the $which ($name, delta_chain=$CHAIN): off ${READ_off}s, forward ${READ_forward}s, on ${READ_on}s: forward / off = $(calc "round($READ_forward / $READ_off, 3)"), on / off = $(calc "round($READ_on / $READ_off, 3)") (target for the newest <= 1.2)"
+  echo "Read of the $which ($name, delta_chain=$CHAIN), best of $READS: off ${BEST[off]}s, forward ${BEST[forward]}s, on ${BEST[on]}s: forward / off = $(calc "round(${BEST[forward]} / ${BEST[off]}, 3)"), on / off = $(calc "round(${BEST[on]} / ${BEST[off]}, 3)") (target for the newest <= 1.2)"
 done

@@ -25,17 +25,22 @@ SnapshotDeltaPolicy::SnapshotDeltaPolicy(store::Store* store, DeltaOptions opts)
   if (opts_.mode == DeltaMode::kReverse) rebaser_ = std::thread([this] { RebaseLoop(); });
 }
 
-SnapshotDeltaPolicy::~SnapshotDeltaPolicy() {
+SnapshotDeltaPolicy::~SnapshotDeltaPolicy() { StopBackground(); }
+
+void SnapshotDeltaPolicy::StopBackground() {
   {
     std::lock_guard l(rq_mu_);
     stop_ = true;
   }
   rq_cv_.notify_all();
+  idle_cv_.notify_all();
   if (rebaser_.joinable()) rebaser_.join();
+  std::lock_guard l(rq_mu_);
   if (!rq_.empty()) {
     counters_.rebase_dropped += rq_.size();
     spdlog::info("delta: {} queued rebases dropped at shutdown (those prior versions stay standalone)",
                  rq_.size());
+    rq_.clear();
   }
 }
 
@@ -102,28 +107,55 @@ std::optional<BaseChoice> SnapshotDeltaPolicy::ChooseBase(const ChunkOrigin& ori
       pending_bytes_ += n;
     }
   }
+  // An explicit base directory (delta_base=DIR) comes first, for files
+  // outside it.
+  if (!opts_.base_dir.empty()) {
+    if (auto dir = BaseDirIno(); dir && origin.parent != *dir) {
+      const std::string dk = DirLineageKey(*dir, *origin.spec);
+      if (auto e = dk.empty() ? std::nullopt : lineage_.Lookup(dk)) {
+        if (auto b = TryBase(origin, data, n, e->key)) {
+          counters_.explicit_base++;
+          return b;
+        }
+      }
+    }
+  }
   // Reverse deltas: the new chunk is standalone; Record queues the rebase
   // of its prior version.
   if (opts_.mode == DeltaMode::kReverse) return std::nullopt;
   const std::string lk = LineageKey(origin.file_name, *origin.spec);
-  std::optional<store::ChunkKey> base;
-  if (!lk.empty())
-    if (auto e = lineage_.Lookup(lk)) base = e->key;
-  if (!base) {
+  std::optional<LineageEntry> prior = lk.empty() ? std::nullopt : lineage_.Lookup(lk);
+  if (!prior) {
     counters_.no_lineage++;
     spdlog::debug("delta: ino {} offset {} len {} '{}': no prior version", origin.ino, origin.spec->offset, n,
                   origin.spec->region_name);
     return std::nullopt;
   }
+  return TryBase(origin, data, n, prior->key);
+}
+
+std::optional<uint64_t> SnapshotDeltaPolicy::BaseDirIno() {
+  if (opts_.base_dir.empty() || !resolver_) return std::nullopt;
+  std::lock_guard l(dir_mu_);
+  const int64_t now = NowNs();
+  if (base_dir_checked_ns_ == 0 || now - base_dir_checked_ns_ > 1000 * 1000 * 1000) {
+    base_dir_ino_ = resolver_(opts_.base_dir);
+    base_dir_checked_ns_ = now;
+  }
+  return base_dir_ino_;
+}
+
+std::optional<BaseChoice> SnapshotDeltaPolicy::TryBase(const ChunkOrigin& origin, const uint8_t* data, size_t n,
+                                                       const store::ChunkKey& base) {
   // Pin first: from here on the base stays indexed until Record's batch
   // commits (or UnpinChunk below).
-  if (!store_->PinChunk(*base).ok()) {
+  if (!store_->PinChunk(base).ok()) {
     counters_.base_gone++;
     spdlog::debug("delta: ino {} offset {} len {}: prior version gone", origin.ino, origin.spec->offset, n);
     return std::nullopt;
   }
-  auto unpin = [&] { store_->UnpinChunk(*base); };
-  auto info = store_->GetChunkInfo(*base);
+  auto unpin = [&] { store_->UnpinChunk(base); };
+  auto info = store_->GetChunkInfo(base);
   if (!info.ok() || info->decoded_len != n) {
     unpin();
     counters_.base_gone++;
@@ -137,7 +169,7 @@ std::optional<BaseChoice> SnapshotDeltaPolicy::ChooseBase(const ChunkOrigin& ori
     spdlog::debug("delta: ino {} offset {} len {}: keyframe (chain limit)", origin.ino, origin.spec->offset, n);
     return std::nullopt;
   }
-  Bytes bytes = BaseBytes(*base, n);
+  Bytes bytes = BaseBytes(base, n);
   if (!bytes) {
     unpin();
     counters_.base_gone++;
@@ -153,7 +185,7 @@ std::optional<BaseChoice> SnapshotDeltaPolicy::ChooseBase(const ChunkOrigin& ori
     return std::nullopt;
   }
   counters_.delta++;
-  return BaseChoice{*base, std::move(bytes)};
+  return BaseChoice{base, std::move(bytes)};
 }
 
 void SnapshotDeltaPolicy::Record(const ChunkOrigin& origin, const store::ChunkKey& key,
@@ -177,7 +209,9 @@ void SnapshotDeltaPolicy::Record(const ChunkOrigin& origin, const store::ChunkKe
   if (bytes && bytes->size() == origin.spec->length) CachePut(key, std::move(bytes));
   const std::string lk = LineageKey(origin.file_name, *origin.spec);
   if (lk.empty() || origin.spec->length < opts_.min_chunk) return;
-  if (opts_.mode == DeltaMode::kReverse) {
+  // A chunk written as a delta (against delta_base) has its base already:
+  // its prior version in the series is left as it is.
+  if (opts_.mode == DeltaMode::kReverse && !base) {
     if (auto prev = lineage_.Lookup(lk); prev && prev->key != key) {
       RebaseItem item{prev->key, key, origin.spec->dtype, origin.spec->length, NowNs(), prev->ino, prev->offset};
       {
@@ -188,7 +222,10 @@ void SnapshotDeltaPolicy::Record(const ChunkOrigin& origin, const store::ChunkKe
       rq_cv_.notify_one();
     }
   }
-  lineage_.Record(lk, LineageEntry{key, origin.ino, origin.spec->offset}, batch);
+  const LineageEntry entry{key, origin.ino, origin.spec->offset};
+  lineage_.Record(lk, entry, batch);
+  if (const std::string dk = DirLineageKey(origin.parent, *origin.spec); !dk.empty())
+    lineage_.Record(dk, entry, batch);
 }
 
 uint64_t SnapshotDeltaPolicy::Pending() const {
@@ -204,6 +241,7 @@ std::vector<std::pair<std::string, uint64_t>> SnapshotDeltaPolicy::Counters() co
           {"keyframes", c.keyframes.load()},
           {"estimate_said_no", c.estimate_said_no.load()},
           {"base_cache_hits", c.base_cache_hits.load()},
+          {"explicit_base", c.explicit_base.load()},
           {"rebase_queued", c.rebase_queued.load()},
           {"rebase_pending", Pending()},
           {"rebased", c.rebased.load()},
@@ -380,6 +418,17 @@ Result<bool> ParseDeltaOption(std::string_view key, std::string_view value, Delt
     else
       return Status::InvalidArgument("delta=" + std::string(value) +
                                      ": expected delta=on (reverse deltas), delta=forward or delta=off");
+    return true;
+  }
+  if (key == "delta_base") {
+    std::string v(value);
+    while (v.size() > 1 && v.back() == '/') v.pop_back();
+    while (!v.empty() && v.front() == '/') v.erase(v.begin());
+    if (v.empty() || v.find("..") != std::string::npos)
+      return Status::InvalidArgument("delta_base=" + std::string(value) +
+                                     ": expected a directory of the mount, as a path from its root (e.g. "
+                                     "delta_base=base-model)");
+    out->base_dir = v;
     return true;
   }
   if (key == "delta_chain") {

@@ -10,8 +10,7 @@
 // that drops the base's last reference leaves it indexed at refcount 0, so
 // the commit that adds the delta finds its base (it takes the base's
 // reference and keeps it alive). A chunk offered but never recorded (the
-// pipeline dropped it) keeps its pin until the store is reopened: space,
-// never data.
+// pipeline dropped it) is handed back through Release, which unpins it.
 //
 // Reverse deltas (DeltaMode::kReverse, the default): ChooseBase offers no
 // base (a new chunk is written standalone, so reading the newest save
@@ -49,6 +48,7 @@ struct DeltaCounters {
   std::atomic<uint64_t> keyframes{0};      // standalone: chain limit reached
   std::atomic<uint64_t> estimate_said_no{0};  // standalone: delta not smaller
   std::atomic<uint64_t> base_cache_hits{0};
+  std::atomic<uint64_t> explicit_base{0};      // delta against a chunk in delta_base=DIR
   // Reverse deltas (background).
   std::atomic<uint64_t> rebase_queued{0};
   std::atomic<uint64_t> rebased{0};            // prior versions re-encoded against the new chunk
@@ -67,8 +67,11 @@ class SnapshotDeltaPolicy final : public DeltaPolicy {
                                        size_t n) override;
   void Record(const ChunkOrigin& origin, const store::ChunkKey& key,
               const std::optional<store::ChunkKey>& base, store::Batch* batch) override;
+  void Release(const store::ChunkKey& base) override { store_->UnpinChunk(base); }
   void Flush() override;
+  void StopBackground() override;
   void SetRebaseListener(RebaseListener fn) override { listener_ = std::move(fn); }
+  void SetPathResolver(PathResolver fn) override { resolver_ = std::move(fn); }
   uint64_t Pending() const override;
   std::vector<std::pair<std::string, uint64_t>> Counters() const override;
   const DeltaCounters& counters() const { return counters_; }
@@ -81,6 +84,13 @@ class SnapshotDeltaPolicy final : public DeltaPolicy {
   Bytes BaseBytes(const store::ChunkKey& key, size_t n);
   Bytes CacheGet(const store::ChunkKey& key);
   void CachePut(const store::ChunkKey& key, Bytes b);
+  // A forward delta base: `base` (pinned here) if it is indexed, of length
+  // n, within the chain limit and smaller by the estimate; else nullopt.
+  std::optional<BaseChoice> TryBase(const ChunkOrigin& origin, const uint8_t* data, size_t n,
+                                    const store::ChunkKey& base);
+  // The explicit base directory's inode (delta_base), resolved at most once
+  // a second; nullopt when unset or absent.
+  std::optional<uint64_t> BaseDirIno();
 
   // --- reverse deltas ---
   struct RebaseItem {
@@ -122,6 +132,10 @@ class SnapshotDeltaPolicy final : public DeltaPolicy {
   int flushers_ = 0;        // Flush calls waiting: waiting items are dropped
   bool stop_ = false;
   RebaseListener listener_;  // set before the first write
+  PathResolver resolver_;    // likewise
+  std::mutex dir_mu_;        // guards the two below
+  std::optional<uint64_t> base_dir_ino_;
+  int64_t base_dir_checked_ns_ = 0;
   std::thread rebaser_;
 };
 

@@ -29,6 +29,7 @@ struct ChunkOrigin {
   uint64_t ino = 0;
   std::string_view file_name;  // the name the file was created (or last renamed) under
   const ChunkSpec* spec = nullptr;  // offset/length/dtype (+ region fields from the chunker)
+  uint64_t parent = 0;  // the directory that name is in (0: unknown)
 };
 
 // An XOR base for one chunk: the decoded bytes of a committed chunk of the
@@ -42,6 +43,9 @@ struct BaseChoice {
 // (ino, offset) was re-encoded and its frame is now frame_len bytes.
 using RebaseListener =
     std::function<void(uint64_t ino, uint64_t offset, const store::ChunkKey& key, uint32_t frame_len)>;
+// The inode of a directory given as a path from the mount root; nullopt if
+// there is none (yet).
+using PathResolver = std::function<std::optional<uint64_t>(const std::string& path)>;
 
 class DeltaPolicy {
  public:
@@ -62,14 +66,22 @@ class DeltaPolicy {
   // together with the chunk and its extent.
   virtual void Record(const ChunkOrigin& origin, const store::ChunkKey& key,
                       const std::optional<store::ChunkKey>& base, store::Batch* batch) = 0;
+  // A base that ChooseBase returned for a chunk that will never be recorded
+  // (its encode failed, or the pipeline dropped it): releases what
+  // ChooseBase holds for it (the pin).
+  virtual void Release(const store::ChunkKey& base) = 0;
   // Background work the policy queued (reverse deltas: re-encoding the prior
   // version of each chunk written against it). Flush does all of it that
   // can be done now and returns when the queue is empty; work that waits
   // for a chunk that is not committed is dropped (call after the inodes
   // are committed). Pending: items queued or in progress.
   virtual void Flush() {}
+  // Stops the background work for good (queued items are dropped); before
+  // the filesystem's state goes away.
+  virtual void StopBackground() {}
   virtual uint64_t Pending() const { return 0; }
   virtual void SetRebaseListener(RebaseListener) {}
+  virtual void SetPathResolver(PathResolver) {}
   // Named counters for lmcfs-stat's daemon section.
   virtual std::vector<std::pair<std::string, uint64_t>> Counters() const { return {}; }
 };

@@ -39,7 +39,20 @@ void EncodeJob::Wait() {
   cv.wait(lk, [&] { return done; });
 }
 
+namespace {
+void EncodeJobBody(EncodeJob* job);
+}  // namespace
+
 void RunEncodeJob(EncodeJob* job) {
+  EncodeJobBody(job);
+  if (!job->status.ok() && job->base_key) {
+    job->delta->Release(*job->base_key);
+    job->base_key.reset();
+  }
+}
+
+namespace {
+void EncodeJobBody(EncodeJob* job) {
   try {
     const uint8_t* p = job->buf->data();
     const size_t n = job->buf->size();
@@ -55,6 +68,7 @@ void RunEncodeJob(EncodeJob* job) {
     if (job->delta) {
       base = job->delta->ChooseBase(job->Origin(), p, n);
       if (base) {
+        job->base_key = base->key;  // released by RunEncodeJob if the encode fails
         if (!base->bytes || base->bytes->size() != n) {
           job->status = Status::InvalidArgument(
               "delta policy offered base " + base->key.ToHex() + " of " +
@@ -63,7 +77,6 @@ void RunEncodeJob(EncodeJob* job) {
           return;
         }
         params.base = base->bytes->data();
-        job->base_key = base->key;
       }
     }
     // Encoded in place into the job's own buffer (no zero fill, no copy
@@ -83,6 +96,7 @@ void RunEncodeJob(EncodeJob* job) {
     job->status = Status::IOError(std::string("encoding a chunk failed: ") + e.what());
   }
 }
+}  // namespace
 
 EncoderPool::EncoderPool(unsigned threads) {
   if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
@@ -117,9 +131,15 @@ void EncoderPool::Run() {
       queue_.pop_front();
     }
     RunEncodeJob(job.get());
+    bool release = false;
     {
       std::lock_guard lk(job->mu);
       job->done = true;
+      release = job->dropped && job->base_key;
+    }
+    if (release) {
+      job->delta->Release(*job->base_key);
+      job->base_key.reset();
     }
     job->cv.notify_all();
   }

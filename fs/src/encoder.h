@@ -29,6 +29,7 @@ struct EncodeJob {
   // --- input: set before submission, read-only afterwards ---
   uint64_t ino = 0;
   std::string name_hint;        // the inode's name_hint at submission
+  uint64_t parent_hint = 0;     // and its parent_hint
   ChunkSpec spec;               // the chunker's fields (offset, length, dtype, lineage)
   std::optional<DType> dtype;   // nullopt: detect from the bytes
   uint64_t a = 0, end = 0;      // file range [a, end), end - a == buf->size()
@@ -48,14 +49,18 @@ struct EncodeJob {
   std::mutex mu;
   std::condition_variable cv;
   bool done = false;  // guarded by mu
+  // The inode no longer wants the result (PurgeLocked); guarded by mu. The
+  // encoder then releases the base it was given (DeltaPolicy::Release).
+  bool dropped = false;
 
-  ChunkOrigin Origin() const { return {ino, name_hint, &spec}; }
+  ChunkOrigin Origin() const { return {ino, name_hint, &spec, parent_hint}; }
   void Wait();
 };
 
 // Encodes and hashes one chunk (the encode task): zero check, optional XOR
 // base from the delta policy, EncodeChunk, SHA-256 chunk key. Never throws;
-// errors land in job->status. Does not set `done`.
+// errors land in job->status (a base chosen for a failed encode is released
+// and base_key reset). Does not set `done`.
 void RunEncodeJob(EncodeJob* job);
 
 // A fixed set of encoder threads with a FIFO queue. Each thread releases

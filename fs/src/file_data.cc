@@ -248,6 +248,7 @@ int Filesystem::Impl::MaterializeRanges(Inode& in, const std::vector<CutSpec>& s
       auto job = std::make_shared<EncodeJob>();
       job->ino = in.ino;
       job->name_hint = in.name_hint;
+      job->parent_hint = in.parent_hint;
       job->spec = s.spec;
       job->dtype = s.dtype;
       job->a = s.a;
@@ -310,7 +311,7 @@ int Filesystem::Impl::ApplyJob(Inode& in, EncodeJob& job) {
   e.frame_len = static_cast<uint32_t>(job.frame_len);
   e.decoded_len = e.length;
   if (delta) {
-    ChunkOrigin origin{in.ino, in.name_hint, &job.spec};
+    ChunkOrigin origin{in.ino, in.name_hint, &job.spec, in.parent_hint};
     delta->Record(origin, job.key, job.base_key, &in.pending);
   }
   in.pending.AddChunk(e.key, {job.frame.get(), job.frame_len}, e.decoded_len, job.base_key);
@@ -608,8 +609,20 @@ int Filesystem::Impl::PurgeLocked(Inode& in, store::Batch* b) {
   in.dirty.clear();
   in.dirty_bytes = 0;
   // Jobs still at the encoders are dropped (the encoder keeps its
-  // reference until it finishes; nothing of them is applied).
-  for (auto& j : in.inflight) inflight_bytes -= j->charge;
+  // reference until it finishes; nothing of them is applied). A delta base
+  // the policy gave one is released: here if it is done, else by the
+  // encoder when it is.
+  for (auto& j : in.inflight) {
+    inflight_bytes -= j->charge;
+    std::unique_lock jl(j->mu);
+    if (!j->done) {
+      j->dropped = true;
+    } else if (j->base_key) {
+      jl.unlock();
+      j->delta->Release(*j->base_key);
+      j->base_key.reset();
+    }
+  }
   in.inflight.clear();
   if (int err = CommitLocked(in, false)) return err;
   if (int err = LoadExtents(in)) return err;

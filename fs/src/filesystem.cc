@@ -103,6 +103,27 @@ void Filesystem::SetDeltaPolicy(std::unique_ptr<DeltaPolicy> policy) {
           m->RefreshFrameLen(ino, off, key, frame_len);
         });
   }
+  if (impl_->delta) {
+    store::Store* st = store_;
+    impl_->delta->SetPathResolver([st](const std::string& path) -> std::optional<uint64_t> {
+      // Walk the committed directory entries from the root.
+      uint64_t cur = kRootIno;
+      size_t i = 0;
+      while (i < path.size()) {
+        size_t j = path.find('/', i);
+        if (j == std::string::npos) j = path.size();
+        if (j > i) {
+          auto v = st->Get(store::Cf::kDirents, DirentKey(cur, path.substr(i, j - i)));
+          if (!v.ok()) return std::nullopt;
+          auto d = DecodeDirent(*v);
+          if (!d || (d->mode & S_IFMT) != S_IFDIR) return std::nullopt;
+          cur = d->ino;
+        }
+        i = j + 1;
+      }
+      return cur;
+    });
+  }
 }
 
 int Filesystem::Impl::ToErrno(const Status& s, std::string_view what, uint64_t ino) {
@@ -154,7 +175,11 @@ Filesystem::Filesystem(store::Store* store, std::string store_dir, const FsOptio
   impl_ = std::make_unique<Impl>(this);
 }
 
-Filesystem::~Filesystem() = default;
+Filesystem::~Filesystem() {
+  // The policy's background thread calls back into impl_ (RefreshFrameLen):
+  // stop it before any of impl_ goes.
+  if (impl_ && impl_->delta) impl_->delta->StopBackground();
+}
 
 Result<std::unique_ptr<Filesystem>> Filesystem::Open(store::Store* store,
                                                      const std::string& store_dir,
@@ -229,7 +254,10 @@ int Filesystem::Lookup(uint64_t parent, std::string_view name, struct stat* out)
   if (!in) return err == ENOENT ? EIO : err;  // a dirent naming no inode
   std::lock_guard lk(in->mu);
   in->nlookup++;
-  if (in->name_hint.empty()) in->name_hint.assign(name);
+  if (in->name_hint.empty()) {
+    in->name_hint.assign(name);
+    in->parent_hint = parent;
+  }
   FillStat(*in, out);
   return 0;
 }
@@ -360,6 +388,7 @@ static int MakeNode(Filesystem::Impl& m, bool read_only, uint64_t parent, std::s
   }
   in->extents_loaded = true;
   in->name_hint.assign(name);
+  in->parent_hint = dir->ino;
   in->nlookup = 1;
   in->nopen = open ? 1 : 0;
 
@@ -451,6 +480,7 @@ int Filesystem::Link(uint64_t ino, uint64_t newparent, std::string_view newname,
   in->rec = r;
   dir->rec = dr;
   in->name_hint.assign(newname);
+  in->parent_hint = newparent;
   in->nlookup++;
   FillStat(*in, out);
   return 0;
@@ -650,7 +680,11 @@ int Filesystem::Rename(uint64_t parent, std::string_view name, uint64_t newparen
   // the kernel refuses before asking us.
   sin->rec.ctime_ns = sr.ctime_ns;
   sin->name_hint.assign(newname);
-  if (din && (flags & RENAME_EXCHANGE)) din->name_hint.assign(name);
+  sin->parent_hint = newparent;
+  if (din && (flags & RENAME_EXCHANGE)) {
+    din->name_hint.assign(name);
+    din->parent_hint = parent;
+  }
   if (din) {
     din->rec = dr;
     if (purged) MarkPurged(m, *din);

@@ -93,6 +93,7 @@ struct Inode {
   // The name the file was created, last linked or renamed under (or looked
   // up by), for the delta policy's lineage (delta_hook.h).
   std::string name_hint;
+  uint64_t parent_hint = 0;  // the directory of that name (0: unknown)
 
   uint64_t last_read_end = 0;  // sequential-read detection (prefetch)
 

@@ -66,11 +66,9 @@ std::string NormalizeFileName(std::string_view s) {
   return out;
 }
 
-std::string LineageKey(std::string_view file_name, const ChunkSpec& spec) {
-  if (spec.length == 0) return {};
-  std::string k = kLineagePrefix;
-  k += NormalizeFileName(file_name);
-  k.push_back('\0');
+namespace {
+// The part of a lineage key after the file role.
+void AppendChunkPart(std::string& k, const ChunkSpec& spec) {
   if (spec.tensor_chunk) {
     k.push_back('t');
     k += spec.region_name;
@@ -83,6 +81,23 @@ std::string LineageKey(std::string_view file_name, const ChunkSpec& spec) {
     PutBE(&k, spec.offset, 8);
   }
   PutBE(&k, spec.length, 4);
+}
+}  // namespace
+
+std::string LineageKey(std::string_view file_name, const ChunkSpec& spec) {
+  if (spec.length == 0) return {};
+  std::string k = kLineagePrefix;
+  k += NormalizeFileName(file_name);
+  k.push_back('\0');
+  AppendChunkPart(k, spec);
+  return k;
+}
+
+std::string DirLineageKey(uint64_t dir_ino, const ChunkSpec& spec) {
+  if (spec.length == 0 || dir_ino == 0) return {};
+  std::string k = kDirLineagePrefix;
+  PutBE(&k, dir_ino, 8);
+  AppendChunkPart(k, spec);
   return k;
 }
 

@@ -42,6 +42,17 @@ std::string NormalizeFileName(std::string_view name);
 // directory). Empty: no lineage (empty chunk).
 std::string LineageKey(std::string_view file_name, const ChunkSpec& spec);
 
+// Cf::kMeta key prefix of directory-scoped lineage records (the explicit
+// base directory, mount option delta_base=DIR): the newest chunk written
+// with this chunk part into any file directly in the directory, whatever
+// the file's name. Value: as kLineagePrefix records.
+inline constexpr char kDirLineagePrefix[] = "lineage-dir/";
+// kDirLineagePrefix + directory inode u64 BE + the chunk part of
+// LineageKey (tensor name, dtype, tensor length, offset in the tensor, or
+// file offset for mixed chunks; then chunk length). Empty for an empty
+// chunk or dir_ino 0.
+std::string DirLineageKey(uint64_t dir_ino, const ChunkSpec& spec);
+
 // The newest chunk of a lineage and where it was written: the inode and
 // file offset of its extent (ino 0: unknown, a record from before they
 // were kept). Reverse deltas use the place to refresh that extent's frame

@@ -85,7 +85,8 @@ class MountDeltaTest : public ::testing::Test {
     ASSERT_FALSE(mounted_);
     pid_ = lmc::testing::StartMount(
         LMC_MOUNT_BIN, store_, mnt_,
-        "log_file=" + root_ + "/log,log_level=info,delta=" + mode_ + ",delta_chain=" + std::to_string(kChain));
+        "log_file=" + root_ + "/log,log_level=info,delta=" + mode_ + ",delta_chain=" + std::to_string(kChain) +
+            extra_options_);
     ASSERT_GT(pid_, 0);
     mounted_ = true;
   }
@@ -159,6 +160,7 @@ class MountDeltaTest : public ::testing::Test {
 
   static constexpr int kChain = 2;
   std::string mode_ = "on";
+  std::string extra_options_;
   std::string root_, store_, mnt_, plain_;
   pid_t pid_ = -1;
   bool mounted_ = false;
@@ -336,6 +338,54 @@ save_file({'t': t}, sys.argv[1] + '/t.safetensors')
   for (const auto& k : shared) EXPECT_EQ(s->GetChunkInfo(k)->refcount, 2u);
   ExpectFsckClean(*s);
   s.reset();
+  Mount();
+  ExpectSame("");
+}
+
+TEST_F(MountDeltaTest, MountExplicitBaseDirectoryIsTheBaseOfFineTunedSaves) {
+  extra_options_ = ",delta_base=base";
+  Unmount();
+  Mount();
+  const std::string script = root_ + "/finetune.py";
+  std::ofstream(script) << R"(
+import os, sys, torch
+from safetensors.torch import save_file
+out = sys.argv[1]
+os.makedirs(out + '/base', exist_ok=True)
+os.makedirs(out + '/run', exist_ok=True)
+torch.manual_seed(11)
+torch.use_deterministic_algorithms(True)
+m = torch.nn.Sequential(torch.nn.Linear(256, 1024), torch.nn.GELU(), torch.nn.Linear(1024, 256))
+save_file({k: v.contiguous() for k, v in m.state_dict().items()}, out + '/base/model.safetensors')
+opt = torch.optim.AdamW(m.parameters(), lr=1e-5)
+for s in range(1, 3):
+    loss = m(torch.randn(64, 256)).pow(2).mean()
+    opt.zero_grad(); loss.backward(); opt.step()
+    save_file({k: v.contiguous() for k, v in m.state_dict().items()}, f'{out}/run/finetuned-{s}.safetensors')
+)";
+  ASSERT_EQ(Shell("python3 " + script + " " + mnt_), 0);
+  ASSERT_EQ(Shell("python3 " + script + " " + plain_), 0);
+  ExpectSame("");
+  WaitRebases();
+  // The fine-tuned saves share no file role with the base model: only the
+  // explicit base directory makes them deltas, all against the base model.
+  EXPECT_EQ(Xattr(mnt_ + "/base/model.safetensors", "delta_bytes"), 0u);
+  for (const char* f : {"/run/finetuned-1.safetensors", "/run/finetuned-2.safetensors"}) {
+    EXPECT_GT(Xattr(mnt_ + f, "delta_bytes"), Xattr(mnt_ + f, "stored_bytes") / 2) << f;
+  }
+  Unmount();
+  {
+    auto s = OpenStore();
+    ASSERT_TRUE(s);
+    int max_depth = 0;
+    ASSERT_TRUE(s->Scan(lmc::store::Cf::kExtents, "", [&](std::string_view, std::string_view v) {
+                  auto x = lmc::store::DecodeExtent(v);
+                  if (x && !x->hole()) max_depth = std::max<int>(max_depth, s->GetChunkInfo(x->chunk)->delta_depth);
+                  return true;
+                }).ok());
+    EXPECT_EQ(max_depth, 1) << "every delta is against the base model";
+    ExpectFsckClean(*s);
+  }
   Mount();
   ExpectSame("");
 }

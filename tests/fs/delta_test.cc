@@ -118,7 +118,7 @@ class DeltaPolicyTest : public ::testing::Test {
   // Writes "file" `name` (inode ino): one tensor of kChunks chunks, as the
   // pipeline would; `between` runs after ChooseBase and before the commit.
   Written WriteFile(uint64_t ino, const std::string& name, int step,
-                    const std::function<void()>& between = {}, bool commit = true) {
+                    const std::function<void()>& between = {}, bool commit = true, uint64_t parent = 0) {
     Written w;
     auto bytes = Weights(kChunks * kChunk / 4, step, 42);
     store::Batch batch;
@@ -133,7 +133,7 @@ class DeltaPolicyTest : public ::testing::Test {
       spec.region_length = bytes.size();
       spec.region_offset = static_cast<uint64_t>(i) * kChunk;
       std::vector<uint8_t> d(bytes.begin() + i * kChunk, bytes.begin() + (i + 1) * kChunk);
-      ChunkOrigin origin{ino, name, &spec};
+      ChunkOrigin origin{ino, name, &spec, parent};
       auto base = policy_->ChooseBase(origin, d.data(), d.size());
       if (between) between();
       std::vector<uint8_t> frame(MaxEncodedSize(d.size()));
@@ -362,6 +362,43 @@ TEST_F(DeltaPolicyTest, ReversePriorVersionDeletedBeforeTheRebaseIsSkipped) {
   for (const auto& k : second.keys) EXPECT_FALSE(store_->GetChunkInfo(k)->base.has_value());
   EXPECT_EQ(policy_->counters().rebased.load(), 0u);
   ExpectReads(second);
+  ExpectFsckClean();
+}
+
+TEST_F(DeltaPolicyTest, ExplicitBaseDirectoryGivesEveryLaterFileTheSameBase) {
+  DeltaOptions o;  // reverse deltas, plus delta_base
+  ASSERT_TRUE(ParseDeltaOption("delta_base", "/base-model/", &o).value());
+  EXPECT_EQ(o.base_dir, "base-model");
+  EXPECT_FALSE(ParseDeltaOption("delta_base", "../x", &o).ok());
+  EXPECT_FALSE(ParseDeltaOption("delta_base", "/", &o).ok());
+  MakePolicy(o);
+  constexpr uint64_t kBaseDir = 77, kRunDir = 5;
+  policy_->SetPathResolver([](const std::string& p) -> std::optional<uint64_t> {
+    if (p == "base-model") return kBaseDir;
+    return std::nullopt;
+  });
+  // The base model, in the base directory: standalone.
+  auto base = WriteFile(1, "model.safetensors", 0, {}, true, kBaseDir);
+  for (const auto& k : base.keys) EXPECT_FALSE(store_->GetChunkInfo(k)->base.has_value());
+  // Fine-tuned saves elsewhere, under another name: deltas on the base model
+  // (not on each other, and the earlier save is not rebased).
+  auto ft1 = WriteFile(2, "ft_step_1.pt", 1, {}, true, kRunDir);
+  auto ft2 = WriteFile(3, "ft_step_2.pt", 2, {}, true, kRunDir);
+  policy_->Flush();
+  for (const auto* w : {&ft1, &ft2}) {
+    for (int i = 0; i < kChunks; ++i) {
+      auto info = store_->GetChunkInfo(w->keys[i]);
+      ASSERT_TRUE(info.ok());
+      ASSERT_TRUE(info->base.has_value());
+      EXPECT_EQ(*info->base, base.keys[i]);
+      EXPECT_EQ(info->delta_depth, 1);
+    }
+    ExpectReads(*w);
+  }
+  EXPECT_EQ(policy_->counters().explicit_base.load(), 2u * kChunks);
+  EXPECT_EQ(policy_->counters().rebased.load(), 0u);
+  // The base model itself stays standalone.
+  for (const auto& k : base.keys) EXPECT_FALSE(store_->GetChunkInfo(k)->base.has_value());
   ExpectFsckClean();
 }
 

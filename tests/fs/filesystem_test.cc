@@ -53,7 +53,10 @@ class GatePolicy : public DeltaPolicy {
     cv_.wait(lk, [&] { return open_; });
     names.push_back(std::string(origin.file_name));
     if (bad_base) return BaseChoice{{}, std::make_shared<std::vector<uint8_t>>(n + 1)};
-    if (base && base->bytes->size() == n) return *base;
+    if (base && base->bytes->size() == n) {
+      offered++;
+      return *base;
+    }
     return std::nullopt;
   }
   void Record(const ChunkOrigin& origin, const store::ChunkKey& key,
@@ -61,6 +64,7 @@ class GatePolicy : public DeltaPolicy {
     std::lock_guard lk(mu_);
     recorded.push_back({std::string(origin.file_name), key, b});
   }
+  void Release(const store::ChunkKey&) override { released++; }
 
   struct Rec {
     std::string name;
@@ -68,10 +72,13 @@ class GatePolicy : public DeltaPolicy {
     std::optional<store::ChunkKey> base;
   };
   std::atomic<int> calls{0};
+  std::atomic<int> offered{0};   // ChooseBase calls that returned `base`
+  std::atomic<int> released{0};  // bases handed back for chunks never recorded
   std::atomic<bool> bad_base{false};
   std::optional<BaseChoice> base;  // offered for chunks of its length
   std::vector<std::string> names;  // guarded by mu_
   std::vector<Rec> recorded;       // guarded by mu_
+  std::mutex& mu() { return mu_; }
 
  private:
   std::mutex mu_;
@@ -290,6 +297,9 @@ TEST_F(FsCore, PipelineEncoderErrorSurfacesOnFlushAndKeepsBytes) {
   // Nothing lost, nothing altered: the bytes are still readable...
   EXPECT_EQ(ReadAll(ino), model);
   EXPECT_EQ(fs_->Flush(ino), EIO);  // ...and still not stored
+  // Every failed encode handed its base back (a real policy unpins it).
+  EXPECT_GE(gate->released.load(), 2);
+  EXPECT_EQ(gate->released.load(), gate->calls.load());
   // Once encoding works again, the next flush stores them.
   gate->bad_base = false;
   ASSERT_EQ(fs_->Flush(ino), 0);
@@ -297,6 +307,40 @@ TEST_F(FsCore, PipelineEncoderErrorSurfacesOnFlushAndKeepsBytes) {
   ASSERT_EQ(fs_->Release(ino), 0);
   Reopen();
   EXPECT_EQ(ReadAll(ino), model);
+  ExpectFsckClean();
+}
+
+TEST_F(FsCore, PipelineChunkDroppedAtTheEncoderReleasesItsBase) {
+  GatePolicy* gate = InstallGate(false);
+  std::string v1 = Bf16Like(64 << 10, 21);
+  gate->base = BaseChoice{store::ChunkKey::Of(reinterpret_cast<const uint8_t*>(v1.data()), v1.size()),
+                          std::make_shared<std::vector<uint8_t>>(v1.begin(), v1.end())};
+  uint64_t ino = CreateFile(kRootIno, "dropped.bin");
+  // Past the layout parser's detection window, so the stream cuts chunks
+  // (64 KiB each: the base's length) and the encoders hold them.
+  std::string model = Bf16Like(20 * (64 << 10) + 1000, 22);
+  ASSERT_EQ(fs_->Write(ino, 0, model.data(), model.size()), 0);
+  ASSERT_TRUE(gate->WaitCalls(1));
+  // Unlinked and closed while its chunk is still being encoded: the purge
+  // drops the job, and the encoder hands the base back when it finishes.
+  ASSERT_EQ(fs_->Unlink(kRootIno, "dropped.bin"), 0);
+  fs_->Forget(ino, 1);
+  ASSERT_EQ(fs_->Release(ino), 0);
+  EXPECT_EQ(gate->released.load(), 0);
+  gate->Open();
+  // Every chunk the purge dropped passes the gate, gets the base, and hands
+  // it back; none is recorded.
+  int stable = 0;
+  for (int i = 0; i < 5000 && stable < 200; i++) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    stable = gate->released.load() == gate->offered.load() ? stable + 1 : 0;
+  }
+  EXPECT_GE(gate->offered.load(), 1);
+  EXPECT_EQ(gate->released.load(), gate->offered.load());
+  {
+    std::lock_guard lk(gate->mu());
+    EXPECT_TRUE(gate->recorded.empty());
+  }
   ExpectFsckClean();
 }
 

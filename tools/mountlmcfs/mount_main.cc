@@ -83,6 +83,11 @@ once it is installed as /sbin/mount.lmcfs (cmake --install puts it there).
                         prior version; off: every chunk standalone
      delta_chain=N      at most N deltas in a row (1-8, default 4): reading a
                         chunk decodes at most N+1 frames
+     delta_base=DIR     explicit bases: a directory of the mount (path from its
+                        root, e.g. base-model); chunks written outside it are
+                        deltas against the chunk of the same tensor (name,
+                        dtype, length, offset) in a file directly in DIR, when
+                        smaller (fine-tuning from a stored model)
      allow_other        let other users access the mount (needs user_allow_other
                         in /etc/fuse.conf for non-root)
      ro                 read-only
@@ -188,7 +193,7 @@ int ParseArgs(int argc, char** argv, Options* o) {
         }
         o->log_level = v;
       }
-      else if (k == "delta" || k == "delta_chain") {
+      else if (k == "delta" || k == "delta_chain" || k == "delta_base") {
         auto r = ParseDeltaOption(k, v, &o->delta);
         if (!r.ok()) {
           std::fprintf(stderr, "mount.lmcfs: %s\n", r.status().message().c_str());
