@@ -352,6 +352,8 @@ Result<std::string> RunStat(store::Store& st, const std::string& store_dir,
                    {"store_dedup_hits", ss.dedup_hits},
                    {"store_bytes_appended", ss.bytes_appended},
                    {"store_corruptions", ss.corruptions},
+                   {"store_base_cache_hits", ss.base_cache_hits},
+                   {"store_base_cache_misses", ss.base_cache_misses},
                    {"store_rebased", ss.rebased},
                    {"store_rebase_skipped", ss.rebase_skipped}};
     json d = json::object();

@@ -156,6 +156,7 @@ Store::Impl::~Impl() {
 Result<std::unique_ptr<Store>> Store::Open(const std::string& dir, const StoreOptions& options) {
   auto s = std::make_unique<Impl>();
   s->opts = options;
+  if (options.base_cache_bytes > 0) s->base_cache = std::make_unique<BaseCache>(options.base_cache_bytes);
   s->env = options.env ? options.env : Env::Default();
   s->codec = options.codec ? options.codec : LmcFrameCodec();
   s->dir = dir;
@@ -371,6 +372,27 @@ Status Store::Impl::ReadRecord(const ChunkKey& key, const fmt::ChunkEntry& e, co
   return Status::Ok();
 }
 
+BaseCache::Bytes BaseCache::Get(const ChunkKey& key) {
+  std::lock_guard l(mu_);
+  auto it = map_.find(key);
+  if (it == map_.end()) return nullptr;
+  lru_.splice(lru_.begin(), lru_, it->second);
+  return it->second->second;
+}
+
+void BaseCache::Put(const ChunkKey& key, Bytes b) {
+  std::lock_guard l(mu_);
+  if (!b || b->size() > cap_ || map_.count(key)) return;
+  bytes_ += b->size();
+  lru_.emplace_front(key, std::move(b));
+  map_[key] = lru_.begin();
+  while (bytes_ > cap_ && !lru_.empty()) {
+    bytes_ -= lru_.back().second->size();
+    map_.erase(lru_.back().first);
+    lru_.pop_back();
+  }
+}
+
 Result<size_t> Store::Impl::Read(const ChunkKey& key, uint8_t* dst, size_t cap, Workspace& ws,
                                  bool verify_hash, int depth) {
   if (depth > fmt::kMaxDeltaDepth) return Status::Corruption("chunk " + key.ToHex() + ": delta chain too deep");
@@ -380,18 +402,29 @@ Result<size_t> Store::Impl::Read(const ChunkKey& key, uint8_t* dst, size_t cap, 
     if (cap < e.decoded_len)
       return Status::InvalidArgument("buffer of " + std::to_string(cap) + " bytes for chunk " +
                                      key.ToHex() + " of " + std::to_string(e.decoded_len));
-    std::unique_ptr<uint8_t[]> base;
+    BaseCache::Bytes base;
     if (e.base) {
-      base.reset(new uint8_t[e.decoded_len ? e.decoded_len : 1]);
-      // The base's own key is not re-hashed: a wrong base makes this
-      // chunk's decoded bytes fail their checks below (frame checksum, and
-      // the key when verify_hash), and fsck verifies every base as a chunk
-      // of its own.
-      auto n = Read(*e.base, base.get(), e.decoded_len, ws, false, depth + 1);
-      if (!n.ok() || *n != e.decoded_len)
-        return Corrupt(key, e.pack_id, e.offset,
-                       "delta base " + e.base->ToHex() + " unreadable: " +
-                           (n.ok() ? std::string("size differs") : n.status().ToString()));
+      // Decoded bases are cached: reading a series in order goes through
+      // the same bases again. Only bytes that decoded and verified are put.
+      if (base_cache) base = base_cache->Get(*e.base);
+      if (base && base->size() != e.decoded_len) base.reset();
+      if (base) {
+        n_base_hits++;
+      } else {
+        n_base_misses++;
+        auto b = std::make_shared<std::vector<uint8_t>>(e.decoded_len);
+        // The base's own key is not re-hashed: a wrong base makes this
+        // chunk's decoded bytes fail their checks below (frame checksum,
+        // and the key when verify_hash), and fsck verifies every base as a
+        // chunk of its own.
+        auto n = Read(*e.base, b->data(), e.decoded_len, ws, false, depth + 1);
+        if (!n.ok() || *n != e.decoded_len)
+          return Corrupt(key, e.pack_id, e.offset,
+                         "delta base " + e.base->ToHex() + " unreadable: " +
+                             (n.ok() ? std::string("size differs") : n.status().ToString()));
+        base = std::move(b);
+        if (base_cache) base_cache->Put(*e.base, base);
+      }
     }
     auto f = PackFile(e.pack_id);
     if (!f.ok()) {
@@ -402,7 +435,7 @@ Result<size_t> Store::Impl::Read(const ChunkKey& key, uint8_t* dst, size_t cap, 
       return f.status();
     }
     LMC_RETURN_IF_ERROR(ReadRecord(key, e, **f, record));
-    auto n = codec->Decode(record.data() + fmt::kRecordHeaderSize, e.frame_len, base.get(),
+    auto n = codec->Decode(record.data() + fmt::kRecordHeaderSize, e.frame_len, base ? base->data() : nullptr,
                            e.base ? e.decoded_len : 0, dst, cap, ws);
     if (!n.ok()) {
       if (n.status().code() == Code::kUnsupported) return n.status();
@@ -507,6 +540,8 @@ StoreStats Store::Stats() const {
   st.dedup_hits = s.n_dedup;
   st.bytes_appended = s.n_appended;
   st.corruptions = s.n_corruptions;
+  st.base_cache_hits = s.n_base_hits;
+  st.base_cache_misses = s.n_base_misses;
   st.rebased = s.n_rebased;
   st.rebase_skipped = s.n_rebase_skipped;
   return st;

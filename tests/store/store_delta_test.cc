@@ -60,6 +60,38 @@ DeadBaseOptions TestReencode() {
   return o;
 }
 
+TEST(StoreBaseCacheTest, ASeriesReadInOrderDecodesEachBaseOnce) {
+  TempDir d;
+  auto s = OpenOrDie(d.path(), TestOptions());
+  Chain c;
+  c.Write(*s);
+  // third -> next -> base: the first read decodes both bases...
+  ASSERT_EQ(ReadAll(*s, c.kt).value(), c.third);
+  EXPECT_EQ(s->Stats().base_cache_misses, 2u);
+  EXPECT_EQ(s->Stats().base_cache_hits, 0u);
+  // ...reading `next` (whose base is cached) and `third` again decodes none.
+  ASSERT_EQ(ReadAll(*s, c.kn).value(), c.next);
+  ASSERT_EQ(ReadAll(*s, c.kt).value(), c.third);
+  EXPECT_EQ(s->Stats().base_cache_misses, 2u);
+  EXPECT_EQ(s->Stats().base_cache_hits, 2u);
+  ASSERT_EQ(ReadAll(*s, c.kb).value(), c.base);  // standalone: no base involved
+  EXPECT_EQ(s->Stats().base_cache_hits, 2u);
+}
+
+TEST(StoreBaseCacheTest, ZeroCapacityDecodesEveryChainAndABaseOverCapacityIsNotKept) {
+  for (uint64_t cap : {uint64_t{0}, uint64_t{4095}}) {
+    TempDir d;
+    StoreOptions o = TestOptions();
+    o.base_cache_bytes = cap;
+    auto s = OpenOrDie(d.path(), o);
+    Chain c;
+    c.Write(*s);
+    for (int i = 0; i < 3; ++i) ASSERT_EQ(ReadAll(*s, c.kt).value(), c.third);
+    EXPECT_EQ(s->Stats().base_cache_hits, 0u) << cap;
+    EXPECT_EQ(s->Stats().base_cache_misses, 6u) << cap;
+  }
+}
+
 TEST(StorePinTest, PinnedBaseOutlivesItsLastReferenceUntilTheBatchThatUsesItCommits) {
   TempDir t;
   auto s = OpenOrDie(t.store(), TestOptions());

@@ -67,6 +67,9 @@ once it is installed as /sbin/mount.lmcfs (cmake --install puts it there).
      fuse_threads=N     FUSE worker threads (default: 2 per core, at least 4)
      chunk_size=BYTES   codec chunk size, K/M/G suffixes (default 1M)
      cache_size=BYTES   decoded-chunk cache (default 64M)
+     base_cache=BYTES   decoded delta bases kept by the store (default 128M;
+                        0: none): a series read in step order decodes each
+                        base once
      write_buffer=BYTES memory for written chunks waiting for or in the
                         encoders, over all files (default 256M); writers wait
                         when it is full
@@ -103,6 +106,7 @@ struct Options {
   unsigned threads = 0;
   uint64_t chunk_size = 1u << 20;
   uint64_t cache_size = uint64_t{64} << 20;
+  uint64_t base_cache = uint64_t{128} << 20;
   uint64_t write_buffer = uint64_t{256} << 20;
   unsigned encode_threads = 0;
   std::string gpu = "auto";
@@ -178,6 +182,11 @@ int ParseArgs(int argc, char** argv, Options* o) {
       } else if (k == "cache_size") {
         if (!ParseSize(v, &o->cache_size)) {
           std::fprintf(stderr, "mount.lmcfs: bad cache_size '%s'\n", v.c_str());
+          return false;
+        }
+      } else if (k == "base_cache") {
+        if (!ParseSize(v, &o->base_cache)) {
+          std::fprintf(stderr, "mount.lmcfs: bad base_cache '%s' (bytes, K/M/G suffixes; 0: none)\n", v.c_str());
           return false;
         }
       } else if (k == "allow_other") o->allow_other = true;
@@ -403,6 +412,7 @@ int Serve(const Options& o, int report_fd) {
   SetupLogging(o);
   store::StoreOptions so;
   so.chunk_size = static_cast<uint32_t>(o.chunk_size);
+  so.base_cache_bytes = o.base_cache;
   so.create_if_missing = !o.ro;
   auto st = store::Store::Open(o.store, so);
   if (!st.ok()) {

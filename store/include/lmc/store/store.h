@@ -62,6 +62,10 @@ struct StoreOptions {
   // Also check SHA-256(decoded bytes) == key on every read (fsck always does).
   bool verify_content_hash = false;
   uint32_t chunk_size = 4u << 20;  // recorded in the config file for the filesystem; not enforced
+  // Decoded delta bases kept in memory (LRU, bytes): a chain read once
+  // serves the next read that goes through the same bases (a series of
+  // checkpoints read in order). 0: none.
+  uint64_t base_cache_bytes = uint64_t{128} << 20;
 };
 
 // One atomic unit of change. Operations apply in the order they were added.
@@ -152,6 +156,8 @@ struct StoreStats {
   uint64_t dedup_hits = 0;     // AddChunk that only took a reference
   uint64_t bytes_appended = 0;
   uint64_t corruptions = 0;    // reads that failed verification
+  uint64_t base_cache_hits = 0;    // delta bases found decoded in the cache
+  uint64_t base_cache_misses = 0;  // delta bases decoded
   uint64_t rebased = 0;         // RebaseChunk ops applied
   uint64_t rebase_skipped = 0;  // RebaseChunk ops whose conditions did not hold
 };
