@@ -6,6 +6,7 @@
 #include <rocksdb/write_batch.h>
 #include <spdlog/spdlog.h>
 
+#include <cstring>
 #include <unordered_map>
 
 #include "store_impl.h"
@@ -402,6 +403,19 @@ Result<size_t> Store::Impl::Read(const ChunkKey& key, uint8_t* dst, size_t cap, 
     if (cap < e.decoded_len)
       return Status::InvalidArgument("buffer of " + std::to_string(cap) + " bytes for chunk " +
                                      key.ToHex() + " of " + std::to_string(e.decoded_len));
+    // A chunk decoded earlier as a base (reverse deltas: reading an older
+    // save decodes the newer ones, down to the keyframe) is served from the
+    // base cache. Keys name content, and only verified bytes go in, so they
+    // are the chunk's bytes; verify_hash still checks them.
+    if (depth == 0 && base_cache) {
+      if (BaseCache::Bytes hit = base_cache->Get(key); hit && hit->size() == e.decoded_len) {
+        n_base_hits++;
+        std::memcpy(dst, hit->data(), hit->size());
+        if (verify_hash && ChunkKey::Of(dst, hit->size()) != key)
+          return Corrupt(key, e.pack_id, e.offset, "cached bytes do not hash to the chunk key");
+        return hit->size();
+      }
+    }
     BaseCache::Bytes base;
     if (e.base) {
       // Decoded bases are cached: reading a series in order goes through
@@ -444,6 +458,10 @@ Result<size_t> Store::Impl::Read(const ChunkKey& key, uint8_t* dst, size_t cap, 
     if (*n != e.decoded_len) return Corrupt(key, e.pack_id, e.offset, "frame decodes to another size");
     if (verify_hash && ChunkKey::Of(dst, *n) != key)
       return Corrupt(key, e.pack_id, e.offset, "decoded bytes do not hash to the chunk key");
+    // A delta read directly is likely the base of the next save in a series
+    // read in order (forward deltas): keep it.
+    if (depth == 0 && base_cache && e.base)
+      base_cache->Put(key, std::make_shared<const std::vector<uint8_t>>(dst, dst + *n));
     return *n;
   }
 }

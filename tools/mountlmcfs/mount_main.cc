@@ -67,7 +67,7 @@ once it is installed as /sbin/mount.lmcfs (cmake --install puts it there).
      fuse_threads=N     FUSE worker threads (default: 2 per core, at least 4)
      chunk_size=BYTES   codec chunk size, K/M/G suffixes (default 1M)
      cache_size=BYTES   decoded-chunk cache (default 64M)
-     base_cache=BYTES   decoded delta bases kept by the store (default 128M;
+     base_cache=BYTES   decoded delta bases kept by the store (default 256M;
                         0: none): a series read in step order decodes each
                         base once
      write_buffer=BYTES memory for written chunks waiting for or in the
@@ -106,7 +106,7 @@ struct Options {
   unsigned threads = 0;
   uint64_t chunk_size = 1u << 20;
   uint64_t cache_size = uint64_t{64} << 20;
-  uint64_t base_cache = uint64_t{128} << 20;
+  uint64_t base_cache = uint64_t{256} << 20;
   uint64_t write_buffer = uint64_t{256} << 20;
   unsigned encode_threads = 0;
   std::string gpu = "auto";

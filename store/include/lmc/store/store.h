@@ -65,7 +65,7 @@ struct StoreOptions {
   // Decoded delta bases kept in memory (LRU, bytes): a chain read once
   // serves the next read that goes through the same bases (a series of
   // checkpoints read in order). 0: none.
-  uint64_t base_cache_bytes = uint64_t{128} << 20;
+  uint64_t base_cache_bytes = uint64_t{256} << 20;
 };
 
 // One atomic unit of change. Operations apply in the order they were added.
