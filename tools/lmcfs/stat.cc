@@ -98,6 +98,16 @@ void PrintTable(const json& doc, const std::string& sort, bool reverse, bool byt
     out << "  cache hits " << hits << ", misses " << misses << " (hit rate " << hr << ")\n";
     out << "  I/O errors (EIO) " << d["eio"].get<uint64_t>() << ", corrupt reads "
         << d["store_corruptions"].get<uint64_t>() << "\n";
+    if (d.contains("delta") && d["delta"].contains("rebased")) {
+      const json& x = d["delta"];
+      out << "  deltas: " << x.value("delta_chunks", uint64_t{0}) << " written as deltas, "
+          << x.value("rebased", uint64_t{0}) << " prior versions re-encoded as deltas ("
+          << x.value("rebase_pending", uint64_t{0}) << " pending, " << x.value("rebase_keyframes", uint64_t{0})
+          << " kept as keyframes, " << x.value("rebase_errors", uint64_t{0}) << " errors)\n";
+    }
+    if (d.contains("store_base_cache_hits"))
+      out << "  decoded delta bases: " << d["store_base_cache_hits"].get<uint64_t>() << " from the cache, "
+          << d["store_base_cache_misses"].get<uint64_t>() << " decoded\n";
   }
 }
 
