@@ -22,7 +22,69 @@ constexpr size_t kRebaseBatchBytes = size_t{32} << 20;
 
 SnapshotDeltaPolicy::SnapshotDeltaPolicy(store::Store* store, DeltaOptions opts)
     : store_(store), opts_(opts), lineage_(store, opts.lineage_cached) {
-  if (opts_.mode == DeltaMode::kReverse) rebaser_ = std::thread([this] { RebaseLoop(); });
+  if (opts_.mode == DeltaMode::kReverse && opts_.background) {
+    LoadQueuedRebases();
+    rebaser_ = std::thread([this] { RebaseLoop(); });
+  }
+}
+
+namespace {
+constexpr std::string_view kRebasePrefix = "rebase/";
+void PutBE(std::string* s, uint64_t v, int bytes) {
+  for (int i = bytes - 1; i >= 0; --i) s->push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+}
+uint64_t GetBE(std::string_view s, size_t at, int bytes) {
+  uint64_t v = 0;
+  for (int i = 0; i < bytes; ++i) v = (v << 8) | static_cast<uint8_t>(s[at + i]);
+  return v;
+}
+}  // namespace
+
+std::string SnapshotDeltaPolicy::RebaseRecordKey(const RebaseItem& it) {
+  std::string k(kRebasePrefix);
+  k.append(it.prev.view());
+  k.append(it.next.view());
+  return k;
+}
+
+std::string SnapshotDeltaPolicy::EncodeRebaseItem(const RebaseItem& it) {
+  std::string v;
+  v.push_back(static_cast<char>(it.dtype));
+  PutBE(&v, it.n, 4);
+  PutBE(&v, it.prev_ino, 8);
+  PutBE(&v, it.prev_offset, 8);
+  return v;
+}
+
+void SnapshotDeltaPolicy::LoadQueuedRebases() {
+  constexpr size_t kKey = store::ChunkKey::kSize;
+  const int64_t now = NowNs();
+  size_t bad = 0;
+  Status st = store_->Scan(store::Cf::kMeta, kRebasePrefix, [&](std::string_view k, std::string_view v) {
+    if (k.size() != kRebasePrefix.size() + 2 * kKey || v.size() != 21 ||
+        static_cast<uint8_t>(v[0]) >= kNumDTypes) {
+      bad++;
+      return true;
+    }
+    RebaseItem it;
+    it.prev = store::ChunkKey::FromBytes(reinterpret_cast<const uint8_t*>(k.data() + kRebasePrefix.size()));
+    it.next = store::ChunkKey::FromBytes(reinterpret_cast<const uint8_t*>(k.data() + kRebasePrefix.size() + kKey));
+    it.dtype = static_cast<DType>(static_cast<uint8_t>(v[0]));
+    it.n = static_cast<uint32_t>(GetBE(v, 1, 4));
+    it.prev_ino = GetBE(v, 5, 8);
+    it.prev_offset = GetBE(v, 13, 8);
+    it.queued_ns = now;
+    rq_.push_back(it);
+    return true;
+  });
+  if (!st.ok())
+    spdlog::warn("delta: reading the queued rebases failed ({}); those prior versions stay standalone",
+                 st.ToString());
+  if (bad) spdlog::warn("delta: {} malformed rebase records ignored", bad);
+  if (!rq_.empty()) {
+    counters_.rebase_queued += rq_.size();
+    spdlog::info("delta: {} rebases queued by an earlier mount resume", rq_.size());
+  }
 }
 
 SnapshotDeltaPolicy::~SnapshotDeltaPolicy() { StopBackground(); }
@@ -214,12 +276,17 @@ void SnapshotDeltaPolicy::Record(const ChunkOrigin& origin, const store::ChunkKe
   if (opts_.mode == DeltaMode::kReverse && !base) {
     if (auto prev = lineage_.Lookup(lk); prev && prev->key != key) {
       RebaseItem item{prev->key, key, origin.spec->dtype, origin.spec->length, NowNs(), prev->ino, prev->offset};
-      {
-        std::lock_guard l(rq_mu_);
-        rq_.push_back(item);
+      // Persisted with the new chunk: a crash or unmount before the rebase
+      // leaves it for the next mount.
+      batch->Put(store::Cf::kMeta, RebaseRecordKey(item), EncodeRebaseItem(item));
+      if (opts_.background) {
+        {
+          std::lock_guard l(rq_mu_);
+          rq_.push_back(item);
+        }
+        counters_.rebase_queued++;
+        rq_cv_.notify_one();
       }
-      counters_.rebase_queued++;
-      rq_cv_.notify_one();
     }
   }
   const LineageEntry entry{key, origin.ino, origin.spec->offset};
@@ -379,19 +446,27 @@ void SnapshotDeltaPolicy::RebaseLoop() {
         stopping = stop_;
       }
       if (stopping) {
-        counters_.rebase_dropped++;
+        counters_.rebase_dropped++;  // its record stays for the next mount
         continue;
       }
+      // The item's record goes in the batch that ends it (with the rebase
+      // itself when there is one).
       switch (PrepareRebase(it, &batch)) {
         case Outcome::kAdded:
           added++;
           in_batch.push_back(&it);
+          batch.Delete(store::Cf::kMeta, RebaseRecordKey(it));
           break;
         case Outcome::kWaiting:
-          if (!flushing && NowNs() - it.queued_ns < kRebaseWaitNs) waiting.push_back(it);
-          else counters_.rebase_dropped++;
+          if (!flushing && NowNs() - it.queued_ns < kRebaseWaitNs) {
+            waiting.push_back(it);
+          } else {
+            counters_.rebase_dropped++;
+            batch.Delete(store::Cf::kMeta, RebaseRecordKey(it));
+          }
           break;
         case Outcome::kSkipped:
+          batch.Delete(store::Cf::kMeta, RebaseRecordKey(it));
           break;
       }
       if (batch.frame_bytes() >= kRebaseBatchBytes) commit();

@@ -102,6 +102,12 @@ class SnapshotDeltaPolicy final : public DeltaPolicy {
   };
   enum class Outcome { kAdded, kWaiting, kSkipped };
   void RebaseLoop();
+  // The persistent record of a queued rebase (docs/FORMAT.md, "Rebase
+  // records"): written with the new chunk, deleted with the rebase (or
+  // when it is skipped), reloaded by the next mount.
+  static std::string RebaseRecordKey(const RebaseItem& it);
+  static std::string EncodeRebaseItem(const RebaseItem& it);
+  void LoadQueuedRebases();
   // Adds the rebase of item.prev to `batch` when it pays; kWaiting: the new
   // chunk is not committed yet.
   Outcome PrepareRebase(const RebaseItem& item, store::Batch* batch);

@@ -336,6 +336,44 @@ TEST_F(DeltaPolicyTest, ReverseKeepsTheNewestStandaloneAndRebasesThePriorVersion
   ExpectFsckClean();
 }
 
+TEST_F(DeltaPolicyTest, ReverseRebasesQueuedAtACrashAreDoneByTheNextMount) {
+  auto queued = [&] {
+    int n = 0;
+    EXPECT_TRUE(store_->Scan(store::Cf::kMeta, "rebase/", [&](std::string_view, std::string_view) {
+                  n++;
+                  return true;
+                }).ok());
+    return n;
+  };
+  DeltaOptions o;
+  o.background = false;  // the mount goes away before its rebase thread gets to the work
+  MakePolicy(o);
+  auto first = WriteFile(1, "ckpt_step_1.pt", 0);
+  auto second = WriteFile(2, "ckpt_step_2.pt", 1);
+  EXPECT_EQ(queued(), kChunks);  // persisted with the second save's chunks
+  for (const auto& k : first.keys) EXPECT_FALSE(store_->GetChunkInfo(k)->base.has_value());
+  // The next mount's policy finds the records and does the work.
+  MakePolicy({});
+  policy_->Flush();
+  for (int i = 0; i < kChunks; ++i) EXPECT_EQ(store_->GetChunkInfo(first.keys[i])->base, second.keys[i]);
+  EXPECT_EQ(policy_->counters().rebased.load(), static_cast<uint64_t>(kChunks));
+  EXPECT_EQ(queued(), 0);
+  ExpectReads(first);
+  ExpectReads(second);
+  ExpectFsckClean();
+  // A skipped item's record goes too: queue one whose prior version is gone.
+  MakePolicy(o);
+  auto third = WriteFile(3, "ckpt_step_3.pt", 2);
+  DeleteFile(1, first);   // (the older saves depend on the second's chunks)
+  DeleteFile(2, second);  // the prior versions of the third save: gone
+  EXPECT_EQ(queued(), kChunks);
+  MakePolicy({});
+  policy_->Flush();
+  EXPECT_EQ(queued(), 0);
+  EXPECT_EQ(policy_->counters().rebased.load(), 0u);
+  ExpectReads(third);
+}
+
 TEST_F(DeltaPolicyTest, ReverseRebaseOfANewChunkThatNeverCommitsIsDropped) {
   MakePolicy({});
   auto first = WriteFile(1, "ckpt_step_1.pt", 0);

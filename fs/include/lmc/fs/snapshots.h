@@ -40,6 +40,9 @@ struct DeltaOptions {
   // delta against the chunk with the same tensor name, dtype, length and
   // offset in any file directly in DIR, when smaller. Empty: none.
   std::string base_dir;
+  // Start the reverse-delta background thread (false: rebases are only
+  // queued and persisted, for a later mount; tests).
+  bool background = true;
   DeltaEstimateOptions estimate;
 };
 
