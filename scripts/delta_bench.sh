@@ -142,37 +142,36 @@ PY
 # all), best of READS (default 5), the modes interleaved so that each sees
 # the same load.
 READS=${READS:-5}
-echo
-for which in newest oldest; do
-  if [ $which = newest ]; then src=${FILES[-1]}; else src=${FILES[0]}; fi
-  name=$(basename "$src")
-  declare -A BEST=()
-  for _ in $(seq "$READS"); do
+declare -A BEST
+# best_reads REPS SRC...: for each mode, the best of REPS reads of the files
+# SRC... (in order, one fresh mount per read, modes interleaved) into
+# BEST[mode]; every read is then compared with its source.
+best_reads() {
+  local reps=$1 mode t t0 src
+  shift
+  BEST=()
+  for _ in $(seq "$reps"); do
     for mode in $MODES; do
       mount_store "$mode"
-      t0=$(now); cat "$WORK/mnt-$mode/$name" > /dev/null; t1=$(now)
-      cmp -s "$WORK/mnt-$mode/$name" "$src" || { echo "MISMATCH reading $name (delta=$mode)" >&2; exit 1; }
+      t0=$(now)
+      for src in "$@"; do cat "$WORK/mnt-$mode/$(basename "$src")" > /dev/null; done
+      t=$(calc "$(now) - $t0")
+      for src in "$@"; do
+        cmp -s "$WORK/mnt-$mode/$(basename "$src")" "$src" ||
+          { echo "MISMATCH reading $(basename "$src") (delta=$mode)" >&2; exit 1; }
+      done
       unmount "$mode"
-      t=$(calc "$t1 - $t0")
       if [ -z "${BEST[$mode]:-}" ] || [ "$(calc "$t < ${BEST[$mode]}")" = True ]; then BEST[$mode]=$t; fi
     done
   done
-  echo "Read of the $which ($name, delta_chain=$CHAIN), best of $READS: off ${BEST[off]}s, forward ${BEST[forward]}s, on ${BEST[on]}s: forward / off = $(calc "round(${BEST[forward]} / ${BEST[off]}, 3)"), on / off = $(calc "round(${BEST[on]} / ${BEST[off]}, 3)") (target for the newest <= 1.2)"
-done
-
-# The whole series read in step order on one fresh mount per mode (bases
-# read for one file may serve the next from the caches), best of 3,
-# interleaved.
-declare -A SBEST=()
-for _ in 1 2 3; do
-  for mode in $MODES; do
-    mount_store "$mode"
-    t0=$(now)
-    for f in "${FILES[@]}"; do cat "$WORK/mnt-$mode/$(basename "$f")" > /dev/null; done
-    t1=$(now)
-    unmount "$mode"
-    t=$(calc "$t1 - $t0")
-    if [ -z "${SBEST[$mode]:-}" ] || [ "$(calc "$t < ${SBEST[$mode]}")" = True ]; then SBEST[$mode]=$t; fi
-  done
-done
-echo "Read of the whole series in step order, best of 3: off ${SBEST[off]}s, forward ${SBEST[forward]}s, on ${SBEST[on]}s: forward / off = $(calc "round(${SBEST[forward]} / ${SBEST[off]}, 3)"), on / off = $(calc "round(${SBEST[on]} / ${SBEST[off]}, 3)")"
+}
+ratios() { echo "off ${BEST[off]}s, forward ${BEST[forward]}s, on ${BEST[on]}s: forward / off = $(calc "round(${BEST[forward]} / ${BEST[off]}, 3)"), on / off = $(calc "round(${BEST[on]} / ${BEST[off]}, 3)")"; }
+echo
+best_reads "$READS" "${FILES[-1]}"
+echo "Read of the newest ($(basename "${FILES[-1]}"), delta_chain=$CHAIN), best of $READS: $(ratios) (target for the newest <= 1.2)"
+best_reads "$READS" "${FILES[0]}"
+echo "Read of the oldest ($(basename "${FILES[0]}"), delta_chain=$CHAIN), best of $READS: $(ratios)"
+# The whole series in step order on one fresh mount (bases read for one
+# file may serve the next from the caches), best of 3.
+best_reads 3 "${FILES[@]}"
+echo "Read of the whole series in step order, best of 3: $(ratios)"

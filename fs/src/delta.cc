@@ -1,5 +1,7 @@
 #include "delta.h"
 
+#include "records.h"
+
 #include <spdlog/spdlog.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
@@ -21,7 +23,7 @@ constexpr size_t kRebaseBatchBytes = size_t{32} << 20;
 }  // namespace
 
 SnapshotDeltaPolicy::SnapshotDeltaPolicy(store::Store* store, DeltaOptions opts)
-    : store_(store), opts_(opts), lineage_(store, opts.lineage_cached) {
+    : store_(store), opts_(opts), lineage_(store, opts.lineage_cached), cache_(opts.base_cache_bytes) {
   if (opts_.mode == DeltaMode::kReverse && opts_.background) {
     LoadQueuedRebases();
     rebaser_ = std::thread([this] { RebaseLoop(); });
@@ -30,14 +32,6 @@ SnapshotDeltaPolicy::SnapshotDeltaPolicy(store::Store* store, DeltaOptions opts)
 
 namespace {
 constexpr std::string_view kRebasePrefix = "rebase/";
-void PutBE(std::string* s, uint64_t v, int bytes) {
-  for (int i = bytes - 1; i >= 0; --i) s->push_back(static_cast<char>((v >> (8 * i)) & 0xff));
-}
-uint64_t GetBE(std::string_view s, size_t at, int bytes) {
-  uint64_t v = 0;
-  for (int i = 0; i < bytes; ++i) v = (v << 8) | static_cast<uint8_t>(s[at + i]);
-  return v;
-}
 }  // namespace
 
 std::string SnapshotDeltaPolicy::RebaseRecordKey(const RebaseItem& it) {
@@ -70,9 +64,9 @@ void SnapshotDeltaPolicy::LoadQueuedRebases() {
     it.prev = store::ChunkKey::FromBytes(reinterpret_cast<const uint8_t*>(k.data() + kRebasePrefix.size()));
     it.next = store::ChunkKey::FromBytes(reinterpret_cast<const uint8_t*>(k.data() + kRebasePrefix.size() + kKey));
     it.dtype = static_cast<DType>(static_cast<uint8_t>(v[0]));
-    it.n = static_cast<uint32_t>(GetBE(v, 1, 4));
-    it.prev_ino = GetBE(v, 5, 8);
-    it.prev_offset = GetBE(v, 13, 8);
+    it.n = static_cast<uint32_t>(GetBE(v.data() + 1, 4));
+    it.prev_ino = GetBE(v.data() + 5, 8);
+    it.prev_offset = GetBE(v.data() + 13, 8);
     it.queued_ns = now;
     rq_.push_back(it);
     return true;
@@ -106,29 +100,8 @@ void SnapshotDeltaPolicy::StopBackground() {
   }
 }
 
-SnapshotDeltaPolicy::Bytes SnapshotDeltaPolicy::CacheGet(const store::ChunkKey& key) {
-  std::lock_guard l(mu_);
-  auto it = map_.find(key);
-  if (it == map_.end()) return nullptr;
-  lru_.splice(lru_.begin(), lru_, it->second);
-  return it->second->second;
-}
-
-void SnapshotDeltaPolicy::CachePut(const store::ChunkKey& key, Bytes b) {
-  std::lock_guard l(mu_);
-  if (b->size() > opts_.base_cache_bytes || map_.count(key)) return;
-  lru_.emplace_front(key, b);
-  map_[key] = lru_.begin();
-  cached_ += b->size();
-  while (cached_ > opts_.base_cache_bytes && !lru_.empty()) {
-    cached_ -= lru_.back().second->size();
-    map_.erase(lru_.back().first);
-    lru_.pop_back();
-  }
-}
-
 SnapshotDeltaPolicy::Bytes SnapshotDeltaPolicy::BaseBytes(const store::ChunkKey& key, size_t n) {
-  if (Bytes b = CacheGet(key)) {
+  if (Bytes b = cache_.Get(key)) {
     counters_.base_cache_hits++;
     return b;
   }
@@ -142,7 +115,7 @@ SnapshotDeltaPolicy::Bytes SnapshotDeltaPolicy::BaseBytes(const store::ChunkKey&
     return nullptr;
   }
   Bytes b = std::move(buf);
-  CachePut(key, b);
+  cache_.Put(key, b);
   return b;
 }
 
@@ -268,7 +241,7 @@ void SnapshotDeltaPolicy::Record(const ChunkOrigin& origin, const store::ChunkKe
       }
     }
   }
-  if (bytes && bytes->size() == origin.spec->length) CachePut(key, std::move(bytes));
+  if (bytes && bytes->size() == origin.spec->length) cache_.Put(key, std::move(bytes));
   const std::string lk = LineageKey(origin.file_name, *origin.spec);
   if (lk.empty() || origin.spec->length < opts_.min_chunk) return;
   // A chunk written as a delta (against delta_base) has its base already:
@@ -352,7 +325,7 @@ SnapshotDeltaPolicy::Outcome SnapshotDeltaPolicy::PrepareRebase(const RebaseItem
   // there); the prior version too when it was written by this process.
   thread_local Workspace ws;
   Bytes nb = BaseBytes(it.next, n);
-  Bytes pb = CacheGet(it.prev);
+  Bytes pb = cache_.Get(it.prev);
   if (!pb) {
     auto buf = std::make_shared<std::vector<uint8_t>>(n);
     auto got = store_->ReadChunk(it.prev, buf->data(), n, ws);
@@ -371,7 +344,10 @@ SnapshotDeltaPolicy::Outcome SnapshotDeltaPolicy::PrepareRebase(const RebaseItem
   EncodeParams params;
   params.dtype = dtype;
   params.base = nb->data();
-  std::vector<uint8_t> frame(MaxEncodedSize(n));
+  // Buffers reused from chunk to chunk (one rebase thread); the batch
+  // copies the frame.
+  thread_local std::vector<uint8_t> frame, check;
+  frame.resize(MaxEncodedSize(n));
   auto len = EncodeChunk(pb->data(), n, params, frame.data(), frame.size(), ws);
   if (!len.ok()) {
     counters_.rebase_errors++;
@@ -382,7 +358,7 @@ SnapshotDeltaPolicy::Outcome SnapshotDeltaPolicy::PrepareRebase(const RebaseItem
   frame.resize(*len);
   // The stored bytes of an older checkpoint are about to be replaced:
   // decode the new frame and compare before it goes anywhere.
-  std::vector<uint8_t> check(n);
+  check.resize(n);
   auto back = DecodeChunk(frame.data(), frame.size(), nb->data(), n, check.data(), n, ws);
   if (!back.ok() || *back != n || std::memcmp(check.data(), pb->data(), n) != 0) {
     counters_.rebase_errors++;

@@ -28,7 +28,6 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
-#include <list>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -38,6 +37,7 @@
 #include "lineage.h"
 #include "lmc/delta_estimate.h"
 #include "lmc/fs/snapshots.h"
+#include "lmc/store/chunk_cache.h"
 
 namespace lmc::fs {
 
@@ -78,12 +78,10 @@ class SnapshotDeltaPolicy final : public DeltaPolicy {
   const DeltaOptions& options() const { return opts_; }
 
  private:
-  using Bytes = std::shared_ptr<const std::vector<uint8_t>>;
+  using Bytes = store::ChunkBytes;
   // Decoded bytes of chunk `key` (pinned by the caller), from the cache or
   // the store.
   Bytes BaseBytes(const store::ChunkKey& key, size_t n);
-  Bytes CacheGet(const store::ChunkKey& key);
-  void CachePut(const store::ChunkKey& key, Bytes b);
   // A forward delta base: `base` (pinned here) if it is indexed, of length
   // n, within the chain limit and smaller by the estimate; else nullopt.
   std::optional<BaseChoice> TryBase(const ChunkOrigin& origin, const uint8_t* data, size_t n,
@@ -120,10 +118,8 @@ class SnapshotDeltaPolicy final : public DeltaPolicy {
   // Decoded chunks, LRU bounded by base_cache_bytes: bases read from the
   // store, and the bytes of chunks just written (the bases of the next
   // save), handed from ChooseBase to Record through `pending_`.
-  std::mutex mu_;  // guards everything below
-  std::list<std::pair<store::ChunkKey, Bytes>> lru_;
-  std::unordered_map<store::ChunkKey, decltype(lru_)::iterator, store::ChunkKeyHash> map_;
-  uint64_t cached_ = 0;
+  store::ChunkCache cache_;
+  std::mutex mu_;  // guards the two below
   // (ino, file offset) -> the chunk's bytes, from ChooseBase until Record.
   std::unordered_map<uint64_t, std::unordered_map<uint64_t, Bytes>> pending_;
   uint64_t pending_bytes_ = 0;

@@ -23,7 +23,7 @@
 #include <string>
 #include <unordered_map>
 
-#include "chunk_cache.h"
+#include "lmc/store/chunk_cache.h"
 #include "delta_hook.h"
 #include "encoder.h"
 #include "lmc/chunker.h"
@@ -32,6 +32,9 @@
 #include "records.h"
 
 namespace lmc::fs {
+
+using store::ChunkBytes;
+using store::ChunkCache;
 
 // A range of a file to cut into one chunk; dtype nullopt: detect. `spec`
 // carries the chunker's fields (offset, length, dtype and the lineage

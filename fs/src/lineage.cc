@@ -1,5 +1,7 @@
 #include "lineage.h"
 
+#include "records.h"
+
 #include <array>
 #include <cctype>
 
@@ -33,16 +35,6 @@ bool OfFollows(std::string_view s, size_t j) {
   if (!IsSep(s[j]) || !IsSep(s[j + 3])) return false;
   return std::tolower(static_cast<unsigned char>(s[j + 1])) == 'o' &&
          std::tolower(static_cast<unsigned char>(s[j + 2])) == 'f';
-}
-
-void PutBE(std::string* out, uint64_t v, int bytes) {
-  for (int i = bytes - 1; i >= 0; --i) out->push_back(static_cast<char>((v >> (8 * i)) & 0xff));
-}
-
-uint64_t GetBE(const char* p, int bytes) {
-  uint64_t v = 0;
-  for (int i = 0; i < bytes; ++i) v = (v << 8) | static_cast<uint8_t>(p[i]);
-  return v;
 }
 
 }  // namespace

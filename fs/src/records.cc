@@ -22,14 +22,16 @@ uint64_t GetU64(const char* p) {
   for (int i = 0; i < 8; i++) v |= uint64_t{static_cast<uint8_t>(p[i])} << (8 * i);
   return v;
 }
-void PutBE64(std::string* s, uint64_t v) {
-  for (int i = 7; i >= 0; i--) s->push_back(static_cast<char>(v >> (8 * i)));
+void PutBE(std::string* s, uint64_t v, int bytes) {
+  for (int i = bytes - 1; i >= 0; i--) s->push_back(static_cast<char>(v >> (8 * i)));
 }
-uint64_t GetBE64(const char* p) {
+uint64_t GetBE(const char* p, int bytes) {
   uint64_t v = 0;
-  for (int i = 0; i < 8; i++) v = (v << 8) | static_cast<uint8_t>(p[i]);
+  for (int i = 0; i < bytes; i++) v = (v << 8) | static_cast<uint8_t>(p[i]);
   return v;
 }
+void PutBE64(std::string* s, uint64_t v) { PutBE(s, v, 8); }
+uint64_t GetBE64(const char* p) { return GetBE(p, 8); }
 
 std::string InodeKey(uint64_t ino) {
   std::string k;

@@ -157,7 +157,7 @@ Store::Impl::~Impl() {
 Result<std::unique_ptr<Store>> Store::Open(const std::string& dir, const StoreOptions& options) {
   auto s = std::make_unique<Impl>();
   s->opts = options;
-  if (options.base_cache_bytes > 0) s->base_cache = std::make_unique<BaseCache>(options.base_cache_bytes);
+  if (options.base_cache_bytes > 0) s->base_cache = std::make_unique<ChunkCache>(options.base_cache_bytes);
   s->env = options.env ? options.env : Env::Default();
   s->codec = options.codec ? options.codec : LmcFrameCodec();
   s->dir = dir;
@@ -373,27 +373,6 @@ Status Store::Impl::ReadRecord(const ChunkKey& key, const fmt::ChunkEntry& e, co
   return Status::Ok();
 }
 
-BaseCache::Bytes BaseCache::Get(const ChunkKey& key) {
-  std::lock_guard l(mu_);
-  auto it = map_.find(key);
-  if (it == map_.end()) return nullptr;
-  lru_.splice(lru_.begin(), lru_, it->second);
-  return it->second->second;
-}
-
-void BaseCache::Put(const ChunkKey& key, Bytes b) {
-  std::lock_guard l(mu_);
-  if (!b || b->size() > cap_ || map_.count(key)) return;
-  bytes_ += b->size();
-  lru_.emplace_front(key, std::move(b));
-  map_[key] = lru_.begin();
-  while (bytes_ > cap_ && !lru_.empty()) {
-    bytes_ -= lru_.back().second->size();
-    map_.erase(lru_.back().first);
-    lru_.pop_back();
-  }
-}
-
 Result<size_t> Store::Impl::Read(const ChunkKey& key, uint8_t* dst, size_t cap, Workspace& ws,
                                  bool verify_hash, int depth) {
   if (depth > fmt::kMaxDeltaDepth) return Status::Corruption("chunk " + key.ToHex() + ": delta chain too deep");
@@ -408,7 +387,7 @@ Result<size_t> Store::Impl::Read(const ChunkKey& key, uint8_t* dst, size_t cap, 
     // base cache. Keys name content, and only verified bytes go in, so they
     // are the chunk's bytes; verify_hash still checks them.
     if (depth == 0 && base_cache) {
-      if (BaseCache::Bytes hit = base_cache->Get(key); hit && hit->size() == e.decoded_len) {
+      if (ChunkBytes hit = base_cache->Get(key); hit && hit->size() == e.decoded_len) {
         n_base_hits++;
         std::memcpy(dst, hit->data(), hit->size());
         if (verify_hash && ChunkKey::Of(dst, hit->size()) != key)
@@ -416,7 +395,7 @@ Result<size_t> Store::Impl::Read(const ChunkKey& key, uint8_t* dst, size_t cap, 
         return hit->size();
       }
     }
-    BaseCache::Bytes base;
+    ChunkBytes base;
     if (e.base) {
       // Decoded bases are cached: reading a series in order goes through
       // the same bases again. Only bytes that decoded and verified are put.

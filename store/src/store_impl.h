@@ -8,7 +8,6 @@
 #include <atomic>
 #include <condition_variable>
 #include <deque>
-#include <list>
 #include <functional>
 #include <map>
 #include <memory>
@@ -21,6 +20,7 @@
 #include <vector>
 
 #include "format.h"
+#include "lmc/store/chunk_cache.h"
 #include "lmc/store/store.h"
 
 namespace lmc::store {
@@ -39,24 +39,6 @@ struct Writer {
   bool done = false;
   Status status;
   std::condition_variable cv;
-};
-
-// Decoded delta bases by key, LRU bounded by bytes. Keys name content, so
-// an entry is never stale. Thread-safe.
-class BaseCache {
- public:
-  using Bytes = std::shared_ptr<const std::vector<uint8_t>>;
-  explicit BaseCache(uint64_t cap) : cap_(cap) {}
-  Bytes Get(const ChunkKey& key);
-  void Put(const ChunkKey& key, Bytes b);
-  uint64_t capacity() const { return cap_; }
-
- private:
-  const uint64_t cap_;
-  std::mutex mu_;
-  std::list<std::pair<ChunkKey, Bytes>> lru_;  // most recent first
-  std::unordered_map<ChunkKey, std::list<std::pair<ChunkKey, Bytes>>::iterator, ChunkKeyHash> map_;
-  uint64_t bytes_ = 0;
 };
 
 struct Store::Impl {
@@ -112,7 +94,7 @@ struct Store::Impl {
       n_corruptions{0}, n_rebased{0}, n_rebase_skipped{0}, n_base_hits{0}, n_base_misses{0};
 
   // Decoded delta bases (StoreOptions::base_cache_bytes); set at Open.
-  std::unique_ptr<BaseCache> base_cache;
+  std::unique_ptr<ChunkCache> base_cache;
 
   ~Impl();
   std::string PackPath(uint64_t id) const { return pack_dir + "/" + fmt::PackFileName(id); }

@@ -77,7 +77,6 @@ struct FsCounters {
 };
 
 struct Inode;
-class ChunkCache;
 class DeltaPolicy;  // src/delta_hook.h
 
 class Filesystem {

@@ -1,8 +1,8 @@
-#include "chunk_cache.h"
+#include "lmc/store/chunk_cache.h"
 
-namespace lmc::fs {
+namespace lmc::store {
 
-ChunkBytes ChunkCache::Get(const store::ChunkKey& key) {
+ChunkBytes ChunkCache::Get(const ChunkKey& key) {
   std::lock_guard lk(mu_);
   auto it = map_.find(key);
   if (it == map_.end()) return nullptr;
@@ -10,7 +10,7 @@ ChunkBytes ChunkCache::Get(const store::ChunkKey& key) {
   return it->second->second;
 }
 
-void ChunkCache::Put(const store::ChunkKey& key, ChunkBytes bytes) {
+void ChunkCache::Put(const ChunkKey& key, ChunkBytes bytes) {
   if (!bytes || bytes->size() > cap_) return;
   std::lock_guard lk(mu_);
   auto it = map_.find(key);
@@ -28,4 +28,4 @@ void ChunkCache::Put(const store::ChunkKey& key, ChunkBytes bytes) {
   }
 }
 
-}  // namespace lmc::fs
+}  // namespace lmc::store
