@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "delta.h"
+#include "lmc/fs/control.h"
 #include "lmc/fs/snapshots.h"
 #include "lineage.h"
 #include "lmc/codec.h"
@@ -447,7 +448,7 @@ TEST_F(DeltaPolicyTest, GcHookRewritesDependantsOfDeadBasesAndReports) {
   ASSERT_TRUE(store_->GetChunkInfo(second.keys[0])->base.has_value());
   DeleteFile(1, first);
   std::vector<std::string> events;
-  auto hook = DeadBaseGcHook();
+  auto hook = control::DeadBaseGcHook();
   ASSERT_TRUE(hook(*store_, [&](const std::string& e) { events.push_back(e); }).ok());
   ASSERT_FALSE(events.empty());
   EXPECT_NE(events.back().find("\"done\":true"), std::string::npos) << events.back();

@@ -21,7 +21,7 @@
 #include <string>
 #include <thread>
 
-#include "delta_hook.h"
+#include "lmc/fs/delta_policy.h"
 #include "lmc/store/store.h"
 
 namespace lmc::fs {

@@ -19,7 +19,7 @@
 #include "lmc/fs/inspect.h"
 #include "lmc/store/store.h"
 #include "lmcfs_tools.h"
-#include "records.h"
+#include "lmc/fs/records.h"
 #include "tools_test_util.h"
 
 namespace lmc::tools {
@@ -338,7 +338,9 @@ TEST_F(ToolsOffline, RetentionListsAndDeletesOnlyWithYes) {
 class ToolsControl : public ToolsOffline {
  protected:
   void StartServer(uid_t owner = 0) {
-    ASSERT_TRUE(server_.Start(fs_.get(), store_dir_, owner).ok());
+    fs::Filesystem* f = fs_.get();
+    auto daemon = [f] { return fs::control::DaemonStats{f->NamedCounters(), f->DeltaCounters()}; };
+    ASSERT_TRUE(server_.Start(f->store(), store_dir_, owner, daemon).ok());
   }
   json Call(const json& req, std::vector<json>* events = nullptr) {
     std::string resp;

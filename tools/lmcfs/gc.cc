@@ -10,7 +10,6 @@
 #include <nlohmann/json.hpp>
 
 #include "common.h"
-#include "lmc/fs/snapshots.h"
 #include "lmcfs_tools.h"
 
 namespace lmc::tools {
@@ -170,7 +169,7 @@ int GcMain(int argc, char** argv, std::ostream& out, std::ostream& err) {
     o.threshold = threshold;
     o.rate_bytes_per_s = rate;
     o.dry_run = dry_run;
-    o.before_compact = fs::DeadBaseGcHook();  // as the daemon does: dependants of dead delta bases
+    o.before_compact = fs::control::DeadBaseGcHook();  // as the daemon does: dependants of dead delta bases
     auto r = fs::control::RunGc(**st, o, on_event);
     if (!r.ok()) {
       bar.Finish();

@@ -7,12 +7,10 @@
 // pipe, so the command returns only once the mount is ready and prints the
 // real reason when it is not (what fuse_daemonize cannot do once the store
 // is open in the parent).
-#define FUSE_USE_VERSION 312
 #include "mount_main.h"
 
 #include <dirent.h>
 #include <fcntl.h>
-#include <fuse3/fuse_lowlevel.h>
 #include <spdlog/sinks/basic_file_sink.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
@@ -33,7 +31,7 @@
 #include "lmc/fs/control.h"
 #include "lmc/fs/filesystem.h"
 #include "lmc/gpu.h"
-#include "lmc/fs/fuse_ops.h"
+#include "lmc/fs/fuse_session.h"
 #include "lmc/fs/snapshots.h"
 #include "lmc/store/store.h"
 
@@ -440,64 +438,45 @@ int Serve(const Options& o, int report_fd) {
   }
   std::unique_ptr<Filesystem> fs = std::move(fsr).value();
   InstallSnapshotPolicy(fs.get(), o.delta);
-  FuseContext ctx;
-  ctx.fs = fs.get();
-
-  std::string opts = "default_permissions,fsname=lmcfs:" + o.store + ",subtype=lmcfs";
-  if (o.allow_other) opts += ",allow_other";
-  if (o.ro) opts += ",ro";
-  for (auto& x : o.fuse_opts) opts += "," + x;
-  std::vector<std::string> argstore = {"mount.lmcfs", "-o", opts};
-  std::vector<char*> av;
-  for (auto& s : argstore) av.push_back(s.data());
-  fuse_args args = FUSE_ARGS_INIT(static_cast<int>(av.size()), av.data());
-  fuse_session* se = fuse_session_new(&args, &LowLevelOps(), sizeof(fuse_lowlevel_ops), &ctx);
-  fuse_opt_free_args(&args);
-  if (!se) {
-    Report(report_fd, 16, "bad FUSE options: " + opts);
-    return 16;
-  }
-  if (fuse_set_signal_handlers(se) != 0) {
-    fuse_session_destroy(se);
-    Report(report_fd, 32, "cannot install signal handlers");
-    return 32;
-  }
-  if (fuse_session_mount(se, o.mountpoint.c_str()) != 0) {
-    fuse_remove_signal_handlers(se);
-    fuse_session_destroy(se);
-    Report(report_fd, 32, "cannot mount at " + o.mountpoint + " (see the message above)");
-    return 32;
-  }
-  // The codec's chunk encoder and decoder run on the CPU (the CUDA
-  // transforms of gpu.h are not in the chunk path yet), so gpu=auto|on only
-  // decides whether a usable GPU is required; the log says what runs.
-  spdlog::info("lmcfs: mounted {} at {}; codec path: CPU (gpu={}; GPU: {})", o.store, o.mountpoint,
-               o.gpu, GpuDescription());
   // The control channel of lmcfs-gc/-stat/-fsck (lmc/fs/control.h); the
   // mount serves without it if it cannot start.
   control::ControlServer control;
-  control.SetBeforeCompact(DeadBaseGcHook());  // lmcfs-gc re-encodes dependants of dead delta bases
-  if (Status cs = control.Start(fs.get(), o.store, getuid()); !cs.ok())
-    spdlog::warn("lmcfs: no control channel for {} ({}); lmcfs-gc/-stat/-fsck cannot reach this mount",
-                 o.mountpoint, cs.ToString());
-  if (report_fd >= 0) {
-    Report(report_fd, 0, "");
-    int nul = open("/dev/null", O_RDWR);
-    if (nul >= 0) {
-      dup2(nul, 0);
-      dup2(nul, 1);
-      if (o.log_file.empty()) dup2(nul, 2);
-      if (nul > 2) close(nul);
+  FuseSessionOptions session;
+  session.mountpoint = o.mountpoint;
+  session.fsname = o.store;
+  session.allow_other = o.allow_other;
+  session.read_only = o.ro;
+  session.extra = o.fuse_opts;
+  session.threads = o.threads;
+  auto on_mounted = [&] {
+    // The codec's chunk encoder and decoder run on the CPU (the CUDA
+    // transforms of gpu.h are not in the chunk path yet), so gpu=auto|on only
+    // decides whether a usable GPU is required; the log says what runs.
+    spdlog::info("lmcfs: mounted {} at {}; codec path: CPU (gpu={}; GPU: {})", o.store, o.mountpoint,
+                 o.gpu, GpuDescription());
+    control.SetBeforeCompact(control::DeadBaseGcHook());  // lmcfs-gc re-encodes dependants of dead delta bases
+    Filesystem* f = fs.get();
+    auto daemon = [f] { return control::DaemonStats{f->NamedCounters(), f->DeltaCounters()}; };
+    if (Status cs = control.Start(f->store(), o.store, getuid(), daemon); !cs.ok())
+      spdlog::warn("lmcfs: no control channel for {} ({}); lmcfs-gc/-stat/-fsck cannot reach this mount",
+                   o.mountpoint, cs.ToString());
+    if (report_fd >= 0) {
+      Report(report_fd, 0, "");
+      int nul = open("/dev/null", O_RDWR);
+      if (nul >= 0) {
+        dup2(nul, 0);
+        dup2(nul, 1);
+        if (o.log_file.empty()) dup2(nul, 2);
+        if (nul > 2) close(nul);
+      }
     }
+  };
+  std::string error;
+  int rc = ServeFuse(fs.get(), session, on_mounted, &error);
+  if (rc != 0 && rc != kFuseLoop) {  // not mounted: on_mounted did not run
+    Report(report_fd, rc, error);
+    return rc;
   }
-  fuse_loop_config* cfg = fuse_loop_cfg_create();
-  unsigned threads = o.threads ? o.threads : std::max(4u, 2 * std::thread::hardware_concurrency());
-  fuse_loop_cfg_set_max_threads(cfg, threads);
-  int rc = fuse_session_loop_mt(se, cfg);
-  fuse_loop_cfg_destroy(cfg);
-  fuse_session_unmount(se);
-  fuse_remove_signal_handlers(se);
-  fuse_session_destroy(se);
   control.Stop();
   Status s = fs->Shutdown();
   fs.reset();
@@ -507,7 +486,8 @@ int Serve(const Options& o, int report_fd) {
     return 8;
   }
   spdlog::info("lmcfs: unmounted {}", o.mountpoint);
-  return rc < 0 ? 8 : 0;
+  if (rc != 0) spdlog::error("lmcfs: {}: {}", o.mountpoint, error);
+  return rc;
 }
 
 }  // namespace

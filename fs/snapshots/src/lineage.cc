@@ -1,6 +1,6 @@
 #include "lineage.h"
 
-#include "records.h"
+#include "lmc/fs/records.h"
 
 #include <array>
 #include <cctype>

@@ -33,7 +33,7 @@
 #include <thread>
 #include <unordered_map>
 
-#include "delta_hook.h"
+#include "lmc/fs/delta_policy.h"
 #include "lineage.h"
 #include "lmc/delta_estimate.h"
 #include "lmc/fs/snapshots.h"

@@ -24,12 +24,12 @@
 #include <unordered_map>
 
 #include "lmc/store/chunk_cache.h"
-#include "delta_hook.h"
+#include "lmc/fs/delta_policy.h"
 #include "encoder.h"
 #include "lmc/chunker.h"
 #include "lmc/fs/filesystem.h"
 #include "lmc/layout.h"
-#include "records.h"
+#include "lmc/fs/records.h"
 
 namespace lmc::fs {
 
@@ -94,7 +94,7 @@ struct Inode {
   int write_error = 0;
 
   // The name the file was created, last linked or renamed under (or looked
-  // up by), for the delta policy's lineage (delta_hook.h).
+  // up by), for the delta policy's lineage (lmc/fs/delta_policy.h).
   std::string name_hint;
   uint64_t parent_hint = 0;  // the directory of that name (0: unknown)
 
@@ -119,7 +119,7 @@ struct Filesystem::Impl {
   store::Store* store;
   ChunkCache cache;
 
-  // The incremental-snapshot policy (delta_hook.h); nullptr: every chunk
+  // The incremental-snapshot policy (lmc/fs/delta_policy.h); nullptr: every chunk
   // standalone. Installed before use (Filesystem::SetDeltaPolicy); declared
   // before `encoders` so that it outlives the jobs that use it.
   std::unique_ptr<DeltaPolicy> delta;
@@ -189,7 +189,5 @@ struct Filesystem::Impl {
   // Last member: destroyed (joined) first, while everything its jobs use lives.
   EncoderPool encoders;
 };
-
-int64_t NowNs();
 
 }  // namespace lmc::fs

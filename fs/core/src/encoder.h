@@ -18,7 +18,7 @@
 #include <thread>
 #include <vector>
 
-#include "delta_hook.h"
+#include "lmc/fs/delta_policy.h"
 #include "lmc/chunker.h"
 #include "lmc/status.h"
 #include "lmc/store/chunk_key.h"

@@ -310,8 +310,30 @@ Result<std::string> RunFsck(store::Store& st, const FsckRunOptions& o, const Eve
   return j.dump();
 }
 
+std::function<Status(store::Store&, const EventFn&)> DeadBaseGcHook() {
+  return [](store::Store& st, const EventFn& events) -> Status {
+    auto event = [&](const store::DeadBaseReport& r, bool done) {
+      if (!events) return;
+      events("{\"event\":\"dead_bases\",\"done\":" + std::string(done ? "true" : "false") +
+             ",\"chunks_scanned\":" + std::to_string(r.chunks_scanned) +
+             ",\"dead_bases\":" + std::to_string(r.dead_bases) +
+             ",\"dead_base_bytes\":" + std::to_string(r.dead_base_bytes) +
+             ",\"rewritten\":" + std::to_string(r.rewritten) +
+             ",\"bytes_before\":" + std::to_string(r.bytes_before) +
+             ",\"bytes_after\":" + std::to_string(r.bytes_after) + "}");
+    };
+    auto r = st.RewriteDeadBases({}, [&](const store::DeadBaseReport& p) {
+      event(p, false);
+      return true;
+    });
+    if (!r.ok()) return r.status();
+    event(*r, true);
+    return Status::Ok();
+  };
+}
+
 Result<std::string> RunStat(store::Store& st, const std::string& store_dir,
-                            const std::vector<std::string>& paths, Filesystem* fs, double uptime_s) {
+                            const std::vector<std::string>& paths, const DaemonStats* daemon, double uptime_s) {
   LMC_ASSIGN_OR_RETURN(TreeReport rep, InspectTree(&st, paths));
   json entries = json::array();
   for (const auto& e : rep.entries) {
@@ -336,29 +358,22 @@ Result<std::string> RunStat(store::Store& st, const std::string& store_dir,
                  {"live_fraction", t.LiveFraction()}});
   if (!store_dir.empty()) totals["index_bytes"] = DirBytes(store_dir + "/index");
   json j = {{"entries", entries}, {"totals", totals}};
-  if (fs) {
-    FsCounters& c = fs->counters();
+  if (daemon) {
     const store::StoreStats ss = st.Stats();
-    j["daemon"] = {{"uptime_s", uptime_s},
-                   {"write_calls", c.write_calls.load()},
-                   {"write_bytes", c.write_bytes.load()},
-                   {"bytes_encoded", c.bytes_written.load()},
-                   {"chunks_written", c.chunks_written.load()},
-                   {"data_commits", c.commits.load()},
-                   {"cache_hits", c.cache_hits.load()},
-                   {"cache_misses", c.cache_misses.load()},
-                   {"eio", c.eio.load()},
-                   {"store_commits", ss.commits},
-                   {"store_dedup_hits", ss.dedup_hits},
-                   {"store_bytes_appended", ss.bytes_appended},
-                   {"store_corruptions", ss.corruptions},
-                   {"store_base_cache_hits", ss.base_cache_hits},
-                   {"store_base_cache_misses", ss.base_cache_misses},
-                   {"store_rebased", ss.rebased},
-                   {"store_rebase_skipped", ss.rebase_skipped}};
-    json d = json::object();
-    for (const auto& [k, v] : fs->DeltaCounters()) d[k] = v;
-    j["daemon"]["delta"] = d;
+    json d = {{"uptime_s", uptime_s},
+              {"store_commits", ss.commits},
+              {"store_dedup_hits", ss.dedup_hits},
+              {"store_bytes_appended", ss.bytes_appended},
+              {"store_corruptions", ss.corruptions},
+              {"store_base_cache_hits", ss.base_cache_hits},
+              {"store_base_cache_misses", ss.base_cache_misses},
+              {"store_rebased", ss.rebased},
+              {"store_rebase_skipped", ss.rebase_skipped}};
+    for (const auto& [k, v] : daemon->counters) d[k] = v;
+    json delta = json::object();
+    for (const auto& [k, v] : daemon->delta) delta[k] = v;
+    d["delta"] = std::move(delta);
+    j["daemon"] = std::move(d);
   }
   return j.dump();
 }
@@ -380,7 +395,8 @@ bool PeerAllowed(int fd, uid_t owner, std::string* why) {
 // ------------------------------------------------------------ server
 
 struct ControlServer::Impl {
-  Filesystem* fs = nullptr;
+  store::Store* store = nullptr;
+  DaemonStatsFn daemon_stats;
   std::string store_dir, path;
   uid_t owner = 0;
   int listen_fd = -1;
@@ -412,10 +428,12 @@ void ControlServer::SetBeforeCompact(std::function<Status(store::Store&, const E
   impl_->before_compact = std::move(fn);
 }
 
-Status ControlServer::Start(Filesystem* fs, const std::string& store_dir, uid_t owner) {
+Status ControlServer::Start(store::Store* store, const std::string& store_dir, uid_t owner,
+                            DaemonStatsFn daemon_stats) {
   Impl& s = *impl_;
   if (s.listen_fd >= 0) return Status::InvalidArgument("control server already started");
-  s.fs = fs;
+  s.store = store;
+  s.daemon_stats = std::move(daemon_stats);
   s.store_dir = store_dir;
   s.path = SocketPath(store_dir);
   s.owner = owner;
@@ -558,7 +576,7 @@ void ControlServer::Impl::Serve(int fd) {
 }
 
 json ControlServer::Impl::Handle(const json& req, const EventFn& ev) {
-  store::Store& st = *fs->store();
+  store::Store& st = *store;
   const std::string op = req.value("op", "");
   auto fail = [](const Status& s) {
     return json{{"ok", false}, {"code", "error"}, {"error", s.ToString()}};
@@ -569,7 +587,8 @@ json ControlServer::Impl::Handle(const json& req, const EventFn& ev) {
   if (op == "ping") return json{{"ok", true}, {"result", {{"store", store_dir}}}};
   if (op == "stat") {
     std::vector<std::string> paths = req.value("paths", std::vector<std::string>{});
-    auto r = RunStat(st, store_dir, paths, fs, Since(started));
+    const DaemonStats daemon = daemon_stats ? daemon_stats() : DaemonStats{};
+    auto r = RunStat(st, store_dir, paths, &daemon, Since(started));
     if (!r.ok()) return fail(r.status());
     json j = ok(*r);
     j["result"]["store"] = store_dir;

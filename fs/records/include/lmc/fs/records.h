@@ -12,6 +12,12 @@
 
 namespace lmc::fs {
 
+// The root directory's inode number (FUSE_ROOT_ID).
+inline constexpr uint64_t kRootIno = 1;
+
+// Wall-clock time in nanoseconds, as inode timestamps record it.
+int64_t NowNs();
+
 // inodes: key = ino u64 BE. Value version 1:
 //   0 u8 version  1..3 reserved  4 u32 mode  8 u32 uid  12 u32 gid
 //   16 u32 nlink  20 u32 rdev  24 u64 size  32 u64 stored bytes

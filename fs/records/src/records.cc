@@ -1,10 +1,18 @@
-#include "records.h"
+#include "lmc/fs/records.h"
+
+#include <time.h>
 
 #include <cstring>
 
 #include "lmc/store/extent.h"
 
 namespace lmc::fs {
+
+int64_t NowNs() {
+  timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return int64_t{ts.tv_sec} * 1000000000 + ts.tv_nsec;
+}
 
 void PutU32(std::string* s, uint32_t v) {
   for (int i = 0; i < 4; i++) s->push_back(static_cast<char>(v >> (8 * i)));

@@ -1,6 +1,7 @@
 // Incremental snapshots (docs/ARCHITECTURE.md, "Incremental snapshots"):
 // the options of the delta policy and how to install it. The policy itself
-// is private to lmc_fs (src/delta.h behind src/delta_hook.h).
+// is private to lmc_fs_snapshots (snapshots/src/delta.h, behind the
+// core's seam lmc/fs/delta_policy.h).
 #pragma once
 
 #include <cstdint>
@@ -54,11 +55,6 @@ Result<bool> ParseDeltaOption(std::string_view key, std::string_view value, Delt
 
 // The incremental-snapshot policy over `store` (which must outlive it).
 std::unique_ptr<DeltaPolicy> MakeSnapshotDeltaPolicy(store::Store* store, const DeltaOptions& options);
-// gc's hook for dead delta bases (control::GcOptions::before_compact, also
-// ControlServer::SetBeforeCompact): Store::RewriteDeadBases with the LMC
-// codec, one progress event per commit ({"event":"dead_bases",...}).
-std::function<Status(store::Store&, const std::function<void(const std::string&)>&)> DeadBaseGcHook();
-
 // Installs it in `fs` (Filesystem::SetDeltaPolicy) over fs's store; before
 // the first write.
 void InstallSnapshotPolicy(Filesystem* fs, const DeltaOptions& options);

@@ -1,6 +1,6 @@
 #include "delta.h"
 
-#include "records.h"
+#include "lmc/fs/records.h"
 
 #include <spdlog/spdlog.h>
 #include <sys/resource.h>
@@ -11,8 +11,6 @@
 #include <cstring>
 
 namespace lmc::fs {
-
-int64_t NowNs();  // fs_impl.h
 
 namespace {
 // How long a queued rebase waits for its new chunk to be committed before
@@ -497,28 +495,6 @@ Result<bool> ParseDeltaOption(std::string_view key, std::string_view value, Delt
     return true;
   }
   return false;
-}
-
-std::function<Status(store::Store&, const std::function<void(const std::string&)>&)> DeadBaseGcHook() {
-  return [](store::Store& st, const std::function<void(const std::string&)>& events) -> Status {
-    auto event = [&](const store::DeadBaseReport& r, bool done) {
-      if (!events) return;
-      events("{\"event\":\"dead_bases\",\"done\":" + std::string(done ? "true" : "false") +
-             ",\"chunks_scanned\":" + std::to_string(r.chunks_scanned) +
-             ",\"dead_bases\":" + std::to_string(r.dead_bases) +
-             ",\"dead_base_bytes\":" + std::to_string(r.dead_base_bytes) +
-             ",\"rewritten\":" + std::to_string(r.rewritten) +
-             ",\"bytes_before\":" + std::to_string(r.bytes_before) +
-             ",\"bytes_after\":" + std::to_string(r.bytes_after) + "}");
-    };
-    auto r = st.RewriteDeadBases({}, [&](const store::DeadBaseReport& p) {
-      event(p, false);
-      return true;
-    });
-    if (!r.ok()) return r.status();
-    event(*r, true);
-    return Status::Ok();
-  };
 }
 
 std::unique_ptr<DeltaPolicy> MakeSnapshotDeltaPolicy(store::Store* store, const DeltaOptions& options) {

@@ -20,12 +20,12 @@
 #include <utility>
 #include <vector>
 
+#include "lmc/fs/records.h"
 #include "lmc/status.h"
 #include "lmc/store/store.h"
 
 namespace lmc::fs {
 
-inline constexpr uint64_t kRootIno = 1;
 
 struct FsOptions {
   uint32_t chunk_size = 1u << 20;            // codec chunk size (Chunker); default = lmc::kDefaultChunkSize
@@ -77,7 +77,7 @@ struct FsCounters {
 };
 
 struct Inode;
-class DeltaPolicy;  // src/delta_hook.h
+class DeltaPolicy;  // lmc/fs/delta_policy.h
 
 class Filesystem {
  public:
@@ -148,11 +148,13 @@ class Filesystem {
   // mount root's xattr user.lmcfs.pending_rebases).
   void FlushBackground();
   uint64_t BackgroundPending() const;
+  // counters() by the names operators see (lmcfs-stat's "daemon" object).
+  std::vector<std::pair<std::string, uint64_t>> NamedCounters() const;
   // The delta policy's named counters (empty without one).
   std::vector<std::pair<std::string, uint64_t>> DeltaCounters() const;
 
   // Installs the incremental-snapshot policy the write pipeline consults
-  // for each chunk (src/delta_hook.h); nullptr: none. Call before the first
+  // for each chunk (lmc/fs/delta_policy.h); nullptr: none. Call before the first
   // write or while no write is in flight (encoder jobs hold the pointer).
   void SetDeltaPolicy(std::unique_ptr<DeltaPolicy> policy);
 
@@ -160,7 +162,7 @@ class Filesystem {
   FsCounters& counters() { return counters_; }
   store::Store* store() { return store_; }
 
-  struct Impl;  // private state (src/fs_impl.h)
+  struct Impl;  // private state (core/src/fs_impl.h)
 
  private:
   Filesystem(store::Store* store, std::string store_dir, const FsOptions& options);

@@ -9,8 +9,7 @@
 #include <map>
 #include <unordered_map>
 
-#include "lmc/fs/filesystem.h"
-#include "records.h"
+#include "lmc/fs/records.h"
 
 namespace lmc::fs {
 namespace {

@@ -22,11 +22,6 @@
 
 namespace lmc::fs {
 
-int64_t NowNs() {
-  timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return int64_t{ts.tv_sec} * 1000000000 + ts.tv_nsec;
-}
 
 namespace {
 
@@ -92,6 +87,14 @@ uint64_t Filesystem::BackgroundPending() const { return impl_->delta ? impl_->de
 
 std::vector<std::pair<std::string, uint64_t>> Filesystem::DeltaCounters() const {
   return impl_->delta ? impl_->delta->Counters() : std::vector<std::pair<std::string, uint64_t>>{};
+}
+
+std::vector<std::pair<std::string, uint64_t>> Filesystem::NamedCounters() const {
+  const FsCounters& c = counters_;
+  return {{"write_calls", c.write_calls.load()},       {"write_bytes", c.write_bytes.load()},
+          {"bytes_encoded", c.bytes_written.load()},   {"chunks_written", c.chunks_written.load()},
+          {"data_commits", c.commits.load()},          {"cache_hits", c.cache_hits.load()},
+          {"cache_misses", c.cache_misses.load()},     {"eio", c.eio.load()}};
 }
 
 void Filesystem::SetDeltaPolicy(std::unique_ptr<DeltaPolicy> policy) {

@@ -63,7 +63,7 @@ void EncodeJobBody(EncodeJob* job) {
     EncodeParams params;
     params.dtype = job->dtype ? *job->dtype : DetectDType(p, n);
     // The delta seam: the policy may offer an XOR base of the same length
-    // (delta_hook.h); `base` keeps its bytes alive while encoding.
+    // (lmc/fs/delta_policy.h); `base` keeps its bytes alive while encoding.
     std::optional<BaseChoice> base;
     if (job->delta) {
       base = job->delta->ChooseBase(job->Origin(), p, n);

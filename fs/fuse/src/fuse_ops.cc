@@ -1,7 +1,6 @@
-// libfuse3 low-level adapters: the only file of lmc_fs that includes a FUSE
-// header. Each callback replies from one Filesystem call; Guard turns any
-// stray exception into an error reply (STYLE.md convention 3).
-#define FUSE_USE_VERSION 312
+// libfuse3 low-level adapters (lmc_fs_fuse, with session.cc the only files
+// that include a FUSE header). Each callback replies from one Filesystem
+// call; Guard turns any stray exception into an error reply.
 #include <fuse3/fuse_lowlevel.h>
 #include <spdlog/spdlog.h>
 
@@ -14,7 +13,7 @@
 #include <vector>
 
 #include "lmc/fs/filesystem.h"
-#include "lmc/fs/fuse_ops.h"
+#include "fuse_ops.h"
 
 namespace lmc::fs {
 namespace {

@@ -1,5 +1,5 @@
-// The libfuse3 low-level glue over fs::Filesystem (src/fuse_ops.cc, the
-// only file that includes a FUSE header). Each operation is a thin reply
+// The libfuse3 low-level glue over fs::Filesystem (fuse_ops.cc), private to
+// lmc_fs_fuse; session.cc serves it. Each operation is a thin reply
 // over a Filesystem call; nothing escapes a callback (exceptions -> EIO,
 // bad_alloc -> ENOMEM).
 #pragma once

@@ -22,7 +22,6 @@
 #include <string>
 #include <vector>
 
-#include "lmc/fs/filesystem.h"
 #include "lmc/status.h"
 #include "lmc/store/store.h"
 
@@ -66,11 +65,26 @@ struct FsckRunOptions {
 // "exit_code" follows fsck(8) (store::FsckExit).
 Result<std::string> RunFsck(store::Store& store, const FsckRunOptions& options, const EventFn& events);
 
+// gc's hook for dead delta bases (GcOptions::before_compact, also
+// ControlServer::SetBeforeCompact): Store::RewriteDeadBases with the LMC
+// codec, one progress event per commit ({"event":"dead_bases",...}).
+std::function<Status(store::Store&, const EventFn&)> DeadBaseGcHook();
+
+// What a mounted filesystem adds to a stat's "daemon" object: its own
+// counters (name -> value, e.g. fs::Filesystem::NamedCounters) and the
+// delta policy's (reported under "delta"). The store's counters are added
+// by RunStat itself.
+struct DaemonStats {
+  std::vector<std::pair<std::string, uint64_t>> counters;
+  std::vector<std::pair<std::string, uint64_t>> delta;
+};
+using DaemonStatsFn = std::function<DaemonStats()>;
+
 // Per-file/per-directory figures and store totals (lmc/fs/inspect.h), plus
 // "index_bytes" (the index directory's size on disk) when store_dir is
-// given, and "daemon" counters when fs is given.
+// given, and a "daemon" object when `daemon` is given (a mounted store).
 Result<std::string> RunStat(store::Store& store, const std::string& store_dir,
-                            const std::vector<std::string>& paths, Filesystem* fs,
+                            const std::vector<std::string>& paths, const DaemonStats* daemon,
                             double uptime_s = 0);
 
 // STORE/control.sock.
@@ -91,7 +105,9 @@ class ControlServer {
 
   // Listens on SocketPath(store_dir), owned by `owner`, mode 0600. A stale
   // socket file (left by a crash: we hold the store lock) is replaced.
-  Status Start(Filesystem* fs, const std::string& store_dir, uid_t owner);
+  // `store` must outlive the server; `daemon_stats` (may be empty) is
+  // called on a connection thread for each stat request.
+  Status Start(store::Store* store, const std::string& store_dir, uid_t owner, DaemonStatsFn daemon_stats);
   // Stops listening, cancels running operations between packs, joins.
   void Stop();
   // Installed into every gc's options (GcOptions::before_compact).

@@ -1,0 +1,58 @@
+// ServeFuse (lmc/fs/fuse_session.h): one libfuse low-level session over the
+// adapters of fuse_ops.cc.
+#include <fuse3/fuse_lowlevel.h>
+
+#include <algorithm>
+#include <thread>
+
+#include "fuse_ops.h"
+#include "lmc/fs/fuse_session.h"
+
+namespace lmc::fs {
+
+int ServeFuse(Filesystem* fs, const FuseSessionOptions& o, const std::function<void()>& on_mounted,
+              std::string* error) {
+  FuseContext ctx;
+  ctx.fs = fs;
+  std::string opts = "default_permissions,fsname=lmcfs:" + o.fsname + ",subtype=lmcfs";
+  if (o.allow_other) opts += ",allow_other";
+  if (o.read_only) opts += ",ro";
+  for (const auto& x : o.extra) opts += "," + x;
+  std::vector<std::string> argstore = {"mount.lmcfs", "-o", opts};
+  std::vector<char*> av;
+  for (auto& s : argstore) av.push_back(s.data());
+  fuse_args args = FUSE_ARGS_INIT(static_cast<int>(av.size()), av.data());
+  fuse_session* se = fuse_session_new(&args, &LowLevelOps(), sizeof(fuse_lowlevel_ops), &ctx);
+  fuse_opt_free_args(&args);
+  if (!se) {
+    *error = "bad FUSE options: " + opts;
+    return kFuseUsage;
+  }
+  if (fuse_set_signal_handlers(se) != 0) {
+    fuse_session_destroy(se);
+    *error = "cannot install signal handlers";
+    return kFuseFailure;
+  }
+  if (fuse_session_mount(se, o.mountpoint.c_str()) != 0) {
+    fuse_remove_signal_handlers(se);
+    fuse_session_destroy(se);
+    *error = "cannot mount at " + o.mountpoint + " (see the message above)";
+    return kFuseFailure;
+  }
+  if (on_mounted) on_mounted();
+  fuse_loop_config* cfg = fuse_loop_cfg_create();
+  unsigned threads = o.threads ? o.threads : std::max(4u, 2 * std::thread::hardware_concurrency());
+  fuse_loop_cfg_set_max_threads(cfg, threads);
+  int rc = fuse_session_loop_mt(se, cfg);
+  fuse_loop_cfg_destroy(cfg);
+  fuse_session_unmount(se);
+  fuse_remove_signal_handlers(se);
+  fuse_session_destroy(se);
+  if (rc < 0) {
+    *error = "the FUSE request loop failed";
+    return kFuseLoop;
+  }
+  return 0;
+}
+
+}  // namespace lmc::fs
