@@ -32,7 +32,7 @@ struct EncodeJob {
   uint64_t parent_hint = 0;     // and its parent_hint
   ChunkSpec spec;               // the chunker's fields (offset, length, dtype, lineage)
   std::optional<DType> dtype;   // nullopt: detect from the bytes
-  uint64_t a = 0, end = 0;      // file range [a, end), end - a == buf->size()
+  uint64_t begin = 0, end = 0;  // file range [begin, end), end - begin == buf->size()
   std::shared_ptr<std::vector<uint8_t>> buf;  // the chunk's bytes (later the cache's)
   DeltaPolicy* delta = nullptr;  // Impl::delta at submission, or nullptr
   uint64_t charge = 0;           // bytes counted against the write budget
@@ -49,7 +49,7 @@ struct EncodeJob {
   std::mutex mu;
   std::condition_variable cv;
   bool done = false;  // guarded by mu
-  // The inode no longer wants the result (PurgeLocked); guarded by mu. The
+  // The inode no longer wants the result (FileData::Purge); guarded by mu. The
   // encoder then releases the base it was given (DeltaPolicy::Release).
   bool dropped = false;
 

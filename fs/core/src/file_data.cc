@@ -1,13 +1,14 @@
-// The write and read pipelines of one inode (docs/ARCHITECTURE.md, "The filesystem",
-// "Write pipeline", "Read pipeline"). Every function here runs with the
-// inode's mutex held.
+// FileData (file_data.h): the write and read pipelines of one inode
+// (docs/ARCHITECTURE.md, "The filesystem", "Write pipeline", "Read
+// pipeline"). Every FileData call runs with its owner's mutex held.
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
 
-#include "fs_impl.h"
+#include "file_data.h"
+#include "inode.h"
 #include "lmc/codec.h"
 #include "lmc/store/extent.h"
 #include "lmc/thread_pool.h"
@@ -32,8 +33,8 @@ std::vector<CutSpec> ToCuts(const std::vector<ChunkSpec>& specs) {
   q.reserve(specs.size());
   for (const ChunkSpec& c : specs) {
     CutSpec x;
-    x.a = c.offset;
-    x.b = c.offset + c.length;
+    x.begin = c.offset;
+    x.end = c.offset + c.length;
     x.dtype = c.dtype;
     x.spec = c;
     q.push_back(std::move(x));
@@ -43,11 +44,32 @@ std::vector<CutSpec> ToCuts(const std::vector<ChunkSpec>& specs) {
 
 }  // namespace
 
-int Filesystem::Impl::LoadExtents(Inode& in) {
-  if (in.extents_loaded) return 0;
+FileDataShared::FileDataShared(store::Store* st, const FsOptions& o, FsCounters* c)
+    : store(st), opts(o), counters(*c), cache(o.cache_bytes), encoders(o.encode_threads) {}
+
+int FileDataShared::ToErrno(const Status& s, std::string_view what, uint64_t ino) {
+  switch (s.code()) {
+    case Code::kOk:
+      return 0;
+    case Code::kNotFound:
+      return ENOENT;
+    case Code::kNoSpace:
+      return ENOSPC;
+    case Code::kInvalidArgument:
+    case Code::kCorruption:
+    case Code::kIOError:
+    default:
+      counters.eio++;
+      spdlog::error("lmcfs: {} (inode {}): {}", what, ino, s.ToString());
+      return EIO;
+  }
+}
+
+int FileData::LoadExtents() {
+  if (extents_loaded_) return 0;
   std::map<uint64_t, ExtentRec> m;
   bool bad = false;
-  Status s = store->Scan(store::Cf::kExtents, store::ExtentKeyPrefix(in.ino),
+  Status s = shared_.store->Scan(store::Cf::kExtents, store::ExtentKeyPrefix(owner_.ino),
                          [&](std::string_view k, std::string_view v) {
                            auto key = store::ParseExtentKey(k);
                            auto e = DecodeExtentRec(v);
@@ -58,21 +80,21 @@ int Filesystem::Impl::LoadExtents(Inode& in) {
                            m.emplace(key->second, *e);
                            return true;
                          });
-  if (!s.ok()) return ToErrno(s, "load extents", in.ino);
-  if (bad) return ToErrno(Status::Corruption("undecodable extent"), "load extents", in.ino);
-  in.extents = std::move(m);
-  in.extents_loaded = true;
+  if (!s.ok()) return shared_.ToErrno(s, "load extents", owner_.ino);
+  if (bad) return shared_.ToErrno(Status::Corruption("undecodable extent"), "load extents", owner_.ino);
+  extents_ = std::move(m);
+  extents_loaded_ = true;
   return 0;
 }
 
-void Filesystem::Impl::InsertDirty(Inode& in, uint64_t off, const uint8_t* p, size_t n) {
+void FileData::InsertDirty(uint64_t off, const uint8_t* p, size_t n) {
   if (n == 0) return;
-  RemoveDirty(in, off, off + n);
-  in.dirty_bytes += n;
+  RemoveDirty(off, off + n);
+  dirty_bytes_ += n;
   // Append to the segment ending exactly here while it is small, so that
   // tiny writes do not make tiny segments.
-  auto it = in.dirty.lower_bound(off);
-  if (it != in.dirty.begin()) {
+  auto it = dirty_.lower_bound(off);
+  if (it != dirty_.begin()) {
     auto prev = std::prev(it);
     DirtySeg& x = prev->second;
     if (prev->first + x.len == off && x.len < (256u << 10) && x.buf.use_count() == 1 &&
@@ -82,29 +104,29 @@ void Filesystem::Impl::InsertDirty(Inode& in, uint64_t off, const uint8_t* p, si
       return;
     }
   }
-  in.dirty.emplace(off, DirtySeg{std::make_shared<std::string>(reinterpret_cast<const char*>(p), n),
+  dirty_.emplace(off, DirtySeg{std::make_shared<std::string>(reinterpret_cast<const char*>(p), n),
                                  0, n});
 }
 
-void Filesystem::Impl::RemoveDirty(Inode& in, uint64_t a, uint64_t b) {
-  if (a >= b || in.dirty.empty()) return;
-  auto it = in.dirty.lower_bound(a);
-  if (it != in.dirty.begin()) {
+void FileData::RemoveDirty(uint64_t a, uint64_t b) {
+  if (a >= b || dirty_.empty()) return;
+  auto it = dirty_.lower_bound(a);
+  if (it != dirty_.begin()) {
     auto prev = std::prev(it);
     if (prev->first + prev->second.size() > a) it = prev;
   }
-  while (it != in.dirty.end() && it->first < b) {
+  while (it != dirty_.end() && it->first < b) {
     uint64_t s = it->first, e = s + it->second.size();
     DirtySeg seg = std::move(it->second);
-    it = in.dirty.erase(it);
-    in.dirty_bytes -= seg.size();
+    it = dirty_.erase(it);
+    dirty_bytes_ -= seg.size();
     if (s < a) {
-      in.dirty.emplace(s, seg.Slice(0, a - s));
-      in.dirty_bytes += a - s;
+      dirty_.emplace(s, seg.Slice(0, a - s));
+      dirty_bytes_ += a - s;
     }
     if (e > b) {
-      in.dirty.emplace(b, seg.Slice(b - s, e - b));
-      in.dirty_bytes += e - b;
+      dirty_.emplace(b, seg.Slice(b - s, e - b));
+      dirty_bytes_ += e - b;
       break;
     }
   }
@@ -116,14 +138,14 @@ void Filesystem::Impl::RemoveDirty(Inode& in, uint64_t a, uint64_t b) {
 // Batch order matters: references of the remnants before the releases (a
 // release to zero deletes the chunk), and extent deletes before puts of the
 // same key.
-void Filesystem::Impl::ReplaceRange(Inode& in, uint64_t a, uint64_t b, const ExtentRec* nw) {
+void FileData::ReplaceRange(uint64_t a, uint64_t b, const ExtentRec* nw) {
   std::vector<std::pair<uint64_t, ExtentRec>> removed, remnants;
-  auto it = in.extents.upper_bound(a);
-  if (it != in.extents.begin()) {
+  auto it = extents_.upper_bound(a);
+  if (it != extents_.begin()) {
     auto prev = std::prev(it);
     if (prev->first + prev->second.length > a) it = prev;
   }
-  while (it != in.extents.end() && it->first < b) {
+  while (it != extents_.end() && it->first < b) {
     uint64_t s = it->first, e = s + it->second.length;
     const ExtentRec& x = it->second;
     if (s < a) {
@@ -138,77 +160,77 @@ void Filesystem::Impl::ReplaceRange(Inode& in, uint64_t a, uint64_t b, const Ext
       remnants.emplace_back(b, r);
     }
     removed.emplace_back(s, x);
-    it = in.extents.erase(it);
+    it = extents_.erase(it);
   }
-  store::Batch& batch = in.pending;
+  store::Batch& batch = pending_;
   for (auto& [off, r] : remnants) batch.Ref(r.key);
   for (auto& [off, x] : removed) {
     batch.Unref(x.key);
-    batch.Delete(store::Cf::kExtents, store::ExtentKey(in.ino, off));
-    in.rec.stored -= std::min(in.rec.stored, x.Stored());
+    batch.Delete(store::Cf::kExtents, store::ExtentKey(owner_.ino, off));
+    owner_.rec.stored -= std::min(owner_.rec.stored, x.Stored());
   }
   for (auto& [off, r] : remnants) {
-    batch.Put(store::Cf::kExtents, store::ExtentKey(in.ino, off), EncodeExtentRec(r));
-    in.extents[off] = r;
-    in.rec.stored += r.Stored();
+    batch.Put(store::Cf::kExtents, store::ExtentKey(owner_.ino, off), EncodeExtentRec(r));
+    extents_[off] = r;
+    owner_.rec.stored += r.Stored();
   }
   if (nw) {
-    batch.Put(store::Cf::kExtents, store::ExtentKey(in.ino, a), EncodeExtentRec(*nw));
-    in.extents[a] = *nw;
-    in.rec.stored += nw->Stored();
+    batch.Put(store::Cf::kExtents, store::ExtentKey(owner_.ino, a), EncodeExtentRec(*nw));
+    extents_[a] = *nw;
+    owner_.rec.stored += nw->Stored();
   }
-  if (!removed.empty() || nw) in.rec_dirty = true;
+  if (!removed.empty() || nw) owner_.rec_dirty = true;
 }
 
-int Filesystem::Impl::GetChunk(Inode& in, const ExtentRec& e, ChunkBytes* out) {
-  if ((*out = cache.Get(e.key))) {
-    fs->counters_.cache_hits++;
+int FileData::GetChunk(const ExtentRec& e, store::ChunkBytes* out) {
+  if ((*out = shared_.cache.Get(e.key))) {
+    shared_.counters.cache_hits++;
     return 0;
   }
-  fs->counters_.cache_misses++;
+  shared_.counters.cache_misses++;
   // The chunk may exist only in this inode's pending batch.
-  if (in.pending_chunks) {
-    if (int err = CommitLocked(in, false)) return err;
+  if (pending_chunks_) {
+    if (int err = Commit(false)) return err;
   }
   auto buf = std::make_shared<std::vector<uint8_t>>(e.decoded_len);
-  auto r = store->ReadChunk(e.key, buf->data(), buf->size(), Scratch().ws);
-  if (!r.ok()) return ToErrno(r.status(), "read chunk " + e.key.ToHex(), in.ino);
+  auto r = shared_.store->ReadChunk(e.key, buf->data(), buf->size(), Scratch().ws);
+  if (!r.ok()) return shared_.ToErrno(r.status(), "read chunk " + e.key.ToHex(), owner_.ino);
   if (*r != e.decoded_len)
-    return ToErrno(Status::Corruption("chunk " + e.key.ToHex() + " has an unexpected length"),
-                   "read chunk", in.ino);
-  cache.Put(e.key, buf);
+    return shared_.ToErrno(Status::Corruption("chunk " + e.key.ToHex() + " has an unexpected length"),
+                   "read chunk", owner_.ino);
+  shared_.cache.Put(e.key, buf);
   *out = std::move(buf);
   return 0;
 }
 
 // The file's current bytes [a, b): zeros, then extents, then dirty bytes.
-int Filesystem::Impl::View(Inode& in, uint64_t a, uint64_t b, uint8_t* out) {
+int FileData::View(uint64_t a, uint64_t b, uint8_t* out) {
   std::memset(out, 0, b - a);
-  if (int err = LoadExtents(in)) return err;
-  auto it = in.extents.upper_bound(a);
-  if (it != in.extents.begin()) {
+  if (int err = LoadExtents()) return err;
+  auto it = extents_.upper_bound(a);
+  if (it != extents_.begin()) {
     auto prev = std::prev(it);
     if (prev->first + prev->second.length > a) it = prev;
   }
-  for (; it != in.extents.end() && it->first < b; ++it) {
+  for (; it != extents_.end() && it->first < b; ++it) {
     uint64_t s = std::max(a, it->first), e = std::min(b, it->first + it->second.length);
     if (s >= e) continue;
     ExtentRec x = it->second;  // copy: GetChunk may commit, never reshapes the map
-    ChunkBytes c;
-    if (int err = GetChunk(in, x, &c)) return err;
+    store::ChunkBytes c;
+    if (int err = GetChunk(x, &c)) return err;
     std::memcpy(out + (s - a), c->data() + x.chunk_offset + (s - it->first), e - s);
   }
   // Chunks at the encoders, in submission order (a later one is newer).
-  for (const auto& j : in.inflight) {
-    uint64_t s = std::max(a, j->a), e = std::min(b, j->end);
-    if (s < e) std::memcpy(out + (s - a), j->buf->data() + (s - j->a), e - s);
+  for (const auto& j : inflight_) {
+    uint64_t s = std::max(a, j->begin), e = std::min(b, j->end);
+    if (s < e) std::memcpy(out + (s - a), j->buf->data() + (s - j->begin), e - s);
   }
-  auto d = in.dirty.upper_bound(a);
-  if (d != in.dirty.begin()) {
+  auto d = dirty_.upper_bound(a);
+  if (d != dirty_.begin()) {
     auto prev = std::prev(d);
     if (prev->first + prev->second.size() > a) d = prev;
   }
-  for (; d != in.dirty.end() && d->first < b; ++d) {
+  for (; d != dirty_.end() && d->first < b; ++d) {
     uint64_t s = std::max(a, d->first), e = std::min(b, d->first + d->second.size());
     if (s < e) std::memcpy(out + (s - a), d->second.data() + (s - d->first), e - s);
   }
@@ -218,13 +240,13 @@ int Filesystem::Impl::View(Inode& in, uint64_t a, uint64_t b, uint8_t* out) {
 // When dirty bytes cover all of [a, b) (the usual case for a stream), they
 // are the file's bytes there: appends them to *out (no zero fill) and
 // returns true. Otherwise leaves *out empty and returns false.
-static bool CopyDirty(const Inode& in, uint64_t a, uint64_t b, std::vector<uint8_t>* out) {
-  auto it = in.dirty.upper_bound(a);
-  if (it == in.dirty.begin()) return false;
+bool FileData::CopyDirty(uint64_t a, uint64_t b, std::vector<uint8_t>* out) const {
+  auto it = dirty_.upper_bound(a);
+  if (it == dirty_.begin()) return false;
   --it;
   out->reserve(b - a);
   uint64_t pos = a;
-  for (; pos < b && it != in.dirty.end() && it->first <= pos; ++it) {
+  for (; pos < b && it != dirty_.end() && it->first <= pos; ++it) {
     uint64_t e = std::min(b, it->first + it->second.size());
     if (e <= pos) break;
     const auto* p = reinterpret_cast<const uint8_t*>(it->second.data()) + (pos - it->first);
@@ -240,32 +262,32 @@ static bool CopyDirty(const Inode& in, uint64_t a, uint64_t b, std::vector<uint8
 // one chunk that will replace whatever covers it; zeros will store nothing.
 // The bytes leave `dirty` now and live in the job (reads see them there)
 // until ApplyDone/Drain applies the job, in submission order.
-int Filesystem::Impl::MaterializeRanges(Inode& in, const std::vector<CutSpec>& specs) {
-  if (int err = LoadExtents(in)) return err;
+int FileData::MaterializeRanges(const std::vector<CutSpec>& specs) {
+  if (int err = LoadExtents()) return err;
   for (const CutSpec& s : specs) {
-    const uint64_t end = std::min(s.b, in.rec.size);
-    if (s.a < end) {
+    const uint64_t end = std::min(s.end, owner_.rec.size);
+    if (s.begin < end) {
       auto job = std::make_shared<EncodeJob>();
-      job->ino = in.ino;
-      job->name_hint = in.name_hint;
-      job->parent_hint = in.parent_hint;
+      job->ino = owner_.ino;
+      job->name_hint = owner_.name_hint;
+      job->parent_hint = owner_.parent_hint;
       job->spec = s.spec;
       job->dtype = s.dtype;
-      job->a = s.a;
+      job->begin = s.begin;
       job->end = end;
       job->buf = std::make_shared<std::vector<uint8_t>>();
-      if (!CopyDirty(in, s.a, end, job->buf.get())) {
-        job->buf->resize(end - s.a);
-        if (int err = View(in, s.a, end, job->buf->data())) return err;
+      if (!CopyDirty(s.begin, end, job->buf.get())) {
+        job->buf->resize(end - s.begin);
+        if (int err = View(s.begin, end, job->buf->data())) return err;
       }
-      job->delta = delta.get();
+      job->delta = shared_.delta.get();
       // The input, and a frame that is at most about as large.
-      job->charge = 2 * (end - s.a);
-      inflight_bytes += job->charge;
-      in.inflight.push_back(job);
-      encoders.Submit(std::move(job));
+      job->charge = 2 * (end - s.begin);
+      shared_.inflight_bytes += job->charge;
+      inflight_.push_back(job);
+      shared_.encoders.Submit(std::move(job));
     }
-    RemoveDirty(in, s.a, s.b);
+    RemoveDirty(s.begin, s.end);
   }
   return 0;
 }
@@ -273,8 +295,8 @@ int Filesystem::Impl::MaterializeRanges(Inode& in, const std::vector<CutSpec>& s
 // Puts a failed job's bytes back into `dirty` where nothing newer covers
 // them (newer dirty bytes, or a later job at the encoders), so that reads
 // stay right and the next flush encodes them again.
-static void Restore(Filesystem::Impl& m, Inode& in, const EncodeJob& job) {
-  std::vector<std::pair<uint64_t, uint64_t>> keep = {{job.a, job.end}};
+void FileData::Restore(const EncodeJob& job) {
+  std::vector<std::pair<uint64_t, uint64_t>> keep = {{job.begin, job.end}};
   auto cut = [&](uint64_t s, uint64_t e) {
     std::vector<std::pair<uint64_t, uint64_t>> next;
     for (auto [x, y] : keep) {
@@ -287,118 +309,101 @@ static void Restore(Filesystem::Impl& m, Inode& in, const EncodeJob& job) {
     }
     keep = std::move(next);
   };
-  for (auto& [off, seg] : in.dirty) cut(off, off + seg.size());
+  for (auto& [off, seg] : dirty_) cut(off, off + seg.size());
   bool later = false;
-  for (const auto& j : in.inflight) {
-    if (later) cut(j->a, j->end);
+  for (const auto& j : inflight_) {
+    if (later) cut(j->begin, j->end);
     if (j.get() == &job) later = true;
   }
-  for (auto [x, y] : keep) m.InsertDirty(in, x, job.buf->data() + (x - job.a), y - x);
+  for (auto [x, y] : keep) InsertDirty(x, job.buf->data() + (x - job.begin), y - x);
 }
 
-int Filesystem::Impl::ApplyJob(Inode& in, EncodeJob& job) {
+int FileData::ApplyJob(EncodeJob& job) {
   if (!job.status.ok()) {
-    Restore(*this, in, job);
-    return ToErrno(job.status, "encode chunk at offset " + std::to_string(job.a), in.ino);
+    Restore(job);
+    return shared_.ToErrno(job.status, "encode chunk at offset " + std::to_string(job.begin), owner_.ino);
   }
   if (job.zero) {
-    ReplaceRange(in, job.a, job.end, nullptr);
+    ReplaceRange(job.begin, job.end, nullptr);
     return 0;
   }
   ExtentRec e;
-  e.length = static_cast<uint32_t>(job.end - job.a);
+  e.length = static_cast<uint32_t>(job.end - job.begin);
   e.key = job.key;
   e.frame_len = static_cast<uint32_t>(job.frame_len);
   e.decoded_len = e.length;
-  if (delta) {
-    ChunkOrigin origin{in.ino, in.name_hint, &job.spec, in.parent_hint};
-    delta->Record(origin, job.key, job.base_key, &in.pending);
+  if (shared_.delta) {
+    ChunkOrigin origin{owner_.ino, owner_.name_hint, &job.spec, owner_.parent_hint};
+    shared_.delta->Record(origin, job.key, job.base_key, &pending_);
   }
-  in.pending.AddChunk(e.key, {job.frame.get(), job.frame_len}, e.decoded_len, job.base_key);
-  in.pending_chunks = true;
-  ReplaceRange(in, job.a, job.end, &e);
-  cache.Put(e.key, std::move(job.buf));
-  fs->counters_.chunks_written++;
-  fs->counters_.bytes_written += e.length;
-  if (in.pending.frame_bytes() >= fs->opts_.batch_limit) return CommitLocked(in, false);
+  pending_.AddChunk(e.key, {job.frame.get(), job.frame_len}, e.decoded_len, job.base_key);
+  pending_chunks_ = true;
+  ReplaceRange(job.begin, job.end, &e);
+  shared_.cache.Put(e.key, std::move(job.buf));
+  shared_.counters.chunks_written++;
+  shared_.counters.bytes_written += e.length;
+  if (pending_.frame_bytes() >= shared_.opts.batch_limit) return Commit(false);
   return 0;
 }
 
-// Which jobs ApplyHead applies from the head of in.inflight.
-enum class Until {
-  kNotDone,     // those already done
-  kEmpty,       // all (waits for each)
-  kUnderBudget  // while the write budget is exceeded (waits for each)
-};
-
-static int ApplyHead(Filesystem::Impl& m, Inode& in, Until until, uint64_t budget) {
+int FileData::ApplyHead(Until until) {
   int first = 0;
-  while (!in.inflight.empty()) {
-    if (until == Until::kUnderBudget && m.inflight_bytes <= budget) break;
-    std::shared_ptr<EncodeJob> job = in.inflight.front();
+  while (!inflight_.empty()) {
+    if (until == Until::kUnderBudget && shared_.inflight_bytes <= shared_.opts.write_budget) break;
+    std::shared_ptr<EncodeJob> job = inflight_.front();
     if (until == Until::kNotDone) {
       std::lock_guard lk(job->mu);
       if (!job->done) break;
     } else {
       job->Wait();
     }
-    in.inflight.pop_front();
-    int err = m.ApplyJob(in, *job);
-    m.inflight_bytes -= job->charge;
+    inflight_.pop_front();
+    int err = ApplyJob(*job);
+    shared_.inflight_bytes -= job->charge;
     if (err && !first) first = err;
   }
   return first;
 }
 
-int Filesystem::Impl::ApplyDone(Inode& in) { return ApplyHead(*this, in, Until::kNotDone, 0); }
-int Filesystem::Impl::Drain(Inode& in) { return ApplyHead(*this, in, Until::kEmpty, 0); }
-// A writer over the budget waits for its own oldest jobs only: waiting for
-// another inode's could wait for a writer that is itself waiting. So the
-// budget can be exceeded by what other inodes hold, at most about one
-// write's worth per concurrent writer.
-int Filesystem::Impl::Backpressure(Inode& in) {
-  return ApplyHead(*this, in, Until::kUnderBudget, fs->opts_.write_budget);
-}
-
-void Filesystem::Impl::KillStream(Inode& in) {
-  in.streaming = false;
-  in.parser.reset();
-  in.chunker.reset();
+void FileData::KillStream() {
+  streaming_ = false;
+  parser_.reset();
+  chunker_.reset();
 }
 
 // Feeds the parser the dirty bytes contiguous from stream_pos, and cuts the
 // chunks the chunker completes.
-int Filesystem::Impl::AdvanceStream(Inode& in) {
+int FileData::AdvanceStream() {
   for (;;) {
-    auto it = in.dirty.upper_bound(in.stream_pos);
-    if (it == in.dirty.begin()) break;
+    auto it = dirty_.upper_bound(stream_pos_);
+    if (it == dirty_.begin()) break;
     --it;
     uint64_t end = it->first + it->second.size();
-    if (end <= in.stream_pos) break;
-    in.parser->Feed(reinterpret_cast<const uint8_t*>(it->second.data()) + (in.stream_pos - it->first),
-                    end - in.stream_pos);
-    in.stream_pos = end;
+    if (end <= stream_pos_) break;
+    parser_->Feed(reinterpret_cast<const uint8_t*>(it->second.data()) + (stream_pos_ - it->first),
+                    end - stream_pos_);
+    stream_pos_ = end;
   }
   std::vector<ChunkSpec> specs;
-  for (const Region& r : in.parser->TakeRegions()) in.chunker->Add(r, &specs);
+  for (const Region& r : parser_->TakeRegions()) chunker_->Add(r, &specs);
   if (specs.empty()) return 0;
   // Each completed chunk goes to the encoders at once.
-  return MaterializeRanges(in, ToCuts(specs));
+  return MaterializeRanges(ToCuts(specs));
 }
 
-int Filesystem::Impl::FinishStream(Inode& in) {
-  if (!in.streaming) return 0;
-  in.parser->Finish();
+int FileData::FinishStream() {
+  if (!streaming_) return 0;
+  parser_->Finish();
   std::vector<ChunkSpec> specs;
-  for (const Region& r : in.parser->TakeRegions()) in.chunker->Add(r, &specs);
-  in.chunker->Finish(&specs);
-  KillStream(in);
-  return MaterializeRanges(in, ToCuts(specs));
+  for (const Region& r : parser_->TakeRegions()) chunker_->Add(r, &specs);
+  chunker_->Finish(&specs);
+  KillStream();
+  return MaterializeRanges(ToCuts(specs));
 }
 
 // Cuts every dirty range into chunks aligned to chunk_size in the file.
-int Filesystem::Impl::MaterializeDirty(Inode& in) {
-  const uint64_t cs = fs->opts_.chunk_size;
+int FileData::MaterializeDirty() {
+  const uint64_t cs = shared_.opts.chunk_size;
   // Ranges: contiguous dirty bytes, cut at multiples of chunk_size.
   std::vector<CutSpec> q;
   uint64_t a = 0, b = 0;
@@ -406,15 +411,15 @@ int Filesystem::Impl::MaterializeDirty(Inode& in) {
     while (a < b) {
       uint64_t limit = std::min(b, (a / cs + 1) * cs);
       CutSpec c;
-      c.a = a;
-      c.b = limit;
+      c.begin = a;
+      c.end = limit;
       c.spec.offset = a;
       c.spec.length = static_cast<uint32_t>(limit - a);
       q.push_back(std::move(c));
       a = limit;
     }
   };
-  for (auto& [off, seg] : in.dirty) {
+  for (auto& [off, seg] : dirty_) {
     if (off != b) {
       cut();
       a = off;
@@ -422,55 +427,55 @@ int Filesystem::Impl::MaterializeDirty(Inode& in) {
     b = off + seg.size();
   }
   cut();
-  return MaterializeRanges(in, q);
+  return MaterializeRanges(q);
 }
 
-int Filesystem::Impl::WriteLocked(Inode& in, uint64_t off, const uint8_t* p, size_t n) {
+int FileData::Write(uint64_t off, const uint8_t* p, size_t n) {
   if (n == 0) return 0;
   if (off + n < off || off + n > (uint64_t{1} << 62)) return EFBIG;
-  if (int err = LoadExtents(in)) return err;
+  if (int err = LoadExtents()) return err;
   // An encoder error of an earlier chunk: this write's bytes are buffered
   // (and the failed chunk's are back in dirty); the next flush reports it.
-  if (int err = ApplyDone(in)) in.write_error = err;
-  if (!in.streaming && off == 0 && in.extents.empty() && in.dirty.empty() &&
-      in.inflight.empty()) {
-    in.streaming = true;
-    in.stream_pos = 0;
-    in.parser = LayoutParser::Create();
+  if (int err = ApplyDone()) write_error_ = err;
+  if (!streaming_ && off == 0 && extents_.empty() && dirty_.empty() &&
+      inflight_.empty()) {
+    streaming_ = true;
+    stream_pos_ = 0;
+    parser_ = LayoutParser::Create();
     ChunkerOptions co;
-    co.chunk_size = fs->opts_.chunk_size;
-    in.chunker = std::make_unique<Chunker>(co);
+    co.chunk_size = shared_.opts.chunk_size;
+    chunker_ = std::make_unique<Chunker>(co);
   }
-  InsertDirty(in, off, p, n);
-  in.rec.size = std::max(in.rec.size, off + n);
-  in.rec.mtime_ns = in.rec.ctime_ns = NowNs();
-  in.rec_dirty = true;
-  if (in.streaming) {
-    if (int err = AdvanceStream(in)) return err;
+  InsertDirty(off, p, n);
+  owner_.rec.size = std::max(owner_.rec.size, off + n);
+  owner_.rec.mtime_ns = owner_.rec.ctime_ns = NowNs();
+  owner_.rec_dirty = true;
+  if (streaming_) {
+    if (int err = AdvanceStream()) return err;
   }
-  if (in.dirty_bytes > fs->opts_.dirty_limit) {
+  if (dirty_bytes_ > shared_.opts.dirty_limit) {
     // Out-of-order or random writes piling up: give up the stream's typed
     // chunking and cut everything now, so memory stays bounded.
-    if (int err = FinishStream(in)) return err;
-    if (int err = MaterializeDirty(in)) return err;
+    if (int err = FinishStream()) return err;
+    if (int err = MaterializeDirty()) return err;
   }
-  if (int err = Backpressure(in)) in.write_error = err;
+  if (int err = Backpressure()) write_error_ = err;
   return 0;
 }
 
-void Filesystem::Impl::Prefetch(Inode& in, uint64_t a, uint64_t b, uint64_t need_end) {
-  if (LoadExtents(in)) return;
+void FileData::Prefetch(uint64_t a, uint64_t b, uint64_t need_end) {
+  if (LoadExtents()) return;
   std::vector<ExtentRec> todo;
   bool needed_now = false;  // an uncached chunk under the read itself
-  auto it = in.extents.upper_bound(a);
-  if (it != in.extents.begin()) {
+  auto it = extents_.upper_bound(a);
+  if (it != extents_.begin()) {
     auto prev = std::prev(it);
     if (prev->first + prev->second.length > a) it = prev;
   }
-  for (; it != in.extents.end() && it->first < b; ++it) {
+  for (; it != extents_.end() && it->first < b; ++it) {
     const ExtentRec& e = it->second;
     if (!todo.empty() && todo.back().key == e.key) continue;
-    if (cache.Get(e.key)) continue;
+    if (shared_.cache.Get(e.key)) continue;
     if (it->first < need_end) needed_now = true;
     todo.push_back(e);
   }
@@ -478,142 +483,136 @@ void Filesystem::Impl::Prefetch(Inode& in, uint64_t a, uint64_t b, uint64_t need
   // needs one now), so that each round runs in parallel.
   const size_t k = std::max<size_t>(2, ThreadPool::Shared().size());
   if (todo.empty() || (todo.size() < k && !needed_now)) return;
-  if (in.pending_chunks && CommitLocked(in, false)) return;
+  if (pending_chunks_ && Commit(false)) return;
   ThreadPool::Shared().ParallelFor(todo.size(), 0, [&](size_t i, size_t) {
     try {
       auto buf = std::make_shared<std::vector<uint8_t>>(todo[i].decoded_len);
-      auto r = store->ReadChunk(todo[i].key, buf->data(), buf->size(), Scratch().ws);
-      if (r.ok() && *r == buf->size()) cache.Put(todo[i].key, std::move(buf));
+      auto r = shared_.store->ReadChunk(todo[i].key, buf->data(), buf->size(), Scratch().ws);
+      if (r.ok() && *r == buf->size()) shared_.cache.Put(todo[i].key, std::move(buf));
     } catch (...) {
       // best effort: the read decodes (and reports) on its own
     }
   });
 }
 
-int Filesystem::Impl::ReadLocked(Inode& in, uint64_t off, size_t n, std::string* out) {
+int FileData::Read(uint64_t off, size_t n, std::string* out) {
   out->clear();
-  if (off >= in.rec.size) return 0;
-  n = static_cast<size_t>(std::min<uint64_t>(n, in.rec.size - off));
+  if (off >= owner_.rec.size) return 0;
+  n = static_cast<size_t>(std::min<uint64_t>(n, owner_.rec.size - off));
   out->resize(n);
   // Sequential reads decode this read's chunks and the next few ahead in
   // parallel (one per pool thread), so cp and torch.load use every core.
-  const bool sequential = off == in.last_read_end;
-  in.last_read_end = off + n;
+  const bool sequential = off == last_read_end_;
+  last_read_end_ = off + n;
   if (sequential) {
     uint64_t ahead =
-        uint64_t{fs->opts_.chunk_size} * 2 * std::max<size_t>(2, ThreadPool::Shared().size());
-    Prefetch(in, off, std::min(in.rec.size, off + n + ahead), off + n);
+        uint64_t{shared_.opts.chunk_size} * 2 * std::max<size_t>(2, ThreadPool::Shared().size());
+    Prefetch(off, std::min(owner_.rec.size, off + n + ahead), off + n);
   }
-  return View(in, off, off + n, reinterpret_cast<uint8_t*>(out->data()));
+  return View(off, off + n, reinterpret_cast<uint8_t*>(out->data()));
 }
 
-int Filesystem::Impl::TruncateLocked(Inode& in, uint64_t size) {
+int FileData::Truncate(uint64_t size) {
   if (size > (uint64_t{1} << 62)) return EFBIG;
-  if (int err = LoadExtents(in)) return err;
+  if (int err = LoadExtents()) return err;
   // Jobs at the encoders replace ranges when applied: apply them first.
-  if (int err = Drain(in)) return err;
-  if (size < in.rec.size) {
-    if (in.streaming && in.stream_pos > size) KillStream(in);
-    RemoveDirty(in, size, UINT64_MAX);
-    ReplaceRange(in, size, UINT64_MAX, nullptr);
+  if (int err = Drain()) return err;
+  if (size < owner_.rec.size) {
+    if (streaming_ && stream_pos_ > size) KillStream();
+    RemoveDirty(size, UINT64_MAX);
+    ReplaceRange(size, UINT64_MAX, nullptr);
   }
-  in.rec.size = size;
-  in.rec.mtime_ns = in.rec.ctime_ns = NowNs();
-  in.rec_dirty = true;
+  owner_.rec.size = size;
+  owner_.rec.mtime_ns = owner_.rec.ctime_ns = NowNs();
+  owner_.rec_dirty = true;
   return 0;
 }
 
-int Filesystem::Impl::CommitLocked(Inode& in, bool sync) {
-  if (in.purged) return 0;
-  if (in.pending.empty() && !in.rec_dirty && !sync) return 0;
-  in.pending.Put(store::Cf::kInodes, InodeKey(in.ino), EncodeInode(in.rec));
-  Status s = store->Commit(in.pending, sync);
-  if (!s.ok()) return ToErrno(s, "commit", in.ino);
-  fs->counters_.commits++;
-  in.pending.Clear();
-  in.pending_chunks = false;
-  in.rec_dirty = false;
+int FileData::Commit(bool sync) {
+  if (owner_.purged) return 0;
+  if (pending_.empty() && !owner_.rec_dirty && !sync) return 0;
+  pending_.Put(store::Cf::kInodes, InodeKey(owner_.ino), EncodeInode(owner_.rec));
+  Status s = shared_.store->Commit(pending_, sync);
+  if (!s.ok()) return shared_.ToErrno(s, "commit", owner_.ino);
+  shared_.counters.commits++;
+  pending_.Clear();
+  pending_chunks_ = false;
+  owner_.rec_dirty = false;
   return 0;
 }
 
-void Filesystem::Impl::RefreshFrameLen(uint64_t ino, uint64_t off, const store::ChunkKey& key,
-                                       uint32_t frame_len) {
-  int err = 0;
-  InodePtr in = Get(ino, &err);
-  if (!in) return;  // deleted since
-  std::lock_guard lk(in->mu);
-  if (in->purged || !in->IsReg() || LoadExtents(*in) != 0) return;
-  auto it = in->extents.find(off);
-  if (it == in->extents.end() || it->second.key != key || it->second.frame_len == frame_len) return;
+void FileData::RefreshFrameLen(uint64_t off, const store::ChunkKey& key, uint32_t frame_len) {
+  if (owner_.purged || !owner_.IsReg() || LoadExtents() != 0) return;
+  auto it = extents_.find(off);
+  if (it == extents_.end() || it->second.key != key || it->second.frame_len == frame_len) return;
   ExtentRec& x = it->second;
-  in->rec.stored -= std::min(in->rec.stored, x.Stored());
+  owner_.rec.stored -= std::min(owner_.rec.stored, x.Stored());
   x.frame_len = frame_len;
-  in->rec.stored += x.Stored();
-  in->rec_dirty = true;
-  in->pending.Put(store::Cf::kExtents, store::ExtentKey(ino, off), EncodeExtentRec(x));
-  if (CommitLocked(*in, false) != 0)
+  owner_.rec.stored += x.Stored();
+  owner_.rec_dirty = true;
+  pending_.Put(store::Cf::kExtents, store::ExtentKey(owner_.ino, off), EncodeExtentRec(x));
+  if (Commit(false) != 0)
     spdlog::warn("lmcfs: inode {}: recording the new frame length of {} failed; st_blocks stays as it was",
-                 ino, key.ToHex());
+                 owner_.ino, key.ToHex());
 }
 
-int Filesystem::Impl::FinalizeLocked(Inode& in, bool sync) {
-  if (in.purged) return 0;
-  int reported = in.write_error;
-  in.write_error = 0;
-  if (int err = FinishStream(in)) return err;
-  if (int err = MaterializeDirty(in)) return err;
-  if (int err = Drain(in)) return err;
-  if (int err = CommitLocked(in, sync)) return err;
+int FileData::Finalize(bool sync) {
+  if (owner_.purged) return 0;
+  int reported = write_error_;
+  write_error_ = 0;
+  if (int err = FinishStream()) return err;
+  if (int err = MaterializeDirty()) return err;
+  if (int err = Drain()) return err;
+  if (int err = Commit(sync)) return err;
   return reported;
 }
 
-int Filesystem::Impl::CloneRangeLocked(Inode& src, uint64_t soff, Inode& dst, uint64_t doff,
-                                       uint64_t len) {
-  if (int err = LoadExtents(src)) return err;
-  if (int err = LoadExtents(dst)) return err;
-  // dst's stream cannot continue past bytes that did not go through it, and
-  // its jobs must not land on the cloned range later.
-  if (int err = FinishStream(dst)) return err;
-  if (int err = Drain(dst)) return err;
-  RemoveDirty(dst, doff, doff + len);
-  ReplaceRange(dst, doff, doff + len, nullptr);
+int FileData::CloneFrom(FileData& src, uint64_t soff, uint64_t doff, uint64_t len) {
+  if (int err = src.LoadExtents()) return err;
+  if (int err = LoadExtents()) return err;
+  // This file's stream cannot continue past bytes that did not go through
+  // it, and its jobs must not land on the cloned range later.
+  if (int err = FinishStream()) return err;
+  if (int err = Drain()) return err;
+  RemoveDirty(doff, doff + len);
+  ReplaceRange(doff, doff + len, nullptr);
   const uint64_t send = soff + len;
-  auto it = src.extents.upper_bound(soff);
-  if (it != src.extents.begin()) {
+  auto it = src.extents_.upper_bound(soff);
+  if (it != src.extents_.begin()) {
     auto prev = std::prev(it);
     if (prev->first + prev->second.length > soff) it = prev;
   }
   // Each cloned extent is one more reference; the chunks stay referenced by
   // src's committed extents meanwhile, so no count can reach zero here.
-  for (; it != src.extents.end() && it->first < send; ++it) {
+  for (; it != src.extents_.end() && it->first < send; ++it) {
     uint64_t s = std::max(soff, it->first), e = std::min(send, it->first + it->second.length);
     if (s >= e) continue;
     ExtentRec x = it->second;
     x.chunk_offset = static_cast<uint32_t>(x.chunk_offset + (s - it->first));
     x.length = static_cast<uint32_t>(e - s);
     uint64_t at = doff + (s - soff);
-    dst.pending.Ref(x.key);
-    dst.pending.Put(store::Cf::kExtents, store::ExtentKey(dst.ino, at), EncodeExtentRec(x));
-    dst.extents[at] = x;
-    dst.rec.stored += x.Stored();
+    pending_.Ref(x.key);
+    pending_.Put(store::Cf::kExtents, store::ExtentKey(owner_.ino, at), EncodeExtentRec(x));
+    extents_[at] = x;
+    owner_.rec.stored += x.Stored();
   }
-  dst.rec.size = std::max(dst.rec.size, doff + len);
-  dst.rec.mtime_ns = dst.rec.ctime_ns = NowNs();
-  dst.rec_dirty = true;
-  return CommitLocked(dst, false);
+  owner_.rec.size = std::max(owner_.rec.size, doff + len);
+  owner_.rec.mtime_ns = owner_.rec.ctime_ns = NowNs();
+  owner_.rec_dirty = true;
+  return Commit(false);
 }
 
-int Filesystem::Impl::PurgeLocked(Inode& in, store::Batch* b) {
-  if (in.purged) return 0;
-  KillStream(in);
-  in.dirty.clear();
-  in.dirty_bytes = 0;
+int FileData::Purge(store::Batch* b) {
+  if (owner_.purged) return 0;
+  KillStream();
+  dirty_.clear();
+  dirty_bytes_ = 0;
   // Jobs still at the encoders are dropped (the encoder keeps its
   // reference until it finishes; nothing of them is applied). A delta base
   // the policy gave one is released: here if it is done, else by the
   // encoder when it is.
-  for (auto& j : in.inflight) {
-    inflight_bytes -= j->charge;
+  for (auto& j : inflight_) {
+    shared_.inflight_bytes -= j->charge;
     std::unique_lock jl(j->mu);
     if (!j->done) {
       j->dropped = true;
@@ -623,21 +622,21 @@ int Filesystem::Impl::PurgeLocked(Inode& in, store::Batch* b) {
       j->base_key.reset();
     }
   }
-  in.inflight.clear();
-  if (int err = CommitLocked(in, false)) return err;
-  if (int err = LoadExtents(in)) return err;
-  for (auto& [off, e] : in.extents) {
+  inflight_.clear();
+  if (int err = Commit(false)) return err;
+  if (int err = LoadExtents()) return err;
+  for (auto& [off, e] : extents_) {
     b->Unref(e.key);
-    b->Delete(store::Cf::kExtents, store::ExtentKey(in.ino, off));
+    b->Delete(store::Cf::kExtents, store::ExtentKey(owner_.ino, off));
   }
-  b->Delete(store::Cf::kInodes, InodeKey(in.ino));
-  b->Delete(store::Cf::kMeta, OrphanKey(in.ino));
-  std::string xp = XattrPrefix(in.ino);
-  Status s = store->Scan(store::Cf::kMeta, xp, [&](std::string_view k, std::string_view) {
+  b->Delete(store::Cf::kInodes, InodeKey(owner_.ino));
+  b->Delete(store::Cf::kMeta, OrphanKey(owner_.ino));
+  std::string xp = XattrPrefix(owner_.ino);
+  Status s = shared_.store->Scan(store::Cf::kMeta, xp, [&](std::string_view k, std::string_view) {
     b->Delete(store::Cf::kMeta, k);
     return true;
   });
-  if (!s.ok()) return ToErrno(s, "purge xattrs", in.ino);
+  if (!s.ok()) return shared_.ToErrno(s, "purge xattrs", owner_.ino);
   return 0;
 }
 

@@ -76,17 +76,16 @@ int WithInode(Filesystem::Impl& m, uint64_t ino, Fn&& fn) {
 
 }  // namespace
 
-Filesystem::Impl::Impl(Filesystem* f)
-    : fs(f), store(f->store_), cache(f->opts_.cache_bytes), encoders(f->opts_.encode_threads) {}
+Filesystem::Impl::Impl(Filesystem* f) : fs(f), store(f->store_), data(f->store_, f->opts_, &f->counters_) {}
 
 void Filesystem::FlushBackground() {
-  if (impl_->delta) impl_->delta->Flush();
+  if (impl_->data.delta) impl_->data.delta->Flush();
 }
 
-uint64_t Filesystem::BackgroundPending() const { return impl_->delta ? impl_->delta->Pending() : 0; }
+uint64_t Filesystem::BackgroundPending() const { return impl_->data.delta ? impl_->data.delta->Pending() : 0; }
 
 std::vector<std::pair<std::string, uint64_t>> Filesystem::DeltaCounters() const {
-  return impl_->delta ? impl_->delta->Counters() : std::vector<std::pair<std::string, uint64_t>>{};
+  return impl_->data.delta ? impl_->data.delta->Counters() : std::vector<std::pair<std::string, uint64_t>>{};
 }
 
 std::vector<std::pair<std::string, uint64_t>> Filesystem::NamedCounters() const {
@@ -98,17 +97,17 @@ std::vector<std::pair<std::string, uint64_t>> Filesystem::NamedCounters() const 
 }
 
 void Filesystem::SetDeltaPolicy(std::unique_ptr<DeltaPolicy> policy) {
-  impl_->delta = std::move(policy);
-  if (impl_->delta && !opts_.read_only) {
+  impl_->data.delta = std::move(policy);
+  if (impl_->data.delta && !opts_.read_only) {
     Impl* m = impl_.get();
-    impl_->delta->SetRebaseListener(
+    impl_->data.delta->SetRebaseListener(
         [m](uint64_t ino, uint64_t off, const store::ChunkKey& key, uint32_t frame_len) {
           m->RefreshFrameLen(ino, off, key, frame_len);
         });
   }
-  if (impl_->delta) {
+  if (impl_->data.delta) {
     store::Store* st = store_;
-    impl_->delta->SetPathResolver([st](const std::string& path) -> std::optional<uint64_t> {
+    impl_->data.delta->SetPathResolver([st](const std::string& path) -> std::optional<uint64_t> {
       // Walk the committed directory entries from the root.
       uint64_t cur = kRootIno;
       size_t i = 0;
@@ -130,21 +129,16 @@ void Filesystem::SetDeltaPolicy(std::unique_ptr<DeltaPolicy> policy) {
 }
 
 int Filesystem::Impl::ToErrno(const Status& s, std::string_view what, uint64_t ino) {
-  switch (s.code()) {
-    case Code::kOk:
-      return 0;
-    case Code::kNotFound:
-      return ENOENT;
-    case Code::kNoSpace:
-      return ENOSPC;
-    case Code::kInvalidArgument:
-    case Code::kCorruption:
-    case Code::kIOError:
-    default:
-      fs->counters_.eio++;
-      spdlog::error("lmcfs: {} (inode {}): {}", what, ino, s.ToString());
-      return EIO;
-  }
+  return data.ToErrno(s, what, ino);
+}
+
+void Filesystem::Impl::RefreshFrameLen(uint64_t ino, uint64_t off, const store::ChunkKey& key,
+                                       uint32_t frame_len) {
+  int err = 0;
+  InodePtr in = Get(ino, &err);
+  if (!in) return;  // deleted since
+  std::lock_guard lk(in->mu);
+  in->data.RefreshFrameLen(off, key, frame_len);
 }
 
 InodePtr Filesystem::Impl::Get(uint64_t ino, int* err) {
@@ -161,9 +155,9 @@ InodePtr Filesystem::Impl::Get(uint64_t ino, int* err) {
     *err = ToErrno(Status::Corruption("undecodable inode record"), "load inode", ino);
     return nullptr;
   }
-  auto in = std::make_shared<Inode>(ino);
+  auto in = std::make_shared<Inode>(ino, data);
   in->rec = std::move(*rec);
-  if (!in->IsReg()) in->extents_loaded = true;
+  if (!in->IsReg()) in->data.SetEmpty();
   table.emplace(ino, in);
   return in;
 }
@@ -181,7 +175,7 @@ Filesystem::Filesystem(store::Store* store, std::string store_dir, const FsOptio
 Filesystem::~Filesystem() {
   // The policy's background thread calls back into impl_ (RefreshFrameLen):
   // stop it before any of impl_ goes.
-  if (impl_ && impl_->delta) impl_->delta->StopBackground();
+  if (impl_ && impl_->data.delta) impl_->data.delta->StopBackground();
 }
 
 Result<std::unique_ptr<Filesystem>> Filesystem::Open(store::Store* store,
@@ -230,7 +224,7 @@ Result<std::unique_ptr<Filesystem>> Filesystem::Open(store::Store* store,
       store::Batch b;
       if (in) {
         std::lock_guard lk(in->mu);
-        if (m.PurgeLocked(*in, &b)) return Status::IOError("purging orphan inode failed");
+        if (in->data.Purge(&b)) return Status::IOError("purging orphan inode failed");
       } else {
         b.Delete(store::Cf::kMeta, OrphanKey(ino));
       }
@@ -281,17 +275,16 @@ void Filesystem::Forget(uint64_t ino, uint64_t nlookup) {
   if (in->nlookup || in->nopen) return;
   if (in->rec.nlink == 0 && !in->purged && !opts_.read_only) {
     store::Batch b;
-    int err = m.PurgeLocked(*in, &b);
+    int err = in->data.Purge(&b);
     Status s = err ? Status::IOError("purge") : store_->Commit(b, false);
     if (!s.ok()) {
       spdlog::error("lmcfs: purging unlinked inode {} failed: {} (left for the next mount)", ino,
                     s.ToString());
       return;
     }
-    in->purged = true;
-    in->extents.clear();
+    in->MarkPurged();
   } else if (!in->Clean()) {
-    if (m.FinalizeLocked(*in, false)) return;  // keep it; a later forget retries
+    if (in->data.Finalize(false)) return;  // keep it; a later forget retries
   }
   m.Erase(ino);
 }
@@ -314,7 +307,7 @@ int Filesystem::SetAttr(uint64_t ino, const struct stat& a, int mask, struct sta
   if (mask & kSetSize) {
     if (in->IsDir()) return EISDIR;
     if (!in->IsReg()) return EINVAL;
-    if (int e = m.TruncateLocked(*in, static_cast<uint64_t>(a.st_size))) return e;
+    if (int e = in->data.Truncate(static_cast<uint64_t>(a.st_size))) return e;
   }
   if (mask & kSetMode) in->rec.mode = (in->rec.mode & S_IFMT) | (a.st_mode & 07777);
   if (mask & kSetUid) in->rec.uid = a.st_uid;
@@ -332,7 +325,7 @@ int Filesystem::SetAttr(uint64_t ino, const struct stat& a, int mask, struct sta
   else
     in->rec.ctime_ns = now;
   in->rec_dirty = true;
-  if (int e = m.CommitLocked(*in, false)) return e;
+  if (int e = in->data.Commit(false)) return e;
   FillStat(*in, out);
   return 0;
 }
@@ -370,7 +363,7 @@ static int MakeNode(Filesystem::Impl& m, bool read_only, uint64_t parent, std::s
     std::lock_guard lk(m.table_mu);
     ino = m.next_ino++;
   }
-  auto in = std::make_shared<Inode>(ino);
+  auto in = std::make_shared<Inode>(ino, m.data);
   int64_t now = NowNs();
   InodeRec& r = in->rec;
   r.mode = mode;
@@ -389,7 +382,7 @@ static int MakeNode(Filesystem::Impl& m, bool read_only, uint64_t parent, std::s
     r.symlink.assign(target);
     r.size = target.size();
   }
-  in->extents_loaded = true;
+  in->data.SetEmpty();
   in->name_hint.assign(name);
   in->parent_hint = dir->ino;
   in->nlookup = 1;
@@ -468,7 +461,7 @@ int Filesystem::Link(uint64_t ino, uint64_t newparent, std::string_view newname,
   auto v = m.store->Get(store::Cf::kDirents, DirentKey(newparent, newname));
   if (v.ok()) return EEXIST;
   if (!v.status().IsNotFound()) return m.ToErrno(v.status(), "link", newparent);
-  if (int e = m.CommitLocked(*in, false)) return e;
+  if (int e = in->data.Commit(false)) return e;
   int64_t now = NowNs();
   InodeRec r = in->rec, dr = dir->rec;
   r.nlink++;
@@ -497,9 +490,9 @@ namespace {
 // record, or, at nlink 0, its purge (no kernel reference, no open handle)
 // or an orphan mark (deleted at last forget/release, or the next mount).
 // Returns errno; *purged tells the caller to mark it after the commit.
-int DropLink(Filesystem::Impl& m, Inode& in, InodeRec* r, store::Batch* b, bool* purged) {
+int DropLink(Inode& in, InodeRec* r, store::Batch* b, bool* purged) {
   *purged = false;
-  if (int e = m.CommitLocked(in, false)) return e;
+  if (int e = in.data.Commit(false)) return e;
   if (S_ISDIR(r->mode)) {
     r->nlink = 0;
   } else if (r->nlink > 0) {
@@ -512,16 +505,15 @@ int DropLink(Filesystem::Impl& m, Inode& in, InodeRec* r, store::Batch* b, bool*
   }
   if (in.nlookup == 0 && in.nopen == 0) {
     *purged = true;
-    return m.PurgeLocked(in, b);
+    return in.data.Purge(b);
   }
   b->Put(store::Cf::kInodes, InodeKey(in.ino), EncodeInode(*r));
   b->Put(store::Cf::kMeta, OrphanKey(in.ino), "");
   return 0;
 }
 
-void MarkPurged(Filesystem::Impl& m, Inode& in) {
-  in.purged = true;
-  in.extents.clear();
+void RemovePurged(Filesystem::Impl& m, Inode& in) {
+  in.MarkPurged();
   m.Erase(in.ino);
 }
 
@@ -567,13 +559,13 @@ static int RemoveEntry(Filesystem::Impl& m, uint64_t parent, std::string_view na
   store::Batch b;
   b.Delete(store::Cf::kDirents, DirentKey(parent, name));
   bool purged = false;
-  if (int e = DropLink(m, *in, &r, &b, &purged)) return e;
+  if (int e = DropLink(*in, &r, &b, &purged)) return e;
   b.Put(store::Cf::kInodes, InodeKey(parent), EncodeInode(dr));
   Status s = m.store->Commit(b, false);
   if (!s.ok()) return m.ToErrno(s, op, d->ino);
   in->rec = r;
   pdir->rec = dr;
-  if (purged) MarkPurged(m, *in);
+  if (purged) RemovePurged(m, *in);
   return 0;
 }
 
@@ -645,7 +637,7 @@ int Filesystem::Rename(uint64_t parent, std::string_view name, uint64_t newparen
       if (sdir) { pr.nlink--; nr.nlink++; } else { pr.nlink++; nr.nlink--; }
     }
     dr.ctime_ns = now;
-    if (int e = m.CommitLocked(*din, false)) return e;
+    if (int e = din->data.Commit(false)) return e;
     b.Put(store::Cf::kInodes, InodeKey(dst->ino), EncodeInode(dr));
   } else {
     if (dst) {
@@ -658,7 +650,7 @@ int Filesystem::Rename(uint64_t parent, std::string_view name, uint64_t newparen
         if (!*empty) return ENOTEMPTY;
         if (npr->nlink > 2) npr->nlink--;
       }
-      if (int e = DropLink(m, *din, &dr, &b, &purged)) return e;
+      if (int e = DropLink(*din, &dr, &b, &purged)) return e;
     }
     b.Delete(store::Cf::kDirents, DirentKey(parent, name));
     b.Put(store::Cf::kDirents, DirentKey(newparent, newname),
@@ -671,7 +663,7 @@ int Filesystem::Rename(uint64_t parent, std::string_view name, uint64_t newparen
   pr.mtime_ns = pr.ctime_ns = now;
   nr.mtime_ns = nr.ctime_ns = now;
   sr.ctime_ns = now;
-  if (int e = m.CommitLocked(*sin, false)) return e;
+  if (int e = sin->data.Commit(false)) return e;
   b.Put(store::Cf::kInodes, InodeKey(src->ino), EncodeInode(sr));
   b.Put(store::Cf::kInodes, InodeKey(parent), EncodeInode(pr));
   if (cross) b.Put(store::Cf::kInodes, InodeKey(newparent), EncodeInode(nr));
@@ -690,7 +682,7 @@ int Filesystem::Rename(uint64_t parent, std::string_view name, uint64_t newparen
   }
   if (din) {
     din->rec = dr;
-    if (purged) MarkPurged(m, *din);
+    if (purged) RemovePurged(m, *din);
   }
   return 0;
 }
@@ -730,8 +722,8 @@ int Filesystem::Open(uint64_t ino, int flags) {
   if (in->IsDir() && (flags & O_ACCMODE) != O_RDONLY) return EISDIR;
   if (opts_.read_only && ((flags & O_ACCMODE) != O_RDONLY || (flags & O_TRUNC))) return EROFS;
   if ((flags & O_TRUNC) && in->IsReg() && (flags & O_ACCMODE) != O_RDONLY && in->rec.size > 0) {
-    if (int e = m.TruncateLocked(*in, 0)) return e;
-    if (int e = m.CommitLocked(*in, false)) return e;
+    if (int e = in->data.Truncate(0)) return e;
+    if (int e = in->data.Commit(false)) return e;
   }
   in->nopen++;
   return 0;
@@ -747,62 +739,56 @@ int Filesystem::Release(uint64_t ino) {
   if (in->nopen > 0 || in->purged) return 0;
   if (in->rec.nlink == 0 && in->nlookup == 0) {
     store::Batch b;
-    if (int e = m.PurgeLocked(*in, &b)) return e;
+    if (int e = in->data.Purge(&b)) return e;
     Status s = store_->Commit(b, false);
     if (!s.ok()) return m.ToErrno(s, "purge", ino);
-    in->purged = true;
-    in->extents.clear();
+    in->MarkPurged();
     m.Erase(ino);
     return 0;
   }
   // flush normally did this already; release's error is discarded by the
   // kernel, so this is only a safety net.
-  return m.FinalizeLocked(*in, false);
+  return in->data.Finalize(false);
 }
 
 int Filesystem::Read(uint64_t ino, uint64_t off, size_t size, std::string* out) {
-  Impl& m = *impl_;
   return WithInode(*impl_, ino, [&](Inode& in) {
     if (in.IsDir()) return EISDIR;
-    return m.ReadLocked(in, off, size, out);
+    return in.data.Read(off, size, out);
   });
 }
 
 int Filesystem::Write(uint64_t ino, uint64_t off, const void* data, size_t size) {
-  Impl& m = *impl_;
   if (opts_.read_only) return EROFS;
   return WithInode(*impl_, ino, [&](Inode& in) {
     if (!in.IsReg()) return EINVAL;
     if (in.purged) return EIO;
     counters_.write_calls++;
     counters_.write_bytes += size;
-    return m.WriteLocked(in, off, static_cast<const uint8_t*>(data), size);
+    return in.data.Write(off, static_cast<const uint8_t*>(data), size);
   });
 }
 
 int Filesystem::Flush(uint64_t ino) {
-  Impl& m = *impl_;
   if (opts_.read_only) return 0;
   return WithInode(*impl_, ino, [&](Inode& in) {
-    return m.FinalizeLocked(in, false);
+    return in.data.Finalize(false);
   });
 }
 
 int Filesystem::Fsync(uint64_t ino, bool /*datasync*/) {
-  Impl& m = *impl_;
   if (opts_.read_only) return 0;
   return WithInode(*impl_, ino, [&](Inode& in) {
-    return m.FinalizeLocked(in, true);
+    return in.data.Finalize(true);
   });
 }
 
 int Filesystem::FsyncDir(uint64_t ino) {
-  Impl& m = *impl_;
   if (opts_.read_only) return 0;
   return WithInode(*impl_, ino, [&](Inode& in) {
     // Namespace changes are already committed (WAL not synced): a synced
     // commit makes all of them durable.
-    return m.CommitLocked(in, true);
+    return in.data.Commit(true);
   });
 }
 
@@ -832,8 +818,8 @@ int Filesystem::CopyRange(uint64_t src, uint64_t soff, uint64_t dst, uint64_t do
   len = std::min(len, si->rec.size - soff);
   if (doff + len < doff || doff + len > (uint64_t{1} << 62)) return EFBIG;
   // src's bytes must all be in committed extents to be shared.
-  if (int e = m.FinalizeLocked(*si, false)) return e;
-  if (int e = m.CloneRangeLocked(*si, soff, *di, doff, len)) return e;
+  if (int e = si->data.Finalize(false)) return e;
+  if (int e = di->data.CloneFrom(si->data, soff, doff, len)) return e;
   *copied = len;
   return 0;
 }
@@ -869,20 +855,20 @@ Status Filesystem::Shutdown() {
     int e = 0;
     if (in->rec.nlink == 0) {
       store::Batch b;
-      e = m.PurgeLocked(*in, &b);
+      e = in->data.Purge(&b);
       if (!e) {
         Status s = store_->Commit(b, false);
         if (s.ok()) in->purged = true; else e = EIO;
       }
     } else {
-      e = m.FinalizeLocked(*in, false);
+      e = in->data.Finalize(false);
     }
     if (e && first.ok()) first = Status::IOError("flushing inode " + std::to_string(in->ino) + " failed");
   }
-  if (!opts_.read_only && m.delta) {
-    if (uint64_t n = m.delta->Pending())
+  if (!opts_.read_only && m.data.delta) {
+    if (uint64_t n = m.data.delta->Pending())
       spdlog::info("lmcfs: finishing {} queued delta rebases before unmount", n);
-    m.delta->Flush();
+    m.data.delta->Flush();
   }
   if (!opts_.read_only) {
     store::Batch b;

@@ -158,9 +158,9 @@ int Filesystem::SetXattr(uint64_t ino, std::string_view name, std::string_view v
   if ((flags & XATTR_REPLACE) && !v.ok()) return ENODATA;
   std::lock_guard lk(in->mu);
   in->rec.ctime_ns = NowNs();
-  in->pending.Put(store::Cf::kMeta, key, value);
+  in->data.pending().Put(store::Cf::kMeta, key, value);
   in->rec_dirty = true;
-  return m.CommitLocked(*in, false);
+  return in->data.Commit(false);
 }
 
 int Filesystem::RemoveXattr(uint64_t ino, std::string_view name) {
@@ -176,9 +176,9 @@ int Filesystem::RemoveXattr(uint64_t ino, std::string_view name) {
   if (!v.ok()) return v.status().IsNotFound() ? ENODATA : m.ToErrno(v.status(), "removexattr", ino);
   std::lock_guard lk(in->mu);
   in->rec.ctime_ns = NowNs();
-  in->pending.Delete(store::Cf::kMeta, key);
+  in->data.pending().Delete(store::Cf::kMeta, key);
   in->rec_dirty = true;
-  return m.CommitLocked(*in, false);
+  return in->data.Commit(false);
 }
 
 }  // namespace lmc::fs

@@ -1,0 +1,194 @@
+// The data of one inode: its write and read pipelines (docs/ARCHITECTURE.md,
+// "The filesystem", "Write pipeline", "Read pipeline").
+//
+// A FileData belongs to one Inode (inode.h) and is used only with that
+// inode's mutex held. It owns the file's extents, its dirty bytes, the
+// layout stream that cuts them into chunks, the chunks at the encoders and
+// the batch of changes not yet committed; it reads and writes the owner's
+// record (size, stored bytes, times) and commits it with the batch. What all
+// files share (store, chunk cache, encoders, delta policy, write budget) is
+// a FileDataShared, owned by the Filesystem.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "encoder.h"
+#include "lmc/chunker.h"
+#include "lmc/fs/delta_policy.h"
+#include "lmc/fs/filesystem.h"
+#include "lmc/fs/records.h"
+#include "lmc/layout.h"
+#include "lmc/store/chunk_cache.h"
+
+namespace lmc::fs {
+
+struct Inode;
+
+// What the data pipelines of all files share; owned by Filesystem::Impl.
+// Members are destroyed in reverse order: the encoders are joined first,
+// while the delta policy and the cache their jobs use still live.
+struct FileDataShared {
+  FileDataShared(store::Store* store, const FsOptions& opts, FsCounters* counters);
+
+  store::Store* const store;
+  const FsOptions& opts;
+  FsCounters& counters;
+  store::ChunkCache cache;
+  // The incremental-snapshot policy (lmc/fs/delta_policy.h); nullptr: every
+  // chunk standalone. Installed before use (Filesystem::SetDeltaPolicy).
+  std::unique_ptr<DeltaPolicy> delta;
+  // Bytes charged by jobs in flight over all inodes (FsOptions::write_budget).
+  std::atomic<uint64_t> inflight_bytes{0};
+  // Last member: destroyed (joined) first, while everything its jobs use lives.
+  EncoderPool encoders;
+
+  // The errno for a failed store call: ENOENT, ENOSPC, or EIO (counted and
+  // logged with `what` and the inode).
+  int ToErrno(const Status& s, std::string_view what, uint64_t ino);
+};
+
+// A range of a file to cut into one chunk; dtype nullopt: detect. `spec`
+// carries the chunker's fields (offset, length, dtype and the lineage
+// fields) unchanged for chunks the stream cut; for other cuts it holds
+// offset and length only.
+struct CutSpec {
+  uint64_t begin = 0, end = 0;
+  std::optional<DType> dtype;
+  ChunkSpec spec;
+};
+
+// Written bytes [start, start+len) of a shared buffer: cutting a chunk out
+// of a write's bytes re-slices the rest instead of copying it.
+struct DirtySeg {
+  std::shared_ptr<std::string> buf;
+  size_t start = 0, len = 0;
+  size_t size() const { return len; }
+  const char* data() const { return buf->data() + start; }
+  DirtySeg Slice(size_t from, size_t n) const { return {buf, start + from, n}; }
+};
+
+class FileData {
+ public:
+  FileData(Inode& owner, FileDataShared& shared) : owner_(owner), shared_(shared) {}
+  FileData(const FileData&) = delete;
+  FileData& operator=(const FileData&) = delete;
+
+  // Every call below: with the owner's mutex held; errors are errnos.
+
+  // A new or non-regular inode has no extents to load.
+  void SetEmpty() { extents_loaded_ = true; }
+  int Write(uint64_t off, const uint8_t* p, size_t n);
+  int Read(uint64_t off, size_t n, std::string* out);
+  int Truncate(uint64_t size);
+  // Cuts everything written into chunks (finishing the stream), waits for
+  // the encoders and commits. Reports (once) an encoder error that a write
+  // could not.
+  int Finalize(bool sync);
+  // Commits the pending batch with the owner's record.
+  int Commit(bool sync);
+  // Adds to `b` the removal of every extent, the owner's record, its orphan
+  // mark and xattrs (after committing the pending batch); drops whatever is
+  // at the encoders. The caller commits b, then calls DropExtents.
+  int Purge(store::Batch* b);
+  void DropExtents() { extents_.clear(); }
+  // This file's [doff, doff+len) := src's [soff, soff+len) by chunk
+  // references; both owners' mutexes held, src != this, src finalized.
+  int CloneFrom(FileData& src, uint64_t soff, uint64_t doff, uint64_t len);
+  // The chunk `key` of the extent at `off` was re-encoded (reverse deltas)
+  // into a frame of frame_len bytes: updates that extent and the owner's
+  // stored bytes (st_blocks) and commits them; nothing when the extent no
+  // longer holds `key`.
+  void RefreshFrameLen(uint64_t off, const store::ChunkKey& key, uint32_t frame_len);
+
+  // Changes (xattrs) to commit with the next Commit.
+  store::Batch& pending() { return pending_; }
+  // Nothing buffered, streaming, at the encoders or uncommitted.
+  bool Clean() const { return dirty_.empty() && !streaming_ && pending_.empty() && inflight_.empty(); }
+
+ private:
+  int LoadExtents();
+  void KillStream();
+  int AdvanceStream();
+  int FinishStream();
+  // Hands each range of the file's current bytes to the encoders as one
+  // chunk (to replace whatever covers it once applied); returns at once.
+  int MaterializeRanges(const std::vector<CutSpec>& specs);
+  // Cuts every dirty range into chunks aligned to chunk_size in the file.
+  int MaterializeDirty();
+  // Which jobs ApplyHead applies from the head of inflight_.
+  enum class Until {
+    kNotDone,     // those already done
+    kEmpty,       // all (waits for each)
+    kUnderBudget  // while the write budget is exceeded (waits for each)
+  };
+  // First error wins; the others are still applied.
+  int ApplyHead(Until until);
+  int ApplyDone() { return ApplyHead(Until::kNotDone); }
+  int Drain() { return ApplyHead(Until::kEmpty); }
+  // Waits while the write budget is exceeded and this file has jobs in
+  // flight. A writer over the budget waits for its own oldest jobs only:
+  // waiting for another inode's could wait for a writer that is itself
+  // waiting. So the budget can be exceeded by what other inodes hold, at
+  // most about one write's worth per concurrent writer.
+  int Backpressure() { return ApplyHead(Until::kUnderBudget); }
+  int ApplyJob(EncodeJob& job);
+  // Puts a failed job's bytes back into dirty_ where nothing newer covers them.
+  void Restore(const EncodeJob& job);
+  void ReplaceRange(uint64_t a, uint64_t b, const ExtentRec* nw);
+  void InsertDirty(uint64_t off, const uint8_t* p, size_t n);
+  void RemoveDirty(uint64_t a, uint64_t b);
+  // When dirty bytes cover all of [a, b), appends them to *out and returns true.
+  bool CopyDirty(uint64_t a, uint64_t b, std::vector<uint8_t>* out) const;
+  // The file's current bytes [a, b): zeros, then extents, then jobs, then dirty bytes.
+  int View(uint64_t a, uint64_t b, uint8_t* out);
+  int GetChunk(const ExtentRec& e, store::ChunkBytes* out);
+  // Decodes the chunks under [a, b) that are not cached, in parallel on the
+  // shared pool, into the cache, once there are enough of them or one lies
+  // under [a, need_end). Best effort: errors surface on the read.
+  void Prefetch(uint64_t a, uint64_t b, uint64_t need_end);
+
+  Inode& owner_;
+  FileDataShared& shared_;
+
+  // Committed (or in pending_) extents: file offset -> extent. Loaded on
+  // first data access; they never overlap.
+  bool extents_loaded_ = false;
+  std::map<uint64_t, ExtentRec> extents_;
+
+  // Written bytes not yet cut into chunks: offset -> bytes, non-overlapping.
+  // They override extents on read.
+  std::map<uint64_t, DirtySeg> dirty_;
+  uint64_t dirty_bytes_ = 0;
+
+  // Sequential stream: active while the file is written from offset 0 in
+  // order; bytes [0, stream_pos_) went through the layout parser.
+  bool streaming_ = false;
+  uint64_t stream_pos_ = 0;
+  std::unique_ptr<LayoutParser> parser_;
+  std::unique_ptr<Chunker> chunker_;
+
+  // Chunks handed to the encoders, in file order (submission order). Their
+  // bytes left dirty_ when submitted; reads see them (over extents, under
+  // dirty bytes) until they are applied, in this order, by ApplyHead.
+  std::deque<std::shared_ptr<EncodeJob>> inflight_;
+  // An encoder error applied outside flush/fsync (in a write): reported by
+  // the next Finalize, then cleared. The chunk's bytes went back to dirty_,
+  // so reads stay right and the next flush retries.
+  int write_error_ = 0;
+
+  uint64_t last_read_end_ = 0;  // sequential-read detection (prefetch)
+
+  // Chunk adds, extent, xattr and inode puts not yet committed.
+  store::Batch pending_;
+  bool pending_chunks_ = false;  // pending_ holds AddChunk (not yet readable from the store)
+};
+
+}  // namespace lmc::fs
