@@ -541,7 +541,7 @@ TEST(MountHelper, Mount8ConventionAndFstab) {
   fsys::create_directories(mnt);
   fsys::create_directories(mnt2);
   std::string bin = LMC_MOUNT_BIN;
-  std::string opts = "rw,nosuid,nodev,noatime,cache_size=32M,write_buffer=32M,threads=2,"
+  std::string opts = "rw,nosuid,nodev,noatime,cache_size=32M,write_buffer=32M,encode_threads=2,"
                      "gpu=auto,log_level=info,log_file=" + root + "/log";
   // As mount(8) calls a helper: SPEC DIR -n -o OPTIONS (with generic options).
   ASSERT_EQ(Sh(bin + " " + store + " " + mnt + " -n -o " + opts), 0);

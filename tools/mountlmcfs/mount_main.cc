@@ -61,7 +61,8 @@ once it is installed as /sbin/mount.lmcfs (cmake --install puts it there).
   -h, --help          this text
   -o OPTIONS          comma-separated:
      store=PATH         the store (instead of the STORE argument)
-     threads=N          encoder threads (default: one per core)
+     encode_threads=N   threads that encode written chunks (default: one per
+                        core); threads=N is an older name for it
      fuse_threads=N     FUSE worker threads (default: 2 per core, at least 4)
      chunk_size=BYTES   codec chunk size, K/M/G suffixes (default 1M)
      cache_size=BYTES   decoded-chunk cache (default 64M)
@@ -71,9 +72,11 @@ once it is installed as /sbin/mount.lmcfs (cmake --install puts it there).
      write_buffer=BYTES memory for written chunks waiting for or in the
                         encoders, over all files (default 256M); writers wait
                         when it is full
-     gpu=auto|on|off    CUDA path of the codec: auto uses a GPU when one is
-                        usable (default), on fails the mount without one, off
-                        never uses it
+     gpu=auto|on|off    the GPU codec path. In this version every chunk is
+                        encoded and decoded on the CPU whatever the value
+                        (the log says so at mount); on only refuses to mount
+                        when no usable CUDA GPU is visible, auto (default)
+                        and off change nothing yet
      delta=on|forward|off
                         incremental snapshots (docs/ARCHITECTURE.md
                         "Incremental snapshots"). on (default): new chunks are
@@ -101,7 +104,7 @@ once it is installed as /sbin/mount.lmcfs (cmake --install puts it there).
 
 struct Options {
   std::string store, mountpoint, log_file, log_level = "warn";
-  unsigned threads = 0;
+  unsigned fuse_threads = 0;
   uint64_t chunk_size = 1u << 20;
   uint64_t cache_size = uint64_t{64} << 20;
   uint64_t base_cache = uint64_t{256} << 20;
@@ -155,10 +158,10 @@ int ParseArgs(int argc, char** argv, Options* o) {
         return true;
       };
       if (k == "store") o->store = v;
-      else if (k == "threads") {
+      else if (k == "encode_threads" || k == "threads") {
         if (!count(&o->encode_threads)) return false;
       } else if (k == "fuse_threads") {
-        if (!count(&o->threads)) return false;
+        if (!count(&o->fuse_threads)) return false;
       } else if (k == "write_buffer") {
         if (!ParseSize(v, &o->write_buffer) || o->write_buffer < (uint64_t{1} << 20)) {
           std::fprintf(stderr, "mount.lmcfs: bad write_buffer '%s' (at least 1M)\n", v.c_str());
@@ -447,7 +450,7 @@ int Serve(const Options& o, int report_fd) {
   session.allow_other = o.allow_other;
   session.read_only = o.ro;
   session.extra = o.fuse_opts;
-  session.threads = o.threads;
+  session.threads = o.fuse_threads;
   auto on_mounted = [&] {
     // The codec's chunk encoder and decoder run on the CPU (the CUDA
     // transforms of gpu.h are not in the chunk path yet), so gpu=auto|on only
