@@ -169,12 +169,12 @@ void AppendRecord(Store::Impl& s, const Batch::Op& op, fmt::ChunkEntry& e, Overl
                   Overlay::Slot* slot, std::string& records, uint64_t records_base) {
   e.pack_id = s.active_id;
   e.offset = records_base + records.size();
-  e.frame_len = static_cast<uint32_t>(op.a.size());
+  e.frame_len = static_cast<uint32_t>(op.frame.size());
   uint8_t hdr[fmt::kRecordHeaderSize];
-  fmt::EncodeRecordHeader(hdr, op.key, reinterpret_cast<const uint8_t*>(op.a.data()), e.frame_len,
+  fmt::EncodeRecordHeader(hdr, op.key, reinterpret_cast<const uint8_t*>(op.frame.data()), e.frame_len,
                           e.decoded_len);
   records.append(reinterpret_cast<const char*>(hdr), sizeof hdr);
-  records.append(op.a);
+  records.append(op.frame);
   ov.Save(op.key, *slot);
   slot->present = true;
   slot->dirty = true;
@@ -259,9 +259,9 @@ Result<bool> CanRebase(Overlay& ov, const Batch::Op& op) {
 }
 
 Status CheckFrame(const Batch::Op& op, const char* what) {
-  if (op.a.empty() || op.a.size() > fmt::kMaxFrameLen)
+  if (op.frame.empty() || op.frame.size() > fmt::kMaxFrameLen)
     return Status::InvalidArgument(std::string(what) + " " + op.key.ToHex() + ": frame of " +
-                                   std::to_string(op.a.size()) + " bytes out of range");
+                                   std::to_string(op.frame.size()) + " bytes out of range");
   return Status::Ok();
 }
 
@@ -304,9 +304,9 @@ Status ApplyChunkOps(Store::Impl& s, const Batch& b, Overlay& ov, std::string& r
           counts.dedup++;
           break;
         }
-        if (op.a.empty() || op.a.size() > fmt::kMaxFrameLen || op.decoded_len > kMaxChunkSize)
+        if (op.frame.empty() || op.frame.size() > fmt::kMaxFrameLen || op.decoded_len > kMaxChunkSize)
           return Status::InvalidArgument("AddChunk " + op.key.ToHex() + ": frame of " +
-                                         std::to_string(op.a.size()) + " bytes / chunk of " +
+                                         std::to_string(op.frame.size()) + " bytes / chunk of " +
                                          std::to_string(op.decoded_len) + " bytes out of range");
         fmt::ChunkEntry e;
         if (op.base) LMC_RETURN_IF_ERROR(TakeBase(ov, "AddChunk", op.key, *op.base, op.decoded_len, &e));
@@ -466,9 +466,9 @@ Status Store::Impl::CommitGroup(const std::vector<Writer*>& group) {
     counts.rebase_skipped += bc.rebase_skipped;
     for (const Batch::Op& op : w->batch->ops()) {
       if (op.kind == Batch::OpKind::kPut)
-        wb.Put(fs_cf[static_cast<size_t>(op.cf)], op.a, op.b);
+        wb.Put(fs_cf[static_cast<size_t>(op.cf)], op.cf_key, op.value);
       else if (op.kind == Batch::OpKind::kDelete)
-        wb.Delete(fs_cf[static_cast<size_t>(op.cf)], op.a);
+        wb.Delete(fs_cf[static_cast<size_t>(op.cf)], op.cf_key);
     }
   }
   if (applied == 0 && reaping.empty()) return Status::Ok();  // every member failed on its own

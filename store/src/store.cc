@@ -25,77 +25,47 @@ Status FromRocks(const rocksdb::Status& s, const std::string& what) {
 
 // ---------------------------------------------------------------- Batch
 
+namespace {
+std::string CopyFrame(std::span<const uint8_t> frame) {
+  return {reinterpret_cast<const char*>(frame.data()), frame.size()};
+}
+}  // namespace
+
+void Batch::Append(Op op) {
+  frame_bytes_ += op.frame.size();
+  ops_.push_back(std::move(op));
+}
+
 void Batch::AddChunk(const ChunkKey& key, std::span<const uint8_t> frame, uint32_t decoded_len,
                      const std::optional<ChunkKey>& base) {
-  Op op;
-  op.kind = OpKind::kAdd;
-  op.key = key;
-  op.base = base;
-  op.decoded_len = decoded_len;
-  op.a.assign(reinterpret_cast<const char*>(frame.data()), frame.size());
-  frame_bytes_ += frame.size();
-  ops_.push_back(std::move(op));
+  Append({.kind = OpKind::kAdd, .key = key, .base = base, .decoded_len = decoded_len,
+          .frame = CopyFrame(frame)});
 }
 
-void Batch::Ref(const ChunkKey& key) {
-  Op op;
-  op.kind = OpKind::kRef;
-  op.key = key;
-  ops_.push_back(std::move(op));
-}
+void Batch::Ref(const ChunkKey& key) { Append({.kind = OpKind::kRef, .key = key}); }
 
-void Batch::Unref(const ChunkKey& key) {
-  Op op;
-  op.kind = OpKind::kUnref;
-  op.key = key;
-  ops_.push_back(std::move(op));
-}
+void Batch::Unref(const ChunkKey& key) { Append({.kind = OpKind::kUnref, .key = key}); }
 
 void Batch::Put(Cf cf, std::string_view key, std::string_view value) {
-  Op op;
-  op.kind = OpKind::kPut;
-  op.cf = cf;
-  op.a = key;
-  op.b = value;
-  ops_.push_back(std::move(op));
+  Append({.kind = OpKind::kPut, .cf = cf, .cf_key = std::string(key),
+          .value = std::string(value)});
 }
 
 void Batch::Delete(Cf cf, std::string_view key) {
-  Op op;
-  op.kind = OpKind::kDelete;
-  op.cf = cf;
-  op.a = key;
-  ops_.push_back(std::move(op));
+  Append({.kind = OpKind::kDelete, .cf = cf, .cf_key = std::string(key)});
 }
 
-void Batch::Unpin(const ChunkKey& key) {
-  Op op;
-  op.kind = OpKind::kUnpin;
-  op.key = key;
-  ops_.push_back(std::move(op));
-}
+void Batch::Unpin(const ChunkKey& key) { Append({.kind = OpKind::kUnpin, .key = key}); }
 
 void Batch::RewriteChunk(const ChunkKey& key, std::span<const uint8_t> frame,
                          const std::optional<ChunkKey>& base) {
-  Op op;
-  op.kind = OpKind::kRewrite;
-  op.key = key;
-  op.base = base;
-  op.a.assign(reinterpret_cast<const char*>(frame.data()), frame.size());
-  frame_bytes_ += frame.size();
-  ops_.push_back(std::move(op));
+  Append({.kind = OpKind::kRewrite, .key = key, .base = base, .frame = CopyFrame(frame)});
 }
 
 void Batch::RebaseChunk(const ChunkKey& key, std::span<const uint8_t> frame, const ChunkKey& base,
                         uint8_t max_depth) {
-  Op op;
-  op.kind = OpKind::kRebase;
-  op.key = key;
-  op.base = base;
-  op.max_depth = max_depth;
-  op.a.assign(reinterpret_cast<const char*>(frame.data()), frame.size());
-  frame_bytes_ += frame.size();
-  ops_.push_back(std::move(op));
+  Append({.kind = OpKind::kRebase, .key = key, .base = base, .max_depth = max_depth,
+          .frame = CopyFrame(frame)});
 }
 
 void Batch::Clear() {

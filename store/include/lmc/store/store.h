@@ -118,19 +118,25 @@ class Batch {
   void Clear();
 
   enum class OpKind : uint8_t { kAdd, kRef, kUnref, kPut, kDelete, kUnpin, kRewrite, kRebase };
+  // Every member has a default initializer, so the builders name only what
+  // their op uses (designated initializers).
   struct Op {
     OpKind kind = OpKind::kPut;
     Cf cf = Cf::kMeta;
-    ChunkKey key;                  // chunk ops
-    std::optional<ChunkKey> base;  // kAdd, kRewrite, kRebase
+    ChunkKey key{};                // chunk ops
+    std::optional<ChunkKey> base{};  // kAdd, kRewrite, kRebase
     uint32_t decoded_len = 0;      // kAdd
     uint8_t max_depth = 0;         // kRebase
-    std::string a;                 // kAdd, kRewrite, kRebase: frame; kPut/kDelete: key
-    std::string b;                 // kPut: value
+    std::string frame{};           // kAdd, kRewrite, kRebase: the chunk's encoded frame
+    std::string cf_key{};          // kPut, kDelete: key in column family `cf`
+    std::string value{};           // kPut
   };
   const std::vector<Op>& ops() const { return ops_; }
 
  private:
+  // Appends op (every builder goes through here) and counts its frame bytes.
+  void Append(Op op);
+
   std::vector<Op> ops_;
   size_t frame_bytes_ = 0;
 };

@@ -1,0 +1,189 @@
+// Writes the golden files of one format version (docs/FORMAT.md, "Golden
+// files"): a frame, a .lmc container and a small chunk store, each with the
+// bytes it decodes to. Built only on demand (target lmc_make_golden) and run
+// by scripts/make_golden.sh; the tests read the checked-in output and never
+// run this.
+//
+// Inputs are deterministic: normal-ish weights from a fixed-seed
+// mt19937_64 through Box-Muller (no std::normal_distribution, whose output
+// differs between standard libraries).
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "lmc/codec.h"
+#include "lmc/container.h"
+#include "lmc/store/extent.h"
+#include "lmc/store/store.h"
+
+namespace {
+
+namespace fsys = std::filesystem;
+using lmc::store::ChunkKey;
+
+constexpr uint32_t kChunk = 16 << 10;  // bytes of every store chunk and container chunk
+
+std::vector<float> Weights(size_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  auto uniform = [&] { return (static_cast<double>(rng() >> 11) + 0.5) * 0x1p-53; };
+  std::vector<float> v(n);
+  for (float& x : v) {
+    x = static_cast<float>(0.02 * std::sqrt(-2.0 * std::log(uniform())) *
+                           std::cos(2.0 * M_PI * uniform()));
+  }
+  return v;
+}
+
+std::vector<uint8_t> F32Bytes(const std::vector<float>& v) {
+  std::vector<uint8_t> out(v.size() * 4);
+  std::memcpy(out.data(), v.data(), out.size());
+  return out;
+}
+
+// bf16: the top half of each f32 (truncation), little-endian.
+std::vector<uint8_t> Bf16Bytes(const std::vector<float>& v) {
+  std::vector<uint8_t> out(v.size() * 2);
+  for (size_t i = 0; i < v.size(); ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, &v[i], 4);
+    out[2 * i] = static_cast<uint8_t>(bits >> 16);
+    out[2 * i + 1] = static_cast<uint8_t>(bits >> 24);
+  }
+  return out;
+}
+
+void Die(const std::string& what, const lmc::Status& s) {
+  std::fprintf(stderr, "make_golden: %s: %s\n", what.c_str(), s.ToString().c_str());
+  std::exit(1);
+}
+
+void WriteFile(const fsys::path& p, const std::vector<uint8_t>& bytes) {
+  std::ofstream f(p, std::ios::binary);
+  f.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  if (!f) {
+    std::fprintf(stderr, "make_golden: cannot write %s\n", p.c_str());
+    std::exit(1);
+  }
+}
+
+std::vector<uint8_t> Encode(const std::vector<uint8_t>& data, lmc::DType dtype,
+                            const std::vector<uint8_t>* base = nullptr) {
+  lmc::Workspace ws;
+  std::vector<uint8_t> frame(lmc::MaxEncodedSize(data.size()));
+  lmc::EncodeParams p;
+  p.dtype = dtype;
+  p.base = base ? base->data() : nullptr;
+  auto n = lmc::EncodeChunk(data.data(), data.size(), p, frame.data(), frame.size(), ws);
+  if (!n.ok()) Die("encode", n.status());
+  frame.resize(*n);
+  return frame;
+}
+
+// One file chunk of the golden store: stored (as a delta when base is set)
+// and referenced by one extent, as the filesystem would.
+struct StoreChunk {
+  uint64_t inode;
+  uint64_t offset;
+  std::vector<uint8_t> data;
+  const StoreChunk* base;  // nullptr: standalone
+};
+
+void AddToBatch(const StoreChunk& c, lmc::store::Batch* batch) {
+  const ChunkKey key = ChunkKey::Of(c.data.data(), c.data.size());
+  std::optional<ChunkKey> base;
+  if (c.base) base = ChunkKey::Of(c.base->data.data(), c.base->data.size());
+  auto frame = Encode(c.data, lmc::DType::kBF16, c.base ? &c.base->data : nullptr);
+  batch->AddChunk(key, frame, static_cast<uint32_t>(c.data.size()), base);
+  lmc::store::Extent e;
+  e.length = static_cast<uint32_t>(c.data.size());
+  e.chunk = key;
+  batch->Put(lmc::store::Cf::kExtents, lmc::store::ExtentKey(c.inode, c.offset),
+             lmc::store::EncodeExtent(e));
+}
+
+void MakeStore(const fsys::path& dir) {
+  // Inode 2: two standalone chunks. Inode 3: the next "checkpoint" of inode
+  // 2's first chunk (every 97th value changed), stored as a delta on it.
+  std::vector<StoreChunk> chunks;
+  chunks.reserve(3);
+  chunks.push_back({2, 0, Bf16Bytes(Weights(kChunk / 2, 3)), nullptr});
+  chunks.push_back({2, kChunk, Bf16Bytes(Weights(kChunk / 2, 4)), nullptr});
+  std::vector<float> next = Weights(kChunk / 2, 3);
+  for (size_t i = 0; i < next.size(); i += 97) next[i] *= 1.01f;
+  chunks.push_back({3, 0, Bf16Bytes(next), &chunks[0]});
+
+  lmc::store::StoreOptions so;
+  so.chunk_size = kChunk;
+  auto store = lmc::store::Store::Open(dir.string(), so);
+  if (!store.ok()) Die("open store", store.status());
+  for (const auto& group : {std::vector<size_t>{0, 1}, std::vector<size_t>{2}}) {
+    lmc::store::Batch batch;
+    for (size_t i : group) AddToBatch(chunks[i], &batch);
+    if (auto s = (*store)->Commit(batch); !s.ok()) Die("commit", s);
+  }
+
+  // The manifest the test checks the store against.
+  std::ofstream m(dir.parent_path() / "store.manifest");
+  m << "# Written by tests/golden/make_golden.cc. chunk <key = SHA-256 of the decoded bytes>"
+       " <decoded bytes> <delta depth> <base key or ->\n"
+       "# extent <inode> <file offset> <length> <chunk key>\n";
+  for (const auto& c : chunks) {
+    const ChunkKey key = ChunkKey::Of(c.data.data(), c.data.size());
+    auto info = (*store)->GetChunkInfo(key);
+    if (!info.ok()) Die("chunk info", info.status());
+    m << "chunk " << key.ToHex() << ' ' << info->decoded_len << ' '
+      << static_cast<int>(info->delta_depth) << ' ' << (info->base ? info->base->ToHex() : "-")
+      << '\n';
+  }
+  for (const auto& c : chunks) {
+    m << "extent " << c.inode << ' ' << c.offset << ' ' << c.data.size() << ' '
+      << ChunkKey::Of(c.data.data(), c.data.size()).ToHex() << '\n';
+  }
+  store->reset();  // closes RocksDB cleanly
+
+  // Keep only what opening the store needs: no RocksDB logs, options files
+  // or lock files (Open writes them again).
+  for (const auto& e : fsys::recursive_directory_iterator(dir)) {
+    const std::string name = e.path().filename().string();
+    if (name.starts_with("LOG") || name.starts_with("OPTIONS-") || name == "LOCK")
+      fsys::remove(e.path());
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: %s OUT_DIR (a directory that does not exist yet)\n", argv[0]);
+    return 2;
+  }
+  const fsys::path out = argv[1];
+  if (fsys::exists(out)) {
+    std::fprintf(stderr, "make_golden: %s exists; remove it first\n", out.c_str());
+    return 2;
+  }
+  fsys::create_directories(out);
+
+  // A single frame: 8192 bf16 values.
+  const auto frame_raw = Bf16Bytes(Weights(kChunk / 2, 1));
+  WriteFile(out / "frame_bf16.raw", frame_raw);
+  WriteFile(out / "frame_bf16.lmcf", Encode(frame_raw, lmc::DType::kBF16));
+
+  // A container of three 16 KiB chunks of f32.
+  const auto container_raw = F32Bytes(Weights(3 * kChunk / 4, 2));
+  lmc::CompressOptions co;
+  co.chunk_size = kChunk;
+  co.threads = 1;
+  auto container = lmc::CompressBuffer(container_raw.data(), container_raw.size(), co);
+  if (!container.ok()) Die("compress", container.status());
+  WriteFile(out / "container_f32.raw", container_raw);
+  WriteFile(out / "container_f32.lmc", *container);
+
+  MakeStore(out / "store");
+  return 0;
+}
