@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Incremental snapshots (issue 5): writes a series of checkpoints through an
+# Incremental snapshots: writes a series of checkpoints through an
 # lmcfs mount with delta=off, delta=forward and delta=on (reverse deltas,
 # the default), three fresh stores, in step order, each copied in with
 # fsync; after each file, waits for the reverse mount's background rebases

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Benchmarks of the operating tools (issue 6), on real checkpoints:
+# Benchmarks of the operating tools, on real checkpoints:
 #  1. lmcfs-fsck verification rate: bench-data/ckpt-step*.pt written through
 #     a mount, then `lmcfs-fsck STORE` offline (every record checksum) and
 #     `lmcfs-fsck --deep STORE` (also every

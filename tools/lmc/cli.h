@@ -1,4 +1,4 @@
-// The `lmc` command as a function, so tests run it in-process (STYLE.md 11).
+// The `lmc` command as a function, so tests run it in-process (tools are functions; main only adapts).
 #pragma once
 
 #include <cstdio>

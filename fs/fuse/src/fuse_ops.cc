@@ -66,7 +66,8 @@ void Init(void* userdata, fuse_conn_info* conn) {
   conn->max_read = 0;
   // Let the kernel clear setuid/setgid on write/truncate/chown (we do not).
   conn->want &= ~FUSE_CAP_HANDLE_KILLPRIV;
-  // No writeback cache (FUSE_NOTES, semantics 3): with it the kernel sends
+  // No writeback cache (docs/ARCHITECTURE.md, "FUSE settings"):
+  // with it the kernel sends
   // pages in writeback order, not the program's, which stops the stream
   // (tensor-aligned, typed chunks) at the first out-of-order page and costs
   // ratio; it would also own size and mtime and send reads on write-only
@@ -278,7 +279,8 @@ void Write(fuse_req_t req, fuse_ino_t ino, const char* buf, size_t size, off_t o
 }
 
 // flush comes with every close(); its error is what close() returns, so the
-// data is finalized here, not in release (FUSE_NOTES, semantics 1).
+// data is finalized here, not in release: release comes after close()
+// returned, its error is discarded, and a rename or open can overtake it.
 void Flush(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   ErrOp(req, "flush", [&] { return fi->fh ? Fs(req).Flush(ino) : 0; });
 }

@@ -20,8 +20,12 @@
 // when the estimate says it is smaller and the store's chain limit allows
 // (Batch::RebaseChunk, checked again under the commit lock). The new frame
 // is decoded and compared with the prior version's bytes before it is
-// committed. Work still queued at a crash or unmount is lost: the prior
-// version stays standalone (space, never data).
+// committed. Each queued item is also a rebase/ record, written in the
+// batch that commits the new chunk and deleted in the batch that rebases
+// the prior version (or gives up on it), so work still queued at a crash
+// survives: the next mount reloads the records (LoadQueuedRebases) and
+// works them off; until then the prior version stays standalone (space,
+// never data). Unmount finishes the queue (Filesystem::Shutdown -> Flush).
 #pragma once
 
 #include <atomic>

@@ -1,5 +1,5 @@
-// Env: every disk operation of the chunk store goes through this seam
-// (../shared/STYLE.md, convention 9), so tests can inject short writes,
+// Env: every disk operation of the chunk store goes through this seam, as
+// in LevelDB, so tests can inject short writes,
 // ENOSPC, fsync failures and crashes (tests/store/fault_env.h).
 //
 // RocksDB does its own I/O and does not use this Env; see

@@ -5,8 +5,8 @@
 // each applied chunk through the policy in the same batch as its extent, so
 // lineage and data commit atomically.
 //
-// With no policy installed (Impl::delta == nullptr) every chunk is encoded
-// standalone.
+// With no policy installed (FileDataShared::delta == nullptr) every chunk is
+// encoded standalone.
 #pragma once
 
 #include <cstdint>
@@ -56,8 +56,9 @@ class DeltaPolicy {
   // Thread-safe; must be cheap (statistics on a sample, never a trial encode).
   // The policy guarantees that the base is still indexed when the batch
   // that references it commits (a base released meanwhile, e.g. by an
-  // unlink, must not make the commit fail): it pins it until Record or
-  // Unpin... whatever mechanism it documents here.
+  // unlink, must not make the commit fail): it pins the base in the store
+  // (Store::PinChunk) before returning it, and the pin ends either with the
+  // batch that Record adds Batch::Unpin to, or with Release.
   virtual std::optional<BaseChoice> ChooseBase(const ChunkOrigin& origin, const uint8_t* data,
                                                size_t n) = 0;
   // Called with the inode's mutex held when the encoded chunk `key` is
@@ -74,10 +75,11 @@ class DeltaPolicy {
   // version of each chunk written against it). Flush does all of it that
   // can be done now and returns when the queue is empty; work that waits
   // for a chunk that is not committed is dropped (call after the inodes
-  // are committed). Pending: items queued or in progress.
+  // are committed; unmount does). Pending: items queued or in progress.
   virtual void Flush() {}
-  // Stops the background work for good (queued items are dropped); before
-  // the filesystem's state goes away.
+  // Stops the background work for good, before the filesystem's state goes
+  // away. Items still queued stay persisted (reverse deltas: their rebase/
+  // records) for the next mount to work off.
   virtual void StopBackground() {}
   virtual uint64_t Pending() const { return 0; }
   virtual void SetRebaseListener(RebaseListener) {}
