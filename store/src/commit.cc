@@ -374,6 +374,7 @@ Status Store::Impl::EnsureActivePack() {
   LMC_ASSIGN_OR_RETURN(std::unique_ptr<File> f, env->OpenFile(path, Env::OpenMode::kCreate));
   std::string hdr = fmt::EncodePackHeader(id);
   Status st = f->Append(reinterpret_cast<const uint8_t*>(hdr.data()), hdr.size());
+  if (st.ok()) n_pack_written += hdr.size();
   // The new name must be durable before any index entry names the pack.
   if (st.ok()) st = env->SyncDir(pack_dir);
   if (!st.ok()) {
@@ -406,6 +407,7 @@ void Store::Impl::Rollback() {
 Status Store::Impl::AppendDurably(const std::string& records) {
   if (records.empty()) return Status::Ok();
   Status st = active->Append(reinterpret_cast<const uint8_t*>(records.data()), records.size());
+  if (st.ok()) n_pack_written += records.size();
   if (st.ok()) st = active->Sync();
   if (!st.ok()) {
     spdlog::error("store {}: writing {} bytes to pack {} failed: {}", dir, records.size(),

@@ -3,6 +3,8 @@
 // Each step leaves a state that Recover understands
 // (docs/ARCHITECTURE.md, "The chunk store", "Compaction").
 #include <rocksdb/write_batch.h>
+
+#include <algorithm>
 #include <spdlog/spdlog.h>
 
 #include "store_impl.h"
@@ -158,20 +160,76 @@ Status CompactPack(Store::Impl& s, uint64_t id, const std::vector<ChunkKey>& key
   return s.WriteIndex(forget, true);
 }
 
+// Seals the active pack when it holds at least min_dead dead bytes, so that
+// compaction can take it (one synced index batch; the next commit starts a
+// new pack). commit_mu held.
+Status SealActiveIfDead(Store::Impl& s, uint64_t min_dead) {
+  if (min_dead == 0 || !s.active) return Status::Ok();
+  auto it = s.packs.find(s.active_id);
+  if (it == s.packs.end()) return Status::Ok();  // nothing committed to it yet
+  fmt::PackMeta m = it->second;
+  const uint64_t record_bytes = m.size > fmt::kPackHeaderSize ? m.size - fmt::kPackHeaderSize : 0;
+  if (record_bytes < m.live || record_bytes - m.live < min_dead) return Status::Ok();
+  m.state = fmt::PackState::kSealed;
+  rocksdb::WriteBatch wb;
+  wb.Put(s.packs_cf, fmt::PackKey(s.active_id), fmt::EncodePackMeta(s.active_id, m));
+  LMC_RETURN_IF_ERROR(s.WriteIndex(wb, true));
+  it->second = m;
+  s.active.reset();
+  return Status::Ok();
+}
+
+// The packs to compact, per options.policy. commit_mu held.
+void SelectPacks(Store::Impl& s, const CompactOptions& options, CompactReport& report) {
+  struct Pack {
+    uint64_t id, record_bytes, live;
+  };
+  std::vector<Pack> sealed;
+  uint64_t pack_bytes = 0, dead = 0;
+  for (const auto& [id, m] : s.packs) {
+    pack_bytes += m.size;
+    const uint64_t record_bytes = m.size > fmt::kPackHeaderSize ? m.size - fmt::kPackHeaderSize : 0;
+    dead += m.size - std::min(m.size, m.live);
+    if (s.active && id == s.active_id) continue;
+    report.packs_examined++;
+    sealed.push_back({id, record_bytes, std::min(m.live, record_bytes)});
+  }
+  if (options.policy == CompactOptions::Policy::kThreshold) {
+    for (const Pack& p : sealed)
+      if (p.record_bytes == 0 ||
+          static_cast<double>(p.live) < options.live_fraction_threshold * static_cast<double>(p.record_bytes))
+        report.candidates.push_back(p.id);
+    return;
+  }
+  // Cost-benefit: u = live / record bytes; freeing a pack reads it and
+  // rewrites u of it to free 1 - u: (1 - u) / (1 + u), best first.
+  auto score = [](const Pack& p) {
+    if (p.record_bytes == 0) return 2.0;  // header only: free
+    const double u = static_cast<double>(p.live) / static_cast<double>(p.record_bytes);
+    return (1 - u) / (1 + u);
+  };
+  std::sort(sealed.begin(), sealed.end(), [&](const Pack& a, const Pack& b) { return score(a) > score(b); });
+  for (const Pack& p : sealed) {
+    if (static_cast<double>(dead) <= options.target_dead_fraction * static_cast<double>(pack_bytes)) break;
+    if (p.record_bytes > 0 && p.live >= p.record_bytes) break;  // the rest are all live
+    report.candidates.push_back(p.id);
+    // After: the pack's bytes go, its live records come back in the active pack.
+    const uint64_t size = p.record_bytes + fmt::kPackHeaderSize;
+    pack_bytes = pack_bytes - std::min(pack_bytes, size) + p.live;
+    dead -= std::min(dead, size - p.live);
+  }
+}
+
 }  // namespace
 
 Result<CompactReport> Store::Compact(const CompactOptions& options, const CompactProgressFn& progress) {
   Impl& s = *impl_;
+  std::lock_guard maint(s.maint_mu);
   CompactReport report;
   {
     std::lock_guard l(s.commit_mu);
-    for (const auto& [id, m] : s.packs) {
-      if (s.active && id == s.active_id) continue;
-      report.packs_examined++;
-      const uint64_t record_bytes = m.size > fmt::kPackHeaderSize ? m.size - fmt::kPackHeaderSize : 0;
-      if (record_bytes == 0 || static_cast<double>(m.live) < options.live_fraction_threshold * static_cast<double>(record_bytes))
-        report.candidates.push_back(id);
-    }
+    if (!options.dry_run) LMC_RETURN_IF_ERROR(SealActiveIfDead(s, options.seal_active_dead_bytes));
+    SelectPacks(s, options, report);
   }
   if (options.dry_run || report.candidates.empty()) return report;
 
@@ -200,7 +258,10 @@ Result<CompactReport> Store::Compact(const CompactOptions& options, const Compac
   p.packs_total = report.candidates.size();
   for (uint64_t id : report.candidates) {
     if (report.bytes_copied >= options.max_bytes_to_copy) break;
+    const uint64_t copied = report.bytes_copied, reclaimed = report.bytes_reclaimed;
     Status st = CompactPack(s, id, keys[id], report);
+    s.n_compact_copied += report.bytes_copied - copied;
+    s.n_compact_reclaimed += report.bytes_reclaimed - reclaimed;
     if (!st.ok()) {
       spdlog::error("store {}: compacting pack {} stopped: {}", s.dir, s.PackPath(id), st.ToString());
       return st;

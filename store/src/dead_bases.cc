@@ -39,6 +39,7 @@ Result<std::vector<uint8_t>> ReencodeStandalone(const uint8_t* decoded, size_t n
 Result<DeadBaseReport> Store::RewriteDeadBases(const DeadBaseOptions& options,
                                                const DeadBaseProgressFn& progress) {
   Impl& s = *impl_;
+  std::lock_guard maint(s.maint_mu);
   DeadBaseReport r;
   // 1. Scan: refcounts and dependants, from one consistent snapshot.
   std::unordered_map<ChunkKey, Scanned, ChunkKeyHash> chunks;

@@ -78,6 +78,9 @@ void Batch::Clear() {
 namespace {
 
 constexpr const char* kFsCfNames[4] = {"inodes", "dirents", "extents", "meta"};
+// The index's memory and WAL bounds (see OpenIndex).
+constexpr size_t kMemtableBytes = size_t{1} << 20;
+constexpr uint64_t kMaxWalBytes = uint64_t{4} << 20;
 
 std::string ConfigText(const StoreOptions& o) {
   return "# lmcfs chunk store (docs/FORMAT.md, section Chunk store). Do not edit.\n"
@@ -174,9 +177,23 @@ Status Store::Impl::OpenIndex(bool fresh) {
   dbo.create_if_missing = fresh;
   dbo.create_missing_column_families = true;
   dbo.paranoid_checks = true;
-  dbo.keep_log_file_num = 4;
+  // Sized for a metadata store, not for RocksDB's defaults (a large
+  // database): the index directory stays proportional to the metadata
+  // (docs/ARCHITECTURE.md, "Index size"). No preallocation (RocksDB would
+  // fallocate each WAL to 1.1 x write_buffer_size and the MANIFEST to 4
+  // MiB); small memtables, and at most kMaxWalBytes of WAL before the
+  // column families holding it are flushed; two info logs of at most 1 MiB.
+  dbo.allow_fallocate = false;
+  dbo.manifest_preallocation_size = 64 << 10;
+  dbo.max_total_wal_size = kMaxWalBytes;
+  dbo.keep_log_file_num = 2;
+  dbo.max_log_file_size = 1 << 20;
+  dbo.statistics = rocksdb::CreateDBStatistics();
+  dbo.statistics->set_stats_level(rocksdb::StatsLevel::kExceptDetailedTimers);
+  rocks_stats = dbo.statistics;
   std::vector<rocksdb::ColumnFamilyDescriptor> cfs;
   rocksdb::ColumnFamilyOptions cfo;
+  cfo.write_buffer_size = kMemtableBytes;
   // Most chunk lookups on the write path are misses (new chunks): a bloom
   // filter answers those without reading blocks.
   rocksdb::ColumnFamilyOptions chunk_cfo;
@@ -185,6 +202,7 @@ Status Store::Impl::OpenIndex(bool fresh) {
   table.whole_key_filtering = true;
   chunk_cfo.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table));
   chunk_cfo.OptimizeForPointLookup(64);
+  chunk_cfo.write_buffer_size = kMemtableBytes;
   cfs.emplace_back(rocksdb::kDefaultColumnFamilyName, cfo);
   cfs.emplace_back("chunks", chunk_cfo);
   cfs.emplace_back("packs", cfo);
@@ -511,6 +529,14 @@ StoreStats Store::Stats() const {
   st.base_cache_misses = s.n_base_misses;
   st.rebased = s.n_rebased;
   st.rebase_skipped = s.n_rebase_skipped;
+  st.pack_bytes_written = s.n_pack_written;
+  st.compact_bytes_copied = s.n_compact_copied;
+  st.compact_bytes_reclaimed = s.n_compact_reclaimed;
+  if (s.rocks_stats) {
+    st.index_bytes_written = s.rocks_stats->getTickerCount(rocksdb::WAL_FILE_BYTES) +
+                             s.rocks_stats->getTickerCount(rocksdb::FLUSH_WRITE_BYTES) +
+                             s.rocks_stats->getTickerCount(rocksdb::COMPACT_WRITE_BYTES);
+  }
   return st;
 }
 

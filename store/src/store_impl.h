@@ -3,6 +3,7 @@
 #pragma once
 
 #include <rocksdb/db.h>
+#include <rocksdb/statistics.h>
 
 #include <array>
 #include <atomic>
@@ -92,6 +93,16 @@ struct Store::Impl {
 
   std::atomic<uint64_t> n_commits{0}, n_groups{0}, n_stored{0}, n_dedup{0}, n_appended{0},
       n_corruptions{0}, n_rebased{0}, n_rebase_skipped{0}, n_base_hits{0}, n_base_misses{0};
+  // Bytes written to pack files (records of commits, rebases and compaction
+  // copies, and pack headers), and what compaction copied and gave back.
+  std::atomic<uint64_t> n_pack_written{0}, n_compact_copied{0}, n_compact_reclaimed{0};
+  // RocksDB's counters (bytes it wrote: WAL, flushes, compactions).
+  std::shared_ptr<rocksdb::Statistics> rocks_stats;
+
+  // One maintenance run at a time (Compact, RewriteDeadBases): an explicit
+  // lmcfs-gc and the daemon's background reclamation take turns. Taken
+  // before commit_mu, never while holding it.
+  std::mutex maint_mu;
 
   // Decoded delta bases (StoreOptions::base_cache_bytes); set at Open.
   std::unique_ptr<ChunkCache> base_cache;

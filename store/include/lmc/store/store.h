@@ -166,11 +166,38 @@ struct StoreStats {
   uint64_t base_cache_misses = 0;  // delta bases decoded
   uint64_t rebased = 0;         // RebaseChunk ops applied
   uint64_t rebase_skipped = 0;  // RebaseChunk ops whose conditions did not hold
+  // Bytes written to the backing disk since Open: pack files (commits,
+  // rebases, compaction copies, headers) and the index (RocksDB's WAL,
+  // flushes and compactions).
+  uint64_t pack_bytes_written = 0;
+  uint64_t index_bytes_written = 0;
+  uint64_t compact_bytes_copied = 0;     // live records compaction moved, since Open
+  uint64_t compact_bytes_reclaimed = 0;  // pack bytes compaction gave back, since Open
+  // Pack bytes that hold no live record (dead records, headers).
+  uint64_t dead_bytes() const { return pack_bytes > live_bytes ? pack_bytes - live_bytes : 0; }
 };
 
 struct CompactOptions {
-  // Sealed packs whose live bytes / record bytes fall below this are compacted.
+  // Which sealed packs are compacted.
+  enum class Policy : uint8_t {
+    // Every pack whose live bytes / record bytes fall below
+    // live_fraction_threshold (lmcfs-gc's rule).
+    kThreshold,
+    // The log-structured cleaner's cost-benefit choice: packs in order of
+    // bytes freed per byte read and rewritten, (1 - u) / (1 + u) with u the
+    // live fraction, best first, until the dead bytes left are at most
+    // target_dead_fraction of all pack bytes (the daemon's reclamation).
+    kCostBenefit,
+  };
+  Policy policy = Policy::kThreshold;
+  // kThreshold: sealed packs whose live bytes / record bytes fall below this are compacted.
   double live_fraction_threshold = 0.5;
+  // kCostBenefit: stop once dead bytes <= this fraction of pack bytes.
+  double target_dead_fraction = 0.10;
+  // Seal the active pack first when it holds at least this many dead bytes
+  // (0: never), so that it can be compacted too (after deletes, its dead
+  // records would otherwise stay until it fills up).
+  uint64_t seal_active_dead_bytes = 0;
   // Stop after copying this many bytes (checked between packs).
   uint64_t max_bytes_to_copy = UINT64_MAX;
   bool dry_run = false;  // only report what would be done
