@@ -10,12 +10,10 @@
 // saved in two formats stored once.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
-#include <sys/xattr.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <set>
 #include <string>
 #include <vector>
@@ -27,8 +25,6 @@
 namespace {
 
 namespace fsys = std::filesystem;
-using lmc::store::Store;
-using lmc::testing::Shell;
 
 // Trains a small MLP with AdamW (lr 1e-4) per SEED and saves, after each
 // of STEPS steps, ckpt_step_N.pt (model + optimizer, torch.save) and
@@ -56,57 +52,27 @@ for seed in map(int, sys.argv[3:]):
         save_file({k: v.contiguous() for k, v in m.state_dict().items()}, f'{d}/model_step_{n}.safetensors')
 )";
 
-class MountDeltaTest : public ::testing::Test {
+class MountDeltaTest : public lmc::testing::MountTest {
  protected:
+  MountDeltaTest() { options_.mount_options = DeltaOptions(mode_); }
+
   void SetUp() override {
-    if (access("/dev/fuse", R_OK | W_OK) != 0) GTEST_SKIP() << "/dev/fuse is not available";
-    if (Shell("python3 -c 'import torch, safetensors' 2>/dev/null") != 0)
-      GTEST_SKIP() << "python3 with torch and safetensors is not installed";
-    char tmpl[] = "/tmp/lmcfs_delta_mount_XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    root_ = tmpl;
-    store_ = root_ + "/store";
-    mnt_ = root_ + "/mnt";
-    plain_ = root_ + "/plain";
-    fsys::create_directories(mnt_);
-    fsys::create_directories(plain_);
-    std::ofstream(root_ + "/train.py") << kTrainScript;
-    Mount();
-  }
-  void TearDown() override {
-    if (root_.empty()) return;
-    Unmount();
-    if (HasFailure()) Shell("tail -20 " + root_ + "/log >&2");
-    std::error_code ec;
-    fsys::remove_all(root_, ec);
+    if (!PythonHas("torch, safetensors")) GTEST_SKIP() << "python3 with torch and safetensors is not installed";
+    MountTest::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
+    WriteScript("train.py", kTrainScript);
   }
 
-  void Mount() {
-    ASSERT_FALSE(mounted_);
-    pid_ = lmc::testing::StartMount(
-        LMC_MOUNT_BIN, store_, mnt_,
-        "log_file=" + root_ + "/log,log_level=info,delta=" + mode_ + ",delta_chain=" + std::to_string(kChain) +
-            extra_options_);
-    ASSERT_GT(pid_, 0);
-    mounted_ = true;
+  // Mount options for delta mode MODE ("on": reverse deltas, "forward").
+  static std::string DeltaOptions(const std::string& mode) {
+    return "delta=" + mode + ",delta_chain=" + std::to_string(kChain);
   }
-  void Unmount() {
-    if (!mounted_) return;
-    mounted_ = false;
-    lmc::testing::StopMount(mnt_, pid_);
-    pid_ = -1;
+  // Remounts in delta mode MODE, with EXTRA options after it (",name=value").
+  void RemountDelta(const std::string& mode, const std::string& extra = "") {
+    mode_ = mode;
+    Remount(DeltaOptions(mode) + extra);
   }
-  // The store, opened while unmounted.
-  std::unique_ptr<Store> OpenStore() {
-    auto s = Store::Open(store_, {});
-    EXPECT_TRUE(s.ok()) << s.status().ToString();
-    return s.ok() ? std::move(s).value() : nullptr;
-  }
-  void ExpectFsckClean(Store& s) {
-    auto f = s.Fsck({});
-    ASSERT_TRUE(f.ok()) << f.status().ToString();
-    EXPECT_EQ(f->errors, 0u) << (f->messages.empty() ? "" : f->messages[0]);
-  }
+
   // gc as lmcfs-gc runs it: dead bases re-encoded, then compaction.
   void Gc() {
     Unmount();
@@ -121,49 +87,18 @@ class MountDeltaTest : public ::testing::Test {
     s.reset();
     Mount();
   }
-  std::string Digest(const std::string& dir) {
-    const std::string out = root_ + "/digest.txt";
-    EXPECT_EQ(Shell("cd " + dir + " && find . -type f -print0 | sort -z | xargs -0 -r sha256sum > " + out), 0);
-    std::ifstream f(out);
-    return std::string(std::istreambuf_iterator<char>(f), {});
-  }
   // Series s<seed> for each seed, in the plain directory and on the mount.
   void Train(int steps, const std::string& seeds) {
     for (const std::string& d : {plain_, mnt_})
-      ASSERT_EQ(Shell("python3 " + root_ + "/train.py " + d + " " + std::to_string(steps) + " " + seeds), 0);
-  }
-  void ExpectSame(const std::string& sub) {
-    const std::string want = Digest(plain_ + "/" + sub);
-    EXPECT_FALSE(want.empty());
-    EXPECT_EQ(Digest(mnt_ + "/" + sub), want) << sub;
+      ASSERT_EQ(Python(root_ + "/train.py", d + " " + std::to_string(steps) + " " + seeds), 0);
   }
 
-  uint64_t Xattr(const std::string& path, const std::string& name) {
-    char buf[64] = {};
-    ssize_t n = getxattr(path.c_str(), ("user.lmcfs." + name).c_str(), buf, sizeof buf - 1);
-    EXPECT_GT(n, 0) << path << " " << name;
-    return n > 0 ? std::stoull(std::string(buf, static_cast<size_t>(n))) : 0;
-  }
-
-  // Waits until the daemon's background rebases are done (the mount
-  // root's user.lmcfs.pending_rebases reads 0).
-  void WaitRebases() {
-    for (int i = 0; i < 1200; ++i) {
-      if (Xattr(mnt_, "pending_rebases") == 0) return;
-      usleep(100 * 1000);
-    }
-    ADD_FAILURE() << "background rebases still pending after 120 s";
-  }
   // The series test, for delta mode mode_: deletes `deleted` (steps) in
   // every order.
   void SeriesInEveryDeleteOrder(std::vector<int> deleted);
 
   static constexpr int kChain = 2;
-  std::string mode_ = "on";
-  std::string extra_options_;
-  std::string root_, store_, mnt_, plain_;
-  pid_t pid_ = -1;
-  bool mounted_ = false;
+  std::string mode_ = "on";  // the delta mode mounted
 };
 
 void MountDeltaTest::SeriesInEveryDeleteOrder(std::vector<int> p) {
@@ -182,7 +117,7 @@ void MountDeltaTest::SeriesInEveryDeleteOrder(std::vector<int> p) {
   if (reverse) WaitRebases();
   // Series share lineage by file role across directories (s1's first save
   // follows s0's last), so the standalone newest save is the last series'.
-  const std::string first = mnt_ + "/s0/ckpt_step_100.pt", last = mnt_ + "/s5/ckpt_step_400.pt";
+  const std::string first = P("s0/ckpt_step_100.pt"), last = P("s5/ckpt_step_400.pt");
   const std::string standalone = reverse ? last : first, delta = reverse ? first : last;
   EXPECT_EQ(Xattr(standalone, "delta_bytes"), 0u);
   EXPECT_GT(Xattr(delta, "delta_bytes"), 0u);
@@ -193,7 +128,7 @@ void MountDeltaTest::SeriesInEveryDeleteOrder(std::vector<int> p) {
   // A save in the middle is the base of a neighbour's chunks: that is not
   // sharing. What it does share is its model weights (a third of the file:
   // the rest is AdamW's two moments), also in model_step_200.safetensors.
-  const std::string mid = mnt_ + "/s0/ckpt_step_200.pt";
+  const std::string mid = P("s0/ckpt_step_200.pt");
   EXPECT_GT(Xattr(mid, "dedup_bytes"), fsys::file_size(mid) / 4);
   EXPECT_LT(Xattr(mid, "dedup_bytes"), fsys::file_size(mid) / 2);
 
@@ -236,9 +171,9 @@ void MountDeltaTest::SeriesInEveryDeleteOrder(std::vector<int> p) {
   for (size_t o = 0; o < orders.size(); ++o) {
     const std::string sub = "s" + std::to_string(o);
     for (int step : orders[o]) {
-      for (const std::string& d : {plain_ + "/" + sub, mnt_ + "/" + sub}) {
-        ASSERT_EQ(Shell("rm " + d + "/ckpt_step_" + std::to_string(step * 100) + ".pt " + d + "/model_step_" +
-                      std::to_string(step * 100) + ".safetensors"),
+      for (const std::string& d : {plain_ + "/" + sub, P(sub)}) {
+        ASSERT_EQ(Sh("rm " + d + "/ckpt_step_" + std::to_string(step * 100) + ".pt " + d + "/model_step_" +
+                     std::to_string(step * 100) + ".safetensors"),
                   0);
       }
       ExpectSame(sub);
@@ -255,9 +190,7 @@ TEST_F(MountDeltaTest, MountSeriesIsIdenticalWithinTheChainLimitInEveryDeleteOrd
 }
 
 TEST_F(MountDeltaTest, MountForwardSeriesIsIdenticalWithinTheChainLimitInEveryDeleteOrder) {
-  mode_ = "forward";
-  Unmount();
-  Mount();
+  RemountDelta("forward");
   SeriesInEveryDeleteOrder({1, 2, 3});
 }
 
@@ -265,16 +198,15 @@ TEST_F(MountDeltaTest, MountKeepLastKRotationWithGcReachesASteadyState) {
   constexpr int kSaves = 8, kKeep = 2;
   // The series, trained once in a plain directory; each save is copied in
   // (cp), the oldest beyond K deleted, then gc runs.
-  ASSERT_EQ(Shell("python3 " + root_ + "/train.py " + root_ + " " + std::to_string(kSaves) + " 7"), 0);
+  ASSERT_EQ(Python(root_ + "/train.py", root_ + " " + std::to_string(kSaves) + " 7"), 0);
   const std::string series = root_ + "/s7";
   std::vector<uint64_t> live;
   for (int i = 1; i <= kSaves; ++i) {
     const std::string f = "ckpt_step_" + std::to_string(i * 100) + ".pt";
-    ASSERT_EQ(Shell("cp " + series + "/" + f + " " + mnt_ + "/ && cp " + series + "/" + f + " " + plain_ + "/"),
-              0);
+    ASSERT_EQ(Sh("cp " + series + "/" + f + " " + mnt_ + "/ && cp " + series + "/" + f + " " + plain_ + "/"), 0);
     if (i > kKeep) {
       const std::string old = "ckpt_step_" + std::to_string((i - kKeep) * 100) + ".pt";
-      ASSERT_EQ(Shell("rm " + mnt_ + "/" + old + " " + plain_ + "/" + old), 0);
+      ASSERT_EQ(Sh("rm " + mnt_ + "/" + old + " " + plain_ + "/" + old), 0);
     }
     Gc();
     ExpectSame("");
@@ -300,24 +232,23 @@ TEST_F(MountDeltaTest, MountKeepLastKRotationWithGcReachesASteadyState) {
 }
 
 TEST_F(MountDeltaTest, MountSameTensorSavedAsPtAndSafetensorsIsStoredOnce) {
-  const std::string script = root_ + "/two.py";
-  std::ofstream(script) << R"(
+  const std::string script = WriteScript("two.py", R"(
 import sys, torch
 from safetensors.torch import save_file
 torch.manual_seed(3)
 t = torch.randn(640 * 1024)  # 2.5 MiB of f32: chunks of 1 MiB, 1 MiB, 0.5 MiB
 torch.save(t, sys.argv[1] + '/t.pt')
 save_file({'t': t}, sys.argv[1] + '/t.safetensors')
-)";
-  ASSERT_EQ(Shell("python3 " + script + " " + mnt_), 0);
-  ASSERT_EQ(Shell("python3 " + script + " " + plain_), 0);
+)");
+  ASSERT_EQ(Python(script, mnt_), 0);
+  ASSERT_EQ(Python(script, plain_), 0);
   ExpectSame("");
   // Every byte of the tensor (2.5 MiB) sits in chunks the other file shares.
-  EXPECT_GE(Xattr(mnt_ + "/t.pt", "dedup_bytes"), 640u * 1024 * 4);
-  EXPECT_GE(Xattr(mnt_ + "/t.safetensors", "dedup_bytes"), 640u * 1024 * 4);
+  EXPECT_GE(Xattr(P("t.pt"), "dedup_bytes"), 640u * 1024 * 4);
+  EXPECT_GE(Xattr(P("t.safetensors"), "dedup_bytes"), 640u * 1024 * 4);
   struct stat a, b;
-  ASSERT_EQ(stat((mnt_ + "/t.pt").c_str(), &a), 0);
-  ASSERT_EQ(stat((mnt_ + "/t.safetensors").c_str(), &b), 0);
+  ASSERT_EQ(stat(P("t.pt").c_str(), &a), 0);
+  ASSERT_EQ(stat(P("t.safetensors").c_str(), &b), 0);
   Unmount();
   auto s = OpenStore();
   ASSERT_TRUE(s);
@@ -343,11 +274,8 @@ save_file({'t': t}, sys.argv[1] + '/t.safetensors')
 }
 
 TEST_F(MountDeltaTest, MountExplicitBaseDirectoryIsTheBaseOfFineTunedSaves) {
-  extra_options_ = ",delta_base=base";
-  Unmount();
-  Mount();
-  const std::string script = root_ + "/finetune.py";
-  std::ofstream(script) << R"(
+  RemountDelta("on", ",delta_base=base");
+  const std::string script = WriteScript("finetune.py", R"(
 import os, sys, torch
 from safetensors.torch import save_file
 out = sys.argv[1]
@@ -362,14 +290,14 @@ for s in range(1, 3):
     loss = m(torch.randn(64, 256)).pow(2).mean()
     opt.zero_grad(); loss.backward(); opt.step()
     save_file({k: v.contiguous() for k, v in m.state_dict().items()}, f'{out}/run/finetuned-{s}.safetensors')
-)";
-  ASSERT_EQ(Shell("python3 " + script + " " + mnt_), 0);
-  ASSERT_EQ(Shell("python3 " + script + " " + plain_), 0);
+)");
+  ASSERT_EQ(Python(script, mnt_), 0);
+  ASSERT_EQ(Python(script, plain_), 0);
   ExpectSame("");
   WaitRebases();
   // The fine-tuned saves share no file role with the base model: only the
   // explicit base directory makes them deltas, all against the base model.
-  EXPECT_EQ(Xattr(mnt_ + "/base/model.safetensors", "delta_bytes"), 0u);
+  EXPECT_EQ(Xattr(P("base/model.safetensors"), "delta_bytes"), 0u);
   for (const char* f : {"/run/finetuned-1.safetensors", "/run/finetuned-2.safetensors"}) {
     EXPECT_GT(Xattr(mnt_ + f, "delta_bytes"), Xattr(mnt_ + f, "stored_bytes") / 2) << f;
   }
