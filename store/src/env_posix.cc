@@ -163,6 +163,30 @@ class PosixEnv final : public Env {
 
 }  // namespace
 
+Result<uint64_t> Env::DiskBytes(const std::string& dir) {
+  DIR* d = ::opendir(dir.c_str());
+  if (!d) {
+    if (errno == ENOENT) return Status::NotFound("no directory " + dir);
+    return Errno("opendir", dir);
+  }
+  uint64_t n = 0;
+  std::vector<std::string> subdirs;
+  while (struct dirent* e = ::readdir(d)) {
+    const std::string name = e->d_name;
+    if (name == "." || name == "..") continue;
+    struct stat st;
+    if (::fstatat(::dirfd(d), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) continue;  // gone
+    if (S_ISREG(st.st_mode)) n += static_cast<uint64_t>(st.st_blocks) * 512;
+    if (S_ISDIR(st.st_mode)) subdirs.push_back(dir + "/" + name);
+  }
+  ::closedir(d);
+  for (const std::string& sub : subdirs) {
+    auto r = DiskBytes(sub);
+    if (r.ok()) n += *r;
+  }
+  return n;
+}
+
 Env* Env::Default() {
   static PosixEnv* env = new PosixEnv;  // never destroyed: used until exit
   return env;

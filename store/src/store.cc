@@ -508,6 +508,15 @@ uint64_t Store::PinnedDeadChunks() const {
   return impl_->zombies.size();
 }
 
+Result<Store::DiskUsage> Store::GetDiskUsage() const {
+  Impl& s = *impl_;
+  DiskUsage u;
+  LMC_ASSIGN_OR_RETURN(u.total, s.env->DiskBytes(s.dir));
+  LMC_ASSIGN_OR_RETURN(u.index, s.env->DiskBytes(s.dir + "/" + fmt::kIndexDir));
+  LMC_ASSIGN_OR_RETURN(u.packs, s.env->DiskBytes(s.pack_dir));
+  return u;
+}
+
 StoreStats Store::Stats() const {
   Impl& s = *impl_;
   StoreStats st;

@@ -65,6 +65,10 @@ class Env {
   // An exclusive, advisory, non-blocking lock (flock). Another holder,
   // in this process or another, makes it fail with kBusy.
   virtual Result<std::unique_ptr<FileLock>> LockFile(const std::string& path) = 0;
+  // Bytes the regular files under `dir` (recursively) occupy on disk:
+  // allocated blocks, as du counts them. Entries that vanish meanwhile are
+  // skipped.
+  virtual Result<uint64_t> DiskBytes(const std::string& dir);
 
   // The POSIX implementation; lives for the whole process.
   static Env* Default();

@@ -340,6 +340,13 @@ class Store {
 
   StoreStats Stats() const;
 
+  // What the store directory occupies on the backing disk (allocated
+  // blocks): in all, and its index (RocksDB) and pack directories.
+  struct DiskUsage {
+    uint64_t total = 0, index = 0, packs = 0;
+  };
+  Result<DiskUsage> GetDiskUsage() const;
+
   // Pins an indexed chunk so that it stays indexed, even if its last
   // reference goes, until the pin is released (Batch::Unpin at the commit of
   // the batch that uses it as a delta base, or UnpinChunk). Pins are in
