@@ -92,7 +92,7 @@ TEST_F(CorruptionTest, FrameCheckedByDecodedChecksum) {
   std::vector<uint8_t> rec(fmt::kRecordHeaderSize + info_.frame_len);
   ASSERT_EQ(::pread(fd, rec.data(), rec.size(), static_cast<off_t>(info_.offset)), static_cast<ssize_t>(rec.size()));
   rec[fmt::kRecordHeaderSize + 100] ^= 4;
-  fmt::PutU64(rec.data() + fmt::kRecordChecksumOffset,
+  StoreLE64(rec.data() + fmt::kRecordChecksumOffset,
               fmt::RecordChecksum(rec.data(), rec.data() + fmt::kRecordHeaderSize, info_.frame_len));
   ASSERT_EQ(::pwrite(fd, rec.data(), rec.size(), static_cast<off_t>(info_.offset)), static_cast<ssize_t>(rec.size()));
   ::close(fd);

@@ -23,6 +23,7 @@
 #include <set>
 #include <thread>
 
+#include "lmc/bytes.h"
 #include "lmc/fs/inspect.h"
 
 namespace lmc::fs::control {
@@ -63,14 +64,14 @@ bool ReadAll(int fd, void* p, size_t n) {
 bool WriteFrame(int fd, const std::string& s) {
   uint8_t h[4];
   const uint32_t n = static_cast<uint32_t>(s.size());
-  for (int i = 0; i < 4; i++) h[i] = static_cast<uint8_t>(n >> (8 * i));
+  StoreLE32(h, n);
   return WriteAll(fd, h, 4) && WriteAll(fd, s.data(), s.size());
 }
 
 Status ReadFrame(int fd, std::string* s) {
   uint8_t h[4];
   if (!ReadAll(fd, h, 4)) return Status::IOError("control channel closed");
-  const uint32_t n = h[0] | (h[1] << 8) | (h[2] << 16) | (uint32_t{h[3]} << 24);
+  const uint32_t n = LoadLE32(h);
   if (n > kMaxMessageBytes)
     return Status::Corruption("control message of " + std::to_string(n) + " bytes exceeds the limit");
   s->resize(n);

@@ -9,6 +9,7 @@
 #include <map>
 #include <unordered_map>
 
+#include "lmc/bytes.h"
 #include "lmc/fs/records.h"
 
 namespace lmc::fs {
@@ -60,7 +61,7 @@ Result<Snapshot> Load(store::Store* st, bool keep_extent_kv) {
     if (k.size() != 8 || !r) {
       s.bad_inodes.emplace_back(std::string(k), std::string(v));
     } else {
-      s.inodes.emplace(GetBE64(k.data()), std::move(*r));
+      s.inodes.emplace(LoadBE64(k.data()), std::move(*r));
     }
     return true;
   }));
@@ -69,7 +70,7 @@ Result<Snapshot> Load(store::Store* st, bool keep_extent_kv) {
     if (k.size() <= 8 || !d) {
       s.bad_dirents.emplace_back(std::string(k), std::string(v));
     } else {
-      s.dirents.push_back({GetBE64(k.data()), std::string(k.substr(8)), *d, std::string(k),
+      s.dirents.push_back({LoadBE64(k.data()), std::string(k.substr(8)), *d, std::string(k),
                            std::string(v)});
     }
     return true;
@@ -104,7 +105,7 @@ Result<Snapshot> Load(store::Store* st, bool keep_extent_kv) {
   }));
   LMC_RETURN_IF_ERROR(st->Scan(Cf::kMeta, kMetaOrphanPrefix, [&](std::string_view k, std::string_view) {
     if (k.size() == kMetaOrphanPrefix.size() + 8)
-      s.awaiting_purge.insert(GetBE64(k.data() + kMetaOrphanPrefix.size()));
+      s.awaiting_purge.insert(LoadBE64(k.data() + kMetaOrphanPrefix.size()));
     return true;
   }));
   return s;
