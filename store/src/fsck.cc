@@ -15,23 +15,62 @@
 
 namespace lmc::store {
 
-int FsckExitCode(const Result<FsckReport>& r) {
-  if (r.ok()) return r->ExitCode();
-  if (r.status().code() == Code::kAborted) return kFsckCancelled;
-  if (r.status().code() == Code::kInvalidArgument) return kFsckUsage;
-  return kFsckOperationalError;
+const char* FsckProblemKindName(FsckProblem::Kind kind) {
+  using K = FsckProblem::Kind;
+  switch (kind) {
+    case K::kBadRecord: return "bad_record";
+    case K::kBadIndexValue: return "bad_index_value";
+    case K::kMissingChunk: return "missing_chunk";
+    case K::kRefcountMismatch: return "refcount_mismatch";
+    case K::kLiveBytesMismatch: return "live_bytes_mismatch";
+    case K::kOrphanPack: return "orphan_pack";
+    case K::kUncommittedTail: return "uncommitted_tail";
+    case K::kMissingPack: return "missing_pack";
+    case K::kDependantIndex: return "dependant_index_mismatch";
+    case K::kDepth: return "depth_mismatch";
+  }
+  return "unknown";
+}
+
+int FsckExitCode(uint64_t errors, uint64_t fixed) {
+  if (errors == 0) return kFsckOk;
+  return fixed >= errors ? kFsckCorrected : kFsckUncorrected;
+}
+
+int FsckExitCode(const Status& failure) {
+  return failure.code() == Code::kAborted ? kFsckCancelled : kFsckOperationalError;
+}
+
+int FsckExitCode(const Result<FsckReport>& r) { return r.ok() ? r->ExitCode() : FsckExitCode(r.status()); }
+
+uint64_t FsckReport::Count(FsckProblem::Kind kind) const {
+  return static_cast<uint64_t>(
+      std::count_if(problems.begin(), problems.end(), [&](const FsckProblem& p) { return p.kind == kind; }));
+}
+
+uint64_t FsckReport::fixed() const {
+  return static_cast<uint64_t>(
+      std::count_if(problems.begin(), problems.end(), [](const FsckProblem& p) { return p.repaired; }));
+}
+
+std::vector<std::string> FsckReport::Messages() const {
+  std::vector<std::string> out;
+  out.reserve(problems.size());
+  for (const auto& p : problems) out.push_back(p.message + (p.repaired ? " (repaired)" : ""));
+  return out;
 }
 
 namespace {
 
+using Kind = FsckProblem::Kind;
+
+// Every problem goes through here: the report and the log agree.
 struct Checker {
   FsckReport& r;
   const std::string& dir;
-  void Problem(const std::string& msg, bool fixed) {
-    r.errors++;
-    if (fixed) r.fixed++;
-    r.messages.push_back(msg + (fixed ? " (repaired)" : ""));
-    spdlog::warn("fsck {}: {}{}", dir, msg, fixed ? " (repaired)" : "");
+  void Problem(FsckProblem p) {
+    spdlog::warn("fsck {}: {}{}", dir, p.message, p.repaired ? " (repaired)" : "");
+    r.problems.push_back(std::move(p));
   }
 };
 
@@ -59,7 +98,7 @@ Status Store::Impl::CheckRecord(const ChunkKey& key) {
 // chunks that failed verification, with the reason. A chunk's delta bases
 // are decoded on the way but verified as chunks of their own.
 Status Store::Impl::VerifyRecords(const FsckOptions& options,
-                                  std::unordered_map<ChunkKey, std::string, ChunkKeyHash>* bad) {
+                                  BadRecords* bad) {
   struct Item {
     ChunkKey key;
     uint64_t pack_id, offset;
@@ -104,7 +143,7 @@ Status Store::Impl::VerifyRecords(const FsckOptions& options,
     std::lock_guard l(mu);
     if (!st.ok()) {
       if (st.IsCorruption())
-        bad->emplace(item.key, st.message());
+        bad->emplace(item.key, BadRecord{st.message(), item.pack_id, item.offset});
       else if (!st.IsNotFound() && first_error.ok())  // NotFound: deleted meanwhile
         first_error = st;
     }
@@ -115,6 +154,8 @@ Status Store::Impl::VerifyRecords(const FsckOptions& options,
 
 namespace {
 
+using BadRecords = Store::Impl::BadRecords;
+
 // One fsck run under the commit lock, pass by pass (docs/ARCHITECTURE.md,
 // "fsck"). Each pass reads what the earlier ones found; repairs are gathered
 // in `fixes` and written by ApplyRepairs in one batch.
@@ -122,7 +163,7 @@ class FsckRun {
  public:
   FsckRun(Store::Impl& s, const FsckOptions& options) : s_(s), repair_(options.repair), c_{r_, s.dir} {}
 
-  Result<FsckReport> Run(const std::unordered_map<ChunkKey, std::string, ChunkKeyHash>& bad) {
+  Result<FsckReport> Run(const BadRecords& bad) {
     LMC_RETURN_IF_ERROR(LoadPackIndex());
     LMC_RETURN_IF_ERROR(CheckPackFiles());
     LMC_RETURN_IF_ERROR(LoadChunkIndex());
@@ -144,14 +185,14 @@ class FsckRun {
     for (it->SeekToFirst(); it->Valid(); it->Next()) {
       auto id = fmt::ParsePackKey(it->key().ToStringView());
       if (!id) {
-        r_.bad_index_values++;
-        c_.Problem("pack index key of bad length", false);
+        c_.Problem({.kind = Kind::kBadIndexValue, .message = "pack index key of bad length"});
         continue;
       }
       auto m = fmt::DecodePackMeta(*id, it->value().ToStringView());
       if (!m.ok()) {
-        r_.bad_index_values++;
-        c_.Problem("pack " + std::to_string(*id) + " index value: " + m.status().message(), false);
+        c_.Problem({.kind = Kind::kBadIndexValue,
+                    .pack_id = *id,
+                    .message = "pack " + std::to_string(*id) + " index value: " + m.status().message()});
         continue;
       }
       metas_[*id] = *m;
@@ -174,11 +215,13 @@ class FsckRun {
           on_disk.insert(*id);
           continue;
         }
-        r_.orphan_packs++;
         r_.orphan_bytes += f->Size();
         bool fixed = repair_ && s_.env->DeleteFile(path).ok();
-        c_.Problem("pack file " + path + " is not in the index (orphan, " + std::to_string(f->Size()) + " bytes)",
-                   fixed);
+        c_.Problem({.kind = Kind::kOrphanPack,
+                    .pack_id = *id,
+                    .repaired = fixed,
+                    .message = "pack file " + path + " is not in the index (orphan, " + std::to_string(f->Size()) +
+                               " bytes)"});
         continue;
       }
       on_disk.insert(*id);
@@ -186,8 +229,7 @@ class FsckRun {
     }
     for (const auto& [id, m] : metas_) {
       if (on_disk.count(id)) continue;
-      r_.missing_packs++;
-      c_.Problem("pack file " + s_.PackPath(id) + " is missing", false);
+      c_.Problem({.kind = Kind::kMissingPack, .pack_id = id, .message = "pack file " + s_.PackPath(id) + " is missing"});
     }
     return Status::Ok();
   }
@@ -197,20 +239,22 @@ class FsckRun {
     LMC_ASSIGN_OR_RETURN(size_t got, f.ReadAt(0, sizeof hdr, hdr));
     Status hs = fmt::CheckPackHeader(hdr, got, id);
     if (!hs.ok()) {
-      r_.bad_records++;
-      c_.Problem("pack " + path + ": " + hs.message(), false);
+      c_.Problem({.kind = Kind::kBadRecord, .pack_id = id, .offset = 0, .message = "pack " + path + ": " + hs.message()});
     }
     if (f.Size() > m.size) {
       r_.orphan_bytes += f.Size() - m.size;
       bool fixed = repair_ && f.Truncate(m.size).ok() && f.Sync().ok();
-      c_.Problem("pack " + path + " has " + std::to_string(f.Size() - m.size) +
-                     " uncommitted bytes past its committed size",
-                 fixed);
+      c_.Problem({.kind = Kind::kUncommittedTail,
+                  .pack_id = id,
+                  .offset = m.size,
+                  .repaired = fixed,
+                  .message = "pack " + path + " has " + std::to_string(f.Size() - m.size) +
+                             " uncommitted bytes past its committed size"});
     } else if (f.Size() < m.size) {
-      r_.missing_packs++;
-      c_.Problem("pack " + path + " is shorter (" + std::to_string(f.Size()) + ") than its committed size (" +
-                     std::to_string(m.size) + ")",
-                 false);
+      c_.Problem({.kind = Kind::kMissingPack,
+                  .pack_id = id,
+                  .message = "pack " + path + " is shorter (" + std::to_string(f.Size()) +
+                             ") than its committed size (" + std::to_string(m.size) + ")"});
     }
     return Status::Ok();
   }
@@ -220,15 +264,15 @@ class FsckRun {
     std::unique_ptr<rocksdb::Iterator> it(s_.db->NewIterator(rocksdb::ReadOptions(), s_.chunks_cf));
     for (it->SeekToFirst(); it->Valid(); it->Next()) {
       if (it->key().size() != ChunkKey::kSize) {
-        r_.bad_index_values++;
-        c_.Problem("chunk index key of bad length", false);
+        c_.Problem({.kind = Kind::kBadIndexValue, .message = "chunk index key of bad length"});
         continue;
       }
       ChunkKey key = ChunkKey::FromBytes(reinterpret_cast<const uint8_t*>(it->key().data()));
       auto e = fmt::DecodeChunkEntry(key, it->value().ToStringView());
       if (!e.ok()) {
-        r_.bad_index_values++;
-        c_.Problem("chunk " + key.ToHex() + " index value: " + e.status().message(), false);
+        c_.Problem({.kind = Kind::kBadIndexValue,
+                    .key = key,
+                    .message = "chunk " + key.ToHex() + " index value: " + e.status().message()});
         continue;
       }
       chunks_.emplace(key, *e);
@@ -237,16 +281,22 @@ class FsckRun {
   }
 
   // 2b. Every entry names a known pack and its record verified (VerifyRecords).
-  void CheckChunkRecords(const std::unordered_map<ChunkKey, std::string, ChunkKeyHash>& bad) {
+  void CheckChunkRecords(const BadRecords& bad) {
     for (const auto& [key, e] : chunks_) {
       if (!metas_.count(e.pack_id)) {
-        r_.bad_records++;
-        c_.Problem("chunk " + key.ToHex() + " names pack " + std::to_string(e.pack_id) +
-                       " that the index does not know",
-                   false);
+        c_.Problem({.kind = Kind::kBadRecord,
+                    .key = key,
+                    .pack_id = e.pack_id,
+                    .offset = e.offset,
+                    .message = "chunk " + key.ToHex() + " names pack " + std::to_string(e.pack_id) +
+                               " that the index does not know"});
       } else if (auto b = bad.find(key); b != bad.end()) {
-        r_.bad_records++;
-        c_.Problem(b->second, false);
+        c_.Problem({.kind = Kind::kBadRecord,
+                    .key = key,
+                    .base = e.base,  // a bad base also fails its dependants' reads
+                    .pack_id = b->second.pack_id,
+                    .offset = b->second.offset,
+                    .message = b->second.message});
       }
       r_.chunks_checked++;
     }
@@ -258,9 +308,11 @@ class FsckRun {
       if (!e.base) continue;
       refs_[*e.base]++;
       if (!chunks_.count(*e.base)) {
-        r_.missing_chunks++;
-        c_.Problem("chunk " + key.ToHex() + " has delta base " + e.base->ToHex() + " that is not in the store",
-                   false);
+        c_.Problem({.kind = Kind::kMissingChunk,
+                    .key = key,
+                    .base = *e.base,
+                    .message = "chunk " + key.ToHex() + " has delta base " + e.base->ToHex() +
+                               " that is not in the store"});
       }
     }
   }
@@ -273,17 +325,19 @@ class FsckRun {
       auto x = DecodeExtent(it->value().ToStringView());
       auto k = ParseExtentKey(it->key().ToStringView());
       if (!x || !k) {
-        r_.bad_index_values++;
-        c_.Problem("extent value or key malformed", false);
+        c_.Problem({.kind = Kind::kBadIndexValue,
+                    .ino = k ? std::optional<uint64_t>(k->first) : std::nullopt,
+                    .message = "extent value or key malformed"});
         continue;
       }
       if (x->hole()) continue;
       refs_[x->chunk]++;
       if (!chunks_.count(x->chunk)) {
-        r_.missing_chunks++;
-        c_.Problem("inode " + std::to_string(k->first) + " offset " + std::to_string(k->second) +
-                       " references chunk " + x->chunk.ToHex() + " that is not in the store",
-                   false);
+        c_.Problem({.kind = Kind::kMissingChunk,
+                    .key = x->chunk,
+                    .ino = k->first,
+                    .message = "inode " + std::to_string(k->first) + " offset " + std::to_string(k->second) +
+                               " references chunk " + x->chunk.ToHex() + " that is not in the store"});
       }
     }
     return FromRocks(it->status(), "scanning extents");
@@ -300,26 +354,30 @@ class FsckRun {
     for (it->Seek(rocksdb::Slice(prefix.data(), prefix.size())); it->Valid(); it->Next()) {
       std::string_view k = it->key().ToStringView();
       if (k.substr(0, prefix.size()) != prefix) break;
-      std::string what = "malformed dependants index record";
+      FsckProblem p{.kind = Kind::kDependantIndex, .repaired = repair_, .message = "malformed dependants index record"};
       if (k.size() == fmt::kDependantKeySize) {
-        const auto* p = reinterpret_cast<const uint8_t*>(k.data() + prefix.size());
-        const ChunkKey base = ChunkKey::FromBytes(p), dep = ChunkKey::FromBytes(p + ChunkKey::kSize);
+        const auto* kp = reinterpret_cast<const uint8_t*>(k.data() + prefix.size());
+        const ChunkKey base = ChunkKey::FromBytes(kp), dep = ChunkKey::FromBytes(kp + ChunkKey::kSize);
         if (want.erase({base, dep})) continue;
         auto d = chunks_.find(dep);
-        what = "dependants index names chunk " + dep.ToHex() + " as built on " + base.ToHex() + " but " +
-               (d == chunks_.end() ? std::string("it is not in the store")
-                : d->second.base   ? "its base is " + d->second.base->ToHex()
-                                   : std::string("it has no base"));
+        p.key = dep;
+        p.base = base;
+        p.message = "dependants index names chunk " + dep.ToHex() + " as built on " + base.ToHex() + " but " +
+                    (d == chunks_.end() ? std::string("it is not in the store")
+                     : d->second.base   ? "its base is " + d->second.base->ToHex()
+                                        : std::string("it has no base"));
       }
-      r_.dependant_index_mismatches++;
-      c_.Problem(what, repair_);
+      c_.Problem(std::move(p));
       if (repair_) fixes_.Delete(s_.handles[0], it->key());
     }
     LMC_RETURN_IF_ERROR(FromRocks(it->status(), "scanning the dependants index"));
     for (const auto& [base, dep] : want) {
-      r_.dependant_index_mismatches++;
-      c_.Problem("chunk " + dep.ToHex() + " has delta base " + base.ToHex() + " but no dependants index record",
-                 repair_);
+      c_.Problem({.kind = Kind::kDependantIndex,
+                  .key = dep,
+                  .base = base,
+                  .repaired = repair_,
+                  .message = "chunk " + dep.ToHex() + " has delta base " + base.ToHex() +
+                             " but no dependants index record"});
       if (repair_) fixes_.Put(s_.handles[0], fmt::DependantKey(base, dep), "");
     }
     return Status::Ok();
@@ -340,12 +398,14 @@ class FsckRun {
     for (auto& [key, e] : chunks_) {
       const std::optional<uint8_t> d = depths.at(key);
       if (d ? *d == e.depth : reaches_missing(&e)) continue;
-      r_.depth_mismatches++;
       const bool fixed = repair_ && d.has_value();
-      c_.Problem("chunk " + key.ToHex() + " records delta depth " + std::to_string(e.depth) + " but its chain " +
-                     (d ? "is " + std::to_string(*d) + " deep"
-                        : "loops or is longer than " + std::to_string(fmt::kMaxDeltaDepth)),
-                 fixed);
+      c_.Problem({.kind = Kind::kDepth,
+                  .key = key,
+                  .repaired = fixed,
+                  .message = "chunk " + key.ToHex() + " records delta depth " + std::to_string(e.depth) +
+                             " but its chain " +
+                             (d ? "is " + std::to_string(*d) + " deep"
+                                : "loops or is longer than " + std::to_string(fmt::kMaxDeltaDepth))});
       if (fixed) {
         e.depth = *d;
         redepth_.push_back(key);
@@ -369,16 +429,19 @@ class FsckRun {
       const uint64_t want = refs_[key];
       if (pinned_dead.count(key)) continue;
       if (dropped_.count(key)) {
-        r_.refcount_mismatches++;
-        c_.Problem("chunk " + key.ToHex() + " has count " + std::to_string(e.refcount) + " but no references (leaked)",
-                   true);
+        c_.Problem({.kind = Kind::kRefcountMismatch,
+                    .key = key,
+                    .repaired = true,
+                    .message = "chunk " + key.ToHex() + " has count " + std::to_string(e.refcount) +
+                               " but no references (leaked)"});
         continue;
       }
       if (e.refcount == want) continue;
-      r_.refcount_mismatches++;
-      c_.Problem("chunk " + key.ToHex() + " has count " + std::to_string(e.refcount) + " but " +
-                     std::to_string(want) + " references",
-                 repair_ && want > 0);
+      c_.Problem({.kind = Kind::kRefcountMismatch,
+                  .key = key,
+                  .repaired = repair_ && want > 0,
+                  .message = "chunk " + key.ToHex() + " has count " + std::to_string(e.refcount) + " but " +
+                             std::to_string(want) + " references"});
       if (repair_ && want > 0) {
         e.refcount = want;
         fixes_.Put(s_.chunks_cf, key.view(), fmt::EncodeChunkEntry(key, e));
@@ -413,10 +476,11 @@ class FsckRun {
       if (!dropped_.count(key)) live[e.pack_id] += e.record_size();
     for (auto& [id, m] : metas_) {
       if (m.live == live[id]) continue;
-      r_.live_bytes_mismatches++;
-      c_.Problem("pack " + std::to_string(id) + " records " + std::to_string(m.live) + " live bytes, chunks say " +
-                     std::to_string(live[id]),
-                 repair_);
+      c_.Problem({.kind = Kind::kLiveBytesMismatch,
+                  .pack_id = id,
+                  .repaired = repair_,
+                  .message = "pack " + std::to_string(id) + " records " + std::to_string(m.live) +
+                             " live bytes, chunks say " + std::to_string(live[id])});
       if (repair_) {
         fmt::PackMeta nm = m;
         nm.live = live[id];
@@ -432,7 +496,7 @@ class FsckRun {
       LMC_RETURN_IF_ERROR(s_.WriteIndex(fixes_, true));
       for (const auto& [id, m] : new_meta_) s_.packs[id] = m;
     }
-    if (repair_ && r_.orphan_packs > 0) LMC_RETURN_IF_ERROR(s_.env->SyncDir(s_.pack_dir));
+    if (repair_ && r_.Count(Kind::kOrphanPack) > 0) LMC_RETURN_IF_ERROR(s_.env->SyncDir(s_.pack_dir));
     return Status::Ok();
   }
 
@@ -458,7 +522,7 @@ Result<FsckReport> Store::Fsck(const FsckOptions& options) {
   // committing meanwhile. Records are immutable once indexed; a chunk
   // deleted or moved by a concurrent commit or compaction meanwhile reads
   // as NotFound (skipped) or is re-read through its new entry.
-  std::unordered_map<ChunkKey, std::string, ChunkKeyHash> bad;
+  Impl::BadRecords bad;
   LMC_RETURN_IF_ERROR(s.VerifyRecords(options, &bad));
   std::lock_guard l(s.commit_mu);  // no commit or compaction while we count
   return FsckRun(s, options).Run(bad);

@@ -105,7 +105,7 @@ class MountDeltaTest : public ::testing::Test {
   void ExpectFsckClean(Store& s) {
     auto f = s.Fsck({});
     ASSERT_TRUE(f.ok()) << f.status().ToString();
-    EXPECT_EQ(f->errors, 0u) << (f->messages.empty() ? "" : f->messages[0]);
+    EXPECT_EQ(f->errors(), 0u) << (f->Messages().empty() ? "" : f->Messages()[0]);
   }
   // gc as lmcfs-gc runs it: dead bases re-encoded, then compaction.
   void Gc() {

@@ -478,8 +478,8 @@ TEST_F(MountCrash, KillDuringWritesKeepsSyncedData) {
     auto r = (*st)->Fsck(fo);
     ASSERT_TRUE(r.ok()) << r.status().ToString();
     std::string msgs;
-    for (auto& m : r->messages) msgs += m + "\n";
-    EXPECT_EQ(r->errors, 0u) << msgs;
+    for (auto& m : r->Messages()) msgs += m + "\n";
+    EXPECT_EQ(r->errors(), 0u) << msgs;
   }
   Mount();
   EXPECT_EQ(Sh("cmp " + plain_ + "/a.bin " + mnt_ + "/b.bin"), 0);

@@ -93,6 +93,24 @@ class ToolsOffline : public ::testing::Test {
                              }).ok());
     return keys;
   }
+  // Flips one bit in the middle of the frame of the chunk `info` describes
+  // (info taken while the store was open; the store closed now).
+  void FlipBitInFrame(const store::ChunkInfo& info) {
+    const std::string pack = store_dir_ + "/packs/" + [&] {
+      for (const auto& e : std::filesystem::directory_iterator(store_dir_ + "/packs"))
+        if (e.path().filename().string().find(std::to_string(info.pack_id)) != std::string::npos)
+          return e.path().filename().string();
+      return std::string();
+    }();
+    int fd = ::open(pack.c_str(), O_RDWR);
+    ASSERT_GE(fd, 0) << pack;
+    const off_t at = static_cast<off_t>(info.offset + 64 + info.frame_len / 2);
+    char c;
+    ASSERT_EQ(::pread(fd, &c, 1, at), 1);
+    c ^= 0x10;
+    ASSERT_EQ(::pwrite(fd, &c, 1, at), 1);
+    ::close(fd);
+  }
   json Json(const testing::ToolResult& r) {
     json j = json::parse(r.out, nullptr, false);
     EXPECT_FALSE(j.is_discarded()) << "not JSON: " << r.out << r.err;
@@ -235,21 +253,7 @@ TEST_F(ToolsOffline, FsckFindsABitFlipAndNamesTheFile) {
   Close();
   ASSERT_EQ(RunTool(FsckMain, "lmcfs-fsck", {store_dir_}).rc, 0);
 
-  // Flip one bit in the middle of the chunk's frame.
-  const std::string pack = store_dir_ + "/packs/" + [&] {
-    for (const auto& e : std::filesystem::directory_iterator(store_dir_ + "/packs"))
-      if (e.path().filename().string().find(std::to_string(info->pack_id)) != std::string::npos)
-        return e.path().filename().string();
-    return std::string();
-  }();
-  int fd = ::open(pack.c_str(), O_RDWR);
-  ASSERT_GE(fd, 0) << pack;
-  const off_t at = static_cast<off_t>(info->offset + 64 + info->frame_len / 2);
-  char c;
-  ASSERT_EQ(::pread(fd, &c, 1, at), 1);
-  c ^= 0x10;
-  ASSERT_EQ(::pwrite(fd, &c, 1, at), 1);
-  ::close(fd);
+  FlipBitInFrame(*info);
 
   auto r = RunTool(FsckMain, "lmcfs-fsck", {store_dir_, "--json"});
   EXPECT_EQ(r.rc, store::kFsckUncorrected) << r.out << r.err;
@@ -267,6 +271,68 @@ TEST_F(ToolsOffline, FsckFindsABitFlipAndNamesTheFile) {
   json qj = json::parse(std::ifstream(q), nullptr, false);
   ASSERT_FALSE(qj.is_discarded());
   EXPECT_EQ(qj["affected_files"], json::array({"/run/bad.bin"}));
+}
+
+// What fsck reports (bad chunks, affected files, quarantine, exit code) comes
+// from the problems' structured fields: rewording every message, so that
+// none names a chunk or says "(repaired)", changes none of it.
+TEST_F(ToolsOffline, FsckDecidesFromProblemsNotTheirWording) {
+  const uint64_t ibad = Write(fs::kRootIno, "bad.bin", RandomData(600 << 10, 5));
+  const uint64_t igood = Write(fs::kRootIno, "good.bin", RandomData(600 << 10, 6));
+  const store::ChunkKey victim = *ChunksOf(ibad).begin();
+  const store::ChunkKey healthy = *ChunksOf(igood).begin();
+  auto info = store_->GetChunkInfo(victim);
+  ASSERT_TRUE(info.ok());
+  Close();
+  FlipBitInFrame(*info);
+
+  auto s = store::Store::Open(store_dir_, {});
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  auto report = (*s)->Fsck({});
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  ASSERT_EQ(report->Count(store::FsckProblem::Kind::kBadRecord), 1u);
+  store::FsckReport reworded = *report;
+  for (auto& p : reworded.problems) p.message = "something is wrong";
+  auto doc = [&](const store::FsckReport& r, const fs::control::FsckRunOptions& o) {
+    auto d = fs::control::CompleteFsck(**s, r, o);
+    EXPECT_TRUE(d.ok()) << d.status().ToString();
+    return d.ok() ? json::parse(*d) : json();
+  };
+  const json before = doc(*report, {}), after = doc(reworded, {});
+  for (const json* j : {&before, &after}) {
+    EXPECT_EQ((*j)["exit_code"], static_cast<int>(store::kFsckUncorrected));
+    EXPECT_EQ((*j)["bad_chunks"], json::array({victim.ToHex()}));
+    EXPECT_EQ((*j)["affected_files"], json::array({"/bad.bin"}));
+    EXPECT_EQ((*j)["store"]["bad_records"], 1u);
+    ASSERT_EQ((*j)["store"]["problems"].size(), 1u);
+    EXPECT_EQ((*j)["store"]["problems"][0]["kind"], "bad_record");
+    EXPECT_EQ((*j)["store"]["problems"][0]["key_hex"], victim.ToHex());
+  }
+
+  // Repair: the unrepaired problem is quarantined as left, with the files.
+  fs::control::FsckRunOptions o;
+  o.repair = true;
+  o.quarantine_path = tmp_.path() + "/q.json";
+  const json repaired = doc(reworded, o);
+  EXPECT_EQ(repaired["exit_code"], static_cast<int>(store::kFsckUncorrected));
+  json qj = json::parse(std::ifstream(o.quarantine_path), nullptr, false);
+  ASSERT_FALSE(qj.is_discarded());
+  EXPECT_EQ(qj["records"], json::array({{{"what", "something is wrong"}, {"left", true}}}));
+  EXPECT_EQ(qj["affected_files"], json::array({"/bad.bin"}));
+
+  // A repaired problem counts as fixed though its message says nothing of it,
+  // and a healthy chunk it names is not reported bad.
+  store::FsckReport fixed;
+  fixed.problems.push_back({.kind = store::FsckProblem::Kind::kRefcountMismatch,
+                            .key = healthy,
+                            .repaired = true,
+                            .message = "count was off"});
+  const json corrected = doc(fixed, {});
+  EXPECT_EQ(corrected["exit_code"], static_cast<int>(store::kFsckCorrected));
+  EXPECT_EQ(corrected["errors"], 1u);
+  EXPECT_EQ(corrected["fixed"], 1u);
+  EXPECT_EQ(corrected["bad_chunks"], json::array());
+  EXPECT_EQ(corrected["store"]["messages"], json::array({"count was off (repaired)"}));
 }
 
 TEST_F(ToolsOffline, FsckRepairsAWrongReferenceCountAndTreeDamage) {

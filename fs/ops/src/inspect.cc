@@ -306,6 +306,19 @@ Result<TreeReport> InspectTree(store::Store* st, const std::vector<std::string>&
   return rep;
 }
 
+const char* TreeProblemKindName(TreeProblem::Kind kind) {
+  switch (kind) {
+    case TreeProblem::kDanglingDirent: return "dangling_dirent";
+    case TreeProblem::kDirentType: return "dirent_type";
+    case TreeProblem::kLinkCount: return "link_count";
+    case TreeProblem::kOrphanInode: return "orphan_inode";
+    case TreeProblem::kStrayExtent: return "stray_extent";
+    case TreeProblem::kBadRecord: return "bad_record";
+    case TreeProblem::kMissingChunk: return "missing_chunk";
+  }
+  return "unknown";
+}
+
 Result<TreeCheck> CheckTree(store::Store* st) {
   LMC_ASSIGN_OR_RETURN(Snapshot s, Load(st, true));
   Tree t = BuildTree(s);
@@ -397,10 +410,13 @@ Result<TreeCheck> CheckTree(store::Store* st) {
       it = indexed.emplace(e->chunk, info.ok()).first;
     }
     if (!it->second)
-      c.problems.push_back({TreeProblem::kMissingChunk,
-                            path_of(key->first) + " offset " + std::to_string(key->second) +
-                                " uses chunk " + e->chunk.ToHex() + " that the store does not hold",
-                            Hex(k), Hex(v), key->first});
+      c.problems.push_back({.kind = TreeProblem::kMissingChunk,
+                            .message = path_of(key->first) + " offset " + std::to_string(key->second) +
+                                       " uses chunk " + e->chunk.ToHex() + " that the store does not hold",
+                            .key_hex = Hex(k),
+                            .value_hex = Hex(v),
+                            .ino = key->first,
+                            .chunk = e->chunk});
   }
   return c;
 }
