@@ -16,7 +16,6 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <list>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -142,6 +141,42 @@ std::set<store::ChunkKey> ChunksNamed(const store::FsckReport& r) {
   return keys;
 }
 
+// Writes `text` to `path` so that a crash leaves either no report or the
+// whole of it: a temporary file beside it, synced, renamed over `path`, the
+// directory synced. A failed step is an error naming `path` and the step.
+Status WriteQuarantineReport(store::Env* env, const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  const std::string dir = parent.empty() ? std::string(".") : parent.string();
+  auto failed = [&](const std::string& step, const Status& st) {
+    const std::string m = "cannot write the quarantine report " + path + ": " + step + ": " + st.message();
+    return st.IsNoSpace() ? Status::NoSpace(m) : Status::IOError(m);
+  };
+  if (env->FileExists(tmp))  // left by a crash
+    if (Status st = env->DeleteFile(tmp); !st.ok()) return failed("removing " + tmp, st);
+  {
+    auto f = env->OpenFile(tmp, store::Env::OpenMode::kCreate);
+    if (!f.ok()) return failed("creating " + tmp, f.status());
+    std::string step = "writing " + tmp;
+    Status st = (*f)->Append(reinterpret_cast<const uint8_t*>(text.data()), text.size());
+    if (st.ok()) {
+      step = "syncing " + tmp;
+      st = (*f)->Sync();
+    }
+    if (!st.ok()) {
+      f->reset();
+      env->DeleteFile(tmp).IgnoreError();  // the error below is what matters
+      return failed(step, st);
+    }
+  }
+  if (Status st = env->RenameFile(tmp, path); !st.ok()) {
+    env->DeleteFile(tmp).IgnoreError();
+    return failed("renaming " + tmp + " over it", st);
+  }
+  if (Status st = env->SyncDir(dir); !st.ok()) return failed("syncing directory " + dir, st);
+  return Status::Ok();
+}
+
 }  // namespace
 
 std::string SocketPath(const std::string& store_dir) { return store_dir + "/" + kSocketName; }
@@ -262,11 +297,10 @@ Result<std::string> CompleteFsck(store::Store& st, const store::FsckReport& r, c
     for (const auto& p : r.problems)
       if (!p.repaired) quarantine.push_back({{"what", p.message}, {"left", true}});
     if (!quarantine.empty() && !o.quarantine_path.empty()) {
-      // Written before the records are removed: the evidence survives a crash.
-      std::ofstream q(o.quarantine_path, std::ios::trunc);
-      q << json{{"v", kProtocolVersion}, {"records", quarantine}, {"affected_files", affected}}.dump(2) << "\n";
-      q.close();
-      if (!q) return Status::IOError("cannot write the quarantine report " + o.quarantine_path);
+      // Written, durably, before the records are removed: the evidence survives a crash.
+      LMC_RETURN_IF_ERROR(WriteQuarantineReport(
+          o.env ? o.env : store::Env::Default(), o.quarantine_path,
+          json{{"v", kProtocolVersion}, {"records", quarantine}, {"affected_files", affected}}.dump(2) + "\n"));
     }
     LMC_ASSIGN_OR_RETURN(tree_fixed, RepairTree(&st, tc));
   }

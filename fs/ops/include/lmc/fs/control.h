@@ -59,6 +59,7 @@ struct FsckRunOptions {
   bool online = false;           // the store is in use: tree checks need two passes to agree
   bool deep = false;             // also decode every frame and check SHA-256(bytes) == key
   std::string quarantine_path;   // when repairing: where removed records' metadata is written
+  store::Env* env = nullptr;     // writes the quarantine report; nullptr: store::Env::Default()
   std::function<bool()> cancelled;
 };
 // Store::Fsck plus the tree checks, and the paths of the files any
