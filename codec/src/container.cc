@@ -8,16 +8,13 @@
 #include <xxhash.h>
 
 #include "frame_format.h"
+#include "lmc/bytes.h"
 #include "lmc/codec.h"
 #include "lmc/thread_pool.h"
 
 namespace lmc {
 namespace {
 
-using frame::GetU32;
-using frame::GetU64;
-using frame::PutU32;
-using frame::PutU64;
 
 // docs/FORMAT.md, ".lmc container".
 constexpr uint8_t kMagic[4] = {'L', 'M', 'C', 'Z'};
@@ -123,8 +120,8 @@ class FrameWriter {
     uint8_t hdr[kHeaderSize] = {};
     std::memcpy(hdr, kMagic, 4);
     hdr[4] = kVersion;
-    PutU32(hdr + 8, chunk_size);
-    PutU32(hdr + 12, Crc32Of(hdr, 12));
+    StoreLE32(hdr + 8, chunk_size);
+    StoreLE32(hdr + 12, Crc32Of(hdr, 12));
     return Emit(hdr, kHeaderSize);
   }
 
@@ -146,7 +143,7 @@ class FrameWriter {
     for (size_t i = 0; i < count; ++i) {
       if (!sizes_[i].ok()) return sizes_[i].status();
       uint8_t len[4];
-      PutU32(len, static_cast<uint32_t>(*sizes_[i]));
+      StoreLE32(len, static_cast<uint32_t>(*sizes_[i]));
       LMC_RETURN_IF_ERROR(Emit(len, 4));
       LMC_RETURN_IF_ERROR(Emit(frames_[i].data(), *sizes_[i]));
       whole_.Update(frames_[i].data() + kFrameChecksumOffset, 8);
@@ -159,11 +156,11 @@ class FrameWriter {
 
   Status WriteTrailer() {
     uint8_t tr[4 + kTrailerSize];
-    PutU32(tr, 0);  // end marker
-    PutU64(tr + 4, stats_.input_bytes);
-    PutU64(tr + 12, whole_.Digest());
-    PutU64(tr + 20, stats_.chunks);
-    PutU32(tr + 28, Crc32Of(tr + 4, 24));
+    StoreLE32(tr, 0);  // end marker
+    StoreLE64(tr + 4, stats_.input_bytes);
+    StoreLE64(tr + 12, whole_.Digest());
+    StoreLE64(tr + 20, stats_.chunks);
+    StoreLE32(tr + 28, Crc32Of(tr + 4, 24));
     return Emit(tr, sizeof(tr));
   }
 
@@ -188,7 +185,7 @@ class FrameWriter {
       LMC_ASSIGN_OR_RETURN(size_t size, EncodeChunk(data + (c.offset - data_start), c.length,
                                                      EncodeParams{c.dtype, nullptr}, f,
                                                      direct_cap_ - pos - 4, *slots_.ws[0]));
-      PutU32(direct_ + pos, static_cast<uint32_t>(size));
+      StoreLE32(direct_ + pos, static_cast<uint32_t>(size));
       pos += 4 + size;
       stats_.output_bytes += 4 + size;
       whole_.Update(f + kFrameChecksumOffset, 8);
@@ -330,7 +327,7 @@ Status DecompressStream(const ReadFn& in, const WriteFn& out, const DecompressOp
   if (got < 4 || std::memcmp(hdr, kMagic, 4) != 0)
     return Status::InvalidArgument("not an .lmc file (bad magic)");
   if (got < kHeaderSize) return Status::Corruption(".lmc file truncated in its header");
-  if (GetU32(hdr + 12) != Crc32Of(hdr, 12)) return Status::Corruption(".lmc header checksum mismatch");
+  if (LoadLE32(hdr + 12) != Crc32Of(hdr, 12)) return Status::Corruption(".lmc header checksum mismatch");
   if (hdr[4] != kVersion)
     return Status::Unsupported(".lmc version " + std::to_string(hdr[4]) +
                                " is newer than this lmc; upgrade lmcfs");
@@ -369,7 +366,7 @@ Status DecompressStream(const ReadFn& in, const WriteFn& out, const DecompressOp
     LMC_ASSIGN_OR_RETURN(got, ReadFull(in, len_buf, 4));
     st.input_bytes += got;
     if (got < 4) return Status::Corruption(".lmc file truncated (no end marker): incomplete copy?");
-    uint32_t len = GetU32(len_buf);
+    uint32_t len = LoadLE32(len_buf);
     if (len == 0) break;
     if (len > MaxEncodedSize(kMaxChunkSize)) return Status::Corruption(".lmc frame length too large");
     auto& f = frames[n_pending];
@@ -388,10 +385,10 @@ Status DecompressStream(const ReadFn& in, const WriteFn& out, const DecompressOp
   LMC_ASSIGN_OR_RETURN(got, ReadFull(in, tr, kTrailerSize));
   st.input_bytes += got;
   if (got < kTrailerSize) return Status::Corruption(".lmc file truncated in its trailer");
-  if (GetU32(tr + 24) != Crc32Of(tr, 24)) return Status::Corruption(".lmc trailer checksum mismatch");
-  if (GetU64(tr) != st.output_bytes || GetU64(tr + 16) != st.chunks)
+  if (LoadLE32(tr + 24) != Crc32Of(tr, 24)) return Status::Corruption(".lmc trailer checksum mismatch");
+  if (LoadLE64(tr) != st.output_bytes || LoadLE64(tr + 16) != st.chunks)
     return Status::Corruption(".lmc trailer size does not match the frames (chunks lost?)");
-  if (GetU64(tr + 8) != whole.Digest()) return Status::Corruption(".lmc file checksum mismatch (frames reordered or replaced)");
+  if (LoadLE64(tr + 8) != whole.Digest()) return Status::Corruption(".lmc file checksum mismatch (frames reordered or replaced)");
   uint8_t extra;
   LMC_ASSIGN_OR_RETURN(got, ReadFull(in, &extra, 1));
   if (got != 0) return Status::Corruption(".lmc file has trailing data after its trailer");
@@ -435,7 +432,7 @@ Status DecompressBufferInto(const uint8_t* p, size_t n, const DecompressOptions&
   // Pass 1: walk and check the frame headers to place every chunk.
   if (n < 4 || std::memcmp(p, kMagic, 4) != 0) return Status::InvalidArgument("not an .lmc file (bad magic)");
   if (n < kHeaderSize) return Status::Corruption(".lmc file truncated in its header");
-  if (GetU32(p + 12) != Crc32Of(p, 12)) return Status::Corruption(".lmc header checksum mismatch");
+  if (LoadLE32(p + 12) != Crc32Of(p, 12)) return Status::Corruption(".lmc header checksum mismatch");
   if (p[4] != kVersion)
     return Status::Unsupported(".lmc version " + std::to_string(p[4]) + " is newer than this lmc; upgrade lmcfs");
   struct Job {
@@ -448,7 +445,7 @@ Status DecompressBufferInto(const uint8_t* p, size_t n, const DecompressOptions&
   uint64_t total = 0;
   for (;;) {
     if (n - pos < 4) return Status::Corruption(".lmc file truncated (no end marker): incomplete copy?");
-    uint32_t len = GetU32(p + pos);
+    uint32_t len = LoadLE32(p + pos);
     pos += 4;
     if (len == 0) break;
     if (len > n - pos) return Status::Corruption(".lmc file truncated inside a frame");
@@ -462,10 +459,10 @@ Status DecompressBufferInto(const uint8_t* p, size_t n, const DecompressOptions&
   }
   if (n - pos < kTrailerSize) return Status::Corruption(".lmc file truncated in its trailer");
   const uint8_t* tr = p + pos;
-  if (GetU32(tr + 24) != Crc32Of(tr, 24)) return Status::Corruption(".lmc trailer checksum mismatch");
-  if (GetU64(tr) != total || GetU64(tr + 16) != jobs.size())
+  if (LoadLE32(tr + 24) != Crc32Of(tr, 24)) return Status::Corruption(".lmc trailer checksum mismatch");
+  if (LoadLE64(tr) != total || LoadLE64(tr + 16) != jobs.size())
     return Status::Corruption(".lmc trailer size does not match the frames (chunks lost?)");
-  if (GetU64(tr + 8) != whole.Digest())
+  if (LoadLE64(tr + 8) != whole.Digest())
     return Status::Corruption(".lmc file checksum mismatch (frames reordered or replaced)");
   if (pos + kTrailerSize != n) return Status::Corruption(".lmc file has trailing data after its trailer");
 

@@ -8,6 +8,7 @@
 
 #include "entropy.h"
 #include "frame_format.h"
+#include "lmc/bytes.h"
 #include "lmc/codec.h"
 #include "lmc/transform.h"
 
@@ -59,8 +60,8 @@ Result<size_t> EncodeChunk(const uint8_t* src, size_t n, const EncodeParams& par
   dst[5] = static_cast<uint8_t>(params.dtype);
   dst[6] = params.base ? kFlagXorDelta : 0;
   dst[7] = static_cast<uint8_t>(ns);
-  PutU32(dst + 8, static_cast<uint32_t>(n));
-  PutU64(dst + 12, Checksum64(src, n));
+  StoreLE32(dst + 8, static_cast<uint32_t>(n));
+  StoreLE64(dst + 12, Checksum64(src, n));
 
   size_t pos = hsize;
   for (size_t i = 0; i < ns; ++i) {
@@ -77,10 +78,10 @@ Result<size_t> EncodeChunk(const uint8_t* src, size_t n, const EncodeParams& par
                          EncodeStream(s, m, hist, quarters, want, dst + pos, cap - pos));
     uint8_t* e = dst + kFixedHeader + i * kStreamEntry;
     e[0] = static_cast<uint8_t>(es.coder);
-    PutU32(e + 1, static_cast<uint32_t>(es.size));
+    StoreLE32(e + 1, static_cast<uint32_t>(es.size));
     pos += es.size;
   }
-  PutU32(dst + hsize - kHeaderCrc, static_cast<uint32_t>(XXH3_64bits(dst, hsize - kHeaderCrc)));
+  StoreLE32(dst + hsize - kHeaderCrc, static_cast<uint32_t>(XXH3_64bits(dst, hsize - kHeaderCrc)));
   return pos;
 }
 
@@ -100,10 +101,10 @@ Result<FrameInfo> ReadFrameInfo(const uint8_t* p, size_t len) {
   if (ns == 0 || ns > kMaxStreams) return Status::Corruption("frame has a bad stream count");
   size_t hsize = HeaderSize(ns);
   if (len < hsize) return Status::Corruption("frame truncated in its stream table");
-  if (GetU32(p + hsize - kHeaderCrc) != static_cast<uint32_t>(XXH3_64bits(p, hsize - kHeaderCrc)))
+  if (LoadLE32(p + hsize - kHeaderCrc) != static_cast<uint32_t>(XXH3_64bits(p, hsize - kHeaderCrc)))
     return Status::Corruption("frame header checksum mismatch");
-  fi.decoded_size = GetU32(p + 8);
-  fi.checksum = GetU64(p + 12);
+  fi.decoded_size = LoadLE32(p + 8);
+  fi.checksum = LoadLE64(p + 12);
   if (fi.decoded_size > kMaxChunkSize) return Status::Corruption("frame decoded size too large");
   StreamShape shape = ShapeFor(fi.dtype, fi.decoded_size);
   if (shape.count() != ns) return Status::Corruption("frame stream count does not match its dtype");
@@ -112,7 +113,7 @@ Result<FrameInfo> ReadFrameInfo(const uint8_t* p, size_t len) {
   for (size_t i = 0; i < ns; ++i) {
     const uint8_t* e = p + kFixedHeader + i * kStreamEntry;
     if (e[0] > static_cast<uint8_t>(Coder::kRans)) return Status::Corruption("frame has an unknown coder");
-    fi.streams[i] = {static_cast<Coder>(e[0]), GetU32(e + 1), static_cast<uint32_t>(shape.size(i))};
+    fi.streams[i] = {static_cast<Coder>(e[0]), LoadLE32(e + 1), static_cast<uint32_t>(shape.size(i))};
     total += fi.streams[i].encoded_size;
   }
   if (total > kMaxChunkSize + hsize) return Status::Corruption("frame size too large");

@@ -30,7 +30,7 @@
 #include <bit>
 #include <cstring>
 
-#include "unaligned.h"
+#include "lmc/bytes.h"
 
 namespace lmc::huff {
 namespace {
@@ -227,9 +227,9 @@ void DecodeTail(const Entry* table, const uint8_t* payload, size_t plen, uint64_
     const uint64_t byte = pos >> 3;
     uint64_t v = 0;
     if (byte + 8 <= plen) {
-      v = Load64(payload + byte);
-    } else {
-      for (uint64_t b = byte; b < plen && b < byte + 8; ++b) v |= uint64_t{payload[b]} << (8 * (b - byte));
+      v = LoadLE64(payload + byte);
+    } else if (byte < plen) {
+      v = LoadLEBytes(payload + byte, static_cast<size_t>(plen - byte));
     }
     v >>= pos & 7;
     const Entry e = table[v & (kTableSize - 1)];
@@ -325,7 +325,7 @@ bool FinishLane(Lane& l, const uint32_t codes[256]) {
 #define LMC_HUFF_FLUSH(J)                                 \
   {                                                       \
     const uint64_t nb = p##J & 0xff; /* >= 4: 4 codes */ \
-    Store64(o##J, a##J >> ((64 - nb) & 63));              \
+    StoreLE64(o##J, a##J >> ((64 - nb) & 63));              \
     o##J += nb >> 3;                                      \
     p##J = nb & 7;                                        \
     s##J += kPerRound;                                    \
@@ -402,7 +402,7 @@ Result<size_t> Encode(const uint8_t* src, size_t n, const uint32_t quarters[4][2
     dst[2 + i / 2] |= static_cast<uint8_t>(len[s] << (4 * (i & 1)));
   }
   uint8_t* ends = dst + 2 + table_bytes;
-  for (int j = 0; j < 4; ++j) Store32(ends + 4 * j, static_cast<uint32_t>(end_bit[j]));
+  for (int j = 0; j < 4; ++j) StoreLE32(ends + 4 * j, static_cast<uint32_t>(end_bit[j]));
 
   uint32_t codes[256];
   BuildCodes(len, codes);
@@ -466,7 +466,7 @@ Status Decode(const uint8_t* src, size_t len, uint8_t* dst, size_t n) {
   if (!header) return Status::Corruption("huffman: bad code-length table");
 
   uint64_t end[4];
-  for (int j = 0; j < 4; ++j) end[j] = Load32(src + header - kEndsBytes + 4 * j);
+  for (int j = 0; j < 4; ++j) end[j] = LoadLE32(src + header - kEndsBytes + 4 * j);
   const uint8_t* payload = src + header;
   const size_t plen = len - header;
   if ((end[3] + 7) / 8 != plen) return Status::Corruption("huffman: payload size mismatch");
@@ -522,14 +522,14 @@ Status Decode(const uint8_t* src, size_t len, uint8_t* dst, size_t n) {
         // Bit 63 is a marker: it is never among the <= 55 bits used, and
         // after the shifts its distance from the top is the bits consumed.
         constexpr uint64_t kMarker = uint64_t{1} << 63;
-        uint64_t b0 = Load64(payload + (bp0 >> 3)) >> (bp0 & 7) | kMarker;
-        uint64_t b1 = Load64(payload + (bp1 >> 3)) >> (bp1 & 7) | kMarker;
-        uint64_t b2 = Load64(payload + (bp2 >> 3)) >> (bp2 & 7) | kMarker;
-        uint64_t b3 = Load64(payload + (bp3 >> 3)) >> (bp3 & 7) | kMarker;
+        uint64_t b0 = LoadLE64(payload + (bp0 >> 3)) >> (bp0 & 7) | kMarker;
+        uint64_t b1 = LoadLE64(payload + (bp1 >> 3)) >> (bp1 & 7) | kMarker;
+        uint64_t b2 = LoadLE64(payload + (bp2 >> 3)) >> (bp2 & 7) | kMarker;
+        uint64_t b3 = LoadLE64(payload + (bp3 >> 3)) >> (bp3 & 7) | kMarker;
 #define LMC_HUFF_STEP(J)                               \
   {                                                    \
     const MultiEntry e = multi[b##J & (kTableSize - 1)]; \
-    Store32(o##J, e);                                  \
+    StoreLE32(o##J, e);                                  \
     o##J += (e >> 24) & 3;                             \
     b##J >>= (e >> 26);                                \
   }

@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "layout_internal.h"
+#include "lmc/bytes.h"
 #include "lmc/layout.h"
 
 namespace lmc {
@@ -186,7 +187,7 @@ Format DetectFormat(std::string_view head) {
   if (head.size() >= 4 && head.substr(0, 4) == std::string_view("PK\x03\x04", 4))
     return Format::kZip;
   if (head.size() >= 9) {
-    uint64_t n = LoadLE(head, 0, 8);
+    uint64_t n = LoadLE64(head.data());
     if (n >= 2 && n <= kHeaderCap && head[8] == '{') return Format::kSafetensors;
   }
   return Format::kUnknown;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "layout_internal.h"
+#include "lmc/bytes.h"
 
 namespace lmc::layout {
 namespace {
@@ -74,10 +75,10 @@ constexpr uint64_t kMaxDims = 16;
 ParseTask ParseGguf(LayoutContext& c) {
   std::string_view h = co_await c.Read(24);
   if (h.size() < 24) co_return;
-  uint64_t version = LoadLE(h, 4, 4);
+  uint64_t version = LoadLE32(h.data() + 4);
   if (version != 2 && version != 3) co_return;
-  uint64_t n_tensors = LoadLE(h, 8, 8);
-  uint64_t n_kv = LoadLE(h, 16, 8);
+  uint64_t n_tensors = LoadLE64(h.data() + 8);
+  uint64_t n_kv = LoadLE64(h.data() + 16);
   uint64_t alignment = 32;
 
   // Every step consumes at least one byte, and the walk stops at kHeaderCap,
@@ -86,28 +87,28 @@ ParseTask ParseGguf(LayoutContext& c) {
     if (c.pos() > kHeaderCap) co_return;
     std::string_view v = co_await c.Read(8);
     if (v.size() < 8) co_return;
-    uint64_t key_len = LoadLE(v, 0, 8);
+    uint64_t key_len = LoadLE64(v.data());
     if (key_len > kMaxKeyLen) co_return;
     v = co_await c.Read(static_cast<size_t>(key_len) + 4);
     if (v.size() < key_len + 4) co_return;
     bool is_alignment = v.substr(0, key_len) == "general.alignment";
-    uint64_t type = LoadLE(v, key_len, 4);
+    uint64_t type = LoadLE32(v.data() + key_len);
     if (type == kString) {
       v = co_await c.Read(8);
       if (v.size() < 8) co_return;
-      uint64_t len = LoadLE(v, 0, 8);
+      uint64_t len = LoadLE64(v.data());
       if (len > kHeaderCap || co_await c.Skip(len) < len) co_return;
     } else if (type == kArray) {
       v = co_await c.Read(12);
       if (v.size() < 12) co_return;
-      uint64_t elem_type = LoadLE(v, 0, 4);
-      uint64_t count = LoadLE(v, 4, 8);
+      uint64_t elem_type = LoadLE32(v.data());
+      uint64_t count = LoadLE64(v.data() + 4);
       if (elem_type == kString) {
         for (uint64_t k = 0; k < count; ++k) {
           if (c.pos() > kHeaderCap) co_return;
           v = co_await c.Read(8);
           if (v.size() < 8) co_return;
-          uint64_t len = LoadLE(v, 0, 8);
+          uint64_t len = LoadLE64(v.data());
           if (len > kHeaderCap || co_await c.Skip(len) < len) co_return;
         }
       } else {
@@ -121,7 +122,7 @@ ParseTask ParseGguf(LayoutContext& c) {
       v = co_await c.Read(width);
       if (v.size() < width) co_return;
       if (is_alignment && type == kU32) {
-        alignment = LoadLE(v, 0, 4);
+        alignment = LoadLE32(v.data());
         if (alignment == 0 || (alignment & (alignment - 1)) != 0 || alignment > (1u << 20))
           co_return;
       }
@@ -133,24 +134,24 @@ ParseTask ParseGguf(LayoutContext& c) {
     if (c.pos() > kHeaderCap) co_return;
     std::string_view v = co_await c.Read(8);
     if (v.size() < 8) co_return;
-    uint64_t name_len = LoadLE(v, 0, 8);
+    uint64_t name_len = LoadLE64(v.data());
     if (name_len > kMaxKeyLen) co_return;
     v = co_await c.Read(static_cast<size_t>(name_len) + 4);
     if (v.size() < name_len + 4) co_return;
     TensorInfo t{std::string(v.substr(0, name_len)), 0, 0, DType::kBytes};
-    uint64_t n_dims = LoadLE(v, name_len, 4);
+    uint64_t n_dims = LoadLE32(v.data() + name_len);
     if (n_dims > kMaxDims) co_return;
     v = co_await c.Read(static_cast<size_t>(n_dims) * 8 + 12);
     if (v.size() < n_dims * 8 + 12) co_return;
     uint64_t numel = 1;
     for (uint64_t d = 0; d < n_dims; ++d) {
-      uint64_t dim = LoadLE(v, d * 8, 8);
+      uint64_t dim = LoadLE64(v.data() + d * 8);
       if (dim > kMaxExtent) co_return;
       numel = dim == 0 ? 0 : (numel > kMaxExtent / dim ? kMaxExtent + 1 : numel * dim);
       if (numel > kMaxExtent) co_return;
     }
-    uint64_t type = LoadLE(v, n_dims * 8, 4);
-    t.offset = LoadLE(v, n_dims * 8 + 4, 8);
+    uint64_t type = LoadLE32(v.data() + n_dims * 8);
+    t.offset = LoadLE64(v.data() + n_dims * 8 + 4);
     if (t.offset > kMaxExtent) co_return;
     if (const GgmlType* g = FindGgmlType(type)) {
       t.dtype = g->dtype;

@@ -217,12 +217,4 @@ struct StorageInfo {
 using TorchStorages = std::unordered_map<std::string, StorageInfo>;
 TorchStorages ReadTorchPickle(std::string_view pkl);
 
-// Little-endian loads from a view the caller has checked is long enough.
-inline uint64_t LoadLE(std::string_view s, size_t at, size_t width) {
-  uint64_t v = 0;
-  for (size_t i = 0; i < width; ++i)
-    v |= static_cast<uint64_t>(static_cast<uint8_t>(s[at + i])) << (8 * i);
-  return v;
-}
-
 }  // namespace lmc::layout

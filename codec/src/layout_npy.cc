@@ -5,6 +5,7 @@
 #include <string>
 
 #include "layout_internal.h"
+#include "lmc/bytes.h"
 
 namespace lmc::layout {
 namespace {
@@ -104,7 +105,7 @@ size_t NpyPrefixSize(std::string_view head) {
 }
 
 uint64_t NpyDictLength(std::string_view prefix) {
-  return prefix.size() >= 12 ? LoadLE(prefix, 8, 4) : LoadLE(prefix, 8, 2);
+  return prefix.size() >= 12 ? LoadLE32(prefix.data() + 8) : LoadLE16(prefix.data() + 8);
 }
 
 bool ParseNpyDict(std::string_view dict, NpyArray* out) {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "layout_internal.h"
+#include "lmc/bytes.h"
 
 namespace lmc::layout {
 namespace {
@@ -74,7 +75,7 @@ class PickleMachine {
   bool TakeInt(size_t width, uint64_t* v) {
     std::string_view s;
     if (!Take(width, &s)) return false;
-    *v = LoadLE(s, 0, width);
+    *v = LoadLEBytes(s.data(), width);
     return true;
   }
   bool Line(std::string_view* out) {
@@ -99,7 +100,7 @@ class PickleMachine {
   // Little-endian two's complement of `s.size()` bytes (LONG1, BININT*).
   bool PushSigned(std::string_view s) {
     if (s.empty() || s.size() > 8) return PushOther();
-    uint64_t u = LoadLE(s, 0, s.size());
+    uint64_t u = LoadLEBytes(s.data(), s.size());
     if (s.size() < 8 && (u >> (8 * s.size() - 1)) & 1) u |= ~uint64_t{0} << (8 * s.size());
     return PushInt(static_cast<int64_t>(u));
   }

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "layout_internal.h"
+#include "lmc/bytes.h"
 
 namespace lmc::layout {
 namespace {
@@ -76,7 +77,7 @@ bool ParseHeader(std::string_view text, std::vector<Tensor>* out) {
 ParseTask ParseSafetensors(LayoutContext& c) {
   std::string_view len_bytes = co_await c.Read(8);
   if (len_bytes.size() < 8) co_return;
-  uint64_t header_len = LoadLE(len_bytes, 0, 8);
+  uint64_t header_len = LoadLE64(len_bytes.data());
   if (header_len < 2 || header_len > kHeaderCap) co_return;
   std::string_view header = co_await c.Read(static_cast<size_t>(header_len));
   if (header.size() < header_len) co_return;

@@ -20,6 +20,7 @@
 #include <unordered_map>
 
 #include "layout_internal.h"
+#include "lmc/bytes.h"
 
 namespace lmc::layout {
 namespace {
@@ -59,8 +60,8 @@ bool ApplyZip64(std::string_view extra, uint64_t* usize, uint64_t* csize, bool* 
   *zip64 = false;
   size_t i = 0;
   while (extra.size() - i >= 4) {
-    uint64_t id = LoadLE(extra, i, 2);
-    uint64_t len = LoadLE(extra, i + 2, 2);
+    uint64_t id = LoadLE16(extra.data() + i);
+    uint64_t len = LoadLE16(extra.data() + i + 2);
     i += 4;
     if (len > extra.size() - i) break;
     if (id == 0x0001) {
@@ -70,12 +71,12 @@ bool ApplyZip64(std::string_view extra, uint64_t* usize, uint64_t* csize, bool* 
       // The local header's zip64 record holds both sizes, uncompressed first.
       if (*usize == kNoSize || d.size() >= 16) {
         if (d.size() < off + 8) return false;
-        *usize = LoadLE(d, off, 8);
+        *usize = LoadLE64(d.data() + off);
         off += 8;
       }
       if (*csize == kNoSize || d.size() >= 16) {
         if (d.size() < off + 8) return false;
-        *csize = LoadLE(d, off, 8);
+        *csize = LoadLE64(d.data() + off);
       }
       return true;
     }
@@ -98,8 +99,8 @@ size_t DescriptorAt(std::string_view v, size_t at, uint64_t len, bool zip64, boo
   auto form = [&](bool sig, bool wide) -> size_t {
     size_t n = (sig ? 4 : 0) + 4 + (wide ? 16 : 8);
     if (at > v.size() || v.size() - at < n) return 0;
-    if (sig && LoadLE(v, at, 4) != kDescriptorSig) return 0;
-    if (LoadLE(v, at + n - (wide ? 16 : 8), wide ? 8 : 4) != len) return 0;
+    if (sig && LoadLE32(v.data() + at) != kDescriptorSig) return 0;
+    if (LoadLEBytes(v.data() + at + n - (wide ? 16 : 8), wide ? 8 : 4) != len) return 0;
     if (v.size() - at >= n + 2 && v.substr(at + n, 2) != "PK") return 0;
     return n;
   };
@@ -138,19 +139,19 @@ ParseTask ParseZip(LayoutContext& c) {
   while (true) {
     std::string_view sig_bytes = co_await c.Peek(4);
     if (sig_bytes.size() < 4) break;
-    uint64_t sig = LoadLE(sig_bytes, 0, 4);
+    uint64_t sig = LoadLE32(sig_bytes.data());
 
     if (sig == kCentralSig) {
       std::string_view h = co_await c.Read(46);
       if (h.size() < 46) break;
-      uint64_t rest = LoadLE(h, 28, 2) + LoadLE(h, 30, 2) + LoadLE(h, 32, 2);
+      uint64_t rest = LoadLE16(h.data() + 28) + LoadLE16(h.data() + 30) + LoadLE16(h.data() + 32);
       if (co_await c.Skip(rest) < rest) break;
       continue;
     }
     if (sig == kZip64EndSig) {
       std::string_view h = co_await c.Read(12);
       if (h.size() < 12) break;
-      uint64_t rest = LoadLE(h, 4, 8);
+      uint64_t rest = LoadLE64(h.data() + 4);
       if (rest > kHeaderCap || co_await c.Skip(rest) < rest) break;
       continue;
     }
@@ -161,7 +162,7 @@ ParseTask ParseZip(LayoutContext& c) {
     if (sig == kEndSig) {
       std::string_view h = co_await c.Read(22);
       if (h.size() < 22) break;
-      uint64_t comment = LoadLE(h, 20, 2);
+      uint64_t comment = LoadLE16(h.data() + 20);
       if (co_await c.Skip(comment) < comment) break;
       flush();
       continue;
@@ -172,12 +173,12 @@ ParseTask ParseZip(LayoutContext& c) {
     // data descriptor (one region, not two tiny ones).
     std::string_view h = co_await c.Read(30);
     if (h.size() < 30) break;
-    const uint64_t flags = LoadLE(h, 6, 2);
-    const uint64_t method = LoadLE(h, 8, 2);
-    uint64_t csize = LoadLE(h, 18, 4);
-    uint64_t usize = LoadLE(h, 22, 4);
-    const size_t name_len = static_cast<size_t>(LoadLE(h, 26, 2));
-    const size_t extra_len = static_cast<size_t>(LoadLE(h, 28, 2));
+    const uint64_t flags = LoadLE16(h.data() + 6);
+    const uint64_t method = LoadLE16(h.data() + 8);
+    uint64_t csize = LoadLE32(h.data() + 18);
+    uint64_t usize = LoadLE32(h.data() + 22);
+    const size_t name_len = static_cast<size_t>(LoadLE16(h.data() + 26));
+    const size_t extra_len = static_cast<size_t>(LoadLE16(h.data() + 28));
     std::string_view ne = co_await c.Read(name_len + extra_len);
     if (ne.size() < name_len + extra_len) break;
     const std::string name(ne.substr(0, name_len));

@@ -25,7 +25,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "unaligned.h"
+#include "lmc/bytes.h"
 
 namespace lmc::rans {
 namespace {
@@ -250,7 +250,7 @@ Result<size_t> Encode(const uint8_t* src, size_t n, const uint32_t hist[256], ui
   // Branch-free renormalise and code; needs 2 bytes of room below p.
   auto put = [&p, &code](uint32_t& x, const EncSymbol& e) {
     const uint32_t r = x >= e.bound;
-    Store16(p - 2, static_cast<uint16_t>(x));
+    StoreLE16(p - 2, static_cast<uint16_t>(x));
     p -= 2 * r;
     x >>= 16 * r;
     code(x, e);
@@ -279,13 +279,13 @@ Result<size_t> Encode(const uint8_t* src, size_t n, const uint32_t hist[256], ui
     if (st >= e.bound) {
       if (p - lo < 2) return Status::InvalidArgument("rans: output buffer too small");
       p -= 2;
-      Store16(p, static_cast<uint16_t>(st));
+      StoreLE16(p, static_cast<uint16_t>(st));
       st >>= 16;
     }
     code(st, e);
   }
   if (i > 0) return Status::InvalidArgument("rans: histogram does not match the data");
-  for (int j = 0; j < kStates; ++j) Store32(dst + header + 4 * j, x[j]);
+  for (int j = 0; j < kStates; ++j) StoreLE32(dst + header + 4 * j, x[j]);
   const size_t words = static_cast<size_t>(dst + cap - p);
   std::memmove(lo, p, words);
   return header + kStatesBytes + words;
@@ -296,8 +296,8 @@ Status Decode(const uint8_t* src, size_t len, uint8_t* dst, size_t n) {
   int k = 0;
   const size_t header = ParseHeader(src, len, freq, &k);
   if (!header || len - header < kStatesBytes) return Status::Corruption("rans: bad header");
-  uint32_t x0 = Load32(src + header), x1 = Load32(src + header + 4),
-           x2 = Load32(src + header + 8), x3 = Load32(src + header + 12);
+  uint32_t x0 = LoadLE32(src + header), x1 = LoadLE32(src + header + 4),
+           x2 = LoadLE32(src + header + 8), x3 = LoadLE32(src + header + 12);
   const uint8_t* p = src + header + kStatesBytes;
   const uint8_t* const end = src + len;
   if (((end - p) & 1) != 0) return Status::Corruption("rans: odd word stream");
@@ -338,7 +338,7 @@ Status Decode(const uint8_t* src, size_t len, uint8_t* dst, size_t n) {
     dst[i + J] = slot_symbol[slot];                                                 \
     x##J = (e >> 16) * (x##J >> kProbBits) + (e & 0xffff);                          \
     const uint32_t r = x##J < kLow;                                                 \
-    x##J = x##J << (16 * r) | (Load16(p) & (0u - r));                               \
+    x##J = x##J << (16 * r) | (LoadLE16(p) & (0u - r));                               \
     p += 2 * r;                                                                     \
   }
     LMC_RANS_STEP(0)
@@ -358,7 +358,7 @@ Status Decode(const uint8_t* src, size_t len, uint8_t* dst, size_t n) {
     st = (e >> 16) * (st >> kProbBits) + (e & 0xffff);
     if (st < kLow) {
       if (end - p < 2) return Status::Corruption("rans: truncated word stream");
-      st = st << 16 | Load16(p);
+      st = st << 16 | LoadLE16(p);
       p += 2;
     }
   }

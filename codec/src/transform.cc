@@ -1,6 +1,6 @@
 #include "lmc/transform.h"
 
-#include "unaligned.h"
+#include "lmc/bytes.h"
 
 #include <bit>
 #include <cmath>

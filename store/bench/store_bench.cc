@@ -13,6 +13,7 @@
 #include <random>
 #include <vector>
 
+#include "lmc/bytes.h"
 #include "lmc/store/store.h"
 
 using namespace lmc::store;
@@ -65,7 +66,7 @@ int main(int argc, char** argv) {
       Batch b;
       for (size_t j = 0; j < batch_chunks; ++j) {
         uint64_t tag = i + j;
-        std::memcpy(frame.data(), &tag, 8);  // distinct chunks
+        lmc::StoreLE64(frame.data(), tag);  // distinct chunks
         ChunkKey k = ChunkKey::Of(reinterpret_cast<uint8_t*>(&tag), 8);  // keys: bench only, not content hashes
         b.AddChunk(k, frame, chunk);
       }

@@ -8,19 +8,6 @@
 
 namespace lmc::store::fmt {
 
-void PutBE64(uint8_t* p, uint64_t v) {
-  for (int i = 7; i >= 0; --i) {
-    p[i] = static_cast<uint8_t>(v);
-    v >>= 8;
-  }
-}
-
-uint64_t GetBE64(const uint8_t* p) {
-  uint64_t v = 0;
-  for (int i = 0; i < 8; ++i) v = (v << 8) | p[i];
-  return v;
-}
-
 std::string PackFileName(uint64_t id) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "pack-%016" PRIx64 ".lmp", id);
@@ -44,22 +31,22 @@ std::optional<uint64_t> ParsePackFileName(std::string_view name) {
 std::string EncodePackHeader(uint64_t id) {
   uint8_t h[kPackHeaderSize] = {};
   std::memcpy(h, kPackMagic, 8);
-  PutU32(h + 8, kPackVersion);
-  PutU32(h + 12, kPackHeaderSize);
-  PutU64(h + 16, id);
-  PutU64(h + 24, XXH3_64bits(h, 24));
+  StoreLE32(h + 8, kPackVersion);
+  StoreLE32(h + 12, kPackHeaderSize);
+  StoreLE64(h + 16, id);
+  StoreLE64(h + 24, XXH3_64bits(h, 24));
   return std::string(reinterpret_cast<const char*>(h), sizeof h);
 }
 
 Status CheckPackHeader(const uint8_t* h, size_t n, uint64_t id) {
   if (n < kPackHeaderSize) return Status::Corruption("pack header truncated");
   if (std::memcmp(h, kPackMagic, 8) != 0) return Status::Corruption("pack header has a bad magic");
-  if (GetU64(h + 24) != XXH3_64bits(h, 24)) return Status::Corruption("pack header checksum mismatch");
-  if (GetU32(h + 8) != kPackVersion)
-    return Status::Unsupported("pack version " + std::to_string(GetU32(h + 8)) +
+  if (LoadLE64(h + 24) != XXH3_64bits(h, 24)) return Status::Corruption("pack header checksum mismatch");
+  if (LoadLE32(h + 8) != kPackVersion)
+    return Status::Unsupported("pack version " + std::to_string(LoadLE32(h + 8)) +
                                " is newer than this lmcfs reads (1)");
-  if (GetU32(h + 12) != kPackHeaderSize) return Status::Corruption("pack header has a bad size");
-  if (GetU64(h + 16) != id) return Status::Corruption("pack header names another pack id");
+  if (LoadLE32(h + 12) != kPackHeaderSize) return Status::Corruption("pack header has a bad size");
+  if (LoadLE64(h + 16) != id) return Status::Corruption("pack header names another pack id");
   return Status::Ok();
 }
 
@@ -77,21 +64,21 @@ void EncodeRecordHeader(uint8_t* h, const ChunkKey& key, const uint8_t* frame, u
   std::memcpy(h, kRecordMagic, 4);
   // h[4..8): flags, 0 in version 1.
   std::memcpy(h + 8, key.bytes.data(), ChunkKey::kSize);
-  PutU32(h + 40, frame_len);
-  PutU32(h + 44, decoded_len);
+  StoreLE32(h + 40, frame_len);
+  StoreLE32(h + 44, decoded_len);
   // h[48..56): reserved, 0.
-  PutU64(h + kRecordChecksumOffset, RecordChecksum(h, frame, frame_len));
+  StoreLE64(h + kRecordChecksumOffset, RecordChecksum(h, frame, frame_len));
 }
 
 Result<RecordHeader> ParseRecordHeader(const uint8_t* h) {
   if (std::memcmp(h, kRecordMagic, 4) != 0) return Status::Corruption("record has a bad magic");
-  if (GetU32(h + 4) != 0 || GetU64(h + 48) != 0)
+  if (LoadLE32(h + 4) != 0 || LoadLE64(h + 48) != 0)
     return Status::Corruption("record has unknown flags or reserved bits set");
   RecordHeader r;
   r.key = ChunkKey::FromBytes(h + 8);
-  r.frame_len = GetU32(h + 40);
-  r.decoded_len = GetU32(h + 44);
-  r.checksum = GetU64(h + kRecordChecksumOffset);
+  r.frame_len = LoadLE32(h + 40);
+  r.decoded_len = LoadLE32(h + 44);
+  r.checksum = LoadLE64(h + kRecordChecksumOffset);
   if (r.frame_len > kMaxFrameLen) return Status::Corruption("record frame length too large");
   return r;
 }
@@ -101,7 +88,7 @@ constexpr uint8_t kEntryVersion = 1;
 constexpr uint8_t kEntryHasBase = 1;
 constexpr size_t kEntryFixed = 40;
 
-uint64_t SeedOf(const ChunkKey& key) { return GetU64(key.bytes.data()); }
+uint64_t SeedOf(const ChunkKey& key) { return LoadLE64(key.bytes.data()); }
 }  // namespace
 
 std::string EncodeChunkEntry(const ChunkKey& key, const ChunkEntry& e) {
@@ -109,17 +96,17 @@ std::string EncodeChunkEntry(const ChunkKey& key, const ChunkEntry& e) {
   v[0] = kEntryVersion;
   v[1] = e.base ? kEntryHasBase : 0;
   v[2] = e.depth;
-  PutU32(v + 4, e.frame_len);
-  PutU64(v + 8, e.pack_id);
-  PutU64(v + 16, e.offset);
-  PutU32(v + 24, e.decoded_len);
-  PutU64(v + 32, e.refcount);
+  StoreLE32(v + 4, e.frame_len);
+  StoreLE64(v + 8, e.pack_id);
+  StoreLE64(v + 16, e.offset);
+  StoreLE32(v + 24, e.decoded_len);
+  StoreLE64(v + 32, e.refcount);
   size_t n = kEntryFixed;
   if (e.base) {
     std::memcpy(v + n, e.base->bytes.data(), ChunkKey::kSize);
     n += ChunkKey::kSize;
   }
-  PutU64(v + n, XXH3_64bits_withSeed(v, n, SeedOf(key)));
+  StoreLE64(v + n, XXH3_64bits_withSeed(v, n, SeedOf(key)));
   n += 8;
   return std::string(reinterpret_cast<const char*>(v), n);
 }
@@ -129,58 +116,58 @@ Result<ChunkEntry> DecodeChunkEntry(const ChunkKey& key, std::string_view sv) {
   if (sv.size() != kEntryFixed + 8 && sv.size() != kEntryFixed + ChunkKey::kSize + 8)
     return Status::Corruption("chunk index value has a bad length");
   size_t n = sv.size() - 8;
-  if (GetU64(v + n) != XXH3_64bits_withSeed(v, n, SeedOf(key)))
+  if (LoadLE64(v + n) != XXH3_64bits_withSeed(v, n, SeedOf(key)))
     return Status::Corruption("chunk index value checksum mismatch");
   if (v[0] != kEntryVersion) return Status::Unsupported("chunk index value of a newer version");
   bool has_base = v[1] & kEntryHasBase;
-  if ((v[1] & ~kEntryHasBase) || v[3] != 0 || GetU32(v + 28) != 0 ||
+  if ((v[1] & ~kEntryHasBase) || v[3] != 0 || LoadLE32(v + 28) != 0 ||
       has_base != (n == kEntryFixed + ChunkKey::kSize) || has_base != (v[2] != 0) ||
       v[2] > kMaxDeltaDepth)
     return Status::Corruption("chunk index value has inconsistent fields");
   ChunkEntry e;
   e.depth = v[2];
-  e.frame_len = GetU32(v + 4);
-  e.pack_id = GetU64(v + 8);
-  e.offset = GetU64(v + 16);
-  e.decoded_len = GetU32(v + 24);
-  e.refcount = GetU64(v + 32);
+  e.frame_len = LoadLE32(v + 4);
+  e.pack_id = LoadLE64(v + 8);
+  e.offset = LoadLE64(v + 16);
+  e.decoded_len = LoadLE32(v + 24);
+  e.refcount = LoadLE64(v + 32);
   if (has_base) e.base = ChunkKey::FromBytes(v + kEntryFixed);
   return e;
 }
 
 std::string PackKey(uint64_t id) {
   uint8_t k[8];
-  PutBE64(k, id);
+  StoreBE64(k, id);
   return std::string(reinterpret_cast<const char*>(k), 8);
 }
 
 std::optional<uint64_t> ParsePackKey(std::string_view k) {
   if (k.size() != 8) return std::nullopt;
-  return GetBE64(reinterpret_cast<const uint8_t*>(k.data()));
+  return LoadBE64(reinterpret_cast<const uint8_t*>(k.data()));
 }
 
 std::string EncodePackMeta(uint64_t id, const PackMeta& m) {
   uint8_t v[32] = {};
   v[0] = 1;
   v[1] = static_cast<uint8_t>(m.state);
-  PutU64(v + 8, m.size);
-  PutU64(v + 16, m.live);
-  PutU64(v + 24, XXH3_64bits_withSeed(v, 24, id));
+  StoreLE64(v + 8, m.size);
+  StoreLE64(v + 16, m.live);
+  StoreLE64(v + 24, XXH3_64bits_withSeed(v, 24, id));
   return std::string(reinterpret_cast<const char*>(v), sizeof v);
 }
 
 Result<PackMeta> DecodePackMeta(uint64_t id, std::string_view sv) {
   const auto* v = reinterpret_cast<const uint8_t*>(sv.data());
   if (sv.size() != 32) return Status::Corruption("pack index value has a bad length");
-  if (GetU64(v + 24) != XXH3_64bits_withSeed(v, 24, id))
+  if (LoadLE64(v + 24) != XXH3_64bits_withSeed(v, 24, id))
     return Status::Corruption("pack index value checksum mismatch");
   if (v[0] != 1) return Status::Unsupported("pack index value of a newer version");
-  if (v[1] > 2 || v[2] || v[3] || GetU32(v + 4))
+  if (v[1] > 2 || v[2] || v[3] || LoadLE32(v + 4))
     return Status::Corruption("pack index value has inconsistent fields");
   PackMeta m;
   m.state = static_cast<PackState>(v[1]);
-  m.size = GetU64(v + 8);
-  m.live = GetU64(v + 16);
+  m.size = LoadLE64(v + 8);
+  m.live = LoadLE64(v + 16);
   return m;
 }
 

@@ -9,6 +9,7 @@
 #include <string>
 #include <string_view>
 
+#include "lmc/bytes.h"
 #include "lmc/status.h"
 #include "lmc/store/chunk_key.h"
 
@@ -54,13 +55,6 @@ inline std::string DependantKey(const ChunkKey& base, const ChunkKey& dep) {
 
 // Delta chains ("Column family chunks").
 inline constexpr uint8_t kMaxDeltaDepth = 8;
-
-inline void PutU32(uint8_t* p, uint32_t v) { std::memcpy(p, &v, 4); }  // little-endian hosts only
-inline void PutU64(uint8_t* p, uint64_t v) { std::memcpy(p, &v, 8); }
-inline uint32_t GetU32(const uint8_t* p) { uint32_t v; std::memcpy(&v, p, 4); return v; }
-inline uint64_t GetU64(const uint8_t* p) { uint64_t v; std::memcpy(&v, p, 8); return v; }
-void PutBE64(uint8_t* p, uint64_t v);
-uint64_t GetBE64(const uint8_t* p);
 
 std::string PackFileName(uint64_t id);  // "pack-<16 hex digits>.lmp"
 std::optional<uint64_t> ParsePackFileName(std::string_view name);

@@ -15,23 +15,62 @@
 
 namespace lmc::store {
 
-int FsckExitCode(const Result<FsckReport>& r) {
-  if (r.ok()) return r->ExitCode();
-  if (r.status().code() == Code::kAborted) return kFsckCancelled;
-  if (r.status().code() == Code::kInvalidArgument) return kFsckUsage;
-  return kFsckOperationalError;
+const char* FsckProblemKindName(FsckProblem::Kind kind) {
+  using K = FsckProblem::Kind;
+  switch (kind) {
+    case K::kBadRecord: return "bad_record";
+    case K::kBadIndexValue: return "bad_index_value";
+    case K::kMissingChunk: return "missing_chunk";
+    case K::kRefcountMismatch: return "refcount_mismatch";
+    case K::kLiveBytesMismatch: return "live_bytes_mismatch";
+    case K::kOrphanPack: return "orphan_pack";
+    case K::kUncommittedTail: return "uncommitted_tail";
+    case K::kMissingPack: return "missing_pack";
+    case K::kDependantIndex: return "dependant_index_mismatch";
+    case K::kDepth: return "depth_mismatch";
+  }
+  return "unknown";
+}
+
+int FsckExitCode(uint64_t errors, uint64_t fixed) {
+  if (errors == 0) return kFsckOk;
+  return fixed >= errors ? kFsckCorrected : kFsckUncorrected;
+}
+
+int FsckExitCode(const Status& failure) {
+  return failure.code() == Code::kAborted ? kFsckCancelled : kFsckOperationalError;
+}
+
+int FsckExitCode(const Result<FsckReport>& r) { return r.ok() ? r->ExitCode() : FsckExitCode(r.status()); }
+
+uint64_t FsckReport::Count(FsckProblem::Kind kind) const {
+  return static_cast<uint64_t>(
+      std::count_if(problems.begin(), problems.end(), [&](const FsckProblem& p) { return p.kind == kind; }));
+}
+
+uint64_t FsckReport::fixed() const {
+  return static_cast<uint64_t>(
+      std::count_if(problems.begin(), problems.end(), [](const FsckProblem& p) { return p.repaired; }));
+}
+
+std::vector<std::string> FsckReport::Messages() const {
+  std::vector<std::string> out;
+  out.reserve(problems.size());
+  for (const auto& p : problems) out.push_back(p.message + (p.repaired ? " (repaired)" : ""));
+  return out;
 }
 
 namespace {
 
+using Kind = FsckProblem::Kind;
+
+// Every problem goes through here: the report and the log agree.
 struct Checker {
   FsckReport& r;
   const std::string& dir;
-  void Problem(const std::string& msg, bool fixed) {
-    r.errors++;
-    if (fixed) r.fixed++;
-    r.messages.push_back(msg + (fixed ? " (repaired)" : ""));
-    spdlog::warn("fsck {}: {}{}", dir, msg, fixed ? " (repaired)" : "");
+  void Problem(FsckProblem p) {
+    spdlog::warn("fsck {}: {}{}", dir, p.message, p.repaired ? " (repaired)" : "");
+    r.problems.push_back(std::move(p));
   }
 };
 
@@ -59,7 +98,7 @@ Status Store::Impl::CheckRecord(const ChunkKey& key) {
 // chunks that failed verification, with the reason. A chunk's delta bases
 // are decoded on the way but verified as chunks of their own.
 Status Store::Impl::VerifyRecords(const FsckOptions& options,
-                                  std::unordered_map<ChunkKey, std::string, ChunkKeyHash>* bad) {
+                                  BadRecords* bad) {
   struct Item {
     ChunkKey key;
     uint64_t pack_id, offset;
@@ -104,7 +143,7 @@ Status Store::Impl::VerifyRecords(const FsckOptions& options,
     std::lock_guard l(mu);
     if (!st.ok()) {
       if (st.IsCorruption())
-        bad->emplace(item.key, st.message());
+        bad->emplace(item.key, BadRecord{st.message(), item.pack_id, item.offset});
       else if (!st.IsNotFound() && first_error.ok())  // NotFound: deleted meanwhile
         first_error = st;
     }
@@ -113,205 +152,263 @@ Status Store::Impl::VerifyRecords(const FsckOptions& options,
   return first_error;
 }
 
-Result<FsckReport> Store::Fsck(const FsckOptions& options) {
-  Impl& s = *impl_;
-  // 0. Every record read and decoded (and hashed), before taking the commit
-  // lock: this is nearly all of fsck's time, and a mounted store keeps
-  // committing meanwhile. Records are immutable once indexed; a chunk
-  // deleted or moved by a concurrent commit or compaction meanwhile reads
-  // as NotFound (skipped) or is re-read through its new entry.
-  std::unordered_map<ChunkKey, std::string, ChunkKeyHash> bad;
-  LMC_RETURN_IF_ERROR(s.VerifyRecords(options, &bad));
-  std::lock_guard l(s.commit_mu);  // no commit or compaction while we count
-  FsckReport r;
-  Checker c{r, s.dir};
-  const bool repair = options.repair;
-  rocksdb::WriteBatch fixes;
+namespace {
 
-  // 1. Pack index values and pack files.
-  std::map<uint64_t, fmt::PackMeta> metas;
-  {
-    std::unique_ptr<rocksdb::Iterator> it(s.db->NewIterator(rocksdb::ReadOptions(), s.packs_cf));
+using BadRecords = Store::Impl::BadRecords;
+
+// One fsck run under the commit lock, pass by pass (docs/ARCHITECTURE.md,
+// "fsck"). Each pass reads what the earlier ones found; repairs are gathered
+// in `fixes` and written by ApplyRepairs in one batch.
+class FsckRun {
+ public:
+  FsckRun(Store::Impl& s, const FsckOptions& options) : s_(s), repair_(options.repair), c_{r_, s.dir} {}
+
+  Result<FsckReport> Run(const BadRecords& bad) {
+    LMC_RETURN_IF_ERROR(LoadPackIndex());
+    LMC_RETURN_IF_ERROR(CheckPackFiles());
+    LMC_RETURN_IF_ERROR(LoadChunkIndex());
+    CheckChunkRecords(bad);
+    CountBaseReferences();
+    LMC_RETURN_IF_ERROR(CountExtentReferences());
+    LMC_RETURN_IF_ERROR(CheckDependantsIndex());
+    CheckDepths();
+    CheckRefcounts();
+    CheckLiveBytes();
+    LMC_RETURN_IF_ERROR(ApplyRepairs());
+    return std::move(r_);
+  }
+
+ private:
+  // 1a. Pack index values.
+  Status LoadPackIndex() {
+    std::unique_ptr<rocksdb::Iterator> it(s_.db->NewIterator(rocksdb::ReadOptions(), s_.packs_cf));
     for (it->SeekToFirst(); it->Valid(); it->Next()) {
       auto id = fmt::ParsePackKey(it->key().ToStringView());
       if (!id) {
-        r.bad_index_values++;
-        c.Problem("pack index key of bad length", false);
+        c_.Problem({.kind = Kind::kBadIndexValue, .message = "pack index key of bad length"});
         continue;
       }
       auto m = fmt::DecodePackMeta(*id, it->value().ToStringView());
       if (!m.ok()) {
-        r.bad_index_values++;
-        c.Problem("pack " + std::to_string(*id) + " index value: " + m.status().message(), false);
+        c_.Problem({.kind = Kind::kBadIndexValue,
+                    .pack_id = *id,
+                    .message = "pack " + std::to_string(*id) + " index value: " + m.status().message()});
         continue;
       }
-      metas[*id] = *m;
+      metas_[*id] = *m;
     }
-    LMC_RETURN_IF_ERROR(FromRocks(it->status(), "scanning pack index"));
-  }
-  LMC_ASSIGN_OR_RETURN(std::vector<std::string> names, s.env->ListDir(s.pack_dir));
-  std::set<uint64_t> on_disk;
-  for (const auto& n : names) {
-    auto id = fmt::ParsePackFileName(n);
-    if (!id) continue;
-    const std::string path = s.pack_dir + "/" + n;
-    LMC_ASSIGN_OR_RETURN(std::unique_ptr<File> f, s.env->OpenFile(path, Env::OpenMode::kReadWrite));
-    auto m = metas.find(*id);
-    if (m == metas.end()) {
-      if (s.active && *id == s.active_id) {  // started, first commit pending
-        on_disk.insert(*id);
-        continue;
-      }
-      r.orphan_packs++;
-      r.orphan_bytes += f->Size();
-      bool fixed = repair && s.env->DeleteFile(path).ok();
-      c.Problem("pack file " + path + " is not in the index (orphan, " + std::to_string(f->Size()) + " bytes)", fixed);
-      continue;
-    }
-    on_disk.insert(*id);
-    uint8_t hdr[fmt::kPackHeaderSize];
-    LMC_ASSIGN_OR_RETURN(size_t got, f->ReadAt(0, sizeof hdr, hdr));
-    Status hs = fmt::CheckPackHeader(hdr, got, *id);
-    if (!hs.ok()) {
-      r.bad_records++;
-      c.Problem("pack " + path + ": " + hs.message(), false);
-    }
-    if (f->Size() > m->second.size) {
-      r.orphan_bytes += f->Size() - m->second.size;
-      bool fixed = repair && f->Truncate(m->second.size).ok() && f->Sync().ok();
-      c.Problem("pack " + path + " has " + std::to_string(f->Size() - m->second.size) +
-                    " uncommitted bytes past its committed size", fixed);
-    } else if (f->Size() < m->second.size) {
-      r.missing_packs++;
-      c.Problem("pack " + path + " is shorter (" + std::to_string(f->Size()) +
-                    ") than its committed size (" + std::to_string(m->second.size) + ")", false);
-    }
-  }
-  for (const auto& [id, m] : metas) {
-    if (on_disk.count(id)) continue;
-    r.missing_packs++;
-    c.Problem("pack file " + s.PackPath(id) + " is missing", false);
+    return FromRocks(it->status(), "scanning pack index");
   }
 
-  // 2. Chunk index values; every record read and decoded.
-  std::unordered_map<ChunkKey, fmt::ChunkEntry, ChunkKeyHash> chunks;
-  {
-    std::unique_ptr<rocksdb::Iterator> it(s.db->NewIterator(rocksdb::ReadOptions(), s.chunks_cf));
+  // 1b. Pack files: orphans, headers, uncommitted tails, short or missing files.
+  Status CheckPackFiles() {
+    LMC_ASSIGN_OR_RETURN(std::vector<std::string> names, s_.env->ListDir(s_.pack_dir));
+    std::set<uint64_t> on_disk;
+    for (const auto& n : names) {
+      auto id = fmt::ParsePackFileName(n);
+      if (!id) continue;
+      const std::string path = s_.pack_dir + "/" + n;
+      LMC_ASSIGN_OR_RETURN(std::unique_ptr<File> f, s_.env->OpenFile(path, Env::OpenMode::kReadWrite));
+      auto m = metas_.find(*id);
+      if (m == metas_.end()) {
+        if (s_.active && *id == s_.active_id) {  // started, first commit pending
+          on_disk.insert(*id);
+          continue;
+        }
+        r_.orphan_bytes += f->Size();
+        bool fixed = repair_ && s_.env->DeleteFile(path).ok();
+        c_.Problem({.kind = Kind::kOrphanPack,
+                    .pack_id = *id,
+                    .repaired = fixed,
+                    .message = "pack file " + path + " is not in the index (orphan, " + std::to_string(f->Size()) +
+                               " bytes)"});
+        continue;
+      }
+      on_disk.insert(*id);
+      LMC_RETURN_IF_ERROR(CheckPackFile(path, *id, m->second, *f));
+    }
+    for (const auto& [id, m] : metas_) {
+      if (on_disk.count(id)) continue;
+      c_.Problem({.kind = Kind::kMissingPack, .pack_id = id, .message = "pack file " + s_.PackPath(id) + " is missing"});
+    }
+    return Status::Ok();
+  }
+
+  Status CheckPackFile(const std::string& path, uint64_t id, const fmt::PackMeta& m, File& f) {
+    uint8_t hdr[fmt::kPackHeaderSize];
+    LMC_ASSIGN_OR_RETURN(size_t got, f.ReadAt(0, sizeof hdr, hdr));
+    Status hs = fmt::CheckPackHeader(hdr, got, id);
+    if (!hs.ok()) {
+      c_.Problem({.kind = Kind::kBadRecord, .pack_id = id, .offset = 0, .message = "pack " + path + ": " + hs.message()});
+    }
+    if (f.Size() > m.size) {
+      r_.orphan_bytes += f.Size() - m.size;
+      bool fixed = repair_ && f.Truncate(m.size).ok() && f.Sync().ok();
+      c_.Problem({.kind = Kind::kUncommittedTail,
+                  .pack_id = id,
+                  .offset = m.size,
+                  .repaired = fixed,
+                  .message = "pack " + path + " has " + std::to_string(f.Size() - m.size) +
+                             " uncommitted bytes past its committed size"});
+    } else if (f.Size() < m.size) {
+      c_.Problem({.kind = Kind::kMissingPack,
+                  .pack_id = id,
+                  .message = "pack " + path + " is shorter (" + std::to_string(f.Size()) +
+                             ") than its committed size (" + std::to_string(m.size) + ")"});
+    }
+    return Status::Ok();
+  }
+
+  // 2a. Chunk index values.
+  Status LoadChunkIndex() {
+    std::unique_ptr<rocksdb::Iterator> it(s_.db->NewIterator(rocksdb::ReadOptions(), s_.chunks_cf));
     for (it->SeekToFirst(); it->Valid(); it->Next()) {
       if (it->key().size() != ChunkKey::kSize) {
-        r.bad_index_values++;
-        c.Problem("chunk index key of bad length", false);
+        c_.Problem({.kind = Kind::kBadIndexValue, .message = "chunk index key of bad length"});
         continue;
       }
       ChunkKey key = ChunkKey::FromBytes(reinterpret_cast<const uint8_t*>(it->key().data()));
       auto e = fmt::DecodeChunkEntry(key, it->value().ToStringView());
       if (!e.ok()) {
-        r.bad_index_values++;
-        c.Problem("chunk " + key.ToHex() + " index value: " + e.status().message(), false);
+        c_.Problem({.kind = Kind::kBadIndexValue,
+                    .key = key,
+                    .message = "chunk " + key.ToHex() + " index value: " + e.status().message()});
         continue;
       }
-      chunks.emplace(key, *e);
+      chunks_.emplace(key, *e);
     }
-    LMC_RETURN_IF_ERROR(FromRocks(it->status(), "scanning chunk index"));
-  }
-  for (const auto& [key, e] : chunks) {
-    if (!metas.count(e.pack_id)) {
-      r.bad_records++;
-      c.Problem("chunk " + key.ToHex() + " names pack " + std::to_string(e.pack_id) + " that the index does not know", false);
-    } else if (auto b = bad.find(key); b != bad.end()) {
-      r.bad_records++;
-      c.Problem(b->second, false);
-    }
-    r.chunks_checked++;
+    return FromRocks(it->status(), "scanning chunk index");
   }
 
-  // 3. References: one per extent, one per delta dependant.
-  std::unordered_map<ChunkKey, uint64_t, ChunkKeyHash> refs;
-  for (const auto& [key, e] : chunks) {
-    if (!e.base) continue;
-    refs[*e.base]++;
-    if (!chunks.count(*e.base)) {
-      r.missing_chunks++;
-      c.Problem("chunk " + key.ToHex() + " has delta base " + e.base->ToHex() + " that is not in the store", false);
+  // 2b. Every entry names a known pack and its record verified (VerifyRecords).
+  void CheckChunkRecords(const BadRecords& bad) {
+    for (const auto& [key, e] : chunks_) {
+      if (!metas_.count(e.pack_id)) {
+        c_.Problem({.kind = Kind::kBadRecord,
+                    .key = key,
+                    .pack_id = e.pack_id,
+                    .offset = e.offset,
+                    .message = "chunk " + key.ToHex() + " names pack " + std::to_string(e.pack_id) +
+                               " that the index does not know"});
+      } else if (auto b = bad.find(key); b != bad.end()) {
+        c_.Problem({.kind = Kind::kBadRecord,
+                    .key = key,
+                    .base = e.base,  // a bad base also fails its dependants' reads
+                    .pack_id = b->second.pack_id,
+                    .offset = b->second.offset,
+                    .message = b->second.message});
+      }
+      r_.chunks_checked++;
     }
   }
-  {
+
+  // 3a. References: one per delta dependant...
+  void CountBaseReferences() {
+    for (const auto& [key, e] : chunks_) {
+      if (!e.base) continue;
+      refs_[*e.base]++;
+      if (!chunks_.count(*e.base)) {
+        c_.Problem({.kind = Kind::kMissingChunk,
+                    .key = key,
+                    .base = *e.base,
+                    .message = "chunk " + key.ToHex() + " has delta base " + e.base->ToHex() +
+                               " that is not in the store"});
+      }
+    }
+  }
+
+  // 3b. ... and one per extent.
+  Status CountExtentReferences() {
     std::unique_ptr<rocksdb::Iterator> it(
-        s.db->NewIterator(rocksdb::ReadOptions(), s.fs_cf[static_cast<size_t>(Cf::kExtents)]));
+        s_.db->NewIterator(rocksdb::ReadOptions(), s_.fs_cf[static_cast<size_t>(Cf::kExtents)]));
     for (it->SeekToFirst(); it->Valid(); it->Next()) {
       auto x = DecodeExtent(it->value().ToStringView());
       auto k = ParseExtentKey(it->key().ToStringView());
       if (!x || !k) {
-        r.bad_index_values++;
-        c.Problem("extent value or key malformed", false);
+        c_.Problem({.kind = Kind::kBadIndexValue,
+                    .ino = k ? std::optional<uint64_t>(k->first) : std::nullopt,
+                    .message = "extent value or key malformed"});
         continue;
       }
       if (x->hole()) continue;
-      refs[x->chunk]++;
-      if (!chunks.count(x->chunk)) {
-        r.missing_chunks++;
-        c.Problem("inode " + std::to_string(k->first) + " offset " + std::to_string(k->second) +
-                      " references chunk " + x->chunk.ToHex() + " that is not in the store", false);
+      refs_[x->chunk]++;
+      if (!chunks_.count(x->chunk)) {
+        c_.Problem({.kind = Kind::kMissingChunk,
+                    .key = x->chunk,
+                    .ino = k->first,
+                    .message = "inode " + std::to_string(k->first) + " offset " + std::to_string(k->second) +
+                               " references chunk " + x->chunk.ToHex() + " that is not in the store"});
       }
     }
-    LMC_RETURN_IF_ERROR(FromRocks(it->status(), "scanning extents"));
+    return FromRocks(it->status(), "scanning extents");
   }
 
-  // 3b. Delta chains (docs/FORMAT.md, "Dependants index"): the dep/
-  // records name exactly the entries with a base, and every depth is exact.
-  std::vector<ChunkKey> redepth;  // entries whose depth repair corrects
-  {
+  // 3c. Delta chains (docs/FORMAT.md, "Dependants index"): the dep/ records
+  // name exactly the entries with a base.
+  Status CheckDependantsIndex() {
     std::set<std::pair<ChunkKey, ChunkKey>> want;  // base, dependant
-    for (const auto& [key, e] : chunks)
+    for (const auto& [key, e] : chunks_)
       if (e.base) want.emplace(*e.base, key);
     const std::string_view prefix = fmt::kDependantPrefix;
-    std::unique_ptr<rocksdb::Iterator> it(s.db->NewIterator(rocksdb::ReadOptions(), s.handles[0]));
+    std::unique_ptr<rocksdb::Iterator> it(s_.db->NewIterator(rocksdb::ReadOptions(), s_.handles[0]));
     for (it->Seek(rocksdb::Slice(prefix.data(), prefix.size())); it->Valid(); it->Next()) {
       std::string_view k = it->key().ToStringView();
       if (k.substr(0, prefix.size()) != prefix) break;
-      std::string what = "malformed dependants index record";
+      FsckProblem p{.kind = Kind::kDependantIndex, .repaired = repair_, .message = "malformed dependants index record"};
       if (k.size() == fmt::kDependantKeySize) {
-        const auto* p = reinterpret_cast<const uint8_t*>(k.data() + prefix.size());
-        const ChunkKey base = ChunkKey::FromBytes(p), dep = ChunkKey::FromBytes(p + ChunkKey::kSize);
+        const auto* kp = reinterpret_cast<const uint8_t*>(k.data() + prefix.size());
+        const ChunkKey base = ChunkKey::FromBytes(kp), dep = ChunkKey::FromBytes(kp + ChunkKey::kSize);
         if (want.erase({base, dep})) continue;
-        auto d = chunks.find(dep);
-        what = "dependants index names chunk " + dep.ToHex() + " as built on " + base.ToHex() + " but " +
-               (d == chunks.end() ? std::string("it is not in the store")
-                : d->second.base ? "its base is " + d->second.base->ToHex()
-                                 : std::string("it has no base"));
+        auto d = chunks_.find(dep);
+        p.key = dep;
+        p.base = base;
+        p.message = "dependants index names chunk " + dep.ToHex() + " as built on " + base.ToHex() + " but " +
+                    (d == chunks_.end() ? std::string("it is not in the store")
+                     : d->second.base   ? "its base is " + d->second.base->ToHex()
+                                        : std::string("it has no base"));
       }
-      r.dependant_index_mismatches++;
-      c.Problem(what, repair);
-      if (repair) fixes.Delete(s.handles[0], it->key());
+      c_.Problem(std::move(p));
+      if (repair_) fixes_.Delete(s_.handles[0], it->key());
     }
     LMC_RETURN_IF_ERROR(FromRocks(it->status(), "scanning the dependants index"));
     for (const auto& [base, dep] : want) {
-      r.dependant_index_mismatches++;
-      c.Problem("chunk " + dep.ToHex() + " has delta base " + base.ToHex() + " but no dependants index record", repair);
-      if (repair) fixes.Put(s.handles[0], fmt::DependantKey(base, dep), "");
+      c_.Problem({.kind = Kind::kDependantIndex,
+                  .key = dep,
+                  .base = base,
+                  .repaired = repair_,
+                  .message = "chunk " + dep.ToHex() + " has delta base " + base.ToHex() +
+                             " but no dependants index record"});
+      if (repair_) fixes_.Put(s_.handles[0], fmt::DependantKey(base, dep), "");
     }
-    // A chain through a missing base is reported above, once.
+    return Status::Ok();
+  }
+
+  // 3d. Every recorded depth is exact. A chain through a missing base is
+  // reported by CountBaseReferences, once.
+  void CheckDepths() {
     auto reaches_missing = [&](const fmt::ChunkEntry* e) {
       for (int hop = 0; hop <= fmt::kMaxDeltaDepth + 1 && e->base; ++hop) {
-        auto b = chunks.find(*e->base);
-        if (b == chunks.end()) return true;
+        auto b = chunks_.find(*e->base);
+        if (b == chunks_.end()) return true;
         e = &b->second;
       }
       return false;
     };
-    const auto depths = ExactDepths(chunks);
-    for (auto& [key, e] : chunks) {
+    const auto depths = ExactDepths(chunks_);
+    for (auto& [key, e] : chunks_) {
       const std::optional<uint8_t> d = depths.at(key);
       if (d ? *d == e.depth : reaches_missing(&e)) continue;
-      r.depth_mismatches++;
-      const bool fixed = repair && d.has_value();
-      c.Problem("chunk " + key.ToHex() + " records delta depth " + std::to_string(e.depth) + " but its chain " +
-                    (d ? "is " + std::to_string(*d) + " deep"
-                       : "loops or is longer than " + std::to_string(fmt::kMaxDeltaDepth)),
-                fixed);
+      const bool fixed = repair_ && d.has_value();
+      c_.Problem({.kind = Kind::kDepth,
+                  .key = key,
+                  .repaired = fixed,
+                  .message = "chunk " + key.ToHex() + " records delta depth " + std::to_string(e.depth) +
+                             " but its chain " +
+                             (d ? "is " + std::to_string(*d) + " deep"
+                                : "loops or is longer than " + std::to_string(fmt::kMaxDeltaDepth))});
       if (fixed) {
         e.depth = *d;
-        redepth.push_back(key);
+        redepth_.push_back(key);
       }
     }
   }
@@ -320,70 +417,115 @@ Result<FsckReport> Store::Fsck(const FsckOptions& options) {
   // (its record becomes garbage for Compact), which releases its base.
   // A chunk kept at refcount 0 by a pin (online fsck; Store::PinChunk) is
   // not a leak: it goes when the pin does.
-  std::set<ChunkKey> pinned_dead;
-  {
-    std::lock_guard pl(s.pin_mu);
-    for (const auto& [key, e] : chunks)
-      if (e.refcount == 0 && refs[key] == 0 && s.zombies.count(key)) pinned_dead.insert(key);
-  }
-  std::vector<ChunkKey> zero;
-  for (const auto& [key, e] : chunks)
-    if (refs[key] == 0 && !pinned_dead.count(key)) zero.push_back(key);
-  std::set<ChunkKey> dropped;
-  while (repair && !zero.empty()) {
-    ChunkKey key = zero.back();
-    zero.pop_back();
-    const fmt::ChunkEntry& e = chunks[key];
-    if (dropped.count(key)) continue;
-    dropped.insert(key);
-    fixes.Delete(s.chunks_cf, key.view());
-    if (e.base) fixes.Delete(s.handles[0], fmt::DependantKey(*e.base, key));
-    if (e.base && --refs[*e.base] == 0 && chunks.count(*e.base)) zero.push_back(*e.base);
-  }
-  for (auto& [key, e] : chunks) {
-    const uint64_t want = refs[key];
-    if (pinned_dead.count(key)) continue;
-    if (dropped.count(key)) {
-      r.refcount_mismatches++;
-      c.Problem("chunk " + key.ToHex() + " has count " + std::to_string(e.refcount) + " but no references (leaked)", true);
-      continue;
+  void CheckRefcounts() {
+    std::set<ChunkKey> pinned_dead;
+    {
+      std::lock_guard pl(s_.pin_mu);
+      for (const auto& [key, e] : chunks_)
+        if (e.refcount == 0 && refs_[key] == 0 && s_.zombies.count(key)) pinned_dead.insert(key);
     }
-    if (e.refcount == want) continue;
-    r.refcount_mismatches++;
-    c.Problem("chunk " + key.ToHex() + " has count " + std::to_string(e.refcount) + " but " +
-                  std::to_string(want) + " references", repair && want > 0);
-    if (repair && want > 0) {
-      e.refcount = want;
-      fixes.Put(s.chunks_cf, key.view(), fmt::EncodeChunkEntry(key, e));
+    if (repair_) DropLeaks(pinned_dead);
+    for (auto& [key, e] : chunks_) {
+      const uint64_t want = refs_[key];
+      if (pinned_dead.count(key)) continue;
+      if (dropped_.count(key)) {
+        c_.Problem({.kind = Kind::kRefcountMismatch,
+                    .key = key,
+                    .repaired = true,
+                    .message = "chunk " + key.ToHex() + " has count " + std::to_string(e.refcount) +
+                               " but no references (leaked)"});
+        continue;
+      }
+      if (e.refcount == want) continue;
+      c_.Problem({.kind = Kind::kRefcountMismatch,
+                  .key = key,
+                  .repaired = repair_ && want > 0,
+                  .message = "chunk " + key.ToHex() + " has count " + std::to_string(e.refcount) + " but " +
+                             std::to_string(want) + " references"});
+      if (repair_ && want > 0) {
+        e.refcount = want;
+        fixes_.Put(s_.chunks_cf, key.view(), fmt::EncodeChunkEntry(key, e));
+      }
     }
+    for (const ChunkKey& key : redepth_)  // after the count fixes: this value has both
+      if (!dropped_.count(key)) fixes_.Put(s_.chunks_cf, key.view(), fmt::EncodeChunkEntry(key, chunks_[key]));
   }
 
-  for (const ChunkKey& key : redepth)  // after the count fixes: this value has both
-    if (!dropped.count(key)) fixes.Put(s.chunks_cf, key.view(), fmt::EncodeChunkEntry(key, chunks[key]));
+  // Drops every unreferenced, unpinned entry, and then the bases that
+  // dropping it leaves unreferenced.
+  void DropLeaks(const std::set<ChunkKey>& pinned_dead) {
+    std::vector<ChunkKey> zero;
+    for (const auto& [key, e] : chunks_)
+      if (refs_[key] == 0 && !pinned_dead.count(key)) zero.push_back(key);
+    while (!zero.empty()) {
+      ChunkKey key = zero.back();
+      zero.pop_back();
+      const fmt::ChunkEntry& e = chunks_[key];
+      if (dropped_.count(key)) continue;
+      dropped_.insert(key);
+      fixes_.Delete(s_.chunks_cf, key.view());
+      if (e.base) fixes_.Delete(s_.handles[0], fmt::DependantKey(*e.base, key));
+      if (e.base && --refs_[*e.base] == 0 && chunks_.count(*e.base)) zero.push_back(*e.base);
+    }
+  }
 
   // 5. Live bytes per pack, from the (repaired) entries.
-  std::map<uint64_t, uint64_t> live;
-  for (const auto& [key, e] : chunks)
-    if (!dropped.count(key)) live[e.pack_id] += e.record_size();
-  std::map<uint64_t, fmt::PackMeta> new_meta;
-  for (auto& [id, m] : metas) {
-    if (m.live == live[id]) continue;
-    r.live_bytes_mismatches++;
-    c.Problem("pack " + std::to_string(id) + " records " + std::to_string(m.live) + " live bytes, chunks say " +
-                  std::to_string(live[id]), repair);
-    if (repair) {
-      fmt::PackMeta nm = m;
-      nm.live = live[id];
-      fixes.Put(s.packs_cf, fmt::PackKey(id), fmt::EncodePackMeta(id, nm));
-      new_meta[id] = nm;
+  void CheckLiveBytes() {
+    std::map<uint64_t, uint64_t> live;
+    for (const auto& [key, e] : chunks_)
+      if (!dropped_.count(key)) live[e.pack_id] += e.record_size();
+    for (auto& [id, m] : metas_) {
+      if (m.live == live[id]) continue;
+      c_.Problem({.kind = Kind::kLiveBytesMismatch,
+                  .pack_id = id,
+                  .repaired = repair_,
+                  .message = "pack " + std::to_string(id) + " records " + std::to_string(m.live) +
+                             " live bytes, chunks say " + std::to_string(live[id])});
+      if (repair_) {
+        fmt::PackMeta nm = m;
+        nm.live = live[id];
+        fixes_.Put(s_.packs_cf, fmt::PackKey(id), fmt::EncodePackMeta(id, nm));
+        new_meta_[id] = nm;
+      }
     }
   }
-  if (repair && fixes.Count() > 0) {
-    LMC_RETURN_IF_ERROR(s.WriteIndex(fixes, true));
-    for (const auto& [id, m] : new_meta) s.packs[id] = m;
+
+  // 6. The gathered repairs, in one index batch; deleted orphan packs made durable.
+  Status ApplyRepairs() {
+    if (repair_ && fixes_.Count() > 0) {
+      LMC_RETURN_IF_ERROR(s_.WriteIndex(fixes_, true));
+      for (const auto& [id, m] : new_meta_) s_.packs[id] = m;
+    }
+    if (repair_ && r_.Count(Kind::kOrphanPack) > 0) LMC_RETURN_IF_ERROR(s_.env->SyncDir(s_.pack_dir));
+    return Status::Ok();
   }
-  if (repair && r.orphan_packs > 0) LMC_RETURN_IF_ERROR(s.env->SyncDir(s.pack_dir));
-  return r;
+
+  Store::Impl& s_;
+  const bool repair_;
+  FsckReport r_;
+  Checker c_;
+  rocksdb::WriteBatch fixes_;
+  std::map<uint64_t, fmt::PackMeta> metas_;                        // decodable pack index values
+  std::unordered_map<ChunkKey, fmt::ChunkEntry, ChunkKeyHash> chunks_;  // decodable chunk entries
+  std::unordered_map<ChunkKey, uint64_t, ChunkKeyHash> refs_;      // references found per chunk
+  std::vector<ChunkKey> redepth_;                                  // entries whose depth repair corrects
+  std::set<ChunkKey> dropped_;                                     // leaked entries repair drops
+  std::map<uint64_t, fmt::PackMeta> new_meta_;                     // pack values repair rewrites
+};
+
+}  // namespace
+
+Result<FsckReport> Store::Fsck(const FsckOptions& options) {
+  Impl& s = *impl_;
+  // 0. Every record read and decoded (and hashed), before taking the commit
+  // lock: this is nearly all of fsck's time, and a mounted store keeps
+  // committing meanwhile. Records are immutable once indexed; a chunk
+  // deleted or moved by a concurrent commit or compaction meanwhile reads
+  // as NotFound (skipped) or is re-read through its new entry.
+  Impl::BadRecords bad;
+  LMC_RETURN_IF_ERROR(s.VerifyRecords(options, &bad));
+  std::lock_guard l(s.commit_mu);  // no commit or compaction while we count
+  return FsckRun(s, options).Run(bad);
 }
 
 }  // namespace lmc::store

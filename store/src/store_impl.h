@@ -116,8 +116,12 @@ struct Store::Impl {
   Result<fmt::ChunkEntry> LoadEntry(const ChunkKey& key);
   // fsck's record pass (fsck.cc); takes no lock.
   Status CheckRecord(const ChunkKey& key);
-  Status VerifyRecords(const FsckOptions& options,
-                       std::unordered_map<ChunkKey, std::string, ChunkKeyHash>* bad);
+  struct BadRecord {
+    std::string message;  // why verification failed
+    uint64_t pack_id = 0, offset = 0;
+  };
+  using BadRecords = std::unordered_map<ChunkKey, BadRecord, ChunkKeyHash>;
+  Status VerifyRecords(const FsckOptions& options, BadRecords* bad);
   // The pack file for reading; kNotFound if it does not exist (retired).
   Result<std::shared_ptr<File>> PackFile(uint64_t id);
   // Logs, counts and returns a Corruption naming the chunk and its place.

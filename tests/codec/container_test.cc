@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include "lmc/bytes.h"
 #include "lmc/thread_pool.h"
 #include "test_util.h"
 
@@ -22,8 +23,7 @@ std::vector<uint8_t> MakeSafetensors(size_t bf16_count, size_t f32_count) {
                     std::to_string(a.size() + b.size()) + "]}}";
   while (hdr.size() % 8) hdr += ' ';
   std::vector<uint8_t> f(8 + hdr.size() + a.size() + b.size());
-  uint64_t n = hdr.size();
-  std::memcpy(f.data(), &n, 8);
+  StoreLE64(f.data(), hdr.size());
   std::memcpy(f.data() + 8, hdr.data(), hdr.size());
   std::memcpy(f.data() + 8 + hdr.size(), a.data(), a.size());
   std::memcpy(f.data() + 8 + hdr.size() + a.size(), b.data(), b.size());

@@ -181,7 +181,7 @@ class DeltaPolicyTest : public ::testing::Test {
   void ExpectFsckClean() {
     auto f = store_->Fsck({});
     ASSERT_TRUE(f.ok());
-    EXPECT_EQ(f->errors, 0u) << (f->messages.empty() ? "" : f->messages[0]);
+    EXPECT_EQ(f->errors(), 0u) << (f->Messages().empty() ? "" : f->Messages()[0]);
   }
 
   void Rotation(DeltaMode mode);

@@ -137,8 +137,8 @@ class FsCore : public ::testing::Test {
     auto r = store_->Fsck(fo);
     ASSERT_TRUE(r.ok()) << r.status().ToString();
     std::string msgs;
-    for (auto& m : r->messages) msgs += m + "\n";
-    EXPECT_EQ(r->errors, 0u) << msgs;
+    for (auto& m : r->Messages()) msgs += m + "\n";
+    EXPECT_EQ(r->errors(), 0u) << msgs;
   }
   // Installs a GatePolicy (owned by the filesystem) and returns it.
   GatePolicy* InstallGate(bool open) {

@@ -264,8 +264,8 @@ class MountTest : public ::testing::Test {
     auto f = s.Fsck({});
     ASSERT_TRUE(f.ok()) << f.status().ToString();
     std::string msgs;
-    for (const auto& m : f->messages) msgs += m + "\n";
-    EXPECT_EQ(f->errors, 0u) << msgs;
+    for (const auto& m : f->Messages()) msgs += m + "\n";
+    EXPECT_EQ(f->errors(), 0u) << msgs;
   }
 
   MountTestOptions options_;

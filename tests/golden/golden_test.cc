@@ -149,7 +149,7 @@ TEST(GoldenV1, StoreReadsBackEveryChunkAndFscksClean) {
 
   auto fsck = s.Fsck({});
   ASSERT_TRUE(fsck.ok()) << fsck.status().ToString();
-  EXPECT_EQ(fsck->errors, 0u) << (fsck->messages.empty() ? "" : fsck->messages[0]);
+  EXPECT_EQ(fsck->errors(), 0u) << (fsck->Messages().empty() ? "" : fsck->Messages()[0]);
   EXPECT_EQ(fsck->chunks_checked, chunks.size());
   EXPECT_EQ(fsck->ExitCode(), store::kFsckOk);
 }

@@ -70,7 +70,7 @@ TEST(StoreTest, RoundTripAndReopen) {
   }
   auto f = s->Fsck({});
   ASSERT_TRUE(f.ok());
-  EXPECT_EQ(f->errors, 0u) << (f->messages.empty() ? "" : f->messages[0]);
+  EXPECT_EQ(f->errors(), 0u) << (f->Messages().empty() ? "" : f->Messages()[0]);
   EXPECT_EQ(f->chunks_checked, 20u);
   EXPECT_EQ(f->ExitCode(), kFsckOk);
 
@@ -106,7 +106,7 @@ TEST(StoreTest, DedupAndRefcounts) {
   }
   EXPECT_EQ(s->GetChunkInfo(k)->refcount, 1u);
   ASSERT_TRUE(ReadAll(*s, k).ok());
-  EXPECT_EQ(s->Fsck({})->errors, 0u);
+  EXPECT_EQ(s->Fsck({})->errors(), 0u);
 
   Batch last;
   last.Unref(k);
@@ -126,7 +126,7 @@ TEST(StoreTest, DedupAndRefcounts) {
   Batch badref;
   badref.Ref(k);
   EXPECT_EQ(s->Commit(badref).code(), Code::kInvalidArgument);
-  EXPECT_EQ(s->Fsck({})->errors, 0u);
+  EXPECT_EQ(s->Fsck({})->errors(), 0u);
 }
 
 TEST(StoreTest, DeltaChainsHoldTheirBases) {
@@ -159,7 +159,7 @@ TEST(StoreTest, DeltaChainsHoldTheirBases) {
   EXPECT_EQ(s->GetChunkInfo(kt)->delta_depth, 2);
   EXPECT_EQ(*ReadAll(*s, kt), third);
   EXPECT_EQ(*ReadAll(*s, kn), next);
-  EXPECT_EQ(s->Fsck({})->errors, 0u);
+  EXPECT_EQ(s->Fsck({})->errors(), 0u);
 
   // Dropping the file of the base keeps it alive for its dependants.
   {
@@ -179,7 +179,7 @@ TEST(StoreTest, DeltaChainsHoldTheirBases) {
   EXPECT_TRUE(s->GetChunkInfo(kb).status().IsNotFound());
   EXPECT_TRUE(s->GetChunkInfo(kn).status().IsNotFound());
   EXPECT_EQ(s->Stats().live_bytes, 0u);
-  EXPECT_EQ(s->Fsck({})->errors, 0u);
+  EXPECT_EQ(s->Fsck({})->errors(), 0u);
 
   Batch orphan;
   orphan.AddChunk(kn, TestFrame(next, &base), 4096, kb);  // base gone
@@ -306,7 +306,7 @@ TEST(StoreTest, ConcurrentWritersAndReadersGroupCommit) {
   EXPECT_LE(st.commit_groups, st.commits);
   for (auto& v : data)
     for (auto& d : v) EXPECT_EQ(*ReadAll(*s, KeyOf(d)), d);
-  EXPECT_EQ(s->Fsck({})->errors, 0u);
+  EXPECT_EQ(s->Fsck({})->errors(), 0u);
 }
 
 }  // namespace

@@ -54,7 +54,7 @@ TEST(CompactTest, ReclaimsDeadPacksKeepsLiveChunks) {
   EXPECT_EQ(r->chunks_moved, files.size());
   EXPECT_LT(s->Stats().pack_bytes, before / 2);
   for (auto& [ino, data] : files) EXPECT_EQ(*ReadAll(*s, KeyOf(data)), data);
-  EXPECT_EQ(s->Fsck({})->errors, 0u);
+  EXPECT_EQ(s->Fsck({})->errors(), 0u);
 
   // Cancelling stops between packs with everything so far committed.
   Batch more;
@@ -74,7 +74,7 @@ TEST(CompactTest, ReclaimsDeadPacksKeepsLiveChunks) {
   s.reset();
   s = OpenOrDie(t.store(), o);
   for (auto& [ino, data] : files) EXPECT_EQ(*ReadAll(*s, KeyOf(data)), data);
-  EXPECT_EQ(s->Fsck({})->errors, 0u);
+  EXPECT_EQ(s->Fsck({})->errors(), 0u);
 }
 
 TEST(CompactTest, ReadersRaceCompaction) {
@@ -175,7 +175,7 @@ TEST(CompactTest, WritersRaceCompaction) {
   FsckOptions fo;
   auto f = s->Fsck(fo);
   ASSERT_TRUE(f.ok()) << f.status().ToString();
-  EXPECT_EQ(f->errors, 0u) << (f->messages.empty() ? "" : f->messages.front());
+  EXPECT_EQ(f->errors(), 0u) << (f->Messages().empty() ? "" : f->Messages().front());
 }
 
 TEST(FsckTest, RepairsCountsAndLeaksButNotMissingData) {
@@ -195,13 +195,13 @@ TEST(FsckTest, RepairsCountsAndLeaksButNotMissingData) {
 
   auto f = s->Fsck({});
   ASSERT_TRUE(f.ok());
-  EXPECT_EQ(f->refcount_mismatches, 3u);
+  EXPECT_EQ(f->Count(FsckProblem::Kind::kRefcountMismatch), 3u);
   EXPECT_EQ(f->ExitCode(), kFsckUncorrected);
   FsckOptions fix;
   fix.repair = true;
   f = s->Fsck(fix);
   ASSERT_TRUE(f.ok());
-  EXPECT_EQ(f->ExitCode(), kFsckCorrected) << f->messages.size();
+  EXPECT_EQ(f->ExitCode(), kFsckCorrected) << f->Messages().size();
   EXPECT_EQ(s->GetChunkInfo(KeyOf(a))->refcount, 2u);
   EXPECT_EQ(s->GetChunkInfo(KeyOf(b))->refcount, 1u);
   EXPECT_TRUE(s->GetChunkInfo(KeyOf(c)).status().IsNotFound());
@@ -217,7 +217,7 @@ TEST(FsckTest, RepairsCountsAndLeaksButNotMissingData) {
   g.Put(Cf::kExtents, ExtentKey(9, 0), EncodeExtent(ghost));
   ASSERT_TRUE(s->Commit(g).ok());
   f = s->Fsck(fix);
-  EXPECT_EQ(f->missing_chunks, 1u);
+  EXPECT_EQ(f->Count(FsckProblem::Kind::kMissingChunk), 1u);
   EXPECT_EQ(f->ExitCode(), kFsckUncorrected);
   EXPECT_EQ(*ReadAll(*s, KeyOf(a)), a);
 }
@@ -245,7 +245,7 @@ TEST(RecoveryTest, CutsUncommittedTailsAndDropsUncommittedPacks) {
   EXPECT_EQ(std::filesystem::file_size(pack), committed);
   EXPECT_FALSE(std::filesystem::exists(t.store() + "/packs/" + fmt::PackFileName(info.pack_id + 5)));
   EXPECT_EQ(*ReadAll(*s, KeyOf(d)), d);
-  EXPECT_EQ(s->Fsck({})->errors, 0u);
+  EXPECT_EQ(s->Fsck({})->errors(), 0u);
   // New packs never reuse an id seen on disk.
   Batch b;
   AddFileChunk(b, 2, RandomBytes(100, 2));

@@ -50,7 +50,7 @@ class CorruptionTest : public ::testing::Test {
     o.decode = decode;
     auto f = s_->Fsck(o);
     EXPECT_TRUE(f.ok()) << f.status().ToString();
-    return f.ok() ? f->bad_records : ~uint64_t{0};
+    return f.ok() ? f->Count(FsckProblem::Kind::kBadRecord) : ~uint64_t{0};
   }
   TempDir t_;
   std::unique_ptr<Store> s_;
@@ -76,8 +76,14 @@ TEST_F(CorruptionTest, FrameBytes) {
     ExpectCorrupt();
     auto f = s_->Fsck({});
     ASSERT_TRUE(f.ok());
-    EXPECT_EQ(f->bad_records, 1u);
+    EXPECT_EQ(f->Count(FsckProblem::Kind::kBadRecord), 1u);
     EXPECT_EQ(f->ExitCode(), kFsckUncorrected);
+    // The problem names the chunk and where its record lies.
+    ASSERT_EQ(f->problems.size(), 1u);
+    EXPECT_EQ(f->problems[0].key, key_);
+    EXPECT_EQ(f->problems[0].pack_id, info_.pack_id);
+    EXPECT_EQ(f->problems[0].offset, info_.offset);
+    EXPECT_FALSE(f->problems[0].repaired);
     // The scrub without decoding finds it by the record checksum.
     EXPECT_EQ(FsckBadRecords(false), 1u);
     FlipByte(pack_, info_.offset + fmt::kRecordHeaderSize + i, 0x80);
@@ -92,7 +98,7 @@ TEST_F(CorruptionTest, FrameCheckedByDecodedChecksum) {
   std::vector<uint8_t> rec(fmt::kRecordHeaderSize + info_.frame_len);
   ASSERT_EQ(::pread(fd, rec.data(), rec.size(), static_cast<off_t>(info_.offset)), static_cast<ssize_t>(rec.size()));
   rec[fmt::kRecordHeaderSize + 100] ^= 4;
-  fmt::PutU64(rec.data() + fmt::kRecordChecksumOffset,
+  StoreLE64(rec.data() + fmt::kRecordChecksumOffset,
               fmt::RecordChecksum(rec.data(), rec.data() + fmt::kRecordHeaderSize, info_.frame_len));
   ASSERT_EQ(::pwrite(fd, rec.data(), rec.size(), static_cast<off_t>(info_.offset)), static_cast<ssize_t>(rec.size()));
   ::close(fd);
@@ -106,7 +112,7 @@ TEST_F(CorruptionTest, PackHeaderFoundByFsck) {
   FlipByte(pack_, 3);
   auto f = s_->Fsck({});
   ASSERT_TRUE(f.ok());
-  EXPECT_GE(f->errors, 1u);
+  EXPECT_GE(f->errors(), 1u);
   EXPECT_EQ(f->ExitCode(), kFsckUncorrected);
 }
 
@@ -128,7 +134,7 @@ TEST_F(CorruptionTest, ChunkIndexValue) {
   fo.repair = true;
   auto f = s_->Fsck(fo);
   ASSERT_TRUE(f.ok());
-  EXPECT_EQ(f->bad_index_values, 1u);
+  EXPECT_EQ(f->Count(FsckProblem::Kind::kBadIndexValue), 1u);
   EXPECT_EQ(f->ExitCode(), kFsckUncorrected);
   // Compaction refuses to run over an index it cannot read.
   CompactOptions co;

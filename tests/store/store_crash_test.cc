@@ -34,7 +34,7 @@ void CheckStore(const std::string& dir, FaultEnv& env, const Model& acked, const
   ASSERT_TRUE(s.ok()) << where << ": " << s.status().ToString();
   auto f = (*s)->Fsck({});
   ASSERT_TRUE(f.ok()) << where;
-  EXPECT_EQ(f->errors, 0u) << where << ": " << (f->messages.empty() ? "" : f->messages[0]);
+  EXPECT_EQ(f->errors(), 0u) << where << ": " << (f->Messages().empty() ? "" : f->Messages()[0]);
   for (const auto& [ino, data] : acked) {
     auto v = (*s)->Get(Cf::kExtents, ExtentKey(ino, 0));
     ASSERT_TRUE(v.ok()) << where << " inode " << ino;
@@ -162,7 +162,7 @@ TEST(CrashTest, EveryStepOfCompaction) {
       auto s = OpenOrDie(t.store(), TestOptions(&env));
       ASSERT_TRUE(s->Compact({}).ok());
       for (auto& [ino, d] : live) EXPECT_EQ(*ReadAll(*s, KeyOf(d)), d);
-      EXPECT_EQ(s->Fsck({})->errors, 0u);
+      EXPECT_EQ(s->Fsck({})->errors(), 0u);
     }
     ++steps;
     if (finished) break;
@@ -193,7 +193,7 @@ TEST(FaultTest, NoSpaceMidBatchIsDistinctAndHarmless) {
   ASSERT_TRUE(s->Commit(big).ok());
   for (uint64_t i = 2; i < 10; ++i) EXPECT_EQ(*ReadAll(*s, KeyOf(RandomBytes(4000, i))), RandomBytes(4000, i));
   auto f = s->Fsck({});
-  EXPECT_EQ(f->errors, 0u) << (f->messages.empty() ? "" : f->messages[0]);
+  EXPECT_EQ(f->errors(), 0u) << (f->Messages().empty() ? "" : f->Messages()[0]);
 }
 
 TEST(FaultTest, SyncAndWriteErrorsFailTheCommitOnly) {
@@ -213,11 +213,11 @@ TEST(FaultTest, SyncAndWriteErrorsFailTheCommitOnly) {
   ASSERT_TRUE(s->Commit(b).ok());
   EXPECT_EQ(*ReadAll(*s, KeyOf(RandomBytes(3000, 2))), RandomBytes(3000, 2));
   EXPECT_EQ(*ReadAll(*s, KeyOf(RandomBytes(3000, 1))), RandomBytes(3000, 1));
-  EXPECT_EQ(s->Fsck({})->errors, 0u);
+  EXPECT_EQ(s->Fsck({})->errors(), 0u);
   s.reset();
   env.DropUnsynced();
   auto r = OpenOrDie(t.store(), TestOptions(&env));
-  EXPECT_EQ(r->Fsck({})->errors, 0u);
+  EXPECT_EQ(r->Fsck({})->errors(), 0u);
   EXPECT_EQ(*ReadAll(*r, KeyOf(RandomBytes(3000, 2))), RandomBytes(3000, 2));
 }
 

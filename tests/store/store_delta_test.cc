@@ -110,7 +110,7 @@ TEST(StorePinTest, PinnedBaseOutlivesItsLastReferenceUntilTheBatchThatUsesItComm
   ASSERT_TRUE(info.ok());
   EXPECT_EQ(info->refcount, 0u);
   EXPECT_EQ(s->PinnedDeadChunks(), 1u);
-  EXPECT_EQ(s->Fsck({})->errors, 0u);  // not a leak
+  EXPECT_EQ(s->Fsck({})->errors(), 0u);  // not a leak
 
   Batch b;
   b.AddChunk(kn, TestFrame(next, &base), 4096, kb);
@@ -120,7 +120,7 @@ TEST(StorePinTest, PinnedBaseOutlivesItsLastReferenceUntilTheBatchThatUsesItComm
   EXPECT_EQ(s->GetChunkInfo(kb)->refcount, 1u);  // resurrected by its dependant
   EXPECT_EQ(s->PinnedDeadChunks(), 0u);
   EXPECT_EQ(*ReadAll(*s, kn), next);
-  EXPECT_EQ(s->Fsck({})->errors, 0u);
+  EXPECT_EQ(s->Fsck({})->errors(), 0u);
 
   DropFile(*s, 2, kn);
   EXPECT_TRUE(s->GetChunkInfo(kb).status().IsNotFound());
@@ -150,7 +150,7 @@ TEST(StorePinTest, PinnedDeadChunkGoesWithTheNextCommitAfterItsLastPin) {
   EXPECT_TRUE(s->GetChunkInfo(kb).status().IsNotFound());
   EXPECT_EQ(s->PinnedDeadChunks(), 0u);
   EXPECT_EQ(s->Stats().live_bytes, 0u);
-  EXPECT_EQ(s->Fsck({})->errors, 0u);
+  EXPECT_EQ(s->Fsck({})->errors(), 0u);
 }
 
 TEST(StorePinTest, PinnedDeadChunkLeftByACrashIsDroppedAtOpen) {
@@ -170,7 +170,7 @@ TEST(StorePinTest, PinnedDeadChunkLeftByACrashIsDroppedAtOpen) {
   EXPECT_EQ(*ReadAll(*s, c.kn), c.next);
   auto f = s->Fsck({});
   ASSERT_TRUE(f.ok());
-  EXPECT_EQ(f->errors, 0u) << (f->messages.empty() ? "" : f->messages[0]);
+  EXPECT_EQ(f->errors(), 0u) << (f->Messages().empty() ? "" : f->Messages()[0]);
 }
 
 TEST(StorePinTest, PinOfAnAbsentChunkIsNotFound) {
@@ -206,7 +206,7 @@ TEST(StoreRewriteTest, RewriteKeepsKeyAndReferencesAndMovesTheBaseReference) {
   EXPECT_EQ(*ReadAll(*s, c.kt), c.third);
   auto f = s->Fsck({});
   ASSERT_TRUE(f.ok());
-  EXPECT_EQ(f->errors, 0u) << (f->messages.empty() ? "" : f->messages[0]);
+  EXPECT_EQ(f->errors(), 0u) << (f->Messages().empty() ? "" : f->Messages()[0]);
 }
 
 TEST(StoreDeadBaseTest, DeletingTheOldestFileFreesItsBaseAfterGc) {
@@ -235,7 +235,7 @@ TEST(StoreDeadBaseTest, DeletingTheOldestFileFreesItsBaseAfterGc) {
   EXPECT_EQ(*ReadAll(*s, c.kt), c.third);
   auto f = s->Fsck({});
   ASSERT_TRUE(f.ok());
-  EXPECT_EQ(f->errors, 0u) << (f->messages.empty() ? "" : f->messages[0]);
+  EXPECT_EQ(f->errors(), 0u) << (f->Messages().empty() ? "" : f->Messages()[0]);
   // Nothing left to do.
   EXPECT_EQ(s->RewriteDeadBases(TestReencode())->dead_bases, 0u);
 }
@@ -260,7 +260,7 @@ TEST(StoreDeadBaseTest, DeadMiddleOfAChainGoesWithoutRewritingIt) {
   co.live_fraction_threshold = 1.0;
   ASSERT_TRUE(s->Compact(co).ok());
   EXPECT_EQ(*ReadAll(*s, c.kt), c.third);
-  EXPECT_EQ(s->Fsck({})->errors, 0u);
+  EXPECT_EQ(s->Fsck({})->errors(), 0u);
 }
 
 TEST(StoreDeadBaseTest, DefaultReencodeUsesTheLmcCodec) {
@@ -297,7 +297,7 @@ TEST(StoreDeadBaseTest, DefaultReencodeUsesTheLmcCodec) {
   EXPECT_EQ(r->rewritten, 1u);
   EXPECT_TRUE(s->GetChunkInfo(kb).status().IsNotFound());
   EXPECT_EQ(*ReadAll(*s, kn), next);
-  EXPECT_EQ(s->Fsck({})->errors, 0u);
+  EXPECT_EQ(s->Fsck({})->errors(), 0u);
 }
 
 }  // namespace

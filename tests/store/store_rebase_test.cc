@@ -106,7 +106,7 @@ uint32_t Height(Store& s, const ChunkKey& k) {
 void ExpectFsckClean(Store& s) {
   auto f = s.Fsck({});
   ASSERT_TRUE(f.ok()) << f.status().ToString();
-  EXPECT_EQ(f->errors, 0u) << (f->messages.empty() ? "" : f->messages[0]);
+  EXPECT_EQ(f->errors(), 0u) << (f->Messages().empty() ? "" : f->Messages()[0]);
 }
 
 size_t DependantRecords(rocksdb::DB* db, rocksdb::ColumnFamilyHandle* def) {
@@ -403,16 +403,16 @@ TEST(StoreRebaseTest, FsckFindsAndRepairsTheDependantsIndexAndDepths) {
   auto s = OpenOrDie(t.store(), RealCodec());
   auto f = s->Fsck({});
   ASSERT_TRUE(f.ok()) << f.status().ToString();
-  EXPECT_EQ(f->dependant_index_mismatches, 2u);
-  EXPECT_EQ(f->depth_mismatches, 1u);
-  EXPECT_EQ(f->errors, 3u);
+  EXPECT_EQ(f->Count(FsckProblem::Kind::kDependantIndex), 2u);
+  EXPECT_EQ(f->Count(FsckProblem::Kind::kDepth), 1u);
+  EXPECT_EQ(f->errors(), 3u);
   EXPECT_EQ(f->ExitCode(), kFsckUncorrected);
   FsckOptions repair;
   repair.repair = true;
   auto r = s->Fsck(repair);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
-  EXPECT_EQ(r->errors, 3u);
-  EXPECT_EQ(r->fixed, 3u);
+  EXPECT_EQ(r->errors(), 3u);
+  EXPECT_EQ(r->fixed(), 3u);
   EXPECT_EQ(r->ExitCode(), kFsckCorrected);
   ExpectFsckClean(*s);
   EXPECT_EQ(Depth(*s, vs.k[0]), 3);

@@ -82,7 +82,7 @@ TEST(ReclaimTest, CostBenefitCompactsEmptiestPacksFirstUntilTheTarget) {
   for (auto& [ino, data] : files) EXPECT_EQ(*ReadAll(*s, KeyOf(data)), data);
   auto f = s->Fsck({});
   ASSERT_TRUE(f.ok());
-  EXPECT_EQ(f->errors, 0u);
+  EXPECT_EQ(f->errors(), 0u);
 
   // At the target already: nothing more to do.
   auto again = s->Compact(o2);
@@ -124,7 +124,7 @@ TEST(ReclaimTest, ActivePackFullOfDeadRecordsIsSealedAndReclaimed) {
   for (auto& [ino, data] : more) EXPECT_EQ(*ReadAll(*s, KeyOf(data)), data);
   auto f = s->Fsck({});
   ASSERT_TRUE(f.ok());
-  EXPECT_EQ(f->errors, 0u);
+  EXPECT_EQ(f->errors(), 0u);
 }
 
 TEST(ReclaimTest, SealingNeedsTheDeadBytesThreshold) {

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "lmc/bytes.h"
 #include "lmc/store/store.h"
 
 namespace lmc::store::testing {
@@ -29,8 +30,7 @@ inline uint64_t TestSum(const uint8_t* p, size_t n) {
 inline std::vector<uint8_t> TestFrame(const std::vector<uint8_t>& data, const std::vector<uint8_t>* base = nullptr) {
   std::vector<uint8_t> f(9 + data.size());
   f[0] = base ? 1 : 0;
-  uint64_t h = TestSum(data.data(), data.size());
-  std::memcpy(f.data() + 1, &h, 8);
+  StoreLE64(f.data() + 1, TestSum(data.data(), data.size()));
   for (size_t i = 0; i < data.size(); ++i) f[9 + i] = data[i] ^ (base ? (*base)[i] : 0);
   return f;
 }
@@ -45,9 +45,7 @@ class TestCodec final : public FrameCodec {
     if (frame[0] > 1) return Status::Corruption("test frame bad flag");
     if (frame[0] == 1 && (!base || base_len != n)) return Status::InvalidArgument("needs base");
     for (size_t i = 0; i < n; ++i) dst[i] = frame[9 + i] ^ (frame[0] ? base[i] : 0);
-    uint64_t h;
-    std::memcpy(&h, frame + 1, 8);
-    if (h != TestSum(dst, n)) return Status::Corruption("test frame checksum mismatch");
+    if (LoadLE64(frame + 1) != TestSum(dst, n)) return Status::Corruption("test frame checksum mismatch");
     return n;
   }
 };

@@ -14,6 +14,7 @@
 #include <set>
 #include <thread>
 
+#include "fault_env.h"
 #include "lmc/fs/control.h"
 #include "lmc/fs/filesystem.h"
 #include "lmc/fs/inspect.h"
@@ -92,6 +93,50 @@ class ToolsOffline : public ::testing::Test {
                                return true;
                              }).ok());
     return keys;
+  }
+  // Flips one bit in the middle of the frame of the chunk `info` describes
+  // (info taken while the store was open; the store closed now).
+  void FlipBitInFrame(const store::ChunkInfo& info) {
+    const std::string pack = store_dir_ + "/packs/" + [&] {
+      for (const auto& e : std::filesystem::directory_iterator(store_dir_ + "/packs"))
+        if (e.path().filename().string().find(std::to_string(info.pack_id)) != std::string::npos)
+          return e.path().filename().string();
+      return std::string();
+    }();
+    int fd = ::open(pack.c_str(), O_RDWR);
+    ASSERT_GE(fd, 0) << pack;
+    const off_t at = static_cast<off_t>(info.offset + 64 + info.frame_len / 2);
+    char c;
+    ASSERT_EQ(::pread(fd, &c, 1, at), 1);
+    c ^= 0x10;
+    ASSERT_EQ(::pwrite(fd, &c, 1, at), 1);
+    ::close(fd);
+  }
+  // Closes the filesystem and flips a bit in the frame of the first chunk
+  // of `ino`; returns that chunk.
+  store::ChunkKey CloseAndCorruptFirstChunkOf(uint64_t ino) {
+    const store::ChunkKey k = *ChunksOf(ino).begin();
+    auto info = store_->GetChunkInfo(k);
+    EXPECT_TRUE(info.ok()) << info.status().ToString();
+    Close();
+    if (info.ok()) FlipBitInFrame(*info);
+    return k;
+  }
+  // The store alone (no filesystem) and its fsck report.
+  struct Checked {
+    std::unique_ptr<store::Store> store;
+    store::FsckReport report;
+  };
+  Checked OpenAndFsck() {
+    Checked c;
+    auto s = store::Store::Open(store_dir_, {});
+    EXPECT_TRUE(s.ok()) << s.status().ToString();
+    if (!s.ok()) return c;
+    c.store = std::move(s).value();
+    auto r = c.store->Fsck({});
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    if (r.ok()) c.report = std::move(r).value();
+    return c;
   }
   json Json(const testing::ToolResult& r) {
     json j = json::parse(r.out, nullptr, false);
@@ -235,21 +280,7 @@ TEST_F(ToolsOffline, FsckFindsABitFlipAndNamesTheFile) {
   Close();
   ASSERT_EQ(RunTool(FsckMain, "lmcfs-fsck", {store_dir_}).rc, 0);
 
-  // Flip one bit in the middle of the chunk's frame.
-  const std::string pack = store_dir_ + "/packs/" + [&] {
-    for (const auto& e : std::filesystem::directory_iterator(store_dir_ + "/packs"))
-      if (e.path().filename().string().find(std::to_string(info->pack_id)) != std::string::npos)
-        return e.path().filename().string();
-    return std::string();
-  }();
-  int fd = ::open(pack.c_str(), O_RDWR);
-  ASSERT_GE(fd, 0) << pack;
-  const off_t at = static_cast<off_t>(info->offset + 64 + info->frame_len / 2);
-  char c;
-  ASSERT_EQ(::pread(fd, &c, 1, at), 1);
-  c ^= 0x10;
-  ASSERT_EQ(::pwrite(fd, &c, 1, at), 1);
-  ::close(fd);
+  FlipBitInFrame(*info);
 
   auto r = RunTool(FsckMain, "lmcfs-fsck", {store_dir_, "--json"});
   EXPECT_EQ(r.rc, store::kFsckUncorrected) << r.out << r.err;
@@ -267,6 +298,91 @@ TEST_F(ToolsOffline, FsckFindsABitFlipAndNamesTheFile) {
   json qj = json::parse(std::ifstream(q), nullptr, false);
   ASSERT_FALSE(qj.is_discarded());
   EXPECT_EQ(qj["affected_files"], json::array({"/run/bad.bin"}));
+}
+
+// What fsck reports (bad chunks, affected files, quarantine, exit code) comes
+// from the problems' structured fields: rewording every message, so that
+// none names a chunk or says "(repaired)", changes none of it.
+TEST_F(ToolsOffline, FsckDecidesFromProblemsNotTheirWording) {
+  const uint64_t ibad = Write(fs::kRootIno, "bad.bin", RandomData(600 << 10, 5));
+  const uint64_t igood = Write(fs::kRootIno, "good.bin", RandomData(600 << 10, 6));
+  const store::ChunkKey healthy = *ChunksOf(igood).begin();
+  const store::ChunkKey victim = CloseAndCorruptFirstChunkOf(ibad);
+  Checked c = OpenAndFsck();
+  ASSERT_TRUE(c.store);
+  ASSERT_EQ(c.report.Count(store::FsckProblem::Kind::kBadRecord), 1u);
+  store::FsckReport reworded = c.report;
+  for (auto& p : reworded.problems) p.message = "something is wrong";
+  auto doc = [&](const store::FsckReport& r, const fs::control::FsckRunOptions& o) {
+    auto d = fs::control::CompleteFsck(*c.store, r, o);
+    EXPECT_TRUE(d.ok()) << d.status().ToString();
+    return d.ok() ? json::parse(*d) : json();
+  };
+  const json before = doc(c.report, {}), after = doc(reworded, {});
+  for (const json* j : {&before, &after}) {
+    EXPECT_EQ((*j)["exit_code"], static_cast<int>(store::kFsckUncorrected));
+    EXPECT_EQ((*j)["bad_chunks"], json::array({victim.ToHex()}));
+    EXPECT_EQ((*j)["affected_files"], json::array({"/bad.bin"}));
+    EXPECT_EQ((*j)["store"]["bad_records"], 1u);
+    ASSERT_EQ((*j)["store"]["problems"].size(), 1u);
+    EXPECT_EQ((*j)["store"]["problems"][0]["kind"], "bad_record");
+    EXPECT_EQ((*j)["store"]["problems"][0]["key_hex"], victim.ToHex());
+  }
+
+  // Repair: the unrepaired problem is quarantined as left, with the files.
+  fs::control::FsckRunOptions o;
+  o.repair = true;
+  o.quarantine_path = tmp_.path() + "/q.json";
+  const json repaired = doc(reworded, o);
+  EXPECT_EQ(repaired["exit_code"], static_cast<int>(store::kFsckUncorrected));
+  json qj = json::parse(std::ifstream(o.quarantine_path), nullptr, false);
+  ASSERT_FALSE(qj.is_discarded());
+  EXPECT_EQ(qj["records"], json::array({{{"what", "something is wrong"}, {"left", true}}}));
+  EXPECT_EQ(qj["affected_files"], json::array({"/bad.bin"}));
+
+  // A repaired problem counts as fixed though its message says nothing of it,
+  // and a healthy chunk it names is not reported bad.
+  store::FsckReport fixed;
+  fixed.problems.push_back({.kind = store::FsckProblem::Kind::kRefcountMismatch,
+                            .key = healthy,
+                            .repaired = true,
+                            .message = "count was off"});
+  const json corrected = doc(fixed, {});
+  EXPECT_EQ(corrected["exit_code"], static_cast<int>(store::kFsckCorrected));
+  EXPECT_EQ(corrected["errors"], 1u);
+  EXPECT_EQ(corrected["fixed"], 1u);
+  EXPECT_EQ(corrected["bad_chunks"], json::array());
+  EXPECT_EQ(corrected["store"]["messages"], json::array({"count was off (repaired)"}));
+}
+
+// The quarantine report is written durably (temporary file, fsync, rename,
+// directory fsync): a failed step is an error naming it and leaves nothing
+// half-written; a power loss after it keeps the whole report.
+TEST_F(ToolsOffline, FsckQuarantineReportIsDurable) {
+  CloseAndCorruptFirstChunkOf(Write(fs::kRootIno, "bad.bin", RandomData(600 << 10, 5)));
+  Checked c = OpenAndFsck();
+  ASSERT_TRUE(c.store);
+
+  store::testing::FaultEnv env;
+  fs::control::FsckRunOptions o;
+  o.repair = true;
+  o.env = &env;
+  o.quarantine_path = tmp_.path() + "/q.json";
+  env.FailSyncs(1);
+  auto failed = fs::control::CompleteFsck(*c.store, c.report, o);
+  ASSERT_FALSE(failed.ok());
+  EXPECT_NE(failed.status().message().find(o.quarantine_path), std::string::npos) << failed.status().ToString();
+  EXPECT_FALSE(std::filesystem::exists(o.quarantine_path));
+  EXPECT_FALSE(std::filesystem::exists(o.quarantine_path + ".tmp"));
+
+  env.Heal();
+  auto done = fs::control::CompleteFsck(*c.store, c.report, o);
+  ASSERT_TRUE(done.ok()) << done.status().ToString();
+  env.DropUnsynced();  // a power loss now
+  json qj = json::parse(std::ifstream(o.quarantine_path), nullptr, false);
+  ASSERT_FALSE(qj.is_discarded());
+  EXPECT_EQ(qj["affected_files"], json::array({"/bad.bin"}));
+  EXPECT_FALSE(std::filesystem::exists(o.quarantine_path + ".tmp"));
 }
 
 TEST_F(ToolsOffline, FsckRepairsAWrongReferenceCountAndTreeDamage) {

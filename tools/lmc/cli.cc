@@ -11,6 +11,7 @@
 #include <CLI/CLI.hpp>
 
 #include "io.h"
+#include "lmc/bytes.h"
 #include "lmc/codec.h"
 #include "lmc/container.h"
 #include "lmc/layout.h"
@@ -138,8 +139,7 @@ int InfoContainer(const std::string& path, const std::vector<uint8_t>& data) {
   uint64_t frames = 0;
   size_t pos = 16;
   while (pos + 4 <= data.size()) {
-    uint32_t len = 0;
-    std::memcpy(&len, data.data() + pos, 4);
+    const uint32_t len = LoadLE32(data.data() + pos);
     pos += 4;
     if (len == 0) break;
     Result<FrameInfo> fi = ReadFrameInfo(data.data() + pos, data.size() - pos);

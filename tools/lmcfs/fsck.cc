@@ -122,7 +122,7 @@ int FsckMain(int argc, char** argv, std::ostream& out, std::ostream& err) {
     if (!r.ok()) {
       bar.Finish();
       err << "lmcfs-fsck: " << t->store << ": " << r.status().message() << "\n";
-      return r.status().code() == Code::kAborted ? store::kFsckCancelled : store::kFsckOperationalError;
+      return store::FsckExitCode(r.status());
     }
     doc_text = *r;
   }

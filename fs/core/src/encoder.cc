@@ -7,6 +7,7 @@
 #include <cstring>
 #include <new>
 
+#include "lmc/bytes.h"
 #include "lmc/codec.h"
 
 namespace lmc::fs {
@@ -17,9 +18,7 @@ bool AllZero(const uint8_t* p, size_t n) {
   // Word at a time: most chunks are not zero and fail in the first word.
   size_t i = 0;
   for (; i + 8 <= n; i += 8) {
-    uint64_t w;
-    std::memcpy(&w, p + i, 8);
-    if (w) return false;
+    if (LoadLE64(p + i)) return false;
   }
   for (; i < n; i++)
     if (p[i]) return false;

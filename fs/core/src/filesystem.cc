@@ -10,6 +10,7 @@
 #include <ctime>
 
 #include "fs_impl.h"
+#include "lmc/bytes.h"
 
 // RENAME_NOREPLACE / RENAME_EXCHANGE: linux/fs.h values, kept here to
 // avoid that header's clashes with sys/mount.h (glibc's stdio.h has them too).
@@ -188,7 +189,7 @@ Result<std::unique_ptr<Filesystem>> Filesystem::Open(store::Store* store,
   auto next = store->Get(store::Cf::kMeta, kMetaNextIno);
   if (next.ok()) {
     if (next->size() != 8) return Status::Corruption("fs/next_ino is not 8 bytes");
-    m.next_ino = GetU64(next->data());
+    m.next_ino = LoadLE64(next->data());
   } else if (next.status().IsNotFound()) {
     if (options.read_only) return Status::InvalidArgument("read-only mount of an empty store");
     InodeRec root;
@@ -200,7 +201,7 @@ Result<std::unique_ptr<Filesystem>> Filesystem::Open(store::Store* store,
     store::Batch b;
     b.Put(store::Cf::kInodes, InodeKey(kRootIno), EncodeInode(root));
     std::string n;
-    PutU64(&n, 2);
+    AppendLE64(&n, 2);
     b.Put(store::Cf::kMeta, kMetaNextIno, n);
     b.Put(store::Cf::kMeta, kMetaFormat, "1");
     LMC_RETURN_IF_ERROR(store->Commit(b, true));
@@ -214,7 +215,7 @@ Result<std::unique_ptr<Filesystem>> Filesystem::Open(store::Store* store,
   LMC_RETURN_IF_ERROR(store->Scan(store::Cf::kMeta, kMetaOrphanPrefix,
                                   [&](std::string_view k, std::string_view) {
                                     if (k.size() == kMetaOrphanPrefix.size() + 8)
-                                      orphans.push_back(GetBE64(k.data() + kMetaOrphanPrefix.size()));
+                                      orphans.push_back(LoadBE64(k.data() + kMetaOrphanPrefix.size()));
                                     return true;
                                   }));
   if (!options.read_only) {
@@ -396,7 +397,7 @@ static int MakeNode(Filesystem::Impl& m, bool read_only, uint64_t parent, std::s
   b.Put(store::Cf::kDirents, DirentKey(parent, name), EncodeDirent({ino, mode & S_IFMT}));
   b.Put(store::Cf::kInodes, InodeKey(parent), EncodeInode(dir_rec));
   std::string n;
-  PutU64(&n, ino + 1);
+  AppendLE64(&n, ino + 1);
   b.Put(store::Cf::kMeta, kMetaNextIno, n);
   Status s = m.store->Commit(b, false);
   if (!s.ok()) return m.ToErrno(s, "create", parent);
@@ -875,7 +876,7 @@ Status Filesystem::Shutdown() {
     std::string n;
     {
       std::lock_guard lk(m.table_mu);
-      PutU64(&n, m.next_ino);
+      AppendLE64(&n, m.next_ino);
     }
     b.Put(store::Cf::kMeta, kMetaNextIno, n);
     Status s = store_->Commit(b, true);

@@ -7,6 +7,7 @@
 #include <cstdio>
 
 #include "fs_impl.h"
+#include "lmc/bytes.h"
 #include "lmc/store/extent.h"
 
 namespace lmc::fs {
@@ -66,7 +67,7 @@ Status CountSnapshotBytes(store::Store* st, uint64_t ino, SnapshotBytes* out) {
 
 std::string XattrPrefix(uint64_t ino) {
   std::string k(kMetaXattrPrefix);
-  PutBE64(&k, ino);
+  AppendBE64(&k, ino);
   return k;
 }
 

@@ -16,13 +16,13 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <list>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <thread>
 
+#include "lmc/bytes.h"
 #include "lmc/fs/inspect.h"
 
 namespace lmc::fs::control {
@@ -63,14 +63,14 @@ bool ReadAll(int fd, void* p, size_t n) {
 bool WriteFrame(int fd, const std::string& s) {
   uint8_t h[4];
   const uint32_t n = static_cast<uint32_t>(s.size());
-  for (int i = 0; i < 4; i++) h[i] = static_cast<uint8_t>(n >> (8 * i));
+  StoreLE32(h, n);
   return WriteAll(fd, h, 4) && WriteAll(fd, s.data(), s.size());
 }
 
 Status ReadFrame(int fd, std::string* s) {
   uint8_t h[4];
   if (!ReadAll(fd, h, 4)) return Status::IOError("control channel closed");
-  const uint32_t n = h[0] | (h[1] << 8) | (h[2] << 16) | (uint32_t{h[3]} << 24);
+  const uint32_t n = LoadLE32(h);
   if (n > kMaxMessageBytes)
     return Status::Corruption("control message of " + std::to_string(n) + " bytes exceeds the limit");
   s->resize(n);
@@ -130,21 +130,51 @@ uint64_t DirBytes(const std::string& dir) {
   return n;
 }
 
-// 64-hex-digit tokens in the store's fsck messages: the chunks they name.
-std::set<store::ChunkKey> KeysIn(const std::vector<std::string>& messages) {
-  auto hex = [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); };
+// The chunks the store's problems name (each problem's chunk and its delta
+// base): the candidates fsck then confirms bad one by one.
+std::set<store::ChunkKey> ChunksNamed(const store::FsckReport& r) {
   std::set<store::ChunkKey> keys;
-  for (const auto& m : messages) {
-    size_t i = 0;
-    while (i < m.size()) {
-      size_t j = i;
-      while (j < m.size() && hex(m[j])) j++;
-      if (j - i == 2 * store::ChunkKey::kSize)
-        if (auto k = store::ChunkKey::FromHex(std::string_view(m).substr(i, j - i))) keys.insert(*k);
-      i = j + 1;
-    }
+  for (const auto& p : r.problems) {
+    if (p.key) keys.insert(*p.key);
+    if (p.base) keys.insert(*p.base);
   }
   return keys;
+}
+
+// Writes `text` to `path` so that a crash leaves either no report or the
+// whole of it: a temporary file beside it, synced, renamed over `path`, the
+// directory synced. A failed step is an error naming `path` and the step.
+Status WriteQuarantineReport(store::Env* env, const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  const std::string dir = parent.empty() ? std::string(".") : parent.string();
+  auto failed = [&](const std::string& step, const Status& st) {
+    const std::string m = "cannot write the quarantine report " + path + ": " + step + ": " + st.message();
+    return st.IsNoSpace() ? Status::NoSpace(m) : Status::IOError(m);
+  };
+  if (env->FileExists(tmp))  // left by a crash
+    if (Status st = env->DeleteFile(tmp); !st.ok()) return failed("removing " + tmp, st);
+  {
+    auto f = env->OpenFile(tmp, store::Env::OpenMode::kCreate);
+    if (!f.ok()) return failed("creating " + tmp, f.status());
+    std::string step = "writing " + tmp;
+    Status st = (*f)->Append(reinterpret_cast<const uint8_t*>(text.data()), text.size());
+    if (st.ok()) {
+      step = "syncing " + tmp;
+      st = (*f)->Sync();
+    }
+    if (!st.ok()) {
+      f->reset();
+      env->DeleteFile(tmp).IgnoreError();  // the error below is what matters
+      return failed(step, st);
+    }
+  }
+  if (Status st = env->RenameFile(tmp, path); !st.ok()) {
+    env->DeleteFile(tmp).IgnoreError();
+    return failed("renaming " + tmp + " over it", st);
+  }
+  if (Status st = env->SyncDir(dir); !st.ok()) return failed("syncing directory " + dir, st);
+  return Status::Ok();
 }
 
 }  // namespace
@@ -202,7 +232,8 @@ Result<std::string> RunGc(store::Store& st, const GcOptions& o, const EventFn& e
 }
 
 Result<std::string> RunFsck(store::Store& st, const FsckRunOptions& o, const EventFn& events) {
-  const auto t0 = Clock::now();
+  FsckTiming t;
+  t.start = Clock::now();
   store::FsckOptions fo;
   fo.repair = o.repair && !o.online;
   fo.decode = o.deep;
@@ -213,12 +244,15 @@ Result<std::string> RunFsck(store::Store& st, const FsckRunOptions& o, const Eve
     last = Clock::now();
     events(json{{"event", "progress"}, {"op", "fsck"}, {"done", done}, {"total", total}}.dump());
   };
-  const store::StoreStats stats = st.Stats();
+  t.verified_bytes = st.Stats().live_bytes;
   auto sr = st.Fsck(fo);
   if (!sr.ok()) return sr.status();
-  const store::FsckReport& r = *sr;
-  const double verify_s = Since(t0);
+  t.verify_seconds = Since(t.start);
+  return CompleteFsck(st, *sr, o, t);
+}
 
+Result<std::string> CompleteFsck(store::Store& st, const store::FsckReport& r, const FsckRunOptions& o,
+                                 const FsckTiming& t) {
   LMC_ASSIGN_OR_RETURN(TreeCheck tc, CheckTree(&st));
   if (o.online && !tc.problems.empty()) {
     // Concurrent commits can fall between the per-family snapshots: keep
@@ -236,7 +270,7 @@ Result<std::string> RunFsck(store::Store& st, const FsckRunOptions& o, const Eve
   std::set<store::ChunkKey> bad;
   Workspace ws;
   std::vector<uint8_t> buf;
-  for (const auto& k : KeysIn(r.messages)) {
+  for (const auto& k : ChunksNamed(r)) {
     auto info = st.GetChunkInfo(k);
     if (!info.ok()) {
       if (info.status().IsNotFound() || info.status().IsCorruption()) bad.insert(k);
@@ -246,10 +280,8 @@ Result<std::string> RunFsck(store::Store& st, const FsckRunOptions& o, const Eve
     auto n = st.ReadChunk(k, buf.data(), buf.size(), ws);
     if (!n.ok() && n.status().IsCorruption()) bad.insert(k);
   }
-  for (const auto& p : tc.problems) {
-    if (p.kind != TreeProblem::kMissingChunk) continue;
-    for (const auto& k : KeysIn({p.message})) bad.insert(k);
-  }
+  for (const auto& p : tc.problems)
+    if (p.kind == TreeProblem::kMissingChunk && p.chunk) bad.insert(*p.chunk);
   LMC_ASSIGN_OR_RETURN(std::vector<std::string> affected, PathsUsingChunks(&st, bad));
 
   uint64_t tree_fixed = 0;
@@ -262,46 +294,58 @@ Result<std::string> RunFsck(store::Store& st, const FsckRunOptions& o, const Eve
       if (!p.repairable)
         quarantine.push_back({{"what", p.message}, {"key_hex", p.key_hex}, {"value_hex", p.value_hex},
                               {"left", true}});
-    for (const auto& m : r.messages)
-      if (m.find("(repaired)") == std::string::npos) quarantine.push_back({{"what", m}, {"left", true}});
+    for (const auto& p : r.problems)
+      if (!p.repaired) quarantine.push_back({{"what", p.message}, {"left", true}});
     if (!quarantine.empty() && !o.quarantine_path.empty()) {
-      // Written before the records are removed: the evidence survives a crash.
-      std::ofstream q(o.quarantine_path, std::ios::trunc);
-      q << json{{"v", kProtocolVersion}, {"records", quarantine}, {"affected_files", affected}}.dump(2) << "\n";
-      q.close();
-      if (!q) return Status::IOError("cannot write the quarantine report " + o.quarantine_path);
+      // Written, durably, before the records are removed: the evidence survives a crash.
+      LMC_RETURN_IF_ERROR(WriteQuarantineReport(
+          o.env ? o.env : store::Env::Default(), o.quarantine_path,
+          json{{"v", kProtocolVersion}, {"records", quarantine}, {"affected_files", affected}}.dump(2) + "\n"));
     }
     LMC_ASSIGN_OR_RETURN(tree_fixed, RepairTree(&st, tc));
   }
 
-  uint64_t errors = r.errors + tc.problems.size();
-  uint64_t fixed = r.fixed + tree_fixed;
-  int code = errors == 0 ? store::kFsckOk : fixed >= errors ? store::kFsckCorrected : store::kFsckUncorrected;
+  const uint64_t errors = r.errors() + tc.problems.size();
+  const uint64_t fixed = r.fixed() + tree_fixed;
   json problems = json::array();
   for (const auto& p : tc.problems)
-    problems.push_back({{"message", p.message}, {"repaired", o.repair && !o.online && p.repairable}});
+    problems.push_back({{"kind", TreeProblemKindName(p.kind)},
+                        {"message", p.message},
+                        {"repaired", o.repair && !o.online && p.repairable}});
+  json store_problems = json::array();
+  for (const auto& p : r.problems) {
+    json e = {{"kind", store::FsckProblemKindName(p.kind)}, {"message", p.message}, {"repaired", p.repaired}};
+    if (p.key) e["key_hex"] = p.key->ToHex();
+    if (p.base) e["base_hex"] = p.base->ToHex();
+    if (p.pack_id) e["pack"] = *p.pack_id;
+    if (p.offset) e["offset"] = *p.offset;
+    if (p.ino) e["ino"] = *p.ino;
+    store_problems.push_back(std::move(e));
+  }
+  using K = store::FsckProblem::Kind;
   json j = {
       {"online", o.online},
       {"repair", o.repair && !o.online},
-      {"exit_code", code},
+      {"exit_code", store::FsckExitCode(errors, fixed)},
       {"errors", errors},
       {"fixed", fixed},
-      {"seconds", Since(t0)},
-      {"verify_seconds", verify_s},
-      {"verified_bytes", stats.live_bytes},
+      {"seconds", Since(t.start)},
+      {"verify_seconds", t.verify_seconds},
+      {"verified_bytes", t.verified_bytes},
       {"store",
        {{"chunks_checked", r.chunks_checked},
-        {"bad_records", r.bad_records},
-        {"bad_index_values", r.bad_index_values},
-        {"missing_chunks", r.missing_chunks},
-        {"refcount_mismatches", r.refcount_mismatches},
-        {"live_bytes_mismatches", r.live_bytes_mismatches},
-        {"orphan_packs", r.orphan_packs},
+        {"bad_records", r.Count(K::kBadRecord)},
+        {"bad_index_values", r.Count(K::kBadIndexValue)},
+        {"missing_chunks", r.Count(K::kMissingChunk)},
+        {"refcount_mismatches", r.Count(K::kRefcountMismatch)},
+        {"live_bytes_mismatches", r.Count(K::kLiveBytesMismatch)},
+        {"orphan_packs", r.Count(K::kOrphanPack)},
         {"orphan_bytes", r.orphan_bytes},
-        {"missing_packs", r.missing_packs},
-        {"errors", r.errors},
-        {"fixed", r.fixed},
-        {"messages", r.messages}}},
+        {"missing_packs", r.Count(K::kMissingPack)},
+        {"errors", r.errors()},
+        {"fixed", r.fixed()},
+        {"messages", r.Messages()},
+        {"problems", store_problems}}},
       {"tree", {{"inodes", tc.inodes}, {"dirents", tc.dirents}, {"extents", tc.extents}, {"problems", problems}}},
       {"bad_chunks", json::array()},
       {"affected_files", affected},

@@ -9,6 +9,7 @@
 #include <map>
 #include <unordered_map>
 
+#include "lmc/bytes.h"
 #include "lmc/fs/records.h"
 
 namespace lmc::fs {
@@ -60,7 +61,7 @@ Result<Snapshot> Load(store::Store* st, bool keep_extent_kv) {
     if (k.size() != 8 || !r) {
       s.bad_inodes.emplace_back(std::string(k), std::string(v));
     } else {
-      s.inodes.emplace(GetBE64(k.data()), std::move(*r));
+      s.inodes.emplace(LoadBE64(k.data()), std::move(*r));
     }
     return true;
   }));
@@ -69,7 +70,7 @@ Result<Snapshot> Load(store::Store* st, bool keep_extent_kv) {
     if (k.size() <= 8 || !d) {
       s.bad_dirents.emplace_back(std::string(k), std::string(v));
     } else {
-      s.dirents.push_back({GetBE64(k.data()), std::string(k.substr(8)), *d, std::string(k),
+      s.dirents.push_back({LoadBE64(k.data()), std::string(k.substr(8)), *d, std::string(k),
                            std::string(v)});
     }
     return true;
@@ -104,7 +105,7 @@ Result<Snapshot> Load(store::Store* st, bool keep_extent_kv) {
   }));
   LMC_RETURN_IF_ERROR(st->Scan(Cf::kMeta, kMetaOrphanPrefix, [&](std::string_view k, std::string_view) {
     if (k.size() == kMetaOrphanPrefix.size() + 8)
-      s.awaiting_purge.insert(GetBE64(k.data() + kMetaOrphanPrefix.size()));
+      s.awaiting_purge.insert(LoadBE64(k.data() + kMetaOrphanPrefix.size()));
     return true;
   }));
   return s;
@@ -305,6 +306,19 @@ Result<TreeReport> InspectTree(store::Store* st, const std::vector<std::string>&
   return rep;
 }
 
+const char* TreeProblemKindName(TreeProblem::Kind kind) {
+  switch (kind) {
+    case TreeProblem::kDanglingDirent: return "dangling_dirent";
+    case TreeProblem::kDirentType: return "dirent_type";
+    case TreeProblem::kLinkCount: return "link_count";
+    case TreeProblem::kOrphanInode: return "orphan_inode";
+    case TreeProblem::kStrayExtent: return "stray_extent";
+    case TreeProblem::kBadRecord: return "bad_record";
+    case TreeProblem::kMissingChunk: return "missing_chunk";
+  }
+  return "unknown";
+}
+
 Result<TreeCheck> CheckTree(store::Store* st) {
   LMC_ASSIGN_OR_RETURN(Snapshot s, Load(st, true));
   Tree t = BuildTree(s);
@@ -396,10 +410,13 @@ Result<TreeCheck> CheckTree(store::Store* st) {
       it = indexed.emplace(e->chunk, info.ok()).first;
     }
     if (!it->second)
-      c.problems.push_back({TreeProblem::kMissingChunk,
-                            path_of(key->first) + " offset " + std::to_string(key->second) +
-                                " uses chunk " + e->chunk.ToHex() + " that the store does not hold",
-                            Hex(k), Hex(v), key->first});
+      c.problems.push_back({.kind = TreeProblem::kMissingChunk,
+                            .message = path_of(key->first) + " offset " + std::to_string(key->second) +
+                                       " uses chunk " + e->chunk.ToHex() + " that the store does not hold",
+                            .key_hex = Hex(k),
+                            .value_hex = Hex(v),
+                            .ino = key->first,
+                            .chunk = e->chunk});
   }
   return c;
 }

@@ -1,5 +1,6 @@
 #include "delta.h"
 
+#include "lmc/bytes.h"
 #include "lmc/fs/records.h"
 
 #include <spdlog/spdlog.h>
@@ -42,9 +43,9 @@ std::string SnapshotDeltaPolicy::RebaseRecordKey(const RebaseItem& it) {
 std::string SnapshotDeltaPolicy::EncodeRebaseItem(const RebaseItem& it) {
   std::string v;
   v.push_back(static_cast<char>(it.dtype));
-  PutBE(&v, it.n, 4);
-  PutBE(&v, it.prev_ino, 8);
-  PutBE(&v, it.prev_offset, 8);
+  AppendBEBytes(&v, it.n, 4);
+  AppendBEBytes(&v, it.prev_ino, 8);
+  AppendBEBytes(&v, it.prev_offset, 8);
   return v;
 }
 
@@ -62,9 +63,9 @@ void SnapshotDeltaPolicy::LoadQueuedRebases() {
     it.prev = store::ChunkKey::FromBytes(reinterpret_cast<const uint8_t*>(k.data() + kRebasePrefix.size()));
     it.next = store::ChunkKey::FromBytes(reinterpret_cast<const uint8_t*>(k.data() + kRebasePrefix.size() + kKey));
     it.dtype = static_cast<DType>(static_cast<uint8_t>(v[0]));
-    it.n = static_cast<uint32_t>(GetBE(v.data() + 1, 4));
-    it.prev_ino = GetBE(v.data() + 5, 8);
-    it.prev_offset = GetBE(v.data() + 13, 8);
+    it.n = static_cast<uint32_t>(LoadBEBytes(v.data() + 1, 4));
+    it.prev_ino = LoadBEBytes(v.data() + 5, 8);
+    it.prev_offset = LoadBEBytes(v.data() + 13, 8);
     it.queued_ns = now;
     rq_.push_back(it);
     return true;

@@ -1,5 +1,6 @@
 #include "lineage.h"
 
+#include "lmc/bytes.h"
 #include "lmc/fs/records.h"
 
 #include <array>
@@ -66,13 +67,13 @@ void AppendChunkPart(std::string& k, const ChunkSpec& spec) {
     k += spec.region_name;
     k.push_back('\0');
     k.push_back(static_cast<char>(spec.dtype));
-    PutBE(&k, spec.region_length, 8);
-    PutBE(&k, spec.region_offset, 8);
+    AppendBEBytes(&k, spec.region_length, 8);
+    AppendBEBytes(&k, spec.region_offset, 8);
   } else {
     k.push_back('m');
-    PutBE(&k, spec.offset, 8);
+    AppendBEBytes(&k, spec.offset, 8);
   }
-  PutBE(&k, spec.length, 4);
+  AppendBEBytes(&k, spec.length, 4);
 }
 }  // namespace
 
@@ -88,7 +89,7 @@ std::string LineageKey(std::string_view file_name, const ChunkSpec& spec) {
 std::string DirLineageKey(uint64_t dir_ino, const ChunkSpec& spec) {
   if (spec.length == 0 || dir_ino == 0) return {};
   std::string k = kDirLineagePrefix;
-  PutBE(&k, dir_ino, 8);
+  AppendBEBytes(&k, dir_ino, 8);
   AppendChunkPart(k, spec);
   return k;
 }
@@ -123,8 +124,8 @@ std::optional<LineageEntry> LineageIndex::Lookup(const std::string& lineage) {
   LineageEntry e;
   e.key = store::ChunkKey::FromBytes(reinterpret_cast<const uint8_t*>(v->data()));
   if (v->size() == kKey + 16) {
-    e.ino = GetBE(v->data() + kKey, 8);
-    e.offset = GetBE(v->data() + kKey + 8, 8);
+    e.ino = LoadBEBytes(v->data() + kKey, 8);
+    e.offset = LoadBEBytes(v->data() + kKey + 8, 8);
   }
   std::lock_guard l(mu_);
   if (!map_.count(lineage)) CacheLocked(lineage, e);
@@ -133,8 +134,8 @@ std::optional<LineageEntry> LineageIndex::Lookup(const std::string& lineage) {
 
 void LineageIndex::Record(const std::string& lineage, const LineageEntry& entry, store::Batch* batch) {
   std::string v(entry.key.view());
-  PutBE(&v, entry.ino, 8);
-  PutBE(&v, entry.offset, 8);
+  AppendBEBytes(&v, entry.ino, 8);
+  AppendBEBytes(&v, entry.offset, 8);
   batch->Put(store::Cf::kMeta, lineage, v);
   std::lock_guard l(mu_);
   CacheLocked(lineage, entry);

@@ -12,6 +12,8 @@
 #include <string>
 #include <string_view>
 
+#include "lmc/bytes.h"
+
 namespace lmc::store {
 
 struct ChunkKey {
@@ -39,9 +41,7 @@ struct ChunkKey {
 
 struct ChunkKeyHash {
   size_t operator()(const ChunkKey& k) const {
-    size_t h;
-    std::memcpy(&h, k.bytes.data(), sizeof h);  // already uniformly distributed
-    return h;
+    return static_cast<size_t>(LoadLE64(k.bytes.data()));  // already uniformly distributed
   }
 };
 

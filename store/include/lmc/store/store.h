@@ -272,25 +272,50 @@ enum FsckExit : int {
   kFsckCancelled = 32,
 };
 
+// One problem Store::Fsck found. Callers act on the structured fields; the
+// message is for people and may be reworded at any time.
+struct FsckProblem {
+  enum class Kind : uint8_t {
+    kBadRecord,          // record, frame or pack header fails verification; entry names an unknown pack
+    kBadIndexValue,      // chunk/pack/extent key or value fails its checks
+    kMissingChunk,       // referenced (extent or delta base) but not indexed
+    kRefcountMismatch,   // stored count != references (including leaks)
+    kLiveBytesMismatch,  // pack's live bytes != its chunks' record bytes
+    kOrphanPack,         // pack file the index does not know
+    kUncommittedTail,    // pack file longer than its committed size
+    kMissingPack,        // indexed pack file absent or short
+    kDependantIndex,     // dep/ record missing or naming no such dependant
+    kDepth,              // entry's depth != its chain's
+  };
+  Kind kind = Kind::kBadRecord;
+  std::optional<ChunkKey> key = std::nullopt;      // the chunk concerned
+  std::optional<ChunkKey> base = std::nullopt;     // its delta base, where the problem involves one
+  std::optional<uint64_t> pack_id = std::nullopt;  // the pack concerned
+  std::optional<uint64_t> offset = std::nullopt;   // with pack_id: the record's offset in it
+  std::optional<uint64_t> ino = std::nullopt;      // the inode whose extent is concerned
+  bool repaired = false;
+  std::string message;  // one line, for people
+};
+// Stable lower-case name of a kind ("bad_record", ...; docs/FORMAT.md, "Control protocol").
+const char* FsckProblemKindName(FsckProblem::Kind kind);
+
+// fsck(8) exit code of a run that found `errors` problems and repaired
+// `fixed` of them: the one place that decides it.
+int FsckExitCode(uint64_t errors, uint64_t fixed);
+// Exit code of an fsck that could not run (failure is not ok): cancelled
+// for kAborted, else an operational error.
+int FsckExitCode(const Status& failure);
+
 struct FsckReport {
   uint64_t chunks_checked = 0;
-  uint64_t bad_records = 0;        // record or frame fails verification
-  uint64_t bad_index_values = 0;   // chunk/pack/extent value fails its checks
-  uint64_t missing_chunks = 0;     // referenced (extent or base) but not indexed
-  uint64_t refcount_mismatches = 0;
-  uint64_t live_bytes_mismatches = 0;
-  uint64_t orphan_packs = 0;       // pack files the index does not know
-  uint64_t orphan_bytes = 0;       // tails and orphan packs
-  uint64_t missing_packs = 0;      // indexed pack file absent or short
-  uint64_t dependant_index_mismatches = 0;  // dep/ record missing or naming no such dependant
-  uint64_t depth_mismatches = 0;   // entry's depth != depth(base) + 1 (0 without base)
-  uint64_t errors = 0;             // problems found
-  uint64_t fixed = 0;              // of those, repaired
-  std::vector<std::string> messages;  // one line per problem
-  int ExitCode() const {
-    if (errors == 0) return kFsckOk;
-    return fixed >= errors ? kFsckCorrected : kFsckUncorrected;
-  }
+  uint64_t orphan_bytes = 0;  // tails and orphan packs
+  std::vector<FsckProblem> problems;  // in the order found
+  uint64_t Count(FsckProblem::Kind kind) const;
+  uint64_t errors() const { return problems.size(); }  // problems found
+  uint64_t fixed() const;                               // of those, repaired
+  // One line per problem, " (repaired)" appended to those repaired.
+  std::vector<std::string> Messages() const;
+  int ExitCode() const { return FsckExitCode(errors(), fixed()); }
 };
 // Exit code of an fsck run that may have failed to run at all.
 int FsckExitCode(const Result<FsckReport>& r);

@@ -16,6 +16,7 @@
 #include <sys/types.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -58,12 +59,26 @@ struct FsckRunOptions {
   bool online = false;           // the store is in use: tree checks need two passes to agree
   bool deep = false;             // also decode every frame and check SHA-256(bytes) == key
   std::string quarantine_path;   // when repairing: where removed records' metadata is written
+  store::Env* env = nullptr;     // writes the quarantine report; nullptr: store::Env::Default()
   std::function<bool()> cancelled;
 };
 // Store::Fsck plus the tree checks, and the paths of the files any
 // corruption affects. Result documented in docs/FORMAT.md; its
 // "exit_code" follows fsck(8) (store::FsckExit).
 Result<std::string> RunFsck(store::Store& store, const FsckRunOptions& options, const EventFn& events);
+
+// The part of RunFsck after Store::Fsck: the tree checks, the chunks the
+// report's problems name confirmed bad, the files they affect, with repair
+// the quarantine report and the tree repairs; the document. It reads the
+// report's structured fields only (kinds, keys, repaired), never message
+// text, so rewording a message changes nothing it decides.
+struct FsckTiming {
+  std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();  // "seconds" counts from here
+  double verify_seconds = 0;  // the store part
+  uint64_t verified_bytes = 0;
+};
+Result<std::string> CompleteFsck(store::Store& store, const store::FsckReport& report,
+                                 const FsckRunOptions& options, const FsckTiming& timing = {});
 
 // gc's hook for dead delta bases (GcOptions::before_compact, also
 // ControlServer::SetBeforeCompact): Store::RewriteDeadBases with the LMC

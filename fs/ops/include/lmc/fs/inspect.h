@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -95,7 +96,10 @@ struct TreeProblem {
   uint64_t ino = 0;
   uint32_t want_nlink = 0;  // kLinkCount
   bool repairable = false;
+  std::optional<store::ChunkKey> chunk = std::nullopt;  // kMissingChunk: the chunk the extent names
 };
+// Stable lower-case name of a kind ("dangling_dirent", ...; docs/FORMAT.md, "Control protocol").
+const char* TreeProblemKindName(TreeProblem::Kind kind);
 
 struct TreeCheck {
   std::vector<TreeProblem> problems;

@@ -68,14 +68,4 @@ struct ExtentRec {
 std::string EncodeExtentRec(const ExtentRec& e);
 std::optional<ExtentRec> DecodeExtentRec(std::string_view v);
 
-void PutU32(std::string* s, uint32_t v);
-void PutU64(std::string* s, uint64_t v);
-uint32_t GetU32(const char* p);
-uint64_t GetU64(const char* p);
-// Big-endian integers of `bytes` bytes (1..8).
-void PutBE(std::string* s, uint64_t v, int bytes);
-uint64_t GetBE(const char* p, int bytes);
-void PutBE64(std::string* s, uint64_t v);
-uint64_t GetBE64(const char* p);
-
 }  // namespace lmc::fs
