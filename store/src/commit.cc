@@ -479,20 +479,20 @@ Status Store::Impl::CommitGroup(const std::vector<Writer*>& group) {
   LMC_RETURN_IF_ERROR(AppendDurably(records));
 
   // 2. One index batch: chunk entries, pack sizes and live bytes, fs metadata.
-  std::vector<ChunkKey> new_zombies, gone_zombies;
+  std::vector<ChunkKey> newly_pinned_dead, no_longer_pinned_dead;
   {
     std::lock_guard pl(pin_mu);
     for (const auto& [key, slot] : ov.slots()) {
       if (!slot.dirty) continue;
       if (slot.present) wb.Put(chunks_cf, key.view(), fmt::EncodeChunkEntry(key, slot.e));
       else wb.Delete(chunks_cf, key.view());
-      const bool zombie = slot.present && slot.e.refcount == 0;
-      if (zombie && !zombies.count(key)) {
+      const bool dead_but_pinned = slot.present && slot.e.refcount == 0;
+      if (dead_but_pinned && !pinned_dead.count(key)) {
         wb.Put(handles[0], fmt::PinnedDeadKey(key), "");
-        new_zombies.push_back(key);
-      } else if (!zombie && zombies.count(key)) {
+        newly_pinned_dead.push_back(key);
+      } else if (!dead_but_pinned && pinned_dead.count(key)) {
         wb.Delete(handles[0], fmt::PinnedDeadKey(key));
-        gone_zombies.push_back(key);
+        no_longer_pinned_dead.push_back(key);
       }
     }
   }
@@ -529,9 +529,9 @@ Status Store::Impl::CommitGroup(const std::vector<Writer*>& group) {
   for (const auto& [id, m] : new_meta) packs[id] = m;
   {
     std::lock_guard pl(pin_mu);
-    for (const ChunkKey& k : new_zombies) zombies.insert(k);
-    for (const ChunkKey& k : gone_zombies) {
-      zombies.erase(k);
+    for (const ChunkKey& k : newly_pinned_dead) pinned_dead.insert(k);
+    for (const ChunkKey& k : no_longer_pinned_dead) {
+      pinned_dead.erase(k);
       reap.erase(k);
     }
     for (const ChunkKey& k : reaping) reap.erase(k);
@@ -544,7 +544,7 @@ Status Store::Impl::CommitGroup(const std::vector<Writer*>& group) {
         if (it == pins.end()) continue;
         if (--it->second == 0) {
           pins.erase(it);
-          if (zombies.count(op.key)) reap.insert(op.key);
+          if (pinned_dead.count(op.key)) reap.insert(op.key);
         }
       }
     }

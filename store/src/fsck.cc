@@ -422,7 +422,7 @@ class FsckRun {
     {
       std::lock_guard pl(s_.pin_mu);
       for (const auto& [key, e] : chunks_)
-        if (e.refcount == 0 && refs_[key] == 0 && s_.zombies.count(key)) pinned_dead.insert(key);
+        if (e.refcount == 0 && refs_[key] == 0 && s_.pinned_dead.count(key)) pinned_dead.insert(key);
     }
     if (repair_) DropLeaks(pinned_dead);
     for (auto& [key, e] : chunks_) {

@@ -291,7 +291,7 @@ Status Store::Impl::ReapPinnedDead() {
       return Status::Corruption("store " + dir + ": malformed pinned-dead marker in the index (run fsck)");
     const ChunkKey key = ChunkKey::FromBytes(reinterpret_cast<const uint8_t*>(k.data() + prefix.size()));
     std::lock_guard l(pin_mu);
-    zombies.insert(key);
+    pinned_dead.insert(key);
     reap.insert(key);
     n++;
   }
@@ -499,13 +499,13 @@ void Store::UnpinChunk(const ChunkKey& key) {
   if (it == s.pins.end()) return;
   if (--it->second == 0) {
     s.pins.erase(it);
-    if (s.zombies.count(key)) s.reap.insert(key);
+    if (s.pinned_dead.count(key)) s.reap.insert(key);
   }
 }
 
 uint64_t Store::PinnedDeadChunks() const {
   std::lock_guard l(impl_->pin_mu);
-  return impl_->zombies.size();
+  return impl_->pinned_dead.size();
 }
 
 Result<Store::DiskUsage> Store::GetDiskUsage() const {

@@ -85,7 +85,7 @@ struct Store::Impl {
   // Chunks indexed with refcount 0 because a pin held them when their last
   // reference went (each has a marker in the default column family), and
   // those of them whose last pin is gone: the next commit group drops them.
-  std::set<ChunkKey> zombies, reap;
+  std::set<ChunkKey> pinned_dead, reap;
   bool Pinned(const ChunkKey& key) const {
     std::lock_guard l(pin_mu);
     return pins.count(key) > 0;

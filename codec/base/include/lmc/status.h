@@ -1,6 +1,6 @@
-// Status and Result<T>: the one error idiom of lmcfs (see ../shared/STYLE.md,
-// convention 2). Every boundary returns one of these; nothing throws across
-// a library API.
+// Status and Result<T>: the one error idiom of lmcfs (LevelDB's Status, with
+// codes callers can act on). Every boundary returns one of these; nothing
+// throws across a library API.
 #pragma once
 
 #include <cassert>
