@@ -75,6 +75,10 @@ def du(root):
     return alloc, apparent, files
 
 
+def loadavg():
+    return Path("/proc/loadavg").read_text().split()[0]
+
+
 def disk_write_bytes(pid):
     """Bytes process pid has sent to the block layer (/proc/PID/io: written
     minus dirty page-cache bytes dropped by truncate or unlink), or ''."""
@@ -216,6 +220,7 @@ def run(argv):
             writer.writeheader()
         th = threading.Thread(target=sampler, daemon=True)
         th.start()
+        load0 = loadavg()
         cmd = [sys.executable, __file__, "train", a.out, "--events", a.events] + \
             [x for x in a.train_args if x != "--"]
         child = subprocess.Popen(cmd)
@@ -231,6 +236,7 @@ def run(argv):
             print(f"space_bench: training ({a.run}) failed with exit status {rc}", file=sys.stderr)
             return 1
         t_train = time.time() - t_start
+        info = {"seconds": t_train, "load": [load0, loadavg()]}
         phase[0] = "drain"
         time.sleep(a.drain)
         if a.stat_cmd and a.mount:
@@ -248,11 +254,13 @@ def run(argv):
                     shutil.rmtree(e.path)
                 else:
                     os.unlink(e.path)
+            info["t_delete"] = time.time() - t_start
             print(f"space_bench: deleted every file of {a.mount} in {time.time() - t0:.3f} s", flush=True)
             time.sleep(a.delete_wait)
         stop.set()
         th.join()
         sample()  # the final figures, in the last phase
+    Path(a.events).with_name(f"run-{a.run}.json").write_text(json.dumps(info))
     print(f"space_bench: {a.run}: training {t_train:.1f} s, {len(rows)} samples", flush=True)
     return 0
 
@@ -369,16 +377,25 @@ def report(argv):
     ps, pr = save_stats(saves["plain"])
     ls, lr = save_stats(saves["lmcfs"])
     ckpt = saves["lmcfs"][-1]["bytes"] if saves["lmcfs"] else 0
-    train_end = {run: max((r["t_s"] for r in rr if r["phase"] == "train"), default=0)
-                 for run, rr in (("plain", plain), ("lmcfs", lm))}
+    runs = {run: json.loads(Path(w / a.label / f"run-{run}.json").read_text()) for run in ("plain", "lmcfs")}
 
+    # Write amplification: a field of the daemon's if it has one; else its
+    # pack bytes appended over the bytes written into the mount, if it
+    # counts both.
     wa = find_key(stat_doc, "amplif") if stat_doc else None
-    wa_text = f"{wa[1]:.3f} (`{wa[0]}`)" if wa else "not exposed by `lmcfs-stat --json`"
-    # Our own figure: what the daemon sent to the disk over what was written
-    # into the mount, up to the end of the drain.
-    logical = None
-    if stat_doc and "daemon" in stat_doc and "write_bytes" in stat_doc["daemon"]:
-        logical = stat_doc["daemon"]["write_bytes"]
+    daemon = (stat_doc or {}).get("daemon", {})
+    logical = daemon.get("write_bytes")
+    if wa:
+        wa_text = f"{wa[1]:.3f} (`{wa[0]}`)"
+    elif logical and "store_bytes_appended" in daemon:
+        wa_text = (f"no such field; store_bytes_appended / write_bytes = "
+                   f"{daemon['store_bytes_appended'] / logical:.3f} "
+                   f"({mib(daemon['store_bytes_appended'])} / {mib(logical)})")
+    else:
+        wa_text = "not exposed by `lmcfs-stat --json`"
+    # Our own figure, which also counts the index: what the daemon sent to
+    # the disk over what was written into the mount, up to the end of the
+    # drain.
     disk = lm_end["daemon_disk_write_bytes"]
     wa_proc = f"{disk / logical:.3f} ({mib(disk)} / {mib(logical)})" if disk and logical else "-"
 
@@ -392,10 +409,13 @@ def report(argv):
     p("")
     p("| figure | plain dir | lmcfs |")
     p("|---|---|---|")
-    p(f"| training wall time (to the last save) | {train_end['plain']:.0f} s | {train_end['lmcfs']:.0f} s |")
+    p(f"| training process wall time (Python start to exit) | {runs['plain']['seconds']:.1f} s | "
+      f"{runs['lmcfs']['seconds']:.1f} s |")
+    p(f"| load average (1 min) at its start / exit | {runs['plain']['load'][0]} / {runs['plain']['load'][1]} | "
+      f"{runs['lmcfs']['load'][0]} / {runs['lmcfs']['load'][1]} |")
     p(f"| backing bytes, max (plain dir / store dir) | {mib(max(r['backing_bytes'] for r in plain))} | "
       f"{mib(max(r['backing_bytes'] for r in lm_kept))} |")
-    p(f"| backing bytes, final (after the {lm_end['t_s'] - train_end['lmcfs']:.0f} s drain) | "
+    p(f"| backing bytes, final (after the {lm_end['t_s'] - runs['lmcfs']['seconds']:.0f} s drain) | "
       f"{mib(plain_end['backing_bytes'])} | {mib(lm_end['backing_bytes'])} |")
     p(f"| of which index / packs, final | - | {mib(lm_end['index_bytes'])} / {mib(lm_end['packs_bytes'])} |")
     p(f"| live files, apparent, final | {mib(plain_end['live_apparent'])} | {mib(lm_end['live_apparent'])} |")
@@ -408,7 +428,7 @@ def report(argv):
       "| store / plain dir | - | - |")
     p(f"| save time, mean | {ps} | {ls} |")
     p(f"| save throughput, mean (apparent bytes / save time) | {pr} | {lr} |")
-    p(f"| write amplification (daemon) | - | {wa_text} |")
+    p(f"| write amplification (daemon counters, after the drain) | - | {wa_text} |")
     p(f"| daemon's disk writes / bytes written into the mount (/proc/PID/io) | - | {wa_proc} |")
     p("")
 
@@ -423,7 +443,7 @@ def report(argv):
                     ("empty store, after unmount", empty["unmounted"])):
         p(f"| {name} | {d['allocated']} B | {d['apparent']} B | {d['index']} B | {d['allocated'] - d['index']} B |")
     if dl:
-        t_del = dl[0]["t_s"]
+        t_del = runs["lmcfs"]["t_delete"]  # when the last file was gone
         first = dl[0]
         last = dl[-1]
         under = next((r for r in dl if r["backing_bytes"] - r["index_bytes"] < MIB), None)
