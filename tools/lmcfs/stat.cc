@@ -4,6 +4,7 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
+#include <ctime>
 #include <nlohmann/json.hpp>
 
 #include "common.h"
@@ -82,9 +83,11 @@ void PrintTable(const json& doc, const std::string& sort, bool reverse, bool byt
   char lf[32];
   std::snprintf(lf, sizeof lf, "%.1f%%", 100.0 * t["live_fraction"].get<double>());
   out << "  packs " << t["packs"].get<uint64_t>() << ", pack bytes " << Size(t["pack_bytes"], bytes)
-      << ", live " << Size(t["live_bytes"], bytes) << " (" << lf << ")";
+      << ", live " << Size(t["live_bytes"], bytes) << " (" << lf << "), dead "
+      << Size(t.value("dead_bytes", json(0)), bytes);
   if (t.contains("index_bytes")) out << ", index " << Size(t["index_bytes"], bytes);
   out << "\n";
+  if (t.contains("disk_bytes")) out << "  on disk " << Size(t["disk_bytes"], bytes) << " (store directory)\n";
   if (doc.contains("daemon")) {
     const json& d = doc["daemon"];
     const double up = std::max(d["uptime_s"].get<double>(), 1e-9);
@@ -104,6 +107,24 @@ void PrintTable(const json& doc, const std::string& sort, bool reverse, bool byt
           << x.value("rebased", uint64_t{0}) << " prior versions re-encoded as deltas ("
           << x.value("rebase_pending", uint64_t{0}) << " pending, " << x.value("rebase_keyframes", uint64_t{0})
           << " kept as keyframes, " << x.value("rebase_errors", uint64_t{0}) << " errors)\n";
+    }
+    if (d.contains("reclaim_passes")) {
+      const int64_t last = d["reclaim_last_pass_unix"].get<int64_t>();
+      out << "  reclamation: " << d["reclaim_passes"].get<uint64_t>() << " passes ("
+          << d["reclaim_passes_stopped"].get<uint64_t>() << " stopped for foreground work, "
+          << d["reclaim_errors"].get<uint64_t>() << " failed), gave back " << Size(d["reclaim_bytes_reclaimed"], bytes)
+          << ", copied " << Size(d["reclaim_bytes_copied"], bytes) << ", "
+          << d["reclaim_dead_bases_rewritten"].get<uint64_t>() << " dead-base dependants rewritten, "
+          << d["reclaim_ms"].get<uint64_t>() / 1000.0 << " s";
+      if (last > 0) out << ", last pass " << static_cast<int64_t>(std::time(nullptr)) - last << " s ago";
+      out << (d.value("reclaim_enabled", uint64_t{1}) ? "" : " (gc=off)") << "\n";
+    }
+    if (d.contains("write_amplification")) {
+      char wa[32];
+      std::snprintf(wa, sizeof wa, "%.3f", d["write_amplification"].get<double>());
+      out << "  written to disk: packs " << Size(d["store_pack_bytes_written"], bytes) << ", index "
+          << Size(d["store_index_bytes_written"], bytes) << " (write amplification " << wa
+          << " bytes per byte written)\n";
     }
     if (d.contains("store_base_cache_hits"))
       out << "  decoded delta bases: " << d["store_base_cache_hits"].get<uint64_t>() << " from the cache, "

@@ -32,6 +32,7 @@
 #include "lmc/fs/filesystem.h"
 #include "lmc/gpu.h"
 #include "lmc/fs/fuse_session.h"
+#include "lmc/fs/reclaim.h"
 #include "lmc/fs/snapshots.h"
 #include "lmc/store/store.h"
 
@@ -92,6 +93,13 @@ once it is installed as /sbin/mount.lmcfs (cmake --install puts it there).
                         deltas against the chunk of the same tensor (name,
                         dtype, length, offset) in a file directly in DIR, when
                         smaller (fine-tuning from a stored model)
+     gc=auto|off        give dead bytes back in the background (default auto):
+                        when more than gc_dead percent of the pack bytes are
+                        dead and the mount has been idle for a moment, packs
+                        are compacted, emptiest first, and dead delta bases
+                        rewritten; it stops for reads and writes. off: only
+                        lmcfs-gc reclaims
+     gc_dead=PCT        the bound on dead pack bytes, 1-90 (default 10)
      allow_other        let other users access the mount (needs user_allow_other
                         in /etc/fuse.conf for non-root)
      ro                 read-only
@@ -114,6 +122,7 @@ struct Options {
   bool foreground = false, allow_other = false, ro = false, nonempty = false;
   std::vector<std::string> fuse_opts;
   DeltaOptions delta;
+  ReclaimOptions reclaim;
 };
 
 bool ParseSize(const std::string& s, uint64_t* out) {
@@ -205,6 +214,13 @@ int ParseArgs(int argc, char** argv, Options* o) {
       }
       else if (k == "delta" || k == "delta_chain" || k == "delta_base") {
         auto r = ParseDeltaOption(k, v, &o->delta);
+        if (!r.ok()) {
+          std::fprintf(stderr, "mount.lmcfs: %s\n", r.status().message().c_str());
+          return false;
+        }
+      }
+      else if (k == "gc" || k == "gc_dead") {
+        auto r = ParseReclaimOption(k, v, &o->reclaim);
         if (!r.ok()) {
           std::fprintf(stderr, "mount.lmcfs: %s\n", r.status().message().c_str());
           return false;
@@ -441,6 +457,38 @@ int Serve(const Options& o, int report_fd) {
   }
   std::unique_ptr<Filesystem> fs = std::move(fsr).value();
   InstallSnapshotPolicy(fs.get(), o.delta);
+  // Background reclamation (lmc/fs/reclaim.h): idle means no read, write or
+  // removal since the last poll and no rebase pending.
+  Filesystem* f = fs.get();
+  Reclaimer reclaimer(store.get(), o.reclaim, [f] {
+    const FsCounters& c = f->counters();
+    return ReclaimActivity{c.write_calls + c.read_calls + c.removals, c.removals, f->BackgroundPending()};
+  });
+  auto daemon_counters = [&reclaimer, f] {
+    auto v = f->NamedCounters();
+    for (auto& x : reclaimer.Stats().Named()) v.push_back(std::move(x));
+    v.emplace_back("reclaim_enabled", reclaimer.options().enabled ? 1 : 0);
+    return v;
+  };
+  // The same figures on the mount root (getfattr -d -m - MOUNT).
+  f->SetRootAttributes([&reclaimer, f] {
+    std::vector<std::pair<std::string, std::string>> a;
+    const store::StoreStats ss = f->store()->Stats();
+    const uint64_t logical = f->counters().write_bytes;
+    const ReclaimStats rs = reclaimer.Stats();
+    a.emplace_back("dead_bytes", std::to_string(ss.dead_bytes()));
+    a.emplace_back("pack_bytes", std::to_string(ss.pack_bytes));
+    if (auto u = f->store()->GetDiskUsage(); u.ok()) a.emplace_back("disk_bytes", std::to_string(u->total));
+    a.emplace_back("reclaimed_bytes", std::to_string(rs.bytes_reclaimed));
+    a.emplace_back("reclaim_copied_bytes", std::to_string(rs.bytes_copied));
+    a.emplace_back("reclaim_passes", std::to_string(rs.passes));
+    a.emplace_back("reclaim_last_pass_unix", std::to_string(rs.last_pass_unix));
+    char wa[32];
+    std::snprintf(wa, sizeof wa, "%.3f",
+                  logical ? double(ss.pack_bytes_written + ss.index_bytes_written) / double(logical) : 0.0);
+    a.emplace_back("write_amplification", wa);
+    return a;
+  });
   // The control channel of lmcfs-gc/-stat/-fsck (lmc/fs/control.h); the
   // mount serves without it if it cannot start.
   control::ControlServer control;
@@ -458,11 +506,11 @@ int Serve(const Options& o, int report_fd) {
     spdlog::info("lmcfs: mounted {} at {}; codec path: CPU (gpu={}; GPU: {})", o.store, o.mountpoint,
                  o.gpu, GpuDescription());
     control.SetBeforeCompact(control::DeadBaseGcHook());  // lmcfs-gc re-encodes dependants of dead delta bases
-    Filesystem* f = fs.get();
-    auto daemon = [f] { return control::DaemonStats{f->NamedCounters(), f->DeltaCounters()}; };
+    auto daemon = [&] { return control::DaemonStats{daemon_counters(), f->DeltaCounters()}; };
     if (Status cs = control.Start(f->store(), o.store, getuid(), daemon); !cs.ok())
       spdlog::warn("lmcfs: no control channel for {} ({}); lmcfs-gc/-stat/-fsck cannot reach this mount",
                    o.mountpoint, cs.ToString());
+    reclaimer.Start();
     if (report_fd >= 0) {
       Report(report_fd, 0, "");
       int nul = open("/dev/null", O_RDWR);
@@ -480,6 +528,7 @@ int Serve(const Options& o, int report_fd) {
     Report(report_fd, rc, error);
     return rc;
   }
+  reclaimer.Stop();
   control.Stop();
   Status s = fs->Shutdown();
   fs.reset();

@@ -180,6 +180,7 @@ void FileData::ReplaceRange(uint64_t a, uint64_t b, const ExtentRec* nw) {
     owner_.rec.stored += nw->Stored();
   }
   if (!removed.empty() || nw) owner_.rec_dirty = true;
+  if (!removed.empty()) shared_.counters.removals++;
 }
 
 int FileData::GetChunk(const ExtentRec& e, store::ChunkBytes* out) {
@@ -604,6 +605,7 @@ int FileData::CloneFrom(FileData& src, uint64_t soff, uint64_t doff, uint64_t le
 
 int FileData::Purge(store::Batch* b) {
   if (owner_.purged) return 0;
+  shared_.counters.removals++;
   KillStream();
   dirty_.clear();
   dirty_bytes_ = 0;

@@ -92,6 +92,7 @@ std::vector<std::pair<std::string, uint64_t>> Filesystem::DeltaCounters() const 
 std::vector<std::pair<std::string, uint64_t>> Filesystem::NamedCounters() const {
   const FsCounters& c = counters_;
   return {{"write_calls", c.write_calls.load()},       {"write_bytes", c.write_bytes.load()},
+          {"read_calls", c.read_calls.load()},         {"removals", c.removals.load()},
           {"bytes_encoded", c.bytes_written.load()},   {"chunks_written", c.chunks_written.load()},
           {"data_commits", c.commits.load()},          {"cache_hits", c.cache_hits.load()},
           {"cache_misses", c.cache_misses.load()},     {"eio", c.eio.load()}};
@@ -753,6 +754,7 @@ int Filesystem::Release(uint64_t ino) {
 }
 
 int Filesystem::Read(uint64_t ino, uint64_t off, size_t size, std::string* out) {
+  counters_.read_calls++;
   return WithInode(*impl_, ino, [&](Inode& in) {
     if (in.IsDir()) return EISDIR;
     return in.data.Read(off, size, out);
@@ -827,6 +829,14 @@ int Filesystem::CopyRange(uint64_t src, uint64_t soff, uint64_t dst, uint64_t do
 
 int Filesystem::StatFs(struct statvfs* out) {
   if (::statvfs(store_dir_.c_str(), out) != 0) return errno;
+  // The backing filesystem's size and free space, with used = what the
+  // store directory occupies (df's used is f_blocks - f_bfree), so df on
+  // the mount shows what lmcfs costs on the disk.
+  if (auto u = store_->GetDiskUsage(); u.ok() && out->f_frsize > 0) {
+    const uint64_t used = (u->total + out->f_frsize - 1) / out->f_frsize;
+    out->f_bfree = out->f_blocks > used ? out->f_blocks - used : 0;
+    out->f_bavail = std::min<uint64_t>(out->f_bavail, out->f_bfree);
+  }
   std::lock_guard lk(impl_->table_mu);
   out->f_files = impl_->next_ino;
   out->f_ffree = UINT32_MAX;

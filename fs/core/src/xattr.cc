@@ -71,6 +71,8 @@ std::string XattrPrefix(uint64_t ino) {
   return k;
 }
 
+void Filesystem::SetRootAttributes(RootAttributesFn fn) { root_attributes_ = std::move(fn); }
+
 int Filesystem::GetXattr(uint64_t ino, std::string_view name, std::string* value) {
   Impl& m = *impl_;
   int err = 0;
@@ -80,6 +82,13 @@ int Filesystem::GetXattr(uint64_t ino, std::string_view name, std::string* value
     if (ino != kRootIno) return ENODATA;
     *value = std::to_string(BackgroundPending());
     return 0;
+  }
+  if (ino == kRootIno && Virtual(name) && root_attributes_) {
+    for (auto& [n, v] : root_attributes_())
+      if (name.substr(kVirtualPrefix.size()) == n) {
+        *value = std::move(v);
+        return 0;
+      }
   }
   if (Virtual(name) && (name == kDelta || name == kStandalone || name == kDedup)) {
     {
@@ -124,6 +133,11 @@ int Filesystem::ListXattr(uint64_t ino, std::string* names) {
   {
     std::lock_guard lk(in->mu);
     reg = in->IsReg();
+  }
+  if (ino == kRootIno) {
+    names->append(kPendingRebases).push_back('\0');
+    if (root_attributes_)
+      for (const auto& [n, v] : root_attributes_()) names->append(kVirtualPrefix).append(n).push_back('\0');
   }
   if (reg) {
     names->append(kStored).push_back('\0');

@@ -119,17 +119,6 @@ const char* TypeName(uint32_t mode) {
   }
 }
 
-uint64_t DirBytes(const std::string& dir) {
-  uint64_t n = 0;
-  std::error_code ec;
-  for (auto it = std::filesystem::recursive_directory_iterator(dir, ec);
-       !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
-    std::error_code e2;
-    if (it->is_regular_file(e2)) n += it->file_size(e2);
-  }
-  return n;
-}
-
 // The chunks the store's problems name (each problem's chunk and its delta
 // base): the candidates fsck then confirms bad one by one.
 std::set<store::ChunkKey> ChunksNamed(const store::FsckReport& r) {
@@ -400,7 +389,14 @@ Result<std::string> RunStat(store::Store& st, const std::string& store_dir,
                  {"pack_bytes", t.pack_bytes},
                  {"live_bytes", t.live_bytes},
                  {"live_fraction", t.LiveFraction()}});
-  if (!store_dir.empty()) totals["index_bytes"] = DirBytes(store_dir + "/index");
+  totals["dead_bytes"] = t.pack_bytes > t.live_bytes ? t.pack_bytes - t.live_bytes : 0;
+  if (!store_dir.empty()) {
+    // What the store directory occupies on the backing disk (allocated).
+    if (auto u = st.GetDiskUsage(); u.ok()) {
+      totals["disk_bytes"] = u->total;
+      totals["index_bytes"] = u->index;
+    }
+  }
   json j = {{"entries", entries}, {"totals", totals}};
   if (daemon) {
     const store::StoreStats ss = st.Stats();
@@ -412,8 +408,18 @@ Result<std::string> RunStat(store::Store& st, const std::string& store_dir,
               {"store_base_cache_hits", ss.base_cache_hits},
               {"store_base_cache_misses", ss.base_cache_misses},
               {"store_rebased", ss.rebased},
-              {"store_rebase_skipped", ss.rebase_skipped}};
+              {"store_rebase_skipped", ss.rebase_skipped},
+              {"store_pack_bytes_written", ss.pack_bytes_written},
+              {"store_index_bytes_written", ss.index_bytes_written},
+              {"store_compact_bytes_copied", ss.compact_bytes_copied},
+              {"store_compact_bytes_reclaimed", ss.compact_bytes_reclaimed}};
     for (const auto& [k, v] : daemon->counters) d[k] = v;
+    // Bytes written to the backing disk (packs, index) per byte written
+    // into the mount, since the mount started.
+    const uint64_t logical = d.value("write_bytes", uint64_t{0});
+    d["write_amplification"] =
+        logical ? static_cast<double>(ss.pack_bytes_written + ss.index_bytes_written) / static_cast<double>(logical)
+                : 0.0;
     json delta = json::object();
     for (const auto& [k, v] : daemon->delta) delta[k] = v;
     d["delta"] = std::move(delta);

@@ -13,6 +13,7 @@
 #include <sys/types.h>
 
 #include <atomic>
+#include <functional>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -68,6 +69,10 @@ struct DirEntry {
 struct FsCounters {
   std::atomic<uint64_t> eio{0};          // operations answered EIO (corruption, I/O)
   std::atomic<uint64_t> write_calls{0};
+  std::atomic<uint64_t> read_calls{0};
+  // Files removed or cut (chunk references released by a purge, truncate or
+  // overwrite): what may leave dead bytes behind.
+  std::atomic<uint64_t> removals{0};
   std::atomic<uint64_t> write_bytes{0};  // bytes received by Write
   std::atomic<uint64_t> commits{0};      // store commits of data batches
   std::atomic<uint64_t> chunks_written{0};
@@ -153,6 +158,12 @@ class Filesystem {
   // The delta policy's named counters (empty without one).
   std::vector<std::pair<std::string, uint64_t>> DeltaCounters() const;
 
+  // Virtual read-only attributes of the mount root, by name (without the
+  // "user.lmcfs." prefix): the daemon's figures (reclamation) that the core
+  // does not own. Called on each getxattr/listxattr of the root.
+  using RootAttributesFn = std::function<std::vector<std::pair<std::string, std::string>>()>;
+  void SetRootAttributes(RootAttributesFn fn);
+
   // Installs the incremental-snapshot policy the write pipeline consults
   // for each chunk (lmc/fs/delta_policy.h); nullptr: none. Call before the first
   // write or while no write is in flight (encoder jobs hold the pointer).
@@ -172,6 +183,7 @@ class Filesystem {
   std::string store_dir_;
   FsOptions opts_;
   FsCounters counters_;
+  RootAttributesFn root_attributes_;
   std::unique_ptr<Impl> impl_;
 };
 

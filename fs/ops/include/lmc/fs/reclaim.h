@@ -1,0 +1,108 @@
+// Background space reclamation in the daemon (docs/ARCHITECTURE.md,
+// "Reclamation"): the store's dead bytes are given back without an
+// operator, the way ZFS and btrfs free blocks.
+//
+// A thread polls the store once a second. When dead pack bytes exceed
+// max_dead_fraction of all pack bytes (and at least min_dead_bytes), and the
+// filesystem has been idle for `idle` (no foreground operation, no
+// background rebase pending), it runs one pass: the dead-base rewrite when
+// files were removed since the last one, then Store::Compact with the
+// cost-benefit policy down to half the bound, sealing the active pack when
+// it holds dead bytes worth it. Foreground work coming back stops the pass
+// after the pack in hand (each pack's move commits on its own, as with
+// lmcfs-gc, so a stopped or crashed pass leaves a consistent store). An
+// explicit lmcfs-gc and a pass take turns (the store's maintenance lock).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "lmc/status.h"
+#include "lmc/store/store.h"
+
+namespace lmc::fs {
+
+struct ReclaimOptions {
+  bool enabled = true;                // mount option gc=auto (true) | off
+  double max_dead_fraction = 0.10;    // gc_dead=PCT: a pass starts above this
+  uint64_t min_dead_bytes = 1 << 20;  // and with at least this many dead bytes
+  // Quiet time before a pass starts, and between the checks it makes.
+  std::chrono::milliseconds idle{1500};
+  std::chrono::milliseconds poll{1000};
+};
+
+// What the filesystem tells the reclaimer (polled): a count that changes
+// with every foreground operation, files removed so far, and background
+// work still queued (reverse-delta rebases).
+struct ReclaimActivity {
+  uint64_t operations = 0;
+  uint64_t removals = 0;
+  uint64_t background_pending = 0;
+};
+using ReclaimActivityFn = std::function<ReclaimActivity()>;
+
+struct ReclaimStats {
+  uint64_t passes = 0;              // passes run (finished or stopped)
+  uint64_t passes_stopped = 0;      // of those, stopped by foreground work
+  uint64_t bytes_reclaimed = 0;     // pack bytes given back
+  uint64_t bytes_copied = 0;        // live bytes compaction moved
+  uint64_t dead_bases_rewritten = 0;
+  uint64_t errors = 0;              // passes that failed (logged)
+  double seconds = 0;               // time spent in passes
+  int64_t last_pass_unix = 0;       // when the last pass ended (0: never)
+  // Name -> value, for lmcfs-stat's daemon object and the root xattrs.
+  std::vector<std::pair<std::string, uint64_t>> Named() const;
+};
+
+class Reclaimer {
+ public:
+  // `store` must outlive the Reclaimer. The dead-base rewrite uses the LMC
+  // codec (Store::RewriteDeadBases' default).
+  Reclaimer(store::Store* store, ReclaimOptions options, ReclaimActivityFn activity);
+  ~Reclaimer();  // Stop()
+  Reclaimer(const Reclaimer&) = delete;
+  Reclaimer& operator=(const Reclaimer&) = delete;
+
+  // Starts the thread (nothing when options.enabled is false).
+  void Start();
+  // Stops the thread; a running pass stops after the pack in hand.
+  void Stop();
+  ReclaimStats Stats() const;
+  const ReclaimOptions& options() const { return opts_; }
+
+  // One pass now if over the bound, whatever the activity (tests). Returns
+  // what it reclaimed.
+  Result<uint64_t> RunOnce();
+
+ private:
+  void Loop();
+  bool OverBound(const store::StoreStats& st) const;
+  // A pass; `busy` says when to stop between packs.
+  Result<uint64_t> Pass(const std::function<bool()>& busy);
+
+  store::Store* store_;
+  const ReclaimOptions opts_;
+  ReclaimActivityFn activity_;
+  uint64_t removals_seen_ = 0;  // removals at the last dead-base rewrite (Loop's thread)
+
+  mutable std::mutex mu_;  // guards stats_ and stop_
+  std::condition_variable cv_;
+  bool stop_ = false;
+  ReclaimStats stats_;
+  std::thread thread_;
+};
+
+// Parses a mount option of reclamation: "gc" (auto|off) or "gc_dead" (a
+// percentage 1..90, the bound). false when `key` is not one of them;
+// InvalidArgument naming the option and its values when the value is bad.
+Result<bool> ParseReclaimOption(std::string_view key, std::string_view value, ReclaimOptions* out);
+
+}  // namespace lmc::fs

@@ -1,0 +1,178 @@
+// Background space reclamation (lmc/fs/reclaim.h).
+#include "lmc/fs/reclaim.h"
+
+#include <spdlog/spdlog.h>
+
+#include <charconv>
+
+namespace lmc::fs {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+
+int64_t UnixNow() {
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+}  // namespace
+
+std::vector<std::pair<std::string, uint64_t>> ReclaimStats::Named() const {
+  return {{"reclaim_passes", passes},
+          {"reclaim_passes_stopped", passes_stopped},
+          {"reclaim_bytes_reclaimed", bytes_reclaimed},
+          {"reclaim_bytes_copied", bytes_copied},
+          {"reclaim_dead_bases_rewritten", dead_bases_rewritten},
+          {"reclaim_errors", errors},
+          {"reclaim_ms", static_cast<uint64_t>(seconds * 1000)},
+          {"reclaim_last_pass_unix", static_cast<uint64_t>(last_pass_unix)}};
+}
+
+Reclaimer::Reclaimer(store::Store* store, ReclaimOptions options, ReclaimActivityFn activity)
+    : store_(store), opts_(options), activity_(std::move(activity)) {}
+
+Reclaimer::~Reclaimer() { Stop(); }
+
+void Reclaimer::Start() {
+  if (!opts_.enabled || thread_.joinable()) return;
+  {
+    std::lock_guard l(mu_);
+    stop_ = false;
+  }
+  thread_ = std::thread([this] { Loop(); });
+}
+
+void Reclaimer::Stop() {
+  {
+    std::lock_guard l(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+ReclaimStats Reclaimer::Stats() const {
+  std::lock_guard l(mu_);
+  return stats_;
+}
+
+bool Reclaimer::OverBound(const store::StoreStats& st) const {
+  const uint64_t dead = st.dead_bytes();
+  return dead >= opts_.min_dead_bytes &&
+         static_cast<double>(dead) > opts_.max_dead_fraction * static_cast<double>(st.pack_bytes);
+}
+
+Result<uint64_t> Reclaimer::Pass(const std::function<bool()>& busy) {
+  const auto t0 = Clock::now();
+  const store::StoreStats before = store_->Stats();
+  ReclaimStats add;
+  bool stopped = false;
+  Status status;
+  // Files were removed: a delta base may now be referenced only by its
+  // dependants (a dead base); rewriting them standalone lets it go.
+  const ReclaimActivity act = activity_ ? activity_() : ReclaimActivity{};
+  if (act.removals != removals_seen_) {
+    auto r = store_->RewriteDeadBases({}, [&](const store::DeadBaseReport&) { return !busy(); });
+    if (!r.ok()) {
+      status = r.status();
+    } else {
+      add.dead_bases_rewritten = r->rewritten;
+      // It stops early (and says ok) when busy: then it is not done.
+      if (busy()) stopped = true;
+      else removals_seen_ = act.removals;
+    }
+  }
+  if (status.ok() && !stopped && OverBound(store_->Stats())) {
+    store::CompactOptions co;
+    co.policy = store::CompactOptions::Policy::kCostBenefit;
+    co.target_dead_fraction = opts_.max_dead_fraction / 2;  // hysteresis: not a pass per save
+    co.seal_active_dead_bytes = opts_.min_dead_bytes;
+    auto r = store_->Compact(co, [&](const store::CompactProgress&) { return !busy(); });
+    if (!r.ok()) {
+      if (r.status().code() == Code::kAborted) stopped = true;
+      else status = r.status();
+    }
+  }
+  const store::StoreStats after = store_->Stats();
+  add.bytes_reclaimed = after.compact_bytes_reclaimed - before.compact_bytes_reclaimed;
+  add.bytes_copied = after.compact_bytes_copied - before.compact_bytes_copied;
+  {
+    std::lock_guard l(mu_);
+    stats_.passes++;
+    stats_.passes_stopped += stopped;
+    stats_.errors += !status.ok();
+    stats_.bytes_reclaimed += add.bytes_reclaimed;
+    stats_.bytes_copied += add.bytes_copied;
+    stats_.dead_bases_rewritten += add.dead_bases_rewritten;
+    stats_.seconds += std::chrono::duration<double>(Clock::now() - t0).count();
+    stats_.last_pass_unix = UnixNow();
+  }
+  if (!status.ok()) {
+    spdlog::error("lmcfs: background reclamation failed ({}); it will try again; run lmcfs-fsck on the "
+                  "mountpoint if this repeats",
+                  status.ToString());
+    return status;
+  }
+  spdlog::info("lmcfs: background reclamation gave back {} bytes (copied {}, {} dead-base dependants rewritten){}",
+               add.bytes_reclaimed, add.bytes_copied, add.dead_bases_rewritten,
+               stopped ? "; stopped for foreground work" : "");
+  return add.bytes_reclaimed;
+}
+
+Result<uint64_t> Reclaimer::RunOnce() {
+  return Pass([this] {
+    std::lock_guard l(mu_);
+    return stop_;
+  });
+}
+
+void Reclaimer::Loop() {
+  ReclaimActivity last = activity_ ? activity_() : ReclaimActivity{};
+  auto quiet_since = Clock::now();
+  for (;;) {
+    {
+      std::unique_lock l(mu_);
+      cv_.wait_for(l, opts_.poll, [&] { return stop_; });
+      if (stop_) return;
+    }
+    const ReclaimActivity now = activity_ ? activity_() : ReclaimActivity{};
+    if (now.operations != last.operations || now.background_pending > 0) {
+      last = now;
+      quiet_since = Clock::now();
+      continue;
+    }
+    if (Clock::now() - quiet_since < opts_.idle) continue;
+    if (now.removals == removals_seen_ && !OverBound(store_->Stats())) continue;
+    const uint64_t ops_at_start = now.operations;
+    (void)Pass([&] {
+      {
+        std::lock_guard l(mu_);
+        if (stop_) return true;
+      }
+      const ReclaimActivity a = activity_ ? activity_() : ReclaimActivity{};
+      return a.operations != ops_at_start;
+    });
+    last = activity_ ? activity_() : ReclaimActivity{};
+    quiet_since = Clock::now();
+  }
+}
+
+Result<bool> ParseReclaimOption(std::string_view key, std::string_view value, ReclaimOptions* out) {
+  if (key == "gc") {
+    if (value == "auto") out->enabled = true;
+    else if (value == "off") out->enabled = false;
+    else return Status::InvalidArgument("bad gc '" + std::string(value) + "' (expected auto or off)");
+    return true;
+  }
+  if (key == "gc_dead") {
+    unsigned pct = 0;
+    auto [p, ec] = std::from_chars(value.data(), value.data() + value.size(), pct);
+    if (ec != std::errc() || p != value.data() + value.size() || pct < 1 || pct > 90)
+      return Status::InvalidArgument("bad gc_dead '" + std::string(value) +
+                                     "' (expected a percentage of pack bytes, 1 to 90)");
+    out->max_dead_fraction = pct / 100.0;
+    return true;
+  }
+  return false;
+}
+
+}  // namespace lmc::fs
