@@ -10,6 +10,8 @@
 #include <atomic>
 #include <filesystem>
 #include <map>
+#include <mutex>
+#include <vector>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
@@ -27,7 +29,17 @@ namespace fsys = std::filesystem;
 
 class MountTools : public lmc::testing::MountTest {
  protected:
-  MountTools() { options_.wait_for_control_socket = true; }
+  MountTools() {
+    options_.wait_for_control_socket = true;
+    // These tests measure what an explicit lmcfs-gc reclaims: no background
+    // reclamation racing it (MountReclaim tests that).
+    options_.mount_options = "gc=off";
+  }
+  json Stat() {
+    std::string out, err;
+    EXPECT_EQ(Tool("lmcfs-stat", mnt_ + " --json", &out, &err), 0) << err;
+    return out.empty() ? json() : json::parse(out);
+  }
 
   // Runs a tool binary; returns its exit code, stdout in *out, stderr in *err.
   int Tool(const std::string& name, const std::string& args, std::string* out, std::string* err = nullptr) {
@@ -125,6 +137,81 @@ TEST_F(MountTools, OnlineGcDuringConcurrentWritesLosesNothing) {
   check();
   Remount();
   check();
+  ASSERT_EQ(Tool("lmcfs-fsck", mnt_, &out, &err), 0) << out << err;
+}
+
+// Background reclamation (gc=auto, the default) on a real mount, while
+// writers, readers and deletes go on in bursts: nothing read ever differs,
+// dead bytes come down to the bound between bursts without any lmcfs-gc,
+// deleting everything gives the space back, fsck is clean.
+class MountReclaim : public MountTools {
+ protected:
+  MountReclaim() { options_.mount_options = "gc=auto,delta=off"; }
+  uint64_t PackDiskBytes() { return PackBytesOnDisk(store_); }
+};
+
+TEST_F(MountReclaim, ReclaimsBetweenBurstsOfWritesReadsAndDeletes) {
+  std::map<std::string, std::string> files;  // what the mount must hold
+  std::mutex mu;
+  int next = 0;
+  for (int round = 0; round < 4; ++round) {
+    std::vector<std::thread> threads;
+    for (int w = 0; w < 2; ++w)
+      threads.emplace_back([&, w] {
+        for (int i = 0; i < 4; ++i) {
+          std::string name;
+          {
+            std::lock_guard l(mu);
+            name = "f" + std::to_string(next++);
+          }
+          const std::string data = RandomData((1 << 20) + 4099 * i + w, 1000 + next * 7 + w);
+          WriteFile(P(name), data);
+          std::lock_guard l(mu);
+          files[name] = data;
+        }
+      });
+    threads.emplace_back([&] {  // reader: every file it finds is exactly right
+      for (int k = 0; k < 6; ++k) {
+        std::map<std::string, std::string> snap;
+        {
+          std::lock_guard l(mu);
+          snap = files;
+        }
+        for (const auto& [name, data] : snap) EXPECT_TRUE(FileEquals(P(name), data)) << name;
+      }
+    });
+    for (auto& t : threads) t.join();
+    // Deletes: three quarters of what exists, oldest first.
+    std::vector<std::string> names;
+    for (const auto& [name, data] : files) names.push_back(name);
+    for (size_t i = 0; i < names.size() * 3 / 4; ++i) {
+      ASSERT_EQ(::unlink(P(names[i]).c_str()), 0);
+      files.erase(names[i]);
+    }
+    // Idle: the daemon reclaims without being asked, down to the bound.
+    bool under = lmc::testing::WaitUntil(
+        [&] {
+          const json t = Stat()["totals"];
+          return t["dead_bytes"].get<double>() <= 0.10 * t["pack_bytes"].get<double>() + (1 << 20);
+        },
+        std::chrono::seconds(30), std::chrono::milliseconds(250));
+    EXPECT_TRUE(under) << "round " << round << ": " << Stat()["totals"].dump();
+  }
+  const json d = Stat()["daemon"];
+  EXPECT_GE(d["reclaim_passes"].get<uint64_t>(), 1u) << d.dump();
+  EXPECT_GT(d["reclaim_bytes_reclaimed"].get<uint64_t>(), 0u) << d.dump();
+  EXPECT_EQ(d["reclaim_errors"].get<uint64_t>(), 0u) << d.dump();
+  for (const auto& [name, data] : files) EXPECT_TRUE(FileEquals(P(name), data)) << name;
+  std::string out, err;
+  ASSERT_EQ(Tool("lmcfs-fsck", mnt_, &out, &err), 0) << out << err;
+
+  // Delete everything: within a minute of idle the packs are (nearly) gone.
+  for (const auto& [name, data] : files) ASSERT_EQ(::unlink(P(name).c_str()), 0);
+  files.clear();
+  EXPECT_TRUE(lmc::testing::WaitUntil([&] { return PackDiskBytes() < (1 << 20); }, std::chrono::seconds(60),
+                        std::chrono::milliseconds(250)))
+      << PackDiskBytes() << " bytes of packs left";
+  Remount();
   ASSERT_EQ(Tool("lmcfs-fsck", mnt_, &out, &err), 0) << out << err;
 }
 
