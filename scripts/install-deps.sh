@@ -21,7 +21,7 @@ SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 
 DEB_PACKAGES=(
-  build-essential cmake ninja-build pkg-config git clang libclang-rt-14-dev
+  build-essential cmake ninja-build pkg-config git clang clang-format libclang-rt-14-dev
   libfuse3-dev fuse3 psmisc
   librocksdb-dev libzstd-dev zstd liblz4-dev lz4 libxxhash-dev libssl-dev
   libspdlog-dev libfmt-dev libcli11-dev nlohmann-json3-dev
