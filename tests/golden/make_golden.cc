@@ -1,6 +1,7 @@
 // Writes the golden files of one format version (docs/FORMAT.md, "Golden
-// files"): a frame, a .lmc container and a small chunk store, each with the
-// bytes it decodes to. Built only on demand (target lmc_make_golden) and run
+// files"): a frame, a .lmc container, a small chunk store and a small
+// filesystem written through fs::Filesystem, each with the bytes it decodes
+// to. Built only on demand (target lmc_make_golden) and run
 // by scripts/make_golden.sh; the tests read the checked-in output and never
 // run this.
 //
@@ -16,8 +17,11 @@
 #include <string>
 #include <vector>
 
+#include "fs_tree.h"
 #include "lmc/codec.h"
 #include "lmc/container.h"
+#include "lmc/fs/filesystem.h"
+#include "lmc/fs/snapshots.h"
 #include "lmc/store/extent.h"
 #include "lmc/store/store.h"
 
@@ -27,6 +31,8 @@ namespace fsys = std::filesystem;
 using lmc::store::ChunkKey;
 
 constexpr uint32_t kChunk = 16 << 10;  // bytes of every store chunk and container chunk
+constexpr size_t kFsFile = 64 << 10;   // bytes of each checkpoint in the fs store
+constexpr lmc::fs::Caller kOwner{1000, 1000};
 
 std::vector<float> Weights(size_t n, uint64_t seed) {
   std::mt19937_64 rng(seed);
@@ -82,6 +88,18 @@ std::vector<uint8_t> Encode(const std::vector<uint8_t>& data, lmc::DType dtype,
   if (!n.ok()) Die("encode", n.status());
   frame.resize(*n);
   return frame;
+}
+
+// Removes what opening a store writes again and does not need: RocksDB
+// logs, options files and lock files.
+void TrimStore(const fsys::path& dir) {
+  std::vector<fsys::path> drop;
+  for (const auto& e : fsys::recursive_directory_iterator(dir)) {
+    const std::string name = e.path().filename().string();
+    if (name.starts_with("LOG") || name.starts_with("OPTIONS-") || name == "LOCK")
+      drop.push_back(e.path());
+  }
+  for (const auto& p : drop) fsys::remove(p);
 }
 
 // One file chunk of the golden store: stored (as a delta when base is set)
@@ -146,13 +164,107 @@ void MakeStore(const fsys::path& dir) {
   }
   store->reset();  // closes RocksDB cleanly
 
-  // Keep only what opening the store needs: no RocksDB logs, options files
-  // or lock files (Open writes them again).
-  for (const auto& e : fsys::recursive_directory_iterator(dir)) {
-    const std::string name = e.path().filename().string();
-    if (name.starts_with("LOG") || name.starts_with("OPTIONS-") || name == "LOCK")
-      fsys::remove(e.path());
+  TrimStore(dir);
+}
+
+void Check(const std::string& what, int err) {
+  if (err != 0) Die(what, lmc::Status::IOError("errno " + std::to_string(err)));
+}
+
+// One "checkpoint" of the fs store: step `step` of a series where each step
+// changes every 97th value of the one before by 1%.
+std::vector<uint8_t> Checkpoint(int step) {
+  std::vector<float> w = Weights(kFsFile / 2, 5);
+  for (int s = 1; s < step; ++s)
+    for (size_t i = static_cast<size_t>(s); i < w.size(); i += 97) w[i] *= 1.01f;
+  return Bf16Bytes(w);
+}
+
+uint64_t WriteNewFile(lmc::fs::Filesystem& fs, uint64_t parent, const std::string& name,
+                      mode_t mode, const std::vector<uint8_t>& bytes) {
+  struct stat st;
+  Check("create " + name, fs.Create(parent, name, mode, kOwner, &st));
+  for (size_t off = 0; off < bytes.size();
+       off += kChunk / 2)  // writes of half a chunk, as a writer might
+    Check("write " + name, fs.Write(st.st_ino, off, bytes.data() + off,
+                                    std::min<size_t>(kChunk / 2, bytes.size() - off)));
+  Check("flush " + name, fs.Flush(st.st_ino));
+  Check("release " + name, fs.Release(st.st_ino));
+  return st.st_ino;
+}
+
+struct OpenFs {
+  std::unique_ptr<lmc::store::Store> store;
+  std::unique_ptr<lmc::fs::Filesystem> fs;
+  void Close() {
+    if (fs)
+      if (auto s = fs->Shutdown(); !s.ok()) Die("shutdown", s);
+    fs.reset();
+    store.reset();  // closes RocksDB cleanly
   }
+};
+
+OpenFs OpenFsStore(const fsys::path& dir, bool read_only) {
+  lmc::store::StoreOptions so;
+  so.chunk_size = kChunk;
+  auto store = lmc::store::Store::Open(dir.string(), so);
+  if (!store.ok()) Die("open fs store", store.status());
+  lmc::fs::FsOptions fo;
+  fo.chunk_size = kChunk;
+  fo.encode_threads = 1;
+  fo.read_only = read_only;
+  auto fs = lmc::fs::Filesystem::Open(store->get(), dir.string(), fo);
+  if (!fs.ok()) Die("open filesystem", fs.status());
+  return {std::move(*store), std::move(*fs)};
+}
+
+// The filesystem-level golden store: metadata of every kind the filesystem
+// and its snapshot policy write (docs/FORMAT.md, section 8), through the
+// real core. /ckpt (0750) holds three checkpoints of kFsFile bytes with
+// reverse deltas on: step 1 is rebased onto step 2 (delta chunks); step 3
+// is written by a mount whose rebase thread never runs, so the rebases of
+// step 2 onto it stay queued (rebase/ records). /ckpt/best.bin is a hard
+// link to step 2, which has an xattr; /latest is a symlink to step 3.
+void MakeFsStore(const fsys::path& dir) {
+  {
+    OpenFs o = OpenFsStore(dir, false);
+    lmc::fs::DeltaOptions d;  // reverse deltas, background rebases
+    d.max_chain = 4;
+    lmc::fs::InstallSnapshotPolicy(o.fs.get(), d);
+    struct stat st;
+    Check("mkdir", o.fs->Mkdir(lmc::fs::kRootIno, "ckpt", 0750, kOwner, &st));
+    const uint64_t ckpt = st.st_ino;
+    WriteNewFile(*o.fs, ckpt, "ckpt-step1.bin", 0644, Checkpoint(1));
+    const uint64_t step2 = WriteNewFile(*o.fs, ckpt, "ckpt-step2.bin", 0640, Checkpoint(2));
+    o.fs->FlushBackground();
+    Check("link", o.fs->Link(step2, ckpt, "best.bin", &st));
+    Check("setxattr", o.fs->SetXattr(step2, "user.lmc.step", "2", 0));
+    Check("symlink",
+          o.fs->Symlink("ckpt/ckpt-step3.bin", lmc::fs::kRootIno, "latest", kOwner, &st));
+    o.Close();
+  }
+  {
+    OpenFs o = OpenFsStore(dir, false);
+    lmc::fs::DeltaOptions d;
+    d.max_chain = 4;
+    d.background = false;  // rebases only queued and persisted
+    lmc::fs::InstallSnapshotPolicy(o.fs.get(), d);
+    struct stat st;
+    Check("lookup ckpt", o.fs->Lookup(lmc::fs::kRootIno, "ckpt", &st));
+    WriteNewFile(*o.fs, st.st_ino, "ckpt-step3.bin", 0644, Checkpoint(3));
+    o.Close();
+  }
+  {
+    OpenFs o = OpenFsStore(dir, true);
+    std::ofstream m(dir.parent_path() / "fs-store.manifest");
+    m << "# Written by tests/golden/make_golden.cc; lines as tests/golden/fs_tree.h DescribeFs.\n";
+    for (const auto& line : lmc::golden::DescribeFs(*o.fs, *o.store)) {
+      if (line.starts_with("error")) Die("describe fs store", lmc::Status::Corruption(line));
+      m << line << '\n';
+    }
+    o.Close();
+  }
+  TrimStore(dir);
 }
 
 }  // namespace
@@ -185,5 +297,6 @@ int main(int argc, char** argv) {
   WriteFile(out / "container_f32.lmc", *container);
 
   MakeStore(out / "store");
+  MakeFsStore(out / "fs-store");
   return 0;
 }
