@@ -20,8 +20,7 @@ __device__ U RotR1(U v) {
 }
 
 template <typename U>
-__global__ void SplitKernel(const uint8_t* src, const uint8_t* base, uint8_t* dst, size_t elems,
-                            bool rot) {
+__global__ void SplitKernel(const uint8_t* src, const uint8_t* base, uint8_t* dst, size_t elems, bool rot) {
   constexpr int w = sizeof(U);
   size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
   if (i >= elems) return;
@@ -85,7 +84,8 @@ Status Run(DType t, const uint8_t* in, size_t n, const uint8_t* base, uint8_t* o
   if ((e = cudaMemcpy(din.p, in, n, cudaMemcpyHostToDevice)) != cudaSuccess) return CudaError(e, "copy");
   if (base) {
     if ((e = cudaMalloc(&dbase.p, n)) != cudaSuccess) return CudaError(e, "malloc");
-    if ((e = cudaMemcpy(dbase.p, base, n, cudaMemcpyHostToDevice)) != cudaSuccess) return CudaError(e, "copy");
+    if ((e = cudaMemcpy(dbase.p, base, n, cudaMemcpyHostToDevice)) != cudaSuccess)
+      return CudaError(e, "copy");
   }
   const size_t w = DTypeWidth(t), elems = n / w, tail = n % w;
   const bool rot = IsFloat(t);
@@ -94,14 +94,18 @@ Status Run(DType t, const uint8_t* in, size_t n, const uint8_t* base, uint8_t* o
   if (w == 1) {
     XorKernel<<<blocks(n), threads>>>(din.p, dbase.p, dout.p, n);
   } else if (elems > 0) {
-#define LMC_LAUNCH(U)                                                                    \
-  if (kSplit)                                                                            \
-    SplitKernel<U><<<blocks(elems), threads>>>(din.p, dbase.p, dout.p, elems, rot);     \
-  else                                                                                   \
+#define LMC_LAUNCH(U)                                                               \
+  if (kSplit)                                                                       \
+    SplitKernel<U><<<blocks(elems), threads>>>(din.p, dbase.p, dout.p, elems, rot); \
+  else                                                                              \
     MergeKernel<U><<<blocks(elems), threads>>>(din.p, dbase.p, dout.p, elems, rot);
-    if (w == 2) { LMC_LAUNCH(uint16_t) }
-    else if (w == 4) { LMC_LAUNCH(uint32_t) }
-    else { LMC_LAUNCH(uint64_t) }
+    if (w == 2) {
+      LMC_LAUNCH(uint16_t)
+    } else if (w == 4) {
+      LMC_LAUNCH(uint32_t)
+    } else {
+      LMC_LAUNCH(uint64_t)
+    }
 #undef LMC_LAUNCH
   }
   if (w > 1 && tail) {
@@ -109,7 +113,8 @@ Status Run(DType t, const uint8_t* in, size_t n, const uint8_t* base, uint8_t* o
     XorKernel<<<1, threads>>>(din.p + done, dbase.p ? dbase.p + done : nullptr, dout.p + done, tail);
   }
   if ((e = cudaGetLastError()) != cudaSuccess) return CudaError(e, "launch");
-  if ((e = cudaMemcpy(out, dout.p, n, cudaMemcpyDeviceToHost)) != cudaSuccess) return CudaError(e, "copy back");
+  if ((e = cudaMemcpy(out, dout.p, n, cudaMemcpyDeviceToHost)) != cudaSuccess)
+    return CudaError(e, "copy back");
   return Status::Ok();
 }
 

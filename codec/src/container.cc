@@ -1,11 +1,11 @@
 #include "lmc/container.h"
 
+#include <xxhash.h>
+
 #include <algorithm>
 #include <cstring>
 #include <memory>
 #include <string>
-
-#include <xxhash.h>
 
 #include "frame_format.h"
 #include "lmc/bytes.h"
@@ -14,7 +14,6 @@
 
 namespace lmc {
 namespace {
-
 
 // docs/FORMAT.md, ".lmc container".
 constexpr uint8_t kMagic[4] = {'L', 'M', 'C', 'Z'};
@@ -110,7 +109,8 @@ class FrameWriter {
  public:
   FrameWriter(const CompressOptions& opts, WriteFn out)
       : pool_(opts.pool ? *opts.pool : ThreadPool::Shared()),
-        threads_(std::max<size_t>(1, opts.threads == 0 ? pool_.size() : std::min(opts.threads, pool_.size()))),
+        threads_(
+            std::max<size_t>(1, opts.threads == 0 ? pool_.size() : std::min(opts.threads, pool_.size()))),
         slots_(threads_),
         out_(std::move(out)) {}
 
@@ -182,9 +182,9 @@ class FrameWriter {
       size_t& pos = *direct_pos_;
       if (direct_cap_ - pos < 4) return Status::InvalidArgument("output buffer too small");
       uint8_t* f = direct_ + pos + 4;
-      LMC_ASSIGN_OR_RETURN(size_t size, EncodeChunk(data + (c.offset - data_start), c.length,
-                                                     EncodeParams{c.dtype, nullptr}, f,
-                                                     direct_cap_ - pos - 4, *slots_.ws[0]));
+      LMC_ASSIGN_OR_RETURN(
+          size_t size, EncodeChunk(data + (c.offset - data_start), c.length, EncodeParams{c.dtype, nullptr},
+                                   f, direct_cap_ - pos - 4, *slots_.ws[0]));
       StoreLE32(direct_ + pos, static_cast<uint32_t>(size));
       pos += 4 + size;
       stats_.output_bytes += 4 + size;
@@ -289,8 +289,8 @@ Status CompressStream(const ReadFn& in, const WriteFn& out, const CompressOption
   return Status::Ok();
 }
 
-Status CompressBufferInto(const uint8_t* p, size_t n, const CompressOptions& opts,
-                          std::vector<uint8_t>* out, CompressStats* stats) {
+Status CompressBufferInto(const uint8_t* p, size_t n, const CompressOptions& opts, std::vector<uint8_t>* out,
+                          CompressStats* stats) {
   LMC_RETURN_IF_ERROR(CheckChunkSize(opts.chunk_size));
   Format fmt = Format::kUnknown;
   std::vector<ChunkSpec> chunks =
@@ -343,8 +343,8 @@ Status DecompressStream(const ReadFn& in, const WriteFn& out, const DecompressOp
     if (n_pending == 0) return Status::Ok();
     sizes.assign(n_pending, Status::Aborted("not decoded"));
     pool.ParallelFor(n_pending, threads, [&](size_t i, size_t slot) {
-      sizes[i] = DecodeChunk(frames[i].data(), frames[i].size(), nullptr, 0, outs[i].data(),
-                             outs[i].size(), *slots.ws[slot]);
+      sizes[i] = DecodeChunk(frames[i].data(), frames[i].size(), nullptr, 0, outs[i].data(), outs[i].size(),
+                             *slots.ws[slot]);
     });
     for (size_t i = 0; i < n_pending; ++i) {
       if (!sizes[i].ok())
@@ -388,7 +388,8 @@ Status DecompressStream(const ReadFn& in, const WriteFn& out, const DecompressOp
   if (LoadLE32(tr + 24) != Crc32Of(tr, 24)) return Status::Corruption(".lmc trailer checksum mismatch");
   if (LoadLE64(tr) != st.output_bytes || LoadLE64(tr + 16) != st.chunks)
     return Status::Corruption(".lmc trailer size does not match the frames (chunks lost?)");
-  if (LoadLE64(tr + 8) != whole.Digest()) return Status::Corruption(".lmc file checksum mismatch (frames reordered or replaced)");
+  if (LoadLE64(tr + 8) != whole.Digest())
+    return Status::Corruption(".lmc file checksum mismatch (frames reordered or replaced)");
   uint8_t extra;
   LMC_ASSIGN_OR_RETURN(got, ReadFull(in, &extra, 1));
   if (got != 0) return Status::Corruption(".lmc file has trailing data after its trailer");
@@ -396,8 +397,7 @@ Status DecompressStream(const ReadFn& in, const WriteFn& out, const DecompressOp
   return Status::Ok();
 }
 
-std::vector<ChunkSpec> PlanChunks(const uint8_t* p, size_t n, const ChunkerOptions& opts,
-                                  Format* format) {
+std::vector<ChunkSpec> PlanChunks(const uint8_t* p, size_t n, const ChunkerOptions& opts, Format* format) {
   std::vector<ChunkSpec> out;
   Chunker chunker(opts);
   uint64_t covered = 0;
@@ -434,7 +434,8 @@ Status DecompressBufferInto(const uint8_t* p, size_t n, const DecompressOptions&
   if (n < kHeaderSize) return Status::Corruption(".lmc file truncated in its header");
   if (LoadLE32(p + 12) != Crc32Of(p, 12)) return Status::Corruption(".lmc header checksum mismatch");
   if (p[4] != kVersion)
-    return Status::Unsupported(".lmc version " + std::to_string(p[4]) + " is newer than this lmc; upgrade lmcfs");
+    return Status::Unsupported(".lmc version " + std::to_string(p[4]) +
+                               " is newer than this lmc; upgrade lmcfs");
   struct Job {
     size_t frame, len;
     uint64_t out;
@@ -482,8 +483,7 @@ Status DecompressBufferInto(const uint8_t* p, size_t n, const DecompressOptions&
   return Status::Ok();
 }
 
-Result<std::vector<uint8_t>> DecompressBuffer(const uint8_t* p, size_t n,
-                                              const DecompressOptions& opts) {
+Result<std::vector<uint8_t>> DecompressBuffer(const uint8_t* p, size_t n, const DecompressOptions& opts) {
   std::vector<uint8_t> outv;
   LMC_RETURN_IF_ERROR(DecompressBufferInto(p, n, opts, &outv));
   return outv;

@@ -14,11 +14,21 @@ struct Info {
 };
 
 constexpr std::array<Info, kNumDTypes> kInfo = {{
-    {DType::kBytes, 1, "bytes"}, {DType::kBool, 1, "bool"},   {DType::kI8, 1, "i8"},
-    {DType::kU8, 1, "u8"},       {DType::kI16, 2, "i16"},     {DType::kU16, 2, "u16"},
-    {DType::kI32, 4, "i32"},     {DType::kU32, 4, "u32"},     {DType::kI64, 8, "i64"},
-    {DType::kU64, 8, "u64"},     {DType::kF16, 2, "f16"},     {DType::kBF16, 2, "bf16"},
-    {DType::kF32, 4, "f32"},     {DType::kF64, 8, "f64"},     {DType::kF8E4M3, 1, "f8e4m3"},
+    {DType::kBytes, 1, "bytes"},
+    {DType::kBool, 1, "bool"},
+    {DType::kI8, 1, "i8"},
+    {DType::kU8, 1, "u8"},
+    {DType::kI16, 2, "i16"},
+    {DType::kU16, 2, "u16"},
+    {DType::kI32, 4, "i32"},
+    {DType::kU32, 4, "u32"},
+    {DType::kI64, 8, "i64"},
+    {DType::kU64, 8, "u64"},
+    {DType::kF16, 2, "f16"},
+    {DType::kBF16, 2, "bf16"},
+    {DType::kF32, 4, "f32"},
+    {DType::kF64, 8, "f64"},
+    {DType::kF8E4M3, 1, "f8e4m3"},
     {DType::kF8E5M2, 1, "f8e5m2"},
 }};
 
@@ -60,11 +70,21 @@ std::optional<DType> DTypeFromName(std::string_view name) {
 
 std::optional<DType> DTypeFromSafetensors(std::string_view s) {
   static constexpr std::array<std::pair<std::string_view, DType>, 15> kMap = {{
-      {"BOOL", DType::kBool}, {"I8", DType::kI8},       {"U8", DType::kU8},
-      {"I16", DType::kI16},   {"U16", DType::kU16},     {"I32", DType::kI32},
-      {"U32", DType::kU32},   {"I64", DType::kI64},     {"U64", DType::kU64},
-      {"F16", DType::kF16},   {"BF16", DType::kBF16},   {"F32", DType::kF32},
-      {"F64", DType::kF64},   {"F8_E4M3", DType::kF8E4M3}, {"F8_E5M2", DType::kF8E5M2},
+      {"BOOL", DType::kBool},
+      {"I8", DType::kI8},
+      {"U8", DType::kU8},
+      {"I16", DType::kI16},
+      {"U16", DType::kU16},
+      {"I32", DType::kI32},
+      {"U32", DType::kU32},
+      {"I64", DType::kI64},
+      {"U64", DType::kU64},
+      {"F16", DType::kF16},
+      {"BF16", DType::kBF16},
+      {"F32", DType::kF32},
+      {"F64", DType::kF64},
+      {"F8_E4M3", DType::kF8E4M3},
+      {"F8_E5M2", DType::kF8E5M2},
   }};
   for (const auto& [k, v] : kMap)
     if (k == s) return v;

@@ -2,9 +2,8 @@
 
 #include <cstring>
 
-#include "lmc/transform.h"
-
 #include "huffman.h"
+#include "lmc/transform.h"
 #include "rans.h"
 
 namespace lmc {
@@ -50,8 +49,7 @@ bool SampleSaysRaw(const uint8_t* p, size_t n) {
 }
 
 Result<EncodedStream> EncodeStream(const uint8_t* src, size_t n, const uint32_t hist[256],
-                                   const uint32_t (*quarters)[256], Coder coder, uint8_t* dst,
-                                   size_t cap) {
+                                   const uint32_t (*quarters)[256], Coder coder, uint8_t* dst, size_t cap) {
   if (cap < n && coder == Coder::kRaw) return Status::InvalidArgument("stream buffer too small");
   switch (coder) {
     case Coder::kConst:
@@ -64,8 +62,8 @@ Result<EncodedStream> EncodeStream(const uint8_t* src, size_t n, const uint32_t 
       // it fails with InvalidArgument and the stream is stored raw.
       size_t limit = cap < n ? cap : n;
       Result<size_t> r = coder == Coder::kRans ? rans::Encode(src, n, hist, dst, limit)
-                         : quarters             ? huff::Encode(src, n, quarters, dst, limit)
-                                                : huff::Encode(src, n, hist, dst, limit);
+                         : quarters            ? huff::Encode(src, n, quarters, dst, limit)
+                                               : huff::Encode(src, n, hist, dst, limit);
       if (r.ok() && *r < n) return EncodedStream{coder, *r};
       break;
     }

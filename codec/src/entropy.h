@@ -36,8 +36,7 @@ struct EncodedStream {
 // `quarters` (from HistogramQuarters, may be null) saves the Huffman coder
 // a pass over the data.
 Result<EncodedStream> EncodeStream(const uint8_t* src, size_t n, const uint32_t hist[256],
-                                   const uint32_t (*quarters)[256], Coder coder, uint8_t* dst,
-                                   size_t cap);
+                                   const uint32_t (*quarters)[256], Coder coder, uint8_t* dst, size_t cap);
 
 // Decodes a stream payload of `len` bytes into exactly n bytes of dst.
 Status DecodeStream(Coder coder, const uint8_t* src, size_t len, uint8_t* dst, size_t n);

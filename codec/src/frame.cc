@@ -18,10 +18,14 @@ using namespace frame;  // NOLINT: constants of this file's format
 
 const char* CoderName(Coder c) {
   switch (c) {
-    case Coder::kRaw: return "raw";
-    case Coder::kConst: return "const";
-    case Coder::kHuffman: return "huffman";
-    case Coder::kRans: return "rans";
+    case Coder::kRaw:
+      return "raw";
+    case Coder::kConst:
+      return "const";
+    case Coder::kHuffman:
+      return "huffman";
+    case Coder::kRans:
+      return "rans";
   }
   return "invalid";
 }
@@ -42,11 +46,10 @@ uint64_t Checksum64(const uint8_t* p, size_t n) { return XXH3_64bits(p, n); }
 
 size_t MaxEncodedSize(size_t n) { return n + HeaderSize(kMaxStreams); }
 
-Result<size_t> EncodeChunk(const uint8_t* src, size_t n, const EncodeParams& params, uint8_t* dst,
-                           size_t cap, Workspace& ws) {
+Result<size_t> EncodeChunk(const uint8_t* src, size_t n, const EncodeParams& params, uint8_t* dst, size_t cap,
+                           Workspace& ws) {
   if (n > kMaxChunkSize) return Status::InvalidArgument("chunk larger than 1 GiB");
-  if (!DTypeValid(static_cast<uint8_t>(params.dtype)))
-    return Status::InvalidArgument("invalid dtype");
+  if (!DTypeValid(static_cast<uint8_t>(params.dtype))) return Status::InvalidArgument("invalid dtype");
   StreamShape shape = ShapeFor(params.dtype, n);
   const size_t ns = shape.count();
   const size_t hsize = HeaderSize(ns);
@@ -74,8 +77,7 @@ Result<size_t> EncodeChunk(const uint8_t* src, size_t n, const EncodeParams& par
       HistogramQuarters(s, m, quarters, hist);
       want = ChooseCoder(hist, m);
     }
-    LMC_ASSIGN_OR_RETURN(EncodedStream es,
-                         EncodeStream(s, m, hist, quarters, want, dst + pos, cap - pos));
+    LMC_ASSIGN_OR_RETURN(EncodedStream es, EncodeStream(s, m, hist, quarters, want, dst + pos, cap - pos));
     uint8_t* e = dst + kFixedHeader + i * kStreamEntry;
     e[0] = static_cast<uint8_t>(es.coder);
     StoreLE32(e + 1, static_cast<uint32_t>(es.size));
@@ -123,8 +125,8 @@ Result<FrameInfo> ReadFrameInfo(const uint8_t* p, size_t len) {
   return fi;
 }
 
-Result<size_t> DecodeChunk(const uint8_t* p, size_t len, const uint8_t* base, size_t base_len,
-                           uint8_t* dst, size_t dst_cap, Workspace& ws) {
+Result<size_t> DecodeChunk(const uint8_t* p, size_t len, const uint8_t* base, size_t base_len, uint8_t* dst,
+                           size_t dst_cap, Workspace& ws) {
   LMC_ASSIGN_OR_RETURN(FrameInfo fi, ReadFrameInfo(p, len));
   const size_t n = fi.decoded_size;
   if (dst_cap < n) return Status::InvalidArgument("output buffer smaller than the chunk");
@@ -150,8 +152,7 @@ Result<size_t> DecodeChunk(const uint8_t* p, size_t len, const uint8_t* base, si
     pos += s.encoded_size;
   }
   MergeStreams(fi.dtype, streams, n, fi.xor_delta ? base : nullptr, dst);
-  if (Checksum64(dst, n) != fi.checksum)
-    return Status::Corruption("decoded chunk checksum mismatch");
+  if (Checksum64(dst, n) != fi.checksum) return Status::Corruption("decoded chunk checksum mismatch");
   return n;
 }
 

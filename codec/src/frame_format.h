@@ -12,9 +12,9 @@ inline constexpr uint8_t kMagic[4] = {'L', 'M', 'C', 'F'};
 inline constexpr uint8_t kVersion = 1;
 inline constexpr uint8_t kFlagXorDelta = 0x01;
 inline constexpr uint8_t kKnownFlags = kFlagXorDelta;
-inline constexpr size_t kFixedHeader = 20;   // magic .. checksum
-inline constexpr size_t kStreamEntry = 5;    // coder u8 + encoded size u32
-inline constexpr size_t kHeaderCrc = 4;      // low 32 bits of XXH3-64 of the header
+inline constexpr size_t kFixedHeader = 20;                    // magic .. checksum
+inline constexpr size_t kStreamEntry = 5;                     // coder u8 + encoded size u32
+inline constexpr size_t kHeaderCrc = 4;                       // low 32 bits of XXH3-64 of the header
 inline constexpr size_t kMaxStreams = StreamList::kCapacity;  // 8 byte planes + tail
 
 inline constexpr size_t HeaderSize(size_t n_streams) {

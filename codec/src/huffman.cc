@@ -24,17 +24,15 @@
 // Kraft sum must be exactly 1.
 #include "huffman.h"
 
-#include "lmc/transform.h"
-
 #include <algorithm>
 #include <bit>
 #include <cstring>
 
 #include "lmc/bytes.h"
+#include "lmc/transform.h"
 
 namespace lmc::huff {
 namespace {
-
 
 constexpr int kTableSize = 1 << kMaxCodeLen;
 constexpr size_t kEndsBytes = 16;
@@ -42,7 +40,6 @@ constexpr size_t kEndsBytes = 16;
 constexpr size_t kMaxSymbols = size_t{1} << 28;
 // Bits a refilled reader is guaranteed to hold (64 - 7).
 constexpr int kSymbolsPerRefill = 5;  // 5 * 11 = 55 <= 57
-
 
 // Optimal code lengths limited to kMaxCodeLen bits by package-merge
 // (Larmore and Hirschberg). Symbols with hist 0 get length 0; a lone symbol
@@ -145,8 +142,7 @@ using Entry = uint16_t;
 
 // Parses the code-length table at src[0, len) into `lens`; returns the
 // header size (payload offset) or 0 when malformed.
-size_t ParseLengths(const uint8_t* src, size_t len, uint8_t lens[256], int* min_len,
-                    int* max_len) {
+size_t ParseLengths(const uint8_t* src, size_t len, uint8_t lens[256], int* min_len, int* max_len) {
   if (len < 2) return 0;
   const int lo = src[0], hi = src[1];
   if (lo > hi) return 0;
@@ -220,8 +216,8 @@ void BuildMultiTable(const Entry single[kTableSize], MultiEntry multi[kTableSize
 
 // Slow, bounds-checked decoding of dst[0, count) for one reader at bit
 // position *bp of payload[0, plen): bytes past plen read as zero.
-void DecodeTail(const Entry* table, const uint8_t* payload, size_t plen, uint64_t* bp,
-                uint8_t* dst, size_t count) {
+void DecodeTail(const Entry* table, const uint8_t* payload, size_t plen, uint64_t* bp, uint8_t* dst,
+                size_t count) {
   uint64_t pos = *bp;
   for (size_t i = 0; i < count; ++i) {
     const uint64_t byte = pos >> 3;
@@ -316,26 +312,28 @@ bool FinishLane(Lane& l, const uint32_t codes[256]) {
     uint64_t a0 = x.bits ? x.acc << (64 - x.bits) : 0, a1 = y.bits ? y.acc << (64 - y.bits) : 0;
     uint64_t p0 = x.bits, p1 = y.bits;
     for (size_t r = 0; r < rounds; ++r) {
-#define LMC_HUFF_PUT(J, U)          \
-  {                                 \
+#define LMC_HUFF_PUT(J, U)           \
+  {                                  \
     const uint64_t e = top[s##J[U]]; \
-    a##J = (a##J >> (e & 63)) | e;  \
-    p##J += e;                      \
+    a##J = (a##J >> (e & 63)) | e;   \
+    p##J += e;                       \
   }
-#define LMC_HUFF_FLUSH(J)                                 \
-  {                                                       \
+#define LMC_HUFF_FLUSH(J)                                \
+  {                                                      \
     const uint64_t nb = p##J & 0xff; /* >= 4: 4 codes */ \
-    StoreLE64(o##J, a##J >> ((64 - nb) & 63));              \
-    o##J += nb >> 3;                                      \
-    p##J = nb & 7;                                        \
-    s##J += kPerRound;                                    \
+    StoreLE64(o##J, a##J >> ((64 - nb) & 63));           \
+    o##J += nb >> 3;                                     \
+    p##J = nb & 7;                                       \
+    s##J += kPerRound;                                   \
   }
+      // clang-format off
       LMC_HUFF_PUT(0, 0) LMC_HUFF_PUT(1, 0)
       LMC_HUFF_PUT(0, 1) LMC_HUFF_PUT(1, 1)
       LMC_HUFF_PUT(0, 2) LMC_HUFF_PUT(1, 2)
       LMC_HUFF_PUT(0, 3) LMC_HUFF_PUT(1, 3)
       LMC_HUFF_FLUSH(0)
       LMC_HUFF_FLUSH(1)
+      // clang-format on
 #undef LMC_HUFF_FLUSH
 #undef LMC_HUFF_PUT
     }
@@ -374,7 +372,8 @@ Result<size_t> Encode(const uint8_t* src, size_t n, const uint32_t quarters[4][2
   for (int j = 0; j < 4; ++j) {
     uint64_t total = 0;
     for (int s = 0; s < 256; ++s) total += quarters[j][s];
-    if (total != (j == 3 ? n - 3 * q : q)) return Status::InvalidArgument("huffman: histogram does not sum to n");
+    if (total != (j == 3 ? n - 3 * q : q))
+      return Status::InvalidArgument("huffman: histogram does not sum to n");
   }
 
   uint8_t len[256];
@@ -447,8 +446,7 @@ Result<size_t> Encode(const uint8_t* src, size_t n, const uint32_t quarters[4][2
   return size;
 }
 
-Result<size_t> Encode(const uint8_t* src, size_t n, const uint32_t hist[256], uint8_t* dst,
-                      size_t cap) {
+Result<size_t> Encode(const uint8_t* src, size_t n, const uint32_t hist[256], uint8_t* dst, size_t cap) {
   if (n == 0 || n > kMaxSymbols) return Status::InvalidArgument("huffman: symbol count out of range");
   uint32_t quarters[4][256];
   uint32_t total[256];
@@ -514,8 +512,9 @@ Status Decode(const uint8_t* src, size_t len, uint8_t* dst, size_t n) {
       // Rounds that certainly fit, by the worst case of 55 bits and 15
       // symbols per round, so the inner loop has no checks.
       uint64_t maxbp = std::max(std::max(bp0, bp1), std::max(bp2, bp3));
-      size_t minroom = std::min(std::min(static_cast<size_t>(stop[0] - o0), static_cast<size_t>(stop[1] - o1)),
-                                std::min(static_cast<size_t>(stop[2] - o2), static_cast<size_t>(stop[3] - o3)));
+      size_t minroom =
+          std::min(std::min(static_cast<size_t>(stop[0] - o0), static_cast<size_t>(stop[1] - o1)),
+                   std::min(static_cast<size_t>(stop[2] - o2), static_cast<size_t>(stop[3] - o3)));
       size_t rounds = std::min(static_cast<size_t>((limit - maxbp) / (kSymbolsPerRefill * kMaxCodeLen)) + 1,
                                (minroom - kRoom) / (kSymbolsPerRefill * 3) + 1);
       for (size_t r = 0; r < rounds; ++r) {
@@ -526,12 +525,12 @@ Status Decode(const uint8_t* src, size_t len, uint8_t* dst, size_t n) {
         uint64_t b1 = LoadLE64(payload + (bp1 >> 3)) >> (bp1 & 7) | kMarker;
         uint64_t b2 = LoadLE64(payload + (bp2 >> 3)) >> (bp2 & 7) | kMarker;
         uint64_t b3 = LoadLE64(payload + (bp3 >> 3)) >> (bp3 & 7) | kMarker;
-#define LMC_HUFF_STEP(J)                               \
-  {                                                    \
+#define LMC_HUFF_STEP(J)                                 \
+  {                                                      \
     const MultiEntry e = multi[b##J & (kTableSize - 1)]; \
     StoreLE32(o##J, e);                                  \
-    o##J += (e >> 24) & 3;                             \
-    b##J >>= (e >> 26);                                \
+    o##J += (e >> 24) & 3;                               \
+    b##J >>= (e >> 26);                                  \
   }
 #define LMC_HUFF_ROUND \
   LMC_HUFF_STEP(0)     \
@@ -554,7 +553,8 @@ Status Decode(const uint8_t* src, size_t len, uint8_t* dst, size_t n) {
     bp[0] = bp0, bp[1] = bp1, bp[2] = bp2, bp[3] = bp3;
     out[0] = o0, out[1] = o1, out[2] = o2, out[3] = o3;
   }
-  for (int j = 0; j < 4; ++j) DecodeTail(table, payload, plen, &bp[j], out[j], static_cast<size_t>(stop[j] - out[j]));
+  for (int j = 0; j < 4; ++j)
+    DecodeTail(table, payload, plen, &bp[j], out[j], static_cast<size_t>(stop[j] - out[j]));
   const uint64_t bp0 = bp[0], bp1 = bp[1], bp2 = bp[2], bp3 = bp[3];
   if (bp0 != end[0] || bp1 != end[1] || bp2 != end[2] || bp3 != end[3]) {
     return Status::Corruption("huffman: sub-stream does not end where declared");

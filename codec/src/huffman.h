@@ -28,8 +28,7 @@ size_t EncodedSize(const uint32_t hist[256], size_t n);
 Result<size_t> Encode(const uint8_t* src, size_t n, const uint32_t quarters[4][256], uint8_t* dst,
                       size_t cap);
 // The same from the whole stream's histogram (recomputes the quarters).
-Result<size_t> Encode(const uint8_t* src, size_t n, const uint32_t hist[256], uint8_t* dst,
-                      size_t cap);
+Result<size_t> Encode(const uint8_t* src, size_t n, const uint32_t hist[256], uint8_t* dst, size_t cap);
 
 // Decodes exactly n symbols from src[0, len) into dst. Any malformed input
 // gives Corruption; never reads or writes out of bounds. Allocates nothing.

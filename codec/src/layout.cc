@@ -1,13 +1,14 @@
 // Layout parser driver: format detection, the input cursor the parser
 // coroutines pull from, and the region plan they push to (layout_internal.h).
 
+#include "lmc/layout.h"
+
 #include <algorithm>
 #include <cstring>
 #include <limits>
 
 #include "layout_internal.h"
 #include "lmc/bytes.h"
-#include "lmc/layout.h"
 
 namespace lmc {
 namespace layout {
@@ -182,10 +183,8 @@ void LayoutContext::Finish() {
 
 Format DetectFormat(std::string_view head) {
   if (head.size() >= 4 && head.substr(0, 4) == "GGUF") return Format::kGGUF;
-  if (head.size() >= 6 && head.substr(0, 6) == std::string_view("\x93NUMPY", 6))
-    return Format::kNpy;
-  if (head.size() >= 4 && head.substr(0, 4) == std::string_view("PK\x03\x04", 4))
-    return Format::kZip;
+  if (head.size() >= 6 && head.substr(0, 6) == std::string_view("\x93NUMPY", 6)) return Format::kNpy;
+  if (head.size() >= 4 && head.substr(0, 4) == std::string_view("PK\x03\x04", 4)) return Format::kZip;
   if (head.size() >= 9) {
     uint64_t n = LoadLE64(head.data());
     if (n >= 2 && n <= kHeaderCap && head[8] == '{') return Format::kSafetensors;

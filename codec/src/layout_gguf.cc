@@ -17,33 +17,56 @@ namespace {
 
 // GGUF metadata value types.
 enum : uint32_t {
-  kU8 = 0, kI8 = 1, kU16 = 2, kI16 = 3, kU32 = 4, kI32 = 5, kF32 = 6, kBool = 7,
-  kString = 8, kArray = 9, kU64 = 10, kI64 = 11, kF64 = 12,
+  kU8 = 0,
+  kI8 = 1,
+  kU16 = 2,
+  kI16 = 3,
+  kU32 = 4,
+  kI32 = 5,
+  kF32 = 6,
+  kBool = 7,
+  kString = 8,
+  kArray = 9,
+  kU64 = 10,
+  kI64 = 11,
+  kF64 = 12,
 };
 
 // Size of a fixed-size value type, 0 for string, array and unknown types.
 uint64_t ScalarSize(uint64_t type) {
   switch (type) {
-    case kU8: case kI8: case kBool: return 1;
-    case kU16: case kI16: return 2;
-    case kU32: case kI32: case kF32: return 4;
-    case kU64: case kI64: case kF64: return 8;
-    default: return 0;
+    case kU8:
+    case kI8:
+    case kBool:
+      return 1;
+    case kU16:
+    case kI16:
+      return 2;
+    case kU32:
+    case kI32:
+    case kF32:
+      return 4;
+    case kU64:
+    case kI64:
+    case kF64:
+      return 8;
+    default:
+      return 0;
   }
 }
 
 struct GgmlType {
   uint32_t id;
-  DType dtype;      // kBytes for quantized blocks
-  uint32_t block;   // elements per block
-  uint32_t bytes;   // bytes per block
+  DType dtype;     // kBytes for quantized blocks
+  uint32_t block;  // elements per block
+  uint32_t bytes;  // bytes per block
 };
 
 // ggml.h's type ids with their block geometry (ggml.c's type_traits).
 constexpr GgmlType kGgmlTypes[] = {
-    {0, DType::kF32, 1, 4},      {1, DType::kF16, 1, 2},      {2, DType::kBytes, 32, 18},
-    {3, DType::kBytes, 32, 20},  {6, DType::kBytes, 32, 22},  {7, DType::kBytes, 32, 24},
-    {8, DType::kBytes, 32, 34},  {9, DType::kBytes, 32, 36},  {10, DType::kBytes, 256, 84},
+    {0, DType::kF32, 1, 4},        {1, DType::kF16, 1, 2},        {2, DType::kBytes, 32, 18},
+    {3, DType::kBytes, 32, 20},    {6, DType::kBytes, 32, 22},    {7, DType::kBytes, 32, 24},
+    {8, DType::kBytes, 32, 34},    {9, DType::kBytes, 32, 36},    {10, DType::kBytes, 256, 84},
     {11, DType::kBytes, 256, 110}, {12, DType::kBytes, 256, 144}, {13, DType::kBytes, 256, 176},
     {14, DType::kBytes, 256, 210}, {15, DType::kBytes, 256, 292}, {16, DType::kBytes, 256, 66},
     {17, DType::kBytes, 256, 74},  {18, DType::kBytes, 256, 98},  {19, DType::kBytes, 256, 50},
@@ -123,8 +146,7 @@ ParseTask ParseGguf(LayoutContext& c) {
       if (v.size() < width) co_return;
       if (is_alignment && type == kU32) {
         alignment = LoadLE32(v.data());
-        if (alignment == 0 || (alignment & (alignment - 1)) != 0 || alignment > (1u << 20))
-          co_return;
+        if (alignment == 0 || (alignment & (alignment - 1)) != 0 || alignment > (1u << 20)) co_return;
       }
     }
   }

@@ -157,19 +157,19 @@ class LayoutContext {
   void EmitUpTo(const Planned& p, uint64_t end);
 
   // Input.
-  std::string buf_;      // buffered bytes; buf_[head_] is at file offset pos_
+  std::string buf_;  // buffered bytes; buf_[head_] is at file offset pos_
   size_t head_ = 0;
   uint64_t pos_ = 0;
   uint64_t fed_ = 0;
-  size_t want_ = 0;      // bytes a suspended Read/Peek waits for
-  uint64_t skip_ = 0;    // bytes a suspended Skip still discards
+  size_t want_ = 0;    // bytes a suspended Read/Peek waits for
+  uint64_t skip_ = 0;  // bytes a suspended Skip still discards
   bool eof_ = false;
 
   // Parsers.
   ParseTask task_;
   ParseTask next_;
   bool stats_started_ = false;
-  bool dead_ = false;    // no parser left: remaining bytes become plain bytes
+  bool dead_ = false;  // no parser left: remaining bytes become plain bytes
   Format format_ = Format::kUnknown;
 
   // Plan and output.

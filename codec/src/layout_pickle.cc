@@ -19,8 +19,8 @@ namespace {
 
 struct Value {
   enum Kind { kOther, kStr, kInt, kTuple, kGlobal } kind = kOther;
-  int64_t num = 0;  // kInt
-  std::string str;  // kStr: the text; kGlobal: "module.name"
+  int64_t num = 0;                                  // kInt
+  std::string str;                                  // kStr: the text; kGlobal: "module.name"
   std::vector<std::shared_ptr<const Value>> items;  // kTuple
   int depth = 0;  // tuple nesting, bounded so that destruction cannot recurse deeply
 };
@@ -42,12 +42,18 @@ std::optional<DType> StorageDType(std::string_view global) {
     DType t;
   };
   static constexpr Entry kMap[] = {
-      {"FloatStorage", DType::kF32},         {"BFloat16Storage", DType::kBF16},
-      {"HalfStorage", DType::kF16},          {"DoubleStorage", DType::kF64},
-      {"LongStorage", DType::kI64},          {"IntStorage", DType::kI32},
-      {"ShortStorage", DType::kI16},         {"CharStorage", DType::kI8},
-      {"ByteStorage", DType::kU8},           {"BoolStorage", DType::kBool},
-      {"Float8_e4m3fnStorage", DType::kF8E4M3}, {"Float8_e5m2Storage", DType::kF8E5M2},
+      {"FloatStorage", DType::kF32},
+      {"BFloat16Storage", DType::kBF16},
+      {"HalfStorage", DType::kF16},
+      {"DoubleStorage", DType::kF64},
+      {"LongStorage", DType::kI64},
+      {"IntStorage", DType::kI32},
+      {"ShortStorage", DType::kI16},
+      {"CharStorage", DType::kI8},
+      {"ByteStorage", DType::kU8},
+      {"BoolStorage", DType::kBool},
+      {"Float8_e4m3fnStorage", DType::kF8E4M3},
+      {"Float8_e5m2Storage", DType::kF8E5M2},
   };
   for (const auto& e : kMap)
     if (e.name == name) return e.t;

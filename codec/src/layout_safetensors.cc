@@ -42,8 +42,7 @@ bool ParseHeader(std::string_view text, std::vector<Tensor>* out) {
       if (!dt->is_string() || !shape->is_array() || !offsets->is_array() || offsets->size() != 2)
         return false;
       Tensor t{name, DType::kBytes, 0, 0};
-      if (!ReadUnsigned((*offsets)[0], &t.begin) || !ReadUnsigned((*offsets)[1], &t.end))
-        return false;
+      if (!ReadUnsigned((*offsets)[0], &t.begin) || !ReadUnsigned((*offsets)[1], &t.end)) return false;
       if (t.begin > t.end || t.end > kMaxExtent) return false;
       uint64_t numel = 1;
       for (const auto& d : *shape) {
@@ -62,8 +61,7 @@ bool ParseHeader(std::string_view text, std::vector<Tensor>* out) {
   } catch (...) {
     return false;
   }
-  std::sort(out->begin(), out->end(),
-            [](const Tensor& a, const Tensor& b) { return a.begin < b.begin; });
+  std::sort(out->begin(), out->end(), [](const Tensor& a, const Tensor& b) { return a.begin < b.begin; });
   uint64_t prev_end = 0;
   for (const auto& t : *out) {
     if (t.begin < prev_end) return false;  // overlap

@@ -30,13 +30,11 @@
 namespace lmc::rans {
 namespace {
 
-
 constexpr uint32_t kProbScale = 1u << kProbBits;
 constexpr uint32_t kLow = 1u << 16;  // states live in [kLow, 2^32)
 constexpr int kStates = 4;
 constexpr size_t kStatesBytes = 4 * kStates;
 constexpr size_t kMaxHeader = 1 + 32 + 2 * 256;
-
 
 // log2(f) for f in [0, 4096]; entry 0 unused.
 struct Log2Values {
@@ -204,8 +202,7 @@ size_t EstimatedSize(const uint32_t hist[256], size_t /*n*/) {
   return HeaderSize(freq, k) + kStatesBytes + 2 * static_cast<size_t>(std::ceil(bits / 16));
 }
 
-Result<size_t> Encode(const uint8_t* src, size_t n, const uint32_t hist[256], uint8_t* dst,
-                      size_t cap) {
+Result<size_t> Encode(const uint8_t* src, size_t n, const uint32_t hist[256], uint8_t* dst, size_t cap) {
   if (n == 0) return Status::InvalidArgument("rans: no symbols");
   uint64_t total = 0;
   for (int s = 0; s < 256; ++s) total += hist[s];
@@ -296,8 +293,8 @@ Status Decode(const uint8_t* src, size_t len, uint8_t* dst, size_t n) {
   int k = 0;
   const size_t header = ParseHeader(src, len, freq, &k);
   if (!header || len - header < kStatesBytes) return Status::Corruption("rans: bad header");
-  uint32_t x0 = LoadLE32(src + header), x1 = LoadLE32(src + header + 4),
-           x2 = LoadLE32(src + header + 8), x3 = LoadLE32(src + header + 12);
+  uint32_t x0 = LoadLE32(src + header), x1 = LoadLE32(src + header + 4), x2 = LoadLE32(src + header + 8),
+           x3 = LoadLE32(src + header + 12);
   const uint8_t* p = src + header + kStatesBytes;
   const uint8_t* const end = src + len;
   if (((end - p) & 1) != 0) return Status::Corruption("rans: odd word stream");
@@ -311,8 +308,7 @@ Status Decode(const uint8_t* src, size_t len, uint8_t* dst, size_t n) {
     std::memset(dst, s, n);
     return Status::Ok();
   }
-  if (x0 < kLow || x1 < kLow || x2 < kLow || x3 < kLow)
-    return Status::Corruption("rans: bad initial state");
+  if (x0 < kLow || x1 < kLow || x2 < kLow || x3 < kLow) return Status::Corruption("rans: bad initial state");
 
   // slot -> symbol, and slot -> f << 16 | (slot - cum).
   uint8_t slot_symbol[kProbScale];
@@ -331,15 +327,15 @@ Status Decode(const uint8_t* src, size_t len, uint8_t* dst, size_t n) {
   // Fast loop, branch-free (renormalisation is data-dependent): a state
   // below 2^16 takes the next word, others take nothing.
   while (i + kStates <= n && end - p >= 8) {
-#define LMC_RANS_STEP(J)                                                            \
-  {                                                                                 \
-    const uint32_t slot = x##J & (kProbScale - 1);                                  \
-    const uint32_t e = slot_step[slot];                                             \
-    dst[i + J] = slot_symbol[slot];                                                 \
-    x##J = (e >> 16) * (x##J >> kProbBits) + (e & 0xffff);                          \
-    const uint32_t r = x##J < kLow;                                                 \
-    x##J = x##J << (16 * r) | (LoadLE16(p) & (0u - r));                               \
-    p += 2 * r;                                                                     \
+#define LMC_RANS_STEP(J)                                   \
+  {                                                        \
+    const uint32_t slot = x##J & (kProbScale - 1);         \
+    const uint32_t e = slot_step[slot];                    \
+    dst[i + J] = slot_symbol[slot];                        \
+    x##J = (e >> 16) * (x##J >> kProbBits) + (e & 0xffff); \
+    const uint32_t r = x##J < kLow;                        \
+    x##J = x##J << (16 * r) | (LoadLE16(p) & (0u - r));    \
+    p += 2 * r;                                            \
   }
     LMC_RANS_STEP(0)
     LMC_RANS_STEP(1)

@@ -22,8 +22,7 @@ size_t EstimatedSize(const uint32_t hist[256], size_t n);
 // Encodes src[0, n) (histogram precomputed, at least two distinct symbols)
 // into dst. Returns bytes written; InvalidArgument when cap is too small.
 // Allocates nothing.
-Result<size_t> Encode(const uint8_t* src, size_t n, const uint32_t hist[256], uint8_t* dst,
-                      size_t cap);
+Result<size_t> Encode(const uint8_t* src, size_t n, const uint32_t hist[256], uint8_t* dst, size_t cap);
 
 // Decodes exactly n symbols. Corruption on malformed input; never reads or
 // writes out of bounds. Allocates nothing.

@@ -1,10 +1,10 @@
 #include "lmc/transform.h"
 
-#include "lmc/bytes.h"
-
 #include <bit>
 #include <cmath>
 #include <cstring>
+
+#include "lmc/bytes.h"
 
 namespace lmc {
 namespace {
@@ -74,7 +74,9 @@ void SplitStreams(DType t, const uint8_t* src, size_t n, const uint8_t* base, ui
   StreamShape s = ShapeFor(t, n);
   const bool rot = IsFloat(t);
   switch (s.width) {
-    case 1: XorCopy(src, n, base, dst); return;
+    case 1:
+      XorCopy(src, n, base, dst);
+      return;
     case 2:
       rot ? SplitDispatch<uint16_t, true>(src, s.elems, base, dst)
           : SplitDispatch<uint16_t, false>(src, s.elems, base, dst);
@@ -99,12 +101,13 @@ void MergeStreams(DType t, const uint8_t* streams, size_t n, const uint8_t* base
   MergeStreams(t, ptrs, n, base, dst);
 }
 
-void MergeStreams(DType t, const uint8_t* const* streams, size_t n, const uint8_t* base,
-                  uint8_t* dst) {
+void MergeStreams(DType t, const uint8_t* const* streams, size_t n, const uint8_t* base, uint8_t* dst) {
   StreamShape s = ShapeFor(t, n);
   const bool rot = IsFloat(t);
   switch (s.width) {
-    case 1: XorCopy(streams[0], n, base, dst); return;
+    case 1:
+      XorCopy(streams[0], n, base, dst);
+      return;
     case 2:
       rot ? MergeDispatch<uint16_t, true>(streams, s.elems, base, dst)
           : MergeDispatch<uint16_t, false>(streams, s.elems, base, dst);
@@ -165,8 +168,7 @@ double EntropyBits(const uint32_t hist[256], size_t n) {
   return bits;
 }
 
-double GroupedEntropyBits(DType t, const uint8_t* src, size_t n, const uint8_t* base,
-                          uint8_t* scratch) {
+double GroupedEntropyBits(DType t, const uint8_t* src, size_t n, const uint8_t* base, uint8_t* scratch) {
   SplitStreams(t, src, n, base, scratch);
   StreamShape s = ShapeFor(t, n);
   double bits = 0;

@@ -67,7 +67,8 @@ int main(int argc, char** argv) {
       for (size_t j = 0; j < batch_chunks; ++j) {
         uint64_t tag = i + j;
         lmc::StoreLE64(frame.data(), tag);  // distinct chunks
-        ChunkKey k = ChunkKey::Of(reinterpret_cast<uint8_t*>(&tag), 8);  // keys: bench only, not content hashes
+        ChunkKey k =
+            ChunkKey::Of(reinterpret_cast<uint8_t*>(&tag), 8);  // keys: bench only, not content hashes
         b.AddChunk(k, frame, chunk);
       }
       lmc::Status cs = s.Commit(b, true);

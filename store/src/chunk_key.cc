@@ -21,10 +21,14 @@ std::optional<ChunkKey> ChunkKey::FromHex(std::string_view hex) {
   for (size_t i = 0; i < 2 * kSize; ++i) {
     char c = hex[i];
     int d;
-    if (c >= '0' && c <= '9') d = c - '0';
-    else if (c >= 'a' && c <= 'f') d = c - 'a' + 10;
-    else if (c >= 'A' && c <= 'F') d = c - 'A' + 10;
-    else return std::nullopt;
+    if (c >= '0' && c <= '9')
+      d = c - '0';
+    else if (c >= 'a' && c <= 'f')
+      d = c - 'a' + 10;
+    else if (c >= 'A' && c <= 'F')
+      d = c - 'A' + 10;
+    else
+      return std::nullopt;
     k.bytes[i / 2] = static_cast<uint8_t>((k.bytes[i / 2] << 4) | d);
   }
   return k;

@@ -63,9 +63,12 @@ class Overlay {
   Result<std::vector<ChunkKey>> Dependants(const ChunkKey& key) {
     std::set<ChunkKey> deps;
     LMC_RETURN_IF_ERROR(s_.ScanDependants(key, nullptr, [&](const ChunkKey& d) { deps.insert(d); }));
-    for (auto it = edges_.lower_bound(Edge{key, ChunkKey{}}); it != edges_.end() && it->first.first == key; ++it) {
-      if (it->second) deps.insert(it->first.second);
-      else deps.erase(it->first.second);
+    for (auto it = edges_.lower_bound(Edge{key, ChunkKey{}}); it != edges_.end() && it->first.first == key;
+         ++it) {
+      if (it->second)
+        deps.insert(it->first.second);
+      else
+        deps.erase(it->first.second);
     }
     return std::vector<ChunkKey>(deps.begin(), deps.end());
   }
@@ -81,8 +84,10 @@ class Overlay {
     for (auto it = undo_.rbegin(); it != undo_.rend(); ++it) map_[it->first] = it->second;
     for (auto& [pack, d] : live_undo_) live_[pack] -= d;
     for (auto it = edge_undo_.rbegin(); it != edge_undo_.rend(); ++it) {
-      if (it->second) edges_[it->first] = *it->second;
-      else edges_.erase(it->first);
+      if (it->second)
+        edges_[it->first] = *it->second;
+      else
+        edges_.erase(it->first);
     }
     return records_mark_;
   }
@@ -154,7 +159,8 @@ Status TakeBase(Overlay& ov, const char* what, const ChunkKey& key, const ChunkK
   LMC_ASSIGN_OR_RETURN(Overlay::Slot * bslot, ov.Find(base));
   const std::string head = std::string(what) + " " + key.ToHex() + ": delta base " + base.ToHex();
   if (!bslot->present) return Status::InvalidArgument(head + " is not in the store");
-  if (bslot->e.depth + 1 > fmt::kMaxDeltaDepth) return Status::InvalidArgument(head + ": delta chain too long");
+  if (bslot->e.depth + 1 > fmt::kMaxDeltaDepth)
+    return Status::InvalidArgument(head + ": delta chain too long");
   if (bslot->e.decoded_len != decoded_len) return Status::InvalidArgument(head + " is of another size");
   TakeRef(ov, base, bslot);
   e->base = base;
@@ -165,8 +171,8 @@ Status TakeBase(Overlay& ov, const char* what, const ChunkKey& key, const ChunkK
 
 // Appends op's frame as a record at the end of `records` (the active pack),
 // makes `e` point at it and installs it in the slot (saved for undo first).
-void AppendRecord(Store::Impl& s, const Batch::Op& op, fmt::ChunkEntry& e, Overlay& ov,
-                  Overlay::Slot* slot, std::string& records, uint64_t records_base) {
+void AppendRecord(Store::Impl& s, const Batch::Op& op, fmt::ChunkEntry& e, Overlay& ov, Overlay::Slot* slot,
+                  std::string& records, uint64_t records_base) {
   e.pack_id = s.active_id;
   e.offset = records_base + records.size();
   e.frame_len = static_cast<uint32_t>(op.frame.size());
@@ -227,7 +233,8 @@ Status Redepth(Overlay& ov, const ChunkKey& key, const char* what) {
     const int want = top + level;
     if (want > fmt::kMaxDeltaDepth)
       return Status::InvalidArgument(std::string(what) + " " + key.ToHex() + ": dependant " + k.ToHex() +
-                                     " would be " + std::to_string(want) + " deltas deep: delta chain too long");
+                                     " would be " + std::to_string(want) +
+                                     " deltas deep: delta chain too long");
     LMC_ASSIGN_OR_RETURN(Overlay::Slot * d, ov.Find(k));
     if (d->e.depth == want) continue;
     ov.Save(k, *d);
@@ -293,8 +300,8 @@ Status ReplaceRecord(Store::Impl& s, const Batch::Op& op, Overlay& ov, std::stri
   return Status::Ok();
 }
 
-Status ApplyChunkOps(Store::Impl& s, const Batch& b, Overlay& ov, std::string& records,
-                     uint64_t records_base, BatchCounts& counts) {
+Status ApplyChunkOps(Store::Impl& s, const Batch& b, Overlay& ov, std::string& records, uint64_t records_base,
+                     BatchCounts& counts) {
   for (const Batch::Op& op : b.ops()) {
     switch (op.kind) {
       case Batch::OpKind::kAdd: {
@@ -320,7 +327,8 @@ Status ApplyChunkOps(Store::Impl& s, const Batch& b, Overlay& ov, std::string& r
       }
       case Batch::OpKind::kRef: {
         LMC_ASSIGN_OR_RETURN(Overlay::Slot * slot, ov.Find(op.key));
-        if (!slot->present) return Status::InvalidArgument("Ref of chunk " + op.key.ToHex() + " not in the store");
+        if (!slot->present)
+          return Status::InvalidArgument("Ref of chunk " + op.key.ToHex() + " not in the store");
         TakeRef(ov, op.key, slot);
         break;
       }
@@ -448,7 +456,9 @@ Status Store::Impl::CommitGroup(const std::vector<Writer*>& group) {
     if (slot->e.base) {
       Status st = Unref(ov, *slot->e.base);
       if (!st.ok() && st.code() != Code::kInvalidArgument) return st;
-      if (!st.ok()) spdlog::error("store {}: dropping pinned dead chunk {}: {} (run fsck)", dir, k.ToHex(), st.ToString());
+      if (!st.ok())
+        spdlog::error("store {}: dropping pinned dead chunk {}: {} (run fsck)", dir, k.ToHex(),
+                      st.ToString());
     }
   }
 
@@ -484,8 +494,10 @@ Status Store::Impl::CommitGroup(const std::vector<Writer*>& group) {
     std::lock_guard pl(pin_mu);
     for (const auto& [key, slot] : ov.slots()) {
       if (!slot.dirty) continue;
-      if (slot.present) wb.Put(chunks_cf, key.view(), fmt::EncodeChunkEntry(key, slot.e));
-      else wb.Delete(chunks_cf, key.view());
+      if (slot.present)
+        wb.Put(chunks_cf, key.view(), fmt::EncodeChunkEntry(key, slot.e));
+      else
+        wb.Delete(chunks_cf, key.view());
       const bool dead_but_pinned = slot.present && slot.e.refcount == 0;
       if (dead_but_pinned && !pinned_dead.count(key)) {
         wb.Put(handles[0], fmt::PinnedDeadKey(key), "");
@@ -498,8 +510,10 @@ Status Store::Impl::CommitGroup(const std::vector<Writer*>& group) {
   }
   for (const auto& [edge, present] : ov.dependant_changes()) {
     const std::string k = fmt::DependantKey(edge.first, edge.second);
-    if (present) wb.Put(handles[0], k, "");
-    else wb.Delete(handles[0], k);
+    if (present)
+      wb.Put(handles[0], k, "");
+    else
+      wb.Delete(handles[0], k);
   }
   std::map<uint64_t, fmt::PackMeta> new_meta;
   for (const auto& [id, delta] : ov.live()) {
@@ -512,7 +526,9 @@ Status Store::Impl::CommitGroup(const std::vector<Writer*>& group) {
   const uint64_t end = base + records.size();
   bool seal = false;
   if (!records.empty()) {
-    fmt::PackMeta& m = new_meta.try_emplace(active_id, packs.count(active_id) ? packs[active_id] : fmt::PackMeta{}).first->second;
+    fmt::PackMeta& m =
+        new_meta.try_emplace(active_id, packs.count(active_id) ? packs[active_id] : fmt::PackMeta{})
+            .first->second;
     m.size = end;
     seal = end >= opts.pack_size_limit;
     if (seal) m.state = fmt::PackState::kSealed;

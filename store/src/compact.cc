@@ -3,9 +3,9 @@
 // Each step leaves a state that Recover understands
 // (docs/ARCHITECTURE.md, "The chunk store", "Compaction").
 #include <rocksdb/write_batch.h>
+#include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <spdlog/spdlog.h>
 
 #include "store_impl.h"
 
@@ -27,8 +27,7 @@ struct ReadRecordCopy {
 // from the old pack to the active one. commit_mu held. A chunk whose entry
 // changed since it was read (released, rewritten, moved) is skipped: its
 // copy would be garbage.
-Status MoveSlice(Store::Impl& s, uint64_t id, std::vector<ReadRecordCopy>& slice,
-                 CompactReport& report) {
+Status MoveSlice(Store::Impl& s, uint64_t id, std::vector<ReadRecordCopy>& slice, CompactReport& report) {
   auto pm = s.packs.find(id);
   if (pm == s.packs.end()) return Status::Ok();
   LMC_RETURN_IF_ERROR(s.EnsureActivePack());
@@ -85,8 +84,7 @@ Status MoveSlice(Store::Impl& s, uint64_t id, std::vector<ReadRecordCopy>& slice
 // kSliceBytes is moved under it (MoveSlice), and the retirement takes it
 // once more. keys: chunks that pointed into the pack when scanned (each is
 // re-checked: commits may have released or rewritten some since).
-Status CompactPack(Store::Impl& s, uint64_t id, const std::vector<ChunkKey>& keys,
-                   CompactReport& report) {
+Status CompactPack(Store::Impl& s, uint64_t id, const std::vector<ChunkKey>& keys, CompactReport& report) {
   {
     std::lock_guard l(s.commit_mu);
     auto pm = s.packs.find(id);

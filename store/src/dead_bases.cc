@@ -99,9 +99,8 @@ Result<DeadBaseReport> Store::RewriteDeadBases(const DeadBaseOptions& options,
       }
       decoded.resize(e->decoded_len);
       LMC_ASSIGN_OR_RETURN(size_t n, ReadChunk(dep, decoded.data(), decoded.size(), ws));
-      Result<std::vector<uint8_t>> frame =
-          options.reencode ? options.reencode(dep, decoded.data(), n, dtype)
-                           : ReencodeStandalone(decoded.data(), n, dtype);
+      Result<std::vector<uint8_t>> frame = options.reencode ? options.reencode(dep, decoded.data(), n, dtype)
+                                                            : ReencodeStandalone(decoded.data(), n, dtype);
       LMC_RETURN_IF_ERROR(frame.status());
       batch.RewriteChunk(dep, *frame);
       r.rewritten++;
@@ -115,8 +114,9 @@ Result<DeadBaseReport> Store::RewriteDeadBases(const DeadBaseOptions& options,
   }
   LMC_RETURN_IF_ERROR(flush());
   if (progress) progress(r);
-  spdlog::info("store {}: {} dead delta bases ({} bytes): {} dependants re-encoded standalone ({} -> {} bytes)",
-               s.dir, r.dead_bases, r.dead_base_bytes, r.rewritten, r.bytes_before, r.bytes_after);
+  spdlog::info(
+      "store {}: {} dead delta bases ({} bytes): {} dependants re-encoded standalone ({} -> {} bytes)", s.dir,
+      r.dead_bases, r.dead_base_bytes, r.rewritten, r.bytes_before, r.bytes_after);
   return r;
 }
 

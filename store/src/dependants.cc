@@ -21,17 +21,19 @@ std::unordered_map<ChunkKey, std::optional<uint8_t>, ChunkKeyHash> ExactDepths(c
     if (depth.count(key)) continue;
     path.assign(1, key);
     const fmt::ChunkEntry* e = &entry;
-    std::optional<int> top;     // depth of path.back(), once known
-    bool broken = false;        // the whole path chains through a missing or bad base
-    bool too_long = false;      // more hops than any valid chain (or a loop)
+    std::optional<int> top;  // depth of path.back(), once known
+    bool broken = false;     // the whole path chains through a missing or bad base
+    bool too_long = false;   // more hops than any valid chain (or a loop)
     while (true) {
       if (!e->base) {
         top = 0;
         break;
       }
       if (auto d = depth.find(*e->base); d != depth.end()) {
-        if (d->second) top = *d->second + 1;
-        else broken = true;
+        if (d->second)
+          top = *d->second + 1;
+        else
+          broken = true;
         break;
       }
       auto b = chunks.find(*e->base);
@@ -55,7 +57,7 @@ std::unordered_map<ChunkKey, std::optional<uint8_t>, ChunkKeyHash> ExactDepths(c
     int d = top.value_or(0);
     for (auto it = path.rbegin(); it != path.rend(); ++it, ++d)
       depth[*it] = !broken && d <= fmt::kMaxDeltaDepth ? std::optional<uint8_t>(static_cast<uint8_t>(d))
-                                                         : std::nullopt;
+                                                       : std::nullopt;
   }
   return depth;
 }
@@ -81,7 +83,8 @@ Status Store::Impl::EnsureDependantsIndex(bool fresh) {
     std::string v;
     rocksdb::Status rs = db->Get(rocksdb::ReadOptions(), handles[0], fmt::kDepsIndexMarker, &v);
     if (rs.ok() && v == fmt::kDepsIndexMarkerValue) return Status::Ok();
-    if (rs.ok()) return Status::Unsupported("store " + dir + ": dependants index of a newer version (" + v + ")");
+    if (rs.ok())
+      return Status::Unsupported("store " + dir + ": dependants index of a newer version (" + v + ")");
     if (!rs.IsNotFound()) return FromRocks(rs, "reading the dependants index marker");
     // One scan of the chunk index. Entries that do not decode are left to
     // fsck, as everywhere else.

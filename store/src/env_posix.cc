@@ -86,9 +86,15 @@ class PosixEnv final : public Env {
   Result<std::unique_ptr<File>> OpenFile(const std::string& path, OpenMode mode) override {
     int flags = O_CLOEXEC;
     switch (mode) {
-      case OpenMode::kRead: flags |= O_RDONLY; break;
-      case OpenMode::kReadWrite: flags |= O_RDWR; break;
-      case OpenMode::kCreate: flags |= O_RDWR | O_CREAT | O_EXCL; break;
+      case OpenMode::kRead:
+        flags |= O_RDONLY;
+        break;
+      case OpenMode::kReadWrite:
+        flags |= O_RDWR;
+        break;
+      case OpenMode::kCreate:
+        flags |= O_RDWR | O_CREAT | O_EXCL;
+        break;
     }
     int fd = ::open(path.c_str(), flags, 0644);
     if (fd < 0) {
@@ -152,8 +158,7 @@ class PosixEnv final : public Env {
       int err = errno;
       ::close(fd);
       if (err == EWOULDBLOCK)
-        return Status::Busy("store is in use: another process (or another Store in this one) holds " +
-                            path);
+        return Status::Busy("store is in use: another process (or another Store in this one) holds " + path);
       errno = err;
       return Errno("flock", path);
     }

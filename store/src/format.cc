@@ -15,14 +15,16 @@ std::string PackFileName(uint64_t id) {
 }
 
 std::optional<uint64_t> ParsePackFileName(std::string_view name) {
-  if (name.size() != 25 || name.substr(0, 5) != "pack-" || name.substr(21) != ".lmp")
-    return std::nullopt;
+  if (name.size() != 25 || name.substr(0, 5) != "pack-" || name.substr(21) != ".lmp") return std::nullopt;
   uint64_t id = 0;
   for (char c : name.substr(5, 16)) {
     int d;
-    if (c >= '0' && c <= '9') d = c - '0';
-    else if (c >= 'a' && c <= 'f') d = c - 'a' + 10;
-    else return std::nullopt;
+    if (c >= '0' && c <= '9')
+      d = c - '0';
+    else if (c >= 'a' && c <= 'f')
+      d = c - 'a' + 10;
+    else
+      return std::nullopt;
     id = (id << 4) | static_cast<uint64_t>(d);
   }
   return id;
@@ -121,8 +123,7 @@ Result<ChunkEntry> DecodeChunkEntry(const ChunkKey& key, std::string_view sv) {
   if (v[0] != kEntryVersion) return Status::Unsupported("chunk index value of a newer version");
   bool has_base = v[1] & kEntryHasBase;
   if ((v[1] & ~kEntryHasBase) || v[3] != 0 || LoadLE32(v + 28) != 0 ||
-      has_base != (n == kEntryFixed + ChunkKey::kSize) || has_base != (v[2] != 0) ||
-      v[2] > kMaxDeltaDepth)
+      has_base != (n == kEntryFixed + ChunkKey::kSize) || has_base != (v[2] != 0) || v[2] > kMaxDeltaDepth)
     return Status::Corruption("chunk index value has inconsistent fields");
   ChunkEntry e;
   e.depth = v[2];

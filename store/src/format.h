@@ -36,7 +36,9 @@ inline constexpr uint32_t kMaxFrameLen = (1u << 30) + (1u << 16);
 // Marker of a chunk kept at refcount 0 by an in-memory pin, in the default
 // column family ("Column family default"): prefix + the 32-byte key, empty value.
 inline constexpr char kPinnedDeadPrefix[] = "pinned-dead/";
-inline std::string PinnedDeadKey(const ChunkKey& k) { return std::string(kPinnedDeadPrefix) + std::string(k.view()); }
+inline std::string PinnedDeadKey(const ChunkKey& k) {
+  return std::string(kPinnedDeadPrefix) + std::string(k.view());
+}
 
 // Dependants index ("Dependants index", default column family): prefix +
 // base key + dependant key (32 bytes each), empty value, one per chunk entry
@@ -70,8 +72,8 @@ struct RecordHeader {
   uint64_t checksum = 0;
 };
 // Writes the 64-byte header of a record for `frame` into hdr.
-void EncodeRecordHeader(uint8_t* hdr, const ChunkKey& key, const uint8_t* frame,
-                        uint32_t frame_len, uint32_t decoded_len);
+void EncodeRecordHeader(uint8_t* hdr, const ChunkKey& key, const uint8_t* frame, uint32_t frame_len,
+                        uint32_t decoded_len);
 // Parses and checks magic and flags (not the checksum).
 Result<RecordHeader> ParseRecordHeader(const uint8_t* hdr);
 // XXH3-64 over header bytes [0, 56) followed by the frame.

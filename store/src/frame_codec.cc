@@ -5,8 +5,8 @@ namespace {
 
 class LmcCodec final : public FrameCodec {
  public:
-  Result<size_t> Decode(const uint8_t* frame, size_t len, const uint8_t* base, size_t base_len,
-                        uint8_t* dst, size_t cap, Workspace& ws) const override {
+  Result<size_t> Decode(const uint8_t* frame, size_t len, const uint8_t* base, size_t base_len, uint8_t* dst,
+                        size_t cap, Workspace& ws) const override {
     return lmc::DecodeChunk(frame, len, base, base_len, dst, cap, ws);
   }
 };

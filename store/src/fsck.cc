@@ -10,7 +10,6 @@
 #include <unordered_map>
 
 #include "lmc/thread_pool.h"
-
 #include "store_impl.h"
 
 namespace lmc::store {
@@ -18,16 +17,26 @@ namespace lmc::store {
 const char* FsckProblemKindName(FsckProblem::Kind kind) {
   using K = FsckProblem::Kind;
   switch (kind) {
-    case K::kBadRecord: return "bad_record";
-    case K::kBadIndexValue: return "bad_index_value";
-    case K::kMissingChunk: return "missing_chunk";
-    case K::kRefcountMismatch: return "refcount_mismatch";
-    case K::kLiveBytesMismatch: return "live_bytes_mismatch";
-    case K::kOrphanPack: return "orphan_pack";
-    case K::kUncommittedTail: return "uncommitted_tail";
-    case K::kMissingPack: return "missing_pack";
-    case K::kDependantIndex: return "dependant_index_mismatch";
-    case K::kDepth: return "depth_mismatch";
+    case K::kBadRecord:
+      return "bad_record";
+    case K::kBadIndexValue:
+      return "bad_index_value";
+    case K::kMissingChunk:
+      return "missing_chunk";
+    case K::kRefcountMismatch:
+      return "refcount_mismatch";
+    case K::kLiveBytesMismatch:
+      return "live_bytes_mismatch";
+    case K::kOrphanPack:
+      return "orphan_pack";
+    case K::kUncommittedTail:
+      return "uncommitted_tail";
+    case K::kMissingPack:
+      return "missing_pack";
+    case K::kDependantIndex:
+      return "dependant_index_mismatch";
+    case K::kDepth:
+      return "depth_mismatch";
   }
   return "unknown";
 }
@@ -86,7 +95,8 @@ Status Store::Impl::CheckRecord(const ChunkKey& key) {
     if (!f.ok()) {
       if (f.status().IsNotFound() && attempt < 3) continue;  // compaction retired the pack
       if (f.status().IsNotFound())
-        return Status::Corruption("chunk " + key.ToHex() + ": pack " + std::to_string(e.pack_id) + " missing");
+        return Status::Corruption("chunk " + key.ToHex() + ": pack " + std::to_string(e.pack_id) +
+                                  " missing");
       return f.status();
     }
     return ReadRecord(key, e, **f, record);
@@ -97,8 +107,7 @@ Status Store::Impl::CheckRecord(const ChunkKey& key) {
 // in pack order (sequential reads), on the shared thread pool. *bad: the
 // chunks that failed verification, with the reason. A chunk's delta bases
 // are decoded on the way but verified as chunks of their own.
-Status Store::Impl::VerifyRecords(const FsckOptions& options,
-                                  BadRecords* bad) {
+Status Store::Impl::VerifyRecords(const FsckOptions& options, BadRecords* bad) {
   struct Item {
     ChunkKey key;
     uint64_t pack_id, offset;
@@ -220,8 +229,8 @@ class FsckRun {
         c_.Problem({.kind = Kind::kOrphanPack,
                     .pack_id = *id,
                     .repaired = fixed,
-                    .message = "pack file " + path + " is not in the index (orphan, " + std::to_string(f->Size()) +
-                               " bytes)"});
+                    .message = "pack file " + path + " is not in the index (orphan, " +
+                               std::to_string(f->Size()) + " bytes)"});
         continue;
       }
       on_disk.insert(*id);
@@ -229,7 +238,9 @@ class FsckRun {
     }
     for (const auto& [id, m] : metas_) {
       if (on_disk.count(id)) continue;
-      c_.Problem({.kind = Kind::kMissingPack, .pack_id = id, .message = "pack file " + s_.PackPath(id) + " is missing"});
+      c_.Problem({.kind = Kind::kMissingPack,
+                  .pack_id = id,
+                  .message = "pack file " + s_.PackPath(id) + " is missing"});
     }
     return Status::Ok();
   }
@@ -239,7 +250,10 @@ class FsckRun {
     LMC_ASSIGN_OR_RETURN(size_t got, f.ReadAt(0, sizeof hdr, hdr));
     Status hs = fmt::CheckPackHeader(hdr, got, id);
     if (!hs.ok()) {
-      c_.Problem({.kind = Kind::kBadRecord, .pack_id = id, .offset = 0, .message = "pack " + path + ": " + hs.message()});
+      c_.Problem({.kind = Kind::kBadRecord,
+                  .pack_id = id,
+                  .offset = 0,
+                  .message = "pack " + path + ": " + hs.message()});
     }
     if (f.Size() > m.size) {
       r_.orphan_bytes += f.Size() - m.size;
@@ -354,7 +368,8 @@ class FsckRun {
     for (it->Seek(rocksdb::Slice(prefix.data(), prefix.size())); it->Valid(); it->Next()) {
       std::string_view k = it->key().ToStringView();
       if (k.substr(0, prefix.size()) != prefix) break;
-      FsckProblem p{.kind = Kind::kDependantIndex, .repaired = repair_, .message = "malformed dependants index record"};
+      FsckProblem p{
+          .kind = Kind::kDependantIndex, .repaired = repair_, .message = "malformed dependants index record"};
       if (k.size() == fmt::kDependantKeySize) {
         const auto* kp = reinterpret_cast<const uint8_t*>(k.data() + prefix.size());
         const ChunkKey base = ChunkKey::FromBytes(kp), dep = ChunkKey::FromBytes(kp + ChunkKey::kSize);
@@ -448,7 +463,8 @@ class FsckRun {
       }
     }
     for (const ChunkKey& key : redepth_)  // after the count fixes: this value has both
-      if (!dropped_.count(key)) fixes_.Put(s_.chunks_cf, key.view(), fmt::EncodeChunkEntry(key, chunks_[key]));
+      if (!dropped_.count(key))
+        fixes_.Put(s_.chunks_cf, key.view(), fmt::EncodeChunkEntry(key, chunks_[key]));
   }
 
   // Drops every unreferenced, unpinned entry, and then the bases that
@@ -505,12 +521,12 @@ class FsckRun {
   FsckReport r_;
   Checker c_;
   rocksdb::WriteBatch fixes_;
-  std::map<uint64_t, fmt::PackMeta> metas_;                        // decodable pack index values
+  std::map<uint64_t, fmt::PackMeta> metas_;                             // decodable pack index values
   std::unordered_map<ChunkKey, fmt::ChunkEntry, ChunkKeyHash> chunks_;  // decodable chunk entries
-  std::unordered_map<ChunkKey, uint64_t, ChunkKeyHash> refs_;      // references found per chunk
-  std::vector<ChunkKey> redepth_;                                  // entries whose depth repair corrects
-  std::set<ChunkKey> dropped_;                                     // leaked entries repair drops
-  std::map<uint64_t, fmt::PackMeta> new_meta_;                     // pack values repair rewrites
+  std::unordered_map<ChunkKey, uint64_t, ChunkKeyHash> refs_;           // references found per chunk
+  std::vector<ChunkKey> redepth_;                                       // entries whose depth repair corrects
+  std::set<ChunkKey> dropped_;                                          // leaked entries repair drops
+  std::map<uint64_t, fmt::PackMeta> new_meta_;                          // pack values repair rewrites
 };
 
 }  // namespace

@@ -38,7 +38,10 @@ void Batch::Append(Op op) {
 
 void Batch::AddChunk(const ChunkKey& key, std::span<const uint8_t> frame, uint32_t decoded_len,
                      const std::optional<ChunkKey>& base) {
-  Append({.kind = OpKind::kAdd, .key = key, .base = base, .decoded_len = decoded_len,
+  Append({.kind = OpKind::kAdd,
+          .key = key,
+          .base = base,
+          .decoded_len = decoded_len,
           .frame = CopyFrame(frame)});
 }
 
@@ -47,8 +50,7 @@ void Batch::Ref(const ChunkKey& key) { Append({.kind = OpKind::kRef, .key = key}
 void Batch::Unref(const ChunkKey& key) { Append({.kind = OpKind::kUnref, .key = key}); }
 
 void Batch::Put(Cf cf, std::string_view key, std::string_view value) {
-  Append({.kind = OpKind::kPut, .cf = cf, .cf_key = std::string(key),
-          .value = std::string(value)});
+  Append({.kind = OpKind::kPut, .cf = cf, .cf_key = std::string(key), .value = std::string(value)});
 }
 
 void Batch::Delete(Cf cf, std::string_view key) {
@@ -64,8 +66,8 @@ void Batch::RewriteChunk(const ChunkKey& key, std::span<const uint8_t> frame,
 
 void Batch::RebaseChunk(const ChunkKey& key, std::span<const uint8_t> frame, const ChunkKey& base,
                         uint8_t max_depth) {
-  Append({.kind = OpKind::kRebase, .key = key, .base = base, .max_depth = max_depth,
-          .frame = CopyFrame(frame)});
+  Append(
+      {.kind = OpKind::kRebase, .key = key, .base = base, .max_depth = max_depth, .frame = CopyFrame(frame)});
 }
 
 void Batch::Clear() {
@@ -84,9 +86,12 @@ constexpr uint64_t kMaxWalBytes = uint64_t{4} << 20;
 
 std::string ConfigText(const StoreOptions& o) {
   return "# lmcfs chunk store (docs/FORMAT.md, section Chunk store). Do not edit.\n"
-         "format_version=" + std::to_string(fmt::kFormatVersion) + "\n"
+         "format_version=" +
+         std::to_string(fmt::kFormatVersion) +
+         "\n"
          "hash=sha256\n"
-         "chunk_size=" + std::to_string(o.chunk_size) + "\n";
+         "chunk_size=" +
+         std::to_string(o.chunk_size) + "\n";
 }
 
 Status CheckConfig(const std::string& text, const std::string& path) {
@@ -108,8 +113,8 @@ Status CheckConfig(const std::string& text, const std::string& path) {
   if (version < 1) return Status::Corruption(path + ": no format_version");
   if (version > static_cast<int>(fmt::kFormatVersion))
     return Status::Unsupported(path + ": store format " + std::to_string(version) +
-                               " is newer than this lmcfs reads (" +
-                               std::to_string(fmt::kFormatVersion) + "); upgrade lmcfs");
+                               " is newer than this lmcfs reads (" + std::to_string(fmt::kFormatVersion) +
+                               "); upgrade lmcfs");
   if (hash != "sha256") return Status::Unsupported(path + ": unknown chunk hash '" + hash + "'");
   return Status::Ok();
 }
@@ -154,7 +159,8 @@ Result<std::unique_ptr<Store>> Store::Open(const std::string& dir, const StoreOp
     if (names.ok()) {
       for (const auto& n : *names)
         if (fmt::ParsePackFileName(n))
-          return Status::Corruption(dir + " has pack files but no CONFIG; refusing to create a store over them");
+          return Status::Corruption(dir +
+                                    " has pack files but no CONFIG; refusing to create a store over them");
     }
     LMC_RETURN_IF_ERROR(env->CreateDir(s->pack_dir));
   } else {
@@ -231,8 +237,7 @@ Status Store::Impl::Recover() {
       auto id = fmt::ParsePackKey(it->key().ToStringView());
       if (!id) return Status::Corruption("pack index key of bad length in " + dir);
       auto m = fmt::DecodePackMeta(*id, it->value().ToStringView());
-      if (!m.ok())
-        return Status::Corruption("pack " + std::to_string(*id) + ": " + m.status().message());
+      if (!m.ok()) return Status::Corruption("pack " + std::to_string(*id) + ": " + m.status().message());
       max_id = std::max(max_id, *id);
       if (m->state == fmt::PackState::kRetired) {
         to_delete.insert(*id);
@@ -253,8 +258,9 @@ Status Store::Impl::Recover() {
     auto pm = packs.find(*id);
     if (pm == packs.end()) {
       if (!to_delete.count(*id))
-        spdlog::info("store {}: deleting pack {} that no commit ever referenced (crash before its first commit)",
-                     dir, path);
+        spdlog::info(
+            "store {}: deleting pack {} that no commit ever referenced (crash before its first commit)", dir,
+            path);
       LMC_RETURN_IF_ERROR(env->DeleteFile(path));
       dir_changed = true;
       continue;
@@ -266,13 +272,16 @@ Status Store::Impl::Recover() {
       LMC_RETURN_IF_ERROR(f->Truncate(pm->second.size));
       LMC_RETURN_IF_ERROR(f->Sync());
     } else if (f->Size() < pm->second.size) {
-      spdlog::error("store {}: pack {} is {} bytes but the index says {} were committed; its last chunks will read as corrupt (run fsck)",
-                    dir, path, f->Size(), pm->second.size);
+      spdlog::error(
+          "store {}: pack {} is {} bytes but the index says {} were committed; its last chunks will read as "
+          "corrupt (run fsck)",
+          dir, path, f->Size(), pm->second.size);
     }
   }
   for (const auto& [id, m] : packs) {
     if (!env->FileExists(PackPath(id)))
-      spdlog::error("store {}: pack {} is in the index but its file is missing (run fsck)", dir, PackPath(id));
+      spdlog::error("store {}: pack {} is in the index but its file is missing (run fsck)", dir,
+                    PackPath(id));
   }
   if (dir_changed) LMC_RETURN_IF_ERROR(env->SyncDir(pack_dir));
   if (fixes.Count() > 0) LMC_RETURN_IF_ERROR(WriteIndex(fixes, true));
@@ -339,8 +348,8 @@ Result<std::shared_ptr<File>> Store::Impl::PackFile(uint64_t id) {
 
 Status Store::Impl::Corrupt(const ChunkKey& key, uint64_t pack, uint64_t off, const std::string& what) {
   n_corruptions++;
-  std::string m = "chunk " + key.ToHex() + " in " + PackPath(pack) + " at offset " +
-                  std::to_string(off) + ": " + what;
+  std::string m =
+      "chunk " + key.ToHex() + " in " + PackPath(pack) + " at offset " + std::to_string(off) + ": " + what;
   spdlog::error("store: {}", m);
   return Status::Corruption(m);
 }
@@ -363,13 +372,14 @@ Status Store::Impl::ReadRecord(const ChunkKey& key, const fmt::ChunkEntry& e, co
 
 Result<size_t> Store::Impl::Read(const ChunkKey& key, uint8_t* dst, size_t cap, Workspace& ws,
                                  bool verify_hash, int depth) {
-  if (depth > fmt::kMaxDeltaDepth) return Status::Corruption("chunk " + key.ToHex() + ": delta chain too deep");
+  if (depth > fmt::kMaxDeltaDepth)
+    return Status::Corruption("chunk " + key.ToHex() + ": delta chain too deep");
   thread_local std::vector<uint8_t> record;
   for (int attempt = 0;; ++attempt) {
     LMC_ASSIGN_OR_RETURN(fmt::ChunkEntry e, LoadEntry(key));
     if (cap < e.decoded_len)
-      return Status::InvalidArgument("buffer of " + std::to_string(cap) + " bytes for chunk " +
-                                     key.ToHex() + " of " + std::to_string(e.decoded_len));
+      return Status::InvalidArgument("buffer of " + std::to_string(cap) + " bytes for chunk " + key.ToHex() +
+                                     " of " + std::to_string(e.decoded_len));
     // A chunk decoded earlier as a base (reverse deltas: reading an older
     // save decodes the newer ones, down to the keyframe) is served from the
     // base cache. Keys name content, and only verified bytes go in, so they

@@ -15,9 +15,9 @@
 #include <mutex>
 #include <optional>
 #include <set>
-#include <unordered_map>
 #include <shared_mutex>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "format.h"
@@ -91,8 +91,8 @@ struct Store::Impl {
     return pins.count(key) > 0;
   }
 
-  std::atomic<uint64_t> n_commits{0}, n_groups{0}, n_stored{0}, n_dedup{0}, n_appended{0},
-      n_corruptions{0}, n_rebased{0}, n_rebase_skipped{0}, n_base_hits{0}, n_base_misses{0};
+  std::atomic<uint64_t> n_commits{0}, n_groups{0}, n_stored{0}, n_dedup{0}, n_appended{0}, n_corruptions{0},
+      n_rebased{0}, n_rebase_skipped{0}, n_base_hits{0}, n_base_misses{0};
   // Bytes written to pack files (records of commits, rebases and compaction
   // copies, and pack headers), and what compaction copied and gave back.
   std::atomic<uint64_t> n_pack_written{0}, n_compact_copied{0}, n_compact_reclaimed{0};
@@ -128,8 +128,7 @@ struct Store::Impl {
   Status Corrupt(const ChunkKey& key, uint64_t pack, uint64_t off, const std::string& what);
   // Reads the record of `key` at e into buf and verifies it (header, key,
   // lengths, checksum).
-  Status ReadRecord(const ChunkKey& key, const fmt::ChunkEntry& e, const File& f,
-                    std::vector<uint8_t>& buf);
+  Status ReadRecord(const ChunkKey& key, const fmt::ChunkEntry& e, const File& f, std::vector<uint8_t>& buf);
   Result<size_t> Read(const ChunkKey& key, uint8_t* dst, size_t cap, Workspace& ws, bool verify_hash,
                       int depth);
 

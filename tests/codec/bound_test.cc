@@ -34,8 +34,8 @@ TEST(BoundTest, StandaloneOnlyWithoutPredecessor) {
   auto f = Summary({kModel}, &rc);
   ASSERT_EQ(rc, 0);
   ASSERT_EQ(f.size(), 7u);
-  EXPECT_EQ(f[3], "0");         // matched
-  EXPECT_EQ(f[5], f[6]);        // min bound = standalone bound
+  EXPECT_EQ(f[3], "0");   // matched
+  EXPECT_EQ(f[5], f[6]);  // min bound = standalone bound
   EXPECT_GT(std::stod(f[5]), 0.0);
   EXPECT_LT(std::stod(f[5]), std::stod(f[1]));  // below logical size
 }
@@ -47,7 +47,7 @@ TEST(BoundTest, IdenticalPredecessorBoundsTheTensorsAtZero) {
   auto f = Summary({kModel, kModel}, &rc);
   ASSERT_EQ(rc, 0);
   ASSERT_EQ(f.size(), 7u);
-  EXPECT_EQ(f[3], f[2]);  // every chunk has a predecessor
+  EXPECT_EQ(f[3], f[2]);            // every chunk has a predecessor
   EXPECT_EQ(std::stod(f[6]), 0.0);  // XOR with itself: all zeros
   EXPECT_EQ(f[5], alone[5]);
 }

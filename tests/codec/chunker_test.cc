@@ -32,10 +32,10 @@ void ExpectCover(const std::vector<ChunkSpec>& cs, uint64_t total, uint32_t max)
 TEST(ChunkerTest, TensorChunksStartAtTensorStart) {
   Chunker ch(ChunkerOptions{1000, 100});
   std::vector<ChunkSpec> out;
-  ch.Add(R(0, 37, DType::kBytes, false), &out);      // header
-  ch.Add(R(37, 2500, DType::kBF16, true), &out);     // big tensor
-  ch.Add(R(2537, 40, DType::kF32, true), &out);      // small tensor
-  ch.Add(R(2577, 40, DType::kF32, true), &out);      // small tensor
+  ch.Add(R(0, 37, DType::kBytes, false), &out);   // header
+  ch.Add(R(37, 2500, DType::kBF16, true), &out);  // big tensor
+  ch.Add(R(2537, 40, DType::kF32, true), &out);   // small tensor
+  ch.Add(R(2577, 40, DType::kF32, true), &out);   // small tensor
   ch.Finish(&out);
   ExpectCover(out, 2617, 1000);
   ASSERT_EQ(out.size(), 5u);

@@ -1,4 +1,7 @@
 // The lmc tool, run in-process (LmcMain) on real files in a temp directory.
+#include "cli.h"
+
+#include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -6,9 +9,6 @@
 #include <filesystem>
 #include <fstream>
 
-#include <gtest/gtest.h>
-
-#include "cli.h"
 #include "test_util.h"
 
 namespace lmc {

@@ -1,10 +1,10 @@
 #include "lmc/container.h"
 
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <cstring>
 #include <random>
-
-#include <gtest/gtest.h>
 
 #include "lmc/bytes.h"
 #include "lmc/thread_pool.h"
@@ -17,10 +17,10 @@ namespace {
 std::vector<uint8_t> MakeSafetensors(size_t bf16_count, size_t f32_count) {
   auto a = testing::Bf16Weights(bf16_count, 1);
   auto b = testing::F32Weights(f32_count, 2);
-  std::string hdr = "{\"a\":{\"dtype\":\"BF16\",\"shape\":[" + std::to_string(bf16_count) +
-                    "],\"data_offsets\":[0," + std::to_string(a.size()) + "]},\"b\":{\"dtype\":\"F32\",\"shape\":[" +
-                    std::to_string(f32_count) + "],\"data_offsets\":[" + std::to_string(a.size()) + "," +
-                    std::to_string(a.size() + b.size()) + "]}}";
+  std::string hdr =
+      "{\"a\":{\"dtype\":\"BF16\",\"shape\":[" + std::to_string(bf16_count) + "],\"data_offsets\":[0," +
+      std::to_string(a.size()) + "]},\"b\":{\"dtype\":\"F32\",\"shape\":[" + std::to_string(f32_count) +
+      "],\"data_offsets\":[" + std::to_string(a.size()) + "," + std::to_string(a.size() + b.size()) + "]}}";
   while (hdr.size() % 8) hdr += ' ';
   std::vector<uint8_t> f(8 + hdr.size() + a.size() + b.size());
   StoreLE64(f.data(), hdr.size());
@@ -131,10 +131,14 @@ TEST(ContainerTest, StreamingAndInMemoryWriteTheSameBytes) {
     return k;
   };
   std::vector<uint8_t> back;
-  ASSERT_TRUE(DecompressStream(crd, [&](const uint8_t* b, size_t k) {
-                back.insert(back.end(), b, b + k);
-                return Status::Ok();
-              }, DecompressOptions{}).ok());
+  ASSERT_TRUE(DecompressStream(
+                  crd,
+                  [&](const uint8_t* b, size_t k) {
+                    back.insert(back.end(), b, b + k);
+                    return Status::Ok();
+                  },
+                  DecompressOptions{})
+                  .ok());
   EXPECT_EQ(back, file);
 }
 

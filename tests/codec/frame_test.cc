@@ -75,7 +75,8 @@ TEST(FrameTest, XorDeltaOfSlowlyChangingWeights) {
   std::vector<uint8_t> out(b.size());
   EXPECT_FALSE(DecodeChunk(delta.data(), delta.size(), nullptr, 0, out.data(), out.size(), ws).ok());
   auto wrong = testing::Perturb(a, 2, 0.01, 6);
-  Result<size_t> r = DecodeChunk(delta.data(), delta.size(), wrong.data(), wrong.size(), out.data(), out.size(), ws);
+  Result<size_t> r =
+      DecodeChunk(delta.data(), delta.size(), wrong.data(), wrong.size(), out.data(), out.size(), ws);
   EXPECT_TRUE(r.status().IsCorruption());
 }
 

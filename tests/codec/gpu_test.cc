@@ -27,7 +27,8 @@ TEST(GpuTest, MatchesCpuReferenceOrRefusesCleanly) {
     auto src = testing::RandomBytes(size, 1);
     auto base = testing::RandomBytes(size, 2);
     for (int t = 0; t < kNumDTypes; ++t) {
-      for (const uint8_t* b : {static_cast<const uint8_t*>(nullptr), static_cast<const uint8_t*>(base.data())}) {
+      for (const uint8_t* b :
+           {static_cast<const uint8_t*>(nullptr), static_cast<const uint8_t*>(base.data())}) {
         DType d = static_cast<DType>(t);
         std::vector<uint8_t> cpu(src.size()), gpu(src.size()), back(src.size());
         SplitStreams(d, src.data(), src.size(), b, cpu.data());

@@ -1,11 +1,11 @@
 #include "huffman.h"
 
+#include <gtest/gtest.h>
+
 #include <cmath>
 #include <cstring>
 #include <random>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "lmc/transform.h"
 
@@ -30,16 +30,24 @@ Bytes Make(Source src, size_t n, uint32_t seed) {
   for (int s = 0; s < 26; ++s) fib_cum[s] = fib_total += fib[25 - s];
   for (size_t i = 0; i < n; ++i) {
     switch (src) {
-      case Source::kTwo: v[i] = (rng() & 3) ? 7 : 200; break;
-      case Source::kUniform: v[i] = static_cast<uint8_t>(rng()); break;
-      case Source::kGeometric: v[i] = static_cast<uint8_t>(std::min(geo(rng), 255)); break;
+      case Source::kTwo:
+        v[i] = (rng() & 3) ? 7 : 200;
+        break;
+      case Source::kUniform:
+        v[i] = static_cast<uint8_t>(rng());
+        break;
+      case Source::kGeometric:
+        v[i] = static_cast<uint8_t>(std::min(geo(rng), 255));
+        break;
       case Source::kExponent: {
         // bf16 exponent byte of a N(0, 0.02) weight.
         const double w = std::fabs(gauss(rng)) + 1e-30;
         v[i] = static_cast<uint8_t>(std::clamp(127 + static_cast<int>(std::floor(std::log2(w))), 0, 255));
         break;
       }
-      case Source::kMillion: v[i] = rng() % 1000000 == 0 ? 1 : 0; break;
+      case Source::kMillion:
+        v[i] = rng() % 1000000 == 0 ? 1 : 0;
+        break;
       case Source::kFibonacci: {
         // P(s) ~ 1/phi^s: unlimited Huffman lengths would reach 25.
         const uint32_t r = rng() % fib_total;
@@ -48,7 +56,9 @@ Bytes Make(Source src, size_t n, uint32_t seed) {
         v[i] = static_cast<uint8_t>(s);
         break;
       }
-      case Source::kSingle: v[i] = 42; break;
+      case Source::kSingle:
+        v[i] = 42;
+        break;
     }
   }
   if (src == Source::kMillion && n > 1) v[n / 2] = 1;  // at least one rare symbol
@@ -99,7 +109,7 @@ void ExpectRoundTrip(const Bytes& in) {
 }
 
 TEST(HuffmanTest, RoundTripsAllSourcesAndSizes) {
-  const Source sources[] = {Source::kTwo,    Source::kUniform,   Source::kGeometric, Source::kExponent,
+  const Source sources[] = {Source::kTwo,     Source::kUniform,   Source::kGeometric, Source::kExponent,
                             Source::kMillion, Source::kFibonacci, Source::kSingle};
   const size_t sizes[] = {1, 2, 3, 4, 5, 7, 8, 9, 13, 19, 20, 21, 39, 41, 63, 64, 65, 101, 1000, 4097, 65537};
   for (Source src : sources) {
@@ -213,9 +223,8 @@ Bytes ReferenceEncode(const Bytes& in, const Bytes& enc) {
 // every alignment of the quarter boundaries.
 TEST(HuffmanTest, MatchesReferenceEncoder) {
   for (Source src : {Source::kTwo, Source::kUniform, Source::kExponent, Source::kFibonacci}) {
-    for (size_t n : {size_t{2}, size_t{3}, size_t{4}, size_t{5}, size_t{6}, size_t{7}, size_t{9},
-                     size_t{17}, size_t{31}, size_t{64}, size_t{101}, size_t{1000}, size_t{4099},
-                     size_t{65537}}) {
+    for (size_t n : {size_t{2}, size_t{3}, size_t{4}, size_t{5}, size_t{6}, size_t{7}, size_t{9}, size_t{17},
+                     size_t{31}, size_t{64}, size_t{101}, size_t{1000}, size_t{4099}, size_t{65537}}) {
       Bytes in = Make(src, n, static_cast<uint32_t>(n));
       in[0] = 1;
       in[n - 1] = 2;  // at least two symbols
@@ -337,8 +346,8 @@ TEST(HuffmanTest, RejectsBadTables) {
   for (uint8_t nibble : {uint8_t{2}, uint8_t{12}, uint8_t{0}}) {
     Bytes bad = enc;
     const int i = 200 - bad[0];
-    bad[2 + static_cast<size_t>(i / 2)] =
-        static_cast<uint8_t>((bad[2 + static_cast<size_t>(i / 2)] & ~(0xf << (4 * (i & 1)))) | nibble << (4 * (i & 1)));
+    bad[2 + static_cast<size_t>(i / 2)] = static_cast<uint8_t>(
+        (bad[2 + static_cast<size_t>(i / 2)] & ~(0xf << (4 * (i & 1)))) | nibble << (4 * (i & 1)));
     EXPECT_TRUE(huff::Decode(bad.data(), bad.size(), out.data(), out.size()).IsCorruption());
   }
 }

@@ -29,8 +29,8 @@ Bytes ReadFile(const std::string& name) {
   uint64_t at = 0;
   for (size_t i = 0; i < r.size(); ++i) {
     if (r[i].offset != at)
-      return ::testing::AssertionFailure() << "region " << i << " starts at " << r[i].offset
-                                           << ", expected " << at;
+      return ::testing::AssertionFailure()
+             << "region " << i << " starts at " << r[i].offset << ", expected " << at;
     if (r[i].length == 0) return ::testing::AssertionFailure() << "region " << i << " empty";
     at += r[i].length;
   }
@@ -224,8 +224,7 @@ TEST(LayoutFixtures, TruncatedAtManyLengths) {
 
 TEST(LayoutFixtures, CorruptedHeaders) {
   std::mt19937_64 rng(42);
-  for (const char* file : {"torch_adamw.pt", "model.safetensors", "array.npy", "arrays.npz",
-                           "tiny.gguf"}) {
+  for (const char* file : {"torch_adamw.pt", "model.safetensors", "array.npy", "arrays.npz", "tiny.gguf"}) {
     SCOPED_TRACE(file);
     Bytes full = ReadFile(file);
     ASSERT_FALSE(full.empty());
@@ -277,9 +276,8 @@ TEST(LayoutSafetensors, RegionsInOrderWithGaps) {
 }
 
 TEST(LayoutSafetensors, RegionsEmittedAsSoonAsFed) {
-  std::string json =
-      R"({"a":{"dtype":"F32","shape":[100],"data_offsets":[0,400]},)"
-      R"("b":{"dtype":"F32","shape":[100],"data_offsets":[400,800]}})";
+  std::string json = R"({"a":{"dtype":"F32","shape":[100],"data_offsets":[0,400]},)"
+                     R"("b":{"dtype":"F32","shape":[100],"data_offsets":[400,800]}})";
   Bytes file = Safetensors(json, 800);
   uint64_t h = 8 + json.size();
   auto p = LayoutParser::Create();
@@ -300,8 +298,8 @@ TEST(LayoutSafetensors, RegionsEmittedAsSoonAsFed) {
 
 TEST(LayoutSafetensors, BigTensorsAreSplitAtFourMiB) {
   const uint64_t n = 9u << 20;
-  std::string json = R"({"w":{"dtype":"BF16","shape":[)" + std::to_string(n / 2) +
-                     R"(],"data_offsets":[0,)" + std::to_string(n) + "]}}";
+  std::string json = R"({"w":{"dtype":"BF16","shape":[)" + std::to_string(n / 2) + R"(],"data_offsets":[0,)" +
+                     std::to_string(n) + "]}}";
   Bytes file = Safetensors(json, n);
   uint64_t h = 8 + json.size();
   auto p = LayoutParser::Create();
@@ -330,9 +328,9 @@ TEST(LayoutSafetensors, BigTensorsAreSplitAtFourMiB) {
 
 TEST(LayoutSafetensors, LyingHeadersFallBackToStatistics) {
   const std::vector<std::string> bad = {
-      R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,15]}})",          // size mismatch
-      R"({"a":{"dtype":"F32","shape":[-4],"data_offsets":[0,16]}})",         // negative dim
-      R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[16,0]}})",          // reversed
+      R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,15]}})",   // size mismatch
+      R"({"a":{"dtype":"F32","shape":[-4],"data_offsets":[0,16]}})",  // negative dim
+      R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[16,0]}})",   // reversed
       R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]},"b":{"dtype":"F32","shape":[4],"data_offsets":[8,24]}})",
       R"({"a":{"dtype":"F32","shape":[4611686018427387904,4],"data_offsets":[0,16]}})",
       R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,18446744073709551615]}})",
@@ -383,8 +381,8 @@ TEST(LayoutSafetensors, TensorBeyondEndIsTruncated) {
 
 // --- Zip -----------------------------------------------------------------------
 
-void LocalHeader(Bytes* b, const std::string& name, uint16_t flags, uint16_t method,
-                 uint32_t csize, const Bytes& extra = {}) {
+void LocalHeader(Bytes* b, const std::string& name, uint16_t flags, uint16_t method, uint32_t csize,
+                 const Bytes& extra = {}) {
   PutLE(b, 0x04034b50, 4);
   PutLE(b, 20, 2);
   PutLE(b, flags, 2);
@@ -588,7 +586,7 @@ TEST(LayoutGguf, OverlappingTensorsFallBack) {
     GgufString(&b, "t" + std::to_string(i));
     PutLE(&b, 1, 4);
     PutLE(&b, 64, 8);
-    PutLE(&b, 0, 4);       // f32: 256 bytes
+    PutLE(&b, 0, 4);        // f32: 256 bytes
     PutLE(&b, i * 128, 8);  // overlaps the first
   }
   b.resize(((b.size() + 31) / 32) * 32, 0);
@@ -611,8 +609,7 @@ TEST(LayoutStats, DetectDType) {
   EXPECT_EQ(DetectDType(noise.data(), noise.size()), DType::kBytes);
   std::string text;
   while (text.size() < 50000) text += "the quick brown fox jumps over the lazy dog; ";
-  EXPECT_EQ(DetectDType(reinterpret_cast<const uint8_t*>(text.data()), text.size()),
-            DType::kBytes);
+  EXPECT_EQ(DetectDType(reinterpret_cast<const uint8_t*>(text.data()), text.size()), DType::kBytes);
   EXPECT_EQ(DetectDType(nullptr, 0), DType::kBytes);
   EXPECT_EQ(DetectDType(noise.data(), 3), DType::kBytes);
 }
@@ -637,8 +634,7 @@ TEST(LayoutStats, RandomAndTinyInputs) {
     EXPECT_EQ(r.empty(), n == 0);
   }
   // Magic numbers followed by garbage.
-  for (std::string magic : {std::string("GGUF"), std::string("\x93NUMPY", 6),
-                            std::string("PK\x03\x04", 4)}) {
+  for (std::string magic : {std::string("GGUF"), std::string("\x93NUMPY", 6), std::string("PK\x03\x04", 4)}) {
     for (size_t n : {0, 3, 20, 40, 200, 5000}) {
       Bytes b(magic.begin(), magic.end());
       Bytes tail = RandomBytes(n, n + 100);

@@ -1,11 +1,11 @@
 #include "rans.h"
 
+#include <gtest/gtest.h>
+
 #include <cmath>
 #include <cstring>
 #include <random>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "lmc/transform.h"
 
@@ -23,7 +23,8 @@ Bytes Skewed(size_t n, double p_zero, uint32_t seed, uint32_t rare = 256) {
   for (auto& b : v) {
     const double r = u(rng);
     if (r < p_zero) continue;
-    b = r < p_zero + (1 - p_zero) / 2 ? static_cast<uint8_t>(1 + rng() % 4) : static_cast<uint8_t>(rng() % rare);
+    b = r < p_zero + (1 - p_zero) / 2 ? static_cast<uint8_t>(1 + rng() % 4)
+                                      : static_cast<uint8_t>(rng() % rare);
   }
   return v;
 }

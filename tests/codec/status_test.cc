@@ -1,8 +1,8 @@
 #include "lmc/status.h"
 
-#include <cerrno>
-
 #include <gtest/gtest.h>
+
+#include <cerrno>
 
 namespace lmc {
 namespace {

@@ -45,8 +45,7 @@ inline std::vector<uint8_t> RandomBytes(size_t n, uint32_t seed) {
 
 // A copy of `w` (bf16) where a fraction of the elements moved by one ulp:
 // what a later checkpoint of slowly training weights looks like.
-inline std::vector<uint8_t> Perturb(const std::vector<uint8_t>& w, size_t width, double frac,
-                                    uint32_t seed) {
+inline std::vector<uint8_t> Perturb(const std::vector<uint8_t>& w, size_t width, double frac, uint32_t seed) {
   std::mt19937 rng(seed);
   std::bernoulli_distribution pick(frac);
   std::vector<uint8_t> out = w;

@@ -1,9 +1,9 @@
 #include "lmc/thread_pool.h"
 
+#include <gtest/gtest.h>
+
 #include <atomic>
 #include <set>
-
-#include <gtest/gtest.h>
 
 namespace lmc {
 namespace {

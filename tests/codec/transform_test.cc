@@ -35,7 +35,8 @@ TEST(TransformTest, RoundTripEveryDtypeAndOddLengths) {
     for (size_t n : {0, 1, 2, 3, 5, 7, 8, 9, 15, 17, 1000, 4099}) {
       auto src = testing::RandomBytes(n, static_cast<uint32_t>(n * 31 + t));
       auto base = testing::RandomBytes(n, static_cast<uint32_t>(n * 7 + t));
-      for (const uint8_t* b : {static_cast<const uint8_t*>(nullptr), static_cast<const uint8_t*>(base.data())}) {
+      for (const uint8_t* b :
+           {static_cast<const uint8_t*>(nullptr), static_cast<const uint8_t*>(base.data())}) {
         std::vector<uint8_t> s(n + 1, 0xAA), back(n + 1, 0x55);
         SplitStreams(static_cast<DType>(t), src.data(), n, b, s.data());
         MergeStreams(static_cast<DType>(t), s.data(), n, b, back.data());

@@ -57,7 +57,8 @@ class MountDeltaTest : public lmc::testing::MountTest {
   MountDeltaTest() { options_.mount_options = DeltaOptions(mode_); }
 
   void SetUp() override {
-    if (!PythonHas("torch, safetensors")) GTEST_SKIP() << "python3 with torch and safetensors is not installed";
+    if (!PythonHas("torch, safetensors"))
+      GTEST_SKIP() << "python3 with torch and safetensors is not installed";
     MountTest::SetUp();
     if (IsSkipped() || HasFatalFailure()) return;
     WriteScript("train.py", kTrainScript);
@@ -140,25 +141,25 @@ void MountDeltaTest::SeriesInEveryDeleteOrder(std::vector<int> p) {
     uint64_t chunks = 0, deltas = 0;
     int max_depth = 0;
     ASSERT_TRUE(s->Scan(lmc::store::Cf::kExtents, "", [&](std::string_view, std::string_view v) {
-                  auto x = lmc::store::DecodeExtent(v);
-                  if (!x || x->hole()) return true;
-                  auto info = s->GetChunkInfo(x->chunk);
-                  EXPECT_TRUE(info.ok());
-                  if (!info.ok()) return true;
-                  chunks++;
-                  if (info->base) deltas++;
-                  max_depth = std::max<int>(max_depth, info->delta_depth);
-                  // The real chain, base by base.
-                  int depth = 0;
-                  for (auto b = info->base; b; ++depth) {
-                    auto bi = s->GetChunkInfo(*b);
-                    EXPECT_TRUE(bi.ok());
-                    if (!bi.ok()) break;
-                    b = bi->base;
-                  }
-                  EXPECT_LE(depth, kChain);
-                  return true;
-                }).ok());
+                   auto x = lmc::store::DecodeExtent(v);
+                   if (!x || x->hole()) return true;
+                   auto info = s->GetChunkInfo(x->chunk);
+                   EXPECT_TRUE(info.ok());
+                   if (!info.ok()) return true;
+                   chunks++;
+                   if (info->base) deltas++;
+                   max_depth = std::max<int>(max_depth, info->delta_depth);
+                   // The real chain, base by base.
+                   int depth = 0;
+                   for (auto b = info->base; b; ++depth) {
+                     auto bi = s->GetChunkInfo(*b);
+                     EXPECT_TRUE(bi.ok());
+                     if (!bi.ok()) break;
+                     b = bi->base;
+                   }
+                   EXPECT_LE(depth, kChain);
+                   return true;
+                 }).ok());
     EXPECT_GT(chunks, 0u);
     EXPECT_GT(deltas, 0u) << "no chunk was stored as a delta";
     EXPECT_LE(max_depth, kChain);
@@ -203,7 +204,8 @@ TEST_F(MountDeltaTest, MountKeepLastKRotationWithGcReachesASteadyState) {
   std::vector<uint64_t> live;
   for (int i = 1; i <= kSaves; ++i) {
     const std::string f = "ckpt_step_" + std::to_string(i * 100) + ".pt";
-    ASSERT_EQ(Sh("cp " + series + "/" + f + " " + mnt_ + "/ && cp " + series + "/" + f + " " + plain_ + "/"), 0);
+    ASSERT_EQ(Sh("cp " + series + "/" + f + " " + mnt_ + "/ && cp " + series + "/" + f + " " + plain_ + "/"),
+              0);
     if (i > kKeep) {
       const std::string old = "ckpt_step_" + std::to_string((i - kKeep) * 100) + ".pt";
       ASSERT_EQ(Sh("rm " + mnt_ + "/" + old + " " + plain_ + "/" + old), 0);
@@ -219,7 +221,8 @@ TEST_F(MountDeltaTest, MountKeepLastKRotationWithGcReachesASteadyState) {
     Mount();
   }
   const uint64_t one = fsys::file_size(series + "/ckpt_step_100.pt");
-  std::printf("checkpoint %llu bytes; live bytes after each save + gc:", static_cast<unsigned long long>(one));
+  std::printf("checkpoint %llu bytes; live bytes after each save + gc:",
+              static_cast<unsigned long long>(one));
   for (uint64_t l : live) std::printf(" %llu", static_cast<unsigned long long>(l));
   std::printf("\n");
   for (int i = kKeep; i < kSaves; ++i) {
@@ -307,10 +310,11 @@ for s in range(1, 3):
     ASSERT_TRUE(s);
     int max_depth = 0;
     ASSERT_TRUE(s->Scan(lmc::store::Cf::kExtents, "", [&](std::string_view, std::string_view v) {
-                  auto x = lmc::store::DecodeExtent(v);
-                  if (x && !x->hole()) max_depth = std::max<int>(max_depth, s->GetChunkInfo(x->chunk)->delta_depth);
-                  return true;
-                }).ok());
+                   auto x = lmc::store::DecodeExtent(v);
+                   if (x && !x->hole())
+                     max_depth = std::max<int>(max_depth, s->GetChunkInfo(x->chunk)->delta_depth);
+                   return true;
+                 }).ok());
     EXPECT_EQ(max_depth, 1) << "every delta is against the base model";
     ExpectFsckClean(*s);
   }

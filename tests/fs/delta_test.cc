@@ -2,6 +2,8 @@
 // choice, chain limit, pinned bases racing an unlink, and keep-last-K
 // rotation with gc reaching a steady state, driven as the write pipeline
 // drives it (ChooseBase, encode, AddChunk, Record, commit).
+#include "delta.h"
+
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -10,11 +12,10 @@
 #include <string>
 #include <vector>
 
-#include "delta.h"
-#include "lmc/fs/control.h"
-#include "lmc/fs/snapshots.h"
 #include "lineage.h"
 #include "lmc/codec.h"
+#include "lmc/fs/control.h"
+#include "lmc/fs/snapshots.h"
 #include "lmc/store/extent.h"
 #include "lmc/store/store.h"
 
@@ -340,10 +341,13 @@ TEST_F(DeltaPolicyTest, ReverseKeepsTheNewestStandaloneAndRebasesThePriorVersion
 TEST_F(DeltaPolicyTest, ReverseRebasesQueuedAtACrashAreDoneByTheNextMount) {
   auto queued = [&] {
     int n = 0;
-    EXPECT_TRUE(store_->Scan(store::Cf::kMeta, "rebase/", [&](std::string_view, std::string_view) {
-                  n++;
-                  return true;
-                }).ok());
+    EXPECT_TRUE(store_
+                    ->Scan(store::Cf::kMeta, "rebase/",
+                           [&](std::string_view, std::string_view) {
+                             n++;
+                             return true;
+                           })
+                    .ok());
     return n;
   };
   DeltaOptions o;
@@ -452,7 +456,8 @@ TEST_F(DeltaPolicyTest, GcHookRewritesDependantsOfDeadBasesAndReports) {
   ASSERT_TRUE(hook(*store_, [&](const std::string& e) { events.push_back(e); }).ok());
   ASSERT_FALSE(events.empty());
   EXPECT_NE(events.back().find("\"done\":true"), std::string::npos) << events.back();
-  EXPECT_NE(events.back().find("\"rewritten\":" + std::to_string(kChunks)), std::string::npos) << events.back();
+  EXPECT_NE(events.back().find("\"rewritten\":" + std::to_string(kChunks)), std::string::npos)
+      << events.back();
   for (const auto& k : first.keys) EXPECT_TRUE(store_->GetChunkInfo(k).status().IsNotFound());
   for (const auto& k : second.keys) EXPECT_FALSE(store_->GetChunkInfo(k)->base.has_value());
   ExpectReads(second);

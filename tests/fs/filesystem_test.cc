@@ -46,8 +46,7 @@ class GatePolicy : public DeltaPolicy {
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     return calls.load() >= n;
   }
-  std::optional<BaseChoice> ChooseBase(const ChunkOrigin& origin, const uint8_t*,
-                                       size_t n) override {
+  std::optional<BaseChoice> ChooseBase(const ChunkOrigin& origin, const uint8_t*, size_t n) override {
     calls++;
     std::unique_lock lk(mu_);
     cv_.wait(lk, [&] { return open_; });
@@ -59,8 +58,8 @@ class GatePolicy : public DeltaPolicy {
     }
     return std::nullopt;
   }
-  void Record(const ChunkOrigin& origin, const store::ChunkKey& key,
-              const std::optional<store::ChunkKey>& b, store::Batch*) override {
+  void Record(const ChunkOrigin& origin, const store::ChunkKey& key, const std::optional<store::ChunkKey>& b,
+              store::Batch*) override {
     std::lock_guard lk(mu_);
     recorded.push_back({std::string(origin.file_name), key, b});
   }
@@ -152,10 +151,13 @@ class FsCore : public ::testing::Test {
     std::string prefix(8, '\0');
     for (int i = 0; i < 8; i++) prefix[i] = static_cast<char>(ino >> (56 - 8 * i));
     uint64_t n = 0;
-    EXPECT_TRUE(store_->Scan(store::Cf::kExtents, prefix, [&](auto, auto) {
-                  n++;
-                  return true;
-                }).ok());
+    EXPECT_TRUE(store_
+                    ->Scan(store::Cf::kExtents, prefix,
+                           [&](auto, auto) {
+                             n++;
+                             return true;
+                           })
+                    .ok());
     return n;
   }
 
@@ -186,8 +188,7 @@ TEST_F(FsCore, PipelineReadsAndOverwritesSeeInFlightChunks) {
   // Past the layout parser's detection window, so the stream cuts chunks.
   std::string model = Bf16Like(20 * (64 << 10) + 1000, 11);
   for (size_t off = 0; off < model.size(); off += 32 << 10)
-    ASSERT_EQ(fs_->Write(ino, off, model.data() + off, std::min<size_t>(32 << 10, model.size() - off)),
-              0);
+    ASSERT_EQ(fs_->Write(ino, off, model.data() + off, std::min<size_t>(32 << 10, model.size() - off)), 0);
   // Writes returned while every encoder is held: the chunks are in flight.
   ASSERT_TRUE(gate->WaitCalls(1));
   EXPECT_EQ(fs_->counters().chunks_written.load(), 0u);
@@ -225,7 +226,8 @@ TEST_F(FsCore, PipelineTruncateWhileEncoding) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
     gate->Open();
   });
-  struct stat a{}, out;
+  struct stat a {
+  }, out;
   a.st_size = 100000;
   ASSERT_EQ(fs_->SetAttr(ino, a, kSetSize, &out), 0);
   opener.join();
@@ -246,8 +248,7 @@ TEST_F(FsCore, PipelineFsyncIsDurableWithoutShutdown) {
   uint64_t ino = CreateFile(kRootIno, "durable.bin");
   std::string model = Bf16Like(20 * (64 << 10) + 123, 13);
   for (size_t off = 0; off < model.size(); off += 100000)
-    ASSERT_EQ(fs_->Write(ino, off, model.data() + off, std::min<size_t>(100000, model.size() - off)),
-              0);
+    ASSERT_EQ(fs_->Write(ino, off, model.data() + off, std::min<size_t>(100000, model.size() - off)), 0);
   std::string patch(3000, 'Z');  // and a random write
   ASSERT_EQ(fs_->Write(ino, 500000, patch.data(), patch.size()), 0);
   model.replace(500000, patch.size(), patch);
@@ -409,7 +410,8 @@ TEST_F(FsCore, OverwritesTruncateAndHoles) {
   ASSERT_EQ(fs_->Flush(ino), 0);
   EXPECT_EQ(ReadAll(ino), model);
   // Shrink into the middle of a chunk, then grow: the gap reads zeros.
-  struct stat a{}, out;
+  struct stat a {
+  }, out;
   a.st_size = 100001;
   ASSERT_EQ(fs_->SetAttr(ino, a, kSetSize, &out), 0);
   model.resize(100001);
@@ -511,7 +513,7 @@ TEST_F(FsCore, LinksSymlinksAttrs) {
   std::string t;
   ASSERT_EQ(fs_->Readlink(st.st_ino, &t), 0);
   EXPECT_EQ(t, "a");
-  struct stat in{};
+  struct stat in {};
   in.st_mode = 0600;
   in.st_uid = 7;
   in.st_gid = 8;
@@ -614,7 +616,8 @@ TEST_F(FsCore, RandomOpsMatchModel) {
       m.replace(off, n, d);
     } else if (kind < 60) {
       uint64_t size = rng() % (m.size() + 50000);
-      struct stat a{}, out;
+      struct stat a {
+      }, out;
       a.st_size = static_cast<off_t>(size);
       ASSERT_EQ(fs_->SetAttr(ino, a, kSetSize, &out), 0);
       m.resize(size, '\0');
@@ -656,7 +659,8 @@ TEST_F(FsCore, RandomOpsMatchModel) {
       for (uint64_t i : inos) ASSERT_EQ(fs_->Open(i, O_RDWR), 0);
     } else {
       // truncate to 0 and rewrite sequentially (O_TRUNC checkpoint rewrite)
-      struct stat a{}, out;
+      struct stat a {
+      }, out;
       ASSERT_EQ(fs_->SetAttr(ino, a, kSetSize, &out), 0);
       m.clear();
     }

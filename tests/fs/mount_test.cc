@@ -57,8 +57,8 @@ using MountRandom = MountFixture;
 TEST_F(MountCoreutils, CpMvLsDuStatTruncateLn) {
   const std::string& m = mnt_;
   ASSERT_EQ(Sh("head -c 3000000 /dev/urandom > " + plain_ + "/rand.bin"), 0);
-  ASSERT_EQ(Sh("python3 -c \"import sys; sys.stdout.buffer.write(bytes(range(8))*640000)\" > " +
-               plain_ + "/pattern.bin"),
+  ASSERT_EQ(Sh("python3 -c \"import sys; sys.stdout.buffer.write(bytes(range(8))*640000)\" > " + plain_ +
+               "/pattern.bin"),
             0);
   ASSERT_EQ(Sh("cp " + plain_ + "/rand.bin " + plain_ + "/pattern.bin " + m + "/"), 0);
   ASSERT_EQ(Sh("cmp " + plain_ + "/rand.bin " + m + "/rand.bin"), 0);
@@ -70,24 +70,21 @@ TEST_F(MountCoreutils, CpMvLsDuStatTruncateLn) {
   // du shows the stored (compressed) size; --apparent-size the logical one.
   ASSERT_EQ(Sh("test \"$(du -k " + m + "/d/e/p.bin | cut -f1)\" -lt 2500"), 0);
   ASSERT_EQ(Sh("test \"$(du -k --apparent-size " + m + "/d/e/p.bin | cut -f1)\" = 5000"), 0);
-  ASSERT_EQ(Sh("truncate -s 1234567 " + m + "/d/e/p.bin && truncate -s 1234567 " + plain_ +
-               "/pattern.bin"),
+  ASSERT_EQ(Sh("truncate -s 1234567 " + m + "/d/e/p.bin && truncate -s 1234567 " + plain_ + "/pattern.bin"),
             0);
-  ASSERT_EQ(Sh("truncate -s 2M " + m + "/d/e/p.bin && truncate -s 2M " + plain_ + "/pattern.bin"),
-            0);
+  ASSERT_EQ(Sh("truncate -s 2M " + m + "/d/e/p.bin && truncate -s 2M " + plain_ + "/pattern.bin"), 0);
   ASSERT_EQ(Sh("cmp " + plain_ + "/pattern.bin " + m + "/d/e/p.bin"), 0);
   ASSERT_EQ(Sh("ln " + m + "/rand.bin " + m + "/hard.bin && ln -s rand.bin " + m + "/sym.bin"), 0);
   ASSERT_EQ(Sh("test \"$(stat -c %h " + m + "/rand.bin)\" = 2"), 0);
   ASSERT_EQ(Sh("cmp " + plain_ + "/rand.bin " + m + "/sym.bin"), 0);
   ASSERT_EQ(Sh("test \"$(readlink " + m + "/sym.bin)\" = rand.bin"), 0);
-  ASSERT_EQ(Sh("chmod 600 " + m + "/rand.bin && test \"$(stat -c %a " + m + "/hard.bin)\" = 600"),
-            0);
+  ASSERT_EQ(Sh("chmod 600 " + m + "/rand.bin && test \"$(stat -c %a " + m + "/hard.bin)\" = 600"), 0);
   ASSERT_EQ(Sh("touch -d '2020-01-02 03:04:05' " + m + "/rand.bin && test \"$(stat -c %Y " + m +
                "/rand.bin)\" = \"$(date -d '2020-01-02 03:04:05' +%s)\""),
             0);
-  ASSERT_EQ(Sh("chown 1234:5678 " + m + "/rand.bin && test \"$(stat -c %u:%g " + m +
-               "/hard.bin)\" = 1234:5678"),
-            0);
+  ASSERT_EQ(
+      Sh("chown 1234:5678 " + m + "/rand.bin && test \"$(stat -c %u:%g " + m + "/hard.bin)\" = 1234:5678"),
+      0);
   EXPECT_NE(Sh("rmdir " + m + "/d 2>/dev/null"), 0);  // not empty
   ASSERT_EQ(Sh("cp -r " + m + "/d " + m + "/d2 && rm -r " + m + "/d"), 0);
   ASSERT_EQ(Sh("df " + m + " > /dev/null"), 0);
@@ -219,7 +216,8 @@ assert z['b'][-1] == 99999
                 "torch");
   // And the files load from the remounted filesystem.
   ASSERT_EQ(Sh("python3 -c \"import torch,sys; torch.load(sys.argv[1] + '/ckpt.pt', "
-               "weights_only=True)\" " + mnt_ + "/torch"),
+               "weights_only=True)\" " +
+               mnt_ + "/torch"),
             0);
 }
 
@@ -315,8 +313,8 @@ for fd in held:
   std::string want = Digest(plain_);
   EXPECT_EQ(Digest(mnt_), want);
   EXPECT_EQ(Sh("cd " + plain_ + " && ls -l | grep -v '^total' | awk '{print $1, $2, $5, $9}' > " + root_ +
-               "/ls1 && cd " + mnt_ + " && ls -l | grep -v '^total' | awk '{print $1, $2, $5, $9}' > " + root_ +
-               "/ls2 && diff " + root_ + "/ls1 " + root_ + "/ls2"),
+               "/ls1 && cd " + mnt_ + " && ls -l | grep -v '^total' | awk '{print $1, $2, $5, $9}' > " +
+               root_ + "/ls2 && diff " + root_ + "/ls1 " + root_ + "/ls2"),
             0);
   Remount();
   EXPECT_EQ(Digest(mnt_), want);
@@ -374,20 +372,26 @@ using MountCrash = MountFixture;
 // again.
 TEST_F(MountCrash, KillDuringWritesKeepsSyncedData) {
   ASSERT_EQ(Sh("python3 -c \"import os,random; r=random.Random(1); "
-               "open('" + plain_ + "/a.bin','wb').write(bytes(r.getrandbits(6) for _ in range(3000000)))\""),
+               "open('" +
+               plain_ + "/a.bin','wb').write(bytes(r.getrandbits(6) for _ in range(3000000)))\""),
             0);
-  ASSERT_EQ(Sh("python3 -c \"import os,shutil; "
-               "f=open('" + mnt_ + "/a.bin','wb'); f.write(open('" + plain_ + "/a.bin','rb').read()); "
-               "f.flush(); os.fsync(f.fileno()); f.close(); os.rename('" + mnt_ + "/a.bin', '" +
-               mnt_ + "/b.bin'); fd=os.open('" + mnt_ + "', os.O_RDONLY); os.fsync(fd)\""),
-            0);
+  ASSERT_EQ(
+      Sh("python3 -c \"import os,shutil; "
+         "f=open('" +
+         mnt_ + "/a.bin','wb'); f.write(open('" + plain_ +
+         "/a.bin','rb').read()); "
+         "f.flush(); os.fsync(f.fileno()); f.close(); os.rename('" +
+         mnt_ + "/a.bin', '" + mnt_ + "/b.bin'); fd=os.open('" + mnt_ + "', os.O_RDONLY); os.fsync(fd)\""),
+      0);
   // A writer that never finishes.
   pid_t w = fork();
   ASSERT_GE(w, 0);
   if (w == 0) {
     execlp("python3", "python3", "-c",
-           ("import os\nf=open('" + mnt_ + "/c.bin','wb')\n"
-            "while True: f.write(os.urandom(1<<20)); f.flush()").c_str(),
+           ("import os\nf=open('" + mnt_ +
+            "/c.bin','wb')\n"
+            "while True: f.write(os.urandom(1<<20)); f.flush()")
+               .c_str(),
            static_cast<char*>(nullptr));
     _exit(127);
   }
@@ -450,8 +454,9 @@ TEST_F(MountTool, ErrorsAndDaemonMode) {
   EXPECT_FALSE(IsMounted(mnt2_));
   Sh("fusermount3 -u -z " + mnt_);
   // The daemon releases the store once it has flushed: a remount succeeds.
-  const bool ok = lmc::testing::WaitUntil([&] { return Sh(bin + " " + store_ + " " + mnt2_ + " 2>/dev/null") == 0; },
-                                          std::chrono::seconds(10), std::chrono::milliseconds(100));
+  const bool ok =
+      lmc::testing::WaitUntil([&] { return Sh(bin + " " + store_ + " " + mnt2_ + " 2>/dev/null") == 0; },
+                              std::chrono::seconds(10), std::chrono::milliseconds(100));
   EXPECT_TRUE(ok);
   EXPECT_EQ(Sh("test \"$(cat " + mnt2_ + "/f)\" = hi"), 0);
 }
@@ -463,8 +468,10 @@ TEST_F(MountTool, ErrorsAndDaemonMode) {
 // the real mount(8) is used, with -t and with an fstab file (-T).
 TEST_F(MountHelper, Mount8ConventionAndFstab) {
   const std::string bin = LMC_MOUNT_BIN;
-  const std::string opts = "rw,nosuid,nodev,noatime,cache_size=32M,write_buffer=32M,encode_threads=2,"
-                           "gpu=auto,log_level=info,log_file=" + root_ + "/log";
+  const std::string opts =
+      "rw,nosuid,nodev,noatime,cache_size=32M,write_buffer=32M,encode_threads=2,"
+      "gpu=auto,log_level=info,log_file=" +
+      root_ + "/log";
   // As mount(8) calls a helper: SPEC DIR -n -o OPTIONS (with generic options).
   ASSERT_EQ(Sh(bin + " " + store_ + " " + mnt_ + " -n -o " + opts), 0);
   EXPECT_TRUE(IsMounted(mnt_));

@@ -121,7 +121,8 @@ struct MountTestOptions {
 class MountTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (access("/dev/fuse", R_OK | W_OK) != 0) GTEST_SKIP() << "/dev/fuse is not available: no real mount here";
+    if (access("/dev/fuse", R_OK | W_OK) != 0)
+      GTEST_SKIP() << "/dev/fuse is not available: no real mount here";
     if (Sh("command -v fusermount3 >/dev/null") != 0) GTEST_SKIP() << "fusermount3 (fuse3) is not installed";
     std::string tmpl = std::string("/tmp/lmcfs_") +
                        ::testing::UnitTest::GetInstance()->current_test_info()->test_suite_name() + "_XXXXXX";
@@ -195,7 +196,9 @@ class MountTest : public ::testing::Test {
     return path;
   }
   // python3 SCRIPT ARGS; its exit status.
-  static int Python(const std::string& script, const std::string& args) { return Sh("python3 " + script + " " + args); }
+  static int Python(const std::string& script, const std::string& args) {
+    return Sh("python3 " + script + " " + args);
+  }
 
   static void WriteFile(const std::string& path, const std::string& data) {
     std::ofstream f(path, std::ios::binary);

@@ -8,8 +8,8 @@
 
 #include <atomic>
 #include <chrono>
-#include <map>
 #include <filesystem>
+#include <map>
 #include <random>
 #include <string>
 #include <thread>

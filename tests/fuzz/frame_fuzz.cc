@@ -38,8 +38,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     std::vector<uint8_t> bbuf(n);
     for (size_t i = 0; i < n; ++i) bbuf[i] = src[(i + 1) % n] ^ static_cast<uint8_t>(i);
     std::vector<uint8_t> enc(lmc::MaxEncodedSize(n)), back(n);
-    lmc::Result<size_t> e =
-        lmc::EncodeChunk(src, n, lmc::EncodeParams{t, delta ? bbuf.data() : nullptr}, enc.data(), enc.size(), ws);
+    lmc::Result<size_t> e = lmc::EncodeChunk(src, n, lmc::EncodeParams{t, delta ? bbuf.data() : nullptr},
+                                             enc.data(), enc.size(), ws);
     if (!e.ok()) abort();
     lmc::Result<size_t> d = lmc::DecodeChunk(enc.data(), *e, delta ? bbuf.data() : nullptr, delta ? n : 0,
                                              back.data(), back.size(), ws);

@@ -59,13 +59,9 @@ inline std::vector<std::string> DescribeFs(fs::Filesystem& fsys, store::Store& s
       entries.push_back("error getattr " + path + " " + std::to_string(e));
       return;
     }
-    const char kind = S_ISDIR(s.st_mode)   ? 'd'
-                      : S_ISLNK(s.st_mode) ? 'l'
-                      : S_ISREG(s.st_mode) ? 'f'
-                                           : '?';
+    const char kind = S_ISDIR(s.st_mode) ? 'd' : S_ISLNK(s.st_mode) ? 'l' : S_ISREG(s.st_mode) ? 'f' : '?';
     std::string line = std::string(1, kind) + " " + path + " ino=" + std::to_string(ino) +
-                       " mode=" + Octal(s.st_mode & 07777) +
-                       " nlink=" + std::to_string(s.st_nlink) +
+                       " mode=" + Octal(s.st_mode & 07777) + " nlink=" + std::to_string(s.st_nlink) +
                        " size=" + std::to_string(s.st_size);
     const bool first = first_path.emplace(ino, path).second;
     if (kind == 'f') {
@@ -77,8 +73,7 @@ inline std::vector<std::string> DescribeFs(fs::Filesystem& fsys, store::Store& s
           line += " error read " + std::to_string(e);
         else
           line += " sha256=" +
-                  store::ChunkKey::Of(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size())
-                      .ToHex();
+                  store::ChunkKey::Of(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()).ToHex();
         (void)fsys.Release(ino);  // read-only: nothing to flush
       }
     } else if (kind == 'l') {
@@ -113,8 +108,7 @@ inline std::vector<std::string> DescribeFs(fs::Filesystem& fsys, store::Store& s
     std::map<std::string, uint64_t> sorted;
     for (const auto& c : children)
       if (c.name != "." && c.name != "..") sorted[c.name] = c.ino;
-    for (const auto& [name, child] : sorted)
-      self(self, child, (path == "/" ? "/" : path + "/") + name);
+    for (const auto& [name, child] : sorted) self(self, child, (path == "/" ? "/" : path + "/") + name);
   };
   describe(describe, fs::kRootIno, "/");
 
@@ -126,12 +120,12 @@ inline std::vector<std::string> DescribeFs(fs::Filesystem& fsys, store::Store& s
       return true;
     }
     auto p = first_path.find(pos->first);
-    std::string line =
-        "extent " + (p == first_path.end() ? "ino:" + std::to_string(pos->first) : p->second) +
-        " " + std::to_string(pos->second) + " " + std::to_string(e->length) + " " + e->key.ToHex();
+    std::string line = "extent " + (p == first_path.end() ? "ino:" + std::to_string(pos->first) : p->second) +
+                       " " + std::to_string(pos->second) + " " + std::to_string(e->length) + " " +
+                       e->key.ToHex();
     if (auto info = st.GetChunkInfo(e->key); info.ok())
-      line += " depth=" + std::to_string(info->delta_depth) +
-              " base=" + (info->base ? info->base->ToHex() : "-");
+      line +=
+          " depth=" + std::to_string(info->delta_depth) + " base=" + (info->base ? info->base->ToHex() : "-");
     else
       line += " error " + info.status().ToString();
     extents.push_back(line);

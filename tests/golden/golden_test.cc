@@ -227,8 +227,7 @@ std::string Shape(const std::string& line) {
   std::istringstream in(line);
   std::string out, word;
   while (in >> word)
-    if (!word.starts_with("ino=") && !word.starts_with("sha256="))
-      out += (out.empty() ? "" : " ") + word;
+    if (!word.starts_with("ino=") && !word.starts_with("sha256=")) out += (out.empty() ? "" : " ") + word;
   return out;
 }
 

@@ -39,8 +39,7 @@ std::vector<float> Weights(size_t n, uint64_t seed) {
   auto uniform = [&] { return (static_cast<double>(rng() >> 11) + 0.5) * 0x1p-53; };
   std::vector<float> v(n);
   for (float& x : v) {
-    x = static_cast<float>(0.02 * std::sqrt(-2.0 * std::log(uniform())) *
-                           std::cos(2.0 * M_PI * uniform()));
+    x = static_cast<float>(0.02 * std::sqrt(-2.0 * std::log(uniform())) * std::cos(2.0 * M_PI * uniform()));
   }
   return v;
 }
@@ -96,8 +95,7 @@ void TrimStore(const fsys::path& dir) {
   std::vector<fsys::path> drop;
   for (const auto& e : fsys::recursive_directory_iterator(dir)) {
     const std::string name = e.path().filename().string();
-    if (name.starts_with("LOG") || name.starts_with("OPTIONS-") || name == "LOCK")
-      drop.push_back(e.path());
+    if (name.starts_with("LOG") || name.starts_with("OPTIONS-") || name == "LOCK") drop.push_back(e.path());
   }
   for (const auto& p : drop) fsys::remove(p);
 }
@@ -120,8 +118,7 @@ void AddToBatch(const StoreChunk& c, lmc::store::Batch* batch) {
   lmc::store::Extent e;
   e.length = static_cast<uint32_t>(c.data.size());
   e.chunk = key;
-  batch->Put(lmc::store::Cf::kExtents, lmc::store::ExtentKey(c.inode, c.offset),
-             lmc::store::EncodeExtent(e));
+  batch->Put(lmc::store::Cf::kExtents, lmc::store::ExtentKey(c.inode, c.offset), lmc::store::EncodeExtent(e));
 }
 
 void MakeStore(const fsys::path& dir) {
@@ -154,9 +151,8 @@ void MakeStore(const fsys::path& dir) {
     const ChunkKey key = ChunkKey::Of(c.data.data(), c.data.size());
     auto info = (*store)->GetChunkInfo(key);
     if (!info.ok()) Die("chunk info", info.status());
-    m << "chunk " << key.ToHex() << ' ' << info->decoded_len << ' '
-      << static_cast<int>(info->delta_depth) << ' ' << (info->base ? info->base->ToHex() : "-")
-      << '\n';
+    m << "chunk " << key.ToHex() << ' ' << info->decoded_len << ' ' << static_cast<int>(info->delta_depth)
+      << ' ' << (info->base ? info->base->ToHex() : "-") << '\n';
   }
   for (const auto& c : chunks) {
     m << "extent " << c.inode << ' ' << c.offset << ' ' << c.data.size() << ' '
@@ -180,14 +176,13 @@ std::vector<uint8_t> Checkpoint(int step) {
   return Bf16Bytes(w);
 }
 
-uint64_t WriteNewFile(lmc::fs::Filesystem& fs, uint64_t parent, const std::string& name,
-                      mode_t mode, const std::vector<uint8_t>& bytes) {
+uint64_t WriteNewFile(lmc::fs::Filesystem& fs, uint64_t parent, const std::string& name, mode_t mode,
+                      const std::vector<uint8_t>& bytes) {
   struct stat st;
   Check("create " + name, fs.Create(parent, name, mode, kOwner, &st));
-  for (size_t off = 0; off < bytes.size();
-       off += kChunk / 2)  // writes of half a chunk, as a writer might
-    Check("write " + name, fs.Write(st.st_ino, off, bytes.data() + off,
-                                    std::min<size_t>(kChunk / 2, bytes.size() - off)));
+  for (size_t off = 0; off < bytes.size(); off += kChunk / 2)  // writes of half a chunk, as a writer might
+    Check("write " + name,
+          fs.Write(st.st_ino, off, bytes.data() + off, std::min<size_t>(kChunk / 2, bytes.size() - off)));
   Check("flush " + name, fs.Flush(st.st_ino));
   Check("release " + name, fs.Release(st.st_ino));
   return st.st_ino;
@@ -239,8 +234,7 @@ void MakeFsStore(const fsys::path& dir) {
     o.fs->FlushBackground();
     Check("link", o.fs->Link(step2, ckpt, "best.bin", &st));
     Check("setxattr", o.fs->SetXattr(step2, "user.lmc.step", "2", 0));
-    Check("symlink",
-          o.fs->Symlink("ckpt/ckpt-step3.bin", lmc::fs::kRootIno, "latest", kOwner, &st));
+    Check("symlink", o.fs->Symlink("ckpt/ckpt-step3.bin", lmc::fs::kRootIno, "latest", kOwner, &st));
     o.Close();
   }
   {

@@ -138,7 +138,9 @@ class FaultEnv final : public Env {
    public:
     FaultFile(FaultEnv* env, std::string path, std::unique_ptr<File> f)
         : env_(env), path_(std::move(path)), f_(std::move(f)) {}
-    Result<size_t> ReadAt(uint64_t off, size_t n, uint8_t* dst) const override { return f_->ReadAt(off, n, dst); }
+    Result<size_t> ReadAt(uint64_t off, size_t n, uint8_t* dst) const override {
+      return f_->ReadAt(off, n, dst);
+    }
     Status Append(const uint8_t* p, size_t n) override {
       size_t allowed = n;
       Status st = env_->WriteStep(path_, n, &allowed);

@@ -88,7 +88,8 @@ TEST(CompactTest, ReadersRaceCompaction) {
     Batch b;
     AddFileChunk(b, i, d);
     ASSERT_TRUE(s->Commit(b).ok());
-    if (i % 5 == 0) keep.push_back(d);
+    if (i % 5 == 0)
+      keep.push_back(d);
     else {
       Batch u;
       u.Unref(KeyOf(d));
@@ -153,8 +154,10 @@ TEST(CompactTest, WritersRaceCompaction) {
       } else {
         AddFileChunk(b, i, data[i - 1]);
       }
-      if (!s->Commit(b).ok()) failures++;
-      else live[i] = !live[i];
+      if (!s->Commit(b).ok())
+        failures++;
+      else
+        live[i] = !live[i];
     }
   });
   for (int k = 0; k < 5; ++k) {
@@ -185,7 +188,7 @@ TEST(FsckTest, RepairsCountsAndLeaksButNotMissingData) {
   Batch x;
   AddFileChunk(x, 1, a);
   AddFileChunk(x, 2, b);
-  x.Ref(KeyOf(b));                  // a reference no extent holds: count too high
+  x.Ref(KeyOf(b));                           // a reference no extent holds: count too high
   x.AddChunk(KeyOf(c), TestFrame(c), 1000);  // a chunk nothing references: a leak
   Extent e;
   e.length = 10;

@@ -96,11 +96,13 @@ TEST_F(CorruptionTest, FrameCheckedByDecodedChecksum) {
   int fd = ::open(pack_.c_str(), O_RDWR);
   ASSERT_GE(fd, 0);
   std::vector<uint8_t> rec(fmt::kRecordHeaderSize + info_.frame_len);
-  ASSERT_EQ(::pread(fd, rec.data(), rec.size(), static_cast<off_t>(info_.offset)), static_cast<ssize_t>(rec.size()));
+  ASSERT_EQ(::pread(fd, rec.data(), rec.size(), static_cast<off_t>(info_.offset)),
+            static_cast<ssize_t>(rec.size()));
   rec[fmt::kRecordHeaderSize + 100] ^= 4;
   StoreLE64(rec.data() + fmt::kRecordChecksumOffset,
-              fmt::RecordChecksum(rec.data(), rec.data() + fmt::kRecordHeaderSize, info_.frame_len));
-  ASSERT_EQ(::pwrite(fd, rec.data(), rec.size(), static_cast<off_t>(info_.offset)), static_cast<ssize_t>(rec.size()));
+            fmt::RecordChecksum(rec.data(), rec.data() + fmt::kRecordHeaderSize, info_.frame_len));
+  ASSERT_EQ(::pwrite(fd, rec.data(), rec.size(), static_cast<off_t>(info_.offset)),
+            static_cast<ssize_t>(rec.size()));
   ::close(fd);
   ExpectCorrupt();
   // Only decoding finds this one: the scrub sees a consistent record.

@@ -205,8 +205,10 @@ TEST(CrashTest, EveryStepOfAutomaticCompaction) {
       }
       Batch d;
       for (uint64_t i = 1; i <= 14; ++i) {
-        if (i % 3 == 0) live[i] = all[i];
-        else DeleteFile(d, all, i);
+        if (i % 3 == 0)
+          live[i] = all[i];
+        else
+          DeleteFile(d, all, i);
       }
       ASSERT_TRUE(s->Commit(d).ok());
       env.CrashAfter(k);
@@ -217,7 +219,8 @@ TEST(CrashTest, EveryStepOfAutomaticCompaction) {
         EXPECT_EQ(s->Stats().dead_bytes(), s->Stats().packs * fmt::kPackHeaderSize);
       }
     }
-    AfterCompactionCrash(t, env, live, automatic, "automatic compaction crash after " + std::to_string(k) + " ops");
+    AfterCompactionCrash(t, env, live, automatic,
+                         "automatic compaction crash after " + std::to_string(k) + " ops");
     if (::testing::Test::HasFailure()) return;
     ++steps;
     if (finished) break;
@@ -246,7 +249,8 @@ TEST(FaultTest, NoSpaceMidBatchIsDistinctAndHarmless) {
   EXPECT_EQ(*ReadAll(*s, KeyOf(m[1])), m[1]);
   env.Heal();  // space freed
   ASSERT_TRUE(s->Commit(big).ok());
-  for (uint64_t i = 2; i < 10; ++i) EXPECT_EQ(*ReadAll(*s, KeyOf(RandomBytes(4000, i))), RandomBytes(4000, i));
+  for (uint64_t i = 2; i < 10; ++i)
+    EXPECT_EQ(*ReadAll(*s, KeyOf(RandomBytes(4000, i))), RandomBytes(4000, i));
   auto f = s->Fsck({});
   EXPECT_EQ(f->errors(), 0u) << (f->Messages().empty() ? "" : f->Messages()[0]);
 }

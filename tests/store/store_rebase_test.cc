@@ -58,8 +58,10 @@ struct Versions {
   }
   // Adds v[i] as file i + 1, standalone or (forward) a delta on v[base].
   void AddFile(Batch& b, int i, std::optional<int> base = std::nullopt) const {
-    if (base) b.AddChunk(k[i], Encode(v[i], &v[*base]), kLen, k[*base]);
-    else b.AddChunk(k[i], Encode(v[i], nullptr), kLen);
+    if (base)
+      b.AddChunk(k[i], Encode(v[i], &v[*base]), kLen, k[*base]);
+    else
+      b.AddChunk(k[i], Encode(v[i], nullptr), kLen);
     Extent e;
     e.length = kLen;
     e.chunk = k[i];
@@ -112,7 +114,9 @@ void ExpectFsckClean(Store& s) {
 size_t DependantRecords(rocksdb::DB* db, rocksdb::ColumnFamilyHandle* def) {
   size_t n = 0;
   std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(rocksdb::ReadOptions(), def));
-  for (it->Seek(fmt::kDependantPrefix); it->Valid() && it->key().starts_with(fmt::kDependantPrefix); it->Next()) n++;
+  for (it->Seek(fmt::kDependantPrefix); it->Valid() && it->key().starts_with(fmt::kDependantPrefix);
+       it->Next())
+    n++;
   return n;
 }
 
@@ -366,7 +370,8 @@ TEST(StoreRebaseTest, OpenBuildsTheIndexOfAStoreWithoutIt) {
   WithRawIndex(t.store(), [&](rocksdb::DB* db, const std::vector<rocksdb::ColumnFamilyHandle*>& h) {
     ASSERT_TRUE(db->Delete(rocksdb::WriteOptions(), h[0], fmt::kDepsIndexMarker).ok());
     std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(rocksdb::ReadOptions(), h[0]));
-    for (it->Seek(fmt::kDependantPrefix); it->Valid() && it->key().starts_with(fmt::kDependantPrefix); it->Next())
+    for (it->Seek(fmt::kDependantPrefix); it->Valid() && it->key().starts_with(fmt::kDependantPrefix);
+         it->Next())
       ASSERT_TRUE(db->Delete(rocksdb::WriteOptions(), h[0], it->key()).ok());
     EXPECT_EQ(DependantRecords(db, h[0]), 0u);
     SetRawDepth(db, h[1], vs.k[0], 7);
@@ -440,11 +445,11 @@ TEST(StoreRebaseTest, FailedBatchInAGroupLeavesTheIndexConsistent) {
   std::thread bad([&] {
     Batch b;
     // Every kind of dependants change, then a failure.
-    vs.AddFile(b, 6, 2);                                               // adds 2 <- 6
-    b.RewriteChunk(vs.k[1], Encode(vs.v[1], nullptr));               // removes 2 <- 1
-    vs.Rebase(b, 3, 4);                                                // adds 4 <- 3
-    b.Unref(vs.k[0]);                                                  // removes 1 <- 0
-    b.Ref(KeyOf(RandomBytes(8, 5)));                                   // not in the store
+    vs.AddFile(b, 6, 2);                                // adds 2 <- 6
+    b.RewriteChunk(vs.k[1], Encode(vs.v[1], nullptr));  // removes 2 <- 1
+    vs.Rebase(b, 3, 4);                                 // adds 4 <- 3
+    b.Unref(vs.k[0]);                                   // removes 1 <- 0
+    b.Ref(KeyOf(RandomBytes(8, 5)));                    // not in the store
     bad_status = s->Commit(b);
   });
   std::thread good([&] {

@@ -27,7 +27,8 @@ inline uint64_t TestSum(const uint8_t* p, size_t n) {
   return h;
 }
 
-inline std::vector<uint8_t> TestFrame(const std::vector<uint8_t>& data, const std::vector<uint8_t>* base = nullptr) {
+inline std::vector<uint8_t> TestFrame(const std::vector<uint8_t>& data,
+                                      const std::vector<uint8_t>* base = nullptr) {
   std::vector<uint8_t> f(9 + data.size());
   f[0] = base ? 1 : 0;
   StoreLE64(f.data() + 1, TestSum(data.data(), data.size()));
@@ -37,8 +38,8 @@ inline std::vector<uint8_t> TestFrame(const std::vector<uint8_t>& data, const st
 
 class TestCodec final : public FrameCodec {
  public:
-  Result<size_t> Decode(const uint8_t* frame, size_t len, const uint8_t* base, size_t base_len,
-                        uint8_t* dst, size_t cap, Workspace&) const override {
+  Result<size_t> Decode(const uint8_t* frame, size_t len, const uint8_t* base, size_t base_len, uint8_t* dst,
+                        size_t cap, Workspace&) const override {
     if (len < 9) return Status::Corruption("test frame too short");
     size_t n = len - 9;
     if (cap < n) return Status::InvalidArgument("small buffer");
@@ -120,8 +121,9 @@ inline void AddFileChunk(Batch& b, uint64_t inode, const std::vector<uint8_t>& d
 // to make it look like an older store's) and calls fn with the column
 // family handles in the store's order: default, chunks, packs, inodes,
 // dirents, extents, meta.
-inline void WithRawIndex(const std::string& store_dir,
-                         const std::function<void(rocksdb::DB*, const std::vector<rocksdb::ColumnFamilyHandle*>&)>& fn) {
+inline void WithRawIndex(
+    const std::string& store_dir,
+    const std::function<void(rocksdb::DB*, const std::vector<rocksdb::ColumnFamilyHandle*>&)>& fn) {
   rocksdb::DB* db = nullptr;
   std::vector<rocksdb::ColumnFamilyDescriptor> cfs;
   for (const char* n : {"default", "chunks", "packs", "inodes", "dirents", "extents", "meta"})

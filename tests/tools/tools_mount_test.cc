@@ -11,10 +11,10 @@
 #include <filesystem>
 #include <map>
 #include <mutex>
-#include <vector>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "../fs/mount_util.h"
 #include "tools_test_util.h"
@@ -88,7 +88,8 @@ TEST_F(MountTools, StatAgreesWithDuAndGcReclaimsTheDeletedFile) {
   EXPECT_NE(err.find("is mounted at"), std::string::npos) << err;
 
   // Online gc reclaims exactly the deleted file's records.
-  const uint64_t want = by["/gone.bin"]["stored"].get<uint64_t>() + 64 * by["/gone.bin"]["chunks"].get<uint64_t>();
+  const uint64_t want =
+      by["/gone.bin"]["stored"].get<uint64_t>() + 64 * by["/gone.bin"]["chunks"].get<uint64_t>();
   ASSERT_EQ(::unlink(P("gone.bin").c_str()), 0);
   const uint64_t before = PackBytesOnDisk(store_);
   ASSERT_EQ(Tool("lmcfs-gc", mnt_ + " --json --threshold 0.9", &out, &err), 0) << err;
@@ -209,7 +210,7 @@ TEST_F(MountReclaim, ReclaimsBetweenBurstsOfWritesReadsAndDeletes) {
   for (const auto& [name, data] : files) ASSERT_EQ(::unlink(P(name).c_str()), 0);
   files.clear();
   EXPECT_TRUE(lmc::testing::WaitUntil([&] { return PackDiskBytes() < (1 << 20); }, std::chrono::seconds(60),
-                        std::chrono::milliseconds(250)))
+                                      std::chrono::milliseconds(250)))
       << PackDiskBytes() << " bytes of packs left";
   Remount();
   ASSERT_EQ(Tool("lmcfs-fsck", mnt_, &out, &err), 0) << out << err;

@@ -18,9 +18,9 @@
 #include "lmc/fs/control.h"
 #include "lmc/fs/filesystem.h"
 #include "lmc/fs/inspect.h"
+#include "lmc/fs/records.h"
 #include "lmc/store/store.h"
 #include "lmcfs_tools.h"
-#include "lmc/fs/records.h"
 #include "tools_test_util.h"
 
 namespace lmc::tools {
@@ -86,12 +86,14 @@ class ToolsOffline : public ::testing::Test {
   // Chunk keys of an inode's extents.
   std::set<store::ChunkKey> ChunksOf(uint64_t ino) {
     std::set<store::ChunkKey> keys;
-    EXPECT_TRUE(store_->Scan(store::Cf::kExtents, store::ExtentKeyPrefix(ino),
-                             [&](std::string_view, std::string_view v) {
-                               auto e = store::DecodeExtent(v);
-                               if (e && !e->hole()) keys.insert(e->chunk);
-                               return true;
-                             }).ok());
+    EXPECT_TRUE(store_
+                    ->Scan(store::Cf::kExtents, store::ExtentKeyPrefix(ino),
+                           [&](std::string_view, std::string_view v) {
+                             auto e = store::DecodeExtent(v);
+                             if (e && !e->hole()) keys.insert(e->chunk);
+                             return true;
+                           })
+                    .ok());
     return keys;
   }
   // Flips one bit in the middle of the frame of the chunk `info` describes
@@ -182,8 +184,9 @@ TEST_F(ToolsOffline, StatFiguresPerFileDirectoryAndDedup) {
   // Savings add up to logical - charged, per entry.
   for (const auto& [p, e] : by_path) {
     if (e["type"] != "file") continue;
-    EXPECT_EQ(e["saved_codec"].get<int64_t>() + e["saved_delta"].get<int64_t>() + e["saved_dedup"].get<int64_t>(),
-              e["logical"].get<int64_t>() - e["charged"].get<int64_t>())
+    EXPECT_EQ(
+        e["saved_codec"].get<int64_t>() + e["saved_delta"].get<int64_t>() + e["saved_dedup"].get<int64_t>(),
+        e["logical"].get<int64_t>() - e["charged"].get<int64_t>())
         << p;
   }
   // Totals count every chunk once.
@@ -371,7 +374,8 @@ TEST_F(ToolsOffline, FsckQuarantineReportIsDurable) {
   env.FailSyncs(1);
   auto failed = fs::control::CompleteFsck(*c.store, c.report, o);
   ASSERT_FALSE(failed.ok());
-  EXPECT_NE(failed.status().message().find(o.quarantine_path), std::string::npos) << failed.status().ToString();
+  EXPECT_NE(failed.status().message().find(o.quarantine_path), std::string::npos)
+      << failed.status().ToString();
   EXPECT_FALSE(std::filesystem::exists(o.quarantine_path));
   EXPECT_FALSE(std::filesystem::exists(o.quarantine_path + ".tmp"));
 
@@ -418,7 +422,8 @@ TEST_F(ToolsOffline, FsckRepairsAWrongReferenceCountAndTreeDamage) {
   json qj = json::parse(std::ifstream(q), nullptr, false);
   ASSERT_FALSE(qj.is_discarded());
   bool ghost = false;
-  for (const auto& rec : qj["records"]) ghost = ghost || rec["what"].get<std::string>().find("/ghost") != std::string::npos;
+  for (const auto& rec : qj["records"])
+    ghost = ghost || rec["what"].get<std::string>().find("/ghost") != std::string::npos;
   EXPECT_TRUE(ghost) << qj.dump();
 
   r = RunTool(FsckMain, "lmcfs-fsck", {store_dir_});
@@ -441,8 +446,9 @@ TEST_F(ToolsOffline, RetentionListsAndDeletesOnlyWithYes) {
     EXPECT_NE(r.out.find("  step-" + std::to_string(s) + "\n"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("would delete 8 of 12"), std::string::npos) << r.out;
   EXPECT_TRUE(std::filesystem::exists(ck + "/step-200"));
-  r = RunTool(GcMain, "lmcfs-gc",
-              {store_dir_, "--dir", ck, "--pattern", "step-*", "--keep-last", "2", "--keep-every", "5", "--yes"});
+  r = RunTool(
+      GcMain, "lmcfs-gc",
+      {store_dir_, "--dir", ck, "--pattern", "step-*", "--keep-last", "2", "--keep-every", "5", "--yes"});
   ASSERT_EQ(r.rc, 0) << r.err;
   std::set<std::string> left;
   for (const auto& e : std::filesystem::directory_iterator(ck)) left.insert(e.path().filename().string());
@@ -460,11 +466,12 @@ class ToolsControl : public ToolsOffline {
   }
   json Call(const json& req, std::vector<json>* events = nullptr) {
     std::string resp;
-    Status s = fs::control::Call(fs::control::SocketPath(store_dir_), req.dump(),
-                                 [&](const std::string& e) {
-                                   if (events) events->push_back(json::parse(e));
-                                 },
-                                 &resp);
+    Status s = fs::control::Call(
+        fs::control::SocketPath(store_dir_), req.dump(),
+        [&](const std::string& e) {
+          if (events) events->push_back(json::parse(e));
+        },
+        &resp);
     EXPECT_TRUE(s.ok()) << s.ToString();
     return s.ok() ? json::parse(resp) : json();
   }
@@ -536,7 +543,8 @@ TEST_F(ToolsControl, GcDuringConcurrentWritesLosesNothing) {
   EXPECT_GT(r["result"]["bytes_reclaimed"].get<uint64_t>(), 0u);
   EXPECT_GT(r["result"]["packs_rewritten"].get<uint64_t>(), 0u);
   EXPECT_FALSE(events.empty());
-  for (int i = 1; i < 8; i += 2) EXPECT_EQ(Read(fs::kRootIno, "old" + std::to_string(i)), RandomData(512 << 10, 100 + i));
+  for (int i = 1; i < 8; i += 2)
+    EXPECT_EQ(Read(fs::kRootIno, "old" + std::to_string(i)), RandomData(512 << 10, 100 + i));
   for (int i = 0; i < written; i++)
     EXPECT_EQ(Read(fs::kRootIno, "new" + std::to_string(i)), RandomData((256 << 10) + i * 977, 200 + i)) << i;
   server_.Stop();

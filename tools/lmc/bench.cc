@@ -6,9 +6,8 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
-#include <thread>
-
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "cli.h"
 #include "io.h"
@@ -43,8 +42,7 @@ double BestOf(unsigned repeats, const std::function<void()>& fn) {
 
 double MBs(uint64_t bytes, double s) { return s > 0 ? bytes / s / 1e6 : 0; }
 
-Result<Row> BenchLmc(const std::vector<uint8_t>& data, size_t threads, unsigned repeats,
-                     uint32_t chunk) {
+Result<Row> BenchLmc(const std::vector<uint8_t>& data, size_t threads, unsigned repeats, uint32_t chunk) {
   Row row;
   row.method = "lmc";
   row.threads = threads;
@@ -78,17 +76,15 @@ Row BenchZstd(const std::vector<uint8_t>& data, int level, size_t threads, unsig
   ZSTD_CCtx_setParameter(cctx, ZSTD_c_compressionLevel, level);
   if (threads > 1) ZSTD_CCtx_setParameter(cctx, ZSTD_c_nbWorkers, static_cast<int>(threads));
   size_t csize = 0;
-  double tc = BestOf(repeats, [&] {
-    csize = ZSTD_compress2(cctx, comp.data(), comp.size(), data.data(), data.size());
-  });
+  double tc = BestOf(
+      repeats, [&] { csize = ZSTD_compress2(cctx, comp.data(), comp.size(), data.data(), data.size()); });
   ZSTD_freeCCtx(cctx);
   if (ZSTD_isError(csize)) return row;
   std::vector<uint8_t> back(data.size());
   ZSTD_DCtx* dctx = ZSTD_createDCtx();
   size_t dsize = 0;
-  double td = BestOf(repeats, [&] {
-    dsize = ZSTD_decompressDCtx(dctx, back.data(), back.size(), comp.data(), csize);
-  });
+  double td = BestOf(
+      repeats, [&] { dsize = ZSTD_decompressDCtx(dctx, back.data(), back.size(), comp.data(), csize); });
   ZSTD_freeDCtx(dctx);
   row.out = csize;
   row.comp_mbs = MBs(row.in, tc);
@@ -129,8 +125,8 @@ uint64_t EntropyBoundBytes(const std::vector<uint8_t>& data, uint32_t chunk, For
   std::vector<uint8_t> scratch(co.chunk_size);
   double bytes = 0;
   for (const ChunkSpec& c : chunks)
-    bytes += std::ceil(GroupedEntropyBits(c.dtype, data.data() + c.offset, c.length, nullptr,
-                                          scratch.data()) / 8);
+    bytes +=
+        std::ceil(GroupedEntropyBits(c.dtype, data.data() + c.offset, c.length, nullptr, scratch.data()) / 8);
   return static_cast<uint64_t>(bytes);
 }
 
@@ -178,24 +174,28 @@ int RunBench(const BenchOptions& o) {
       f["entropy_bound_bytes"] = bound;
       f["entropy_bound_ratio"] = in > 0 ? bound / in : 0;
       for (const Row& r : rows)
-        f["rows"].push_back({{"method", r.method}, {"threads", r.threads}, {"bytes_out", r.out},
-                             {"ratio", in > 0 ? r.out / in : 0}, {"compress_MBps", r.comp_mbs},
-                             {"decompress_MBps", r.decomp_mbs}, {"verified", r.verified}});
+        f["rows"].push_back({{"method", r.method},
+                             {"threads", r.threads},
+                             {"bytes_out", r.out},
+                             {"ratio", in > 0 ? r.out / in : 0},
+                             {"compress_MBps", r.comp_mbs},
+                             {"decompress_MBps", r.decomp_mbs},
+                             {"verified", r.verified}});
       all.push_back(f);
       continue;
     }
-    std::printf("%s: %.1f MiB, %s; order-0 entropy bound %.2f%% of input\n", path.c_str(),
-                in / (1 << 20), std::string(FormatName(fmt)).c_str(), in > 0 ? 100 * bound / in : 0);
-    std::printf("  %-9s %3s %8s %9s %10s %12s %12s  %s\n", "method", "thr", "ratio", "vs bound",
-                "comp MB/s", "decomp MB/s", "vs zstd -1", "round trip");
+    std::printf("%s: %.1f MiB, %s; order-0 entropy bound %.2f%% of input\n", path.c_str(), in / (1 << 20),
+                std::string(FormatName(fmt)).c_str(), in > 0 ? 100 * bound / in : 0);
+    std::printf("  %-9s %3s %8s %9s %10s %12s %12s  %s\n", "method", "thr", "ratio", "vs bound", "comp MB/s",
+                "decomp MB/s", "vs zstd -1", "round trip");
     for (const Row& r : rows) {
       char rel[32] = "";
       if (z1 && z1->comp_mbs > 0 && z1->decomp_mbs > 0)
         std::snprintf(rel, sizeof rel, "%.2fx/%.2fx", r.comp_mbs / z1->comp_mbs,
                       r.decomp_mbs / z1->decomp_mbs);
-      std::printf("  %-9s %3zu %7.2f%% %+8.2f%% %10.0f %12.0f %12s  %s\n", r.method.c_str(),
-                  r.threads, 100 * r.out / in, bound ? 100.0 * (double(r.out) / bound - 1) : 0.0,
-                  r.comp_mbs, r.decomp_mbs, rel, r.verified ? "ok" : "MISMATCH");
+      std::printf("  %-9s %3zu %7.2f%% %+8.2f%% %10.0f %12.0f %12s  %s\n", r.method.c_str(), r.threads,
+                  100 * r.out / in, bound ? 100.0 * (double(r.out) / bound - 1) : 0.0, r.comp_mbs,
+                  r.decomp_mbs, rel, r.verified ? "ok" : "MISMATCH");
     }
   }
   if (o.json) std::printf("%s\n", all.dump(2).c_str());

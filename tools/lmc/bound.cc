@@ -84,12 +84,13 @@ int RunBound(const BoundOptions& o) {
       const bool pick = base && EstimateDelta(c.dtype, data->data() + c.offset, base, c.length).prefer_delta;
       frames_chosen += pick ? fx : fs;
       if (o.per_chunk)
-        std::printf("  frames: standalone %llu xor %llu estimate picks %s\n", static_cast<unsigned long long>(fs),
-                    static_cast<unsigned long long>(fx), pick ? "xor" : "standalone");
+        std::printf("  frames: standalone %llu xor %llu estimate picks %s\n",
+                    static_cast<unsigned long long>(fs), static_cast<unsigned long long>(fx),
+                    pick ? "xor" : "standalone");
     }
     if (o.per_chunk)
-      std::printf("%llu\t%u\t%s\t%s\t%.0f\t%.0f\t%.0f\n", static_cast<unsigned long long>(c.offset),
-                  c.length, std::string(DTypeName(c.dtype)).c_str(), c.region_name.c_str(), s,
+      std::printf("%llu\t%u\t%s\t%s\t%.0f\t%.0f\t%.0f\n", static_cast<unsigned long long>(c.offset), c.length,
+                  std::string(DTypeName(c.dtype)).c_str(), c.region_name.c_str(), s,
                   base ? std::ceil(b.delta_bytes) : -1.0, m);
   }
   if (o.encode)

@@ -3,12 +3,11 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstring>
 #include <functional>
 #include <map>
-
-#include <CLI/CLI.hpp>
 
 #include "io.h"
 #include "lmc/bytes.h"
@@ -74,8 +73,7 @@ int RunPipe(const std::string& in, const std::string& out, bool force, bool deco
   return Fail(in, st);
 }
 
-int Compress(const std::string& in, std::string out, size_t threads, uint32_t chunk, bool force,
-             bool quiet) {
+int Compress(const std::string& in, std::string out, size_t threads, uint32_t chunk, bool force, bool quiet) {
   if (out.empty()) out = in == "-" ? "-" : in + kSuffix;
   if (out == "-" && ::isatty(1)) {
     std::fprintf(stderr, "lmc: refusing to write compressed data to a terminal (use OUT or a pipe)\n");
@@ -86,17 +84,15 @@ int Compress(const std::string& in, std::string out, size_t threads, uint32_t ch
   if (chunk) opts.chunk_size = chunk;
   CompressStats stats;
   auto t0 = std::chrono::steady_clock::now();
-  int rc = RunPipe(in, out, force, false, [&](const ReadFn& r, const WriteFn& w) {
-    return CompressStream(r, w, opts, &stats);
-  });
+  int rc = RunPipe(in, out, force, false,
+                   [&](const ReadFn& r, const WriteFn& w) { return CompressStream(r, w, opts, &stats); });
   if (rc == 0 && !quiet) {
     double s = Seconds(t0);
     std::fprintf(stderr, "%s: %s -> %s (%.2f%%), %s, %.0f MB/s\n", in.c_str(),
                  HumanSize(static_cast<double>(stats.input_bytes)).c_str(),
                  HumanSize(static_cast<double>(stats.output_bytes)).c_str(),
                  stats.input_bytes ? 100.0 * stats.output_bytes / stats.input_bytes : 0.0,
-                 std::string(FormatName(stats.format)).c_str(),
-                 s > 0 ? stats.input_bytes / s / 1e6 : 0.0);
+                 std::string(FormatName(stats.format)).c_str(), s > 0 ? stats.input_bytes / s / 1e6 : 0.0);
   }
   return rc;
 }
@@ -108,8 +104,7 @@ int Decompress(const std::string& in, std::string out, size_t threads, bool forc
     } else if (in.size() > 4 && in.compare(in.size() - 4, 4, kSuffix) == 0) {
       out = in.substr(0, in.size() - 4);
     } else {
-      std::fprintf(stderr, "lmc: %s: unknown suffix (expected .lmc); name the output file\n",
-                   in.c_str());
+      std::fprintf(stderr, "lmc: %s: unknown suffix (expected .lmc); name the output file\n", in.c_str());
       return 1;
     }
   }
@@ -117,9 +112,8 @@ int Decompress(const std::string& in, std::string out, size_t threads, bool forc
   opts.threads = threads;
   DecompressStats stats;
   auto t0 = std::chrono::steady_clock::now();
-  int rc = RunPipe(in, out, force, true, [&](const ReadFn& r, const WriteFn& w) {
-    return DecompressStream(r, w, opts, &stats);
-  });
+  int rc = RunPipe(in, out, force, true,
+                   [&](const ReadFn& r, const WriteFn& w) { return DecompressStream(r, w, opts, &stats); });
   if (rc == 0 && !quiet) {
     double s = Seconds(t0);
     std::fprintf(stderr, "%s: %s -> %s, %.0f MB/s\n", in.c_str(),
@@ -161,7 +155,8 @@ int InfoContainer(const std::string& path, const std::vector<uint8_t>& data) {
                 static_cast<unsigned long long>(v.first), static_cast<unsigned long long>(v.second),
                 v.first ? 100.0 * v.second / v.first : 0.0);
   std::printf("stream payload by coder:");
-  for (auto& [c, b] : by_coder) std::printf(" %s=%s", CoderName(c), HumanSize(static_cast<double>(b)).c_str());
+  for (auto& [c, b] : by_coder)
+    std::printf(" %s=%s", CoderName(c), HumanSize(static_cast<double>(b)).c_str());
   std::printf("\n");
   return 0;
 }
@@ -191,8 +186,7 @@ int InfoCheckpoint(const std::string& path, const std::vector<uint8_t>& data, si
     if (row++ < max_rows)
       std::printf("%12llu %12llu %-7s %7.2f%%  %s%s\n", static_cast<unsigned long long>(r.offset),
                   static_cast<unsigned long long>(r.length), std::string(DTypeName(r.dtype)).c_str(),
-                  r.length ? 100.0 * stored / r.length : 0.0, r.name.c_str(),
-                  r.is_tensor ? "" : " (header)");
+                  r.length ? 100.0 * stored / r.length : 0.0, r.name.c_str(), r.is_tensor ? "" : " (header)");
   }
   if (row > max_rows) std::printf("... %zu more regions (use --max-rows)\n", row - max_rows);
   std::printf("total: %s -> %s (%.2f%%), regions coded separately\n",
@@ -238,14 +232,16 @@ int LmcMain(const std::vector<std::string>& args) {
   d->add_option("OUT", out, "output file, or - for stdout");
 
   size_t max_rows = 200;
-  auto* i = app.add_subcommand("info", "show a checkpoint's regions and per-region ratio, or a .lmc file's frames");
+  auto* i =
+      app.add_subcommand("info", "show a checkpoint's regions and per-region ratio, or a .lmc file's frames");
   i->add_option("--max-rows", max_rows, "regions to list (default 200)");
   i->add_option("FILE", in, "checkpoint or .lmc file")->required();
 
   BenchOptions bo;
   auto* b = app.add_subcommand("bench", "compare lmc with zstd and lz4 on files (ratio, MB/s)");
   b->add_option("-T,--threads", bo.threads, "threads for the multi-thread rows (default: all cores)");
-  b->add_option("-r,--repeats", bo.repeats, "timing repeats, best kept (default 3)")->check(CLI::Range(1u, 100u));
+  b->add_option("-r,--repeats", bo.repeats, "timing repeats, best kept (default 3)")
+      ->check(CLI::Range(1u, 100u));
   b->add_option("-c,--chunk-size", bo.chunk_size, "lmc chunk size in bytes (default 1 MiB)")
       ->check(CLI::Range(4096u, 1u << 30));
   b->add_flag("--json", bo.json, "print JSON instead of a table");
@@ -254,11 +250,13 @@ int LmcMain(const std::vector<std::string>& args) {
 
   BoundOptions bd;
   auto* bnd = app.add_subcommand(
-      "bound", "per-chunk min(standalone, XOR vs PREV) order-0 entropy bound of FILE (incremental snapshots)");
+      "bound",
+      "per-chunk min(standalone, XOR vs PREV) order-0 entropy bound of FILE (incremental snapshots)");
   bnd->add_option("-c,--chunk-size", bd.chunk_size, "chunk size in bytes (default 1 MiB)")
       ->check(CLI::Range(4096u, 1u << 30));
   bnd->add_flag("--per-chunk", bd.per_chunk, "print one row per chunk");
-  bnd->add_flag("--encode", bd.encode, "also encode each chunk standalone and as XOR (frame sizes, the estimate's pick)");
+  bnd->add_flag("--encode", bd.encode,
+                "also encode each chunk standalone and as XOR (frame sizes, the estimate's pick)");
   bnd->add_option("FILE", bd.file, "checkpoint")->required();
   bnd->add_option("PREV", bd.prev, "its predecessor (same role, earlier step)");
 

@@ -14,8 +14,8 @@ int LmcMain(const std::vector<std::string>& args);
 // `lmc bench` (bench.cc).
 struct BenchOptions {
   std::vector<std::string> files;
-  size_t threads = 0;       // multi-thread column: 0 = every core
-  unsigned repeats = 3;     // best of N for each timing
+  size_t threads = 0;    // multi-thread column: 0 = every core
+  unsigned repeats = 3;  // best of N for each timing
   bool json = false;
   bool skip_zstd19 = false;
   uint32_t chunk_size = 0;  // 0: default

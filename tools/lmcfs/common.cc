@@ -6,9 +6,9 @@
 #include <cctype>
 #include <cerrno>
 #include <climits>
-#include <cstring>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -37,8 +37,7 @@ std::string HumanSize(uint64_t b) {
 
 // ------------------------------------------------------------ Progress
 
-Progress::Progress(std::ostream& err, std::string label, bool quiet)
-    : err_(err), label_(std::move(label)) {
+Progress::Progress(std::ostream& err, std::string label, bool quiet) : err_(err), label_(std::move(label)) {
   enabled_ = !quiet && &err == &std::cerr && ::isatty(STDERR_FILENO);
   t0_ = last_ = std::chrono::steady_clock::now();
 }
@@ -117,9 +116,11 @@ std::vector<LmcfsMount> ListLmcfsMounts(const std::string& mounts_file) {
 Result<Target> ResolveTarget(const std::string& arg) {
   struct stat st;
   if (::stat(arg.c_str(), &st) != 0)
-    return Status::NotFound(arg + ": " + std::strerror(errno) + " (expected an lmcfs mountpoint or a store directory)");
+    return Status::NotFound(arg + ": " + std::strerror(errno) +
+                            " (expected an lmcfs mountpoint or a store directory)");
   if (!S_ISDIR(st.st_mode))
-    return Status::InvalidArgument(arg + " is not a directory (expected an lmcfs mountpoint or a store directory)");
+    return Status::InvalidArgument(arg +
+                                   " is not a directory (expected an lmcfs mountpoint or a store directory)");
   const std::string real = Real(arg);
   for (const auto& m : ListLmcfsMounts()) {
     if (m.mountpoint != real) continue;
@@ -135,7 +136,8 @@ Result<Target> ResolveTarget(const std::string& arg) {
     t.store = real;
     return t;
   }
-  return Status::InvalidArgument(arg + " is neither an lmcfs mountpoint (see /proc/mounts) nor a store directory "
+  return Status::InvalidArgument(arg +
+                                 " is neither an lmcfs mountpoint (see /proc/mounts) nor a store directory "
                                  "(no CONFIG file)");
 }
 
@@ -147,13 +149,16 @@ Result<std::unique_ptr<store::Store>> OpenOffline(const std::string& store_dir, 
   const std::string real = Real(store_dir);
   for (const auto& m : ListLmcfsMounts())
     if (Real(m.store) == real)
-      return Status::Busy(store_dir + " is mounted at " + m.mountpoint + "; run " + tool + " on the mountpoint (" +
-                          tool + " " + m.mountpoint + ") instead");
-  return Status::Busy(store_dir + " is in use by another process (a mount.lmcfs, or another tool); unmount it or "
-                      "run " + tool + " on its mountpoint");
+      return Status::Busy(store_dir + " is mounted at " + m.mountpoint + "; run " + tool +
+                          " on the mountpoint (" + tool + " " + m.mountpoint + ") instead");
+  return Status::Busy(store_dir +
+                      " is in use by another process (a mount.lmcfs, or another tool); unmount it or "
+                      "run " +
+                      tool + " on its mountpoint");
 }
 
-Result<std::string> Ask(const Target& t, const std::string& request_json, const fs::control::EventFn& on_event) {
+Result<std::string> Ask(const Target& t, const std::string& request_json,
+                        const fs::control::EventFn& on_event) {
   std::string resp;
   Status s = fs::control::Call(t.socket, request_json, on_event, &resp);
   if (!s.ok())

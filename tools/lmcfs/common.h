@@ -43,7 +43,7 @@ class Progress {
 
 // One entry of /proc/mounts for an lmcfs mount.
 struct LmcfsMount {
-  std::string store;       // from the fsname "lmcfs:STORE" that mount.lmcfs sets
+  std::string store;  // from the fsname "lmcfs:STORE" that mount.lmcfs sets
   std::string mountpoint;
 };
 // Every lmcfs mount listed in mounts_file (escapes like \040 decoded).
@@ -51,10 +51,10 @@ std::vector<LmcfsMount> ListLmcfsMounts(const std::string& mounts_file = "/proc/
 
 // What a tool's first argument names.
 struct Target {
-  bool online = false;      // a mountpoint: talk to its daemon
-  std::string mountpoint;   // online
-  std::string store;        // the store directory (both)
-  std::string socket;       // online: the control socket
+  bool online = false;     // a mountpoint: talk to its daemon
+  std::string mountpoint;  // online
+  std::string store;       // the store directory (both)
+  std::string socket;      // online: the control socket
 };
 // Resolves arg (a mountpoint of lmcfs, or a store directory). Errors say
 // what the argument is and what was expected.

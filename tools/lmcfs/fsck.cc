@@ -18,7 +18,8 @@ constexpr const char* kDescription =
     "decoded and checked against its SHA-256 key), the index, reference counts, delta bases, "
     "and the filesystem's directory entries, link counts and extents. Lists the files any "
     "corruption affects. TARGET is an unmounted store directory, or a mountpoint (verify "
-    "only; commits wait only while the index is checked). --repair (store directory only) fixes counts, drops "
+    "only; commits wait only while the index is checked). --repair (store directory only) fixes counts, "
+    "drops "
     "leaked chunks and orphan pack data, removes entries that point nowhere, and writes the "
     "metadata of what it removed to a quarantine report first.\n"
     "Exit codes (fsck(8)): 0 clean, 1 errors corrected, 4 errors left uncorrected, "
@@ -26,16 +27,16 @@ constexpr const char* kDescription =
 
 void PrintReport(const json& r, std::ostream& out) {
   const json& s = r["store"];
-  out << "checked " << s["chunks_checked"].get<uint64_t>() << " chunks ("
-      << HumanSize(r["verified_bytes"]) << " stored) in " << r["verify_seconds"].get<double>() << " s";
+  out << "checked " << s["chunks_checked"].get<uint64_t>() << " chunks (" << HumanSize(r["verified_bytes"])
+      << " stored) in " << r["verify_seconds"].get<double>() << " s";
   const double vs = r["verify_seconds"].get<double>();
   if (vs > 0) out << ", " << HumanSize(static_cast<uint64_t>(r["verified_bytes"].get<double>() / vs)) << "/s";
   out << "; " << r["tree"]["inodes"].get<uint64_t>() << " inodes, " << r["tree"]["dirents"].get<uint64_t>()
       << " directory entries, " << r["tree"]["extents"].get<uint64_t>() << " extents\n";
   for (const auto& m : s["messages"]) out << "store: " << m.get<std::string>() << "\n";
   for (const auto& p : r["tree"]["problems"])
-    out << "filesystem: " << p["message"].get<std::string>() << (p["repaired"].get<bool>() ? " (repaired)" : "")
-        << "\n";
+    out << "filesystem: " << p["message"].get<std::string>()
+        << (p["repaired"].get<bool>() ? " (repaired)" : "") << "\n";
   if (!r["affected_files"].empty()) {
     out << "files affected by corruption (" << r["affected_files"].size() << "):\n";
     for (const auto& f : r["affected_files"]) out << "  " << f.get<std::string>() << "\n";
@@ -48,10 +49,11 @@ void PrintReport(const json& r, std::ostream& out) {
   } else {
     out << errors << " problem" << (errors == 1 ? "" : "s") << " found, " << fixed << " repaired";
     if (fixed < errors)
-      out << (r["repair"].get<bool>() ? "; the rest need the damaged data back (restore the files listed "
-                                        "from a copy)"
-                                      : (r["online"].get<bool>() ? "; unmount and run lmcfs-fsck --repair STORE"
-                                                                 : "; run again with --repair"));
+      out << (r["repair"].get<bool>()
+                  ? "; the rest need the damaged data back (restore the files listed "
+                    "from a copy)"
+                  : (r["online"].get<bool>() ? "; unmount and run lmcfs-fsck --repair STORE"
+                                             : "; run again with --repair"));
     out << "\n";
   }
 }
@@ -85,7 +87,8 @@ int FsckMain(int argc, char** argv, std::ostream& out, std::ostream& err) {
   Progress bar(err, "lmcfs-fsck: verifying chunks", quiet || as_json);
   auto on_event = [&](const std::string& e) {
     json j = json::parse(e, nullptr, false);
-    if (j.is_object() && j.value("event", "") == "progress") bar.Update(j.value("done", 0ull), j.value("total", 0ull));
+    if (j.is_object() && j.value("event", "") == "progress")
+      bar.Update(j.value("done", 0ull), j.value("total", 0ull));
   };
   std::string doc_text;
   if (t->online) {

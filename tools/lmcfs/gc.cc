@@ -33,13 +33,19 @@ bool ParseRate(const std::string& s, uint64_t* out) {
   const double v = std::strtod(s.c_str(), &end);
   if (end == s.c_str() || v < 0) return false;
   std::string suf(end);
-  if (!suf.empty() && (suf.back() == 's') && suf.size() >= 2 && suf[suf.size() - 2] == '/') suf.resize(suf.size() - 2);
+  if (!suf.empty() && (suf.back() == 's') && suf.size() >= 2 && suf[suf.size() - 2] == '/')
+    suf.resize(suf.size() - 2);
   double m = 1;
-  if (suf.empty() || suf == "B") m = 1;
-  else if (suf == "K" || suf == "KiB") m = 1024.0;
-  else if (suf == "M" || suf == "MiB") m = 1024.0 * 1024;
-  else if (suf == "G" || suf == "GiB") m = 1024.0 * 1024 * 1024;
-  else return false;
+  if (suf.empty() || suf == "B")
+    m = 1;
+  else if (suf == "K" || suf == "KiB")
+    m = 1024.0;
+  else if (suf == "M" || suf == "MiB")
+    m = 1024.0 * 1024;
+  else if (suf == "G" || suf == "GiB")
+    m = 1024.0 * 1024 * 1024;
+  else
+    return false;
   *out = static_cast<uint64_t>(v * m);
   return true;
 }
@@ -47,7 +53,8 @@ bool ParseRate(const std::string& s, uint64_t* out) {
 // The checkpoint directories to delete: sorted in version order (step-10 <
 // step-9 is wrong, so strverscmp), keep the last N and every M-th (by
 // position from the first), delete the rest. Neither option: nothing.
-std::vector<std::string> RetentionVictims(const std::vector<std::string>& names, int keep_last, int keep_every) {
+std::vector<std::string> RetentionVictims(const std::vector<std::string>& names, int keep_last,
+                                          int keep_every) {
   std::vector<std::string> v = names;
   std::sort(v.begin(), v.end(), [](const std::string& a, const std::string& b) {
     return ::strverscmp(a.c_str(), b.c_str()) < 0;
@@ -77,13 +84,15 @@ int GcMain(int argc, char** argv, std::ostream& out, std::ostream& err) {
   app.add_flag("-n,--dry-run", dry_run, "report what would be reclaimed, change nothing");
   app.add_option("--threshold", threshold, "rewrite packs whose live fraction is below this (default 0.5)")
       ->check(CLI::Range(0.0, 1.0));
-  app.add_option("--rate", rate_s, "copy at most this many bytes per second on average (e.g. 100M); default unlimited");
+  app.add_option("--rate", rate_s,
+                 "copy at most this many bytes per second on average (e.g. 100M); default unlimited");
   app.add_flag("--json", as_json, "one JSON document (docs/FORMAT.md, \"Control protocol\", gc)");
   app.add_flag("-q,--quiet", quiet, "no progress bar");
   app.add_option("--keep-last", keep_last, "retention: keep the N newest checkpoint directories");
   app.add_option("--keep-every", keep_every, "retention: also keep every M-th (1st, M+1-th, ...)");
   app.add_option("--pattern", pattern, "retention: glob of checkpoint directory names (e.g. 'step-*')");
-  app.add_option("--dir", dir, "retention: directory holding the checkpoints (default: TARGET, a mountpoint)");
+  app.add_option("--dir", dir,
+                 "retention: directory holding the checkpoints (default: TARGET, a mountpoint)");
   app.add_flag("--yes", yes, "retention: really delete the listed directories");
   try {
     app.parse(argc, argv);
@@ -109,7 +118,8 @@ int GcMain(int argc, char** argv, std::ostream& out, std::ostream& err) {
       return 2;
     }
     if (!t->online && dir.empty()) {
-      err << "lmcfs-gc: retention deletes checkpoints through a mount: give a mountpoint as TARGET or --dir\n";
+      err << "lmcfs-gc: retention deletes checkpoints through a mount: give a mountpoint as TARGET or "
+             "--dir\n";
       return 2;
     }
     const std::string where = dir.empty() ? t->mountpoint : dir;
@@ -124,10 +134,11 @@ int GcMain(int argc, char** argv, std::ostream& out, std::ostream& err) {
       return 1;
     }
     const auto victims = RetentionVictims(names, keep_last, keep_every);
-    retention = {{"dir", where}, {"matched", names.size()}, {"delete", victims}, {"deleted", yes && !dry_run}};
+    retention = {
+        {"dir", where}, {"matched", names.size()}, {"delete", victims}, {"deleted", yes && !dry_run}};
     if (!as_json) {
-      out << (yes && !dry_run ? "deleting" : "would delete") << " " << victims.size() << " of " << names.size()
-          << " checkpoint directories in " << where << ":\n";
+      out << (yes && !dry_run ? "deleting" : "would delete") << " " << victims.size() << " of "
+          << names.size() << " checkpoint directories in " << where << ":\n";
       for (const auto& v : victims) out << "  " << v << "\n";
       if (!yes && !victims.empty()) out << "(nothing deleted: add --yes to delete them)\n";
     }
@@ -150,9 +161,10 @@ int GcMain(int argc, char** argv, std::ostream& out, std::ostream& err) {
   };
   std::string doc_text;
   if (t->online) {
-    auto r = Ask(*t,
-                 json{{"op", "gc"}, {"threshold", threshold}, {"rate_bytes_per_s", rate}, {"dry_run", dry_run}}.dump(),
-                 on_event);
+    auto r = Ask(
+        *t,
+        json{{"op", "gc"}, {"threshold", threshold}, {"rate_bytes_per_s", rate}, {"dry_run", dry_run}}.dump(),
+        on_event);
     if (!r.ok()) {
       bar.Finish();
       err << "lmcfs-gc: " << r.status().message() << "\n";

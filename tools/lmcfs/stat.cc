@@ -64,22 +64,21 @@ void PrintTable(const json& doc, const std::string& sort, bool reverse, bool byt
   for (const auto& e : rows) {
     std::string path = e["path"].get<std::string>();
     if (e["type"] == "dir" && path != "/") path += "/";
-    std::snprintf(line, sizeof line, "%12s %12s %8s %12s %12s %12s  %s\n",
-                  Size(e["logical"], bytes).c_str(), Size(e["stored"], bytes).c_str(),
-                  Ratio(e["ratio"]).c_str(), Size(e["saved_codec"], bytes).c_str(),
-                  Size(e["saved_delta"], bytes).c_str(), Size(e["saved_dedup"], bytes).c_str(),
-                  path.c_str());
+    std::snprintf(line, sizeof line, "%12s %12s %8s %12s %12s %12s  %s\n", Size(e["logical"], bytes).c_str(),
+                  Size(e["stored"], bytes).c_str(), Ratio(e["ratio"]).c_str(),
+                  Size(e["saved_codec"], bytes).c_str(), Size(e["saved_delta"], bytes).c_str(),
+                  Size(e["saved_dedup"], bytes).c_str(), path.c_str());
     out << line;
   }
   const json& t = doc["totals"];
   out << "\nstore " << doc.value("store", std::string()) << "\n";
   out << "  files " << t["files"].get<uint64_t>() << ", directories " << t["dirs"].get<uint64_t>()
       << ", inodes " << t["inodes"].get<uint64_t>() << "\n";
-  out << "  logical " << Size(t["logical"], bytes) << ", stored " << Size(t["stored"], bytes)
-      << " (ratio " << Ratio(t["ratio"]) << "), after dedup " << Size(t["charged"], bytes) << "\n";
+  out << "  logical " << Size(t["logical"], bytes) << ", stored " << Size(t["stored"], bytes) << " (ratio "
+      << Ratio(t["ratio"]) << "), after dedup " << Size(t["charged"], bytes) << "\n";
   out << "  saved: codec " << Size(t["saved_codec"], bytes) << ", delta " << Size(t["saved_delta"], bytes)
-      << " (" << t["delta_chunks"].get<uint64_t>() << " delta chunks), dedup " << Size(t["saved_dedup"], bytes)
-      << "\n";
+      << " (" << t["delta_chunks"].get<uint64_t>() << " delta chunks), dedup "
+      << Size(t["saved_dedup"], bytes) << "\n";
   char lf[32];
   std::snprintf(lf, sizeof lf, "%.1f%%", 100.0 * t["live_fraction"].get<double>());
   out << "  packs " << t["packs"].get<uint64_t>() << ", pack bytes " << Size(t["pack_bytes"], bytes)
@@ -93,7 +92,9 @@ void PrintTable(const json& doc, const std::string& sort, bool reverse, bool byt
     const double up = std::max(d["uptime_s"].get<double>(), 1e-9);
     const uint64_t hits = d["cache_hits"], misses = d["cache_misses"];
     char hr[32];
-    std::snprintf(hr, sizeof hr, "%.1f%%", hits + misses ? 100.0 * static_cast<double>(hits) / static_cast<double>(hits + misses) : 0.0);
+    std::snprintf(
+        hr, sizeof hr, "%.1f%%",
+        hits + misses ? 100.0 * static_cast<double>(hits) / static_cast<double>(hits + misses) : 0.0);
     out << "daemon (up " << static_cast<uint64_t>(up) << " s)\n";
     out << "  written " << Size(d["write_bytes"], bytes) << " in " << d["write_calls"].get<uint64_t>()
         << " calls (" << HumanSize(static_cast<uint64_t>(d["write_bytes"].get<double>() / up))
@@ -105,15 +106,17 @@ void PrintTable(const json& doc, const std::string& sort, bool reverse, bool byt
       const json& x = d["delta"];
       out << "  deltas: " << x.value("delta_chunks", uint64_t{0}) << " written as deltas, "
           << x.value("rebased", uint64_t{0}) << " prior versions re-encoded as deltas ("
-          << x.value("rebase_pending", uint64_t{0}) << " pending, " << x.value("rebase_keyframes", uint64_t{0})
-          << " kept as keyframes, " << x.value("rebase_errors", uint64_t{0}) << " errors)\n";
+          << x.value("rebase_pending", uint64_t{0}) << " pending, "
+          << x.value("rebase_keyframes", uint64_t{0}) << " kept as keyframes, "
+          << x.value("rebase_errors", uint64_t{0}) << " errors)\n";
     }
     if (d.contains("reclaim_passes")) {
       const int64_t last = d["reclaim_last_pass_unix"].get<int64_t>();
       out << "  reclamation: " << d["reclaim_passes"].get<uint64_t>() << " passes ("
           << d["reclaim_passes_stopped"].get<uint64_t>() << " stopped for foreground work, "
-          << d["reclaim_errors"].get<uint64_t>() << " failed), gave back " << Size(d["reclaim_bytes_reclaimed"], bytes)
-          << ", copied " << Size(d["reclaim_bytes_copied"], bytes) << ", "
+          << d["reclaim_errors"].get<uint64_t>() << " failed), gave back "
+          << Size(d["reclaim_bytes_reclaimed"], bytes) << ", copied "
+          << Size(d["reclaim_bytes_copied"], bytes) << ", "
           << d["reclaim_dead_bases_rewritten"].get<uint64_t>() << " dead-base dependants rewritten, "
           << d["reclaim_ms"].get<uint64_t>() / 1000.0 << " s";
       if (last > 0) out << ", last pass " << static_cast<int64_t>(std::time(nullptr)) - last << " s ago";

@@ -30,10 +30,10 @@
 
 #include "lmc/fs/control.h"
 #include "lmc/fs/filesystem.h"
-#include "lmc/gpu.h"
 #include "lmc/fs/fuse_session.h"
 #include "lmc/fs/reclaim.h"
 #include "lmc/fs/snapshots.h"
+#include "lmc/gpu.h"
 #include "lmc/store/store.h"
 
 namespace lmc::fs {
@@ -131,11 +131,16 @@ bool ParseSize(const std::string& s, uint64_t* out) {
   unsigned long long v = std::strtoull(s.c_str(), &end, 10);
   if (errno || end == s.c_str()) return false;
   std::string suf(end);
-  if (suf == "" ) *out = v;
-  else if (suf == "K" || suf == "k" || suf == "KiB") *out = v << 10;
-  else if (suf == "M" || suf == "m" || suf == "MiB") *out = v << 20;
-  else if (suf == "G" || suf == "g" || suf == "GiB") *out = v << 30;
-  else return false;
+  if (suf == "")
+    *out = v;
+  else if (suf == "K" || suf == "k" || suf == "KiB")
+    *out = v << 10;
+  else if (suf == "M" || suf == "m" || suf == "MiB")
+    *out = v << 20;
+  else if (suf == "G" || suf == "g" || suf == "GiB")
+    *out = v << 30;
+  else
+    return false;
   return true;
 }
 
@@ -159,14 +164,14 @@ int ParseArgs(int argc, char** argv, Options* o) {
         char* end = nullptr;
         unsigned long x = std::strtoul(v.c_str(), &end, 10);
         if (v.empty() || *end || x == 0 || x > 1024) {
-          std::fprintf(stderr, "mount.lmcfs: bad %s '%s' (expected 1 to 1024)\n", k.c_str(),
-                       v.c_str());
+          std::fprintf(stderr, "mount.lmcfs: bad %s '%s' (expected 1 to 1024)\n", k.c_str(), v.c_str());
           return false;
         }
         *out = static_cast<unsigned>(x);
         return true;
       };
-      if (k == "store") o->store = v;
+      if (k == "store")
+        o->store = v;
       else if (k == "encode_threads" || k == "threads") {
         if (!count(&o->encode_threads)) return false;
       } else if (k == "fuse_threads") {
@@ -178,13 +183,11 @@ int ParseArgs(int argc, char** argv, Options* o) {
         }
       } else if (k == "gpu") {
         if (v != "auto" && v != "on" && v != "off") {
-          std::fprintf(stderr, "mount.lmcfs: bad gpu '%s' (expected auto, on or off)\n",
-                       v.c_str());
+          std::fprintf(stderr, "mount.lmcfs: bad gpu '%s' (expected auto, on or off)\n", v.c_str());
           return false;
         }
         o->gpu = v;
-      }
-      else if (k == "chunk_size") {
+      } else if (k == "chunk_size") {
         if (!ParseSize(v, &o->chunk_size) || o->chunk_size == 0 || o->chunk_size > (1u << 30)) {
           std::fprintf(stderr, "mount.lmcfs: bad chunk_size '%s'\n", v.c_str());
           return false;
@@ -196,43 +199,43 @@ int ParseArgs(int argc, char** argv, Options* o) {
         }
       } else if (k == "base_cache") {
         if (!ParseSize(v, &o->base_cache)) {
-          std::fprintf(stderr, "mount.lmcfs: bad base_cache '%s' (bytes, K/M/G suffixes; 0: none)\n", v.c_str());
+          std::fprintf(stderr, "mount.lmcfs: bad base_cache '%s' (bytes, K/M/G suffixes; 0: none)\n",
+                       v.c_str());
           return false;
         }
-      } else if (k == "allow_other") o->allow_other = true;
-      else if (k == "ro") o->ro = true;
-      else if (k == "log_file") o->log_file = v;
+      } else if (k == "allow_other")
+        o->allow_other = true;
+      else if (k == "ro")
+        o->ro = true;
+      else if (k == "log_file")
+        o->log_file = v;
       else if (k == "log_level") {
-        if (v != "trace" && v != "debug" && v != "info" && v != "warn" && v != "warning" &&
-            v != "error" && v != "err" && v != "critical" && v != "off") {
-          std::fprintf(stderr,
-                       "mount.lmcfs: bad log_level '%s' (trace, debug, info, warn, error, off)\n",
+        if (v != "trace" && v != "debug" && v != "info" && v != "warn" && v != "warning" && v != "error" &&
+            v != "err" && v != "critical" && v != "off") {
+          std::fprintf(stderr, "mount.lmcfs: bad log_level '%s' (trace, debug, info, warn, error, off)\n",
                        v.c_str());
           return false;
         }
         o->log_level = v;
-      }
-      else if (k == "delta" || k == "delta_chain" || k == "delta_base") {
+      } else if (k == "delta" || k == "delta_chain" || k == "delta_base") {
         auto r = ParseDeltaOption(k, v, &o->delta);
         if (!r.ok()) {
           std::fprintf(stderr, "mount.lmcfs: %s\n", r.status().message().c_str());
           return false;
         }
-      }
-      else if (k == "gc" || k == "gc_dead") {
+      } else if (k == "gc" || k == "gc_dead") {
         auto r = ParseReclaimOption(k, v, &o->reclaim);
         if (!r.ok()) {
           std::fprintf(stderr, "mount.lmcfs: %s\n", r.status().message().c_str());
           return false;
         }
-      }
-      else if (k == "nonempty") o->nonempty = true;
-      else if (k == "rw" || k == "defaults" || k == "auto" || k == "noauto" || k == "user" ||
-               k == "nouser" || k == "users" || k == "exec" || k == "noexec" || k == "suid" ||
-               k == "nosuid" || k == "dev" || k == "nodev" || k == "_netdev" || k == "nofail" ||
-               k == "default_permissions" || k == "async" || k == "atime" ||
-               k == "noatime" || k == "relatime" || k == "norelatime" || k == "strictatime" ||
-               k == "loop" || k.rfind("x-", 0) == 0 || k == "comment") {
+      } else if (k == "nonempty")
+        o->nonempty = true;
+      else if (k == "rw" || k == "defaults" || k == "auto" || k == "noauto" || k == "user" || k == "nouser" ||
+               k == "users" || k == "exec" || k == "noexec" || k == "suid" || k == "nosuid" || k == "dev" ||
+               k == "nodev" || k == "_netdev" || k == "nofail" || k == "default_permissions" ||
+               k == "async" || k == "atime" || k == "noatime" || k == "relatime" || k == "norelatime" ||
+               k == "strictatime" || k == "loop" || k.rfind("x-", 0) == 0 || k == "comment") {
       } else {
         o->fuse_opts.push_back(kv);
       }
@@ -254,8 +257,8 @@ int ParseArgs(int argc, char** argv, Options* o) {
       if (!add_opts(argv[++i])) return 16;
     } else if (a.rfind("-o", 0) == 0) {
       if (!add_opts(a.substr(2))) return 16;
-    } else if (a == "-n" || a == "-s" || a == "-v" || a == "-sv" || a == "-vs" || a == "-nv" ||
-               a == "-vn" || a == "-sn" || a == "-ns") {
+    } else if (a == "-n" || a == "-s" || a == "-v" || a == "-sv" || a == "-vs" || a == "-nv" || a == "-vn" ||
+               a == "-sn" || a == "-ns") {
       // mount(8) helper flags: no mtab, sloppy, verbose.
     } else if (a == "-t") {
       // mount(8) may pass the type (lmcfs or lmcfs.SUBTYPE): nothing to choose.
@@ -342,8 +345,7 @@ int Validate(Options* o) {
                    "there (clear it with fusermount3 -u -z %s)\n",
                    o->mountpoint.c_str(), o->mountpoint.c_str());
     } else {
-      std::fprintf(stderr, "mount.lmcfs: mountpoint %s: %s\n", o->mountpoint.c_str(),
-                   std::strerror(errno));
+      std::fprintf(stderr, "mount.lmcfs: mountpoint %s: %s\n", o->mountpoint.c_str(), std::strerror(errno));
     }
     return 32;
   }
@@ -375,8 +377,7 @@ int Validate(Options* o) {
     }
     closedir(d);
     if (!empty) {
-      std::fprintf(stderr,
-                   "mount.lmcfs: mountpoint %s is not empty (use -o nonempty to mount over it)\n",
+      std::fprintf(stderr, "mount.lmcfs: mountpoint %s is not empty (use -o nonempty to mount over it)\n",
                    buf);
       return 32;
     }
@@ -433,13 +434,12 @@ int Serve(const Options& o, int report_fd) {
   so.create_if_missing = !o.ro;
   auto st = store::Store::Open(o.store, so);
   if (!st.ok()) {
-    std::string m = st.status().code() == Code::kBusy
-                        ? "store " + o.store + " is in use by another mount or process (" +
-                              st.status().message() + ")"
-                    : st.status().code() == Code::kUnsupported
-                        ? "store " + o.store + " was written by a newer lmcfs: " +
-                              st.status().message()
-                        : "cannot open store " + o.store + ": " + st.status().ToString();
+    std::string m =
+        st.status().code() == Code::kBusy
+            ? "store " + o.store + " is in use by another mount or process (" + st.status().message() + ")"
+        : st.status().code() == Code::kUnsupported
+            ? "store " + o.store + " was written by a newer lmcfs: " + st.status().message()
+            : "cannot open store " + o.store + ": " + st.status().ToString();
     Report(report_fd, 32, m);
     return 32;
   }
@@ -503,9 +503,10 @@ int Serve(const Options& o, int report_fd) {
     // The codec's chunk encoder and decoder run on the CPU (the CUDA
     // transforms of gpu.h are not in the chunk path yet), so gpu=auto|on only
     // decides whether a usable GPU is required; the log says what runs.
-    spdlog::info("lmcfs: mounted {} at {}; codec path: CPU (gpu={}; GPU: {})", o.store, o.mountpoint,
-                 o.gpu, GpuDescription());
-    control.SetBeforeCompact(control::DeadBaseGcHook());  // lmcfs-gc re-encodes dependants of dead delta bases
+    spdlog::info("lmcfs: mounted {} at {}; codec path: CPU (gpu={}; GPU: {})", o.store, o.mountpoint, o.gpu,
+                 GpuDescription());
+    control.SetBeforeCompact(
+        control::DeadBaseGcHook());  // lmcfs-gc re-encodes dependants of dead delta bases
     auto daemon = [&] { return control::DaemonStats{daemon_counters(), f->DeltaCounters()}; };
     if (Status cs = control.Start(f->store(), o.store, getuid(), daemon); !cs.ok())
       spdlog::warn("lmcfs: no control channel for {} ({}); lmcfs-gc/-stat/-fsck cannot reach this mount",

@@ -7,15 +7,24 @@ namespace lmc {
 
 const char* CodeName(Code c) {
   switch (c) {
-    case Code::kOk: return "OK";
-    case Code::kNotFound: return "Not found";
-    case Code::kCorruption: return "Corruption";
-    case Code::kIOError: return "I/O error";
-    case Code::kNoSpace: return "No space";
-    case Code::kInvalidArgument: return "Invalid argument";
-    case Code::kUnsupported: return "Unsupported";
-    case Code::kBusy: return "Busy";
-    case Code::kAborted: return "Aborted";
+    case Code::kOk:
+      return "OK";
+    case Code::kNotFound:
+      return "Not found";
+    case Code::kCorruption:
+      return "Corruption";
+    case Code::kIOError:
+      return "I/O error";
+    case Code::kNoSpace:
+      return "No space";
+    case Code::kInvalidArgument:
+      return "Invalid argument";
+    case Code::kUnsupported:
+      return "Unsupported";
+    case Code::kBusy:
+      return "Busy";
+    case Code::kAborted:
+      return "Aborted";
   }
   return "Unknown";
 }

@@ -20,10 +20,10 @@ inline constexpr size_t kMaxChunkSize = size_t{1} << 30;
 // Entropy coder of one stream (docs/FORMAT.md, "Stream coders"). Values are
 // written into frames.
 enum class Coder : uint8_t {
-  kRaw = 0,       // stored as is
-  kConst = 1,     // one symbol repeated
-  kHuffman = 2,   // canonical, length-limited, 4 interleaved bit streams
-  kRans = 3,      // 4-way interleaved rANS, 12-bit probabilities (< 1 bit/symbol)
+  kRaw = 0,      // stored as is
+  kConst = 1,    // one symbol repeated
+  kHuffman = 2,  // canonical, length-limited, 4 interleaved bit streams
+  kRans = 3,     // 4-way interleaved rANS, 12-bit probabilities (< 1 bit/symbol)
 };
 const char* CoderName(Coder c);
 
@@ -58,8 +58,8 @@ size_t MaxEncodedSize(size_t n);
 
 // Encodes src[0, n) into dst (cap bytes; cap >= MaxEncodedSize(n) always
 // suffices). Returns the frame size.
-Result<size_t> EncodeChunk(const uint8_t* src, size_t n, const EncodeParams& params, uint8_t* dst,
-                           size_t cap, Workspace& ws);
+Result<size_t> EncodeChunk(const uint8_t* src, size_t n, const EncodeParams& params, uint8_t* dst, size_t cap,
+                           Workspace& ws);
 
 struct StreamInfo {
   Coder coder;
@@ -86,11 +86,11 @@ class StreamList {
 struct FrameInfo {
   uint8_t version = 0;
   DType dtype = DType::kBytes;
-  bool xor_delta = false;       // needs the base buffer to decode
-  uint32_t decoded_size = 0;    // bytes of the chunk
-  uint32_t frame_size = 0;      // bytes of the whole frame
-  uint32_t header_size = 0;     // bytes before the first stream payload
-  uint64_t checksum = 0;        // XXH3-64 of the decoded chunk
+  bool xor_delta = false;     // needs the base buffer to decode
+  uint32_t decoded_size = 0;  // bytes of the chunk
+  uint32_t frame_size = 0;    // bytes of the whole frame
+  uint32_t header_size = 0;   // bytes before the first stream payload
+  uint64_t checksum = 0;      // XXH3-64 of the decoded chunk
   StreamList streams;
 };
 

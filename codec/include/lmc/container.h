@@ -69,14 +69,13 @@ bool IsContainer(const uint8_t* p, size_t n);
 // In-memory compression and decompression, buffer to buffer with no extra
 // copy of the data (the container bytes are the same as CompressStream's).
 // `out` is resized to fit; its storage is reused across calls.
-Status CompressBufferInto(const uint8_t* p, size_t n, const CompressOptions& opts,
-                          std::vector<uint8_t>* out, CompressStats* stats = nullptr);
+Status CompressBufferInto(const uint8_t* p, size_t n, const CompressOptions& opts, std::vector<uint8_t>* out,
+                          CompressStats* stats = nullptr);
 Status DecompressBufferInto(const uint8_t* p, size_t n, const DecompressOptions& opts,
                             std::vector<uint8_t>* out);
 // The same, returning a new vector.
 Result<std::vector<uint8_t>> CompressBuffer(const uint8_t* p, size_t n, const CompressOptions& opts,
                                             CompressStats* stats = nullptr);
-Result<std::vector<uint8_t>> DecompressBuffer(const uint8_t* p, size_t n,
-                                              const DecompressOptions& opts = {});
+Result<std::vector<uint8_t>> DecompressBuffer(const uint8_t* p, size_t n, const DecompressOptions& opts = {});
 
 }  // namespace lmc

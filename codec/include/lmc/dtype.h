@@ -10,7 +10,7 @@
 namespace lmc {
 
 enum class DType : uint8_t {
-  kBytes = 0,    // unknown / opaque: one byte stream
+  kBytes = 0,  // unknown / opaque: one byte stream
   kBool = 1,
   kI8 = 2,
   kU8 = 3,

@@ -35,10 +35,10 @@
 namespace lmc {
 
 enum class Format : uint8_t {
-  kUnknown = 0,     // statistics only
+  kUnknown = 0,  // statistics only
   kSafetensors = 1,
-  kTorchZip = 2,    // torch.save zip archive (data.pkl + data/N)
-  kZip = 3,         // other zip (npz, ...)
+  kTorchZip = 2,  // torch.save zip archive (data.pkl + data/N)
+  kZip = 3,       // other zip (npz, ...)
   kGGUF = 4,
   kNpy = 5,
 };

@@ -37,8 +37,7 @@ void MergeStreams(DType t, const uint8_t* streams, size_t n, const uint8_t* base
 // The same with each stream at its own address (streams[i] holds
 // ShapeFor(t, n).size(i) bytes), so the decoder can merge raw streams
 // straight from the frame without copying them.
-void MergeStreams(DType t, const uint8_t* const* streams, size_t n, const uint8_t* base,
-                  uint8_t* dst);
+void MergeStreams(DType t, const uint8_t* const* streams, size_t n, const uint8_t* base, uint8_t* dst);
 
 // Histogram of a byte stream.
 void Histogram(const uint8_t* p, size_t n, uint32_t hist[256]);
@@ -51,7 +50,6 @@ double EntropyBits(const uint32_t hist[256], size_t n);
 
 // Sum of the order-0 entropies of the regrouped streams of src [^ base], in
 // bits: the "entropy bound" of the benchmark targets. `scratch` must hold n bytes.
-double GroupedEntropyBits(DType t, const uint8_t* src, size_t n, const uint8_t* base,
-                          uint8_t* scratch);
+double GroupedEntropyBits(DType t, const uint8_t* src, size_t n, const uint8_t* base, uint8_t* scratch);
 
 }  // namespace lmc

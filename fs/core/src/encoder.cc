@@ -69,10 +69,9 @@ void EncodeJobBody(EncodeJob* job) {
       if (base) {
         job->base_key = base->key;  // released by RunEncodeJob if the encode fails
         if (!base->bytes || base->bytes->size() != n) {
-          job->status = Status::InvalidArgument(
-              "delta policy offered base " + base->key.ToHex() + " of " +
-              std::to_string(base->bytes ? base->bytes->size() : 0) + " bytes for a chunk of " +
-              std::to_string(n));
+          job->status = Status::InvalidArgument("delta policy offered base " + base->key.ToHex() + " of " +
+                                                std::to_string(base->bytes ? base->bytes->size() : 0) +
+                                                " bytes for a chunk of " + std::to_string(n));
           return;
         }
         params.base = base->bytes->data();

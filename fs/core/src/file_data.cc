@@ -1,13 +1,14 @@
 // FileData (file_data.h): the write and read pipelines of one inode
 // (docs/ARCHITECTURE.md, "The filesystem", "Write pipeline", "Read
 // pipeline"). Every FileData call runs with its owner's mutex held.
+#include "file_data.h"
+
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
 
-#include "file_data.h"
 #include "inode.h"
 #include "lmc/codec.h"
 #include "lmc/store/extent.h"
@@ -70,16 +71,16 @@ int FileData::LoadExtents() {
   std::map<uint64_t, ExtentRec> m;
   bool bad = false;
   Status s = shared_.store->Scan(store::Cf::kExtents, store::ExtentKeyPrefix(owner_.ino),
-                         [&](std::string_view k, std::string_view v) {
-                           auto key = store::ParseExtentKey(k);
-                           auto e = DecodeExtentRec(v);
-                           if (!key || !e) {
-                             bad = true;
-                             return false;
-                           }
-                           m.emplace(key->second, *e);
-                           return true;
-                         });
+                                 [&](std::string_view k, std::string_view v) {
+                                   auto key = store::ParseExtentKey(k);
+                                   auto e = DecodeExtentRec(v);
+                                   if (!key || !e) {
+                                     bad = true;
+                                     return false;
+                                   }
+                                   m.emplace(key->second, *e);
+                                   return true;
+                                 });
   if (!s.ok()) return shared_.ToErrno(s, "load extents", owner_.ino);
   if (bad) return shared_.ToErrno(Status::Corruption("undecodable extent"), "load extents", owner_.ino);
   extents_ = std::move(m);
@@ -104,8 +105,7 @@ void FileData::InsertDirty(uint64_t off, const uint8_t* p, size_t n) {
       return;
     }
   }
-  dirty_.emplace(off, DirtySeg{std::make_shared<std::string>(reinterpret_cast<const char*>(p), n),
-                                 0, n});
+  dirty_.emplace(off, DirtySeg{std::make_shared<std::string>(reinterpret_cast<const char*>(p), n), 0, n});
 }
 
 void FileData::RemoveDirty(uint64_t a, uint64_t b) {
@@ -198,7 +198,7 @@ int FileData::GetChunk(const ExtentRec& e, store::ChunkBytes* out) {
   if (!r.ok()) return shared_.ToErrno(r.status(), "read chunk " + e.key.ToHex(), owner_.ino);
   if (*r != e.decoded_len)
     return shared_.ToErrno(Status::Corruption("chunk " + e.key.ToHex() + " has an unexpected length"),
-                   "read chunk", owner_.ino);
+                           "read chunk", owner_.ino);
   shared_.cache.Put(e.key, buf);
   *out = std::move(buf);
   return 0;
@@ -382,7 +382,7 @@ int FileData::AdvanceStream() {
     uint64_t end = it->first + it->second.size();
     if (end <= stream_pos_) break;
     parser_->Feed(reinterpret_cast<const uint8_t*>(it->second.data()) + (stream_pos_ - it->first),
-                    end - stream_pos_);
+                  end - stream_pos_);
     stream_pos_ = end;
   }
   std::vector<ChunkSpec> specs;
@@ -438,8 +438,7 @@ int FileData::Write(uint64_t off, const uint8_t* p, size_t n) {
   // An encoder error of an earlier chunk: this write's bytes are buffered
   // (and the failed chunk's are back in dirty); the next flush reports it.
   if (int err = ApplyDone()) write_error_ = err;
-  if (!streaming_ && off == 0 && extents_.empty() && dirty_.empty() &&
-      inflight_.empty()) {
+  if (!streaming_ && off == 0 && extents_.empty() && dirty_.empty() && inflight_.empty()) {
     streaming_ = true;
     stream_pos_ = 0;
     parser_ = LayoutParser::Create();
@@ -506,8 +505,7 @@ int FileData::Read(uint64_t off, size_t n, std::string* out) {
   const bool sequential = off == last_read_end_;
   last_read_end_ = off + n;
   if (sequential) {
-    uint64_t ahead =
-        uint64_t{shared_.opts.chunk_size} * 2 * std::max<size_t>(2, ThreadPool::Shared().size());
+    uint64_t ahead = uint64_t{shared_.opts.chunk_size} * 2 * std::max<size_t>(2, ThreadPool::Shared().size());
     Prefetch(off, std::min(owner_.rec.size, off + n + ahead), off + n);
   }
   return View(off, off + n, reinterpret_cast<uint8_t*>(out->data()));

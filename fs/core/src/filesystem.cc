@@ -5,8 +5,8 @@
 #include <sys/statvfs.h>
 
 #include <algorithm>
-#include <cstdio>
 #include <cerrno>
+#include <cstdio>
 #include <ctime>
 
 #include "fs_impl.h"
@@ -22,7 +22,6 @@
 #endif
 
 namespace lmc::fs {
-
 
 namespace {
 
@@ -83,7 +82,9 @@ void Filesystem::FlushBackground() {
   if (impl_->data.delta) impl_->data.delta->Flush();
 }
 
-uint64_t Filesystem::BackgroundPending() const { return impl_->data.delta ? impl_->data.delta->Pending() : 0; }
+uint64_t Filesystem::BackgroundPending() const {
+  return impl_->data.delta ? impl_->data.delta->Pending() : 0;
+}
 
 std::vector<std::pair<std::string, uint64_t>> Filesystem::DeltaCounters() const {
   return impl_->data.delta ? impl_->data.delta->Counters() : std::vector<std::pair<std::string, uint64_t>>{};
@@ -91,11 +92,11 @@ std::vector<std::pair<std::string, uint64_t>> Filesystem::DeltaCounters() const 
 
 std::vector<std::pair<std::string, uint64_t>> Filesystem::NamedCounters() const {
   const FsCounters& c = counters_;
-  return {{"write_calls", c.write_calls.load()},       {"write_bytes", c.write_bytes.load()},
-          {"read_calls", c.read_calls.load()},         {"removals", c.removals.load()},
-          {"bytes_encoded", c.bytes_written.load()},   {"chunks_written", c.chunks_written.load()},
-          {"data_commits", c.commits.load()},          {"cache_hits", c.cache_hits.load()},
-          {"cache_misses", c.cache_misses.load()},     {"eio", c.eio.load()}};
+  return {{"write_calls", c.write_calls.load()},     {"write_bytes", c.write_bytes.load()},
+          {"read_calls", c.read_calls.load()},       {"removals", c.removals.load()},
+          {"bytes_encoded", c.bytes_written.load()}, {"chunks_written", c.chunks_written.load()},
+          {"data_commits", c.commits.load()},        {"cache_hits", c.cache_hits.load()},
+          {"cache_misses", c.cache_misses.load()},   {"eio", c.eio.load()}};
 }
 
 void Filesystem::SetDeltaPolicy(std::unique_ptr<DeltaPolicy> policy) {
@@ -180,8 +181,7 @@ Filesystem::~Filesystem() {
   if (impl_ && impl_->data.delta) impl_->data.delta->StopBackground();
 }
 
-Result<std::unique_ptr<Filesystem>> Filesystem::Open(store::Store* store,
-                                                     const std::string& store_dir,
+Result<std::unique_ptr<Filesystem>> Filesystem::Open(store::Store* store, const std::string& store_dir,
                                                      const FsOptions& options) {
   if (options.chunk_size == 0 || options.chunk_size > kMaxChunkSize)
     return Status::InvalidArgument("chunk size out of range");
@@ -213,12 +213,12 @@ Result<std::unique_ptr<Filesystem>> Filesystem::Open(store::Store* store,
   // Inodes unlinked while open when the last mount ended without releasing
   // them (crash): nothing can reach them any more.
   std::vector<uint64_t> orphans;
-  LMC_RETURN_IF_ERROR(store->Scan(store::Cf::kMeta, kMetaOrphanPrefix,
-                                  [&](std::string_view k, std::string_view) {
-                                    if (k.size() == kMetaOrphanPrefix.size() + 8)
-                                      orphans.push_back(LoadBE64(k.data() + kMetaOrphanPrefix.size()));
-                                    return true;
-                                  }));
+  LMC_RETURN_IF_ERROR(
+      store->Scan(store::Cf::kMeta, kMetaOrphanPrefix, [&](std::string_view k, std::string_view) {
+        if (k.size() == kMetaOrphanPrefix.size() + 8)
+          orphans.push_back(LoadBE64(k.data() + kMetaOrphanPrefix.size()));
+        return true;
+      }));
   if (!options.read_only) {
     for (uint64_t ino : orphans) {
       int err = 0;
@@ -343,9 +343,8 @@ struct NewInode {
 
 // Shared by Create/Mknod/Mkdir/Symlink: one batch with the inode, its
 // dirent, the parent's times (and nlink for a directory) and next_ino.
-static int MakeNode(Filesystem::Impl& m, bool read_only, uint64_t parent, std::string_view name,
-                    mode_t mode, dev_t rdev, std::string_view target, const Caller& c, bool open,
-                    struct stat* out) {
+static int MakeNode(Filesystem::Impl& m, bool read_only, uint64_t parent, std::string_view name, mode_t mode,
+                    dev_t rdev, std::string_view target, const Caller& c, bool open, struct stat* out) {
   if (read_only) return EROFS;
   if (name.size() > kNameMax) return ENAMETOOLONG;
   if (BadName(name)) return EINVAL;
@@ -413,12 +412,11 @@ static int MakeNode(Filesystem::Impl& m, bool read_only, uint64_t parent, std::s
 
 int Filesystem::Create(uint64_t parent, std::string_view name, mode_t mode, const Caller& c,
                        struct stat* out) {
-  return MakeNode(*impl_, opts_.read_only, parent, name, (mode & 07777) | S_IFREG, 0, {}, c, true,
-                  out);
+  return MakeNode(*impl_, opts_.read_only, parent, name, (mode & 07777) | S_IFREG, 0, {}, c, true, out);
 }
 
-int Filesystem::Mknod(uint64_t parent, std::string_view name, mode_t mode, dev_t rdev,
-                      const Caller& c, struct stat* out) {
+int Filesystem::Mknod(uint64_t parent, std::string_view name, mode_t mode, dev_t rdev, const Caller& c,
+                      struct stat* out) {
   if (S_ISDIR(mode) || S_ISLNK(mode)) return EINVAL;
   if ((mode & S_IFMT) == 0) mode |= S_IFREG;
   return MakeNode(*impl_, opts_.read_only, parent, name, mode, rdev, {}, c, false, out);
@@ -426,12 +424,11 @@ int Filesystem::Mknod(uint64_t parent, std::string_view name, mode_t mode, dev_t
 
 int Filesystem::Mkdir(uint64_t parent, std::string_view name, mode_t mode, const Caller& c,
                       struct stat* out) {
-  return MakeNode(*impl_, opts_.read_only, parent, name, (mode & 07777) | S_IFDIR, 0, {}, c,
-                  false, out);
+  return MakeNode(*impl_, opts_.read_only, parent, name, (mode & 07777) | S_IFDIR, 0, {}, c, false, out);
 }
 
-int Filesystem::Symlink(std::string_view target, uint64_t parent, std::string_view name,
-                        const Caller& c, struct stat* out) {
+int Filesystem::Symlink(std::string_view target, uint64_t parent, std::string_view name, const Caller& c,
+                        struct stat* out) {
   if (target.empty() || target.size() > 4095) return target.empty() ? ENOENT : ENAMETOOLONG;
   return MakeNode(*impl_, opts_.read_only, parent, name, S_IFLNK | 0777, 0, target, c, false, out);
 }
@@ -444,8 +441,7 @@ int Filesystem::Readlink(uint64_t ino, std::string* target) {
   });
 }
 
-int Filesystem::Link(uint64_t ino, uint64_t newparent, std::string_view newname,
-                     struct stat* out) {
+int Filesystem::Link(uint64_t ino, uint64_t newparent, std::string_view newname, struct stat* out) {
   Impl& m = *impl_;
   if (opts_.read_only) return EROFS;
   if (newname.size() > kNameMax) return ENAMETOOLONG;
@@ -521,11 +517,11 @@ void RemovePurged(Filesystem::Impl& m, Inode& in) {
 
 Result<bool> DirEmpty(store::Store* s, uint64_t ino) {
   bool empty = true;
-  LMC_RETURN_IF_ERROR(s->Scan(store::Cf::kDirents, DirentPrefix(ino),
-                              [&](std::string_view, std::string_view) {
-                                empty = false;
-                                return false;
-                              }));
+  LMC_RETURN_IF_ERROR(
+      s->Scan(store::Cf::kDirents, DirentPrefix(ino), [&](std::string_view, std::string_view) {
+        empty = false;
+        return false;
+      }));
   return empty;
 }
 
@@ -583,8 +579,8 @@ int Filesystem::Rmdir(uint64_t parent, std::string_view name) {
   return RemoveEntry(*impl_, parent, name, true);
 }
 
-int Filesystem::Rename(uint64_t parent, std::string_view name, uint64_t newparent,
-                       std::string_view newname, unsigned flags) {
+int Filesystem::Rename(uint64_t parent, std::string_view name, uint64_t newparent, std::string_view newname,
+                       unsigned flags) {
   Impl& m = *impl_;
   if (opts_.read_only) return EROFS;
   if (flags & ~(RENAME_NOREPLACE | RENAME_EXCHANGE)) return EINVAL;
@@ -633,10 +629,15 @@ int Filesystem::Rename(uint64_t parent, std::string_view name, uint64_t newparen
   if (flags & RENAME_EXCHANGE) {
     const bool ddir = din->IsDir();
     b.Put(store::Cf::kDirents, DirentKey(parent, name), EncodeDirent({dst->ino, dr.mode & S_IFMT}));
-    b.Put(store::Cf::kDirents, DirentKey(newparent, newname),
-          EncodeDirent({src->ino, sr.mode & S_IFMT}));
+    b.Put(store::Cf::kDirents, DirentKey(newparent, newname), EncodeDirent({src->ino, sr.mode & S_IFMT}));
     if (cross && sdir != ddir) {
-      if (sdir) { pr.nlink--; nr.nlink++; } else { pr.nlink++; nr.nlink--; }
+      if (sdir) {
+        pr.nlink--;
+        nr.nlink++;
+      } else {
+        pr.nlink++;
+        nr.nlink--;
+      }
     }
     dr.ctime_ns = now;
     if (int e = din->data.Commit(false)) return e;
@@ -655,8 +656,7 @@ int Filesystem::Rename(uint64_t parent, std::string_view name, uint64_t newparen
       if (int e = DropLink(*din, &dr, &b, &purged)) return e;
     }
     b.Delete(store::Cf::kDirents, DirentKey(parent, name));
-    b.Put(store::Cf::kDirents, DirentKey(newparent, newname),
-          EncodeDirent({src->ino, sr.mode & S_IFMT}));
+    b.Put(store::Cf::kDirents, DirentKey(newparent, newname), EncodeDirent({src->ino, sr.mode & S_IFMT}));
     if (sdir && cross) {
       if (pr.nlink > 2) pr.nlink--;
       nr.nlink++;
@@ -703,12 +703,12 @@ int Filesystem::ReadDir(uint64_t ino, std::vector<DirEntry>* out) {
   out->push_back({".", ino, S_IFDIR});
   out->push_back({"..", ino, S_IFDIR});  // the kernel fills in the real parent for ".."
   const size_t prefix = 8;
-  Status s = store_->Scan(store::Cf::kDirents, DirentPrefix(ino),
-                          [&](std::string_view k, std::string_view v) {
-                            auto d = DecodeDirent(v);
-                            if (d) out->push_back({std::string(k.substr(prefix)), d->ino, d->mode});
-                            return true;
-                          });
+  Status s =
+      store_->Scan(store::Cf::kDirents, DirentPrefix(ino), [&](std::string_view k, std::string_view v) {
+        auto d = DecodeDirent(v);
+        if (d) out->push_back({std::string(k.substr(prefix)), d->ino, d->mode});
+        return true;
+      });
   if (!s.ok()) return m.ToErrno(s, "readdir", ino);
   return 0;
 }
@@ -774,16 +774,12 @@ int Filesystem::Write(uint64_t ino, uint64_t off, const void* data, size_t size)
 
 int Filesystem::Flush(uint64_t ino) {
   if (opts_.read_only) return 0;
-  return WithInode(*impl_, ino, [&](Inode& in) {
-    return in.data.Finalize(false);
-  });
+  return WithInode(*impl_, ino, [&](Inode& in) { return in.data.Finalize(false); });
 }
 
 int Filesystem::Fsync(uint64_t ino, bool /*datasync*/) {
   if (opts_.read_only) return 0;
-  return WithInode(*impl_, ino, [&](Inode& in) {
-    return in.data.Finalize(true);
-  });
+  return WithInode(*impl_, ino, [&](Inode& in) { return in.data.Finalize(true); });
 }
 
 int Filesystem::FsyncDir(uint64_t ino) {
@@ -808,8 +804,7 @@ int Filesystem::CopyRange(uint64_t src, uint64_t soff, uint64_t dst, uint64_t do
   if (src == dst) {
     // Overlapping ranges of one file: copy the bytes.
     std::string buf;
-    if (int e = Read(src, soff, static_cast<size_t>(std::min<uint64_t>(len, 64u << 20)), &buf))
-      return e;
+    if (int e = Read(src, soff, static_cast<size_t>(std::min<uint64_t>(len, 64u << 20)), &buf)) return e;
     if (int e = Write(dst, doff, buf.data(), buf.size())) return e;
     *copied = buf.size();
     return 0;
@@ -853,12 +848,12 @@ Status Filesystem::Shutdown() {
     std::lock_guard lk(m.table_mu);
     for (auto& [ino, in] : m.table) all.push_back(in);
   }
-  spdlog::info("lmcfs: {} writes ({} bytes), {} chunks ({} bytes) encoded, {} data commits, "
-               "cache {} hits / {} misses, {} EIO",
-               counters_.write_calls.load(), counters_.write_bytes.load(),
-               counters_.chunks_written.load(), counters_.bytes_written.load(),
-               counters_.commits.load(), counters_.cache_hits.load(), counters_.cache_misses.load(),
-               counters_.eio.load());
+  spdlog::info(
+      "lmcfs: {} writes ({} bytes), {} chunks ({} bytes) encoded, {} data commits, "
+      "cache {} hits / {} misses, {} EIO",
+      counters_.write_calls.load(), counters_.write_bytes.load(), counters_.chunks_written.load(),
+      counters_.bytes_written.load(), counters_.commits.load(), counters_.cache_hits.load(),
+      counters_.cache_misses.load(), counters_.eio.load());
   Status first;
   for (auto& in : all) {
     std::lock_guard lk(in->mu);
@@ -869,7 +864,10 @@ Status Filesystem::Shutdown() {
       e = in->data.Purge(&b);
       if (!e) {
         Status s = store_->Commit(b, false);
-        if (s.ok()) in->purged = true; else e = EIO;
+        if (s.ok())
+          in->purged = true;
+        else
+          e = EIO;
       }
     } else {
       e = in->data.Finalize(false);

@@ -21,10 +21,10 @@ struct Inode {
   std::mutex mu;  // guards everything below
 
   InodeRec rec;
-  bool rec_dirty = false;   // rec differs from the store
-  bool purged = false;      // deleted from the store; no more commits
-  uint64_t nlookup = 0;     // kernel lookup references
-  uint64_t nopen = 0;       // open handles
+  bool rec_dirty = false;  // rec differs from the store
+  bool purged = false;     // deleted from the store; no more commits
+  uint64_t nlookup = 0;    // kernel lookup references
+  uint64_t nopen = 0;      // open handles
 
   // The name the file was created, last linked or renamed under (or looked
   // up by), for the delta policy's lineage (lmc/fs/delta_policy.h).

@@ -40,26 +40,28 @@ struct SnapshotBytes {
 
 Status CountSnapshotBytes(store::Store* st, uint64_t ino, SnapshotBytes* out) {
   Status inner = Status::Ok();
-  Status s = st->Scan(store::Cf::kExtents, store::ExtentKeyPrefix(ino), [&](std::string_view, std::string_view v) {
-    auto x = store::DecodeExtent(v);
-    if (!x || x->hole()) return true;
-    auto info = st->GetChunkInfo(x->chunk);
-    if (!info.ok()) {
-      inner = info.status();
-      return false;
-    }
-    const double share = info->decoded_len ? double(info->frame_len) * x->length / info->decoded_len : 0.0;
-    (info->base ? out->delta : out->standalone) += share;
-    if (info->refcount > 1) {
-      auto deps = st->CountDependants(x->chunk);
-      if (!deps.ok()) {
-        inner = deps.status();
-        return false;
-      }
-      if (info->refcount > *deps + 1) out->dedup += x->length;
-    }
-    return true;
-  });
+  Status s =
+      st->Scan(store::Cf::kExtents, store::ExtentKeyPrefix(ino), [&](std::string_view, std::string_view v) {
+        auto x = store::DecodeExtent(v);
+        if (!x || x->hole()) return true;
+        auto info = st->GetChunkInfo(x->chunk);
+        if (!info.ok()) {
+          inner = info.status();
+          return false;
+        }
+        const double share =
+            info->decoded_len ? double(info->frame_len) * x->length / info->decoded_len : 0.0;
+        (info->base ? out->delta : out->standalone) += share;
+        if (info->refcount > 1) {
+          auto deps = st->CountDependants(x->chunk);
+          if (!deps.ok()) {
+            inner = deps.status();
+            return false;
+          }
+          if (info->refcount > *deps + 1) out->dedup += x->length;
+        }
+        return true;
+      });
   return s.ok() ? inner : s;
 }
 

@@ -1,10 +1,11 @@
 // libfuse3 low-level adapters (lmc_fs_fuse, with session.cc the only files
 // that include a FUSE header). Each callback replies from one Filesystem
 // call; Guard turns any stray exception into an error reply.
-#include <fuse3/fuse_lowlevel.h>
-#include <spdlog/spdlog.h>
+#include "fuse_ops.h"
 
 #include <fcntl.h>
+#include <fuse3/fuse_lowlevel.h>
+#include <spdlog/spdlog.h>
 
 #include <cerrno>
 #include <cstring>
@@ -13,7 +14,6 @@
 #include <vector>
 
 #include "lmc/fs/filesystem.h"
-#include "fuse_ops.h"
 
 namespace lmc::fs {
 namespace {
@@ -92,19 +92,25 @@ void Lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
 }
 
 void Forget(fuse_req_t req, fuse_ino_t ino, uint64_t n) {
-  Guard(req, "forget", [&](bool& r) {
-    Fs(req).Forget(ino, n);
-    r = true;
-    fuse_reply_none(req);
-  }, true);
+  Guard(
+      req, "forget",
+      [&](bool& r) {
+        Fs(req).Forget(ino, n);
+        r = true;
+        fuse_reply_none(req);
+      },
+      true);
 }
 
 void ForgetMulti(fuse_req_t req, size_t count, fuse_forget_data* f) {
-  Guard(req, "forget", [&](bool& r) {
-    for (size_t i = 0; i < count; i++) Fs(req).Forget(f[i].ino, f[i].nlookup);
-    r = true;
-    fuse_reply_none(req);
-  }, true);
+  Guard(
+      req, "forget",
+      [&](bool& r) {
+        for (size_t i = 0; i < count; i++) Fs(req).Forget(f[i].ino, f[i].nlookup);
+        r = true;
+        fuse_reply_none(req);
+      },
+      true);
 }
 
 void GetAttr(fuse_req_t req, fuse_ino_t ino, fuse_file_info*) {
@@ -171,21 +177,18 @@ void EntryOp(fuse_req_t req, const char* op, Fn&& fn) {
 }
 
 void Mknod(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, dev_t rdev) {
-  EntryOp(req, "mknod", [&](struct stat* st) {
-    return Fs(req).Mknod(parent, name, mode, rdev, CallerOf(req), st);
-  });
+  EntryOp(req, "mknod",
+          [&](struct stat* st) { return Fs(req).Mknod(parent, name, mode, rdev, CallerOf(req), st); });
 }
 
 void Mkdir(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode) {
-  EntryOp(req, "mkdir", [&](struct stat* st) {
-    return Fs(req).Mkdir(parent, name, mode, CallerOf(req), st);
-  });
+  EntryOp(req, "mkdir",
+          [&](struct stat* st) { return Fs(req).Mkdir(parent, name, mode, CallerOf(req), st); });
 }
 
 void Symlink(fuse_req_t req, const char* link, fuse_ino_t parent, const char* name) {
-  EntryOp(req, "symlink", [&](struct stat* st) {
-    return Fs(req).Symlink(link, parent, name, CallerOf(req), st);
-  });
+  EntryOp(req, "symlink",
+          [&](struct stat* st) { return Fs(req).Symlink(link, parent, name, CallerOf(req), st); });
 }
 
 void Link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char* newname) {
@@ -209,8 +212,8 @@ void Rmdir(fuse_req_t req, fuse_ino_t parent, const char* name) {
   ErrOp(req, "rmdir", [&] { return Fs(req).Rmdir(parent, name); });
 }
 
-void Rename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t newparent,
-            const char* newname, unsigned flags) {
+void Rename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t newparent, const char* newname,
+            unsigned flags) {
   ErrOp(req, "rename", [&] { return Fs(req).Rename(parent, name, newparent, newname, flags); });
 }
 
@@ -265,8 +268,7 @@ void Read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info
   });
 }
 
-void Write(fuse_req_t req, fuse_ino_t ino, const char* buf, size_t size, off_t off,
-           fuse_file_info*) {
+void Write(fuse_req_t req, fuse_ino_t ino, const char* buf, size_t size, off_t off, fuse_file_info*) {
   Guard(req, "write", [&](bool& r) {
     int err = Fs(req).Write(ino, static_cast<uint64_t>(off), buf, size);
     r = true;
@@ -328,7 +330,7 @@ void ReadDir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_i
     size_t used = 0;
     for (size_t i = static_cast<size_t>(off); i < h->entries.size(); i++) {
       const DirEntry& e = h->entries[i];
-      struct stat st{};
+      struct stat st {};
       st.st_ino = e.ino;
       st.st_mode = e.mode;
       size_t n = fuse_add_direntry(req, buf.data() + used, size - used, e.name.c_str(), &st,
@@ -363,8 +365,7 @@ void StatFs(fuse_req_t req, fuse_ino_t) {
   });
 }
 
-void SetXattr(fuse_req_t req, fuse_ino_t ino, const char* name, const char* value, size_t size,
-              int flags) {
+void SetXattr(fuse_req_t req, fuse_ino_t ino, const char* name, const char* value, size_t size, int flags) {
   ErrOp(req, "setxattr", [&] { return Fs(req).SetXattr(ino, name, {value, size}, flags); });
 }
 
@@ -404,8 +405,8 @@ void RemoveXattr(fuse_req_t req, fuse_ino_t ino, const char* name) {
 }
 
 // Shares chunks instead of copying bytes (cp uses copy_file_range).
-void CopyFileRange(fuse_req_t req, fuse_ino_t ino_in, off_t off_in, fuse_file_info*,
-                   fuse_ino_t ino_out, off_t off_out, fuse_file_info*, size_t len, int flags) {
+void CopyFileRange(fuse_req_t req, fuse_ino_t ino_in, off_t off_in, fuse_file_info*, fuse_ino_t ino_out,
+                   off_t off_out, fuse_file_info*, size_t len, int flags) {
   Guard(req, "copy_file_range", [&](bool& r) {
     uint64_t copied = 0;
     int err = flags ? EINVAL

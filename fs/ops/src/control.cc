@@ -112,10 +112,14 @@ json Figures(const SpaceFigures& f) {
 
 const char* TypeName(uint32_t mode) {
   switch (mode & S_IFMT) {
-    case S_IFREG: return "file";
-    case S_IFDIR: return "dir";
-    case S_IFLNK: return "symlink";
-    default: return "special";
+    case S_IFREG:
+      return "file";
+    case S_IFDIR:
+      return "dir";
+    case S_IFLNK:
+      return "symlink";
+    default:
+      return "special";
   }
 }
 
@@ -184,9 +188,13 @@ Result<std::string> RunGc(store::Store& st, const GcOptions& o, const EventFn& e
   // under the rate: commits wait only while one pack is copied.
   auto progress = [&](const store::CompactProgress& p) {
     if (events) {
-      json e = {{"event", "progress"}, {"op", "gc"},       {"done", p.packs_done},
-                {"total", p.packs_total}, {"bytes_copied", p.bytes_copied},
-                {"bytes_reclaimed", p.bytes_reclaimed}, {"pack", p.pack_id}};
+      json e = {{"event", "progress"},
+                {"op", "gc"},
+                {"done", p.packs_done},
+                {"total", p.packs_total},
+                {"bytes_copied", p.bytes_copied},
+                {"bytes_reclaimed", p.bytes_reclaimed},
+                {"pack", p.pack_id}};
       events(e.dump());
     }
     if (o.rate_bytes_per_s > 0) {
@@ -281,15 +289,16 @@ Result<std::string> CompleteFsck(store::Store& st, const store::FsckReport& r, c
         quarantine.push_back({{"what", p.message}, {"key_hex", p.key_hex}, {"value_hex", p.value_hex}});
     for (const auto& p : tc.problems)
       if (!p.repairable)
-        quarantine.push_back({{"what", p.message}, {"key_hex", p.key_hex}, {"value_hex", p.value_hex},
-                              {"left", true}});
+        quarantine.push_back(
+            {{"what", p.message}, {"key_hex", p.key_hex}, {"value_hex", p.value_hex}, {"left", true}});
     for (const auto& p : r.problems)
       if (!p.repaired) quarantine.push_back({{"what", p.message}, {"left", true}});
     if (!quarantine.empty() && !o.quarantine_path.empty()) {
       // Written, durably, before the records are removed: the evidence survives a crash.
       LMC_RETURN_IF_ERROR(WriteQuarantineReport(
           o.env ? o.env : store::Env::Default(), o.quarantine_path,
-          json{{"v", kProtocolVersion}, {"records", quarantine}, {"affected_files", affected}}.dump(2) + "\n"));
+          json{{"v", kProtocolVersion}, {"records", quarantine}, {"affected_files", affected}}.dump(2) +
+              "\n"));
     }
     LMC_ASSIGN_OR_RETURN(tree_fixed, RepairTree(&st, tc));
   }
@@ -335,7 +344,8 @@ Result<std::string> CompleteFsck(store::Store& st, const store::FsckReport& r, c
         {"fixed", r.fixed()},
         {"messages", r.Messages()},
         {"problems", store_problems}}},
-      {"tree", {{"inodes", tc.inodes}, {"dirents", tc.dirents}, {"extents", tc.extents}, {"problems", problems}}},
+      {"tree",
+       {{"inodes", tc.inodes}, {"dirents", tc.dirents}, {"extents", tc.extents}, {"problems", problems}}},
       {"bad_chunks", json::array()},
       {"affected_files", affected},
       {"quarantine", quarantine.empty() ? "" : o.quarantine_path}};
@@ -348,12 +358,10 @@ std::function<Status(store::Store&, const EventFn&)> DeadBaseGcHook() {
     auto event = [&](const store::DeadBaseReport& r, bool done) {
       if (!events) return;
       events("{\"event\":\"dead_bases\",\"done\":" + std::string(done ? "true" : "false") +
-             ",\"chunks_scanned\":" + std::to_string(r.chunks_scanned) +
-             ",\"dead_bases\":" + std::to_string(r.dead_bases) +
-             ",\"dead_base_bytes\":" + std::to_string(r.dead_base_bytes) +
-             ",\"rewritten\":" + std::to_string(r.rewritten) +
-             ",\"bytes_before\":" + std::to_string(r.bytes_before) +
-             ",\"bytes_after\":" + std::to_string(r.bytes_after) + "}");
+             ",\"chunks_scanned\":" + std::to_string(r.chunks_scanned) + ",\"dead_bases\":" +
+             std::to_string(r.dead_bases) + ",\"dead_base_bytes\":" + std::to_string(r.dead_base_bytes) +
+             ",\"rewritten\":" + std::to_string(r.rewritten) + ",\"bytes_before\":" +
+             std::to_string(r.bytes_before) + ",\"bytes_after\":" + std::to_string(r.bytes_after) + "}");
     };
     auto r = st.RewriteDeadBases({}, [&](const store::DeadBaseReport& p) {
       event(p, false);
@@ -366,7 +374,8 @@ std::function<Status(store::Store&, const EventFn&)> DeadBaseGcHook() {
 }
 
 Result<std::string> RunStat(store::Store& st, const std::string& store_dir,
-                            const std::vector<std::string>& paths, const DaemonStats* daemon, double uptime_s) {
+                            const std::vector<std::string>& paths, const DaemonStats* daemon,
+                            double uptime_s) {
   LMC_ASSIGN_OR_RETURN(TreeReport rep, InspectTree(&st, paths));
   json entries = json::array();
   for (const auto& e : rep.entries) {
@@ -417,9 +426,9 @@ Result<std::string> RunStat(store::Store& st, const std::string& store_dir,
     // Bytes written to the backing disk (packs, index) per byte written
     // into the mount, since the mount started.
     const uint64_t logical = d.value("write_bytes", uint64_t{0});
-    d["write_amplification"] =
-        logical ? static_cast<double>(ss.pack_bytes_written + ss.index_bytes_written) / static_cast<double>(logical)
-                : 0.0;
+    d["write_amplification"] = logical ? static_cast<double>(ss.pack_bytes_written + ss.index_bytes_written) /
+                                             static_cast<double>(logical)
+                                       : 0.0;
     json delta = json::object();
     for (const auto& [k, v] : daemon->delta) delta[k] = v;
     d["delta"] = std::move(delta);
@@ -605,7 +614,8 @@ void ControlServer::Impl::Serve(int fd) {
     }
     const int v = req.value("v", 0);
     if (v != kProtocolVersion) {
-      reply_error("unsupported_version", "protocol version " + std::to_string(v) + " not served; this daemon speaks " +
+      reply_error("unsupported_version", "protocol version " + std::to_string(v) +
+                                             " not served; this daemon speaks " +
                                              std::to_string(kProtocolVersion));
       continue;
     }
@@ -628,12 +638,8 @@ void ControlServer::Impl::Serve(int fd) {
 json ControlServer::Impl::Handle(const json& req, const EventFn& ev) {
   store::Store& st = *store;
   const std::string op = req.value("op", "");
-  auto fail = [](const Status& s) {
-    return json{{"ok", false}, {"code", "error"}, {"error", s.ToString()}};
-  };
-  auto ok = [](const std::string& result) {
-    return json{{"ok", true}, {"result", json::parse(result)}};
-  };
+  auto fail = [](const Status& s) { return json{{"ok", false}, {"code", "error"}, {"error", s.ToString()}}; };
+  auto ok = [](const std::string& result) { return json{{"ok", true}, {"result", json::parse(result)}}; };
   if (op == "ping") return json{{"ok", true}, {"result", {{"store", store_dir}}}};
   if (op == "stat") {
     std::vector<std::string> paths = req.value("paths", std::vector<std::string>{});
@@ -646,7 +652,10 @@ json ControlServer::Impl::Handle(const json& req, const EventFn& ev) {
   }
   if (op == "gc") {
     std::unique_lock l(gc_mu, std::try_to_lock);
-    if (!l.owns_lock()) return json{{"ok", false}, {"code", "busy"}, {"error", "another gc is running on this mount; try again when it finishes"}};
+    if (!l.owns_lock())
+      return json{{"ok", false},
+                  {"code", "busy"},
+                  {"error", "another gc is running on this mount; try again when it finishes"}};
     GcOptions o;
     o.threshold = req.value("threshold", 0.5);
     o.rate_bytes_per_s = req.value("rate_bytes_per_s", uint64_t{0});
@@ -662,8 +671,11 @@ json ControlServer::Impl::Handle(const json& req, const EventFn& ev) {
   }
   if (op == "fsck") {
     if (req.value("repair", false))
-      return json{{"ok", false}, {"code", "invalid"},
-                  {"error", "repair is not possible while mounted; unmount, then run lmcfs-fsck --repair on the store"}};
+      return json{
+          {"ok", false},
+          {"code", "invalid"},
+          {"error",
+           "repair is not possible while mounted; unmount, then run lmcfs-fsck --repair on the store"}};
     FsckRunOptions o;
     o.online = true;
     o.deep = req.value("deep", false);
@@ -694,7 +706,8 @@ Status Call(const std::string& socket_path, const std::string& request_json, con
   if (rc != 0) {
     ::close(fd);
     if (err == EACCES || err == EPERM)
-      return Status::IOError("permission denied on " + socket_path + ": only root and the mount's owner may use it");
+      return Status::IOError("permission denied on " + socket_path +
+                             ": only root and the mount's owner may use it");
     return Status::FromErrno(err, "connect to the daemon at " + socket_path);
   }
   // A refusal (permission_denied) may arrive before the request is sent:

@@ -51,7 +51,7 @@ struct Snapshot {
   std::unordered_map<uint64_t, std::vector<ExtentRow>> extents;
   std::vector<std::pair<std::string, std::string>> bad_extents;
   std::vector<std::pair<std::string, std::string>> extent_kv;  // raw, for stray repair
-  std::set<uint64_t> awaiting_purge;                            // fs/orphan/ keys
+  std::set<uint64_t> awaiting_purge;                           // fs/orphan/ keys
 };
 
 Result<Snapshot> Load(store::Store* st, bool keep_extent_kv) {
@@ -70,8 +70,7 @@ Result<Snapshot> Load(store::Store* st, bool keep_extent_kv) {
     if (k.size() <= 8 || !d) {
       s.bad_dirents.emplace_back(std::string(k), std::string(v));
     } else {
-      s.dirents.push_back({LoadBE64(k.data()), std::string(k.substr(8)), *d, std::string(k),
-                           std::string(v)});
+      s.dirents.push_back({LoadBE64(k.data()), std::string(k.substr(8)), *d, std::string(k), std::string(v)});
     }
     return true;
   }));
@@ -308,13 +307,20 @@ Result<TreeReport> InspectTree(store::Store* st, const std::vector<std::string>&
 
 const char* TreeProblemKindName(TreeProblem::Kind kind) {
   switch (kind) {
-    case TreeProblem::kDanglingDirent: return "dangling_dirent";
-    case TreeProblem::kDirentType: return "dirent_type";
-    case TreeProblem::kLinkCount: return "link_count";
-    case TreeProblem::kOrphanInode: return "orphan_inode";
-    case TreeProblem::kStrayExtent: return "stray_extent";
-    case TreeProblem::kBadRecord: return "bad_record";
-    case TreeProblem::kMissingChunk: return "missing_chunk";
+    case TreeProblem::kDanglingDirent:
+      return "dangling_dirent";
+    case TreeProblem::kDirentType:
+      return "dirent_type";
+    case TreeProblem::kLinkCount:
+      return "link_count";
+    case TreeProblem::kOrphanInode:
+      return "orphan_inode";
+    case TreeProblem::kStrayExtent:
+      return "stray_extent";
+    case TreeProblem::kBadRecord:
+      return "bad_record";
+    case TreeProblem::kMissingChunk:
+      return "missing_chunk";
   }
   return "unknown";
 }
@@ -332,8 +338,8 @@ Result<TreeCheck> CheckTree(store::Store* st) {
   };
   auto bad = [&](const char* what, const auto& list) {
     for (const auto& [k, v] : list) {
-      TreeProblem p{TreeProblem::kBadRecord, std::string(what) + " record with key " + Hex(k) + " does not decode",
-                    Hex(k), Hex(v)};
+      TreeProblem p{TreeProblem::kBadRecord,
+                    std::string(what) + " record with key " + Hex(k) + " does not decode", Hex(k), Hex(v)};
       c.problems.push_back(std::move(p));
     }
   };
@@ -347,10 +353,10 @@ Result<TreeCheck> CheckTree(store::Store* st) {
     auto it = s.inodes.find(d.val.ino);
     const std::string where = path_of(d.parent) + (path_of(d.parent) == "/" ? "" : "/") + d.name;
     if (it == s.inodes.end()) {
-      TreeProblem p{TreeProblem::kDanglingDirent,
-                    "directory entry " + where + " names inode " + std::to_string(d.val.ino) +
-                        " that does not exist",
-                    Hex(d.key), Hex(d.value), d.val.ino};
+      TreeProblem p{
+          TreeProblem::kDanglingDirent,
+          "directory entry " + where + " names inode " + std::to_string(d.val.ino) + " that does not exist",
+          Hex(d.key), Hex(d.value), d.val.ino};
       p.repairable = true;
       c.problems.push_back(std::move(p));
       continue;
@@ -369,8 +375,9 @@ Result<TreeCheck> CheckTree(store::Store* st) {
     const bool dir = S_ISDIR(rec.mode);
     uint32_t want = dir ? 2 + subdirs[ino] : links[ino];
     if (ino == kRootIno) {
-      if (!dir) c.problems.push_back({TreeProblem::kDirentType, "the root inode is not a directory",
-                                      Hex(InodeKey(ino)), "", ino});
+      if (!dir)
+        c.problems.push_back(
+            {TreeProblem::kDirentType, "the root inode is not a directory", Hex(InodeKey(ino)), "", ino});
     } else if (links[ino] == 0) {
       if (s.awaiting_purge.count(ino)) continue;  // unlinked while open; the next mount purges it
       c.problems.push_back({TreeProblem::kOrphanInode,
@@ -426,7 +433,8 @@ Result<uint64_t> RepairTree(store::Store* st, const TreeCheck& check) {
   uint64_t n = 0;
   auto unhex = [](const std::string& h) {
     std::string s(h.size() / 2, '\0');
-    for (size_t i = 0; i < s.size(); i++) s[i] = static_cast<char>(std::stoi(h.substr(2 * i, 2), nullptr, 16));
+    for (size_t i = 0; i < s.size(); i++)
+      s[i] = static_cast<char>(std::stoi(h.substr(2 * i, 2), nullptr, 16));
     return s;
   };
   for (const auto& p : check.problems) {

@@ -77,8 +77,10 @@ Result<uint64_t> Reclaimer::Pass(const std::function<bool()>& busy) {
     } else {
       add.dead_bases_rewritten = r->rewritten;
       // It stops early (and says ok) when busy: then it is not done.
-      if (busy()) stopped = true;
-      else removals_seen_ = act.removals;
+      if (busy())
+        stopped = true;
+      else
+        removals_seen_ = act.removals;
     }
   }
   if (status.ok() && !stopped && OverBound(store_->Stats())) {
@@ -88,8 +90,10 @@ Result<uint64_t> Reclaimer::Pass(const std::function<bool()>& busy) {
     co.seal_active_dead_bytes = opts_.min_dead_bytes;
     auto r = store_->Compact(co, [&](const store::CompactProgress&) { return !busy(); });
     if (!r.ok()) {
-      if (r.status().code() == Code::kAborted) stopped = true;
-      else status = r.status();
+      if (r.status().code() == Code::kAborted)
+        stopped = true;
+      else
+        status = r.status();
     }
   }
   const store::StoreStats after = store_->Stats();
@@ -107,14 +111,16 @@ Result<uint64_t> Reclaimer::Pass(const std::function<bool()>& busy) {
     stats_.last_pass_unix = UnixNow();
   }
   if (!status.ok()) {
-    spdlog::error("lmcfs: background reclamation failed ({}); it will try again; run lmcfs-fsck on the "
-                  "mountpoint if this repeats",
-                  status.ToString());
+    spdlog::error(
+        "lmcfs: background reclamation failed ({}); it will try again; run lmcfs-fsck on the "
+        "mountpoint if this repeats",
+        status.ToString());
     return status;
   }
-  spdlog::info("lmcfs: background reclamation gave back {} bytes (copied {}, {} dead-base dependants rewritten){}",
-               add.bytes_reclaimed, add.bytes_copied, add.dead_bases_rewritten,
-               stopped ? "; stopped for foreground work" : "");
+  spdlog::info(
+      "lmcfs: background reclamation gave back {} bytes (copied {}, {} dead-base dependants rewritten){}",
+      add.bytes_reclaimed, add.bytes_copied, add.dead_bases_rewritten,
+      stopped ? "; stopped for foreground work" : "");
   return add.bytes_reclaimed;
 }
 
@@ -158,9 +164,12 @@ void Reclaimer::Loop() {
 
 Result<bool> ParseReclaimOption(std::string_view key, std::string_view value, ReclaimOptions* out) {
   if (key == "gc") {
-    if (value == "auto") out->enabled = true;
-    else if (value == "off") out->enabled = false;
-    else return Status::InvalidArgument("bad gc '" + std::string(value) + "' (expected auto or off)");
+    if (value == "auto")
+      out->enabled = true;
+    else if (value == "off")
+      out->enabled = false;
+    else
+      return Status::InvalidArgument("bad gc '" + std::string(value) + "' (expected auto or off)");
     return true;
   }
   if (key == "gc_dead") {

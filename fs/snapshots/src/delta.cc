@@ -1,8 +1,5 @@
 #include "delta.h"
 
-#include "lmc/bytes.h"
-#include "lmc/fs/records.h"
-
 #include <spdlog/spdlog.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
@@ -10,6 +7,9 @@
 
 #include <chrono>
 #include <cstring>
+
+#include "lmc/bytes.h"
+#include "lmc/fs/records.h"
 
 namespace lmc::fs {
 
@@ -61,7 +61,8 @@ void SnapshotDeltaPolicy::LoadQueuedRebases() {
     }
     RebaseItem it;
     it.prev = store::ChunkKey::FromBytes(reinterpret_cast<const uint8_t*>(k.data() + kRebasePrefix.size()));
-    it.next = store::ChunkKey::FromBytes(reinterpret_cast<const uint8_t*>(k.data() + kRebasePrefix.size() + kKey));
+    it.next =
+        store::ChunkKey::FromBytes(reinterpret_cast<const uint8_t*>(k.data() + kRebasePrefix.size() + kKey));
     it.dtype = static_cast<DType>(static_cast<uint8_t>(v[0]));
     it.n = static_cast<uint32_t>(LoadBEBytes(v.data() + 1, 4));
     it.prev_ino = LoadBEBytes(v.data() + 5, 8);
@@ -118,8 +119,8 @@ SnapshotDeltaPolicy::Bytes SnapshotDeltaPolicy::BaseBytes(const store::ChunkKey&
   return b;
 }
 
-std::optional<BaseChoice> SnapshotDeltaPolicy::ChooseBase(const ChunkOrigin& origin,
-                                                          const uint8_t* data, size_t n) {
+std::optional<BaseChoice> SnapshotDeltaPolicy::ChooseBase(const ChunkOrigin& origin, const uint8_t* data,
+                                                          size_t n) {
   if (opts_.mode == DeltaMode::kOff || origin.spec == nullptr || n < opts_.min_chunk) {
     spdlog::debug("delta: ino {} len {}: not considered (off, no spec or small)", origin.ino, n);
     return std::nullopt;
@@ -179,8 +180,8 @@ std::optional<uint64_t> SnapshotDeltaPolicy::BaseDirIno() {
   return base_dir_ino_;
 }
 
-std::optional<BaseChoice> SnapshotDeltaPolicy::TryBase(const ChunkOrigin& origin, const uint8_t* data, size_t n,
-                                                       const store::ChunkKey& base) {
+std::optional<BaseChoice> SnapshotDeltaPolicy::TryBase(const ChunkOrigin& origin, const uint8_t* data,
+                                                       size_t n, const store::ChunkKey& base) {
   // Pin first: from here on the base stays indexed until Record's batch
   // commits (or UnpinChunk below).
   if (!store_->PinChunk(base).ok()) {
@@ -200,7 +201,8 @@ std::optional<BaseChoice> SnapshotDeltaPolicy::TryBase(const ChunkOrigin& origin
   if (info->delta_depth + 1u > opts_.max_chain) {
     unpin();
     counters_.keyframes++;
-    spdlog::debug("delta: ino {} offset {} len {}: keyframe (chain limit)", origin.ino, origin.spec->offset, n);
+    spdlog::debug("delta: ino {} offset {} len {}: keyframe (chain limit)", origin.ino, origin.spec->offset,
+                  n);
     return std::nullopt;
   }
   Bytes bytes = BaseBytes(base, n);
@@ -247,7 +249,8 @@ void SnapshotDeltaPolicy::Record(const ChunkOrigin& origin, const store::ChunkKe
   // its prior version in the series is left as it is.
   if (opts_.mode == DeltaMode::kReverse && !base) {
     if (auto prev = lineage_.Lookup(lk); prev && prev->key != key) {
-      RebaseItem item{prev->key, key, origin.spec->dtype, origin.spec->length, NowNs(), prev->ino, prev->offset};
+      RebaseItem item{prev->key, key,       origin.spec->dtype, origin.spec->length,
+                      NowNs(),   prev->ino, prev->offset};
       // Persisted with the new chunk: a crash or unmount before the rebase
       // leaves it for the next mount.
       batch->Put(store::Cf::kMeta, RebaseRecordKey(item), EncodeRebaseItem(item));
@@ -361,9 +364,10 @@ SnapshotDeltaPolicy::Outcome SnapshotDeltaPolicy::PrepareRebase(const RebaseItem
   auto back = DecodeChunk(frame.data(), frame.size(), nb->data(), n, check.data(), n, ws);
   if (!back.ok() || *back != n || std::memcmp(check.data(), pb->data(), n) != 0) {
     counters_.rebase_errors++;
-    spdlog::error("delta: re-encoded frame of {} against {} does not decode to its bytes ({}); it stays "
-                  "standalone",
-                  it.prev.ToHex(), it.next.ToHex(), back.ok() ? "bytes differ" : back.status().ToString());
+    spdlog::error(
+        "delta: re-encoded frame of {} against {} does not decode to its bytes ({}); it stays "
+        "standalone",
+        it.prev.ToHex(), it.next.ToHex(), back.ok() ? "bytes differ" : back.status().ToString());
     return Outcome::kSkipped;
   }
   batch->RebaseChunk(it.prev, frame, it.next, static_cast<uint8_t>(opts_.max_chain));
@@ -454,17 +458,20 @@ void SnapshotDeltaPolicy::RebaseLoop() {
     for (auto& w : waiting) rq_.push_back(w);
     if (rq_.empty()) idle_cv_.notify_all();
     // Everything left waits for commits: look again a little later.
-    if (only_waiting) rq_cv_.wait_for(l, std::chrono::milliseconds(200), [&] { return stop_ || flushers_ > 0; });
+    if (only_waiting)
+      rq_cv_.wait_for(l, std::chrono::milliseconds(200), [&] { return stop_ || flushers_ > 0; });
   }
   idle_cv_.notify_all();
 }
 
-
 Result<bool> ParseDeltaOption(std::string_view key, std::string_view value, DeltaOptions* out) {
   if (key == "delta") {
-    if (value == "on" || value == "reverse") out->mode = DeltaMode::kReverse;
-    else if (value == "forward") out->mode = DeltaMode::kForward;
-    else if (value == "off") out->mode = DeltaMode::kOff;
+    if (value == "on" || value == "reverse")
+      out->mode = DeltaMode::kReverse;
+    else if (value == "forward")
+      out->mode = DeltaMode::kForward;
+    else if (value == "off")
+      out->mode = DeltaMode::kOff;
     else
       return Status::InvalidArgument("delta=" + std::string(value) +
                                      ": expected delta=on (reverse deltas), delta=forward or delta=off");
@@ -485,8 +492,10 @@ Result<bool> ParseDeltaOption(std::string_view key, std::string_view value, Delt
     uint32_t n = 0;
     bool ok = !value.empty() && value.size() <= 2;
     for (char c : value) {
-      if (c < '0' || c > '9') ok = false;
-      else n = n * 10 + static_cast<uint32_t>(c - '0');
+      if (c < '0' || c > '9')
+        ok = false;
+      else
+        n = n * 10 + static_cast<uint32_t>(c - '0');
     }
     if (!ok || n < 1 || n > kMaxDeltaChain)
       return Status::InvalidArgument("delta_chain=" + std::string(value) + ": expected a number from 1 to " +

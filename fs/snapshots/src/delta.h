@@ -37,38 +37,37 @@
 #include <thread>
 #include <unordered_map>
 
-#include "lmc/fs/delta_policy.h"
 #include "lineage.h"
 #include "lmc/delta_estimate.h"
+#include "lmc/fs/delta_policy.h"
 #include "lmc/fs/snapshots.h"
 #include "lmc/store/chunk_cache.h"
 
 namespace lmc::fs {
 
 struct DeltaCounters {
-  std::atomic<uint64_t> delta{0};          // chunks offered a base
-  std::atomic<uint64_t> no_lineage{0};     // no prior version known
-  std::atomic<uint64_t> base_gone{0};      // prior version no longer indexed
-  std::atomic<uint64_t> keyframes{0};      // standalone: chain limit reached
+  std::atomic<uint64_t> delta{0};             // chunks offered a base
+  std::atomic<uint64_t> no_lineage{0};        // no prior version known
+  std::atomic<uint64_t> base_gone{0};         // prior version no longer indexed
+  std::atomic<uint64_t> keyframes{0};         // standalone: chain limit reached
   std::atomic<uint64_t> estimate_said_no{0};  // standalone: delta not smaller
   std::atomic<uint64_t> base_cache_hits{0};
-  std::atomic<uint64_t> explicit_base{0};      // delta against a chunk in delta_base=DIR
+  std::atomic<uint64_t> explicit_base{0};  // delta against a chunk in delta_base=DIR
   // Reverse deltas (background).
   std::atomic<uint64_t> rebase_queued{0};
-  std::atomic<uint64_t> rebased{0};            // prior versions re-encoded against the new chunk
-  std::atomic<uint64_t> rebase_keyframes{0};   // left standalone: chain limit
-  std::atomic<uint64_t> rebase_not_smaller{0}; // left standalone: estimate said no
-  std::atomic<uint64_t> rebase_skipped{0};     // prior version gone, already a delta, or store refused
-  std::atomic<uint64_t> rebase_dropped{0};     // new chunk never committed (or unmount)
-  std::atomic<uint64_t> rebase_errors{0};      // decode/encode/verify/commit failures (logged)
+  std::atomic<uint64_t> rebased{0};             // prior versions re-encoded against the new chunk
+  std::atomic<uint64_t> rebase_keyframes{0};    // left standalone: chain limit
+  std::atomic<uint64_t> rebase_not_smaller{0};  // left standalone: estimate said no
+  std::atomic<uint64_t> rebase_skipped{0};      // prior version gone, already a delta, or store refused
+  std::atomic<uint64_t> rebase_dropped{0};      // new chunk never committed (or unmount)
+  std::atomic<uint64_t> rebase_errors{0};       // decode/encode/verify/commit failures (logged)
 };
 
 class SnapshotDeltaPolicy final : public DeltaPolicy {
  public:
   SnapshotDeltaPolicy(store::Store* store, DeltaOptions opts);
   ~SnapshotDeltaPolicy() override;
-  std::optional<BaseChoice> ChooseBase(const ChunkOrigin& origin, const uint8_t* data,
-                                       size_t n) override;
+  std::optional<BaseChoice> ChooseBase(const ChunkOrigin& origin, const uint8_t* data, size_t n) override;
   void Record(const ChunkOrigin& origin, const store::ChunkKey& key,
               const std::optional<store::ChunkKey>& base, store::Batch* batch) override;
   void Release(const store::ChunkKey& base) override { store_->UnpinChunk(base); }
@@ -130,7 +129,7 @@ class SnapshotDeltaPolicy final : public DeltaPolicy {
 
   // Rebase queue, worked by rebaser_ (started in the constructor in
   // reverse mode, joined by the destructor).
-  mutable std::mutex rq_mu_;  // guards the queue state below
+  mutable std::mutex rq_mu_;         // guards the queue state below
   std::condition_variable rq_cv_;    // work queued, flush asked, or stop
   std::condition_variable idle_cv_;  // queue drained
   std::deque<RebaseItem> rq_;

@@ -1,10 +1,10 @@
 #include "lineage.h"
 
-#include "lmc/bytes.h"
-#include "lmc/fs/records.h"
-
 #include <array>
 #include <cctype>
+
+#include "lmc/bytes.h"
+#include "lmc/fs/records.h"
 
 namespace lmc::fs {
 namespace {
@@ -13,8 +13,8 @@ bool IsDigit(char c) { return c >= '0' && c <= '9'; }
 bool IsSep(char c) { return c == '_' || c == '-' || c == '.' || c == '='; }
 
 bool ShardWord(std::string_view w) {
-  static constexpr std::array<std::string_view, 12> kWords = {
-      "rank", "shard", "part", "mp", "pp", "tp", "dp", "ep", "worker", "gpu", "node", "of"};
+  static constexpr std::array<std::string_view, 12> kWords = {"rank", "shard", "part",   "mp",  "pp",   "tp",
+                                                              "dp",   "ep",    "worker", "gpu", "node", "of"};
   for (auto k : kWords)
     if (w == k) return true;
   return false;
@@ -52,8 +52,10 @@ std::string NormalizeFileName(std::string_view s) {
     size_t j = i;
     while (j < s.size() && IsDigit(s[j])) ++j;
     const bool keep = ShardWord(WordBefore(s, i)) || OfFollows(s, j);
-    if (keep) out.append(s.substr(i, j - i));
-    else out.push_back('#');
+    if (keep)
+      out.append(s.substr(i, j - i));
+    else
+      out.push_back('#');
     i = j;
   }
   return out;

@@ -77,7 +77,7 @@ class LineageIndex {
   void CacheLocked(const std::string& lineage, const LineageEntry& entry);
   store::Store* const store_;
   const size_t max_;
-  std::mutex mu_;  // guards the cache
+  std::mutex mu_;                                        // guards the cache
   std::list<std::pair<std::string, LineageEntry>> lru_;  // most recent first
   std::unordered_map<std::string, decltype(lru_)::iterator> map_;
 };

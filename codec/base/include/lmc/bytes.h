@@ -24,15 +24,19 @@ static_assert(std::endian::native == std::endian::little,
 
 namespace bytes_internal {
 template <typename U>
-inline constexpr bool kCodable =
-    std::is_unsigned_v<U> && (sizeof(U) == 1 || sizeof(U) == 2 || sizeof(U) == 4 || sizeof(U) == 8);
+inline constexpr bool kCodable = std::is_unsigned_v<U> &&
+                                 (sizeof(U) == 1 || sizeof(U) == 2 || sizeof(U) == 4 || sizeof(U) == 8);
 
 template <typename U>
 inline U ByteSwap(U v) {
-  if constexpr (sizeof(U) == 1) return v;
-  else if constexpr (sizeof(U) == 2) return __builtin_bswap16(v);
-  else if constexpr (sizeof(U) == 4) return __builtin_bswap32(v);
-  else return __builtin_bswap64(v);
+  if constexpr (sizeof(U) == 1)
+    return v;
+  else if constexpr (sizeof(U) == 2)
+    return __builtin_bswap16(v);
+  else if constexpr (sizeof(U) == 4)
+    return __builtin_bswap32(v);
+  else
+    return __builtin_bswap64(v);
 }
 }  // namespace bytes_internal
 

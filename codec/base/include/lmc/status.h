@@ -61,7 +61,7 @@ class [[nodiscard]] Status {
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : v_(std::move(value)) {}  // NOLINT: implicit by design
+  Result(T value) : v_(std::move(value)) {}                                    // NOLINT: implicit by design
   Result(Status s) : v_(std::move(s)) { assert(!std::get<Status>(v_).ok()); }  // NOLINT
   bool ok() const { return std::holds_alternative<T>(v_); }
   const Status& status() const {
@@ -86,15 +86,14 @@ class [[nodiscard]] Result {
 #define LMC_CONCAT(a, b) LMC_CONCAT_INNER(a, b)
 
 // Return the Status from the enclosing function if `expr` is not ok.
-#define LMC_RETURN_IF_ERROR(expr)              \
-  do {                                         \
-    ::lmc::Status _lmc_st = (expr);            \
-    if (!_lmc_st.ok()) return _lmc_st;         \
+#define LMC_RETURN_IF_ERROR(expr)      \
+  do {                                 \
+    ::lmc::Status _lmc_st = (expr);    \
+    if (!_lmc_st.ok()) return _lmc_st; \
   } while (0)
 
 // `LMC_ASSIGN_OR_RETURN(auto x, f());` binds x to the value or returns the error.
-#define LMC_ASSIGN_OR_RETURN(lhs, expr) \
-  LMC_ASSIGN_OR_RETURN_IMPL(LMC_CONCAT(_lmc_res_, __LINE__), lhs, expr)
+#define LMC_ASSIGN_OR_RETURN(lhs, expr) LMC_ASSIGN_OR_RETURN_IMPL(LMC_CONCAT(_lmc_res_, __LINE__), lhs, expr)
 #define LMC_ASSIGN_OR_RETURN_IMPL(tmp, lhs, expr) \
   auto tmp = (expr);                              \
   if (!tmp.ok()) return tmp.status();             \

@@ -33,8 +33,7 @@ class ThreadPool {
   // running calls of this ParallelFor, for per-slot scratch. The caller's
   // thread takes part as slot 0. fn must not throw. Must not be called from
   // a task of this pool (the caller waits for queued helpers).
-  void ParallelFor(size_t count, size_t parallelism,
-                   const std::function<void(size_t i, size_t slot)>& fn);
+  void ParallelFor(size_t count, size_t parallelism, const std::function<void(size_t i, size_t slot)>& fn);
 
  private:
   void Run(size_t index);

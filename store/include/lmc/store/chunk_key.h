@@ -32,9 +32,7 @@ struct ChunkKey {
   static std::optional<ChunkKey> FromHex(std::string_view hex);
   std::string ToHex() const;
   // The 32 raw bytes as a string_view (index keys).
-  std::string_view view() const {
-    return {reinterpret_cast<const char*>(bytes.data()), kSize};
-  }
+  std::string_view view() const { return {reinterpret_cast<const char*>(bytes.data()), kSize}; }
   bool operator==(const ChunkKey&) const = default;
   auto operator<=>(const ChunkKey&) const = default;
 };

@@ -29,7 +29,7 @@ std::string ExtentKeyPrefix(uint64_t inode);
 
 struct Extent {
   static constexpr uint8_t kVersion = 1;
-  static constexpr uint8_t kFlagHole = 1;  // no chunk: reads as zeros, holds no reference
+  static constexpr uint8_t kFlagHole = 1;     // no chunk: reads as zeros, holds no reference
   static constexpr size_t kEncodedSize = 48;  // fs may append its own bytes after these
 
   uint8_t flags = 0;

@@ -37,9 +37,8 @@ class FrameCodec {
   // Decodes frame[0, len) into dst (cap bytes) and verifies the frame's own
   // checksum of the decoded bytes. base is the decoded base chunk of a delta
   // frame, or nullptr. Returns the decoded size; Corruption on any mismatch.
-  virtual Result<size_t> Decode(const uint8_t* frame, size_t len, const uint8_t* base,
-                                size_t base_len, uint8_t* dst, size_t cap,
-                                Workspace& ws) const = 0;
+  virtual Result<size_t> Decode(const uint8_t* frame, size_t len, const uint8_t* base, size_t base_len,
+                                uint8_t* dst, size_t cap, Workspace& ws) const = 0;
 };
 // lmc::DecodeChunk. Process lifetime.
 const FrameCodec* LmcFrameCodec();
@@ -54,9 +53,9 @@ enum class Cf : uint8_t {
 };
 
 struct StoreOptions {
-  Env* env = nullptr;                           // nullptr: Env::Default()
-  const FrameCodec* codec = nullptr;            // nullptr: LmcFrameCodec()
-  bool create_if_missing = true;                // create an empty store when dir has none
+  Env* env = nullptr;                              // nullptr: Env::Default()
+  const FrameCodec* codec = nullptr;               // nullptr: LmcFrameCodec()
+  bool create_if_missing = true;                   // create an empty store when dir has none
   uint64_t pack_size_limit = uint64_t{256} << 20;  // a pack is sealed once it reaches this size
   uint64_t max_group_bytes = uint64_t{64} << 20;   // frame bytes one commit group gathers at most
   // Also check SHA-256(decoded bytes) == key on every read (fsck always does).
@@ -123,13 +122,13 @@ class Batch {
   struct Op {
     OpKind kind = OpKind::kPut;
     Cf cf = Cf::kMeta;
-    ChunkKey key{};                // chunk ops
+    ChunkKey key{};                  // chunk ops
     std::optional<ChunkKey> base{};  // kAdd, kRewrite, kRebase
-    uint32_t decoded_len = 0;      // kAdd
-    uint8_t max_depth = 0;         // kRebase
-    std::string frame{};           // kAdd, kRewrite, kRebase: the chunk's encoded frame
-    std::string cf_key{};          // kPut, kDelete: key in column family `cf`
-    std::string value{};           // kPut
+    uint32_t decoded_len = 0;        // kAdd
+    uint8_t max_depth = 0;           // kRebase
+    std::string frame{};             // kAdd, kRewrite, kRebase: the chunk's encoded frame
+    std::string cf_key{};            // kPut, kDelete: key in column family `cf`
+    std::string value{};             // kPut
   };
   const std::vector<Op>& ops() const { return ops_; }
 
@@ -144,28 +143,28 @@ class Batch {
 // What the index knows of one chunk.
 struct ChunkInfo {
   uint64_t pack_id = 0;
-  uint64_t offset = 0;       // of the record header in the pack
+  uint64_t offset = 0;  // of the record header in the pack
   uint32_t frame_len = 0;
   uint32_t decoded_len = 0;
   uint64_t refcount = 0;
-  uint8_t delta_depth = 0;   // 0: no base
+  uint8_t delta_depth = 0;  // 0: no base
   std::optional<ChunkKey> base;
 };
 
 struct StoreStats {
   uint64_t packs = 0;
-  uint64_t pack_bytes = 0;   // committed bytes of all packs
-  uint64_t live_bytes = 0;   // record bytes of indexed chunks
-  uint64_t commits = 0;      // successful Commit calls
+  uint64_t pack_bytes = 0;     // committed bytes of all packs
+  uint64_t live_bytes = 0;     // record bytes of indexed chunks
+  uint64_t commits = 0;        // successful Commit calls
   uint64_t commit_groups = 0;  // leader rounds (one pack sync + one WAL write each)
   uint64_t chunks_stored = 0;  // AddChunk that wrote a record
   uint64_t dedup_hits = 0;     // AddChunk that only took a reference
   uint64_t bytes_appended = 0;
-  uint64_t corruptions = 0;    // reads that failed verification
+  uint64_t corruptions = 0;        // reads that failed verification
   uint64_t base_cache_hits = 0;    // delta bases found decoded in the cache
   uint64_t base_cache_misses = 0;  // delta bases decoded
-  uint64_t rebased = 0;         // RebaseChunk ops applied
-  uint64_t rebase_skipped = 0;  // RebaseChunk ops whose conditions did not hold
+  uint64_t rebased = 0;            // RebaseChunk ops applied
+  uint64_t rebase_skipped = 0;     // RebaseChunk ops whose conditions did not hold
   // Bytes written to the backing disk since Open: pack files (commits,
   // rebases, compaction copies, headers) and the index (RocksDB's WAL,
   // flushes and compactions).
@@ -204,7 +203,7 @@ struct CompactOptions {
 };
 
 struct CompactProgress {
-  uint64_t pack_id = 0;       // pack being (or just) compacted
+  uint64_t pack_id = 0;  // pack being (or just) compacted
   size_t packs_done = 0;
   size_t packs_total = 0;     // candidates
   uint64_t bytes_copied = 0;  // so far
@@ -219,7 +218,7 @@ struct CompactReport {
   size_t packs_compacted = 0;  // retired (copied out or entirely dead)
   uint64_t chunks_moved = 0;
   uint64_t bytes_copied = 0;
-  uint64_t bytes_reclaimed = 0;  // pack bytes freed
+  uint64_t bytes_reclaimed = 0;      // pack bytes freed
   std::vector<uint64_t> candidates;  // pack ids selected (dry run too)
 };
 
@@ -235,17 +234,17 @@ struct DeadBaseOptions {
   std::function<Result<std::vector<uint8_t>>(const ChunkKey& key, const uint8_t* decoded, size_t n,
                                              DType dtype)>
       reencode;
-  uint64_t max_chunks = UINT64_MAX;   // stop after rewriting this many dependants
-  uint64_t batch_bytes = 64u << 20;   // frame bytes per commit
-  bool dry_run = false;               // only report what would be done
+  uint64_t max_chunks = UINT64_MAX;  // stop after rewriting this many dependants
+  uint64_t batch_bytes = 64u << 20;  // frame bytes per commit
+  bool dry_run = false;              // only report what would be done
 };
 struct DeadBaseReport {
   uint64_t chunks_scanned = 0;
-  uint64_t dead_bases = 0;         // chunks found referenced only as bases
-  uint64_t dead_base_bytes = 0;    // their record bytes (freed for Compact once rewritten)
-  uint64_t rewritten = 0;          // dependants re-encoded
-  uint64_t bytes_before = 0;       // record bytes of those dependants before
-  uint64_t bytes_after = 0;        // and after
+  uint64_t dead_bases = 0;       // chunks found referenced only as bases
+  uint64_t dead_base_bytes = 0;  // their record bytes (freed for Compact once rewritten)
+  uint64_t rewritten = 0;        // dependants re-encoded
+  uint64_t bytes_before = 0;     // record bytes of those dependants before
+  uint64_t bytes_after = 0;      // and after
 };
 // Return false to stop after the current commit (work done so far stays).
 using DeadBaseProgressFn = std::function<bool(const DeadBaseReport&)>;
@@ -258,7 +257,7 @@ struct FsckOptions {
   // any changed byte of a record is found), without decoding frames.
   // true: also decode every frame (its own checksum of the decoded bytes).
   bool decode = true;
-  bool verify_content_hash = true;   // with decode: SHA-256 of every decoded chunk == its key
+  bool verify_content_hash = true;  // with decode: SHA-256 of every decoded chunk == its key
   std::function<void(uint64_t done, uint64_t total)> progress;  // chunks verified
 };
 
@@ -308,11 +307,11 @@ int FsckExitCode(const Status& failure);
 
 struct FsckReport {
   uint64_t chunks_checked = 0;
-  uint64_t orphan_bytes = 0;  // tails and orphan packs
+  uint64_t orphan_bytes = 0;          // tails and orphan packs
   std::vector<FsckProblem> problems;  // in the order found
   uint64_t Count(FsckProblem::Kind kind) const;
   uint64_t errors() const { return problems.size(); }  // problems found
-  uint64_t fixed() const;                               // of those, repaired
+  uint64_t fixed() const;                              // of those, repaired
   // One line per problem, " (repaired)" appended to those repaired.
   std::vector<std::string> Messages() const;
   int ExitCode() const { return FsckExitCode(errors(), fixed()); }

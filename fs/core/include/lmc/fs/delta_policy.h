@@ -27,9 +27,9 @@ namespace lmc::fs {
 // What the write pipeline knows about a chunk it is about to encode.
 struct ChunkOrigin {
   uint64_t ino = 0;
-  std::string_view file_name;  // the name the file was created (or last renamed) under
+  std::string_view file_name;       // the name the file was created (or last renamed) under
   const ChunkSpec* spec = nullptr;  // offset/length/dtype (+ region fields from the chunker)
-  uint64_t parent = 0;  // the directory that name is in (0: unknown)
+  uint64_t parent = 0;              // the directory that name is in (0: unknown)
 };
 
 // An XOR base for one chunk: the decoded bytes of a committed chunk of the
@@ -59,8 +59,7 @@ class DeltaPolicy {
   // unlink, must not make the commit fail): it pins the base in the store
   // (Store::PinChunk) before returning it, and the pin ends either with the
   // batch that Record adds Batch::Unpin to, or with Release.
-  virtual std::optional<BaseChoice> ChooseBase(const ChunkOrigin& origin, const uint8_t* data,
-                                               size_t n) = 0;
+  virtual std::optional<BaseChoice> ChooseBase(const ChunkOrigin& origin, const uint8_t* data, size_t n) = 0;
   // Called with the inode's mutex held when the encoded chunk `key` is
   // applied to the inode's pending batch (in file order); the policy adds
   // whatever it persists (its lineage record) to `batch`, which commits

@@ -13,8 +13,8 @@
 #include <sys/types.h>
 
 #include <atomic>
-#include <functional>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -27,9 +27,8 @@
 
 namespace lmc::fs {
 
-
 struct FsOptions {
-  uint32_t chunk_size = 1u << 20;            // codec chunk size (Chunker); default = lmc::kDefaultChunkSize
+  uint32_t chunk_size = 1u << 20;             // codec chunk size (Chunker); default = lmc::kDefaultChunkSize
   uint64_t dirty_limit = uint64_t{64} << 20;  // unchunked bytes per inode before they are chunked early
   uint64_t batch_limit = uint64_t{16} << 20;  // frame bytes per inode before a (non-sync) commit
   uint64_t cache_bytes = uint64_t{64} << 20;  // decoded-chunk cache
@@ -67,7 +66,7 @@ struct DirEntry {
 };
 
 struct FsCounters {
-  std::atomic<uint64_t> eio{0};          // operations answered EIO (corruption, I/O)
+  std::atomic<uint64_t> eio{0};  // operations answered EIO (corruption, I/O)
   std::atomic<uint64_t> write_calls{0};
   std::atomic<uint64_t> read_calls{0};
   // Files removed or cut (chunk references released by a purge, truncate or
@@ -129,8 +128,7 @@ class Filesystem {
   // copy_file_range: dst's [doff, doff+len) takes references to src's
   // chunks instead of copies (no bytes re-encoded, no space used).
   // *copied: bytes copied (less than len at src's end of file).
-  int CopyRange(uint64_t src, uint64_t soff, uint64_t dst, uint64_t doff, uint64_t len,
-                uint64_t* copied);
+  int CopyRange(uint64_t src, uint64_t soff, uint64_t dst, uint64_t doff, uint64_t len, uint64_t* copied);
 
   // Extended attributes. Stored for every name except user.lmcfs.*, which
   // are virtual and read-only: user.lmcfs.stored_bytes, user.lmcfs.ratio

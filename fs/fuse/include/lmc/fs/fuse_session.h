@@ -14,11 +14,11 @@ class Filesystem;
 
 struct FuseSessionOptions {
   std::string mountpoint;
-  std::string fsname;                  // shown by mount(8) and df as "lmcfs:<fsname>"
-  bool allow_other = false;            // let other users through (the kernel still checks modes)
+  std::string fsname;        // shown by mount(8) and df as "lmcfs:<fsname>"
+  bool allow_other = false;  // let other users through (the kernel still checks modes)
   bool read_only = false;
-  std::vector<std::string> extra;      // more -o options, handed to libfuse as they are
-  unsigned threads = 0;                // FUSE worker threads; 0: 2 per core, at least 4
+  std::vector<std::string> extra;  // more -o options, handed to libfuse as they are
+  unsigned threads = 0;            // FUSE worker threads; 0: 2 per core, at least 4
 };
 
 // Exit codes of ServeFuse, as mount(8) reads them.

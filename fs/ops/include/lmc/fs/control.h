@@ -28,18 +28,18 @@
 
 namespace lmc::fs::control {
 
-inline constexpr int kProtocolVersion = 1;                 // docs/FORMAT.md, "Control protocol"
-inline constexpr char kSocketName[] = "control.sock";      // in the store directory
-inline constexpr uint32_t kMaxMessageBytes = 64u << 20;    // a frame longer than this is refused
+inline constexpr int kProtocolVersion = 1;               // docs/FORMAT.md, "Control protocol"
+inline constexpr char kSocketName[] = "control.sock";    // in the store directory
+inline constexpr uint32_t kMaxMessageBytes = 64u << 20;  // a frame longer than this is refused
 
 // Progress events (one JSON object each) streamed while an operation runs.
 using EventFn = std::function<void(const std::string& event_json)>;
 
 struct GcOptions {
-  double threshold = 0.5;             // compact packs whose live fraction is below this
-  uint64_t rate_bytes_per_s = 0;      // copy at most this fast on average (0: unlimited)
-  uint64_t max_bytes = UINT64_MAX;    // stop after copying this much
-  bool dry_run = false;               // report only
+  double threshold = 0.5;           // compact packs whose live fraction is below this
+  uint64_t rate_bytes_per_s = 0;    // copy at most this fast on average (0: unlimited)
+  uint64_t max_bytes = UINT64_MAX;  // stop after copying this much
+  bool dry_run = false;             // report only
   // Runs before compaction (not on dry runs): the place where chunks whose
   // delta base is otherwise dead get re-encoded, so compaction can drop the
   // base. Unset: nothing to do. Must be safe to run while the filesystem
@@ -55,11 +55,11 @@ struct GcOptions {
 Result<std::string> RunGc(store::Store& store, const GcOptions& options, const EventFn& events);
 
 struct FsckRunOptions {
-  bool repair = false;           // only on an unmounted store
-  bool online = false;           // the store is in use: tree checks need two passes to agree
-  bool deep = false;             // also decode every frame and check SHA-256(bytes) == key
-  std::string quarantine_path;   // when repairing: where removed records' metadata is written
-  store::Env* env = nullptr;     // writes the quarantine report; nullptr: store::Env::Default()
+  bool repair = false;          // only on an unmounted store
+  bool online = false;          // the store is in use: tree checks need two passes to agree
+  bool deep = false;            // also decode every frame and check SHA-256(bytes) == key
+  std::string quarantine_path;  // when repairing: where removed records' metadata is written
+  store::Env* env = nullptr;    // writes the quarantine report; nullptr: store::Env::Default()
   std::function<bool()> cancelled;
 };
 // Store::Fsck plus the tree checks, and the paths of the files any
@@ -73,8 +73,9 @@ Result<std::string> RunFsck(store::Store& store, const FsckRunOptions& options, 
 // report's structured fields only (kinds, keys, repaired), never message
 // text, so rewording a message changes nothing it decides.
 struct FsckTiming {
-  std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();  // "seconds" counts from here
-  double verify_seconds = 0;  // the store part
+  std::chrono::steady_clock::time_point start =
+      std::chrono::steady_clock::now();  // "seconds" counts from here
+  double verify_seconds = 0;             // the store part
   uint64_t verified_bytes = 0;
 };
 Result<std::string> CompleteFsck(store::Store& store, const store::FsckReport& report,

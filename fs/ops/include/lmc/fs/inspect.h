@@ -59,7 +59,7 @@ struct StoreTotals {
   uint64_t chunks = 0;         // distinct chunks files reference
   uint64_t delta_chunks = 0;   // of those, delta frames
   uint64_t delta_frame_bytes = 0;
-  SpaceFigures space;          // whole filesystem (inodes once)
+  SpaceFigures space;  // whole filesystem (inodes once)
   // From Store::Stats.
   uint64_t packs = 0, pack_bytes = 0, live_bytes = 0;
   double LiveFraction() const {
@@ -81,18 +81,18 @@ Result<TreeReport> InspectTree(store::Store* store, const std::vector<std::strin
 // Filesystem-level consistency (the store's own checks are Store::Fsck).
 struct TreeProblem {
   enum Kind {
-    kDanglingDirent,   // dirent names an inode that does not exist
-    kDirentType,       // dirent's type differs from the inode's
-    kLinkCount,        // nlink differs from the dirents (and subdirectories)
-    kOrphanInode,      // inode no dirent reaches, not awaiting purge
-    kStrayExtent,      // extent of an inode that does not exist
-    kBadRecord,        // inode, dirent or extent value that does not decode
-    kMissingChunk,     // extent names a chunk the store does not index
+    kDanglingDirent,  // dirent names an inode that does not exist
+    kDirentType,      // dirent's type differs from the inode's
+    kLinkCount,       // nlink differs from the dirents (and subdirectories)
+    kOrphanInode,     // inode no dirent reaches, not awaiting purge
+    kStrayExtent,     // extent of an inode that does not exist
+    kBadRecord,       // inode, dirent or extent value that does not decode
+    kMissingChunk,    // extent names a chunk the store does not index
   };
   Kind kind;
-  std::string message;   // one line, with the path or inode
-  std::string key_hex;   // the column-family key concerned, hex
-  std::string value_hex; // its value, hex (for the quarantine report)
+  std::string message;    // one line, with the path or inode
+  std::string key_hex;    // the column-family key concerned, hex
+  std::string value_hex;  // its value, hex (for the quarantine report)
   uint64_t ino = 0;
   uint32_t want_nlink = 0;  // kLinkCount
   bool repairable = false;

@@ -50,14 +50,14 @@ struct ReclaimActivity {
 using ReclaimActivityFn = std::function<ReclaimActivity()>;
 
 struct ReclaimStats {
-  uint64_t passes = 0;              // passes run (finished or stopped)
-  uint64_t passes_stopped = 0;      // of those, stopped by foreground work
-  uint64_t bytes_reclaimed = 0;     // pack bytes given back
-  uint64_t bytes_copied = 0;        // live bytes compaction moved
+  uint64_t passes = 0;           // passes run (finished or stopped)
+  uint64_t passes_stopped = 0;   // of those, stopped by foreground work
+  uint64_t bytes_reclaimed = 0;  // pack bytes given back
+  uint64_t bytes_copied = 0;     // live bytes compaction moved
   uint64_t dead_bases_rewritten = 0;
-  uint64_t errors = 0;              // passes that failed (logged)
-  double seconds = 0;               // time spent in passes
-  int64_t last_pass_unix = 0;       // when the last pass ended (0: never)
+  uint64_t errors = 0;         // passes that failed (logged)
+  double seconds = 0;          // time spent in passes
+  int64_t last_pass_unix = 0;  // when the last pass ended (0: never)
   // Name -> value, for lmcfs-stat's daemon object and the root xattrs.
   std::vector<std::pair<std::string, uint64_t>> Named() const;
 };

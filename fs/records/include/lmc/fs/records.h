@@ -44,8 +44,8 @@ std::string EncodeDirent(const DirentVal& d);
 std::optional<DirentVal> DecodeDirent(std::string_view v);
 
 // meta keys.
-inline constexpr std::string_view kMetaNextIno = "fs/next_ino";   // u64 LE
-inline constexpr std::string_view kMetaFormat = "fs/format";      // "1"
+inline constexpr std::string_view kMetaNextIno = "fs/next_ino";      // u64 LE
+inline constexpr std::string_view kMetaFormat = "fs/format";         // "1"
 inline constexpr std::string_view kMetaOrphanPrefix = "fs/orphan/";  // + ino u64 BE: unlinked, still open
 std::string OrphanKey(uint64_t ino);
 inline constexpr std::string_view kMetaXattrPrefix = "fs/xattr/";  // + ino u64 BE + name: value
@@ -61,9 +61,7 @@ struct ExtentRec {
   uint32_t frame_len = 0;
   uint32_t decoded_len = 0;
   // This extent's share of the stored frame, in bytes.
-  uint64_t Stored() const {
-    return decoded_len ? uint64_t{frame_len} * length / decoded_len : 0;
-  }
+  uint64_t Stored() const { return decoded_len ? uint64_t{frame_len} * length / decoded_len : 0; }
 };
 std::string EncodeExtentRec(const ExtentRec& e);
 std::optional<ExtentRec> DecodeExtentRec(std::string_view v);
