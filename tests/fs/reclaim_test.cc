@@ -122,6 +122,7 @@ TEST_F(ReclaimCore, ThreadWaitsForIdleThenReclaimsEverythingDeleted) {
   o.idle = 300ms;
   o.poll = 50ms;
   o.min_dead_bytes = 1;
+  o.pressure_fraction = 2;  // never: this test is about waiting for idle
   Reclaimer r(store_.get(), o, Activity());
   r.Start();
   // Keep the filesystem busy: no pass may start while reads go on.
@@ -139,6 +140,38 @@ TEST_F(ReclaimCore, ThreadWaitsForIdleThenReclaimsEverythingDeleted) {
   EXPECT_GE(r.Stats().passes, 1u);
   EXPECT_LE(store_->Stats().dead_bytes(), uint64_t{64} << 10);
   EXPECT_EQ(Read("keep"), Bytes(100 << 10, 7));
+  auto f = store_->Fsck({});
+  ASSERT_TRUE(f.ok());
+  EXPECT_EQ(f->errors(), 0u);
+}
+
+TEST_F(ReclaimCore, UnderPressureOnePackPerPollEvenWhileBusy) {
+  // Reopen with small packs: about one per file.
+  ASSERT_TRUE(fs_->Shutdown().ok());
+  fs_.reset();
+  store_.reset();
+  store::StoreOptions so;
+  so.pack_size_limit = 256 << 10;
+  store_ = std::move(store::Store::Open(dir_, so)).value();
+  FsOptions fo;
+  fo.chunk_size = 64 << 10;
+  fs_ = std::move(Filesystem::Open(store_.get(), dir_, fo)).value();
+  for (int i = 0; i < 8; ++i) Write("f" + std::to_string(i), Bytes(300 << 10, 400 + i));
+  Write("keep", Bytes(100 << 10, 9));
+  for (int i = 0; i < 8; ++i) ASSERT_EQ(fs_->Unlink(kRootIno, "f" + std::to_string(i)), 0);
+  const uint64_t dead = store_->Stats().dead_bytes();
+  ReclaimOptions o;
+  o.idle = 10s;  // never idle here
+  o.poll = 20ms;
+  o.min_dead_bytes = 1;
+  Reclaimer r(store_.get(), o, Activity());
+  r.Start();
+  const auto until = std::chrono::steady_clock::now() + 3s;
+  while (std::chrono::steady_clock::now() < until && store_->Stats().dead_bytes() > dead / 2)
+    EXPECT_EQ(Read("keep"), Bytes(100 << 10, 9));
+  r.Stop();
+  EXPECT_GE(r.Stats().passes, 1u);
+  EXPECT_LE(store_->Stats().dead_bytes(), dead / 2);
   auto f = store_->Fsck({});
   ASSERT_TRUE(f.ok());
   EXPECT_EQ(f->errors(), 0u);

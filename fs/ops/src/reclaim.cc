@@ -61,7 +61,7 @@ bool Reclaimer::OverBound(const store::StoreStats& st) const {
          static_cast<double>(dead) > opts_.max_dead_fraction * static_cast<double>(st.pack_bytes);
 }
 
-Result<uint64_t> Reclaimer::Pass(const std::function<bool()>& busy) {
+Result<uint64_t> Reclaimer::Pass(const std::function<bool()>& busy, bool dead_bases) {
   const auto t0 = Clock::now();
   const store::StoreStats before = store_->Stats();
   ReclaimStats add;
@@ -70,7 +70,7 @@ Result<uint64_t> Reclaimer::Pass(const std::function<bool()>& busy) {
   // Files were removed: a delta base may now be referenced only by its
   // dependants (a dead base); rewriting them standalone lets it go.
   const ReclaimActivity act = activity_ ? activity_() : ReclaimActivity{};
-  if (act.removals != removals_seen_) {
+  if (dead_bases && act.removals != removals_seen_) {
     auto r = store_->RewriteDeadBases({}, [&](const store::DeadBaseReport&) { return !busy(); });
     if (!r.ok()) {
       status = r.status();
@@ -125,10 +125,12 @@ Result<uint64_t> Reclaimer::Pass(const std::function<bool()>& busy) {
 }
 
 Result<uint64_t> Reclaimer::RunOnce() {
-  return Pass([this] {
-    std::lock_guard l(mu_);
-    return stop_;
-  });
+  return Pass(
+      [this] {
+        std::lock_guard l(mu_);
+        return stop_;
+      },
+      /*dead_bases=*/true);
 }
 
 void Reclaimer::Loop() {
@@ -141,22 +143,33 @@ void Reclaimer::Loop() {
       if (stop_) return;
     }
     const ReclaimActivity now = activity_ ? activity_() : ReclaimActivity{};
-    if (now.operations != last.operations || now.background_pending > 0) {
+    if (now.operations != last.operations) {
       last = now;
       quiet_since = Clock::now();
-      continue;
     }
-    if (Clock::now() - quiet_since < opts_.idle) continue;
-    if (now.removals == removals_seen_ && !OverBound(store_->Stats())) continue;
+    const bool idle = Clock::now() - quiet_since >= opts_.idle;
+    const store::StoreStats st = store_->Stats();
+    // Under pressure (dead bytes far over the bound: saves come faster than
+    // idle moments), one pack per poll even while busy.
+    const bool pressure =
+        st.dead_bytes() >= opts_.min_dead_bytes &&
+        static_cast<double>(st.dead_bytes()) > opts_.pressure_fraction * static_cast<double>(st.pack_bytes);
+    const bool due = idle ? (now.removals != removals_seen_ || OverBound(st)) : pressure;
+    if (!due) continue;
     const uint64_t ops_at_start = now.operations;
-    (void)Pass([&] {
-      {
-        std::lock_guard l(mu_);
-        if (stop_) return true;
-      }
-      const ReclaimActivity a = activity_ ? activity_() : ReclaimActivity{};
-      return a.operations != ops_at_start;
-    });
+    int checks = 0;
+    (void)Pass(
+        [&] {
+          {
+            std::lock_guard l(mu_);
+            if (stop_) return true;
+          }
+          // Under pressure the first pack is always done.
+          if (!idle && checks++ == 0) return false;
+          const ReclaimActivity a = activity_ ? activity_() : ReclaimActivity{};
+          return a.operations != ops_at_start;
+        },
+        /*dead_bases=*/idle);
     last = activity_ ? activity_() : ReclaimActivity{};
     quiet_since = Clock::now();
   }

@@ -2,14 +2,15 @@
 // "Reclamation"): the store's dead bytes are given back without an
 // operator, the way ZFS and btrfs free blocks.
 //
-// A thread polls the store once a second. When dead pack bytes exceed
+// A thread polls the store four times a second. When dead pack bytes exceed
 // max_dead_fraction of all pack bytes (and at least min_dead_bytes), and the
-// filesystem has been idle for `idle` (no foreground operation, no
-// background rebase pending), it runs one pass: the dead-base rewrite when
-// files were removed since the last one, then Store::Compact with the
-// cost-benefit policy down to half the bound, sealing the active pack when
-// it holds dead bytes worth it. Foreground work coming back stops the pass
-// after the pack in hand (each pack's move commits on its own, as with
+// filesystem has been idle for `idle` (no foreground operation), it runs
+// one pass: the dead-base rewrite when files were removed since the last
+// one, then Store::Compact with the cost-benefit policy down to half the
+// bound, sealing the active pack when it holds dead bytes worth it.
+// Foreground work coming back stops the pass after the pack in hand. Under
+// pressure (dead bytes over pressure_fraction) one pack per poll is
+// compacted even while busy. Each pack's move commits on its own, as with
 // lmcfs-gc, so a stopped or crashed pass leaves a consistent store). An
 // explicit lmcfs-gc and a pass take turns (the store's maintenance lock).
 #pragma once
@@ -34,9 +35,14 @@ struct ReclaimOptions {
   bool enabled = true;                // mount option gc=auto (true) | off
   double max_dead_fraction = 0.10;    // gc_dead=PCT: a pass starts above this
   uint64_t min_dead_bytes = 1 << 20;  // and with at least this many dead bytes
-  // Quiet time before a pass starts, and between the checks it makes.
-  std::chrono::milliseconds idle{1500};
-  std::chrono::milliseconds poll{1000};
+  // Quiet time (no foreground operation) before a pass starts, and the
+  // polling period.
+  std::chrono::milliseconds idle{500};
+  std::chrono::milliseconds poll{250};
+  // Dead bytes above this fraction of pack bytes: a pass of one pack per
+  // poll runs even while the mount is busy (saves coming faster than idle
+  // moments must not let the store grow without bound).
+  double pressure_fraction = 0.40;
 };
 
 // What the filesystem tells the reclaimer (polled): a count that changes
@@ -85,8 +91,9 @@ class Reclaimer {
  private:
   void Loop();
   bool OverBound(const store::StoreStats& st) const;
-  // A pass; `busy` says when to stop between packs.
-  Result<uint64_t> Pass(const std::function<bool()>& busy);
+  // A pass; `busy` says when to stop between packs; dead_bases: rewrite
+  // dead delta bases first when files were removed since the last time.
+  Result<uint64_t> Pass(const std::function<bool()>& busy, bool dead_bases);
 
   store::Store* store_;
   const ReclaimOptions opts_;
