@@ -99,6 +99,7 @@ def train(argv):
     ap.add_argument("--events", required=True)
     ap.add_argument("--saves", type=int, default=20)
     ap.add_argument("--save-steps", type=int, default=2)
+    ap.add_argument("--limit", type=int, default=2, help="save_total_limit; 0: keep every save")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--vocab", type=int, default=8192)
     a = ap.parse_args(argv)
@@ -151,7 +152,7 @@ def train(argv):
 
     args = TrainingArguments(
         output_dir=a.out, max_steps=a.saves * a.save_steps, save_strategy="steps",
-        save_steps=a.save_steps, save_total_limit=2, per_device_train_batch_size=8,
+        save_steps=a.save_steps, save_total_limit=a.limit or None, per_device_train_batch_size=8,
         learning_rate=1e-3, warmup_steps=a.save_steps, weight_decay=0.1, logging_strategy="no",
         report_to="none", use_cpu=True, disable_tqdm=True, dataloader_num_workers=0, seed=1234)
     events.write(json.dumps({"event": "start", "t": time.time(), "params": model.num_parameters()}) + "\n")
@@ -321,6 +322,7 @@ def report(argv):
     ap.add_argument("--empty-unmounted", required=True, help="`du` of that store after unmount")
     ap.add_argument("--after-unmount", required=True, help="`du` of the rotation store after unmount")
     ap.add_argument("--header", default="")
+    ap.add_argument("--limit", type=int, default=2)
     a = ap.parse_args(argv)
     w = Path(a.work)
     base = w / f"space-{a.label}"
@@ -405,7 +407,7 @@ def report(argv):
         p(a.header)
         p("")
     p(f"Rotation run, label `{a.label}`, MOUNT_OPTS=`{a.mount_opts}`: {len(saves['lmcfs'])} saves "
-      f"(save_total_limit=2), checkpoint {mib(ckpt)} apparent each")
+      f"(save_total_limit={a.limit or 'None: every save kept'}), checkpoint {mib(ckpt)} apparent each")
     p("")
     p("| figure | plain dir | lmcfs |")
     p("|---|---|---|")

@@ -20,7 +20,8 @@
 #   BUILD_DIR=build scripts/space_bench.sh
 #   LABEL=gc-off MOUNT_OPTS=gc=off scripts/space_bench.sh
 # Env: LABEL (default "default"), MOUNT_OPTS (extra mount -o options,
-# comma-separated, default none), SAVES (default 20), SAVE_STEPS (default
+# comma-separated, default none), LIMIT (save_total_limit, default 2; 0
+# keeps every save: a checkpoint series), SAVES (default 20), SAVE_STEPS (default
 # 2), DRAIN (default 30), DELETE_WAIT (default 60), THREADS (torch threads,
 # default 2), WORK (default /var/tmp/lmcfs-space-bench), KEEP=1 keeps the
 # data dirs. Needs: scripts/install-deps.sh --bench (transformers,
@@ -33,6 +34,7 @@ LABEL=${LABEL:-default}
 MOUNT_OPTS=${MOUNT_OPTS:-}
 SAVES=${SAVES:-20}
 SAVE_STEPS=${SAVE_STEPS:-2}
+LIMIT=${LIMIT:-2}
 DRAIN=${DRAIN:-30}
 DELETE_WAIT=${DELETE_WAIT:-60}
 THREADS=${THREADS:-2}
@@ -103,7 +105,7 @@ umount_it "$D/empty-mnt"
 "$PY" scripts/space_bench.py du "$D/empty-store" > "$D/empty-unmounted.json"
 cat "$D/empty-mounted.json" "$D/empty-unmounted.json"
 
-train_args=(-- --saves "$SAVES" --save-steps "$SAVE_STEPS" --threads "$THREADS")
+train_args=(-- --saves "$SAVES" --save-steps "$SAVE_STEPS" --limit "$LIMIT" --threads "$THREADS")
 echo "== 1a. rotation run, plain dir $D/plain"
 "$PY" scripts/space_bench.py run --run plain --out "$D/plain/out" --backing "$D/plain" \
   --csv "$OUT.csv" --events "$D/events-plain.jsonl" --drain "$DRAIN" "${train_args[@]}"
@@ -122,5 +124,5 @@ cat "$D/after-unmount.json"
 echo
 "$PY" scripts/space_bench.py report --work "$WORK" --label "$LABEL" --mount-opts "$MOUNT_OPTS" \
   --empty-mounted "$D/empty-mounted.json" --empty-unmounted "$D/empty-unmounted.json" \
-  --after-unmount "$D/after-unmount.json" --header "$header"
+  --after-unmount "$D/after-unmount.json" --header "$header" --limit "$LIMIT"
 echo "wall time $(( $(date +%s) - t_begin )) s, load at end $(cut -d' ' -f1-3 /proc/loadavg)"
