@@ -375,6 +375,12 @@ bool HasAdds(const Batch& b) {
 
 }  // namespace
 
+uint64_t Store::Impl::PackLimit() const {
+  uint64_t total = 0;
+  for (const auto& [id, m] : packs) total += m.size;
+  return std::min(opts.pack_size_limit, std::max(opts.pack_size_floor, total / 8));
+}
+
 Status Store::Impl::EnsureActivePack() {
   if (active) return Status::Ok();
   const uint64_t id = next_pack_id++;
@@ -530,7 +536,7 @@ Status Store::Impl::CommitGroup(const std::vector<Writer*>& group) {
         new_meta.try_emplace(active_id, packs.count(active_id) ? packs[active_id] : fmt::PackMeta{})
             .first->second;
     m.size = end;
-    seal = end >= opts.pack_size_limit;
+    seal = end >= PackLimit();
     if (seal) m.state = fmt::PackState::kSealed;
   }
   for (const auto& [id, m] : new_meta) wb.Put(packs_cf, fmt::PackKey(id), fmt::EncodePackMeta(id, m));

@@ -59,7 +59,7 @@ Status MoveSlice(Store::Impl& s, uint64_t id, std::vector<ReadRecordCopy>& slice
   const uint64_t end = s.active_end + records.size();
   active_meta.size = end;
   active_meta.live += live_moved;
-  const bool seal = end >= s.opts.pack_size_limit;
+  const bool seal = end >= s.PackLimit();
   if (seal) active_meta.state = fmt::PackState::kSealed;
   wb.Put(s.packs_cf, fmt::PackKey(s.active_id), fmt::EncodePackMeta(s.active_id, active_meta));
   fmt::PackMeta old_meta = pm->second;

@@ -144,6 +144,8 @@ struct Store::Impl {
 
   // --- commit_mu held ---
   Status EnsureActivePack();
+  // Size at which the active pack is sealed (StoreOptions::pack_size_limit).
+  uint64_t PackLimit() const;
   // Appends records to the active pack and makes them durable; on failure
   // the pack is cut back to active_end (or abandoned if that fails too).
   Status AppendDurably(const std::string& records);

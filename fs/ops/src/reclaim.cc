@@ -61,7 +61,7 @@ bool Reclaimer::OverBound(const store::StoreStats& st) const {
          static_cast<double>(dead) > opts_.max_dead_fraction * static_cast<double>(st.pack_bytes);
 }
 
-Result<uint64_t> Reclaimer::Pass(const std::function<bool()>& busy, bool dead_bases) {
+Result<uint64_t> Reclaimer::Pass(const std::function<bool()>& busy, bool idle) {
   const auto t0 = Clock::now();
   const store::StoreStats before = store_->Stats();
   ReclaimStats add;
@@ -70,7 +70,7 @@ Result<uint64_t> Reclaimer::Pass(const std::function<bool()>& busy, bool dead_ba
   // Files were removed: a delta base may now be referenced only by its
   // dependants (a dead base); rewriting them standalone lets it go.
   const ReclaimActivity act = activity_ ? activity_() : ReclaimActivity{};
-  if (dead_bases && act.removals != removals_seen_) {
+  if (idle && act.removals != removals_seen_) {
     auto r = store_->RewriteDeadBases({}, [&](const store::DeadBaseReport&) { return !busy(); });
     if (!r.ok()) {
       status = r.status();
@@ -87,7 +87,9 @@ Result<uint64_t> Reclaimer::Pass(const std::function<bool()>& busy, bool dead_ba
     store::CompactOptions co;
     co.policy = store::CompactOptions::Policy::kCostBenefit;
     co.target_dead_fraction = opts_.max_dead_fraction / 2;  // hysteresis: not a pass per save
-    co.seal_active_dead_bytes = opts_.min_dead_bytes;
+    // The active pack holds the save being written: sealing and copying it
+    // while busy would copy records about to die (the next rebase).
+    co.seal_active_dead_bytes = idle ? opts_.min_dead_bytes : 0;
     auto r = store_->Compact(co, [&](const store::CompactProgress&) { return !busy(); });
     if (!r.ok()) {
       if (r.status().code() == Code::kAborted)
@@ -130,7 +132,7 @@ Result<uint64_t> Reclaimer::RunOnce() {
         std::lock_guard l(mu_);
         return stop_;
       },
-      /*dead_bases=*/true);
+      /*idle=*/true);
 }
 
 void Reclaimer::Loop() {
@@ -169,7 +171,7 @@ void Reclaimer::Loop() {
           const ReclaimActivity a = activity_ ? activity_() : ReclaimActivity{};
           return a.operations != ops_at_start;
         },
-        /*dead_bases=*/idle);
+        idle);
     last = activity_ ? activity_() : ReclaimActivity{};
     quiet_since = Clock::now();
   }

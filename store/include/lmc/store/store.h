@@ -53,11 +53,16 @@ enum class Cf : uint8_t {
 };
 
 struct StoreOptions {
-  Env* env = nullptr;                              // nullptr: Env::Default()
-  const FrameCodec* codec = nullptr;               // nullptr: LmcFrameCodec()
-  bool create_if_missing = true;                   // create an empty store when dir has none
-  uint64_t pack_size_limit = uint64_t{256} << 20;  // a pack is sealed once it reaches this size
-  uint64_t max_group_bytes = uint64_t{64} << 20;   // frame bytes one commit group gathers at most
+  Env* env = nullptr;                 // nullptr: Env::Default()
+  const FrameCodec* codec = nullptr;  // nullptr: LmcFrameCodec()
+  bool create_if_missing = true;      // create an empty store when dir has none
+  // A pack is sealed once it reaches min(pack_size_limit, max(pack_size_floor,
+  // pack bytes of the store / 8)): packs grow with the store, so that in a
+  // small store a checkpoint's records share few packs with other saves'
+  // and whole packs die together (freed without copying) when saves rotate.
+  uint64_t pack_size_limit = uint64_t{256} << 20;
+  uint64_t pack_size_floor = uint64_t{16} << 20;
+  uint64_t max_group_bytes = uint64_t{64} << 20;  // frame bytes one commit group gathers at most
   // Also check SHA-256(decoded bytes) == key on every read (fsck always does).
   bool verify_content_hash = false;
   uint32_t chunk_size = 4u << 20;  // recorded in the config file for the filesystem; not enforced

@@ -91,9 +91,11 @@ class Reclaimer {
  private:
   void Loop();
   bool OverBound(const store::StoreStats& st) const;
-  // A pass; `busy` says when to stop between packs; dead_bases: rewrite
-  // dead delta bases first when files were removed since the last time.
-  Result<uint64_t> Pass(const std::function<bool()>& busy, bool dead_bases);
+  // A pass; `busy` says when to stop between packs. idle: the mount is
+  // quiet, so also rewrite dead delta bases (files were removed since the
+  // last time) and seal the active pack when it holds dead bytes; a
+  // pressure pass (not idle) compacts sealed packs only.
+  Result<uint64_t> Pass(const std::function<bool()>& busy, bool idle);
 
   store::Store* store_;
   const ReclaimOptions opts_;
