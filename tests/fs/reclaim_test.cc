@@ -177,6 +177,25 @@ TEST_F(ReclaimCore, UnderPressureOnePackPerPollEvenWhileBusy) {
   EXPECT_EQ(f->errors(), 0u);
 }
 
+// Everything deleted: over the pressure bound at once, but all the garbage
+// is in the active pack, which pressure passes leave alone; the idle pass
+// that follows must still come (pressure passes are not activity) and
+// seal and free it.
+TEST_F(ReclaimCore, IdleAfterPressurePassesStillFreesTheActivePack) {
+  for (int i = 0; i < 3; ++i) Write("f" + std::to_string(i), Bytes(300 << 10, 600 + i));
+  for (int i = 0; i < 3; ++i) ASSERT_EQ(fs_->Unlink(kRootIno, "f" + std::to_string(i)), 0);
+  ASSERT_EQ(store_->Stats().packs, 1u);  // under the 1 MiB pack limit: all in the active pack
+  ReclaimOptions o;
+  o.idle = 200ms;
+  o.poll = 20ms;
+  o.min_dead_bytes = 256 << 10;
+  Reclaimer r(store_.get(), o, Activity());
+  r.Start();
+  for (int i = 0; i < 150 && store_->Stats().pack_bytes > 0; ++i) std::this_thread::sleep_for(20ms);
+  r.Stop();
+  EXPECT_EQ(store_->Stats().pack_bytes, 0u);
+}
+
 TEST_F(ReclaimCore, ForegroundWorkStopsAPassBetweenPacks) {
   for (int i = 0; i < 16; ++i) Write("f" + std::to_string(i), Bytes(300 << 10, 200 + i));
   for (int i = 0; i < 16; ++i)

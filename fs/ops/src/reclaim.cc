@@ -119,7 +119,11 @@ Result<uint64_t> Reclaimer::Pass(const std::function<bool()>& busy, bool idle) {
         status.ToString());
     return status;
   }
-  spdlog::info(
+  // One line per pass that did something; passes with nothing to do
+  // (pressure polls while only the active pack holds garbage) stay quiet.
+  const bool did = add.bytes_reclaimed || add.bytes_copied || add.dead_bases_rewritten;
+  spdlog::log(
+      did ? spdlog::level::info : spdlog::level::debug,
       "lmcfs: background reclamation gave back {} bytes (copied {}, {} dead-base dependants rewritten){}",
       add.bytes_reclaimed, add.bytes_copied, add.dead_bases_rewritten,
       stopped ? "; stopped for foreground work" : "");
@@ -172,8 +176,13 @@ void Reclaimer::Loop() {
           return a.operations != ops_at_start;
         },
         idle);
-    last = activity_ ? activity_() : ReclaimActivity{};
-    quiet_since = Clock::now();
+    // Foreground work during the pass counts from now on; the pass itself
+    // is not activity (an idle mount stays idle across pressure passes).
+    if (const ReclaimActivity a = activity_ ? activity_() : ReclaimActivity{};
+        a.operations != last.operations) {
+      last = a;
+      quiet_since = Clock::now();
+    }
   }
 }
 
