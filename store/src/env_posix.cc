@@ -1,4 +1,7 @@
 // The POSIX Env: pread/pwrite/fdatasync on file descriptors, flock locks.
+// Files are created 0600 and directories 0700 (whatever the umask leaves of
+// that), and no open follows a symbolic link in the last component
+// (docs/ARCHITECTURE.md, "Store permissions").
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/file.h>
@@ -9,12 +12,27 @@
 #include <cerrno>
 
 #include "lmc/store/env.h"
+#include "lmc/store/permissions.h"
 
 namespace lmc::store {
 namespace {
 
 Status Errno(const std::string& what, const std::string& path) {
   return Status::FromErrno(errno, what + " " + path);
+}
+
+// The error of an open with O_NOFOLLOW (and O_CREAT | O_EXCL, which never
+// follows a link either) that met a symbolic link: said as such, since the
+// errno (ELOOP, EEXIST) does not tell a user what is wrong.
+Status OpenError(const std::string& what, const std::string& path) {
+  const int err = errno;
+  struct stat st;
+  if ((err == ELOOP || err == EEXIST) && ::lstat(path.c_str(), &st) == 0 && S_ISLNK(st.st_mode))
+    return Status::IOError(what + " " + path +
+                           ": it is a symbolic link, and lmcfs never follows links inside its store "
+                           "(docs/ARCHITECTURE.md, \"Store permissions\"); remove it");
+  errno = err;
+  return Errno(what, path);
 }
 
 class PosixFile final : public File {
@@ -96,10 +114,10 @@ class PosixEnv final : public Env {
         flags |= O_RDWR | O_CREAT | O_EXCL;
         break;
     }
-    int fd = ::open(path.c_str(), flags, 0644);
+    int fd = ::open(path.c_str(), flags | O_NOFOLLOW, kStoreFileMode);
     if (fd < 0) {
       if (errno == ENOENT) return Status::NotFound("no file " + path);
-      return Errno("open", path);
+      return OpenError("open", path);
     }
     struct stat st;
     if (::fstat(fd, &st) != 0) {
@@ -111,13 +129,13 @@ class PosixEnv final : public Env {
   }
 
   Status CreateDir(const std::string& path) override {
-    if (::mkdir(path.c_str(), 0755) != 0 && errno != EEXIST) return Errno("mkdir", path);
+    if (::mkdir(path.c_str(), kStoreDirMode) != 0 && errno != EEXIST) return Errno("mkdir", path);
     return Status::Ok();
   }
 
   Status SyncDir(const std::string& path) override {
-    int fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0) return Errno("open directory", path);
+    int fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) return OpenError("open directory", path);
     Status s;
     if (::fsync(fd) != 0) s = Errno("fsync directory", path);
     ::close(fd);
@@ -125,10 +143,16 @@ class PosixEnv final : public Env {
   }
 
   Result<std::vector<std::string>> ListDir(const std::string& path) override {
-    DIR* d = ::opendir(path.c_str());
-    if (!d) {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) {
       if (errno == ENOENT) return Status::NotFound("no directory " + path);
-      return Errno("opendir", path);
+      return OpenError("open directory", path);
+    }
+    DIR* d = ::fdopendir(fd);
+    if (!d) {
+      Status s = Errno("fdopendir", path);
+      ::close(fd);
+      return s;
     }
     std::vector<std::string> names;
     while (struct dirent* e = ::readdir(d)) {
@@ -139,7 +163,12 @@ class PosixEnv final : public Env {
     return names;
   }
 
-  bool FileExists(const std::string& path) override { return ::access(path.c_str(), F_OK) == 0; }
+  // lstat: a symbolic link exists (even dangling), so callers that remove a
+  // stale file remove the link rather than create through it.
+  bool FileExists(const std::string& path) override {
+    struct stat st;
+    return ::lstat(path.c_str(), &st) == 0;
+  }
 
   Status DeleteFile(const std::string& path) override {
     if (::unlink(path.c_str()) != 0) return Errno("unlink", path);
@@ -152,8 +181,8 @@ class PosixEnv final : public Env {
   }
 
   Result<std::unique_ptr<FileLock>> LockFile(const std::string& path) override {
-    int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (fd < 0) return Errno("open lock file", path);
+    int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, kStoreFileMode);
+    if (fd < 0) return OpenError("open lock file", path);
     if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
       int err = errno;
       ::close(fd);

@@ -3,12 +3,14 @@
 // (docs/ARCHITECTURE.md, "The chunk store", "fsck").
 #include <rocksdb/write_batch.h>
 #include <spdlog/spdlog.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <mutex>
 #include <tuple>
 #include <unordered_map>
 
+#include "lmc/store/permissions.h"
 #include "lmc/thread_pool.h"
 #include "store_impl.h"
 
@@ -37,6 +39,8 @@ const char* FsckProblemKindName(FsckProblem::Kind kind) {
       return "dependant_index_mismatch";
     case K::kDepth:
       return "depth_mismatch";
+    case K::kLoosePermissions:
+      return "loose_permissions";
   }
   return "unknown";
 }
@@ -173,6 +177,7 @@ class FsckRun {
   FsckRun(Store::Impl& s, const FsckOptions& options) : s_(s), repair_(options.repair), c_{r_, s.dir} {}
 
   Result<FsckReport> Run(const BadRecords& bad) {
+    LMC_RETURN_IF_ERROR(CheckPermissions());
     LMC_RETURN_IF_ERROR(LoadPackIndex());
     LMC_RETURN_IF_ERROR(CheckPackFiles());
     LMC_RETURN_IF_ERROR(LoadChunkIndex());
@@ -188,6 +193,24 @@ class FsckRun {
   }
 
  private:
+  // 0. Store permissions (docs/ARCHITECTURE.md, "Store permissions"): what
+  // users other than the store directory's owner could reach. Repair is
+  // chmod go-rwx; another owner is reported and left (never chown).
+  Status CheckPermissions() {
+    struct stat st;
+    if (::stat(s_.dir.c_str(), &st) != 0) return Status::Ok();  // not on the real file system (a test Env)
+    LMC_ASSIGN_OR_RETURN(std::vector<LoosePath> loose, FindLoosePaths(s_.dir, st.st_uid));
+    if (repair_) LMC_RETURN_IF_ERROR(TightenPaths(loose));
+    for (const LoosePath& p : loose) {
+      const bool fixed = repair_ && !p.other_owner;
+      std::string m = "store path other users can reach: " + p.Describe();
+      if (!fixed)
+        m += p.other_owner ? " (chown it to the store's owner)" : " (lmcfs-fsck --repair or chmod go-rwx)";
+      c_.Problem({.kind = Kind::kLoosePermissions, .path = p.path, .repaired = fixed, .message = m});
+    }
+    return Status::Ok();
+  }
+
   // 1a. Pack index values.
   Status LoadPackIndex() {
     std::unique_ptr<rocksdb::Iterator> it(s_.db->NewIterator(rocksdb::ReadOptions(), s_.packs_cf));

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <unordered_map>
 
+#include "owner_only_fs.h"
 #include "store_impl.h"
 
 namespace lmc::store {
@@ -183,6 +184,9 @@ Status Store::Impl::OpenIndex(bool fresh) {
   dbo.create_if_missing = fresh;
   dbo.create_missing_column_families = true;
   dbo.paranoid_checks = true;
+  // Owner-only files and directories, as the rest of the store
+  // (docs/ARCHITECTURE.md, "Store permissions").
+  dbo.env = OwnerOnlyRocksEnv();
   // Sized for a metadata store, not for RocksDB's defaults (a large
   // database): the index directory stays proportional to the metadata
   // (docs/ARCHITECTURE.md, "Index size"). No preallocation (RocksDB would

@@ -18,6 +18,7 @@
 #include "lmc/fs/filesystem.h"
 #include "lmc/fs/snapshots.h"
 #include "lmc/store/extent.h"
+#include "lmc/store/permissions.h"
 #include "lmc/store/store.h"
 
 namespace lmc {
@@ -28,6 +29,15 @@ using golden::Hex;
 using store::ChunkKey;
 
 const fsys::path kV1 = fsys::path(LMC_GOLDEN_DIR) / "v1";
+
+// Copies a checked-in store to `to`, owner-only as lmcfs keeps its stores
+// (a checkout has the umask's modes; fsck reports group or other bits).
+void CopyGoldenStore(const fsys::path& from, const fsys::path& to) {
+  fsys::copy(from, to, fsys::copy_options::recursive);
+  auto loose = store::FindLoosePaths(to.string(), ::geteuid());
+  ASSERT_TRUE(loose.ok()) << loose.status().ToString();
+  ASSERT_TRUE(store::TightenPaths(*loose).ok());
+}
 
 std::vector<uint8_t> ReadAll(const fsys::path& p) {
   std::ifstream f(p, std::ios::binary);
@@ -114,7 +124,7 @@ TEST(GoldenV1, StoreReadsBackEveryChunkAndFscksClean) {
   // open the checked-in copy.
   TempDir tmp;
   const fsys::path dir = tmp.path() / "store";
-  fsys::copy(kV1 / "store", dir, fsys::copy_options::recursive);
+  CopyGoldenStore(kV1 / "store", dir);
   store::StoreOptions so;
   so.create_if_missing = false;
   so.verify_content_hash = true;
@@ -169,7 +179,7 @@ class GoldenV1Fs : public ::testing::Test {
     for (std::string line; std::getline(manifest, line);)
       if (!line.empty() && line[0] != '#') want_.push_back(line);
     // Opening may write: never open the checked-in copy.
-    fsys::copy(kV1 / "fs-store", dir(), fsys::copy_options::recursive);
+    CopyGoldenStore(kV1 / "fs-store", dir());
   }
   void TearDown() override {
     if (fs_) {

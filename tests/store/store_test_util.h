@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "lmc/bytes.h"
+#include "lmc/store/permissions.h"
 #include "lmc/store/store.h"
 
 namespace lmc::store::testing {
@@ -133,6 +134,11 @@ inline void WithRawIndex(
   fn(db, h);
   for (auto* x : h) EXPECT_TRUE(db->DestroyColumnFamilyHandle(x).ok());
   delete db;
+  // RocksDB's own modes are the umask's; the store's are owner-only
+  // (docs/ARCHITECTURE.md, "Store permissions"), as fsck checks.
+  auto loose = FindLoosePaths(store_dir, ::geteuid());
+  ASSERT_TRUE(loose.ok()) << loose.status().ToString();
+  ASSERT_TRUE(TightenPaths(*loose).ok());
 }
 
 }  // namespace lmc::store::testing

@@ -141,6 +141,73 @@ TEST_F(MountTools, OnlineGcDuringConcurrentWritesLosesNothing) {
   ASSERT_EQ(Tool("lmcfs-fsck", mnt_, &out, &err), 0) << out << err;
 }
 
+// Paths under DIR (and DIR) with a group or other permission bit, links
+// not followed.
+std::vector<std::string> LooseModes(const std::string& dir) {
+  std::vector<std::string> out;
+  auto check = [&](const fsys::path& p) {
+    const fsys::file_status st = fsys::symlink_status(p);
+    if (!fsys::is_symlink(st) &&
+        (st.permissions() & (fsys::perms::group_all | fsys::perms::others_all)) != fsys::perms::none)
+      out.push_back(p.string());
+  };
+  check(dir);
+  for (const auto& e : fsys::recursive_directory_iterator(dir)) check(e.path());
+  return out;
+}
+
+// docs/ARCHITECTURE.md, "Store permissions": the store mount.lmcfs creates
+// is the owner's only (control socket included); a loosened one is refused
+// with the path and the fix, mounts with unsafe_store_perms, and lmcfs-fsck
+// reports it and --repair tightens it.
+TEST_F(MountTools, LoosenedStoreIsRefusedReportedAndRepaired) {
+  WriteFile(P("a.bin"), RandomData(1 << 20, 21));
+  EXPECT_EQ(fsys::status(store_).permissions(), fsys::perms::owner_all);
+  ASSERT_TRUE(fsys::exists(store_ + "/control.sock"));
+  EXPECT_EQ(LooseModes(store_), std::vector<std::string>{});
+  Unmount();
+  WaitStoreFree();
+  std::string pack;
+  for (const auto& e : fsys::directory_iterator(store_ + "/packs")) pack = e.path().string();
+  ASSERT_FALSE(pack.empty());
+  fsys::permissions(pack, fsys::perms::group_read, fsys::perm_options::add);
+  fsys::permissions(store_, fsys::perms::others_exec, fsys::perm_options::add);
+
+  // Refused, naming the paths and the fix; nothing mounted.
+  const std::string err_file = root_ + "/mount.err";
+  EXPECT_EQ(Sh("timeout 20 " LMC_MOUNT_BIN " " + store_ + " " + mnt_ + " -f 2>" + err_file), 32);
+  const std::string err = ReadFile(err_file);
+  EXPECT_NE(err.find(pack + ": mode 0640"), std::string::npos) << err;
+  EXPECT_NE(err.find(store_ + ": mode 0701"), std::string::npos) << err;
+  EXPECT_NE(err.find("chmod -R go-rwx " + store_), std::string::npos) << err;
+  EXPECT_NE(err.find("lmcfs-fsck --repair " + store_), std::string::npos) << err;
+  EXPECT_NE(err.find("unsafe_store_perms"), std::string::npos) << err;
+  EXPECT_FALSE(IsMounted(mnt_));
+
+  // The owner means it: mounts, and leaves the modes alone.
+  Remount("gc=off,unsafe_store_perms");
+  EXPECT_TRUE(FileEquals(P("a.bin"), RandomData(1 << 20, 21)));
+  Unmount();
+  WaitStoreFree();
+  EXPECT_EQ(LooseModes(store_), (std::vector<std::string>{store_, pack}));
+
+  std::string out;
+  ASSERT_EQ(Tool("lmcfs-fsck", store_ + " -q --json", &out), 4) << out;
+  json j = json::parse(out);
+  std::vector<std::string> paths;
+  for (const auto& p : j["store"]["problems"]) {
+    EXPECT_EQ(p["kind"], "loose_permissions") << p;
+    paths.push_back(p["path"]);
+  }
+  EXPECT_EQ(paths, (std::vector<std::string>{store_, pack}));
+  ASSERT_EQ(Tool("lmcfs-fsck", store_ + " -q --repair", &out), 1) << out;
+  EXPECT_NE(out.find("(repaired)"), std::string::npos) << out;
+  EXPECT_EQ(LooseModes(store_), std::vector<std::string>{});
+  ASSERT_EQ(Tool("lmcfs-fsck", store_ + " -q", &out), 0) << out;
+  Remount("gc=off");
+  EXPECT_TRUE(FileEquals(P("a.bin"), RandomData(1 << 20, 21)));
+}
+
 // Background reclamation (gc=auto, the default) on a real mount, while
 // writers, readers and deletes go on in bursts: nothing read ever differs,
 // dead bytes come down to the bound between bursts without any lmcfs-gc,

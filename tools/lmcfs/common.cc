@@ -1,5 +1,7 @@
 #include "common.h"
 
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -140,6 +142,8 @@ Result<Target> ResolveTarget(const std::string& arg) {
                                  " is neither an lmcfs mountpoint (see /proc/mounts) nor a store directory "
                                  "(no CONFIG file)");
 }
+
+void LogToStderr() { spdlog::set_default_logger(spdlog::stderr_color_mt("lmcfs")); }
 
 Result<std::unique_ptr<store::Store>> OpenOffline(const std::string& store_dir, const std::string& tool) {
   store::StoreOptions so;

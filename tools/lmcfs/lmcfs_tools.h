@@ -14,4 +14,9 @@ int StatMain(int argc, char** argv, std::ostream& out, std::ostream& err);
 // fsck(8) exit codes (lmc/store/store.h, FsckExit).
 int FsckMain(int argc, char** argv, std::ostream& out, std::ostream& err);
 
+// For a tool's main(): the libraries' log lines (spdlog's default logger,
+// stdout otherwise) go to stderr, so stdout holds only the tool's output
+// (--json documents included).
+void LogToStderr();
+
 }  // namespace lmc::tools

@@ -2,4 +2,7 @@
 
 #include "lmcfs_tools.h"
 
-int main(int argc, char** argv) { return lmc::tools::StatMain(argc, argv, std::cout, std::cerr); }
+int main(int argc, char** argv) {
+  lmc::tools::LogToStderr();
+  return lmc::tools::StatMain(argc, argv, std::cout, std::cerr);
+}

@@ -34,6 +34,7 @@
 #include "lmc/fs/reclaim.h"
 #include "lmc/fs/snapshots.h"
 #include "lmc/gpu.h"
+#include "lmc/store/permissions.h"
 #include "lmc/store/store.h"
 
 namespace lmc::fs {
@@ -50,6 +51,13 @@ and stop it.
 STORE defaults to /var/lib/lmcfs/default for root and to
 $XDG_DATA_HOME/lmcfs/default (~/.local/share/lmcfs/default) otherwise;
 it is created on first use.
+
+The store belongs to the user who mounts it: everything created in it is
+readable and writable by that user only (directories 0700, files 0600,
+whatever the umask), and a store that other users could read or write (a
+group or other permission bit anywhere in it, or a file of another user)
+is refused: fix it with `chmod -R go-rwx STORE` or `lmcfs-fsck --repair
+STORE`. Symbolic links inside the store are never followed.
 
 mount(8) runs this helper for `mount -t lmcfs STORE MOUNTPOINT -o OPTIONS`
 and for /etc/fstab lines such as
@@ -101,7 +109,11 @@ once it is installed as /sbin/mount.lmcfs (cmake --install puts it there).
                         lmcfs-gc reclaims
      gc_dead=PCT        the bound on dead pack bytes, 1-90 (default 10)
      allow_other        let other users access the mount (needs user_allow_other
-                        in /etc/fuse.conf for non-root)
+                        in /etc/fuse.conf for non-root); permissions are then
+                        checked by the kernel (default_permissions). Chunks
+                        are deduplicated across users: see README, Security
+     unsafe_store_perms mount a store that other users can access (see
+                        above): the owner means it
      ro                 read-only
      log_file=PATH      log there (default: stderr with -f, nowhere otherwise)
      log_level=LEVEL    trace, debug, info, warn (default), error, off
@@ -120,6 +132,7 @@ struct Options {
   unsigned encode_threads = 0;
   std::string gpu = "auto";
   bool foreground = false, allow_other = false, ro = false, nonempty = false;
+  bool unsafe_store_perms = false;  // mount a store other users can access
   std::vector<std::string> fuse_opts;
   DeltaOptions delta;
   ReclaimOptions reclaim;
@@ -205,6 +218,8 @@ int ParseArgs(int argc, char** argv, Options* o) {
         }
       } else if (k == "allow_other")
         o->allow_other = true;
+      else if (k == "unsafe_store_perms")
+        o->unsafe_store_perms = true;
       else if (k == "ro")
         o->ro = true;
       else if (k == "log_file")
@@ -321,6 +336,24 @@ bool IsMountPoint(const std::string& dir) {
   return found;
 }
 
+// A store other users can reach is refused unless unsafe_store_perms
+// (docs/ARCHITECTURE.md, "Store permissions").
+int CheckStorePermissions(const Options& o) {
+  auto loose = store::FindLoosePaths(o.store, geteuid());
+  if (!loose.ok()) {
+    std::fprintf(stderr, "mount.lmcfs: store %s: %s\n", o.store.c_str(), loose.status().message().c_str());
+    return 32;
+  }
+  if (loose->empty()) return 0;
+  if (o.unsafe_store_perms) {
+    std::fprintf(stderr, "mount.lmcfs: warning: %s (mounting anyway: unsafe_store_perms)\n",
+                 loose->front().Describe().c_str());
+    return 0;
+  }
+  std::fprintf(stderr, "mount.lmcfs: %s\n", store::LoosePathsMessage(o.store, *loose).c_str());
+  return 32;
+}
+
 // Checks that fail fast with a message a user can act on.
 int Validate(Options* o) {
   if (o->gpu == "on" && !GpuAvailable()) {
@@ -382,8 +415,13 @@ int Validate(Options* o) {
       return 32;
     }
   }
+  // The store directory is the owner's only (its parents: the umask, 077
+  // since MountMain set it).
   std::error_code ec;
-  std::filesystem::create_directories(o->store, ec);
+  const std::filesystem::path store_path(o->store);
+  if (store_path.has_parent_path()) std::filesystem::create_directories(store_path.parent_path(), ec);
+  if (!ec && mkdir(o->store.c_str(), store::kStoreDirMode) != 0 && errno != EEXIST)
+    ec = std::error_code(errno, std::generic_category());
   if (ec) {
     std::fprintf(stderr, "mount.lmcfs: cannot create store directory %s: %s\n", o->store.c_str(),
                  ec.message().c_str());
@@ -394,7 +432,7 @@ int Validate(Options* o) {
     return 32;
   }
   o->store = buf;
-  return 0;
+  return CheckStorePermissions(*o);
 }
 
 void SetupLogging(const Options& o) {
@@ -546,6 +584,10 @@ int Serve(const Options& o, int report_fd) {
 }  // namespace
 
 int MountMain(int argc, char** argv) {
+  // Belt and braces: whatever this process creates (the store's parent
+  // directories, the log file) is the owner's only. The store's own files
+  // get their modes explicitly (lmc/store/permissions.h).
+  umask(077);
   Options o;
   if (int rc = ParseArgs(argc, argv, &o); rc >= 0) return rc;
   if (int rc = Validate(&o)) return rc;

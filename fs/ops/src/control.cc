@@ -318,6 +318,7 @@ Result<std::string> CompleteFsck(store::Store& st, const store::FsckReport& r, c
     if (p.pack_id) e["pack"] = *p.pack_id;
     if (p.offset) e["offset"] = *p.offset;
     if (p.ino) e["ino"] = *p.ino;
+    if (!p.path.empty()) e["path"] = p.path;
     store_problems.push_back(std::move(e));
   }
   using K = store::FsckProblem::Kind;

@@ -290,6 +290,7 @@ struct FsckProblem {
     kMissingPack,        // indexed pack file absent or short
     kDependantIndex,     // dep/ record missing or naming no such dependant
     kDepth,              // entry's depth != its chain's
+    kLoosePermissions,   // a store path other users can access, or owned by another user (path set)
   };
   Kind kind = Kind::kBadRecord;
   std::optional<ChunkKey> key = std::nullopt;      // the chunk concerned
@@ -297,6 +298,7 @@ struct FsckProblem {
   std::optional<uint64_t> pack_id = std::nullopt;  // the pack concerned
   std::optional<uint64_t> offset = std::nullopt;   // with pack_id: the record's offset in it
   std::optional<uint64_t> ino = std::nullopt;      // the inode whose extent is concerned
+  std::string path = {};                           // kLoosePermissions: the file or directory
   bool repaired = false;
   std::string message;  // one line, for people
 };
