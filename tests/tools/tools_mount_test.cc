@@ -160,6 +160,22 @@ std::vector<std::string> LooseModes(const std::string& dir) {
 // is the owner's only (control socket included); a loosened one is refused
 // with the path and the fix, mounts with unsafe_store_perms, and lmcfs-fsck
 // reports it and --repair tightens it.
+// `mkdir S && mount.lmcfs S M` (the README's and the scripts' way): an empty
+// directory the user made for a new store becomes the owner's only, where a
+// store with anything in it would be refused.
+TEST_F(MountTools, EmptyDirectoryMadeForANewStoreBecomesPrivate) {
+  Unmount();
+  WaitStoreFree();
+  fsys::remove_all(store_);
+  ASSERT_TRUE(fsys::create_directory(store_));
+  fsys::permissions(store_, fsys::perms::owner_all | fsys::perms::group_read | fsys::perms::group_exec |
+                                fsys::perms::others_read | fsys::perms::others_exec);
+  Mount();
+  EXPECT_EQ(fsys::status(store_).permissions(), fsys::perms::owner_all);
+  WriteFile(P("a.bin"), RandomData(1 << 20, 22));
+  EXPECT_TRUE(FileEquals(P("a.bin"), RandomData(1 << 20, 22)));
+}
+
 TEST_F(MountTools, LoosenedStoreIsRefusedReportedAndRepaired) {
   WriteFile(P("a.bin"), RandomData(1 << 20, 21));
   EXPECT_EQ(fsys::status(store_).permissions(), fsys::perms::owner_all);

@@ -432,6 +432,18 @@ int Validate(Options* o) {
     return 32;
   }
   o->store = buf;
+  // A new store in an empty directory the user made for it (`mkdir S &&
+  // mount.lmcfs S M`): nothing in it to protect yet, so it becomes the
+  // owner's only instead of being refused.
+  struct stat sd;
+  if (stat(o->store.c_str(), &sd) == 0 && S_ISDIR(sd.st_mode) && sd.st_uid == geteuid() &&
+      (sd.st_mode & 077) != 0 && std::filesystem::is_empty(o->store, ec) && !ec) {
+    if (chmod(o->store.c_str(), store::kStoreDirMode) != 0) {
+      std::fprintf(stderr, "mount.lmcfs: cannot make the new store directory %s private: %s\n",
+                   o->store.c_str(), std::strerror(errno));
+      return 32;
+    }
+  }
   return CheckStorePermissions(*o);
 }
 
