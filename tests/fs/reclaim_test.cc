@@ -226,8 +226,9 @@ TEST_F(ReclaimCore, ForegroundWorkStopsAPassBetweenPacks) {
   busy.Start();
   for (int i = 0; i < 200 && busy.Stats().passes == 0; ++i) std::this_thread::sleep_for(10ms);
   busy.Stop();
-  EXPECT_EQ(busy.Stats().passes, 1u);
-  EXPECT_EQ(busy.Stats().passes_stopped, 1u);
+  // Every pass met foreground work (each asks again after its start).
+  EXPECT_GE(busy.Stats().passes, 1u);
+  EXPECT_EQ(busy.Stats().passes_stopped, busy.Stats().passes);
   EXPECT_EQ(store_->Stats().pack_bytes, pack_bytes);
   auto f = store_->Fsck({});
   ASSERT_TRUE(f.ok());
