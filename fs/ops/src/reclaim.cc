@@ -87,6 +87,12 @@ Result<uint64_t> Reclaimer::Pass(const std::function<bool()>& busy, bool idle) {
     store::CompactOptions co;
     co.policy = store::CompactOptions::Policy::kCostBenefit;
     co.target_dead_fraction = opts_.max_dead_fraction / 2;  // hysteresis: not a pass per save
+    if (!idle) {
+      // While saves run, only packs that cost little to free (mostly dead:
+      // little to copy), so that the save's own writes come first.
+      co.policy = store::CompactOptions::Policy::kThreshold;
+      co.live_fraction_threshold = opts_.pressure_max_live;
+    }
     // The active pack holds the save being written: sealing and copying it
     // while busy would copy records about to die (the next rebase).
     co.seal_active_dead_bytes = idle ? opts_.min_dead_bytes : 0;

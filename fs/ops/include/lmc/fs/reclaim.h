@@ -43,6 +43,8 @@ struct ReclaimOptions {
   // poll runs even while the mount is busy (saves coming faster than idle
   // moments must not let the store grow without bound).
   double pressure_fraction = 0.40;
+  // A pressure pass takes only sealed packs with at most this live fraction.
+  double pressure_max_live = 0.25;
 };
 
 // What the filesystem tells the reclaimer (polled): a count that changes
