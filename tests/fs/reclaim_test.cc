@@ -51,7 +51,7 @@ class ReclaimCore : public ::testing::Test {
     Filesystem* f = fs_.get();
     return [f] {
       const FsCounters& c = f->counters();
-      return ReclaimActivity{c.write_calls + c.read_calls + c.removals, c.removals, f->BackgroundPending()};
+      return ReclaimActivity{c.write_calls + c.read_calls + c.removals, c.removals};
     };
   }
   // Random (incompressible) bytes: stored about as large as written.
@@ -196,6 +196,25 @@ TEST_F(ReclaimCore, IdleAfterPressurePassesStillFreesTheActivePack) {
   EXPECT_EQ(store_->Stats().pack_bytes, 0u);
 }
 
+// A pass that cannot help (busy, all garbage in the active pack) is not run
+// again at every poll while the store stays as it was.
+TEST_F(ReclaimCore, APassThatChangedNothingIsNotRepeatedUntilTheStoreChanges) {
+  for (int i = 0; i < 3; ++i) Write("f" + std::to_string(i), Bytes(300 << 10, 700 + i));
+  for (int i = 0; i < 3; ++i) ASSERT_EQ(fs_->Unlink(kRootIno, "f" + std::to_string(i)), 0);
+  ASSERT_EQ(store_->Stats().packs, 1u);
+  ReclaimOptions o;
+  o.idle = 10s;  // never idle: only pressure passes
+  o.poll = 10ms;
+  o.min_dead_bytes = 256 << 10;
+  std::atomic<uint64_t> ops{0};
+  Reclaimer r(store_.get(), o, [&] { return ReclaimActivity{++ops, 0}; });
+  r.Start();
+  std::this_thread::sleep_for(500ms);
+  r.Stop();
+  EXPECT_EQ(r.Stats().passes, 1u);
+  EXPECT_EQ(r.Stats().bytes_reclaimed, 0u);
+}
+
 TEST_F(ReclaimCore, ForegroundWorkStopsAPassBetweenPacks) {
   for (int i = 0; i < 16; ++i) Write("f" + std::to_string(i), Bytes(300 << 10, 200 + i));
   for (int i = 0; i < 16; ++i)
@@ -206,7 +225,7 @@ TEST_F(ReclaimCore, ForegroundWorkStopsAPassBetweenPacks) {
   o.min_dead_bytes = 1;
   // RunOnce runs whatever the activity says.
   uint64_t n = 0;
-  Reclaimer r(store_.get(), o, [&n] { return ReclaimActivity{++n, 0, 0}; });
+  Reclaimer r(store_.get(), o, [&n] { return ReclaimActivity{++n, 0}; });
   const uint64_t packs_before = store_->Stats().packs;
   ASSERT_TRUE(r.RunOnce().ok());
   EXPECT_LT(store_->Stats().packs, packs_before);
@@ -220,7 +239,7 @@ TEST_F(ReclaimCore, ForegroundWorkStopsAPassBetweenPacks) {
   std::atomic<uint64_t> calls{0};
   Reclaimer busy(store_.get(), fast, [&] {
     const uint64_t c = ++calls;
-    return ReclaimActivity{c <= 3 ? 0 : c, 1, 0};  // 1: loop start, 2: poll, 3: pass start
+    return ReclaimActivity{c <= 3 ? 0 : c, 1};  // 1: loop start, 2: poll, 3: pass start
   });
   const uint64_t pack_bytes = store_->Stats().pack_bytes;
   busy.Start();

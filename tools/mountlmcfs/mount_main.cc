@@ -512,7 +512,7 @@ int Serve(const Options& o, int report_fd) {
   Filesystem* f = fs.get();
   Reclaimer reclaimer(store.get(), o.reclaim, [f] {
     const FsCounters& c = f->counters();
-    return ReclaimActivity{c.write_calls + c.read_calls + c.removals, c.removals, f->BackgroundPending()};
+    return ReclaimActivity{c.write_calls + c.read_calls + c.removals, c.removals};
   });
   auto daemon_counters = [&reclaimer, f] {
     auto v = f->NamedCounters();
@@ -524,7 +524,6 @@ int Serve(const Options& o, int report_fd) {
   f->SetRootAttributes([&reclaimer, f] {
     std::vector<std::pair<std::string, std::string>> a;
     const store::StoreStats ss = f->store()->Stats();
-    const uint64_t logical = f->counters().write_bytes;
     const ReclaimStats rs = reclaimer.Stats();
     a.emplace_back("dead_bytes", std::to_string(ss.dead_bytes()));
     a.emplace_back("pack_bytes", std::to_string(ss.pack_bytes));
@@ -534,8 +533,7 @@ int Serve(const Options& o, int report_fd) {
     a.emplace_back("reclaim_passes", std::to_string(rs.passes));
     a.emplace_back("reclaim_last_pass_unix", std::to_string(rs.last_pass_unix));
     char wa[32];
-    std::snprintf(wa, sizeof wa, "%.3f",
-                  logical ? double(ss.pack_bytes_written + ss.index_bytes_written) / double(logical) : 0.0);
+    std::snprintf(wa, sizeof wa, "%.3f", control::WriteAmplification(ss, f->counters().write_bytes));
     a.emplace_back("write_amplification", wa);
     return a;
   });

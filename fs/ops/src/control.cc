@@ -424,18 +424,19 @@ Result<std::string> RunStat(store::Store& st, const std::string& store_dir,
               {"store_compact_bytes_copied", ss.compact_bytes_copied},
               {"store_compact_bytes_reclaimed", ss.compact_bytes_reclaimed}};
     for (const auto& [k, v] : daemon->counters) d[k] = v;
-    // Bytes written to the backing disk (packs, index) per byte written
-    // into the mount, since the mount started.
-    const uint64_t logical = d.value("write_bytes", uint64_t{0});
-    d["write_amplification"] = logical ? static_cast<double>(ss.pack_bytes_written + ss.index_bytes_written) /
-                                             static_cast<double>(logical)
-                                       : 0.0;
+    d["write_amplification"] = WriteAmplification(ss, d.value("write_bytes", uint64_t{0}));
     json delta = json::object();
     for (const auto& [k, v] : daemon->delta) delta[k] = v;
     d["delta"] = std::move(delta);
     j["daemon"] = std::move(d);
   }
   return j.dump();
+}
+
+double WriteAmplification(const store::StoreStats& st, uint64_t bytes_written_into_mount) {
+  if (bytes_written_into_mount == 0) return 0;
+  return static_cast<double>(st.pack_bytes_written + st.index_bytes_written) /
+         static_cast<double>(bytes_written_into_mount);
 }
 
 bool PeerAllowed(int fd, uid_t owner, std::string* why) {

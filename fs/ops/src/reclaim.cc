@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include <charconv>
+#include <cstdint>
 
 namespace lmc::fs {
 
@@ -69,7 +70,7 @@ Result<uint64_t> Reclaimer::Pass(const std::function<bool()>& busy, bool idle) {
   Status status;
   // Files were removed: a delta base may now be referenced only by its
   // dependants (a dead base); rewriting them standalone lets it go.
-  const ReclaimActivity act = activity_ ? activity_() : ReclaimActivity{};
+  const ReclaimActivity act = Activity();
   if (idle && act.removals != removals_seen_) {
     auto r = store_->RewriteDeadBases({}, [&](const store::DeadBaseReport&) { return !busy(); });
     if (!r.ok()) {
@@ -146,15 +147,21 @@ Result<uint64_t> Reclaimer::RunOnce() {
 }
 
 void Reclaimer::Loop() {
-  ReclaimActivity last = activity_ ? activity_() : ReclaimActivity{};
+  ReclaimActivity last = Activity();
   auto quiet_since = Clock::now();
+  // The store as a pass that changed nothing left it: no new pass until it
+  // changes (otherwise a pass that cannot help, e.g. under pressure with
+  // all garbage in the active pack, would run at every poll).
+  // An idle pass can do all a pressure pass can, not the reverse.
+  uint64_t unchanged_packs = UINT64_MAX, unchanged_bytes = UINT64_MAX;
+  bool unchanged_by_idle = false;
   for (;;) {
     {
       std::unique_lock l(mu_);
       cv_.wait_for(l, opts_.poll, [&] { return stop_; });
       if (stop_) return;
     }
-    const ReclaimActivity now = activity_ ? activity_() : ReclaimActivity{};
+    const ReclaimActivity now = Activity();
     if (now.operations != last.operations) {
       last = now;
       quiet_since = Clock::now();
@@ -168,6 +175,9 @@ void Reclaimer::Loop() {
         static_cast<double>(st.dead_bytes()) > opts_.pressure_fraction * static_cast<double>(st.pack_bytes);
     const bool due = idle ? (now.removals != removals_seen_ || OverBound(st)) : pressure;
     if (!due) continue;
+    if (now.removals == removals_seen_ && st.packs == unchanged_packs && st.pack_bytes == unchanged_bytes &&
+        (unchanged_by_idle || !idle))
+      continue;
     const uint64_t ops_at_start = now.operations;
     int checks = 0;
     (void)Pass(
@@ -178,14 +188,19 @@ void Reclaimer::Loop() {
           }
           // Under pressure the first pack is always done.
           if (!idle && checks++ == 0) return false;
-          const ReclaimActivity a = activity_ ? activity_() : ReclaimActivity{};
+          const ReclaimActivity a = Activity();
           return a.operations != ops_at_start;
         },
         idle);
+    if (const store::StoreStats after = store_->Stats();
+        after.packs == st.packs && after.pack_bytes == st.pack_bytes) {
+      unchanged_packs = after.packs;
+      unchanged_bytes = after.pack_bytes;
+      unchanged_by_idle = idle;
+    }
     // Foreground work during the pass counts from now on; the pass itself
     // is not activity (an idle mount stays idle across pressure passes).
-    if (const ReclaimActivity a = activity_ ? activity_() : ReclaimActivity{};
-        a.operations != last.operations) {
+    if (const ReclaimActivity a = Activity(); a.operations != last.operations) {
       last = a;
       quiet_since = Clock::now();
     }

@@ -96,6 +96,10 @@ struct DaemonStats {
 };
 using DaemonStatsFn = std::function<DaemonStats()>;
 
+// Bytes written to the backing disk (packs and index, since the store was
+// opened) per byte written into the mount; 0 before any write.
+double WriteAmplification(const store::StoreStats& st, uint64_t bytes_written_into_mount);
+
 // Per-file/per-directory figures and store totals (lmc/fs/inspect.h), plus
 // "index_bytes" (the index directory's size on disk) when store_dir is
 // given, and a "daemon" object when `daemon` is given (a mounted store).

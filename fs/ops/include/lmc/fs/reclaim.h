@@ -48,12 +48,12 @@ struct ReclaimOptions {
 };
 
 // What the filesystem tells the reclaimer (polled): a count that changes
-// with every foreground operation, files removed so far, and background
-// work still queued (reverse-delta rebases).
+// with every foreground operation, and files removed so far. Background
+// rebases are not activity: a pass may run beside them (both commit through
+// the store, which checks every move against the current index).
 struct ReclaimActivity {
   uint64_t operations = 0;
   uint64_t removals = 0;
-  uint64_t background_pending = 0;
 };
 using ReclaimActivityFn = std::function<ReclaimActivity()>;
 
@@ -92,6 +92,7 @@ class Reclaimer {
 
  private:
   void Loop();
+  ReclaimActivity Activity() const { return activity_ ? activity_() : ReclaimActivity{}; }
   bool OverBound(const store::StoreStats& st) const;
   // A pass; `busy` says when to stop between packs. idle: the mount is
   // quiet, so also rewrite dead delta bases (files were removed since the
