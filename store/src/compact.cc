@@ -166,7 +166,7 @@ Status SealActiveIfDead(Store::Impl& s, uint64_t min_dead) {
   auto it = s.packs.find(s.active_id);
   if (it == s.packs.end()) return Status::Ok();  // nothing committed to it yet
   fmt::PackMeta m = it->second;
-  const uint64_t record_bytes = m.size > fmt::kPackHeaderSize ? m.size - fmt::kPackHeaderSize : 0;
+  const uint64_t record_bytes = m.record_bytes();
   if (record_bytes < m.live || record_bytes - m.live < min_dead) return Status::Ok();
   m.state = fmt::PackState::kSealed;
   rocksdb::WriteBatch wb;
@@ -186,7 +186,7 @@ void SelectPacks(Store::Impl& s, const CompactOptions& options, CompactReport& r
   uint64_t pack_bytes = 0, dead = 0;
   for (const auto& [id, m] : s.packs) {
     pack_bytes += m.size;
-    const uint64_t record_bytes = m.size > fmt::kPackHeaderSize ? m.size - fmt::kPackHeaderSize : 0;
+    const uint64_t record_bytes = m.record_bytes();
     dead += m.size - std::min(m.size, m.live);
     if (s.active && id == s.active_id) continue;
     report.packs_examined++;

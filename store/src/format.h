@@ -98,6 +98,7 @@ struct PackMeta {
   PackState state = PackState::kOpen;
   uint64_t size = 0;  // committed bytes, header included
   uint64_t live = 0;  // record bytes of indexed chunks
+  uint64_t record_bytes() const { return size > kPackHeaderSize ? size - kPackHeaderSize : 0; }
 };
 std::string PackKey(uint64_t id);  // u64 big-endian
 std::optional<uint64_t> ParsePackKey(std::string_view k);
