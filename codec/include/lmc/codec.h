@@ -24,6 +24,10 @@ enum class Coder : uint8_t {
   kConst = 1,    // one symbol repeated
   kHuffman = 2,  // canonical, length-limited, 4 interleaved bit streams
   kRans = 3,     // 4-way interleaved rANS, 12-bit probabilities (< 1 bit/symbol)
+  // Canonical, length-limited Huffman in independent blocks of 2^k symbols
+  // with a table of block bit lengths (frame version 2): thousands of
+  // decoders per chunk for GPUs, CPU threads and SIMD lanes.
+  kHuffmanBlocked = 4,
 };
 const char* CoderName(Coder c);
 
@@ -44,11 +48,20 @@ class Workspace {
   size_t cap_ = 0;
 };
 
+// Which coders the encoder may choose (docs/FORMAT.md, "Encode profiles").
+// Every profile's frames decode everywhere; the profile only narrows the
+// encoder's choices.
+enum class EncodeProfile : uint8_t {
+  kCpu = 0,  // raw, const, Huffman (4 sub-streams), rANS; version-1 frames
+  kGpu = 1,  // raw, const, blocked Huffman; what the GPU encoder writes
+};
+
 struct EncodeParams {
   DType dtype = DType::kBytes;
   // Optional XOR base of the same length as the input (incremental delta).
   // The decoder must be given the same base bytes.
   const uint8_t* base = nullptr;
+  EncodeProfile profile = EncodeProfile::kCpu;
 };
 
 // Worst-case frame size for a chunk of n bytes; EncodeChunk never needs

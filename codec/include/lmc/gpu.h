@@ -1,13 +1,15 @@
 // Optional CUDA path of the codec (built when nvcc is found at configure
 // time, see LMC_CUDA in CMakeLists.txt). Every function works in every
 // build: without CUDA, or without a usable GPU at run time, GpuAvailable()
-// is false and the others return Unsupported, and callers use the CPU path.
-// The CPU path (transform.cc) is the reference the GPU path is tested
-// against.
+// is false, GpuCodec::Open and the others return Unsupported, and callers
+// use the CPU path. The CPU codec is the reference the GPU path is tested
+// against (docs/FORMAT.md, "GPU profile").
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <span>
 #include <string>
 
 #include "lmc/dtype.h"
@@ -25,5 +27,79 @@ std::string GpuDescription();
 // the CPU functions.
 Status GpuSplitStreams(DType t, const uint8_t* src, size_t n, const uint8_t* base, uint8_t* dst);
 Status GpuMergeStreams(DType t, const uint8_t* streams, size_t n, const uint8_t* base, uint8_t* dst);
+
+// One chunk to encode. src/base/dst are host pointers for EncodeBatch and
+// device pointers for EncodeBatchDevice. The frame written is byte-identical
+// to EncodeChunk(src, n, {dtype, base, .profile = EncodeProfile::kGpu}).
+struct GpuEncodeItem {
+  const uint8_t* src = nullptr;
+  size_t n = 0;
+  DType dtype = DType::kBytes;
+  const uint8_t* base = nullptr;  // optional XOR base of n bytes
+  uint8_t* dst = nullptr;         // MaxEncodedSize(n) bytes suffice
+  size_t cap = 0;
+  // --- out ---
+  size_t len = 0;  // frame size
+  Status status;   // per-chunk result (InvalidArgument for a bad item)
+};
+
+// One frame to decode. Pointers as for GpuEncodeItem. Decodes every frame
+// the CPU decodes (all versions and coders), with the same checks: a
+// malformed frame or checksum mismatch gives Corruption in `status`.
+struct GpuDecodeItem {
+  const uint8_t* frame = nullptr;
+  size_t len = 0;  // bytes available at frame
+  const uint8_t* base = nullptr;
+  size_t base_len = 0;
+  uint8_t* dst = nullptr;
+  size_t cap = 0;
+  // --- out ---
+  size_t out_len = 0;
+  Status status;
+};
+
+// What a GpuCodec has done since it was opened.
+struct GpuCodecStats {
+  uint64_t encode_chunks = 0, encode_bytes = 0;  // decoded bytes in
+  uint64_t decode_chunks = 0, decode_bytes = 0;  // decoded bytes out
+  uint64_t batches = 0;
+};
+
+struct GpuCodecOptions {
+  int device = 0;
+  // Largest batch of decoded bytes staged on the device at once; a larger
+  // call is cut into batches of this size, pipelined on two streams.
+  size_t batch_bytes = size_t{128} << 20;
+};
+
+// Batched LMC codec on one CUDA device. Not thread-safe: one caller at a
+// time (the mount keeps one per device behind a mutex).
+//
+// A batch call returns a non-OK status only when the device failed (a CUDA
+// error): then no item's result is valid and the caller must redo the batch
+// on the CPU. Per-item problems (bad input, corrupt frames) are in the items.
+class GpuCodec {
+ public:
+  // Unsupported when the build has no CUDA or no device is usable.
+  static Result<std::unique_ptr<GpuCodec>> Open(const GpuCodecOptions& o = {});
+  virtual ~GpuCodec() = default;
+
+  // Host memory in and out, staged through pinned buffers; copies in,
+  // kernels and copies out of consecutive batches overlap.
+  virtual Status EncodeBatch(std::span<GpuEncodeItem> items) = 0;
+  virtual Status DecodeBatch(std::span<GpuDecodeItem> items) = 0;
+  // Device memory in and out (a checkpoint still on the GPU): no host copy.
+  // All items of one call must fit the device memory the codec may take.
+  virtual Status EncodeBatchDevice(std::span<GpuEncodeItem> items) = 0;
+  virtual Status DecodeBatchDevice(std::span<GpuDecodeItem> items) = 0;
+
+  virtual GpuCodecStats stats() const = 0;
+  virtual std::string description() const = 0;
+};
+
+// Host-side thresholds of gpu=auto (docs/ARCHITECTURE.md, "GPU codec"):
+// batches smaller than this many bytes are encoded on the CPU, where the
+// transfer and launch costs would not pay.
+inline constexpr size_t kGpuMinBatchBytes = size_t{4} << 20;
 
 }  // namespace lmc
