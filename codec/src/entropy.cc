@@ -67,6 +67,7 @@ Result<EncodedStream> EncodeStream(const uint8_t* src, size_t n, const uint32_t 
       if (r.ok() && *r < n) return EncodedStream{coder, *r};
       break;
     }
+    case Coder::kHuffmanBlocked:  // TODO(gpu): coded in this change
     case Coder::kRaw:
       break;
   }
@@ -89,6 +90,8 @@ Status DecodeStream(Coder coder, const uint8_t* src, size_t len, uint8_t* dst, s
       return huff::Decode(src, len, dst, n);
     case Coder::kRans:
       return rans::Decode(src, len, dst, n);
+    case Coder::kHuffmanBlocked:
+      break;
   }
   return Status::Corruption("unknown stream coder");
 }

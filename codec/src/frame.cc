@@ -26,6 +26,8 @@ const char* CoderName(Coder c) {
       return "huffman";
     case Coder::kRans:
       return "rans";
+    case Coder::kHuffmanBlocked:
+      return "huffman-blocked";
   }
   return "invalid";
 }
