@@ -9,7 +9,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <span>
 #include <string>
 
 #include "lmc/dtype.h"
@@ -86,12 +85,12 @@ class GpuCodec {
 
   // Host memory in and out, staged through pinned buffers; copies in,
   // kernels and copies out of consecutive batches overlap.
-  virtual Status EncodeBatch(std::span<GpuEncodeItem> items) = 0;
-  virtual Status DecodeBatch(std::span<GpuDecodeItem> items) = 0;
+  virtual Status EncodeBatch(GpuEncodeItem* items, size_t count) = 0;
+  virtual Status DecodeBatch(GpuDecodeItem* items, size_t count) = 0;
   // Device memory in and out (a checkpoint still on the GPU): no host copy.
   // All items of one call must fit the device memory the codec may take.
-  virtual Status EncodeBatchDevice(std::span<GpuEncodeItem> items) = 0;
-  virtual Status DecodeBatchDevice(std::span<GpuDecodeItem> items) = 0;
+  virtual Status EncodeBatchDevice(GpuEncodeItem* items, size_t count) = 0;
+  virtual Status DecodeBatchDevice(GpuDecodeItem* items, size_t count) = 0;
 
   virtual GpuCodecStats stats() const = 0;
   virtual std::string description() const = 0;
