@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "hd/huffman_hd.h"
 #include "huffman.h"
 #include "lmc/transform.h"
 #include "rans.h"
@@ -67,7 +68,12 @@ Result<EncodedStream> EncodeStream(const uint8_t* src, size_t n, const uint32_t 
       if (r.ok() && *r < n) return EncodedStream{coder, *r};
       break;
     }
-    case Coder::kHuffmanBlocked:  // TODO(gpu): coded in this change
+    case Coder::kHuffmanBlocked: {
+      size_t limit = cap < n ? cap : n;
+      Result<size_t> r = huff::EncodeBlocked(src, n, hist, hd::kDefaultBlockLog2, dst, limit);
+      if (r.ok() && *r < n) return EncodedStream{coder, *r};
+      break;
+    }
     case Coder::kRaw:
       break;
   }
@@ -91,7 +97,7 @@ Status DecodeStream(Coder coder, const uint8_t* src, size_t len, uint8_t* dst, s
     case Coder::kRans:
       return rans::Decode(src, len, dst, n);
     case Coder::kHuffmanBlocked:
-      break;
+      return huff::DecodeBlocked(src, len, dst, n);
   }
   return Status::Corruption("unknown stream coder");
 }

@@ -8,6 +8,7 @@
 
 #include "entropy.h"
 #include "frame_format.h"
+#include "hd/frame_hd.h"
 #include "lmc/bytes.h"
 #include "lmc/codec.h"
 #include "lmc/transform.h"
@@ -61,7 +62,7 @@ Result<size_t> EncodeChunk(const uint8_t* src, size_t n, const EncodeParams& par
   SplitStreams(params.dtype, src, n, params.base, streams);
 
   std::memcpy(dst, kMagic, 4);
-  dst[4] = kVersion;
+  dst[4] = 1;  // raised to 2 below when a stream is blocked Huffman
   dst[5] = static_cast<uint8_t>(params.dtype);
   dst[6] = params.base ? kFlagXorDelta : 0;
   dst[7] = static_cast<uint8_t>(ns);
@@ -75,11 +76,21 @@ Result<size_t> EncodeChunk(const uint8_t* src, size_t n, const EncodeParams& par
     uint32_t hist[256];
     uint32_t quarters[4][256];
     Coder want = Coder::kRaw;
-    if (!SampleSaysRaw(s, m)) {
+    bool have_quarters = false;
+    if (params.profile == EncodeProfile::kGpu) {
+      // The GPU encoder's choice, from the full histogram (hd/frame_hd.h).
+      Histogram(s, m, hist);
+      uint8_t len[256];
+      size_t size = 0;
+      want = static_cast<Coder>(hd::GpuProfileCoder(hist, m, len, &size));
+    } else if (!SampleSaysRaw(s, m)) {
       HistogramQuarters(s, m, quarters, hist);
+      have_quarters = true;
       want = ChooseCoder(hist, m);
     }
-    LMC_ASSIGN_OR_RETURN(EncodedStream es, EncodeStream(s, m, hist, quarters, want, dst + pos, cap - pos));
+    LMC_ASSIGN_OR_RETURN(EncodedStream es, EncodeStream(s, m, hist, have_quarters ? quarters : nullptr, want,
+                                                        dst + pos, cap - pos));
+    if (es.coder == Coder::kHuffmanBlocked) dst[4] = 2;
     uint8_t* e = dst + kFixedHeader + i * kStreamEntry;
     e[0] = static_cast<uint8_t>(es.coder);
     StoreLE32(e + 1, static_cast<uint32_t>(es.size));
@@ -94,9 +105,10 @@ Result<FrameInfo> ReadFrameInfo(const uint8_t* p, size_t len) {
   if (std::memcmp(p, kMagic, 4) != 0) return Status::Corruption("not an LMC frame (bad magic)");
   FrameInfo fi;
   fi.version = p[4];
-  if (fi.version != kVersion)
+  if (fi.version == 0) return Status::Corruption("frame has version 0");
+  if (fi.version > kVersion)
     return Status::Unsupported("frame version " + std::to_string(fi.version) +
-                               " is newer than this lmc (reads version 1); upgrade lmcfs");
+                               " is newer than this lmc (reads versions 1-2); upgrade lmcfs");
   if (!DTypeValid(p[5])) return Status::Corruption("frame has an invalid dtype");
   fi.dtype = static_cast<DType>(p[5]);
   if (p[6] & ~kKnownFlags) return Status::Corruption("frame has unknown flags");
@@ -116,7 +128,8 @@ Result<FrameInfo> ReadFrameInfo(const uint8_t* p, size_t len) {
   fi.streams.resize(ns);
   for (size_t i = 0; i < ns; ++i) {
     const uint8_t* e = p + kFixedHeader + i * kStreamEntry;
-    if (e[0] > static_cast<uint8_t>(Coder::kRans)) return Status::Corruption("frame has an unknown coder");
+    const uint8_t last = fi.version >= 2 ? hd::kCoderHuffmanBlocked : hd::kCoderRans;
+    if (e[0] > last) return Status::Corruption("frame has an unknown coder");
     fi.streams[i] = {static_cast<Coder>(e[0]), LoadLE32(e + 1), static_cast<uint32_t>(shape.size(i))};
     total += fi.streams[i].encoded_size;
   }

@@ -9,7 +9,10 @@
 namespace lmc::frame {
 
 inline constexpr uint8_t kMagic[4] = {'L', 'M', 'C', 'F'};
-inline constexpr uint8_t kVersion = 1;
+// Version 1: coders raw, const, Huffman, rANS. Version 2 adds blocked
+// Huffman (coder 4); a frame is written as version 2 only when a stream uses
+// it, so frames without it stay readable by older lmcfs.
+inline constexpr uint8_t kVersion = 2;
 inline constexpr uint8_t kFlagXorDelta = 0x01;
 inline constexpr uint8_t kKnownFlags = kFlagXorDelta;
 inline constexpr size_t kFixedHeader = 20;                    // magic .. checksum

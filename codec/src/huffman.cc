@@ -28,6 +28,7 @@
 #include <bit>
 #include <cstring>
 
+#include "hd/huffman_hd.h"
 #include "lmc/bytes.h"
 #include "lmc/transform.h"
 
@@ -41,66 +42,9 @@ constexpr size_t kMaxSymbols = size_t{1} << 28;
 // Bits a refilled reader is guaranteed to hold (64 - 7).
 constexpr int kSymbolsPerRefill = 5;  // 5 * 11 = 55 <= 57
 
-// Optimal code lengths limited to kMaxCodeLen bits by package-merge
-// (Larmore and Hirschberg). Symbols with hist 0 get length 0; a lone symbol
-// gets length 1. Returns the number of symbols with a code.
-int BuildLengths(const uint32_t hist[256], uint8_t len[256]) {
-  uint64_t sorted[256];  // count << 8 | symbol, ascending
-  int k = 0;
-  for (int s = 0; s < 256; ++s) {
-    len[s] = 0;
-    if (hist[s]) sorted[k++] = uint64_t{hist[s]} << 8 | static_cast<uint64_t>(s);
-  }
-  if (k == 0) return 0;
-  if (k == 1) {
-    len[sorted[0] & 0xff] = 1;
-    return 1;
-  }
-  std::sort(sorted, sorted + k);
-
-  // Level 0 is the list of leaves (weight 2^-L); level i+1 merges the leaves
-  // with the pairs of level i. is_leaf[i][t] records the order of the merge
-  // so that the selection can be traced back without storing package
-  // contents.
-  uint64_t weight[2][512];
-  uint8_t is_leaf[kMaxCodeLen][512];
-  int size = k;
-  for (int t = 0; t < k; ++t) {
-    weight[0][t] = sorted[t] >> 8;
-    is_leaf[0][t] = 1;
-  }
-  for (int level = 1; level < kMaxCodeLen; ++level) {
-    const uint64_t* prev = weight[(level - 1) & 1];
-    uint64_t* cur = weight[level & 1];
-    const int packages = size / 2;
-    int a = 0, b = 0, t = 0;
-    while (a < k || b < packages) {
-      const uint64_t pw = b < packages ? prev[2 * b] + prev[2 * b + 1] : UINT64_MAX;
-      if (a < k && (sorted[a] >> 8) <= pw) {
-        cur[t] = sorted[a] >> 8;
-        is_leaf[level][t++] = 1;
-        ++a;
-      } else {
-        cur[t] = pw;
-        is_leaf[level][t++] = 0;
-        ++b;
-      }
-    }
-    size = t;
-  }
-  // Select the 2k-2 cheapest items of the top level; every selected leaf
-  // occurrence adds one bit to that symbol's length.
-  int take = 2 * k - 2;
-  uint8_t depth[256] = {};
-  for (int level = kMaxCodeLen - 1; level >= 0 && take > 0; --level) {
-    int leaves = 0;
-    for (int t = 0; t < take; ++t) leaves += is_leaf[level][t];
-    for (int t = 0; t < leaves; ++t) ++depth[t];
-    take = 2 * (take - leaves);
-  }
-  for (int t = 0; t < k; ++t) len[sorted[t] & 0xff] = depth[t];
-  return k;
-}
+// Optimal length-limited code lengths (package-merge), shared with the
+// GPU encoder so both write the same tables (hd/huffman_hd.h).
+int BuildLengths(const uint32_t hist[256], uint8_t len[256]) { return hd::HuffBuildLengths(hist, len); }
 
 struct TableShape {
   int lo = 0, hi = 0;
@@ -118,24 +62,7 @@ TableShape ShapeOf(const uint8_t len[256]) {
 }
 
 // Canonical codes, bit-reversed for LSB-first output: entry = code << 8 | len.
-void BuildCodes(const uint8_t len[256], uint32_t codes[256]) {
-  int count[kMaxCodeLen + 1] = {};
-  for (int s = 0; s < 256; ++s) ++count[len[s]];
-  count[0] = 0;
-  uint32_t next[kMaxCodeLen + 2] = {};
-  for (int l = 1; l <= kMaxCodeLen; ++l) next[l + 1] = (next[l] + count[l]) << 1;
-  for (int s = 0; s < 256; ++s) {
-    const int l = len[s];
-    if (!l) {
-      codes[s] = 0;
-      continue;
-    }
-    const uint32_t c = next[l]++;
-    uint32_t rev = 0;
-    for (int b = 0; b < l; ++b) rev |= ((c >> b) & 1) << (l - 1 - b);
-    codes[s] = rev << 8 | static_cast<uint32_t>(l);
-  }
-}
+void BuildCodes(const uint8_t len[256], uint32_t codes[256]) { hd::HuffBuildCodes(len, codes); }
 
 // Decoding table entry: symbol << 8 | code length.
 using Entry = uint16_t;
@@ -143,53 +70,15 @@ using Entry = uint16_t;
 // Parses the code-length table at src[0, len) into `lens`; returns the
 // header size (payload offset) or 0 when malformed.
 size_t ParseLengths(const uint8_t* src, size_t len, uint8_t lens[256], int* min_len, int* max_len) {
-  if (len < 2) return 0;
-  const int lo = src[0], hi = src[1];
-  if (lo > hi) return 0;
-  const int count = hi - lo + 1;
-  const size_t table_bytes = static_cast<size_t>(count + 1) / 2;
-  const size_t header = 2 + table_bytes + kEndsBytes;
-  if (len < header) return 0;
-  std::memset(lens, 0, 256);
-  if (count & 1) {
-    if (src[2 + table_bytes - 1] >> 4) return 0;  // unused nibble must be 0
-  }
-  uint32_t kraft = 0;
-  int present = 0;
-  *min_len = kMaxCodeLen;
-  *max_len = 0;
-  for (int i = 0; i < count; ++i) {
-    const int l = (src[2 + i / 2] >> (4 * (i & 1))) & 0xf;
-    if (l > kMaxCodeLen) return 0;
-    lens[lo + i] = static_cast<uint8_t>(l);
-    if (l) {
-      ++present;
-      kraft += 1u << (kMaxCodeLen - l);
-      *min_len = std::min(*min_len, l);
-      *max_len = std::max(*max_len, l);
-    }
-  }
-  if (!lens[lo] || !lens[hi]) return 0;
-  if (present == 1) {
-    if (lens[lo] != 1) return 0;
-  } else if (kraft != kTableSize) {
-    return 0;  // incomplete or oversubscribed
-  }
-  return header;
+  const uint32_t table = hd::HuffParseLengths(src, len, lens, min_len, max_len);
+  if (!table || len < table + kEndsBytes) return 0;
+  return table + kEndsBytes;
 }
 
 // Fills the 2^11-entry decoding table. Slots no code reaches (only with a
 // lone symbol) decode as length 11, which the end-offset check then rejects.
 void BuildDecodeTable(const uint8_t lens[256], Entry table[kTableSize]) {
-  uint32_t codes[256];
-  BuildCodes(lens, codes);
-  for (int t = 0; t < kTableSize; ++t) table[t] = kMaxCodeLen;
-  for (int s = 0; s < 256; ++s) {
-    const int l = lens[s];
-    if (!l) continue;
-    const Entry e = static_cast<Entry>(s << 8 | l);
-    for (uint32_t t = codes[s] >> 8; t < kTableSize; t += 1u << l) table[t] = e;
-  }
+  hd::HuffBuildDecodeTable(lens, table);
 }
 
 // A multi-symbol entry: bits 0-23 up to three symbols (first in the low
@@ -199,19 +88,7 @@ using MultiEntry = uint32_t;
 // For every 11-bit window, the longest run of up to 3 whole codes at its
 // start (at least one: the single-symbol entry, even a length-11 filler).
 void BuildMultiTable(const Entry single[kTableSize], MultiEntry multi[kTableSize]) {
-  for (uint32_t t = 0; t < kTableSize; ++t) {
-    uint32_t syms = 0, count = 0, used = 0;
-    while (count < 3) {
-      const Entry e = single[(t >> used) & (kTableSize - 1)];
-      const uint32_t l = e & 0xff;
-      if (count > 0 && used + l > static_cast<uint32_t>(kMaxCodeLen)) break;
-      syms |= static_cast<uint32_t>(e >> 8) << (8 * count);
-      ++count;
-      used += l;
-      if (used >= static_cast<uint32_t>(kMaxCodeLen)) break;
-    }
-    multi[t] = syms | count << 24 | used << 26;
-  }
+  for (uint32_t t = 0; t < kTableSize; ++t) multi[t] = hd::HuffMultiEntry(single, t);
 }
 
 // Slow, bounds-checked decoding of dst[0, count) for one reader at bit
@@ -456,43 +333,15 @@ Result<size_t> Encode(const uint8_t* src, size_t n, const uint32_t hist[256], ui
   return Encode(src, n, quarters, dst, cap);
 }
 
-Status Decode(const uint8_t* src, size_t len, uint8_t* dst, size_t n) {
-  if (n > kMaxSymbols) return Status::InvalidArgument("huffman: symbol count out of range");
-  uint8_t lens[256];
-  int min_len = 0, max_len = 0;
-  const size_t header = ParseLengths(src, len, lens, &min_len, &max_len);
-  if (!header) return Status::Corruption("huffman: bad code-length table");
+namespace {
 
-  uint64_t end[4];
-  for (int j = 0; j < 4; ++j) end[j] = LoadLE32(src + header - kEndsBytes + 4 * j);
-  const uint8_t* payload = src + header;
-  const size_t plen = len - header;
-  if ((end[3] + 7) / 8 != plen) return Status::Corruption("huffman: payload size mismatch");
-  const size_t q = n / 4;
-  uint64_t start = 0;
-  for (int j = 0; j < 4; ++j) {
-    const uint64_t count = j == 3 ? n - 3 * q : q;
-    if (end[j] < start || end[j] - start < count * min_len || end[j] - start > count * max_len) {
-      return Status::Corruption("huffman: sub-stream size out of range");
-    }
-    start = end[j];
-  }
-  if (end[3] & 7) {
-    if (payload[plen - 1] >> (end[3] & 7)) return Status::Corruption("huffman: nonzero padding");
-  }
-
-  Entry table[kTableSize];
-  BuildDecodeTable(lens, table);
-
-  // Multi-symbol table: one lookup of 11 bits yields up to 3 symbols whose
-  // codes fit in those bits together (exponent streams average under 3 bits
-  // per code, so most lookups yield 2-3 symbols).
-  MultiEntry multi[kTableSize];
-  BuildMultiTable(table, multi);
-
-  uint64_t bp[4] = {0, end[0], end[1], end[2]};
-  uint8_t* out[4] = {dst, dst + q, dst + 2 * q, dst + 3 * q};
-  uint8_t* const stop[4] = {dst + q, dst + 2 * q, dst + 3 * q, dst + n};
+// Four readers at once: reader j decodes out[j]..stop[j] from bit begin[j]
+// of payload[0, plen) and must stop exactly at end[j]. The 4-sub-stream
+// coder runs it once; the blocked coder once per four blocks.
+bool DecodeFour(const MultiEntry multi[kTableSize], const Entry table[kTableSize], const uint8_t* payload,
+                size_t plen, const uint64_t begin[4], const uint64_t end[4], uint8_t* out[4],
+                uint8_t* const stop[4]) {
+  uint64_t bp[4] = {begin[0], begin[1], begin[2], begin[3]};
   // Fast loop: each round refills the four readers with one 8-byte load and
   // does 5 lookups on each (5 * 11 = 55 bits <= the 57 a refill guarantees),
   // writing at most 5 * 3 symbols plus one spare byte of the last 4-byte
@@ -556,8 +405,177 @@ Status Decode(const uint8_t* src, size_t len, uint8_t* dst, size_t n) {
   for (int j = 0; j < 4; ++j)
     DecodeTail(table, payload, plen, &bp[j], out[j], static_cast<size_t>(stop[j] - out[j]));
   const uint64_t bp0 = bp[0], bp1 = bp[1], bp2 = bp[2], bp3 = bp[3];
-  if (bp0 != end[0] || bp1 != end[1] || bp2 != end[2] || bp3 != end[3]) {
+  return bp0 == end[0] && bp1 == end[1] && bp2 == end[2] && bp3 == end[3];
+}
+
+
+}  // namespace
+
+Status Decode(const uint8_t* src, size_t len, uint8_t* dst, size_t n) {
+  if (n > kMaxSymbols) return Status::InvalidArgument("huffman: symbol count out of range");
+  uint8_t lens[256];
+  int min_len = 0, max_len = 0;
+  const size_t header = ParseLengths(src, len, lens, &min_len, &max_len);
+  if (!header) return Status::Corruption("huffman: bad code-length table");
+
+  uint64_t end[4];
+  for (int j = 0; j < 4; ++j) end[j] = LoadLE32(src + header - kEndsBytes + 4 * j);
+  const uint8_t* payload = src + header;
+  const size_t plen = len - header;
+  if ((end[3] + 7) / 8 != plen) return Status::Corruption("huffman: payload size mismatch");
+  const size_t q = n / 4;
+  uint64_t start = 0;
+  for (int j = 0; j < 4; ++j) {
+    const uint64_t count = j == 3 ? n - 3 * q : q;
+    if (end[j] < start || end[j] - start < count * min_len || end[j] - start > count * max_len) {
+      return Status::Corruption("huffman: sub-stream size out of range");
+    }
+    start = end[j];
+  }
+  if (end[3] & 7) {
+    if (payload[plen - 1] >> (end[3] & 7)) return Status::Corruption("huffman: nonzero padding");
+  }
+
+  Entry table[kTableSize];
+  BuildDecodeTable(lens, table);
+
+  // Multi-symbol table: one lookup of 11 bits yields up to 3 symbols whose
+  // codes fit in those bits together (exponent streams average under 3 bits
+  // per code, so most lookups yield 2-3 symbols).
+  MultiEntry multi[kTableSize];
+  BuildMultiTable(table, multi);
+
+  const uint64_t begin[4] = {0, end[0], end[1], end[2]};
+  uint8_t* out[4] = {dst, dst + q, dst + 2 * q, dst + 3 * q};
+  uint8_t* const stop[4] = {dst + q, dst + 2 * q, dst + 3 * q, dst + n};
+  if (!DecodeFour(multi, table, payload, plen, begin, end, out, stop))
     return Status::Corruption("huffman: sub-stream does not end where declared");
+  return Status::Ok();
+}
+
+}  // namespace lmc::huff
+
+// ---- Blocked streams (docs/FORMAT.md, "Blocked Huffman stream") ----
+
+namespace lmc::huff {
+
+size_t BlockedEncodedSize(const uint32_t hist[256], size_t n, int log2) {
+  uint8_t len[256];
+  BuildLengths(hist, len);
+  uint64_t bits = 0;
+  for (int s = 0; s < 256; ++s) bits += uint64_t{hist[s]} * len[s];
+  return hd::HuffBlockedHeader(hd::HuffShapeOf(len).table_bytes, hd::HuffBlocks(n, log2)) +
+         static_cast<size_t>((bits + 7) / 8);
+}
+
+Result<size_t> EncodeBlocked(const uint8_t* src, size_t n, const uint32_t hist[256], int log2, uint8_t* dst,
+                             size_t cap) {
+  if (n == 0 || n > kMaxSymbols) return Status::InvalidArgument("huffman: symbol count out of range");
+  if (log2 < hd::kMinBlockLog2 || log2 > hd::kMaxBlockLog2)
+    return Status::InvalidArgument("huffman: block size out of range");
+  uint8_t len[256];
+  BuildLengths(hist, len);
+  uint32_t codes[256];
+  BuildCodes(len, codes);
+  const hd::HuffTableShape shape = hd::HuffShapeOf(len);
+  const uint32_t blocks = hd::HuffBlocks(n, log2);
+  const size_t header = hd::HuffBlockedHeader(shape.table_bytes, blocks);
+  if (cap < header) return Status::InvalidArgument("huffman: output buffer too small");
+  const size_t per = size_t{1} << log2;
+  // The block table first: it gives the payload size and the start of the
+  // second half, where the second writer begins.
+  uint64_t total = 0, half_bit = 0;
+  const uint32_t half = blocks / 2;
+  uint8_t* table = dst + 2 + shape.table_bytes + 1;
+  for (uint32_t b = 0; b < blocks; ++b) {
+    if (b == half) half_bit = total;
+    const size_t first = size_t{b} << log2;
+    const uint32_t count = static_cast<uint32_t>(std::min(per, n - first));
+    const uint32_t bits = hd::HuffBlockBits(src + first, count, codes);
+    StoreLE16(table + 2 * b, static_cast<uint16_t>(bits));
+    total += bits;
+  }
+  const size_t plen = static_cast<size_t>((total + 7) / 8);
+  if (cap < header + plen) return Status::InvalidArgument("huffman: output buffer too small");
+  hd::HuffWriteLengths(len, shape, dst);
+  dst[2 + shape.table_bytes] = static_cast<uint8_t>(log2);
+
+  // The payload is the codes of all symbols in order: two writers, split at
+  // a block boundary, as Encode's quarters.
+  uint8_t* const payload = dst + header;
+  const size_t split = size_t{half} << log2;
+  if (half_bit & 7) payload[half_bit / 8] = 0;
+  Lane lane[2];
+  lane[0] = {src, split, payload, payload + half_bit / 8, 0, 0};
+  lane[1] = {src + split, n - split, payload + half_bit / 8, payload + plen, 0, half_bit & 7};
+  uint64_t top[256];
+  for (int c = 0; c < 256; ++c) {
+    const uint64_t l = codes[c] & 0xff;
+    top[c] = l ? static_cast<uint64_t>(codes[c] >> 8) << (64 - l) | l : 0;
+  }
+  RunPair(lane[0], lane[1], top);
+  const Status mismatch = Status::InvalidArgument("huffman: histogram does not match the data");
+  for (int j = 0; j < 2; ++j) {
+    if (!FinishLane(lane[j], codes)) return mismatch;
+    if (static_cast<uint64_t>(lane[j].out - payload) * 8 + lane[j].bits != (j == 0 ? half_bit : total))
+      return mismatch;
+  }
+  if (lane[1].bits) *lane[1].out++ = static_cast<uint8_t>(lane[1].acc);
+  if (lane[0].bits) payload[half_bit / 8] |= static_cast<uint8_t>(lane[0].acc);
+  return header + plen;
+}
+
+Status DecodeBlocked(const uint8_t* src, size_t len, uint8_t* dst, size_t n) {
+  if (n > kMaxSymbols) return Status::InvalidArgument("huffman: symbol count out of range");
+  uint8_t lens[256];
+  int min_len = 0, max_len = 0;
+  const uint32_t lengths = hd::HuffParseLengths(src, len, lens, &min_len, &max_len);
+  if (!lengths || len < size_t{lengths} + 1) return Status::Corruption("huffman: bad code-length table");
+  const int log2 = src[lengths];
+  if (log2 < hd::kMinBlockLog2 || log2 > hd::kMaxBlockLog2)
+    return Status::Corruption("huffman: bad block size");
+  const uint32_t blocks = hd::HuffBlocks(n, log2);
+  const size_t header = size_t{lengths} + 1 + 2 * size_t{blocks};
+  if (len < header) return Status::Corruption("huffman: block table truncated");
+  const uint8_t* table_bytes = src + lengths + 1;
+  const size_t per = size_t{1} << log2;
+  // Checks every block's bit count against its symbol count, and that the
+  // payload holds exactly their sum.
+  uint64_t total = 0;
+  for (uint32_t b = 0; b < blocks; ++b) {
+    const uint64_t bits = LoadLE16(table_bytes + 2 * b);
+    const uint64_t count = std::min(per, n - (size_t{b} << log2));
+    if (bits < count * min_len || bits > count * max_len)
+      return Status::Corruption("huffman: block size out of range");
+    total += bits;
+  }
+  const uint8_t* payload = src + header;
+  const size_t plen = len - header;
+  if ((total + 7) / 8 != plen) return Status::Corruption("huffman: payload size mismatch");
+  if ((total & 7) && (payload[plen - 1] >> (total & 7))) return Status::Corruption("huffman: nonzero padding");
+  if (n == 0) return Status::Ok();
+
+  Entry table[kTableSize];
+  BuildDecodeTable(lens, table);
+  MultiEntry multi[kTableSize];
+  BuildMultiTable(table, multi);
+  uint64_t pos = 0;
+  for (uint32_t b = 0; b < blocks; b += 4) {
+    uint64_t begin[4], end[4];
+    uint8_t* out[4];
+    uint8_t* stop[4];
+    for (uint32_t j = 0; j < 4; ++j) {
+      begin[j] = pos;
+      out[j] = stop[j] = dst + n;  // an empty reader past the last block
+      if (b + j < blocks) {
+        out[j] = dst + (size_t{b + j} << log2);
+        stop[j] = dst + std::min(n, size_t{b + j + 1} << log2);
+        pos += LoadLE16(table_bytes + 2 * (b + j));
+      }
+      end[j] = pos;
+    }
+    if (!DecodeFour(multi, table, payload, plen, begin, end, out, stop))
+      return Status::Corruption("huffman: block does not end where declared");
   }
   return Status::Ok();
 }

@@ -34,4 +34,18 @@ Result<size_t> Encode(const uint8_t* src, size_t n, const uint32_t hist[256], ui
 // gives Corruption; never reads or writes out of bounds. Allocates nothing.
 Status Decode(const uint8_t* src, size_t len, uint8_t* dst, size_t n);
 
+// Blocked streams (coder 4, docs/FORMAT.md, "Blocked Huffman stream"):
+// the same codes, cut into blocks of 2^log2 symbols with a u16 bit count
+// per block, so that any number of decoders can start at block boundaries.
+// Exact size from the histogram alone.
+size_t BlockedEncodedSize(const uint32_t hist[256], size_t n, int log2);
+// Encodes src[0, n) (histogram precomputed, at least two distinct symbols,
+// log2 in [8, 12]). InvalidArgument when cap is too small or the histogram
+// does not match the data. Allocates nothing.
+Result<size_t> EncodeBlocked(const uint8_t* src, size_t n, const uint32_t hist[256], int log2, uint8_t* dst,
+                             size_t cap);
+// Decodes exactly n symbols; Corruption on malformed input, never out of
+// bounds. Allocates nothing.
+Status DecodeBlocked(const uint8_t* src, size_t len, uint8_t* dst, size_t n);
+
 }  // namespace lmc::huff

@@ -1,0 +1,83 @@
+// Frame-level pieces shared by the CPU codec and the GPU kernels,
+// host-device (hd.h): the coder choice of the GPU profile and the byte-plane
+// transform of one element. docs/FORMAT.md, "Frame", "Encode profiles".
+#pragma once
+
+#include "hd/hd.h"
+#include "hd/huffman_hd.h"
+
+namespace lmc::hd {
+
+// Coder values (lmc::Coder).
+inline constexpr uint8_t kCoderRaw = 0, kCoderConst = 1, kCoderHuffman = 2, kCoderRans = 3,
+                         kCoderHuffmanBlocked = 4;
+
+// The GPU profile's choice for a stream of n symbols with histogram hist:
+// const for one symbol, else blocked Huffman (2^12-symbol blocks) when it
+// saves at least 1/128 of the stream, else raw. `len` receives the code
+// lengths when the choice is blocked Huffman. Returns the coder and sets
+// *size to the exact payload size.
+LMC_HD uint8_t GpuProfileCoder(const uint32_t hist[256], size_t n, uint8_t len[256], size_t* size) {
+  *size = n;
+  if (n == 0) return kCoderRaw;
+  int distinct = 0;
+  for (int s = 0; s < 256; ++s) distinct += hist[s] != 0;
+  if (distinct == 1) {
+    *size = 1;
+    return kCoderConst;
+  }
+  HuffBuildLengths(hist, len);
+  uint64_t bits = 0;
+  for (int s = 0; s < 256; ++s) bits += uint64_t{hist[s]} * len[s];
+  const size_t blocked = HuffBlockedHeader(HuffShapeOf(len).table_bytes, HuffBlocks(n, kDefaultBlockLog2)) +
+                         static_cast<size_t>((bits + 7) / 8);
+  if (blocked + n / 128 >= n) return kCoderRaw;
+  *size = blocked;
+  return kCoderHuffmanBlocked;
+}
+
+LMC_HD bool DTypeIsFloat(uint8_t t) { return t == 10 || t == 11 || t == 12 || t == 13; }
+// Element width of a dtype value (section 2); 0 for invalid values.
+LMC_HD uint32_t DTypeWidthOf(uint8_t t) {
+  if (t <= 3 || t == 14 || t == 15) return 1;
+  if (t == 4 || t == 5 || t == 10 || t == 11) return 2;
+  if (t == 6 || t == 7 || t == 12) return 4;
+  if (t == 8 || t == 9 || t == 13) return 8;
+  return 0;
+}
+
+// The transform of element i (section 3): its w bytes at src (XORed with
+// base when given), rotated left by one bit for floats, returned as a
+// little-endian integer whose byte w-1-b goes to stream b.
+LMC_HD uint64_t SplitElement(const uint8_t* src, const uint8_t* base, uint32_t w, bool rot) {
+  uint64_t v = 0;
+  for (uint32_t b = 0; b < w; ++b) v |= uint64_t{src[b]} << (8 * b);
+  if (base) {
+    uint64_t x = 0;
+    for (uint32_t b = 0; b < w; ++b) x |= uint64_t{base[b]} << (8 * b);
+    v ^= x;
+  }
+  if (rot) {
+    const uint32_t bits = 8 * w;
+    const uint64_t mask = bits == 64 ? ~uint64_t{0} : (uint64_t{1} << bits) - 1;
+    v = ((v << 1) | (v >> (bits - 1))) & mask;
+  }
+  return v;
+}
+// The inverse: v (byte w-1-b from stream b) rotated back, XORed with base,
+// stored little-endian at dst.
+LMC_HD void MergeElement(uint64_t v, const uint8_t* base, uint32_t w, bool rot, uint8_t* dst) {
+  if (rot) {
+    const uint32_t bits = 8 * w;
+    const uint64_t mask = bits == 64 ? ~uint64_t{0} : (uint64_t{1} << bits) - 1;
+    v = ((v >> 1) | (v << (bits - 1))) & mask;
+  }
+  if (base) {
+    uint64_t x = 0;
+    for (uint32_t b = 0; b < w; ++b) x |= uint64_t{base[b]} << (8 * b);
+    v ^= x;
+  }
+  for (uint32_t b = 0; b < w; ++b) dst[b] = static_cast<uint8_t>(v >> (8 * b));
+}
+
+}  // namespace lmc::hd

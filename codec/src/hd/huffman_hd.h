@@ -1,0 +1,312 @@
+// Canonical, length-limited Huffman: the pieces shared by the CPU coder
+// (huffman.cc) and the GPU kernels (codec/cuda/gpu_codec.cu), host-device
+// (hd.h). docs/FORMAT.md, "Huffman stream" and "Blocked Huffman stream".
+#pragma once
+
+#include "hd/hd.h"
+
+namespace lmc::hd {
+
+inline constexpr int kHuffMaxLen = 11;
+inline constexpr int kHuffTableSize = 1 << kHuffMaxLen;
+// Blocked streams: 2^k symbols per block, k in [kMinBlockLog2, kMaxBlockLog2];
+// a block's bit count (at most 2^12 * 11 < 2^16) is a u16.
+inline constexpr int kMinBlockLog2 = 8;
+inline constexpr int kMaxBlockLog2 = 12;
+inline constexpr int kDefaultBlockLog2 = 12;
+
+// Optimal code lengths limited to kHuffMaxLen bits by package-merge
+// (Larmore and Hirschberg). Symbols with hist 0 get length 0; a lone symbol
+// gets length 1. Returns the number of symbols with a code. Deterministic:
+// symbols are ordered by (count, symbol), a total order, so every caller
+// (CPU or GPU) gets the same lengths for the same histogram.
+LMC_HD_NOINLINE int HuffBuildLengths(const uint32_t hist[256], uint8_t len[256]) {
+  uint64_t sorted[256];  // count << 8 | symbol, ascending
+  int k = 0;
+  for (int s = 0; s < 256; ++s) {
+    len[s] = 0;
+    if (hist[s]) sorted[k++] = uint64_t{hist[s]} << 8 | static_cast<uint64_t>(s);
+  }
+  if (k == 0) return 0;
+  if (k == 1) {
+    len[sorted[0] & 0xff] = 1;
+    return 1;
+  }
+  // Shell sort (Ciura's gaps): no library, no recursion, fine for 256 keys.
+  const int gaps[] = {132, 57, 23, 10, 4, 1};
+  for (int gi = 0; gi < 6; ++gi) {
+    const int gap = gaps[gi];
+    for (int i = gap; i < k; ++i) {
+      const uint64_t v = sorted[i];
+      int j = i;
+      while (j >= gap && sorted[j - gap] > v) {
+        sorted[j] = sorted[j - gap];
+        j -= gap;
+      }
+      sorted[j] = v;
+    }
+  }
+  // Level 0 is the list of leaves (weight 2^-L); level i+1 merges the leaves
+  // with the pairs of level i. is_leaf[i][t] records the order of the merge
+  // so that the selection can be traced back without storing packages.
+  uint64_t weight[2][512];
+  uint8_t is_leaf[kHuffMaxLen][512];
+  int size = k;
+  for (int t = 0; t < k; ++t) {
+    weight[0][t] = sorted[t] >> 8;
+    is_leaf[0][t] = 1;
+  }
+  for (int level = 1; level < kHuffMaxLen; ++level) {
+    const uint64_t* prev = weight[(level - 1) & 1];
+    uint64_t* cur = weight[level & 1];
+    const int packages = size / 2;
+    int a = 0, b = 0, t = 0;
+    while (a < k || b < packages) {
+      const uint64_t pw = b < packages ? prev[2 * b] + prev[2 * b + 1] : ~uint64_t{0};
+      if (a < k && (sorted[a] >> 8) <= pw) {
+        cur[t] = sorted[a] >> 8;
+        is_leaf[level][t++] = 1;
+        ++a;
+      } else {
+        cur[t] = pw;
+        is_leaf[level][t++] = 0;
+        ++b;
+      }
+    }
+    size = t;
+  }
+  // Select the 2k-2 cheapest items of the top level; every selected leaf
+  // occurrence adds one bit to that symbol's length.
+  int take = 2 * k - 2;
+  uint8_t depth[256];
+  for (int t = 0; t < 256; ++t) depth[t] = 0;
+  for (int level = kHuffMaxLen - 1; level >= 0 && take > 0; --level) {
+    int leaves = 0;
+    for (int t = 0; t < take; ++t) leaves += is_leaf[level][t];
+    for (int t = 0; t < leaves; ++t) ++depth[t];
+    take = 2 * (take - leaves);
+  }
+  for (int t = 0; t < k; ++t) len[sorted[t] & 0xff] = depth[t];
+  return k;
+}
+
+// Canonical codes (DEFLATE rule), bit-reversed for LSB-first output:
+// entry = reversed code << 8 | len (0 for symbols without a code).
+LMC_HD void HuffBuildCodes(const uint8_t len[256], uint32_t codes[256]) {
+  int count[kHuffMaxLen + 1];
+  for (int l = 0; l <= kHuffMaxLen; ++l) count[l] = 0;
+  for (int s = 0; s < 256; ++s) ++count[len[s] <= kHuffMaxLen ? len[s] : 0];
+  count[0] = 0;
+  uint32_t next[kHuffMaxLen + 2];
+  next[0] = next[1] = 0;
+  for (int l = 1; l <= kHuffMaxLen; ++l) next[l + 1] = (next[l] + count[l]) << 1;
+  for (int s = 0; s < 256; ++s) {
+    const int l = len[s];
+    if (!l) {
+      codes[s] = 0;
+      continue;
+    }
+    const uint32_t c = next[l]++;
+    uint32_t rev = 0;
+    for (int b = 0; b < l; ++b) rev |= ((c >> b) & 1) << (l - 1 - b);
+    codes[s] = rev << 8 | static_cast<uint32_t>(l);
+  }
+}
+
+// lo, hi and the header bytes of the code-length table (section 5.1).
+struct HuffTableShape {
+  int lo = 0, hi = 0;
+  uint32_t table_bytes = 0;  // nibbles: ceil((hi - lo + 1) / 2)
+};
+LMC_HD HuffTableShape HuffShapeOf(const uint8_t len[256]) {
+  HuffTableShape t;
+  while (t.lo < 255 && !len[t.lo]) ++t.lo;
+  t.hi = 255;
+  while (t.hi > t.lo && !len[t.hi]) --t.hi;
+  t.table_bytes = static_cast<uint32_t>(t.hi - t.lo + 2) / 2;
+  return t;
+}
+// Writes lo, hi and the nibbles; returns the bytes written (2 + table_bytes).
+LMC_HD uint32_t HuffWriteLengths(const uint8_t len[256], const HuffTableShape& t, uint8_t* dst) {
+  dst[0] = static_cast<uint8_t>(t.lo);
+  dst[1] = static_cast<uint8_t>(t.hi);
+  for (uint32_t i = 0; i < t.table_bytes; ++i) {
+    const int s0 = t.lo + 2 * static_cast<int>(i), s1 = s0 + 1;
+    const uint8_t a = len[s0], b = s1 <= t.hi ? len[s1] : 0;
+    dst[2 + i] = static_cast<uint8_t>(a | b << 4);
+  }
+  return 2 + t.table_bytes;
+}
+
+// Parses lo, hi and the nibbles at src[0, len) and checks them (section 5.1
+// validity: lengths <= 11, lo and hi coded, a lone symbol of length 1, else
+// a complete code). Returns the bytes parsed, or 0 when malformed.
+LMC_HD uint32_t HuffParseLengths(const uint8_t* src, size_t len, uint8_t lens[256], int* min_len,
+                                 int* max_len) {
+  if (len < 2) return 0;
+  const int lo = src[0], hi = src[1];
+  if (lo > hi) return 0;
+  const int count = hi - lo + 1;
+  const uint32_t table_bytes = static_cast<uint32_t>(count + 1) / 2;
+  if (len < 2 + table_bytes) return 0;
+  for (int s = 0; s < 256; ++s) lens[s] = 0;
+  if ((count & 1) && (src[2 + table_bytes - 1] >> 4)) return 0;  // unused nibble must be 0
+  uint32_t kraft = 0;
+  int present = 0;
+  *min_len = kHuffMaxLen;
+  *max_len = 0;
+  for (int i = 0; i < count; ++i) {
+    const int l = (src[2 + i / 2] >> (4 * (i & 1))) & 0xf;
+    if (l > kHuffMaxLen) return 0;
+    lens[lo + i] = static_cast<uint8_t>(l);
+    if (l) {
+      ++present;
+      kraft += 1u << (kHuffMaxLen - l);
+      if (l < *min_len) *min_len = l;
+      if (l > *max_len) *max_len = l;
+    }
+  }
+  if (!lens[lo] || !lens[hi]) return 0;
+  if (present == 1) {
+    if (lens[lo] != 1) return 0;
+  } else if (kraft != kHuffTableSize) {
+    return 0;  // incomplete or oversubscribed
+  }
+  return 2 + table_bytes;
+}
+
+// Single-symbol decoding table over 11-bit LSB-first windows: entry =
+// symbol << 8 | length. Slots no code reaches (only with a lone symbol)
+// decode as length 11, which the end-position check then rejects.
+LMC_HD void HuffBuildDecodeTable(const uint8_t lens[256], uint16_t table[kHuffTableSize]) {
+  uint32_t codes[256];
+  HuffBuildCodes(lens, codes);
+  for (int t = 0; t < kHuffTableSize; ++t) table[t] = kHuffMaxLen;
+  for (int s = 0; s < 256; ++s) {
+    const int l = lens[s];
+    if (!l) continue;
+    const uint16_t e = static_cast<uint16_t>(s << 8 | l);
+    for (uint32_t t = codes[s] >> 8; t < static_cast<uint32_t>(kHuffTableSize); t += 1u << l) table[t] = e;
+  }
+}
+
+// Multi-symbol entry for one 11-bit window: bits 0-23 up to three symbols
+// (first in the low byte), bits 24-25 how many, bits 26-29 the bits their
+// codes take. At least one symbol (the single entry, even a filler).
+LMC_HD uint32_t HuffMultiEntry(const uint16_t single[kHuffTableSize], uint32_t t) {
+  uint32_t syms = 0, count = 0, used = 0;
+  while (count < 3) {
+    const uint16_t e = single[(t >> used) & (kHuffTableSize - 1)];
+    const uint32_t l = e & 0xff;
+    if (count > 0 && used + l > static_cast<uint32_t>(kHuffMaxLen)) break;
+    syms |= static_cast<uint32_t>(e >> 8) << (8 * count);
+    ++count;
+    used += l;
+    if (used >= static_cast<uint32_t>(kHuffMaxLen)) break;
+  }
+  return syms | count << 24 | used << 26;
+}
+
+// ---- Blocked streams (coder 4) ----
+
+// Blocks of a stream of n symbols with 2^log2 symbols each.
+LMC_HD uint32_t HuffBlocks(size_t n, int log2) {
+  return static_cast<uint32_t>((n + (size_t{1} << log2) - 1) >> log2);
+}
+// Bytes before the payload: lo, hi, nibbles, log2, u16 per block.
+LMC_HD size_t HuffBlockedHeader(uint32_t table_bytes, uint32_t blocks) {
+  return 2 + size_t{table_bytes} + 1 + 2 * size_t{blocks};
+}
+
+// Bits block b's symbols take: the sum of their code lengths.
+LMC_HD uint32_t HuffBlockBits(const uint8_t* sym, uint32_t count, const uint32_t codes[256]) {
+  uint32_t bits = 0;
+  for (uint32_t i = 0; i < count; ++i) bits += codes[sym[i]] & 0xff;
+  return bits;
+}
+
+// The plain OR for host code where one thread writes all blocks.
+struct PlainOr {
+  LMC_HD void operator()(uint32_t* w, uint32_t v) const { *w |= v; }
+};
+
+// Writes the codes of sym[0, count) as an LSB-first bit string starting at
+// bit `start` of the little-endian 32-bit word array `words` (zeroed
+// beforehand). Words wholly inside [start, start + bits) are stored; the
+// first and last word, which a neighbouring block may share, are combined
+// with `edge_or` (atomicOr on a GPU). `bits` is HuffBlockBits of the block.
+template <typename EdgeOr>
+LMC_HD void HuffEncodeBlockWords(const uint8_t* sym, uint32_t count, const uint32_t codes[256],
+                                 uint64_t start, uint32_t bits, uint32_t* words, EdgeOr edge_or) {
+  if (bits == 0) return;
+  const uint64_t first_word = start >> 5, last_word = (start + bits - 1) >> 5;
+  uint64_t w = first_word;
+  uint64_t acc = 0;       // pending bits, oldest lowest
+  uint32_t nacc = start & 31;  // the first word's bits below start are zero
+  for (uint32_t i = 0; i < count; ++i) {
+    const uint32_t e = codes[sym[i]];
+    acc |= static_cast<uint64_t>(e >> 8) << nacc;
+    nacc += e & 0xff;
+    if (nacc >= 32) {
+      const uint32_t v = static_cast<uint32_t>(acc);
+      if (w == first_word || w == last_word)
+        edge_or(words + w, v);
+      else
+        words[w] = v;
+      ++w;
+      acc >>= 32;
+      nacc -= 32;
+    }
+  }
+  if (nacc) edge_or(words + w, static_cast<uint32_t>(acc));  // the last word: always an edge
+}
+
+// Reads payload bytes as an LSB-first bit string with bounds checks: bytes
+// at or past plen read as zero.
+struct HuffBitReader {
+  const uint8_t* p;
+  size_t plen;
+  uint64_t pos;  // absolute bit position
+  // The 32 bits at pos (fewer real bits near the end).
+  LMC_HD uint32_t Peek32() const {
+    const size_t byte = static_cast<size_t>(pos >> 3);
+    uint64_t v = 0;
+    if (byte + 5 <= plen) {
+      v = uint64_t{p[byte]} | uint64_t{p[byte + 1]} << 8 | uint64_t{p[byte + 2]} << 16 |
+          uint64_t{p[byte + 3]} << 24 | uint64_t{p[byte + 4]} << 32;
+    } else {
+      for (size_t i = 0; i < 5 && byte + i < plen; ++i) v |= uint64_t{p[byte + i]} << (8 * i);
+    }
+    return static_cast<uint32_t>(v >> (pos & 7));
+  }
+};
+
+// Decodes `count` symbols starting at bit `start` of payload[0, plen) into
+// out with the multi-symbol table; true when the reader stops exactly at
+// `end` (the check that catches every malformed range).
+LMC_HD bool HuffDecodeRange(const uint8_t* payload, size_t plen, uint64_t start, uint64_t end,
+                            const uint32_t multi[kHuffTableSize], const uint16_t single[kHuffTableSize],
+                            uint8_t* out, uint32_t count) {
+  HuffBitReader r{payload, plen, start};
+  uint32_t i = 0;
+  // Whole multi-entries while at least 3 symbols remain.
+  while (i + 3 <= count) {
+    if (r.pos > end) return false;
+    const uint32_t e = multi[r.Peek32() & (kHuffTableSize - 1)];
+    const uint32_t k = (e >> 24) & 3;
+    out[i] = static_cast<uint8_t>(e);
+    if (k > 1) out[i + 1] = static_cast<uint8_t>(e >> 8);
+    if (k > 2) out[i + 2] = static_cast<uint8_t>(e >> 16);
+    i += k;
+    r.pos += e >> 26;
+  }
+  while (i < count) {
+    if (r.pos > end) return false;
+    const uint16_t e = single[r.Peek32() & (kHuffTableSize - 1)];
+    out[i++] = static_cast<uint8_t>(e >> 8);
+    r.pos += e & 0xff;
+  }
+  return r.pos == end;
+}
+
+}  // namespace lmc::hd

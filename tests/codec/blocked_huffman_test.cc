@@ -1,0 +1,220 @@
+// Blocked Huffman streams (coder 4) and the GPU encode profile on the CPU,
+// and the host-device pieces (hd/) the GPU kernels run, checked on the host
+// against the CPU coder.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "hd/frame_hd.h"
+#include "hd/huffman_hd.h"
+#include "huffman.h"
+#include "lmc/bytes.h"
+#include "lmc/codec.h"
+#include "lmc/transform.h"
+#include "test_util.h"
+
+namespace lmc {
+namespace {
+
+std::vector<uint8_t> Skewed(size_t n, uint32_t seed, int spread) {
+  std::mt19937 rng(seed);
+  std::geometric_distribution<int> g(1.0 / spread);
+  std::vector<uint8_t> v(n);
+  for (auto& b : v) b = static_cast<uint8_t>(120 + std::min(g(rng), 100));
+  return v;
+}
+
+std::vector<uint8_t> EncodeBlockedOrDie(const std::vector<uint8_t>& s, int log2) {
+  uint32_t hist[256];
+  Histogram(s.data(), s.size(), hist);
+  std::vector<uint8_t> out(huff::MaxEncodedSize(s.size()) + 2 * (s.size() >> 8) + 64);
+  auto r = huff::EncodeBlocked(s.data(), s.size(), hist, log2, out.data(), out.size());
+  EXPECT_TRUE(r.ok()) << r.status().ToString();
+  out.resize(r.ok() ? *r : 0);
+  EXPECT_EQ(out.size(), huff::BlockedEncodedSize(hist, s.size(), log2));
+  return out;
+}
+
+TEST(BlockedHuffman, RoundTripsEverySizeAndBlockSize) {
+  for (int log2 : {8, 10, 12}) {
+    for (size_t n : {size_t{2}, size_t{3}, size_t{255}, size_t{256}, size_t{257}, size_t{4095}, size_t{4096},
+                     size_t{4097}, size_t{12345}, size_t{1} << 20}) {
+      SCOPED_TRACE(::testing::Message() << "log2 " << log2 << " n " << n);
+      auto s = Skewed(n, static_cast<uint32_t>(n + log2), 3);
+      s[0] = 7;  // at least two symbols
+      auto enc = EncodeBlockedOrDie(s, log2);
+      std::vector<uint8_t> back(n);
+      ASSERT_TRUE(huff::DecodeBlocked(enc.data(), enc.size(), back.data(), n).ok());
+      EXPECT_EQ(back, s);
+    }
+  }
+}
+
+TEST(BlockedHuffman, PayloadIsTheSingleStreamOfAllCodes) {
+  // Block boundaries change nothing in the bit string: the payload equals
+  // the 4-sub-stream coder's payload for the same codes, which is also all
+  // codes in order.
+  auto s = Skewed(100000, 5, 4);
+  auto blocked = EncodeBlockedOrDie(s, 12);
+  uint32_t hist[256];
+  Histogram(s.data(), s.size(), hist);
+  std::vector<uint8_t> plain(huff::MaxEncodedSize(s.size()));
+  auto r = huff::Encode(s.data(), s.size(), hist, plain.data(), plain.size());
+  ASSERT_TRUE(r.ok());
+  const size_t lens = 2 + (plain[1] - plain[0] + 2) / 2;
+  const size_t plain_payload = lens + 16;
+  const size_t blocked_payload = lens + 1 + 2 * hd::HuffBlocks(s.size(), 12);
+  ASSERT_EQ(*r - plain_payload, blocked.size() - blocked_payload);
+  EXPECT_TRUE(std::equal(blocked.begin() + blocked_payload, blocked.end(), plain.begin() + plain_payload));
+}
+
+TEST(BlockedHuffman, HostDeviceWriterAndReaderMatchTheCpuCoder) {
+  // What a GPU thread per block does, run here block by block in reverse
+  // order: the same payload as the CPU coder, and each block decodes alone.
+  for (size_t n : {size_t{5000}, size_t{1} << 18, (size_t{1} << 18) + 77}) {
+    auto s = Skewed(n, 11, 5);
+    auto enc = EncodeBlockedOrDie(s, 12);
+    uint8_t len[256];
+    uint32_t hist[256];
+    Histogram(s.data(), n, hist);
+    hd::HuffBuildLengths(hist, len);
+    uint32_t codes[256];
+    hd::HuffBuildCodes(len, codes);
+    const uint32_t blocks = hd::HuffBlocks(n, 12);
+    std::vector<uint64_t> start(blocks + 1, 0);
+    std::vector<uint32_t> bits(blocks);
+    for (uint32_t b = 0; b < blocks; ++b) {
+      const uint32_t count = static_cast<uint32_t>(std::min<size_t>(4096, n - size_t{b} * 4096));
+      bits[b] = hd::HuffBlockBits(s.data() + size_t{b} * 4096, count, codes);
+      start[b + 1] = start[b] + bits[b];
+    }
+    std::vector<uint32_t> words((start[blocks] + 31) / 32 + 1, 0);
+    for (uint32_t b = blocks; b-- > 0;) {
+      const uint32_t count = static_cast<uint32_t>(std::min<size_t>(4096, n - size_t{b} * 4096));
+      hd::HuffEncodeBlockWords(s.data() + size_t{b} * 4096, count, codes, start[b], bits[b], words.data(),
+                               hd::PlainOr{});
+    }
+    const size_t plen = (start[blocks] + 7) / 8;
+    const size_t header = enc.size() - plen;
+    ASSERT_EQ(0, std::memcmp(enc.data() + header, words.data(), plen)) << "n " << n;
+    for (uint32_t b = 0; b < blocks; ++b)
+      ASSERT_EQ(LoadLE16(enc.data() + header - 2 * blocks + 2 * b), bits[b]);
+
+    uint16_t single[hd::kHuffTableSize];
+    uint32_t multi[hd::kHuffTableSize];
+    hd::HuffBuildDecodeTable(len, single);
+    for (uint32_t t = 0; t < hd::kHuffTableSize; ++t) multi[t] = hd::HuffMultiEntry(single, t);
+    std::vector<uint8_t> back(n);
+    for (uint32_t b = blocks; b-- > 0;) {
+      const uint32_t count = static_cast<uint32_t>(std::min<size_t>(4096, n - size_t{b} * 4096));
+      ASSERT_TRUE(hd::HuffDecodeRange(enc.data() + header, plen, start[b], start[b + 1], multi, single,
+                                      back.data() + size_t{b} * 4096, count));
+      // A wrong end is caught.
+      EXPECT_FALSE(hd::HuffDecodeRange(enc.data() + header, plen, start[b], start[b + 1] + 1, multi, single,
+                                       back.data() + size_t{b} * 4096, count));
+    }
+    EXPECT_EQ(back, s);
+  }
+}
+
+TEST(BlockedHuffman, CorruptStreamsNeverDecodeWrongOrOutOfBounds) {
+  auto s = Skewed(20000, 3, 3);
+  auto enc = EncodeBlockedOrDie(s, 10);
+  std::mt19937 rng(9);
+  int caught = 0;
+  for (int t = 0; t < 3000; ++t) {
+    auto bad = enc;
+    const size_t at = rng() % bad.size();
+    bad[at] ^= static_cast<uint8_t>(1u << (rng() % 8));
+    std::vector<uint8_t> back(s.size());
+    Status st = huff::DecodeBlocked(bad.data(), bad.size(), back.data(), back.size());
+    if (!st.ok()) {
+      ++caught;
+      EXPECT_EQ(st.code(), Code::kCorruption);
+    }
+  }
+  // A flipped payload bit can still decode (to other symbols, caught by the
+  // frame checksum); flips in the header and most payload flips are caught.
+  EXPECT_GT(caught, 1500);
+  // Truncation is always caught.
+  for (size_t cut = 0; cut < enc.size(); cut += 97) {
+    std::vector<uint8_t> back(s.size());
+    EXPECT_FALSE(huff::DecodeBlocked(enc.data(), cut, back.data(), back.size()).ok());
+  }
+}
+
+TEST(GpuProfile, FramesRoundTripAndUseBlockedHuffmanForExponents) {
+  Workspace ws;
+  for (int t = 0; t < kNumDTypes; ++t) {
+    for (size_t n : {size_t{0}, size_t{1}, size_t{7}, size_t{300}, size_t{4096 + 3}, size_t{1} << 20}) {
+      for (bool with_base : {false, true}) {
+        SCOPED_TRACE(::testing::Message() << "dtype " << t << " n " << n << " base " << with_base);
+        auto src = testing::Bf16Weights(n / 2 + 1, static_cast<uint32_t>(n + t));
+        src.resize(n);
+        auto base = src;
+        for (size_t i = 0; i < base.size(); i += 7) base[i] ^= 1;
+        EncodeParams p{static_cast<DType>(t), with_base ? base.data() : nullptr, EncodeProfile::kGpu};
+        std::vector<uint8_t> frame(MaxEncodedSize(n));
+        auto len = EncodeChunk(src.data(), n, p, frame.data(), frame.size(), ws);
+        ASSERT_TRUE(len.ok()) << len.status().ToString();
+        auto fi = ReadFrameInfo(frame.data(), *len);
+        ASSERT_TRUE(fi.ok());
+        bool blocked = false;
+        for (const auto& s : fi->streams) {
+          EXPECT_NE(s.coder, Coder::kHuffman);
+          EXPECT_NE(s.coder, Coder::kRans);
+          blocked |= s.coder == Coder::kHuffmanBlocked;
+        }
+        EXPECT_EQ(fi->version, blocked ? 2 : 1);
+        if (static_cast<DType>(t) == DType::kBF16 && n == (size_t{1} << 20) && !with_base) {
+          EXPECT_EQ(fi->streams[0].coder, Coder::kHuffmanBlocked);
+        }
+        std::vector<uint8_t> back(n);
+        auto d = DecodeChunk(frame.data(), *len, with_base ? base.data() : nullptr, n, back.data(), n, ws);
+        ASSERT_TRUE(d.ok()) << d.status().ToString();
+        EXPECT_EQ(back, src);
+      }
+    }
+  }
+}
+
+TEST(GpuProfile, CostsUnderATenthOfAPointOfRatioOnBf16Weights) {
+  Workspace ws;
+  auto src = testing::Bf16Weights(size_t{1} << 20, 17);
+  std::vector<uint8_t> a(MaxEncodedSize(src.size())), b(a.size());
+  auto cpu = EncodeChunk(src.data(), src.size(), {DType::kBF16, nullptr}, a.data(), a.size(), ws);
+  auto gpu = EncodeChunk(src.data(), src.size(), {DType::kBF16, nullptr, EncodeProfile::kGpu}, b.data(),
+                         b.size(), ws);
+  ASSERT_TRUE(cpu.ok() && gpu.ok());
+  const double points = 100.0 * (static_cast<double>(*gpu) - static_cast<double>(*cpu)) / src.size();
+  EXPECT_LT(points, 0.1) << "cpu " << *cpu << " gpu " << *gpu;
+}
+
+TEST(GpuProfile, OldReadersAreToldToUpgradeAndVersionOneRejectsCoderFour) {
+  Workspace ws;
+  auto src = testing::Bf16Weights(50000, 2);
+  std::vector<uint8_t> f(MaxEncodedSize(src.size()));
+  auto len = EncodeChunk(src.data(), src.size(), {DType::kBF16, nullptr, EncodeProfile::kGpu}, f.data(),
+                         f.size(), ws);
+  ASSERT_TRUE(len.ok());
+  ASSERT_EQ(f[4], 2);
+  // The same bytes labelled version 1 (header checksum fixed up) are
+  // corrupt: coder 4 does not exist in version 1.
+  auto v1 = f;
+  v1[4] = 1;
+  const size_t hsize = 24 + 5 * v1[7];
+  StoreLE32(v1.data() + hsize - 4, static_cast<uint32_t>(Checksum64(v1.data(), hsize - 4)));
+  auto r = ReadFrameInfo(v1.data(), *len);
+  EXPECT_EQ(r.status().code(), Code::kCorruption);
+  // A version from the future is Unsupported.
+  auto v3 = f;
+  v3[4] = 3;
+  StoreLE32(v3.data() + hsize - 4, static_cast<uint32_t>(Checksum64(v3.data(), hsize - 4)));
+  EXPECT_EQ(ReadFrameInfo(v3.data(), *len).status().code(), Code::kUnsupported);
+}
+
+}  // namespace
+}  // namespace lmc
