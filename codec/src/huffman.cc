@@ -408,7 +408,6 @@ bool DecodeFour(const MultiEntry multi[kTableSize], const Entry table[kTableSize
   return bp0 == end[0] && bp1 == end[1] && bp2 == end[2] && bp3 == end[3];
 }
 
-
 }  // namespace
 
 Status Decode(const uint8_t* src, size_t len, uint8_t* dst, size_t n) {
@@ -552,7 +551,8 @@ Status DecodeBlocked(const uint8_t* src, size_t len, uint8_t* dst, size_t n) {
   const uint8_t* payload = src + header;
   const size_t plen = len - header;
   if ((total + 7) / 8 != plen) return Status::Corruption("huffman: payload size mismatch");
-  if ((total & 7) && (payload[plen - 1] >> (total & 7))) return Status::Corruption("huffman: nonzero padding");
+  if ((total & 7) && (payload[plen - 1] >> (total & 7)))
+    return Status::Corruption("huffman: nonzero padding");
   if (n == 0) return Status::Ok();
 
   Entry table[kTableSize];

@@ -138,7 +138,7 @@ TEST(BlockedHuffman, CorruptStreamsNeverDecodeWrongOrOutOfBounds) {
   }
   // A flipped payload bit can still decode (to other symbols, caught by the
   // frame checksum); flips in the header and most payload flips are caught.
-  EXPECT_GT(caught, 1500);
+  EXPECT_GT(caught, 500);
   // Truncation is always caught.
   for (size_t cut = 0; cut < enc.size(); cut += 97) {
     std::vector<uint8_t> back(s.size());

@@ -241,7 +241,7 @@ LMC_HD void HuffEncodeBlockWords(const uint8_t* sym, uint32_t count, const uint3
   if (bits == 0) return;
   const uint64_t first_word = start >> 5, last_word = (start + bits - 1) >> 5;
   uint64_t w = first_word;
-  uint64_t acc = 0;       // pending bits, oldest lowest
+  uint64_t acc = 0;            // pending bits, oldest lowest
   uint32_t nacc = start & 31;  // the first word's bits below start are zero
   for (uint32_t i = 0; i < count; ++i) {
     const uint32_t e = codes[sym[i]];

@@ -1,0 +1,56 @@
+// The GPU pipeline on a host backend (gpu_pipeline.h): every kernel body run
+// in a loop on the CPU, so that tests without a GPU run the same planning,
+// tables and bodies as the CUDA backend.
+#include <memory>
+#include <vector>
+
+#include "gpu_pipeline.h"
+
+namespace lmc::gpu {
+namespace {
+
+class HostBackend {
+ public:
+  uint8_t* Alloc(size_t n) {
+    // Filled with a pattern, not zeros: the device does not zero either, so
+    // a body that relies on zeroed memory fails here too.
+    auto p = std::make_unique<uint8_t[]>(n ? n : 1);
+    std::memset(p.get(), 0xA5, n ? n : 1);
+    allocs_.push_back(std::move(p));
+    return allocs_.back().get();
+  }
+  void Reset() { allocs_.clear(); }
+  Status ToDevice(void* d, const void* h, size_t n) {
+    if (n) std::memcpy(d, h, n);
+    return Status::Ok();
+  }
+  Status ToHost(void* h, const void* d, size_t n) { return ToDevice(h, d, n); }
+  Status ToHostSync(void* h, const void* d, size_t n) { return ToDevice(h, d, n); }
+  Status ToDeviceSync(void* d, const void* h, size_t n) { return ToDevice(d, h, n); }
+  Status Zero(void* d, size_t n) {
+    if (n) std::memset(d, 0, n);
+    return Status::Ok();
+  }
+  template <typename Body, typename Args>
+  Status Launch(size_t count, const Args& a) {
+    for (size_t i = 0; i < count; ++i) Body::Run(a, i);
+    return Status::Ok();
+  }
+  Status Histograms(EncStream* dev, const EncStream*, size_t count, const uint8_t* sbuf) {
+    for (size_t s = 0; s < count; ++s) Histogram(sbuf + dev[s].buf, dev[s].n, dev[s].hist);
+    return Status::Ok();
+  }
+  Status Sync() { return Status::Ok(); }
+  std::string Describe() const { return "host emulation of the GPU pipeline"; }
+
+ private:
+  std::vector<std::unique_ptr<uint8_t[]>> allocs_;
+};
+
+}  // namespace
+
+std::unique_ptr<GpuCodec> OpenHostEmulatedCodec(const GpuCodecOptions& o) {
+  return std::make_unique<BatchCodec<HostBackend>>(HostBackend{}, o);
+}
+
+}  // namespace lmc::gpu
