@@ -437,8 +437,8 @@ struct VerifyBody {  // i: frame
 //   Status Histograms(EncStream* dev_streams, const EncStream* host_streams, size_t count, const uint8_t* sbuf)
 //   Status Sync()
 //   bool device_memory()     whether item pointers of the *Device calls are device pointers
-template <typename T>
-T* AllocArray(auto& backend, size_t count) {
+template <typename T, typename B>
+T* AllocArray(B& backend, size_t count) {
   return reinterpret_cast<T*>(backend.Alloc(sizeof(T) * (count ? count : 1)));
 }
 

@@ -19,8 +19,10 @@
 
 namespace lmc {
 
+#if __cplusplus >= 202002L  // the CUDA sources include this as C++17
 static_assert(std::endian::native == std::endian::little,
               "lmc/bytes.h stores integers with memcpy: little-endian hosts only");
+#endif
 
 namespace bytes_internal {
 template <typename U>
