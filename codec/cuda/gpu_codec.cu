@@ -4,8 +4,10 @@
 // counts, one set per warp, merged into the stream's histogram).
 #include <cuda_runtime.h>
 
+#include <map>
 #include <memory>
 #include <string>
+#include <typeinfo>
 #include <vector>
 
 #include "gpu_pipeline.h"
@@ -58,6 +60,9 @@ class CudaBackend {
     std::swap(pinned_, o.pinned_);
     std::swap(events_, o.events_);
     std::swap(name_, o.name_);
+    std::swap(profile_, o.profile_);
+    std::swap(prof_, o.prof_);
+    std::swap(times_, o.times_);
     return *this;
   }
   ~CudaBackend() {
@@ -117,8 +122,8 @@ class CudaBackend {
       const size_t k = std::min(kPinned, n - off);
       LMC_RETURN_IF_ERROR(CudaStatus(cudaEventSynchronize(events_[turn_]), "staging wait"));
       std::memcpy(pinned_[turn_], hp + off, k);
-      LMC_RETURN_IF_ERROR(
-          CudaStatus(cudaMemcpyAsync(dp + off, pinned_[turn_], k, cudaMemcpyHostToDevice, stream_), "copy in"));
+      LMC_RETURN_IF_ERROR(CudaStatus(
+          cudaMemcpyAsync(dp + off, pinned_[turn_], k, cudaMemcpyHostToDevice, stream_), "copy in"));
       LMC_RETURN_IF_ERROR(CudaStatus(cudaEventRecord(events_[turn_], stream_), "event"));
       turn_ ^= 1;
     }
@@ -134,8 +139,8 @@ class CudaBackend {
       const size_t k = off < n ? std::min(kPinned, n - off) : 0;
       if (k) {
         LMC_RETURN_IF_ERROR(CudaStatus(cudaEventSynchronize(events_[turn_]), "staging wait"));
-        LMC_RETURN_IF_ERROR(
-            CudaStatus(cudaMemcpyAsync(pinned_[turn_], dp + off, k, cudaMemcpyDeviceToHost, stream_), "copy out"));
+        LMC_RETURN_IF_ERROR(CudaStatus(
+            cudaMemcpyAsync(pinned_[turn_], dp + off, k, cudaMemcpyDeviceToHost, stream_), "copy out"));
         LMC_RETURN_IF_ERROR(CudaStatus(cudaEventRecord(events_[turn_], stream_), "event"));
       }
       if (pending_buf >= 0) {
@@ -163,8 +168,18 @@ class CudaBackend {
     if (count == 0) return Status::Ok();
     constexpr unsigned kThreads = 128;
     const size_t blocks = (count + kThreads - 1) / kThreads;
+    if (profile_) cudaEventRecord(prof_[0], stream_);
     BodyKernel<Body, Args><<<static_cast<unsigned>(blocks), kThreads, 0, stream_>>>(a, count);
-    return CudaStatus(cudaGetLastError(), "kernel launch");
+    LMC_RETURN_IF_ERROR(CudaStatus(cudaGetLastError(), "kernel launch"));
+    if (profile_) {
+      cudaEventRecord(prof_[1], stream_);
+      LMC_RETURN_IF_ERROR(CudaStatus(cudaEventSynchronize(prof_[1]), "kernel"));
+      float ms = 0;
+      cudaEventElapsedTime(&ms, prof_[0], prof_[1]);
+      std::string name = typeid(Body).name();
+      times_[name] += ms;
+    }
+    return Status::Ok();
   }
 
   Status Histograms(EncStream* dev, const EncStream* host, size_t count, const uint8_t* sbuf) {
@@ -175,8 +190,17 @@ class CudaBackend {
     auto* dt = reinterpret_cast<uint64_t*>(Alloc(8 * tiles.size()));
     if (!dt) return Status::IOError("GPU: out of device memory for histogram tiles");
     LMC_RETURN_IF_ERROR(ToDevice(dt, tiles.data(), 8 * tiles.size()));
+    if (profile_) cudaEventRecord(prof_[0], stream_);
     HistKernel<<<static_cast<unsigned>(tiles.size()), 256, 0, stream_>>>(dev, dt, sbuf);
-    return CudaStatus(cudaGetLastError(), "histogram launch");
+    LMC_RETURN_IF_ERROR(CudaStatus(cudaGetLastError(), "histogram launch"));
+    if (profile_) {
+      cudaEventRecord(prof_[1], stream_);
+      LMC_RETURN_IF_ERROR(CudaStatus(cudaEventSynchronize(prof_[1]), "kernel"));
+      float ms = 0;
+      cudaEventElapsedTime(&ms, prof_[0], prof_[1]);
+      times_["HistKernel"] += ms;
+    }
+    return Status::Ok();
   }
 
   Status Sync() {
@@ -184,6 +208,16 @@ class CudaBackend {
     return CudaStatus(cudaGetLastError(), "kernel");
   }
   std::string Describe() const { return name_; }
+  void EnableProfile() {
+    profile_ = true;
+    cudaEventCreate(&prof_[0]);
+    cudaEventCreate(&prof_[1]);
+  }
+  std::string Profile() const {
+    std::string r;
+    for (const auto& [k, v] : times_) r += k + " " + std::to_string(v) + " ms\n";
+    return r;
+  }
 
  private:
   static constexpr size_t kSlab = size_t{256} << 20;
@@ -198,6 +232,9 @@ class CudaBackend {
   cudaEvent_t events_[2] = {nullptr, nullptr};
   int turn_ = 0;
   std::string name_;
+  bool profile_ = false;
+  cudaEvent_t prof_[2] = {nullptr, nullptr};
+  std::map<std::string, double> times_;
 };
 
 }  // namespace
@@ -207,6 +244,7 @@ Result<std::unique_ptr<GpuCodec>> GpuCodec::Open(const GpuCodecOptions& o) {
   if (!GpuAvailable()) return Status::Unsupported("no usable CUDA device: " + GpuDescription());
   gpu::CudaBackend be;
   LMC_RETURN_IF_ERROR(be.Init(o.device));
+  if (o.profile) be.EnableProfile();
   return std::unique_ptr<GpuCodec>(std::make_unique<gpu::BatchCodec<gpu::CudaBackend>>(std::move(be), o));
 }
 

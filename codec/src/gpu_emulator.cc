@@ -42,6 +42,7 @@ class HostBackend {
   }
   Status Sync() { return Status::Ok(); }
   std::string Describe() const { return "host emulation of the GPU pipeline"; }
+  std::string Profile() const { return ""; }
 
  private:
   std::vector<std::unique_ptr<uint8_t[]>> allocs_;

@@ -47,8 +47,8 @@ struct EdgeOr {
 // Chunks below this size are coded by the CPU within the same call (same
 // frames: the GPU profile); the block-parallel hash needs n > 240 anyway.
 inline constexpr size_t kMinGpuChunk = 4096;
-inline constexpr uint32_t kTileElems = 4096;   // elements per split/merge tile
-inline constexpr uint32_t kRawTile = 16384;    // bytes per raw-copy tile
+inline constexpr uint32_t kTileElems = 4096;  // elements per split/merge tile
+inline constexpr uint32_t kRawTile = 16384;   // bytes per raw-copy tile
 inline constexpr int kLog2 = hd::kDefaultBlockLog2;
 
 // ---------------------------------------------------------------- encode
@@ -76,10 +76,10 @@ struct EncStream {
   uint32_t codes[256];
   uint8_t len[256];
   uint8_t coder;
-  uint32_t hdr;           // bytes of the coder's own header (lengths, log2, block table)
-  uint64_t size;          // payload bytes in the frame (hdr included)
-  uint64_t out_off;       // offset of the payload in the frame
-  uint64_t bits;          // Huffman bits
+  uint32_t hdr;      // bytes of the coder's own header (lengths, log2, block table)
+  uint64_t size;     // payload bytes in the frame (hdr included)
+  uint64_t out_off;  // offset of the payload in the frame
+  uint64_t bits;     // Huffman bits
 };
 
 struct EncArgs {
@@ -92,7 +92,7 @@ struct EncArgs {
   uint32_t* block_stream;
   uint32_t* block_bits;
   uint64_t* block_start;
-  uint64_t* tiles;  // split tiles: chunk << 40 | first element
+  uint64_t* tiles;      // split tiles: chunk << 40 | first element
   uint64_t* raw_tiles;  // stream << 40 | first byte
 };
 
@@ -105,7 +105,8 @@ struct SplitBody {  // i: tile * kTileElems + j
     if (e < c.elems) {
       const uint64_t v =
           hd::SplitElement(c.src + e * c.w, c.base ? c.base + e * c.w : nullptr, c.w, c.rot != 0);
-      for (uint32_t b = 0; b < c.w; ++b) a.sbuf[s[b].buf + e] = static_cast<uint8_t>(v >> (8 * (c.w - 1 - b)));
+      for (uint32_t b = 0; b < c.w; ++b)
+        a.sbuf[s[b].buf + e] = static_cast<uint8_t>(v >> (8 * (c.w - 1 - b)));
     }
     // The tail (n % w bytes, XOR only) by the first threads of tile 0.
     if ((t & ((uint64_t{1} << 40) - 1)) == 0 && i % kTileElems < c.tail) {
@@ -143,7 +144,8 @@ struct BlockBitsBody {  // i: block
     if (s.coder != hd::kCoderHuffmanBlocked || b >= s.blocks) return;
     const uint64_t first = b << kLog2;
     const uint64_t left = s.n - first;
-    const uint32_t count = static_cast<uint32_t>(left < (uint64_t{1} << kLog2) ? left : (uint64_t{1} << kLog2));
+    const uint32_t count =
+        static_cast<uint32_t>(left < (uint64_t{1} << kLog2) ? left : (uint64_t{1} << kLog2));
     a.block_bits[i] = hd::HuffBlockBits(a.sbuf + s.buf + first, count, s.codes);
   }
 };
@@ -169,7 +171,8 @@ struct HuffEncodeBody {  // i: block
     if (s.coder != hd::kCoderHuffmanBlocked || b >= s.blocks) return;
     const uint64_t first = b << kLog2;
     const uint64_t left = s.n - first;
-    const uint32_t count = static_cast<uint32_t>(left < (uint64_t{1} << kLog2) ? left : (uint64_t{1} << kLog2));
+    const uint32_t count =
+        static_cast<uint32_t>(left < (uint64_t{1} << kLog2) ? left : (uint64_t{1} << kLog2));
     hd::HuffEncodeBlockWords(a.sbuf + s.buf + first, count, s.codes, a.block_start[s.block0 + b + 0],
                              a.block_bits[i], a.scratch + s.scratch_word, EdgeOr{});
   }
@@ -233,8 +236,7 @@ struct CopyPayloadBody {  // i: block. Huffman payload bytes, scratch -> frame.
     const uint64_t b = i - s.block0;
     if (s.coder != hd::kCoderHuffmanBlocked || b >= s.blocks) return;
     const uint64_t from = a.block_start[s.block0 + b] / 8;
-    const uint64_t to =
-        b + 1 == s.blocks ? (s.bits + 7) / 8 : a.block_start[s.block0 + b + 1] / 8;
+    const uint64_t to = b + 1 == s.blocks ? (s.bits + 7) / 8 : a.block_start[s.block0 + b + 1] / 8;
     const uint8_t* src = reinterpret_cast<const uint8_t*>(a.scratch + s.scratch_word);
     uint8_t* dst = a.chunks[s.chunk].out + s.out_off + s.hdr;
     for (uint64_t k = from; k < to; ++k) dst[k] = src[k];
@@ -268,14 +270,14 @@ struct DecFrame {
 struct DecStream {
   uint32_t frame, index;
   uint8_t coder, log2, pad[2];
-  uint32_t tasks;       // task slots reserved
-  uint64_t n;           // decoded symbols
-  uint64_t off;         // payload offset in the frame
-  uint64_t len;         // payload bytes
-  uint64_t buf;         // decoded stream offset in the decode buffer (Huffman)
-  uint64_t task0;       // first task slot; block starts live at starts[task0 ..]
-  uint64_t table;       // index of its decode tables
-  uint64_t payload;     // offset of the bit payload within the stream payload
+  uint32_t tasks;    // task slots reserved
+  uint64_t n;        // decoded symbols
+  uint64_t off;      // payload offset in the frame
+  uint64_t len;      // payload bytes
+  uint64_t buf;      // decoded stream offset in the decode buffer (Huffman)
+  uint64_t task0;    // first task slot; block starts live at starts[task0 ..]
+  uint64_t table;    // index of its decode tables
+  uint64_t payload;  // offset of the bit payload within the stream payload
 };
 
 struct DecArgs {
@@ -286,7 +288,7 @@ struct DecArgs {
   uint64_t* starts;  // per task: start bit (and one spare)
   uint16_t* single;  // kHuffTableSize per Huffman stream
   uint32_t* multi;
-  uint8_t* dbuf;  // decoded Huffman streams
+  uint8_t* dbuf;    // decoded Huffman streams
   uint64_t* tiles;  // merge tiles: frame << 40 | first element
   uint64_t* deltas;
   uint32_t* hash_frame;
@@ -329,7 +331,8 @@ struct ParseBody {  // i: Huffman stream. Checks the coder header, builds tables
       st[0] = 0;
       for (int j = 0; j < 4; ++j) {
         const uint8_t* e = p + lb + 4 * j;
-        const uint64_t end = uint64_t{e[0]} | uint64_t{e[1]} << 8 | uint64_t{e[2]} << 16 | uint64_t{e[3]} << 24;
+        const uint64_t end =
+            uint64_t{e[0]} | uint64_t{e[1]} << 8 | uint64_t{e[2]} << 16 | uint64_t{e[3]} << 24;
         const uint64_t count = j == 3 ? s.n - 3 * q : q;
         if (end < prev || end - prev < count * min_len || end - prev > count * max_len) return MarkBad(f);
         st[j + 1] = end;
@@ -345,7 +348,8 @@ struct ParseBody {  // i: Huffman stream. Checks the coder header, builds tables
     uint16_t* single = a.single + s.table * hd::kHuffTableSize;
     uint32_t* multi = a.multi + s.table * hd::kHuffTableSize;
     hd::HuffBuildDecodeTable(lens, single);
-    for (uint32_t t = 0; t < static_cast<uint32_t>(hd::kHuffTableSize); ++t) multi[t] = hd::HuffMultiEntry(single, t);
+    for (uint32_t t = 0; t < static_cast<uint32_t>(hd::kHuffTableSize); ++t)
+      multi[t] = hd::HuffMultiEntry(single, t);
   }
 };
 
@@ -368,9 +372,9 @@ struct HuffDecodeBody {  // i: task
     }
     const uint64_t* st = a.starts + s.task0;
     const uint8_t* payload = f.frame + s.off + s.payload;
-    if (!hd::HuffDecodeRange(payload, s.len - s.payload, st[j], st[j + 1], a.multi + s.table * hd::kHuffTableSize,
-                             a.single + s.table * hd::kHuffTableSize, a.dbuf + s.buf + first,
-                             static_cast<uint32_t>(count)))
+    if (!hd::HuffDecodeRange(payload, s.len - s.payload, st[j], st[j + 1],
+                             a.multi + s.table * hd::kHuffTableSize, a.single + s.table * hd::kHuffTableSize,
+                             a.dbuf + s.buf + first, static_cast<uint32_t>(count)))
       MarkBad(f);
   }
 };
@@ -434,9 +438,9 @@ struct VerifyBody {  // i: frame
 //   Status ToDevice(void* d, const void* h, size_t n) / ToHost(void* h, const void* d, size_t n)
 //   Status Zero(void* d, size_t n)
 //   template <class Body, class Args> Status Launch(size_t count, const Args&)
-//   Status Histograms(EncStream* dev_streams, const EncStream* host_streams, size_t count, const uint8_t* sbuf)
-//   Status Sync()
-//   bool device_memory()     whether item pointers of the *Device calls are device pointers
+//   Status Histograms(EncStream* dev_streams, const EncStream* host_streams, size_t count, const uint8_t*
+//   sbuf) Status Sync() bool device_memory()     whether item pointers of the *Device calls are device
+//   pointers
 template <typename T, typename B>
 T* AllocArray(B& backend, size_t count) {
   return reinterpret_cast<T*>(backend.Alloc(sizeof(T) * (count ? count : 1)));
@@ -455,7 +459,8 @@ inline bool StreamsOf(DType t, size_t n, uint32_t* w, uint64_t* elems, uint32_t*
 // (device pointers, or staged copies). `gpu` selects the items to run on the
 // device; the caller codes the others on the CPU.
 template <typename B>
-Status EncodeOnDevice(B& be, GpuEncodeItem* items, const std::vector<size_t>& gpu, std::vector<uint8_t*>& outs) {
+Status EncodeOnDevice(B& be, GpuEncodeItem* items, const std::vector<size_t>& gpu,
+                      std::vector<uint8_t*>& outs) {
   const size_t nc = gpu.size();
   if (nc == 0) return Status::Ok();
   std::vector<EncChunk> chunks(nc);
@@ -478,7 +483,8 @@ Status EncodeOnDevice(B& be, GpuEncodeItem* items, const std::vector<size_t>& gp
     ch.stream0 = static_cast<uint32_t>(streams.size());
     ch.hash0 = hash_chunk.size();
     for (size_t k = 0; k < hd::Xxh3FullBlocks(it.n); ++k) hash_chunk.push_back(static_cast<uint32_t>(c));
-    for (uint64_t e = 0; e < std::max<uint64_t>(ch.elems, 1); e += kTileElems) tiles.push_back(uint64_t{c} << 40 | e);
+    for (uint64_t e = 0; e < std::max<uint64_t>(ch.elems, 1); e += kTileElems)
+      tiles.push_back(uint64_t{c} << 40 | e);
     for (uint32_t j = 0; j < ch.nstreams; ++j) {
       EncStream s;
       std::memset(&s, 0, sizeof(s));
@@ -536,7 +542,8 @@ Status EncodeOnDevice(B& be, GpuEncodeItem* items, const std::vector<size_t>& gp
   for (size_t c = 0; c < nc; ++c) {
     GpuEncodeItem& it = items[gpu[c]];
     it.len = chunks[c].frame_len;
-    it.status = it.len <= it.cap ? Status::Ok() : Status::InvalidArgument("GPU: frame larger than its buffer");
+    it.status =
+        it.len <= it.cap ? Status::Ok() : Status::InvalidArgument("GPU: frame larger than its buffer");
   }
   return Status::Ok();
 }
@@ -575,7 +582,8 @@ Status DecodeOnDevice(B& be, GpuDecodeItem* items, const std::vector<DecPlanItem
     d.rot = hd::DTypeIsFloat(static_cast<uint8_t>(fi.dtype));
     d.hash0 = hash_frame.size();
     for (size_t k = 0; k < hd::Xxh3FullBlocks(d.n); ++k) hash_frame.push_back(static_cast<uint32_t>(f));
-    for (uint64_t e = 0; e < std::max<uint64_t>(d.elems, 1); e += kTileElems) tiles.push_back(uint64_t{f} << 40 | e);
+    for (uint64_t e = 0; e < std::max<uint64_t>(d.elems, 1); e += kTileElems)
+      tiles.push_back(uint64_t{f} << 40 | e);
     uint64_t off = fi.header_size;
     for (uint32_t j = 0; j < d.nstreams; ++j) {
       const StreamInfo& si = fi.streams[j];
@@ -652,6 +660,7 @@ class BatchCodec final : public GpuCodec {
   Status DecodeBatchDevice(GpuDecodeItem* items, size_t count) override { return Decode(items, count, true); }
   GpuCodecStats stats() const override { return stats_; }
   std::string description() const override { return be_.Describe(); }
+  std::string profile() const override { return be_.Profile(); }
 
  private:
   static bool GpuEncodable(const GpuEncodeItem& it) {
@@ -799,7 +808,8 @@ class BatchCodec final : public GpuCodec {
           }
           hp = head;
         }
-        Result<FrameInfo> fi = it.frame ? ReadFrameInfo(hp, it.len) : Result<FrameInfo>(Status::InvalidArgument("null frame"));
+        Result<FrameInfo> fi =
+            it.frame ? ReadFrameInfo(hp, it.len) : Result<FrameInfo>(Status::InvalidArgument("null frame"));
         bool ok = fi.ok() && fi->decoded_size >= kMinGpuChunk && it.dst && it.cap >= fi->decoded_size &&
                   (!fi->xor_delta || (it.base && it.base_len == fi->decoded_size));
         if (ok) {

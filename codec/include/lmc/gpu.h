@@ -69,6 +69,8 @@ struct GpuCodecOptions {
   // Largest batch of decoded bytes staged on the device at once; a larger
   // call is cut into batches of this size, pipelined on two streams.
   size_t batch_bytes = size_t{128} << 20;
+  // Time every kernel (synchronising after each): for profile() only.
+  bool profile = false;
 };
 
 // Batched LMC codec on one CUDA device. Not thread-safe: one caller at a
@@ -94,6 +96,8 @@ class GpuCodec {
 
   virtual GpuCodecStats stats() const = 0;
   virtual std::string description() const = 0;
+  // With GpuCodecOptions::profile: milliseconds per kernel, one per line.
+  virtual std::string profile() const { return ""; }
 };
 
 // Host-side thresholds of gpu=auto (docs/ARCHITECTURE.md, "GPU codec"):

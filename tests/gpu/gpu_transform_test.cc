@@ -1,11 +1,10 @@
 // The CUDA transforms against the CPU reference. Runs where a GPU is
 // usable; elsewhere it checks that the GPU entry points refuse cleanly.
-#include "lmc/gpu.h"
-
 #include <gtest/gtest.h>
 
+#include "../codec/test_util.h"
+#include "lmc/gpu.h"
 #include "lmc/transform.h"
-#include "test_util.h"
 
 namespace lmc {
 namespace {

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# The one prepared GPU check (issue 14): build the CUDA path, run the GPU
+# tests, compute-sanitizer on them, and the GPU benchmark against the
+# anchors (nvCOMP, DFloat11, cuzipnn, ZipNN) on the same bf16 checkpoint
+# data, in a few minutes on a GPU machine.
+#
+#   scripts/gpu_check.sh                  # builds build-gpu/ (needs the project's
+#                                         # dependencies: scripts/install-deps.sh)
+#   LMC_GPU_BIN=build/tests scripts/gpu_check.sh
+#                                         # uses lmc_gpu_tests and lmc_gpu_bench built
+#                                         # elsewhere (they link only libc and libstdc++)
+#
+# Environment: OUT (results folder, default /tmp/lmc-gpu-check), DATA_MIB
+# (benchmark data, default 1024), SKIP_ANCHORS=1, SKIP_SANITIZER=1.
+# The anchors need their wheels installed first (docs/BENCHMARKS.md, "GPU codec").
+# Each step has its own time limit; the script goes on after a failed step
+# and exits non-zero if any failed.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/lmc-gpu-check}
+DATA_MIB=${DATA_MIB:-1024}
+mkdir -p "$OUT"
+failed=()
+step() {  # step NAME LIMIT_S COMMAND...
+  local name=$1 limit=$2
+  shift 2
+  echo "=== $name (limit ${limit}s): $*"
+  local t0=$SECONDS
+  timeout "$limit" "$@" 2>&1 | tee "$OUT/$name.log"
+  local rc=${PIPESTATUS[0]}
+  echo "=== $name: rc $rc in $((SECONDS - t0))s"
+  [ "$rc" = 0 ] || failed+=("$name(rc $rc)")
+}
+
+if ! command -v nvidia-smi >/dev/null || ! nvidia-smi -L >/dev/null 2>&1; then
+  echo "gpu_check: no NVIDIA GPU visible (nvidia-smi -L failed); the GPU tests would only skip" >&2
+  exit 2
+fi
+nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm,clocks.max.mem --format=csv | tee "$OUT/gpu.txt"
+
+BIN=${LMC_GPU_BIN:-}
+if [ -z "$BIN" ]; then
+  step build 420 bash -c 'cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLMC_CUDA=ON \
+    -DCMAKE_CUDA_ARCHITECTURES=native >/dev/null && cmake --build build-gpu -j"$(nproc)" --target lmc_gpu_tests lmc_gpu_bench'
+  BIN=build-gpu/tests
+fi
+
+step tests 120 "$BIN/lmc_gpu_tests"
+DATA=$OUT/ckpt.bf16
+if python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
+  step data 90 python3 scripts/gpu_anchors.py --make-data "$DATA" --size-mib "$DATA_MIB"
+fi
+if [ -s "$DATA" ]; then
+  step bench 150 "$BIN/lmc_gpu_bench" --data "$DATA" --mib "$DATA_MIB" --reps 5 --json "$OUT/lmc_gpu_bench.json"
+else
+  step bench 150 "$BIN/lmc_gpu_bench" --mib "$DATA_MIB" --reps 5 --json "$OUT/lmc_gpu_bench.json"
+fi
+if [ "${SKIP_ANCHORS:-0}" != 1 ] && [ -s "$DATA" ]; then
+  step anchors 200 python3 scripts/gpu_anchors.py --data "$DATA" --out "$OUT/gpu_anchors.json"
+fi
+if [ "${SKIP_SANITIZER:-0}" != 1 ]; then
+  step memcheck 150 compute-sanitizer --tool memcheck --error-exitcode 9 "$BIN/lmc_gpu_tests" \
+    --gtest_filter='GpuCodec.DeviceEntryPointsTakeTheSamePaths:GpuCodec.DecodesEveryCpuFrame*'
+  step racecheck 90 compute-sanitizer --tool racecheck --error-exitcode 9 "$BIN/lmc_gpu_tests" \
+    --gtest_filter='GpuCodec.DeviceEntryPointsTakeTheSamePaths'
+fi
+rm -f "$DATA"
+if [ ${#failed[@]} -gt 0 ]; then
+  echo "gpu_check: FAILED: ${failed[*]}"
+  exit 1
+fi
+echo "gpu_check: all steps passed; results in $OUT"

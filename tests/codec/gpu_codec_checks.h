@@ -1,0 +1,198 @@
+// Checks of a GpuCodec against the CPU codec, shared by the host-emulated
+// pipeline's unit tests (tests/codec/gpu_pipeline_test.cc, label unit) and
+// the real device's (tests/gpu/gpu_codec_test.cc, label gpu).
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <random>
+#include <vector>
+
+#include "lmc/codec.h"
+#include "lmc/gpu.h"
+#include "test_util.h"
+
+namespace lmc::testing {
+
+// Memory the codec's *Device calls take: host memory for the emulation,
+// device memory on a GPU.
+class DeviceMemory {
+ public:
+  virtual ~DeviceMemory() = default;
+  virtual uint8_t* Alloc(size_t n) = 0;  // freed with the DeviceMemory
+  virtual void Put(uint8_t* d, const void* h, size_t n) = 0;
+  virtual void Get(void* h, const uint8_t* d, size_t n) = 0;
+};
+
+struct Case {
+  DType dtype;
+  std::vector<uint8_t> src, base;
+};
+
+std::vector<Case> Cases() {
+  std::vector<Case> cases;
+  uint32_t seed = 1;
+  for (int t = 0; t < kNumDTypes; ++t) {
+    for (size_t n : {size_t{4096}, size_t{4099}, size_t{70001}, size_t{1} << 20}) {
+      Case c;
+      c.dtype = static_cast<DType>(t);
+      c.src = lmc::testing::Bf16Weights(n / 2 + 1, seed++);
+      c.src.resize(n);
+      cases.push_back(c);
+      if (n == 70001) {  // and as a delta against a slightly different base
+        Case d = c;
+        d.base = c.src;
+        for (size_t i = 0; i < n; i += 5) d.base[i] ^= 0x21;
+        cases.push_back(d);
+      }
+    }
+  }
+  // Small chunks (CPU inside the batch), constant and random data.
+  Case small{DType::kBF16, lmc::testing::Bf16Weights(100, 3), {}};
+  cases.push_back(small);
+  cases.push_back({DType::kF32, std::vector<uint8_t>(65536, 0x3c), {}});
+  cases.push_back({DType::kBytes, lmc::testing::RandomBytes(100000, 4), {}});
+  cases.push_back({DType::kBF16, {}, {}});
+  return cases;
+}
+
+
+// Every item's frame is the CPU's GPU-profile frame, byte for byte.
+inline void CheckEncodeMatchesCpu(GpuCodec* codec) {
+  auto cases = Cases();
+  std::vector<std::vector<uint8_t>> out(cases.size());
+  std::vector<GpuEncodeItem> items(cases.size());
+  for (size_t i = 0; i < cases.size(); ++i) {
+    out[i].resize(MaxEncodedSize(cases[i].src.size()));
+    items[i].src = cases[i].src.data();
+    items[i].n = cases[i].src.size();
+    items[i].dtype = cases[i].dtype;
+    items[i].base = cases[i].base.empty() ? nullptr : cases[i].base.data();
+    items[i].dst = out[i].data();
+    items[i].cap = out[i].size();
+  }
+  ASSERT_TRUE(codec->EncodeBatch(items.data(), items.size()).ok());
+  Workspace ws;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    SCOPED_TRACE(::testing::Message() << "case " << i << " dtype " << static_cast<int>(cases[i].dtype) << " n "
+                                      << cases[i].src.size());
+    ASSERT_TRUE(items[i].status.ok()) << items[i].status.ToString();
+    std::vector<uint8_t> ref(MaxEncodedSize(cases[i].src.size()));
+    auto r = EncodeChunk(cases[i].src.data(), cases[i].src.size(),
+                         {cases[i].dtype, items[i].base, EncodeProfile::kGpu}, ref.data(), ref.size(), ws);
+    ASSERT_TRUE(r.ok());
+    ref.resize(*r);
+    out[i].resize(items[i].len);
+    EXPECT_EQ(out[i], ref);
+  }
+  EXPECT_GT(codec->stats().encode_chunks, 0u);}
+
+// Every frame the CPU writes decodes to the same bytes, and every corrupt
+// one gives the CPU's status, code and message.
+inline void CheckDecodeMatchesCpu(GpuCodec* codec) {
+  auto cases = Cases();
+  Workspace ws;
+  std::vector<std::vector<uint8_t>> frames;
+  std::vector<const Case*> of;
+  for (const Case& c : cases) {
+    for (EncodeProfile p : {EncodeProfile::kCpu, EncodeProfile::kGpu}) {
+      std::vector<uint8_t> f(MaxEncodedSize(c.src.size()));
+      auto r = EncodeChunk(c.src.data(), c.src.size(), {c.dtype, c.base.empty() ? nullptr : c.base.data(), p},
+                           f.data(), f.size(), ws);
+      ASSERT_TRUE(r.ok());
+      f.resize(*r);
+      frames.push_back(f);
+      of.push_back(&c);
+    }
+  }
+  // Corrupt copies: a flipped payload byte, a flipped header byte, a cut.
+  std::mt19937 rng(5);
+  const size_t clean = frames.size();
+  for (size_t i = 0; i < clean; ++i) {
+    if (frames[i].size() < 200) continue;
+    auto f = frames[i];
+    f[100 + rng() % (f.size() - 100)] ^= 0x10;
+    frames.push_back(f);
+    of.push_back(of[i]);
+    f = frames[i];
+    f[rng() % 60] ^= 0x01;
+    frames.push_back(f);
+    of.push_back(of[i]);
+    f = frames[i];
+    f.resize(f.size() / 2);
+    frames.push_back(f);
+    of.push_back(of[i]);
+  }
+  std::vector<GpuDecodeItem> items(frames.size());
+  std::vector<std::vector<uint8_t>> out(frames.size());
+  for (size_t i = 0; i < frames.size(); ++i) {
+    out[i].assign(of[i]->src.size() + 1, 0xEE);
+    items[i].frame = frames[i].data();
+    items[i].len = frames[i].size();
+    items[i].base = of[i]->base.empty() ? nullptr : of[i]->base.data();
+    items[i].base_len = of[i]->base.size();
+    items[i].dst = out[i].data();
+    items[i].cap = out[i].size();
+  }
+  ASSERT_TRUE(codec->DecodeBatch(items.data(), items.size()).ok());
+  for (size_t i = 0; i < frames.size(); ++i) {
+    SCOPED_TRACE(::testing::Message() << "frame " << i);
+    std::vector<uint8_t> ref(out[i].size());
+    auto r = DecodeChunk(frames[i].data(), frames[i].size(), items[i].base, items[i].base_len, ref.data(),
+                         ref.size(), ws);
+    EXPECT_EQ(items[i].status.code(), r.status().code()) << items[i].status.ToString() << " vs "
+                                                         << r.status().ToString();
+    EXPECT_EQ(items[i].status.message(), r.status().message());
+    if (r.ok()) {
+      ASSERT_EQ(items[i].out_len, *r);
+      EXPECT_TRUE(std::equal(ref.begin(), ref.begin() + *r, out[i].begin()));
+      if (i < clean) {
+        EXPECT_TRUE(std::equal(of[i]->src.begin(), of[i]->src.end(), out[i].begin()));
+      }
+    }
+  }
+  EXPECT_GT(codec->stats().decode_chunks, 0u);}
+
+// The device-memory entry points on a real checkpoint-sized batch: encode
+// on the device, decode on the device, bytes back equal, frames equal to
+// the CPU's.
+inline void CheckDeviceEntryPoints(GpuCodec* codec, DeviceMemory* mem) {
+  Workspace ws;
+  const size_t chunks = 24, n = size_t{1} << 20;
+  std::vector<std::vector<uint8_t>> src(chunks);
+  std::vector<GpuEncodeItem> e(chunks);
+  for (size_t c = 0; c < chunks; ++c) {
+    src[c] = lmc::testing::Bf16Weights(n / 2, static_cast<uint32_t>(100 + c), 0.01f + 0.001f * c);
+    e[c].src = mem->Alloc(n);
+    mem->Put(const_cast<uint8_t*>(e[c].src), src[c].data(), n);
+    e[c].n = n;
+    e[c].dtype = c % 3 == 2 ? DType::kBytes : DType::kBF16;
+    e[c].cap = MaxEncodedSize(n);
+    e[c].dst = mem->Alloc(e[c].cap);
+  }
+  ASSERT_TRUE(codec->EncodeBatchDevice(e.data(), e.size()).ok());
+  std::vector<GpuDecodeItem> d(chunks);
+  for (size_t c = 0; c < chunks; ++c) {
+    ASSERT_TRUE(e[c].status.ok()) << e[c].status.ToString();
+    std::vector<uint8_t> frame(e[c].len), ref(MaxEncodedSize(n));
+    mem->Get(frame.data(), e[c].dst, e[c].len);
+    auto r = EncodeChunk(src[c].data(), n, {e[c].dtype, nullptr, EncodeProfile::kGpu}, ref.data(), ref.size(), ws);
+    ASSERT_TRUE(r.ok());
+    ref.resize(*r);
+    EXPECT_EQ(frame, ref) << "chunk " << c;
+    d[c].frame = e[c].dst;
+    d[c].len = e[c].len;
+    d[c].cap = n;
+    d[c].dst = mem->Alloc(n);
+  }
+  ASSERT_TRUE(codec->DecodeBatchDevice(d.data(), d.size()).ok());
+  for (size_t c = 0; c < chunks; ++c) {
+    ASSERT_TRUE(d[c].status.ok()) << d[c].status.ToString();
+    std::vector<uint8_t> back(n);
+    mem->Get(back.data(), d[c].dst, n);
+    EXPECT_EQ(back, src[c]) << "chunk " << c;
+  }
+}
+
+}  // namespace lmc::testing

@@ -1,0 +1,334 @@
+// GPU codec benchmark (issue 14 targets; docs/BENCHMARKS.md, "GPU codec"):
+// the same chunks through the CPU codec on all cores, and through the GPU
+// codec device to device and host to host, in one run. Prints a table and
+// writes JSON.
+//
+//   lmc_gpu_bench [--data FILE] [--mib N] [--dtype bf16|f32|bytes]
+//                 [--chunk-mib 1] [--reps 5] [--threads N] [--json OUT]
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "lmc/codec.h"
+#include "lmc/gpu.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double Seconds(Clock::time_point a) { return std::chrono::duration<double>(Clock::now() - a).count(); }
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+#define CUDA_OK(x)                                                                           \
+  do {                                                                                       \
+    cudaError_t e_ = (x);                                                                    \
+    if (e_ != cudaSuccess) {                                                                 \
+      std::fprintf(stderr, "lmc_gpu_bench: %s: %s\n", #x, cudaGetErrorString(e_));           \
+      std::exit(1);                                                                          \
+    }                                                                                        \
+  } while (0)
+
+std::vector<uint8_t> Synthetic(size_t bytes) {
+  // bf16 weights of N(0, sigma) with sigma varying per 1 MiB, as layers do.
+  std::vector<uint8_t> out(bytes);
+  std::mt19937 rng(42);
+  for (size_t i = 0; i + 2 <= bytes; i += 2) {
+    if (i % (1 << 20) == 0) rng.seed(static_cast<uint32_t>(i >> 20));
+    static thread_local std::normal_distribution<float> nd(0.0f, 1.0f);
+    float sigma = 0.01f + 0.002f * static_cast<float>((i >> 20) % 16);
+    float f = nd(rng) * sigma;
+    uint32_t u;
+    std::memcpy(&u, &f, 4);
+    uint16_t h = static_cast<uint16_t>((u + 0x7fff + ((u >> 16) & 1)) >> 16);
+    std::memcpy(&out[i], &h, 2);
+  }
+  return out;
+}
+
+template <typename F>
+void Parallel(size_t count, unsigned threads, F f) {
+  std::vector<std::thread> ts;
+  for (unsigned t = 0; t < threads; ++t)
+    ts.emplace_back([&, t] {
+      lmc::Workspace ws;
+      for (size_t i = t; i < count; i += threads) f(i, ws);
+    });
+  for (auto& t : ts) t.join();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string data_path, json_path, dtype_name = "bf16";
+  size_t mib = 512, chunk_mib = 1;
+  int reps = 5;
+  unsigned threads = std::max(1u, std::thread::hardware_concurrency());
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto next = [&] { return i + 1 < argc ? std::string(argv[++i]) : std::string(); };
+    if (a == "--data") data_path = next();
+    else if (a == "--mib") mib = std::stoul(next());
+    else if (a == "--chunk-mib") chunk_mib = std::stoul(next());
+    else if (a == "--reps") reps = std::stoi(next());
+    else if (a == "--threads") threads = static_cast<unsigned>(std::stoul(next()));
+    else if (a == "--json") json_path = next();
+    else if (a == "--dtype") dtype_name = next();
+    else {
+      std::fprintf(stderr, "usage: lmc_gpu_bench [--data FILE] [--mib N] [--dtype bf16|f32|bytes] "
+                           "[--chunk-mib 1] [--reps 5] [--threads N] [--json OUT]\n");
+      return 2;
+    }
+  }
+  const lmc::DType dtype = dtype_name == "f32" ? lmc::DType::kF32
+                           : dtype_name == "bytes" ? lmc::DType::kBytes
+                                                   : lmc::DType::kBF16;
+  std::vector<uint8_t> data;
+  if (!data_path.empty()) {
+    std::ifstream f(data_path, std::ios::binary);
+    if (!f) {
+      std::fprintf(stderr, "lmc_gpu_bench: cannot open %s\n", data_path.c_str());
+      return 1;
+    }
+    data.assign(std::istreambuf_iterator<char>(f), {});
+    if (mib && data.size() > (mib << 20)) data.resize(mib << 20);
+  } else {
+    data = Synthetic(mib << 20);
+  }
+  const size_t chunk = chunk_mib << 20, total = data.size(), nchunks = (total + chunk - 1) / chunk;
+  auto csize = [&](size_t c) { return std::min(chunk, total - c * chunk); };
+  std::printf("data: %s, %.1f MiB, %zu chunks of %zu KiB, dtype %s\n",
+              data_path.empty() ? "synthetic bf16" : data_path.c_str(), total / 1048576.0, nchunks, chunk >> 10,
+              dtype_name.c_str());
+  std::printf("GPU: %s; CPU threads: %u\n", lmc::GpuDescription().c_str(), threads);
+
+  // ---- CPU, all cores, default profile and GPU profile.
+  std::vector<std::vector<uint8_t>> cpu_frames(nchunks), gpu_ref(nchunks);
+  std::vector<size_t> cpu_len(nchunks), ref_len(nchunks);
+  std::vector<double> t_cpu_enc, t_cpu_dec;
+  for (int r = 0; r < reps; ++r) {
+    auto t0 = Clock::now();
+    Parallel(nchunks, threads, [&](size_t c, lmc::Workspace& ws) {
+      cpu_frames[c].resize(lmc::MaxEncodedSize(csize(c)));
+      auto e = lmc::EncodeChunk(data.data() + c * chunk, csize(c), {dtype, nullptr}, cpu_frames[c].data(),
+                                cpu_frames[c].size(), ws);
+      cpu_len[c] = e.ok() ? *e : 0;
+    });
+    t_cpu_enc.push_back(Seconds(t0));
+  }
+  std::vector<uint8_t> back(total);
+  for (int r = 0; r < reps; ++r) {
+    auto t0 = Clock::now();
+    Parallel(nchunks, threads, [&](size_t c, lmc::Workspace& ws) {
+      auto d = lmc::DecodeChunk(cpu_frames[c].data(), cpu_len[c], nullptr, 0, back.data() + c * chunk, csize(c), ws);
+      if (!d.ok()) std::fprintf(stderr, "CPU decode failed: %s\n", d.status().ToString().c_str());
+    });
+    t_cpu_dec.push_back(Seconds(t0));
+  }
+  const bool cpu_exact = back == data;
+  Parallel(nchunks, threads, [&](size_t c, lmc::Workspace& ws) {
+    gpu_ref[c].resize(lmc::MaxEncodedSize(csize(c)));
+    auto e = lmc::EncodeChunk(data.data() + c * chunk, csize(c), {dtype, nullptr, lmc::EncodeProfile::kGpu},
+                              gpu_ref[c].data(), gpu_ref[c].size(), ws);
+    ref_len[c] = e.ok() ? *e : 0;
+  });
+  size_t cpu_bytes = 0, ref_bytes = 0;
+  for (size_t c = 0; c < nchunks; ++c) cpu_bytes += cpu_len[c], ref_bytes += ref_len[c];
+
+  auto opened = lmc::GpuCodec::Open({0, total + 1});
+  if (!opened.ok()) {
+    std::fprintf(stderr, "lmc_gpu_bench: %s\n", opened.status().ToString().c_str());
+    return 1;
+  }
+  auto& codec = *opened;
+
+  // ---- Device to device.
+  uint8_t *d_in = nullptr, *d_frames = nullptr, *d_out = nullptr;
+  const size_t fcap = lmc::MaxEncodedSize(chunk);
+  CUDA_OK(cudaMalloc(&d_in, total));
+  CUDA_OK(cudaMalloc(&d_frames, fcap * nchunks));
+  CUDA_OK(cudaMalloc(&d_out, total));
+  CUDA_OK(cudaMemcpy(d_in, data.data(), total, cudaMemcpyHostToDevice));
+  // The card's copy bandwidth, for the fraction reached.
+  std::vector<double> t_copy;
+  for (int r = 0; r < reps + 1; ++r) {
+    CUDA_OK(cudaDeviceSynchronize());
+    auto t0 = Clock::now();
+    CUDA_OK(cudaMemcpy(d_out, d_in, total, cudaMemcpyDeviceToDevice));
+    CUDA_OK(cudaDeviceSynchronize());
+    if (r) t_copy.push_back(Seconds(t0));
+  }
+  std::vector<lmc::GpuEncodeItem> enc(nchunks);
+  std::vector<double> t_dev_enc, t_dev_dec;
+  for (int r = 0; r < reps + 1; ++r) {
+    for (size_t c = 0; c < nchunks; ++c) {
+      enc[c] = {};
+      enc[c].src = d_in + c * chunk;
+      enc[c].n = csize(c);
+      enc[c].dtype = dtype;
+      enc[c].dst = d_frames + c * fcap;
+      enc[c].cap = fcap;
+    }
+    CUDA_OK(cudaDeviceSynchronize());
+    auto t0 = Clock::now();
+    auto st = codec->EncodeBatchDevice(enc.data(), enc.size());
+    CUDA_OK(cudaDeviceSynchronize());
+    if (r) t_dev_enc.push_back(Seconds(t0));
+    if (!st.ok()) {
+      std::fprintf(stderr, "GPU encode failed: %s\n", st.ToString().c_str());
+      return 1;
+    }
+  }
+  size_t gpu_bytes = 0, identical = 0;
+  for (size_t c = 0; c < nchunks; ++c) {
+    gpu_bytes += enc[c].len;
+    std::vector<uint8_t> f(enc[c].len);
+    CUDA_OK(cudaMemcpy(f.data(), enc[c].dst, f.size(), cudaMemcpyDeviceToHost));
+    identical += f.size() == ref_len[c] && std::memcmp(f.data(), gpu_ref[c].data(), f.size()) == 0;
+  }
+  std::vector<lmc::GpuDecodeItem> dec(nchunks);
+  for (int r = 0; r < reps + 1; ++r) {
+    for (size_t c = 0; c < nchunks; ++c) {
+      dec[c] = {};
+      dec[c].frame = enc[c].dst;
+      dec[c].len = enc[c].len;
+      dec[c].dst = d_out + c * chunk;
+      dec[c].cap = csize(c);
+    }
+    CUDA_OK(cudaMemset(d_out, 0, total));
+    CUDA_OK(cudaDeviceSynchronize());
+    auto t0 = Clock::now();
+    auto st = codec->DecodeBatchDevice(dec.data(), dec.size());
+    CUDA_OK(cudaDeviceSynchronize());
+    if (r) t_dev_dec.push_back(Seconds(t0));
+    if (!st.ok()) {
+      std::fprintf(stderr, "GPU decode failed: %s\n", st.ToString().c_str());
+      return 1;
+    }
+  }
+  std::fill(back.begin(), back.end(), 0);
+  CUDA_OK(cudaMemcpy(back.data(), d_out, total, cudaMemcpyDeviceToHost));
+  bool dev_ok = back == data;
+  for (auto& d : dec) dev_ok &= d.status.ok();
+
+  // ---- Host to host (the mount's case), in batches of 128 MiB.
+  auto hopened = lmc::GpuCodec::Open({0, size_t{128} << 20});
+  auto& hcodec = *hopened;
+  std::vector<std::vector<uint8_t>> hframes(nchunks);
+  std::vector<double> t_host_enc, t_host_dec;
+  for (int r = 0; r < reps; ++r) {
+    for (size_t c = 0; c < nchunks; ++c) {
+      hframes[c].resize(lmc::MaxEncodedSize(csize(c)));
+      enc[c] = {};
+      enc[c].src = data.data() + c * chunk;
+      enc[c].n = csize(c);
+      enc[c].dtype = dtype;
+      enc[c].dst = hframes[c].data();
+      enc[c].cap = hframes[c].size();
+    }
+    auto t0 = Clock::now();
+    auto st = hcodec->EncodeBatch(enc.data(), enc.size());
+    t_host_enc.push_back(Seconds(t0));
+    if (!st.ok()) {
+      std::fprintf(stderr, "GPU host encode failed: %s\n", st.ToString().c_str());
+      return 1;
+    }
+  }
+  size_t host_identical = 0;
+  for (size_t c = 0; c < nchunks; ++c)
+    host_identical += enc[c].len == ref_len[c] && std::memcmp(hframes[c].data(), gpu_ref[c].data(), enc[c].len) == 0;
+  for (int r = 0; r < reps; ++r) {
+    std::fill(back.begin(), back.end(), 0);
+    for (size_t c = 0; c < nchunks; ++c) {
+      dec[c] = {};
+      dec[c].frame = hframes[c].data();
+      dec[c].len = enc[c].len;
+      dec[c].dst = back.data() + c * chunk;
+      dec[c].cap = csize(c);
+    }
+    auto t0 = Clock::now();
+    auto st = hcodec->DecodeBatch(dec.data(), dec.size());
+    t_host_dec.push_back(Seconds(t0));
+    if (!st.ok()) {
+      std::fprintf(stderr, "GPU host decode failed: %s\n", st.ToString().c_str());
+      return 1;
+    }
+  }
+  const bool host_ok = back == data;
+
+  // One more pass of each device-to-device call with every kernel timed.
+  {
+    auto prof = lmc::GpuCodec::Open({0, total + 1, true});
+    if (prof.ok()) {
+      for (size_t c = 0; c < nchunks; ++c) {
+        enc[c] = {};
+        enc[c].src = d_in + c * chunk;
+        enc[c].n = csize(c);
+        enc[c].dtype = dtype;
+        enc[c].dst = d_frames + c * fcap;
+        enc[c].cap = fcap;
+      }
+      auto st = (*prof)->EncodeBatchDevice(enc.data(), enc.size());
+      for (size_t c = 0; c < nchunks && st.ok(); ++c) {
+        dec[c] = {};
+        dec[c].frame = enc[c].dst;
+        dec[c].len = enc[c].len;
+        dec[c].dst = d_out + c * chunk;
+        dec[c].cap = csize(c);
+      }
+      if (st.ok()) st = (*prof)->DecodeBatchDevice(dec.data(), dec.size());
+      std::printf("kernel times, one encode and one decode pass (%s):\n%s\n", st.ToString().c_str(),
+                  (*prof)->profile().c_str());
+    }
+  }
+  const double gb = total / 1e9;
+  auto rate = [&](const std::vector<double>& t) { return gb / Median(t); };
+  const double copy_bw = 2 * gb / Median(t_copy);  // read + write
+  const double cpu_ratio = 100.0 * cpu_bytes / total, ref_ratio = 100.0 * ref_bytes / total,
+               gpu_ratio = 100.0 * gpu_bytes / total;
+  std::printf("\n%-34s %10s %10s %8s %s\n", "path", "enc GB/s", "dec GB/s", "ratio%", "check");
+  std::printf("%-34s %10.2f %10.2f %8.3f %s\n", ("CPU codec, " + std::to_string(threads) + " threads").c_str(),
+              rate(t_cpu_enc), rate(t_cpu_dec), cpu_ratio, cpu_exact ? "exact" : "MISMATCH");
+  std::printf("%-34s %10s %10s %8.3f %s\n", "CPU, GPU profile (reference)", "-", "-", ref_ratio, "");
+  std::printf("%-34s %10.2f %10.2f %8.3f %s, frames identical %zu/%zu\n", "GPU device->device", rate(t_dev_enc),
+              rate(t_dev_dec), gpu_ratio, dev_ok ? "exact" : "MISMATCH", identical, nchunks);
+  std::printf("%-34s %10.2f %10.2f %8.3f %s, frames identical %zu/%zu\n", "GPU host->host (128 MiB batches)",
+              rate(t_host_enc), rate(t_host_dec), gpu_ratio, host_ok ? "exact" : "MISMATCH", host_identical, nchunks);
+  std::printf("device copy bandwidth (read+write): %.1f GB/s; GPU decode moves %.1f%% of it, encode %.1f%%\n",
+              copy_bw, 100.0 * (gb * (1 + gpu_ratio / 100)) / Median(t_dev_dec) / copy_bw,
+              100.0 * (gb * (1 + gpu_ratio / 100)) / Median(t_dev_enc) / copy_bw);
+  std::printf("ratio cost of the GPU profile: %+.3f points\n", gpu_ratio - cpu_ratio);
+  if (!json_path.empty()) {
+    FILE* f = std::fopen(json_path.c_str(), "w");
+    if (f) {
+      std::fprintf(f,
+                   "{\"gpu\": \"%s\", \"bytes\": %zu, \"chunks\": %zu, \"chunk_bytes\": %zu, \"dtype\": \"%s\", "
+                   "\"cpu_threads\": %u,\n \"cpu\": {\"enc_gbps\": %.3f, \"dec_gbps\": %.3f, \"ratio\": %.4f, "
+                   "\"exact\": %s},\n \"gpu_profile_cpu_ratio\": %.4f,\n"
+                   " \"gpu_d2d\": {\"enc_gbps\": %.3f, \"dec_gbps\": %.3f, \"ratio\": %.4f, \"exact\": %s, "
+                   "\"frames_identical\": %zu},\n"
+                   " \"gpu_h2h\": {\"enc_gbps\": %.3f, \"dec_gbps\": %.3f, \"exact\": %s, \"frames_identical\": %zu},\n"
+                   " \"copy_bw_gbps\": %.3f}\n",
+                   lmc::GpuDescription().c_str(), total, nchunks, chunk, dtype_name.c_str(), threads,
+                   rate(t_cpu_enc), rate(t_cpu_dec), cpu_ratio, cpu_exact ? "true" : "false", ref_ratio,
+                   rate(t_dev_enc), rate(t_dev_dec), gpu_ratio, dev_ok ? "true" : "false", identical,
+                   rate(t_host_enc), rate(t_host_dec), host_ok ? "true" : "false", host_identical, copy_bw);
+      std::fclose(f);
+    }
+  }
+  cudaFree(d_in);
+  cudaFree(d_frames);
+  cudaFree(d_out);
+  return cpu_exact && dev_ok && host_ok && identical == nchunks ? 0 : 1;
+}

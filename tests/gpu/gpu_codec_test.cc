@@ -1,0 +1,73 @@
+// The batched GPU codec on a real CUDA device (label gpu): the checks the
+// host-emulated pipeline passes in CI (tests/codec/gpu_codec_checks.h), now
+// with the kernels on the device. Skips with the reason where no GPU is
+// usable; run by scripts/gpu_check.sh, also under compute-sanitizer.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "../codec/gpu_codec_checks.h"
+
+namespace lmc {
+namespace {
+
+class CudaMemory : public testing::DeviceMemory {
+ public:
+  ~CudaMemory() override {
+    for (uint8_t* p : bufs_) cudaFree(p);
+  }
+  uint8_t* Alloc(size_t n) override {
+    uint8_t* p = nullptr;
+    EXPECT_EQ(cudaMalloc(&p, n ? n : 1), cudaSuccess);
+    bufs_.push_back(p);
+    return p;
+  }
+  void Put(uint8_t* d, const void* h, size_t n) override {
+    EXPECT_EQ(cudaMemcpy(d, h, n, cudaMemcpyHostToDevice), cudaSuccess);
+  }
+  void Get(void* h, const uint8_t* d, size_t n) override {
+    EXPECT_EQ(cudaMemcpy(h, d, n, cudaMemcpyDeviceToHost), cudaSuccess);
+  }
+
+ private:
+  std::vector<uint8_t*> bufs_;
+};
+
+std::unique_ptr<GpuCodec> OpenOrSkip(size_t batch_bytes) {
+  auto c = GpuCodec::Open({0, batch_bytes});
+  if (!c.ok()) return nullptr;
+  return std::move(*c);
+}
+
+#define LMC_OPEN_OR_SKIP(var, batch)                                           \
+  auto var = OpenOrSkip(batch);                                                \
+  if (!var) {                                                                  \
+    GTEST_SKIP() << "no usable GPU: " << GpuCodec::Open().status().ToString(); \
+  }
+
+TEST(GpuCodec, EncodesTheCpuGpuProfileFramesByteForByte) {
+  LMC_OPEN_OR_SKIP(codec, size_t{3} << 20);
+  testing::CheckEncodeMatchesCpu(codec.get());
+}
+
+TEST(GpuCodec, DecodesEveryCpuFrameAndRejectsWhatTheCpuRejects) {
+  LMC_OPEN_OR_SKIP(codec, size_t{2} << 20);
+  testing::CheckDecodeMatchesCpu(codec.get());
+}
+
+TEST(GpuCodec, DeviceEntryPointsTakeTheSamePaths) {
+  LMC_OPEN_OR_SKIP(codec, size_t{128} << 20);
+  CudaMemory mem;
+  testing::CheckDeviceEntryPoints(codec.get(), &mem);
+}
+
+TEST(GpuCodec, OpenRefusesCleanlyWithoutAGpu) {
+  if (GpuAvailable()) GTEST_SKIP() << "a GPU is usable: " << GpuDescription();
+  auto c = GpuCodec::Open();
+  EXPECT_EQ(c.status().code(), Code::kUnsupported);
+  EXPECT_FALSE(c.status().message().empty());
+}
+
+}  // namespace
+}  // namespace lmc
