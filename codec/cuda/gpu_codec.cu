@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <typeinfo>
 #include <vector>
 
@@ -25,6 +26,70 @@ template <typename Body, typename Args>
 __global__ void BodyKernel(Args a, size_t count) {
   const size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
   if (i < count) Body::Run(a, i);
+}
+
+// XXH3 block deltas, 16 threads per 1024-byte block (one per stripe), the
+// stripes' sums reduced with shuffles: reads are coalesced, the secret is in
+// shared memory. Same result as Body::Run (Xxh3BlockDelta).
+template <typename Body, typename Args>
+__global__ void HashKernel(Args a, size_t blocks, uint64_t* deltas) {
+  __shared__ uint64_t secret[hd::xxh3_detail::kSecretLen / 8];
+  if (threadIdx.x < hd::xxh3_detail::kSecretLen / 8) {
+    const uint8_t* s = hd::xxh3_detail::Secret() + 8 * threadIdx.x;
+    uint64_t v = 0;
+    for (int b = 0; b < 8; ++b) v |= static_cast<uint64_t>(s[b]) << (8 * b);
+    secret[threadIdx.x] = v;
+  }
+  __syncthreads();
+  const size_t t = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
+  const size_t blk = t / 16;
+  const unsigned stripe = t % 16;
+  uint64_t d[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  const uint8_t* p = blk < blocks ? Body::Block(a, blk) : nullptr;
+  if (p) {
+    const uint8_t* q = p + 64 * stripe;
+    const bool aligned = (reinterpret_cast<uintptr_t>(q) & 15) == 0;
+    uint64_t v[8];
+    if (aligned) {
+      for (int i = 0; i < 4; ++i) {
+        const uint4 w = reinterpret_cast<const uint4*>(q)[i];
+        v[2 * i] = static_cast<uint64_t>(w.y) << 32 | w.x;
+        v[2 * i + 1] = static_cast<uint64_t>(w.w) << 32 | w.z;
+      }
+    } else {
+      for (int i = 0; i < 8; ++i) v[i] = hd::xxh3_detail::Load64(q + 8 * i);
+    }
+    for (int i = 0; i < 8; ++i) {
+      const uint64_t k = v[i] ^ secret[stripe + i];
+      d[i ^ 1] += v[i];
+      d[i] += (k & 0xffffffffu) * (k >> 32);
+    }
+  }
+  for (int off = 8; off >= 1; off >>= 1)
+    for (int i = 0; i < 8; ++i) d[i] += __shfl_xor_sync(0xffffffffu, d[i], off);
+  if (p && stripe == 0)
+    for (int i = 0; i < 8; ++i) deltas[8 * blk + i] = d[i];
+}
+
+// Huffman decoding, one thread per block of symbols, kDecodeGroup threads a
+// CUDA block, all of one stream: the stream's tables are loaded into shared
+// memory once. Same result as HuffDecodeBody::Run.
+__global__ void HuffDecodeKernel(DecArgs a) {
+  __shared__ uint32_t multi[hd::kHuffTableSize];
+  __shared__ uint16_t single[hd::kHuffTableSize];
+  const size_t i = blockIdx.x * static_cast<size_t>(kDecodeGroup) + threadIdx.x;
+  const DecStream& s = a.streams[a.task_stream[blockIdx.x * static_cast<size_t>(kDecodeGroup)]];
+  const bool bad = a.frames[s.frame].bad != 0;
+  if (!bad) {
+    const uint32_t* gm = a.multi + s.table * hd::kHuffTableSize;
+    const uint16_t* gs = a.single + s.table * hd::kHuffTableSize;
+    for (int t = threadIdx.x; t < hd::kHuffTableSize; t += blockDim.x) {
+      multi[t] = gm[t];
+      single[t] = gs[t];
+    }
+  }
+  __syncthreads();
+  if (!bad) DecodeTask(a, i, multi, single);
 }
 
 constexpr uint32_t kHistTile = 1 << 16;
@@ -63,6 +128,8 @@ class CudaBackend {
     std::swap(profile_, o.profile_);
     std::swap(prof_, o.prof_);
     std::swap(times_, o.times_);
+    std::swap(staging_, o.staging_);
+    std::swap(staging_size_, o.staging_size_);
     return *this;
   }
   ~CudaBackend() {
@@ -71,6 +138,7 @@ class CudaBackend {
       if (pinned_[k]) cudaFreeHost(pinned_[k]);
       if (events_[k]) cudaEventDestroy(events_[k]);
     }
+    if (staging_) cudaFreeHost(staging_);
     if (stream_) cudaStreamDestroy(stream_);
   }
 
@@ -153,6 +221,25 @@ class CudaBackend {
     }
     return Status::Ok();
   }
+  uint8_t* Pinned(size_t n) {
+    if (n > staging_size_) {
+      if (staging_) cudaFreeHost(staging_);
+      staging_ = nullptr;
+      staging_size_ = 0;
+      if (cudaMallocHost(&staging_, n) != cudaSuccess) {
+        cudaGetLastError();
+        return nullptr;
+      }
+      staging_size_ = n;
+    }
+    return staging_;
+  }
+  Status ToDeviceAsync(void* d, const void* h, size_t n) {
+    return CudaStatus(cudaMemcpyAsync(d, h, n, cudaMemcpyHostToDevice, stream_), "copy in");
+  }
+  Status ToHostAsync(void* h, const void* d, size_t n) {
+    return CudaStatus(cudaMemcpyAsync(h, d, n, cudaMemcpyDeviceToHost, stream_), "copy out");
+  }
   Status ToHostSync(void* h, const void* d, size_t n) {
     LMC_RETURN_IF_ERROR(Sync());
     return CudaStatus(cudaMemcpy(h, d, n, cudaMemcpyDeviceToHost), "copy out");
@@ -169,7 +256,17 @@ class CudaBackend {
     constexpr unsigned kThreads = 128;
     const size_t blocks = (count + kThreads - 1) / kThreads;
     if (profile_) cudaEventRecord(prof_[0], stream_);
-    BodyKernel<Body, Args><<<static_cast<unsigned>(blocks), kThreads, 0, stream_>>>(a, count);
+    if constexpr (std::is_same_v<Body, HashBlocksEncBody> || std::is_same_v<Body, HashBlocksDecBody>) {
+      const size_t threads = 16 * count;
+      HashKernel<Body, Args>
+          <<<static_cast<unsigned>((threads + kThreads - 1) / kThreads), kThreads, 0, stream_>>>(a, count,
+                                                                                                 a.deltas);
+    } else if constexpr (std::is_same_v<Body, HuffDecodeBody>) {
+      // count is a multiple of kDecodeGroup (DecodeOnDevice's task groups).
+      HuffDecodeKernel<<<static_cast<unsigned>(count / kDecodeGroup), kDecodeGroup, 0, stream_>>>(a);
+    } else {
+      BodyKernel<Body, Args><<<static_cast<unsigned>(blocks), kThreads, 0, stream_>>>(a, count);
+    }
     LMC_RETURN_IF_ERROR(CudaStatus(cudaGetLastError(), "kernel launch"));
     if (profile_) {
       cudaEventRecord(prof_[1], stream_);
@@ -235,6 +332,8 @@ class CudaBackend {
   bool profile_ = false;
   cudaEvent_t prof_[2] = {nullptr, nullptr};
   std::map<std::string, double> times_;
+  uint8_t* staging_ = nullptr;
+  size_t staging_size_ = 0;
 };
 
 }  // namespace

@@ -27,6 +27,12 @@ class HostBackend {
   Status ToHost(void* h, const void* d, size_t n) { return ToDevice(h, d, n); }
   Status ToHostSync(void* h, const void* d, size_t n) { return ToDevice(h, d, n); }
   Status ToDeviceSync(void* d, const void* h, size_t n) { return ToDevice(d, h, n); }
+  uint8_t* Pinned(size_t n) {
+    if (pinned_.size() < n) pinned_.resize(n);
+    return pinned_.data();
+  }
+  Status ToDeviceAsync(void* d, const void* h, size_t n) { return ToDevice(d, h, n); }
+  Status ToHostAsync(void* h, const void* d, size_t n) { return ToDevice(h, d, n); }
   Status Zero(void* d, size_t n) {
     if (n) std::memset(d, 0, n);
     return Status::Ok();
@@ -46,6 +52,7 @@ class HostBackend {
 
  private:
   std::vector<std::unique_ptr<uint8_t[]>> allocs_;
+  std::vector<uint8_t> pinned_;
 };
 
 }  // namespace

@@ -12,7 +12,9 @@
 
 #include <algorithm>
 #include <cstring>
+#include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "frame_format.h"
@@ -22,6 +24,7 @@
 #include "lmc/bytes.h"
 #include "lmc/codec.h"
 #include "lmc/gpu.h"
+#include "lmc/thread_pool.h"
 #include "lmc/transform.h"
 
 namespace lmc::gpu {
@@ -62,7 +65,7 @@ struct EncChunk {
   uint32_t w, tail, nstreams, stream0;
   uint64_t hash0;  // first hash block of this chunk in the delta array
   uint64_t frame_len;
-  uint8_t dtype, rot, pad[6];
+  uint8_t dtype, rot, aligned, pad[5];  // aligned: src and base aligned to the element width
 };
 
 struct EncStream {
@@ -103,8 +106,8 @@ struct SplitBody {  // i: tile * kTileElems + j
     const uint64_t e = (t & ((uint64_t{1} << 40) - 1)) + i % kTileElems;
     const EncStream* s = a.streams + c.stream0;
     if (e < c.elems) {
-      const uint64_t v =
-          hd::SplitElement(c.src + e * c.w, c.base ? c.base + e * c.w : nullptr, c.w, c.rot != 0);
+      const uint64_t v = hd::SplitElement(c.src + e * c.w, c.base ? c.base + e * c.w : nullptr, c.w,
+                                          c.rot != 0, c.aligned != 0);
       for (uint32_t b = 0; b < c.w; ++b)
         a.sbuf[s[b].buf + e] = static_cast<uint8_t>(v >> (8 * (c.w - 1 - b)));
     }
@@ -117,10 +120,12 @@ struct SplitBody {  // i: tile * kTileElems + j
 };
 
 struct HashBlocksEncBody {  // i: hash block
-  static LMC_HD void Run(const EncArgs& a, size_t i) {
+  // The block's 1024 bytes (the CUDA backend hashes it with 16 threads).
+  static LMC_HD const uint8_t* Block(const EncArgs& a, size_t i) {
     const EncChunk& c = a.chunks[a.hash_chunk[i]];
-    hd::Xxh3BlockDelta(c.src + (i - c.hash0) * hd::kXxh3BlockLen, a.deltas + 8 * i);
+    return c.src + (i - c.hash0) * hd::kXxh3BlockLen;
   }
+  static LMC_HD void Run(const EncArgs& a, size_t i) { hd::Xxh3BlockDelta(Block(a, i), a.deltas + 8 * i); }
 };
 
 struct PlanBody {  // i: stream
@@ -230,26 +235,29 @@ struct LayoutBody {  // i: chunk. Checksum, header, coder headers.
   }
 };
 
-struct CopyPayloadBody {  // i: block. Huffman payload bytes, scratch -> frame.
-  static LMC_HD void Run(const EncArgs& a, size_t i) {
-    const EncStream& s = a.streams[a.block_stream[i]];
-    const uint64_t b = i - s.block0;
-    if (s.coder != hd::kCoderHuffmanBlocked || b >= s.blocks) return;
-    const uint64_t from = a.block_start[s.block0 + b] / 8;
-    const uint64_t to = b + 1 == s.blocks ? (s.bits + 7) / 8 : a.block_start[s.block0 + b + 1] / 8;
-    const uint8_t* src = reinterpret_cast<const uint8_t*>(a.scratch + s.scratch_word);
-    uint8_t* dst = a.chunks[s.chunk].out + s.out_off + s.hdr;
-    for (uint64_t k = from; k < to; ++k) dst[k] = src[k];
-  }
-};
+inline constexpr uint32_t kCopyBytes = 4;  // bytes per thread of CopyStreamBody
 
-struct CopyRawBody {  // i: raw tile * kRawTile + j
+struct CopyStreamBody {  // i: tile * (kRawTile / kCopyBytes) + j. Raw streams and Huffman payloads into the
+                         // frame.
   static LMC_HD void Run(const EncArgs& a, size_t i) {
-    const uint64_t t = a.raw_tiles[i / kRawTile];
+    const uint64_t t = a.raw_tiles[i / (kRawTile / kCopyBytes)];
     const EncStream& s = a.streams[t >> 40];
-    if (s.coder != hd::kCoderRaw) return;
-    const uint64_t k = (t & ((uint64_t{1} << 40) - 1)) + i % kRawTile;
-    if (k < s.n) a.chunks[s.chunk].out[s.out_off + k] = a.sbuf[s.buf + k];
+    const uint64_t k0 = (t & ((uint64_t{1} << 40) - 1)) + kCopyBytes * (i % (kRawTile / kCopyBytes));
+    const uint8_t* src;
+    uint64_t len;
+    uint8_t* dst = a.chunks[s.chunk].out + s.out_off;
+    if (s.coder == hd::kCoderRaw) {
+      src = a.sbuf + s.buf;
+      len = s.n;
+    } else if (s.coder == hd::kCoderHuffmanBlocked) {
+      src = reinterpret_cast<const uint8_t*>(a.scratch + s.scratch_word);
+      len = (s.bits + 7) / 8;
+      dst += s.hdr;
+    } else {
+      return;
+    }
+    for (uint32_t b = 0; b < kCopyBytes; ++b)
+      if (k0 + b < len) dst[k0 + b] = src[k0 + b];
   }
 };
 
@@ -263,20 +271,21 @@ struct DecFrame {
   uint64_t checksum;
   uint64_t hash0;
   uint32_t w, tail, nstreams, stream0;
-  uint32_t bad;  // set by any stage that finds a problem
-  uint8_t rot, pad[3];
+  uint32_t bad;                  // set by any stage that finds a problem
+  uint8_t rot, aligned, pad[2];  // aligned: out is aligned to the element width
 };
 
 struct DecStream {
   uint32_t frame, index;
   uint8_t coder, log2, pad[2];
-  uint32_t tasks;    // task slots reserved
+  uint32_t tasks;    // task slots reserved (a multiple of kDecodeGroup)
+  uint64_t start0;   // its block start bits: starts[start0 .. start0 + blocks]
   uint64_t n;        // decoded symbols
   uint64_t off;      // payload offset in the frame
   uint64_t len;      // payload bytes
   uint64_t buf;      // decoded stream offset in the decode buffer (Huffman)
-  uint64_t task0;    // first task slot; block starts live at starts[task0 ..]
-  uint64_t table;    // index of its decode tables
+  uint64_t task0;    // first task slot
+  uint64_t table;    // index of its decode tables (and of huff_streams)
   uint64_t payload;  // offset of the bit payload within the stream payload
 };
 
@@ -285,8 +294,9 @@ struct DecArgs {
   DecStream* streams;
   uint32_t* huff_streams;  // stream index of each Huffman stream
   uint32_t* task_stream;
-  uint64_t* starts;  // per task: start bit (and one spare)
-  uint16_t* single;  // kHuffTableSize per Huffman stream
+  uint64_t* starts;          // per Huffman stream: the start bit of each block, and the end
+  hd::HuffCanonical* canon;  // per Huffman stream
+  uint16_t* single;          // kHuffTableSize per Huffman stream
   uint32_t* multi;
   uint8_t* dbuf;    // decoded Huffman streams
   uint64_t* tiles;  // merge tiles: frame << 40 | first element
@@ -296,7 +306,12 @@ struct DecArgs {
 
 LMC_HD void MarkBad(DecFrame& f) { AtomicOr32(&f.bad, 1); }
 
-struct ParseBody {  // i: Huffman stream. Checks the coder header, builds tables and block starts.
+// Huffman task slots come in groups of kDecodeGroup (one CUDA block), each
+// group within one stream, so that a block can hold its stream's tables in
+// shared memory.
+inline constexpr uint32_t kDecodeGroup = 128;
+
+struct ParseBody {  // i: Huffman stream. Checks the coder header; canonical code and block starts.
   static LMC_HD void Run(const DecArgs& a, size_t i) {
     DecStream& s = a.streams[a.huff_streams[i]];
     DecFrame& f = a.frames[s.frame];
@@ -306,13 +321,15 @@ struct ParseBody {  // i: Huffman stream. Checks the coder header, builds tables
     const uint32_t lb = hd::HuffParseLengths(p, s.len, lens, &min_len, &max_len);
     if (!lb) return MarkBad(f);
     uint64_t total = 0;
-    uint64_t* st = a.starts + s.task0;
+    uint64_t* st = a.starts + s.start0;
     if (s.coder == hd::kCoderHuffmanBlocked) {
       if (s.len < lb + 1u) return MarkBad(f);
       const int log2 = p[lb];
-      if (log2 < hd::kMinBlockLog2 || log2 > hd::kMaxBlockLog2) return MarkBad(f);
+      // The device decodes the block size its encoder writes; any other
+      // (valid or not) goes to the CPU.
+      if (log2 != kLog2) return MarkBad(f);
       const uint32_t blocks = hd::HuffBlocks(s.n, log2);
-      if (blocks + 1 > s.tasks + 1 || s.len < lb + 1 + 2 * uint64_t{blocks}) return MarkBad(f);
+      if (s.len < lb + 1 + 2 * uint64_t{blocks}) return MarkBad(f);
       s.log2 = static_cast<uint8_t>(log2);
       for (uint32_t b = 0; b < blocks; ++b) {
         const uint64_t bits = uint64_t{p[lb + 1 + 2 * b]} | uint64_t{p[lb + 2 + 2 * b]} << 8;
@@ -322,7 +339,7 @@ struct ParseBody {  // i: Huffman stream. Checks the coder header, builds tables
         st[b] = total;
         total += bits;
       }
-      for (uint32_t b = blocks; b <= s.tasks; ++b) st[b] = total;
+      st[blocks] = total;
       s.payload = lb + 1 + 2 * uint64_t{blocks};
     } else {  // version-1 Huffman: four quarters with end offsets
       if (s.len < lb + 16u) return MarkBad(f);
@@ -345,37 +362,59 @@ struct ParseBody {  // i: Huffman stream. Checks the coder header, builds tables
     const uint64_t plen = s.len - s.payload;
     if ((total + 7) / 8 != plen) return MarkBad(f);
     if ((total & 7) && (p[s.payload + plen - 1] >> (total & 7))) return MarkBad(f);
-    uint16_t* single = a.single + s.table * hd::kHuffTableSize;
-    uint32_t* multi = a.multi + s.table * hd::kHuffTableSize;
-    hd::HuffBuildDecodeTable(lens, single);
-    for (uint32_t t = 0; t < static_cast<uint32_t>(hd::kHuffTableSize); ++t)
-      multi[t] = hd::HuffMultiEntry(single, t);
+    hd::HuffBuildCanonical(lens, a.canon + s.table);
   }
 };
+
+struct SingleTableBody {  // i: table * kHuffTableSize + window
+  static LMC_HD void Run(const DecArgs& a, size_t i) {
+    const size_t t = i / hd::kHuffTableSize;
+    const DecStream& s = a.streams[a.huff_streams[t]];
+    if (a.frames[s.frame].bad) return;
+    a.single[i] = hd::HuffSingleEntryAt(a.canon[t], static_cast<uint32_t>(i % hd::kHuffTableSize));
+  }
+};
+
+struct MultiTableBody {  // i: table * kHuffTableSize + window
+  static LMC_HD void Run(const DecArgs& a, size_t i) {
+    const size_t t = i / hd::kHuffTableSize;
+    const DecStream& s = a.streams[a.huff_streams[t]];
+    if (a.frames[s.frame].bad) return;
+    a.multi[i] =
+        hd::HuffMultiEntry(a.single + t * hd::kHuffTableSize, static_cast<uint32_t>(i % hd::kHuffTableSize));
+  }
+};
+
+// One task: block j of a stream (or quarter j of a version-1 stream), with
+// the stream's tables wherever they are (global memory here, shared memory
+// in the CUDA kernel).
+LMC_HD void DecodeTask(const DecArgs& a, size_t i, const uint32_t* multi, const uint16_t* single) {
+  const DecStream& s = a.streams[a.task_stream[i]];
+  DecFrame& f = a.frames[s.frame];
+  if (f.bad) return;
+  const uint64_t j = i - s.task0;
+  uint64_t first, count;
+  if (s.coder == hd::kCoderHuffmanBlocked) {
+    first = j << s.log2;
+    if (first >= s.n) return;
+    count = s.n - first < (uint64_t{1} << s.log2) ? s.n - first : (uint64_t{1} << s.log2);
+  } else {
+    if (j >= 4) return;
+    const uint64_t q = s.n / 4;
+    first = j * q;
+    count = j == 3 ? s.n - 3 * q : q;
+  }
+  const uint64_t* st = a.starts + s.start0;
+  const uint8_t* payload = f.frame + s.off + s.payload;
+  if (!hd::HuffDecodeRangeWords(payload, s.len - s.payload, st[j], st[j + 1], multi, single,
+                                a.dbuf + s.buf + first, static_cast<uint32_t>(count)))
+    MarkBad(f);
+}
 
 struct HuffDecodeBody {  // i: task
   static LMC_HD void Run(const DecArgs& a, size_t i) {
     const DecStream& s = a.streams[a.task_stream[i]];
-    DecFrame& f = a.frames[s.frame];
-    if (f.bad) return;
-    const uint64_t j = i - s.task0;
-    uint64_t first, count;
-    if (s.coder == hd::kCoderHuffmanBlocked) {
-      first = j << s.log2;
-      if (first >= s.n) return;
-      count = s.n - first < (uint64_t{1} << s.log2) ? s.n - first : (uint64_t{1} << s.log2);
-    } else {
-      if (j >= 4) return;
-      const uint64_t q = s.n / 4;
-      first = j * q;
-      count = j == 3 ? s.n - 3 * q : q;
-    }
-    const uint64_t* st = a.starts + s.task0;
-    const uint8_t* payload = f.frame + s.off + s.payload;
-    if (!hd::HuffDecodeRange(payload, s.len - s.payload, st[j], st[j + 1],
-                             a.multi + s.table * hd::kHuffTableSize, a.single + s.table * hd::kHuffTableSize,
-                             a.dbuf + s.buf + first, static_cast<uint32_t>(count)))
-      MarkBad(f);
+    DecodeTask(a, i, a.multi + s.table * hd::kHuffTableSize, a.single + s.table * hd::kHuffTableSize);
   }
 };
 
@@ -396,7 +435,8 @@ struct MergeBody {  // i: tile * kTileElems + j
     if (e < f.elems) {
       uint64_t v = 0;
       for (uint32_t b = 0; b < f.w; ++b) v |= uint64_t{StreamByte(a, f, s[b], e)} << (8 * (f.w - 1 - b));
-      hd::MergeElement(v, f.base ? f.base + e * f.w : nullptr, f.w, f.rot != 0, f.out + e * f.w);
+      hd::MergeElement(v, f.base ? f.base + e * f.w : nullptr, f.w, f.rot != 0, f.out + e * f.w,
+                       f.aligned != 0);
     }
     if (first == 0 && i % kTileElems < f.tail) {
       const uint64_t k = i % kTileElems, at = f.w * f.elems + k;
@@ -406,11 +446,14 @@ struct MergeBody {  // i: tile * kTileElems + j
   }
 };
 
-struct HashBlocksDecBody {  // i: hash block
-  static LMC_HD void Run(const DecArgs& a, size_t i) {
+struct HashBlocksDecBody {                                          // i: hash block
+  static LMC_HD const uint8_t* Block(const DecArgs& a, size_t i) {  // null: frame already bad
     const DecFrame& f = a.frames[a.hash_frame[i]];
-    if (f.bad) return;
-    hd::Xxh3BlockDelta(f.out + (i - f.hash0) * hd::kXxh3BlockLen, a.deltas + 8 * i);
+    return f.bad ? nullptr : f.out + (i - f.hash0) * hd::kXxh3BlockLen;
+  }
+  static LMC_HD void Run(const DecArgs& a, size_t i) {
+    const uint8_t* p = Block(a, i);
+    if (p) hd::Xxh3BlockDelta(p, a.deltas + 8 * i);
   }
 };
 
@@ -430,17 +473,31 @@ struct VerifyBody {  // i: frame
   }
 };
 
+struct GatherArgs {
+  const uint8_t** frames;
+  uint64_t* lens;
+  uint8_t* out;
+  uint64_t head;
+};
+struct GatherBody {  // i: frame * head + byte
+  static LMC_HD void Run(const GatherArgs& a, size_t i) {
+    const size_t f = i / a.head, k = i % a.head;
+    a.out[i] = k < a.lens[f] ? a.frames[f][k] : 0;
+  }
+};
+
 // ---------------------------------------------------------------- driver
 
 // Backend interface (duck-typed):
 //   uint8_t* Alloc(size_t)   device memory, kept until Reset(); nullptr on failure
 //   void Reset()             frees (or recycles) what Alloc gave
 //   Status ToDevice(void* d, const void* h, size_t n) / ToHost(void* h, const void* d, size_t n)
-//   Status Zero(void* d, size_t n)
-//   template <class Body, class Args> Status Launch(size_t count, const Args&)
-//   Status Histograms(EncStream* dev_streams, const EncStream* host_streams, size_t count, const uint8_t*
-//   sbuf) Status Sync() bool device_memory()     whether item pointers of the *Device calls are device
-//   pointers
+//   uint8_t* Pinned(size_t n)  host staging memory (page-locked on CUDA), valid until the next call
+//   Status ToDeviceAsync(void* d, const void* pinned, size_t n) / ToHostAsync(void* pinned, const void* d,
+//   size_t n) Status Zero(void* d, size_t n) template <class Body, class Args> Status Launch(size_t count,
+//   const Args&) Status Histograms(EncStream* dev_streams, const EncStream* host_streams, size_t count, const
+//   uint8_t* sbuf) Status Sync() bool device_memory()     whether item pointers of the *Device calls are
+//   device pointers
 template <typename T, typename B>
 T* AllocArray(B& backend, size_t count) {
   return reinterpret_cast<T*>(backend.Alloc(sizeof(T) * (count ? count : 1)));
@@ -479,6 +536,8 @@ Status EncodeOnDevice(B& be, GpuEncodeItem* items, const std::vector<size_t>& gp
     ch.n = it.n;
     ch.dtype = static_cast<uint8_t>(it.dtype);
     ch.rot = hd::DTypeIsFloat(ch.dtype);
+    ch.aligned = reinterpret_cast<uintptr_t>(it.src) % ch.w == 0 &&
+                 (!it.base || reinterpret_cast<uintptr_t>(it.base) % ch.w == 0);
     ch.nstreams = ch.w + (ch.tail ? 1 : 0);
     ch.stream0 = static_cast<uint32_t>(streams.size());
     ch.hash0 = hash_chunk.size();
@@ -491,6 +550,7 @@ Status EncodeOnDevice(B& be, GpuEncodeItem* items, const std::vector<size_t>& gp
       s.chunk = static_cast<uint32_t>(c);
       s.index = j;
       s.n = j < ch.w ? ch.elems : ch.tail;
+      sbytes = (sbytes + 15) & ~uint64_t{15};  // aligned: word loads of symbols
       s.buf = sbytes;
       sbytes += s.n;
       s.scratch_word = swords;
@@ -536,8 +596,7 @@ Status EncodeOnDevice(B& be, GpuEncodeItem* items, const std::vector<size_t>& gp
   LMC_RETURN_IF_ERROR(be.template Launch<ScanBody>(streams.size(), a));
   LMC_RETURN_IF_ERROR(be.template Launch<HuffEncodeBody>(block_stream.size(), a));
   LMC_RETURN_IF_ERROR(be.template Launch<LayoutBody>(nc, a));
-  LMC_RETURN_IF_ERROR(be.template Launch<CopyPayloadBody>(block_stream.size(), a));
-  LMC_RETURN_IF_ERROR(be.template Launch<CopyRawBody>(raw_tiles.size() * kRawTile, a));
+  LMC_RETURN_IF_ERROR(be.template Launch<CopyStreamBody>(raw_tiles.size() * (kRawTile / kCopyBytes), a));
   LMC_RETURN_IF_ERROR(be.ToHost(chunks.data(), a.chunks, sizeof(EncChunk) * nc));  // frame lengths
   for (size_t c = 0; c < nc; ++c) {
     GpuEncodeItem& it = items[gpu[c]];
@@ -565,7 +624,7 @@ Status DecodeOnDevice(B& be, GpuDecodeItem* items, const std::vector<DecPlanItem
   std::vector<DecStream> streams;
   std::vector<uint32_t> huff, task_stream, hash_frame;
   std::vector<uint64_t> tiles;
-  uint64_t dbytes = 0, tasks = 0, tables = 0;
+  uint64_t dbytes = 0, tasks = 0, tables = 0, nstarts = 0;
   for (size_t f = 0; f < nf; ++f) {
     const FrameInfo& fi = plan[f].fi;
     const GpuDecodeItem& it = items[plan[f].item];
@@ -580,6 +639,7 @@ Status DecodeOnDevice(B& be, GpuDecodeItem* items, const std::vector<DecPlanItem
     d.nstreams = static_cast<uint32_t>(fi.streams.size());
     d.stream0 = static_cast<uint32_t>(streams.size());
     d.rot = hd::DTypeIsFloat(static_cast<uint8_t>(fi.dtype));
+    d.aligned = (reinterpret_cast<uintptr_t>(outs[f]) % d.w) == 0;
     d.hash0 = hash_frame.size();
     for (size_t k = 0; k < hd::Xxh3FullBlocks(d.n); ++k) hash_frame.push_back(static_cast<uint32_t>(f));
     for (uint64_t e = 0; e < std::max<uint64_t>(d.elems, 1); e += kTileElems)
@@ -597,14 +657,16 @@ Status DecodeOnDevice(B& be, GpuDecodeItem* items, const std::vector<DecPlanItem
       s.len = si.encoded_size;
       off += si.encoded_size;
       if (s.coder == hd::kCoderHuffman || s.coder == hd::kCoderHuffmanBlocked) {
+        dbytes = (dbytes + 15) & ~uint64_t{15};  // aligned: 4-byte stores of symbols
         s.buf = dbytes;
         dbytes += s.n;
-        s.tasks = s.coder == hd::kCoderHuffman ? 4 : hd::HuffBlocks(s.n, hd::kMinBlockLog2);
+        const uint32_t blocks = s.coder == hd::kCoderHuffman ? 4 : hd::HuffBlocks(s.n, kLog2);
+        s.tasks = (blocks + kDecodeGroup - 1) / kDecodeGroup * kDecodeGroup;
         s.task0 = tasks;
-        for (uint32_t k = 0; k < s.tasks; ++k) task_stream.push_back(static_cast<uint32_t>(streams.size()));
+        task_stream.insert(task_stream.end(), s.tasks, static_cast<uint32_t>(streams.size()));
         tasks += s.tasks;
-        task_stream.push_back(static_cast<uint32_t>(streams.size()));  // the spare start slot
-        ++tasks;
+        s.start0 = nstarts;
+        nstarts += blocks + 1;
         s.table = tables++;
         huff.push_back(static_cast<uint32_t>(streams.size()));
       }
@@ -616,15 +678,16 @@ Status DecodeOnDevice(B& be, GpuDecodeItem* items, const std::vector<DecPlanItem
   a.streams = AllocArray<DecStream>(be, streams.size());
   a.huff_streams = AllocArray<uint32_t>(be, huff.size());
   a.task_stream = AllocArray<uint32_t>(be, task_stream.size());
-  a.starts = AllocArray<uint64_t>(be, task_stream.size() + 1);
+  a.starts = AllocArray<uint64_t>(be, nstarts);
+  a.canon = AllocArray<hd::HuffCanonical>(be, tables);
   a.single = AllocArray<uint16_t>(be, tables * hd::kHuffTableSize);
   a.multi = AllocArray<uint32_t>(be, tables * hd::kHuffTableSize);
   a.dbuf = AllocArray<uint8_t>(be, dbytes);
   a.tiles = AllocArray<uint64_t>(be, tiles.size());
   a.deltas = AllocArray<uint64_t>(be, 8 * hash_frame.size());
   a.hash_frame = AllocArray<uint32_t>(be, hash_frame.size());
-  if (!a.frames || !a.streams || !a.huff_streams || !a.task_stream || !a.starts || !a.single || !a.multi ||
-      !a.dbuf || !a.tiles || !a.deltas || !a.hash_frame)
+  if (!a.frames || !a.streams || !a.huff_streams || !a.task_stream || !a.starts || !a.canon || !a.single ||
+      !a.multi || !a.dbuf || !a.tiles || !a.deltas || !a.hash_frame)
     return Status::IOError("GPU: out of device memory for a decode batch");
   LMC_RETURN_IF_ERROR(be.ToDevice(a.frames, fr.data(), sizeof(DecFrame) * nf));
   LMC_RETURN_IF_ERROR(be.ToDevice(a.streams, streams.data(), sizeof(DecStream) * streams.size()));
@@ -634,6 +697,8 @@ Status DecodeOnDevice(B& be, GpuDecodeItem* items, const std::vector<DecPlanItem
   LMC_RETURN_IF_ERROR(be.ToDevice(a.hash_frame, hash_frame.data(), 4 * hash_frame.size()));
 
   LMC_RETURN_IF_ERROR(be.template Launch<ParseBody>(huff.size(), a));
+  LMC_RETURN_IF_ERROR(be.template Launch<SingleTableBody>(tables * hd::kHuffTableSize, a));
+  LMC_RETURN_IF_ERROR(be.template Launch<MultiTableBody>(tables * hd::kHuffTableSize, a));
   LMC_RETURN_IF_ERROR(be.template Launch<HuffDecodeBody>(task_stream.size(), a));
   LMC_RETURN_IF_ERROR(be.template Launch<MergeBody>(tiles.size() * kTileElems, a));
   LMC_RETURN_IF_ERROR(be.template Launch<HashBlocksDecBody>(hash_frame.size(), a));
@@ -663,6 +728,9 @@ class BatchCodec final : public GpuCodec {
   std::string profile() const override { return be_.Profile(); }
 
  private:
+  // Staged buffers start 256-byte aligned, so that kernels use wide loads.
+  static size_t Align(size_t n) { return (n + 255) & ~size_t{255}; }
+
   static bool GpuEncodable(const GpuEncodeItem& it) {
     return it.n >= kMinGpuChunk && it.n <= kMaxChunkSize && DTypeValid(static_cast<uint8_t>(it.dtype)) &&
            it.src && it.dst && it.cap >= MaxEncodedSize(it.n);
@@ -721,42 +789,52 @@ class BatchCodec final : public GpuCodec {
         for (size_t c = 0; c < gpu.size(); ++c) outs[c] = items[gpu[c]].dst;
         LMC_RETURN_IF_ERROR(EncodeOnDevice(be_, items, gpu, outs));
       } else {
-        // Stage the inputs; frames come back from a staging area.
+        // Host memory: the batch is gathered into one pinned buffer (host
+        // copies in parallel), sent with one copy, and the frames come back
+        // the same way.
+        std::vector<size_t> in_off(gpu.size()), base_off(gpu.size()), out_off(gpu.size());
         size_t in_bytes = 0, out_bytes = 0;
-        for (size_t g : gpu) {
-          in_bytes += items[g].n * (items[g].base ? 2 : 1);
-          out_bytes += MaxEncodedSize(items[g].n);
+        for (size_t c = 0; c < gpu.size(); ++c) {
+          const GpuEncodeItem& it = items[gpu[c]];
+          in_off[c] = in_bytes;
+          in_bytes += Align(it.n);
+          base_off[c] = in_bytes;
+          if (it.base) in_bytes += Align(it.n);
+          out_off[c] = out_bytes;
+          out_bytes += Align(MaxEncodedSize(it.n));
         }
+        uint8_t* pin = be_.Pinned(in_bytes + out_bytes);
         uint8_t* din = be_.Alloc(in_bytes);
         uint8_t* dout = be_.Alloc(out_bytes);
-        if (!din || !dout) return Status::IOError("GPU: out of device memory for an encode batch");
+        if (!pin || !din || !dout) return Status::IOError("GPU: out of memory for an encode batch");
+        Pool().ParallelFor(gpu.size(), 0, [&](size_t c, size_t) {
+          const GpuEncodeItem& it = items[gpu[c]];
+          std::memcpy(pin + in_off[c], it.src, it.n);
+          if (it.base) std::memcpy(pin + base_off[c], it.base, it.n);
+        });
+        LMC_RETURN_IF_ERROR(be_.ToDeviceAsync(din, pin, in_bytes));
         staged.resize(gpu.size());
         std::vector<size_t> idx(gpu.size());
-        size_t ip = 0, op = 0;
         for (size_t c = 0; c < gpu.size(); ++c) {
           const GpuEncodeItem& it = items[gpu[c]];
           staged[c] = it;
-          staged[c].src = din + ip;
-          LMC_RETURN_IF_ERROR(be_.ToDevice(din + ip, it.src, it.n));
-          ip += it.n;
-          if (it.base) {
-            staged[c].base = din + ip;
-            LMC_RETURN_IF_ERROR(be_.ToDevice(din + ip, it.base, it.n));
-            ip += it.n;
-          }
-          outs[c] = dout + op;
-          out_off[c] = op;
-          staged[c].dst = dout + op;
-          op += MaxEncodedSize(it.n);
+          staged[c].src = din + in_off[c];
+          staged[c].base = it.base ? din + base_off[c] : nullptr;
+          staged[c].dst = outs[c] = dout + out_off[c];
           idx[c] = c;
         }
         LMC_RETURN_IF_ERROR(EncodeOnDevice(be_, staged.data(), idx, outs));
-        for (size_t c = 0; c < gpu.size(); ++c) {
+        size_t end = 0;
+        for (size_t c = 0; c < gpu.size(); ++c) end = std::max(end, out_off[c] + staged[c].len);
+        uint8_t* pout = pin + in_bytes;
+        LMC_RETURN_IF_ERROR(be_.ToHostAsync(pout, dout, end));
+        LMC_RETURN_IF_ERROR(be_.Sync());
+        Pool().ParallelFor(gpu.size(), 0, [&](size_t c, size_t) {
           GpuEncodeItem& it = items[gpu[c]];
           it.status = staged[c].status;
           it.len = staged[c].len;
-          if (it.status.ok()) LMC_RETURN_IF_ERROR(be_.ToHost(it.dst, outs[c], it.len));
-        }
+          if (it.status.ok()) std::memcpy(it.dst, pout + out_off[c], it.len);
+        });
       }
       LMC_RETURN_IF_ERROR(be_.Sync());
       stats_.batches++;
@@ -795,18 +873,23 @@ class BatchCodec final : public GpuCodec {
     while (i < count) {
       std::vector<DecPlanItem> plan;
       size_t bytes = 0;
+      // Device frames: every header of the batch in one gather and one copy.
+      constexpr size_t kHead = frame::HeaderSize(frame::kMaxStreams);
+      std::vector<uint8_t> heads;
+      const size_t first = i;
+      if (device) {
+        size_t last = i, sum = 0;
+        while (last < count && (last == i || sum <= o_.batch_bytes)) sum += items[last++].cap;
+        LMC_RETURN_IF_ERROR(GatherHeads(items + i, last - i, kHead, &heads));
+      }
       for (; i < count && (plan.empty() || bytes <= o_.batch_bytes); ++i) {
         GpuDecodeItem& it = items[i];
+        if (device && (i - first + 1) * kHead > heads.size()) break;  // beyond the gathered heads
         // The header, on the host, decides the path.
-        uint8_t head[frame::HeaderSize(frame::kMaxStreams)];
-        const uint8_t* hp = it.frame;
-        if (device) {
-          const size_t k = std::min(it.len, sizeof(head));
-          if (!it.frame || (k && !be_.ToHostSync(head, it.frame, k).ok())) {
-            DecodeOnCpu(it, device);
-            continue;
-          }
-          hp = head;
+        const uint8_t* hp = device ? heads.data() + (i - first) * kHead : it.frame;
+        if (!it.frame) {
+          DecodeOnCpu(it, device);
+          continue;
         }
         Result<FrameInfo> fi =
             it.frame ? ReadFrameInfo(hp, it.len) : Result<FrameInfo>(Status::InvalidArgument("null frame"));
@@ -831,36 +914,45 @@ class BatchCodec final : public GpuCodec {
       std::vector<const uint8_t*> frames(plan.size());
       std::vector<uint8_t*> outs(plan.size());
       std::vector<GpuDecodeItem> staged;
+      uint8_t *pin = nullptr, *pout = nullptr, *dout = nullptr;
+      std::vector<size_t> host_out_off;
+      size_t host_out_bytes = 0;
       if (device) {
         for (size_t f = 0; f < plan.size(); ++f) {
           frames[f] = items[plan[f].item].frame;
           outs[f] = items[plan[f].item].dst;
         }
       } else {
+        std::vector<size_t> in_off(plan.size()), base_off(plan.size()), out_off(plan.size());
         size_t in_bytes = 0, out_bytes = 0;
-        for (const auto& p : plan) {
-          in_bytes += p.fi.frame_size + (p.fi.xor_delta ? p.fi.decoded_size : 0);
-          out_bytes += p.fi.decoded_size;
-        }
-        uint8_t* din = be_.Alloc(in_bytes);
-        uint8_t* dout = be_.Alloc(out_bytes);
-        if (!din || !dout) return Status::IOError("GPU: out of device memory for a decode batch");
-        staged.resize(plan.size());
-        size_t ip = 0, op = 0;
         for (size_t f = 0; f < plan.size(); ++f) {
-          const GpuDecodeItem& it = items[plan[f].item];
-          staged[f] = it;
-          LMC_RETURN_IF_ERROR(be_.ToDevice(din + ip, it.frame, plan[f].fi.frame_size));
-          frames[f] = din + ip;
-          ip += plan[f].fi.frame_size;
-          if (plan[f].fi.xor_delta) {
-            LMC_RETURN_IF_ERROR(be_.ToDevice(din + ip, it.base, plan[f].fi.decoded_size));
-            staged[f].base = din + ip;
-            ip += plan[f].fi.decoded_size;
-          }
-          outs[f] = dout + op;
-          op += plan[f].fi.decoded_size;
+          in_off[f] = in_bytes;
+          in_bytes += Align(plan[f].fi.frame_size);
+          base_off[f] = in_bytes;
+          if (plan[f].fi.xor_delta) in_bytes += Align(plan[f].fi.decoded_size);
+          out_off[f] = out_bytes;
+          out_bytes += Align(plan[f].fi.decoded_size);
         }
+        pin = be_.Pinned(in_bytes + out_bytes);
+        uint8_t* din = be_.Alloc(in_bytes);
+        dout = be_.Alloc(out_bytes);
+        if (!pin || !din || !dout) return Status::IOError("GPU: out of memory for a decode batch");
+        pout = pin + in_bytes;
+        Pool().ParallelFor(plan.size(), 0, [&](size_t f, size_t) {
+          const GpuDecodeItem& it = items[plan[f].item];
+          std::memcpy(pin + in_off[f], it.frame, plan[f].fi.frame_size);
+          if (plan[f].fi.xor_delta) std::memcpy(pin + base_off[f], it.base, plan[f].fi.decoded_size);
+        });
+        LMC_RETURN_IF_ERROR(be_.ToDeviceAsync(din, pin, in_bytes));
+        staged.resize(plan.size());
+        for (size_t f = 0; f < plan.size(); ++f) {
+          staged[f] = items[plan[f].item];
+          frames[f] = din + in_off[f];
+          if (plan[f].fi.xor_delta) staged[f].base = din + base_off[f];
+          outs[f] = dout + out_off[f];
+        }
+        host_out_off = std::move(out_off);
+        host_out_bytes = out_bytes;
       }
       // DecodeOnDevice reads base pointers from the items it is given.
       std::vector<DecPlanItem> local(plan.size());
@@ -871,6 +963,13 @@ class BatchCodec final : public GpuCodec {
       }
       std::vector<bool> bad;
       LMC_RETURN_IF_ERROR(DecodeOnDevice(be_, tmp.data(), local, frames, outs, bad));
+      if (!device) {
+        LMC_RETURN_IF_ERROR(be_.ToHostAsync(pout, dout, host_out_bytes));
+        LMC_RETURN_IF_ERROR(be_.Sync());
+        Pool().ParallelFor(plan.size(), 0, [&](size_t f, size_t) {
+          if (!bad[f]) std::memcpy(items[plan[f].item].dst, pout + host_out_off[f], plan[f].fi.decoded_size);
+        });
+      }
       for (size_t f = 0; f < plan.size(); ++f) {
         GpuDecodeItem& it = items[plan[f].item];
         if (bad[f]) {
@@ -881,7 +980,6 @@ class BatchCodec final : public GpuCodec {
         }
         it.out_len = plan[f].fi.decoded_size;
         it.status = Status::Ok();
-        if (!device) LMC_RETURN_IF_ERROR(be_.ToHost(it.dst, outs[f], it.out_len));
         stats_.decode_chunks++;
         stats_.decode_bytes += it.out_len;
       }
@@ -891,8 +989,37 @@ class BatchCodec final : public GpuCodec {
     return Status::Ok();
   }
 
+  // Copies the first `head` bytes (fewer where len is shorter) of each
+  // device frame into `out`, head bytes a frame.
+  Status GatherHeads(const GpuDecodeItem* items, size_t count, size_t head, std::vector<uint8_t>* out) {
+    be_.Reset();
+    std::vector<const uint8_t*> ptr(count);
+    std::vector<uint64_t> len(count);
+    for (size_t k = 0; k < count; ++k) ptr[k] = items[k].frame, len[k] = items[k].frame ? items[k].len : 0;
+    GatherArgs g;
+    g.frames = AllocArray<const uint8_t*>(be_, count);
+    g.lens = AllocArray<uint64_t>(be_, count);
+    g.out = AllocArray<uint8_t>(be_, count * head);
+    g.head = head;
+    if (!g.frames || !g.lens || !g.out) return Status::IOError("GPU: out of device memory for frame headers");
+    LMC_RETURN_IF_ERROR(be_.ToDevice(g.frames, ptr.data(), sizeof(void*) * count));
+    LMC_RETURN_IF_ERROR(be_.ToDevice(g.lens, len.data(), 8 * count));
+    LMC_RETURN_IF_ERROR(be_.template Launch<GatherBody>(count * head, g));
+    out->assign(count * head, 0);
+    LMC_RETURN_IF_ERROR(be_.ToHost(out->data(), g.out, count * head));
+    return be_.Sync();
+  }
+
+  // Host copies in and out of the pinned staging buffer.
+  ThreadPool& Pool() {
+    if (!pool_)
+      pool_ = std::make_unique<ThreadPool>(std::min(8u, std::max(1u, std::thread::hardware_concurrency())));
+    return *pool_;
+  }
+
   B be_;
   GpuCodecOptions o_;
+  std::unique_ptr<ThreadPool> pool_;
   GpuCodecStats stats_;
   Workspace ws_;
 };

@@ -120,6 +120,53 @@ TEST(BlockedHuffman, HostDeviceWriterAndReaderMatchTheCpuCoder) {
   }
 }
 
+TEST(BlockedHuffman, CanonicalEntriesAndWordReaderMatchTheTables) {
+  // The GPU builds its tables one entry per thread from the canonical code,
+  // and decodes with aligned word loads and 4-byte stores: the same results
+  // for every payload and output alignment.
+  for (int spread : {1, 3, 40}) {
+    auto s = Skewed(30001, static_cast<uint32_t>(spread), spread);
+    s[1] = 3;
+    uint32_t hist[256];
+    Histogram(s.data(), s.size(), hist);
+    uint8_t len[256];
+    hd::HuffBuildLengths(hist, len);
+    uint16_t single[hd::kHuffTableSize];
+    hd::HuffBuildDecodeTable(len, single);
+    hd::HuffCanonical canon;
+    hd::HuffBuildCanonical(len, &canon);
+    for (uint32_t x = 0; x < hd::kHuffTableSize; ++x)
+      ASSERT_EQ(hd::HuffSingleEntryAt(canon, x), single[x]) << x;
+    uint32_t multi[hd::kHuffTableSize];
+    for (uint32_t t = 0; t < hd::kHuffTableSize; ++t) multi[t] = hd::HuffMultiEntry(single, t);
+    auto enc = EncodeBlockedOrDie(s, 12);
+    const uint32_t blocks = hd::HuffBlocks(s.size(), 12);
+    const size_t header = 2 + (enc[1] - enc[0] + 2) / 2 + 1 + 2 * blocks;
+    for (size_t shift = 0; shift < 4; ++shift) {
+      // The payload at every alignment, the stream header before it.
+      std::vector<uint8_t> moved(shift + enc.size() + 8, 0xCC);
+      std::memcpy(moved.data() + shift, enc.data(), enc.size());
+      const uint8_t* payload = moved.data() + shift + header;
+      const size_t plen = enc.size() - header;
+      for (size_t out_shift : {size_t{0}, size_t{1}}) {
+        std::vector<uint8_t> back(s.size() + 8, 0);
+        uint64_t start = 0;
+        for (uint32_t b = 0; b < blocks; ++b) {
+          const uint64_t bits = LoadLE16(enc.data() + header - 2 * blocks + 2 * b);
+          const uint32_t count = static_cast<uint32_t>(std::min<size_t>(4096, s.size() - size_t{b} * 4096));
+          ASSERT_TRUE(hd::HuffDecodeRangeWords(payload, plen, start, start + bits, multi, single,
+                                               back.data() + out_shift + size_t{b} * 4096, count))
+              << "block " << b << " shift " << shift;
+          EXPECT_FALSE(hd::HuffDecodeRangeWords(payload, plen, start, start + bits + 1, multi, single,
+                                                back.data() + out_shift + size_t{b} * 4096, count));
+          start += bits;
+        }
+        EXPECT_TRUE(std::equal(s.begin(), s.end(), back.begin() + out_shift));
+      }
+    }
+  }
+}
+
 TEST(BlockedHuffman, CorruptStreamsNeverDecodeWrongOrOutOfBounds) {
   auto s = Skewed(20000, 3, 3);
   auto enc = EncodeBlockedOrDie(s, 10);

@@ -57,7 +57,6 @@ std::vector<Case> Cases() {
   return cases;
 }
 
-
 // Every item's frame is the CPU's GPU-profile frame, byte for byte.
 inline void CheckEncodeMatchesCpu(GpuCodec* codec) {
   auto cases = Cases();
@@ -75,8 +74,8 @@ inline void CheckEncodeMatchesCpu(GpuCodec* codec) {
   ASSERT_TRUE(codec->EncodeBatch(items.data(), items.size()).ok());
   Workspace ws;
   for (size_t i = 0; i < cases.size(); ++i) {
-    SCOPED_TRACE(::testing::Message() << "case " << i << " dtype " << static_cast<int>(cases[i].dtype) << " n "
-                                      << cases[i].src.size());
+    SCOPED_TRACE(::testing::Message() << "case " << i << " dtype " << static_cast<int>(cases[i].dtype)
+                                      << " n " << cases[i].src.size());
     ASSERT_TRUE(items[i].status.ok()) << items[i].status.ToString();
     std::vector<uint8_t> ref(MaxEncodedSize(cases[i].src.size()));
     auto r = EncodeChunk(cases[i].src.data(), cases[i].src.size(),
@@ -86,7 +85,8 @@ inline void CheckEncodeMatchesCpu(GpuCodec* codec) {
     out[i].resize(items[i].len);
     EXPECT_EQ(out[i], ref);
   }
-  EXPECT_GT(codec->stats().encode_chunks, 0u);}
+  EXPECT_GT(codec->stats().encode_chunks, 0u);
+}
 
 // Every frame the CPU writes decodes to the same bytes, and every corrupt
 // one gives the CPU's status, code and message.
@@ -141,8 +141,8 @@ inline void CheckDecodeMatchesCpu(GpuCodec* codec) {
     std::vector<uint8_t> ref(out[i].size());
     auto r = DecodeChunk(frames[i].data(), frames[i].size(), items[i].base, items[i].base_len, ref.data(),
                          ref.size(), ws);
-    EXPECT_EQ(items[i].status.code(), r.status().code()) << items[i].status.ToString() << " vs "
-                                                         << r.status().ToString();
+    EXPECT_EQ(items[i].status.code(), r.status().code())
+        << items[i].status.ToString() << " vs " << r.status().ToString();
     EXPECT_EQ(items[i].status.message(), r.status().message());
     if (r.ok()) {
       ASSERT_EQ(items[i].out_len, *r);
@@ -152,7 +152,8 @@ inline void CheckDecodeMatchesCpu(GpuCodec* codec) {
       }
     }
   }
-  EXPECT_GT(codec->stats().decode_chunks, 0u);}
+  EXPECT_GT(codec->stats().decode_chunks, 0u);
+}
 
 // The device-memory entry points on a real checkpoint-sized batch: encode
 // on the device, decode on the device, bytes back equal, frames equal to
@@ -177,7 +178,8 @@ inline void CheckDeviceEntryPoints(GpuCodec* codec, DeviceMemory* mem) {
     ASSERT_TRUE(e[c].status.ok()) << e[c].status.ToString();
     std::vector<uint8_t> frame(e[c].len), ref(MaxEncodedSize(n));
     mem->Get(frame.data(), e[c].dst, e[c].len);
-    auto r = EncodeChunk(src[c].data(), n, {e[c].dtype, nullptr, EncodeProfile::kGpu}, ref.data(), ref.size(), ws);
+    auto r =
+        EncodeChunk(src[c].data(), n, {e[c].dtype, nullptr, EncodeProfile::kGpu}, ref.data(), ref.size(), ws);
     ASSERT_TRUE(r.ok());
     ref.resize(*r);
     EXPECT_EQ(frame, ref) << "chunk " << c;

@@ -31,13 +31,13 @@ double Median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-#define CUDA_OK(x)                                                                           \
-  do {                                                                                       \
-    cudaError_t e_ = (x);                                                                    \
-    if (e_ != cudaSuccess) {                                                                 \
-      std::fprintf(stderr, "lmc_gpu_bench: %s: %s\n", #x, cudaGetErrorString(e_));           \
-      std::exit(1);                                                                          \
-    }                                                                                        \
+#define CUDA_OK(x)                                                                 \
+  do {                                                                             \
+    cudaError_t e_ = (x);                                                          \
+    if (e_ != cudaSuccess) {                                                       \
+      std::fprintf(stderr, "lmc_gpu_bench: %s: %s\n", #x, cudaGetErrorString(e_)); \
+      std::exit(1);                                                                \
+    }                                                                              \
   } while (0)
 
 std::vector<uint8_t> Synthetic(size_t bytes) {
@@ -78,20 +78,28 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&] { return i + 1 < argc ? std::string(argv[++i]) : std::string(); };
-    if (a == "--data") data_path = next();
-    else if (a == "--mib") mib = std::stoul(next());
-    else if (a == "--chunk-mib") chunk_mib = std::stoul(next());
-    else if (a == "--reps") reps = std::stoi(next());
-    else if (a == "--threads") threads = static_cast<unsigned>(std::stoul(next()));
-    else if (a == "--json") json_path = next();
-    else if (a == "--dtype") dtype_name = next();
+    if (a == "--data")
+      data_path = next();
+    else if (a == "--mib")
+      mib = std::stoul(next());
+    else if (a == "--chunk-mib")
+      chunk_mib = std::stoul(next());
+    else if (a == "--reps")
+      reps = std::stoi(next());
+    else if (a == "--threads")
+      threads = static_cast<unsigned>(std::stoul(next()));
+    else if (a == "--json")
+      json_path = next();
+    else if (a == "--dtype")
+      dtype_name = next();
     else {
-      std::fprintf(stderr, "usage: lmc_gpu_bench [--data FILE] [--mib N] [--dtype bf16|f32|bytes] "
-                           "[--chunk-mib 1] [--reps 5] [--threads N] [--json OUT]\n");
+      std::fprintf(stderr,
+                   "usage: lmc_gpu_bench [--data FILE] [--mib N] [--dtype bf16|f32|bytes] "
+                   "[--chunk-mib 1] [--reps 5] [--threads N] [--json OUT]\n");
       return 2;
     }
   }
-  const lmc::DType dtype = dtype_name == "f32" ? lmc::DType::kF32
+  const lmc::DType dtype = dtype_name == "f32"     ? lmc::DType::kF32
                            : dtype_name == "bytes" ? lmc::DType::kBytes
                                                    : lmc::DType::kBF16;
   std::vector<uint8_t> data;
@@ -109,8 +117,8 @@ int main(int argc, char** argv) {
   const size_t chunk = chunk_mib << 20, total = data.size(), nchunks = (total + chunk - 1) / chunk;
   auto csize = [&](size_t c) { return std::min(chunk, total - c * chunk); };
   std::printf("data: %s, %.1f MiB, %zu chunks of %zu KiB, dtype %s\n",
-              data_path.empty() ? "synthetic bf16" : data_path.c_str(), total / 1048576.0, nchunks, chunk >> 10,
-              dtype_name.c_str());
+              data_path.empty() ? "synthetic bf16" : data_path.c_str(), total / 1048576.0, nchunks,
+              chunk >> 10, dtype_name.c_str());
   std::printf("GPU: %s; CPU threads: %u\n", lmc::GpuDescription().c_str(), threads);
 
   // ---- CPU, all cores, default profile and GPU profile.
@@ -131,7 +139,8 @@ int main(int argc, char** argv) {
   for (int r = 0; r < reps; ++r) {
     auto t0 = Clock::now();
     Parallel(nchunks, threads, [&](size_t c, lmc::Workspace& ws) {
-      auto d = lmc::DecodeChunk(cpu_frames[c].data(), cpu_len[c], nullptr, 0, back.data() + c * chunk, csize(c), ws);
+      auto d = lmc::DecodeChunk(cpu_frames[c].data(), cpu_len[c], nullptr, 0, back.data() + c * chunk,
+                                csize(c), ws);
       if (!d.ok()) std::fprintf(stderr, "CPU decode failed: %s\n", d.status().ToString().c_str());
     });
     t_cpu_dec.push_back(Seconds(t0));
@@ -247,7 +256,8 @@ int main(int argc, char** argv) {
   }
   size_t host_identical = 0;
   for (size_t c = 0; c < nchunks; ++c)
-    host_identical += enc[c].len == ref_len[c] && std::memcmp(hframes[c].data(), gpu_ref[c].data(), enc[c].len) == 0;
+    host_identical +=
+        enc[c].len == ref_len[c] && std::memcmp(hframes[c].data(), gpu_ref[c].data(), enc[c].len) == 0;
   for (int r = 0; r < reps; ++r) {
     std::fill(back.begin(), back.end(), 0);
     for (size_t c = 0; c < nchunks; ++c) {
@@ -298,13 +308,15 @@ int main(int argc, char** argv) {
   const double cpu_ratio = 100.0 * cpu_bytes / total, ref_ratio = 100.0 * ref_bytes / total,
                gpu_ratio = 100.0 * gpu_bytes / total;
   std::printf("\n%-34s %10s %10s %8s %s\n", "path", "enc GB/s", "dec GB/s", "ratio%", "check");
-  std::printf("%-34s %10.2f %10.2f %8.3f %s\n", ("CPU codec, " + std::to_string(threads) + " threads").c_str(),
-              rate(t_cpu_enc), rate(t_cpu_dec), cpu_ratio, cpu_exact ? "exact" : "MISMATCH");
+  std::printf("%-34s %10.2f %10.2f %8.3f %s\n",
+              ("CPU codec, " + std::to_string(threads) + " threads").c_str(), rate(t_cpu_enc),
+              rate(t_cpu_dec), cpu_ratio, cpu_exact ? "exact" : "MISMATCH");
   std::printf("%-34s %10s %10s %8.3f %s\n", "CPU, GPU profile (reference)", "-", "-", ref_ratio, "");
-  std::printf("%-34s %10.2f %10.2f %8.3f %s, frames identical %zu/%zu\n", "GPU device->device", rate(t_dev_enc),
-              rate(t_dev_dec), gpu_ratio, dev_ok ? "exact" : "MISMATCH", identical, nchunks);
+  std::printf("%-34s %10.2f %10.2f %8.3f %s, frames identical %zu/%zu\n", "GPU device->device",
+              rate(t_dev_enc), rate(t_dev_dec), gpu_ratio, dev_ok ? "exact" : "MISMATCH", identical, nchunks);
   std::printf("%-34s %10.2f %10.2f %8.3f %s, frames identical %zu/%zu\n", "GPU host->host (128 MiB batches)",
-              rate(t_host_enc), rate(t_host_dec), gpu_ratio, host_ok ? "exact" : "MISMATCH", host_identical, nchunks);
+              rate(t_host_enc), rate(t_host_dec), gpu_ratio, host_ok ? "exact" : "MISMATCH", host_identical,
+              nchunks);
   std::printf("device copy bandwidth (read+write): %.1f GB/s; GPU decode moves %.1f%% of it, encode %.1f%%\n",
               copy_bw, 100.0 * (gb * (1 + gpu_ratio / 100)) / Median(t_dev_dec) / copy_bw,
               100.0 * (gb * (1 + gpu_ratio / 100)) / Median(t_dev_enc) / copy_bw);
@@ -312,18 +324,20 @@ int main(int argc, char** argv) {
   if (!json_path.empty()) {
     FILE* f = std::fopen(json_path.c_str(), "w");
     if (f) {
-      std::fprintf(f,
-                   "{\"gpu\": \"%s\", \"bytes\": %zu, \"chunks\": %zu, \"chunk_bytes\": %zu, \"dtype\": \"%s\", "
-                   "\"cpu_threads\": %u,\n \"cpu\": {\"enc_gbps\": %.3f, \"dec_gbps\": %.3f, \"ratio\": %.4f, "
-                   "\"exact\": %s},\n \"gpu_profile_cpu_ratio\": %.4f,\n"
-                   " \"gpu_d2d\": {\"enc_gbps\": %.3f, \"dec_gbps\": %.3f, \"ratio\": %.4f, \"exact\": %s, "
-                   "\"frames_identical\": %zu},\n"
-                   " \"gpu_h2h\": {\"enc_gbps\": %.3f, \"dec_gbps\": %.3f, \"exact\": %s, \"frames_identical\": %zu},\n"
-                   " \"copy_bw_gbps\": %.3f}\n",
-                   lmc::GpuDescription().c_str(), total, nchunks, chunk, dtype_name.c_str(), threads,
-                   rate(t_cpu_enc), rate(t_cpu_dec), cpu_ratio, cpu_exact ? "true" : "false", ref_ratio,
-                   rate(t_dev_enc), rate(t_dev_dec), gpu_ratio, dev_ok ? "true" : "false", identical,
-                   rate(t_host_enc), rate(t_host_dec), host_ok ? "true" : "false", host_identical, copy_bw);
+      std::fprintf(
+          f,
+          "{\"gpu\": \"%s\", \"bytes\": %zu, \"chunks\": %zu, \"chunk_bytes\": %zu, \"dtype\": \"%s\", "
+          "\"cpu_threads\": %u,\n \"cpu\": {\"enc_gbps\": %.3f, \"dec_gbps\": %.3f, \"ratio\": %.4f, "
+          "\"exact\": %s},\n \"gpu_profile_cpu_ratio\": %.4f,\n"
+          " \"gpu_d2d\": {\"enc_gbps\": %.3f, \"dec_gbps\": %.3f, \"ratio\": %.4f, \"exact\": %s, "
+          "\"frames_identical\": %zu},\n"
+          " \"gpu_h2h\": {\"enc_gbps\": %.3f, \"dec_gbps\": %.3f, \"exact\": %s, \"frames_identical\": "
+          "%zu},\n"
+          " \"copy_bw_gbps\": %.3f}\n",
+          lmc::GpuDescription().c_str(), total, nchunks, chunk, dtype_name.c_str(), threads, rate(t_cpu_enc),
+          rate(t_cpu_dec), cpu_ratio, cpu_exact ? "true" : "false", ref_ratio, rate(t_dev_enc),
+          rate(t_dev_dec), gpu_ratio, dev_ok ? "true" : "false", identical, rate(t_host_enc),
+          rate(t_host_dec), host_ok ? "true" : "false", host_identical, copy_bw);
       std::fclose(f);
     }
   }

@@ -49,14 +49,27 @@ LMC_HD uint32_t DTypeWidthOf(uint8_t t) {
 // The transform of element i (section 3): its w bytes at src (XORed with
 // base when given), rotated left by one bit for floats, returned as a
 // little-endian integer whose byte w-1-b goes to stream b.
-LMC_HD uint64_t SplitElement(const uint8_t* src, const uint8_t* base, uint32_t w, bool rot) {
-  uint64_t v = 0;
-  for (uint32_t b = 0; b < w; ++b) v |= uint64_t{src[b]} << (8 * b);
-  if (base) {
-    uint64_t x = 0;
-    for (uint32_t b = 0; b < w; ++b) x |= uint64_t{base[b]} << (8 * b);
-    v ^= x;
+// Loads the w-byte little-endian element at p; one load where aligned
+// (device code).
+LMC_HD uint64_t LoadElement(const uint8_t* p, uint32_t w, bool aligned) {
+#if defined(__CUDA_ARCH__)
+  if (aligned) {
+    if (w == 2) return *reinterpret_cast<const uint16_t*>(p);
+    if (w == 4) return *reinterpret_cast<const uint32_t*>(p);
+    if (w == 8) return *reinterpret_cast<const uint64_t*>(p);
   }
+#else
+  (void)aligned;
+#endif
+  uint64_t v = 0;
+  for (uint32_t b = 0; b < w; ++b) v |= uint64_t{p[b]} << (8 * b);
+  return v;
+}
+
+LMC_HD uint64_t SplitElement(const uint8_t* src, const uint8_t* base, uint32_t w, bool rot,
+                             bool aligned = false) {
+  uint64_t v = LoadElement(src, w, aligned);
+  if (base) v ^= LoadElement(base, w, aligned);
   if (rot) {
     const uint32_t bits = 8 * w;
     const uint64_t mask = bits == 64 ? ~uint64_t{0} : (uint64_t{1} << bits) - 1;
@@ -66,7 +79,8 @@ LMC_HD uint64_t SplitElement(const uint8_t* src, const uint8_t* base, uint32_t w
 }
 // The inverse: v (byte w-1-b from stream b) rotated back, XORed with base,
 // stored little-endian at dst.
-LMC_HD void MergeElement(uint64_t v, const uint8_t* base, uint32_t w, bool rot, uint8_t* dst) {
+LMC_HD void MergeElement(uint64_t v, const uint8_t* base, uint32_t w, bool rot, uint8_t* dst,
+                         bool aligned = false) {
   if (rot) {
     const uint32_t bits = 8 * w;
     const uint64_t mask = bits == 64 ? ~uint64_t{0} : (uint64_t{1} << bits) - 1;
@@ -77,6 +91,15 @@ LMC_HD void MergeElement(uint64_t v, const uint8_t* base, uint32_t w, bool rot, 
     for (uint32_t b = 0; b < w; ++b) x |= uint64_t{base[b]} << (8 * b);
     v ^= x;
   }
+#if defined(__CUDA_ARCH__)
+  if (aligned) {  // one store of the element's width
+    if (w == 2) return void(*reinterpret_cast<uint16_t*>(dst) = static_cast<uint16_t>(v));
+    if (w == 4) return void(*reinterpret_cast<uint32_t*>(dst) = static_cast<uint32_t>(v));
+    if (w == 8) return void(*reinterpret_cast<uint64_t*>(dst) = v);
+  }
+#else
+  (void)aligned;
+#endif
   for (uint32_t b = 0; b < w; ++b) dst[b] = static_cast<uint8_t>(v >> (8 * b));
 }
 

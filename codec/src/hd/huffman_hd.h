@@ -15,6 +15,25 @@ inline constexpr int kMinBlockLog2 = 8;
 inline constexpr int kMaxBlockLog2 = 12;
 inline constexpr int kDefaultBlockLog2 = 12;
 
+// An aligned 32-bit little-endian load and store (p % 4 == 0).
+LMC_HD uint32_t LoadAligned32(const uint8_t* p) {
+#if defined(__CUDA_ARCH__)
+  return *reinterpret_cast<const uint32_t*>(p);
+#else
+  return static_cast<uint32_t>(p[0]) | static_cast<uint32_t>(p[1]) << 8 | static_cast<uint32_t>(p[2]) << 16 |
+         static_cast<uint32_t>(p[3]) << 24;
+#endif
+}
+LMC_HD void StoreAligned32(uint8_t* p, uint32_t v) {
+#if defined(__CUDA_ARCH__)
+  *reinterpret_cast<uint32_t*>(p) = v;
+#else
+  p[0] = static_cast<uint8_t>(v), p[1] = static_cast<uint8_t>(v >> 8), p[2] = static_cast<uint8_t>(v >> 16),
+  p[3] = static_cast<uint8_t>(v >> 24);
+#endif
+}
+LMC_HD bool Aligned4(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 3) == 0; }
+
 // Optimal code lengths limited to kHuffMaxLen bits by package-merge
 // (Larmore and Hirschberg). Symbols with hist 0 get length 0; a lone symbol
 // gets length 1. Returns the number of symbols with a code. Deterministic:
@@ -220,8 +239,15 @@ LMC_HD size_t HuffBlockedHeader(uint32_t table_bytes, uint32_t blocks) {
 
 // Bits block b's symbols take: the sum of their code lengths.
 LMC_HD uint32_t HuffBlockBits(const uint8_t* sym, uint32_t count, const uint32_t codes[256]) {
-  uint32_t bits = 0;
-  for (uint32_t i = 0; i < count; ++i) bits += codes[sym[i]] & 0xff;
+  uint32_t bits = 0, i = 0;
+  if (Aligned4(sym)) {  // four symbols a load
+    for (; i + 4 <= count; i += 4) {
+      const uint32_t w = LoadAligned32(sym + i);
+      bits += (codes[w & 0xff] & 0xff) + (codes[(w >> 8) & 0xff] & 0xff) + (codes[(w >> 16) & 0xff] & 0xff) +
+              (codes[w >> 24] & 0xff);
+    }
+  }
+  for (; i < count; ++i) bits += codes[sym[i]] & 0xff;
   return bits;
 }
 
@@ -243,8 +269,19 @@ LMC_HD void HuffEncodeBlockWords(const uint8_t* sym, uint32_t count, const uint3
   uint64_t w = first_word;
   uint64_t acc = 0;            // pending bits, oldest lowest
   uint32_t nacc = start & 31;  // the first word's bits below start are zero
-  for (uint32_t i = 0; i < count; ++i) {
-    const uint32_t e = codes[sym[i]];
+  uint32_t i = 0;
+  uint32_t quad = 0;  // symbols of the current aligned load, lowest next
+  const bool aligned = Aligned4(sym);
+  for (; i < count; ++i) {
+    uint32_t s;
+    if (aligned && (i & 3) == 0 && i + 4 <= count) quad = LoadAligned32(sym + i);
+    if (aligned && (i & ~3u) + 4 <= count) {
+      s = quad & 0xff;
+      quad >>= 8;
+    } else {
+      s = sym[i];
+    }
+    const uint32_t e = codes[s];
     acc |= static_cast<uint64_t>(e >> 8) << nacc;
     nacc += e & 0xff;
     if (nacc >= 32) {
@@ -307,6 +344,114 @@ LMC_HD bool HuffDecodeRange(const uint8_t* payload, size_t plen, uint64_t start,
     r.pos += e & 0xff;
   }
   return r.pos == end;
+}
+
+// Canonical decoding data of a code, from which any table entry can be
+// computed alone (so that a GPU builds a table with one thread per entry).
+struct HuffCanonical {
+  uint16_t first[kHuffMaxLen + 1];   // first canonical code of each length
+  uint16_t count[kHuffMaxLen + 1];   // codes of each length
+  uint16_t offset[kHuffMaxLen + 1];  // index in `sorted` of the first symbol of each length
+  uint8_t sorted[256];               // symbols ordered by (length, symbol)
+};
+LMC_HD void HuffBuildCanonical(const uint8_t lens[256], HuffCanonical* c) {
+  for (int l = 0; l <= kHuffMaxLen; ++l) c->count[l] = 0;
+  for (int s = 0; s < 256; ++s)
+    if (lens[s] && lens[s] <= kHuffMaxLen) ++c->count[lens[s]];
+  uint32_t code = 0, at = 0;
+  c->first[0] = 0, c->offset[0] = 0, c->count[0] = 0;
+  for (int l = 1; l <= kHuffMaxLen; ++l) {
+    code = (code + (l > 1 ? c->count[l - 1] : 0)) << (l > 1 ? 1 : 0);
+    c->first[l] = static_cast<uint16_t>(code);
+    c->offset[l] = static_cast<uint16_t>(at);
+    for (int s = 0; s < 256; ++s)
+      if (lens[s] == l) c->sorted[at++] = static_cast<uint8_t>(s);
+  }
+}
+// HuffBuildDecodeTable's entry for the 11-bit LSB-first window x.
+LMC_HD uint16_t HuffSingleEntryAt(const HuffCanonical& c, uint32_t x) {
+  uint32_t r = 0;  // the window's bits, first code bit highest
+  for (int b = 0; b < kHuffMaxLen; ++b) r |= ((x >> b) & 1) << (kHuffMaxLen - 1 - b);
+  for (int l = 1; l <= kHuffMaxLen; ++l) {
+    const uint32_t v = (r >> (kHuffMaxLen - l)) - c.first[l];
+    if (v < c.count[l]) return static_cast<uint16_t>(c.sorted[c.offset[l] + v] << 8 | l);
+  }
+  return kHuffMaxLen;  // no code: the filler of HuffBuildDecodeTable
+}
+
+// HuffDecodeRange with aligned 32-bit loads into a 64-bit bit buffer and,
+// when out is 4-byte aligned, 4-byte stores: what one GPU thread runs per
+// block. The bytes of the payload's first aligned word that precede it are
+// read (they are the stream's own header, always present) and ignored;
+// nothing at or past payload + plen is read.
+LMC_HD bool HuffDecodeRangeWords(const uint8_t* payload, size_t plen, uint64_t start, uint64_t end,
+                                 const uint32_t* multi, const uint16_t* single, uint8_t* out,
+                                 uint32_t count) {
+  const uint32_t mis = static_cast<uint32_t>(reinterpret_cast<uintptr_t>(payload) & 3);
+  const uint8_t* base = payload - mis;
+  const uint8_t* limit = payload + plen;
+  auto word = [&](uint64_t k) -> uint32_t {
+    const uint8_t* p = base + 4 * k;
+    if (p + 4 <= limit) return LoadAligned32(p);
+    uint32_t v = 0;
+    for (uint32_t b = 0; b < 4; ++b)
+      if (p + b < limit) v |= static_cast<uint32_t>(p[b]) << (8 * b);
+    return v;
+  };
+  uint64_t pos = start + 8 * mis;
+  const uint64_t stop = end + 8 * mis;
+  uint64_t k = pos >> 5;
+  uint64_t buf = word(k++) >> (pos & 31);
+  uint32_t nb = 32 - static_cast<uint32_t>(pos & 31);
+  buf |= static_cast<uint64_t>(word(k++)) << nb;
+  nb += 32;
+  const bool aligned = Aligned4(out);
+  uint64_t pack = 0;
+  uint32_t pk = 0, written = 0, i = 0;
+  auto emit = [&](uint32_t syms, uint32_t n) {
+    if (aligned) {
+      pack |= static_cast<uint64_t>(syms) << (8 * pk);
+      pk += n;
+      if (pk >= 4) {
+        StoreAligned32(out + written, static_cast<uint32_t>(pack));
+        written += 4;
+        pack >>= 32;
+        pk -= 4;
+      }
+    } else {
+      for (uint32_t j = 0; j < n; ++j) out[written++] = static_cast<uint8_t>(syms >> (8 * j));
+    }
+  };
+  while (i + 3 <= count) {
+    if (nb < 32) {
+      buf |= static_cast<uint64_t>(word(k++)) << nb;
+      nb += 32;
+    }
+    const uint32_t e = multi[buf & (kHuffTableSize - 1)];
+    const uint32_t n = (e >> 24) & 3, used = e >> 26;
+    buf >>= used;
+    nb -= used;
+    pos += used;
+    if (pos > stop) return false;
+    emit(e & 0xffffff, n);
+    i += n;
+  }
+  while (i < count) {
+    if (nb < 32) {
+      buf |= static_cast<uint64_t>(word(k++)) << nb;
+      nb += 32;
+    }
+    const uint16_t e = single[buf & (kHuffTableSize - 1)];
+    const uint32_t used = e & 0xff;
+    buf >>= used;
+    nb -= used;
+    pos += used;
+    if (pos > stop) return false;
+    emit(e >> 8, 1);
+    ++i;
+  }
+  for (uint32_t j = 0; j < pk; ++j) out[written++] = static_cast<uint8_t>(pack >> (8 * j));
+  return pos == stop;
 }
 
 }  // namespace lmc::hd
