@@ -71,6 +71,36 @@ __global__ void HashKernel(Args a, size_t blocks, uint64_t* deltas) {
     for (int i = 0; i < 8; ++i) deltas[8 * blk + i] = d[i];
 }
 
+// The XXH3 chain with 8 threads an item, thread l carrying accumulator lane
+// l (the scramble works lane by lane); lane 0 gathers the lanes and
+// finishes. Same result as Body::Run (RunChain).
+template <typename Body, typename Args>
+__global__ void ChainKernel(Args a, size_t count) {
+  const size_t t = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
+  const size_t i = t / 8;
+  const unsigned lane = t % 8;
+  const uint8_t* p = nullptr;
+  uint64_t n = 0, hash0 = 0;
+  const bool live = i < count && Body::Item(a, i, &p, &n, &hash0);
+  uint64_t init[8];
+  hd::Xxh3InitAcc(init);
+  uint64_t acc = init[lane];
+  const uint64_t key = hd::xxh3_detail::Load64(hd::xxh3_detail::Secret() + hd::xxh3_detail::kSecretLen -
+                                               hd::kXxh3StripeLen + 8 * lane);
+  const size_t nb = live ? hd::Xxh3FullBlocks(n) : 0;
+  const uint64_t* d = a.deltas + 8 * hash0 + lane;
+  for (size_t k = 0; k < nb; ++k) {
+    acc += d[8 * k];
+    acc ^= acc >> 47;
+    acc ^= key;
+    acc *= hd::xxh3_detail::kP32_1;
+  }
+  uint64_t all[8];
+  const unsigned base = threadIdx.x & ~7u;
+  for (int l = 0; l < 8; ++l) all[l] = __shfl_sync(0xffffffffu, acc, base % 32 + l);
+  if (live && lane == 0) Body::Done(a, i, hd::Xxh3FinishLong(all, p, n));
+}
+
 // Huffman decoding, one thread per block of symbols, kDecodeGroup threads a
 // CUDA block, all of one stream: the stream's tables are loaded into shared
 // memory once. Same result as HuffDecodeBody::Run.
@@ -261,6 +291,10 @@ class CudaBackend {
       HashKernel<Body, Args>
           <<<static_cast<unsigned>((threads + kThreads - 1) / kThreads), kThreads, 0, stream_>>>(a, count,
                                                                                                  a.deltas);
+    } else if constexpr (std::is_same_v<Body, ChainEncBody> || std::is_same_v<Body, VerifyBody>) {
+      const size_t threads = 8 * count;
+      ChainKernel<Body, Args>
+          <<<static_cast<unsigned>((threads + kThreads - 1) / kThreads), kThreads, 0, stream_>>>(a, count);
     } else if constexpr (std::is_same_v<Body, HuffDecodeBody>) {
       // count is a multiple of kDecodeGroup (DecodeOnDevice's task groups).
       HuffDecodeKernel<<<static_cast<unsigned>(count / kDecodeGroup), kDecodeGroup, 0, stream_>>>(a);
@@ -305,6 +339,11 @@ class CudaBackend {
     return CudaStatus(cudaGetLastError(), "kernel");
   }
   std::string Describe() const { return name_; }
+  void HostTime(const char* what, std::chrono::steady_clock::time_point since) {
+    if (profile_)
+      times_[what] +=
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - since).count();
+  }
   void EnableProfile() {
     profile_ = true;
     cudaEventCreate(&prof_[0]);

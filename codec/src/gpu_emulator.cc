@@ -47,6 +47,7 @@ class HostBackend {
     return Status::Ok();
   }
   Status Sync() { return Status::Ok(); }
+  void HostTime(const char*, std::chrono::steady_clock::time_point) {}
   std::string Describe() const { return "host emulation of the GPU pipeline"; }
   std::string Profile() const { return ""; }
 

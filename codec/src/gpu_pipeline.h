@@ -11,6 +11,7 @@
 #pragma once
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -65,6 +66,7 @@ struct EncChunk {
   uint32_t w, tail, nstreams, stream0;
   uint64_t hash0;  // first hash block of this chunk in the delta array
   uint64_t frame_len;
+  uint64_t sum;                         // XXH3-64 of the chunk
   uint8_t dtype, rot, aligned, pad[5];  // aligned: src and base aligned to the element width
 };
 
@@ -99,22 +101,40 @@ struct EncArgs {
   uint64_t* raw_tiles;  // stream << 40 | first byte
 };
 
-struct SplitBody {  // i: tile * kTileElems + j
+inline constexpr uint32_t kPerThread = 4;  // elements per thread of SplitBody and MergeBody
+
+struct SplitBody {  // i: tile * (kTileElems / kPerThread) + j: elements 4j .. 4j+3 of the tile
   static LMC_HD void Run(const EncArgs& a, size_t i) {
-    const uint64_t t = a.tiles[i / kTileElems];
+    constexpr uint32_t kThreads = kTileElems / kPerThread;
+    const uint64_t t = a.tiles[i / kThreads];
     const EncChunk& c = a.chunks[t >> 40];
-    const uint64_t e = (t & ((uint64_t{1} << 40) - 1)) + i % kTileElems;
+    const uint64_t first = t & ((uint64_t{1} << 40) - 1);
+    const uint32_t j = static_cast<uint32_t>(i % kThreads);
+    const uint64_t e0 = first + kPerThread * j;
     const EncStream* s = a.streams + c.stream0;
-    if (e < c.elems) {
-      const uint64_t v = hd::SplitElement(c.src + e * c.w, c.base ? c.base + e * c.w : nullptr, c.w,
-                                          c.rot != 0, c.aligned != 0);
-      for (uint32_t b = 0; b < c.w; ++b)
-        a.sbuf[s[b].buf + e] = static_cast<uint8_t>(v >> (8 * (c.w - 1 - b)));
+    if (e0 < c.elems) {
+      const uint32_t k = c.elems - e0 < kPerThread ? static_cast<uint32_t>(c.elems - e0) : kPerThread;
+      uint64_t v[kPerThread];
+      for (uint32_t q = 0; q < k; ++q)
+        v[q] = hd::SplitElement(c.src + (e0 + q) * c.w, c.base ? c.base + (e0 + q) * c.w : nullptr, c.w,
+                                c.rot != 0, c.aligned != 0);
+      for (uint32_t b = 0; b < c.w; ++b) {
+        const uint32_t shift = 8 * (c.w - 1 - b);
+        uint8_t* out = a.sbuf + s[b].buf + e0;  // s[b].buf is 16-aligned, e0 a multiple of 4
+        if (k == kPerThread) {
+          hd::StoreAligned32(out, static_cast<uint32_t>((v[0] >> shift) & 0xff) |
+                                      static_cast<uint32_t>((v[1] >> shift) & 0xff) << 8 |
+                                      static_cast<uint32_t>((v[2] >> shift) & 0xff) << 16 |
+                                      static_cast<uint32_t>((v[3] >> shift) & 0xff) << 24);
+        } else {
+          for (uint32_t q = 0; q < k; ++q) out[q] = static_cast<uint8_t>(v[q] >> shift);
+        }
+      }
     }
     // The tail (n % w bytes, XOR only) by the first threads of tile 0.
-    if ((t & ((uint64_t{1} << 40) - 1)) == 0 && i % kTileElems < c.tail) {
-      const uint64_t k = c.w * c.elems + i % kTileElems;
-      a.sbuf[s[c.w].buf + i % kTileElems] = c.base ? (c.src[k] ^ c.base[k]) : c.src[k];
+    if (first == 0 && j < c.tail) {
+      const uint64_t at = c.w * c.elems + j;
+      a.sbuf[s[c.w].buf + j] = c.base ? (c.src[at] ^ c.base[at]) : c.src[at];
     }
   }
 };
@@ -183,18 +203,40 @@ struct HuffEncodeBody {  // i: block
   }
 };
 
-struct LayoutBody {  // i: chunk. Checksum, header, coder headers.
+// The XXH3 chain over a chunk's block deltas and the finish: the checksum.
+// Body supplies Item (the bytes, their size and first hash block; false to
+// skip) and Done (what to do with the sum). The CUDA backend runs the chain
+// with 8 threads an item, one per accumulator lane.
+template <typename Body, typename Args>
+LMC_HD void RunChain(const Args& a, size_t i) {
+  const uint8_t* p;
+  uint64_t n, hash0;
+  if (!Body::Item(a, i, &p, &n, &hash0)) return;
+  uint64_t acc[8];
+  hd::Xxh3InitAcc(acc);
+  const size_t nb = hd::Xxh3FullBlocks(n);
+  for (size_t k = 0; k < nb; ++k) {
+    const uint64_t* d = a.deltas + 8 * (hash0 + k);
+    for (int l = 0; l < 8; ++l) acc[l] += d[l];
+    hd::Xxh3Scramble(acc);
+  }
+  Body::Done(a, i, hd::Xxh3FinishLong(acc, p, n));
+}
+
+struct ChainEncBody {  // i: chunk. Its checksum.
+  static LMC_HD bool Item(const EncArgs& a, size_t i, const uint8_t** p, uint64_t* n, uint64_t* hash0) {
+    const EncChunk& c = a.chunks[i];
+    *p = c.src, *n = c.n, *hash0 = c.hash0;
+    return true;
+  }
+  static LMC_HD void Done(const EncArgs& a, size_t i, uint64_t sum) { a.chunks[i].sum = sum; }
+  static LMC_HD void Run(const EncArgs& a, size_t i) { RunChain<ChainEncBody>(a, i); }
+};
+
+struct LayoutBody {  // i: chunk. Header, coder headers.
   static LMC_HD void Run(const EncArgs& a, size_t i) {
     EncChunk& c = a.chunks[i];
-    uint64_t acc[8];
-    hd::Xxh3InitAcc(acc);
-    const size_t nb = hd::Xxh3FullBlocks(c.n);
-    for (size_t k = 0; k < nb; ++k) {
-      const uint64_t* d = a.deltas + 8 * (c.hash0 + k);
-      for (int l = 0; l < 8; ++l) acc[l] += d[l];
-      hd::Xxh3Scramble(acc);
-    }
-    const uint64_t sum = hd::Xxh3FinishLong(acc, c.src, c.n);
+    const uint64_t sum = c.sum;
     const size_t hsize = frame::HeaderSize(c.nstreams);
     uint8_t* o = c.out;
     uint64_t pos = hsize;
@@ -424,23 +466,43 @@ LMC_HD uint8_t StreamByte(const DecArgs& a, const DecFrame& f, const DecStream& 
   return a.dbuf[s.buf + k];
 }
 
-struct MergeBody {  // i: tile * kTileElems + j
+// Bytes k .. k+3 of a stream (n >= k + 4), lowest first.
+LMC_HD uint32_t StreamWord(const DecArgs& a, const DecFrame& f, const DecStream& s, uint64_t k) {
+  if (s.coder == hd::kCoderConst) return 0x01010101u * f.frame[s.off];
+  if (s.coder != hd::kCoderRaw) return hd::LoadAligned32(a.dbuf + s.buf + k);  // buf 16-aligned, k % 4 == 0
+  const uint8_t* p = f.frame + s.off + k;
+  return uint32_t{p[0]} | uint32_t{p[1]} << 8 | uint32_t{p[2]} << 16 | uint32_t{p[3]} << 24;
+}
+
+struct MergeBody {  // i: tile * (kTileElems / kPerThread) + j: elements 4j .. 4j+3 of the tile
   static LMC_HD void Run(const DecArgs& a, size_t i) {
-    const uint64_t t = a.tiles[i / kTileElems];
+    constexpr uint32_t kThreads = kTileElems / kPerThread;
+    const uint64_t t = a.tiles[i / kThreads];
     DecFrame& f = a.frames[t >> 40];
     if (f.bad) return;
     const uint64_t first = t & ((uint64_t{1} << 40) - 1);
-    const uint64_t e = first + i % kTileElems;
+    const uint32_t j = static_cast<uint32_t>(i % kThreads);
+    const uint64_t e0 = first + kPerThread * j;
     const DecStream* s = a.streams + f.stream0;
-    if (e < f.elems) {
-      uint64_t v = 0;
-      for (uint32_t b = 0; b < f.w; ++b) v |= uint64_t{StreamByte(a, f, s[b], e)} << (8 * (f.w - 1 - b));
-      hd::MergeElement(v, f.base ? f.base + e * f.w : nullptr, f.w, f.rot != 0, f.out + e * f.w,
-                       f.aligned != 0);
+    if (e0 < f.elems) {
+      const uint32_t k = f.elems - e0 < kPerThread ? static_cast<uint32_t>(f.elems - e0) : kPerThread;
+      uint64_t v[kPerThread] = {0, 0, 0, 0};
+      for (uint32_t b = 0; b < f.w; ++b) {
+        const uint32_t shift = 8 * (f.w - 1 - b);
+        if (k == kPerThread) {
+          const uint32_t w4 = StreamWord(a, f, s[b], e0);
+          for (uint32_t q = 0; q < kPerThread; ++q) v[q] |= uint64_t{(w4 >> (8 * q)) & 0xff} << shift;
+        } else {
+          for (uint32_t q = 0; q < k; ++q) v[q] |= uint64_t{StreamByte(a, f, s[b], e0 + q)} << shift;
+        }
+      }
+      for (uint32_t q = 0; q < k; ++q)
+        hd::MergeElement(v[q], f.base ? f.base + (e0 + q) * f.w : nullptr, f.w, f.rot != 0,
+                         f.out + (e0 + q) * f.w, f.aligned != 0);
     }
-    if (first == 0 && i % kTileElems < f.tail) {
-      const uint64_t k = i % kTileElems, at = f.w * f.elems + k;
-      const uint8_t x = StreamByte(a, f, s[f.w], k);
+    if (first == 0 && j < f.tail) {
+      const uint64_t at = f.w * f.elems + j;
+      const uint8_t x = StreamByte(a, f, s[f.w], j);
       f.out[at] = f.base ? static_cast<uint8_t>(x ^ f.base[at]) : x;
     }
   }
@@ -457,20 +519,16 @@ struct HashBlocksDecBody {                                          // i: hash b
   }
 };
 
-struct VerifyBody {  // i: frame
-  static LMC_HD void Run(const DecArgs& a, size_t i) {
-    DecFrame& f = a.frames[i];
-    if (f.bad) return;
-    uint64_t acc[8];
-    hd::Xxh3InitAcc(acc);
-    const size_t nb = hd::Xxh3FullBlocks(f.n);
-    for (size_t k = 0; k < nb; ++k) {
-      const uint64_t* d = a.deltas + 8 * (f.hash0 + k);
-      for (int l = 0; l < 8; ++l) acc[l] += d[l];
-      hd::Xxh3Scramble(acc);
-    }
-    if (hd::Xxh3FinishLong(acc, f.out, f.n) != f.checksum) f.bad = 1;
+struct VerifyBody {  // i: frame. The decoded bytes against the frame's checksum.
+  static LMC_HD bool Item(const DecArgs& a, size_t i, const uint8_t** p, uint64_t* n, uint64_t* hash0) {
+    const DecFrame& f = a.frames[i];
+    *p = f.out, *n = f.n, *hash0 = f.hash0;
+    return !f.bad;
   }
+  static LMC_HD void Done(const DecArgs& a, size_t i, uint64_t sum) {
+    if (sum != a.frames[i].checksum) a.frames[i].bad = 1;
+  }
+  static LMC_HD void Run(const DecArgs& a, size_t i) { RunChain<VerifyBody>(a, i); }
 };
 
 struct GatherArgs {
@@ -488,16 +546,18 @@ struct GatherBody {  // i: frame * head + byte
 
 // ---------------------------------------------------------------- driver
 
-// Backend interface (duck-typed):
-//   uint8_t* Alloc(size_t)   device memory, kept until Reset(); nullptr on failure
-//   void Reset()             frees (or recycles) what Alloc gave
-//   Status ToDevice(void* d, const void* h, size_t n) / ToHost(void* h, const void* d, size_t n)
-//   uint8_t* Pinned(size_t n)  host staging memory (page-locked on CUDA), valid until the next call
-//   Status ToDeviceAsync(void* d, const void* pinned, size_t n) / ToHostAsync(void* pinned, const void* d,
-//   size_t n) Status Zero(void* d, size_t n) template <class Body, class Args> Status Launch(size_t count,
-//   const Args&) Status Histograms(EncStream* dev_streams, const EncStream* host_streams, size_t count, const
-//   uint8_t* sbuf) Status Sync() bool device_memory()     whether item pointers of the *Device calls are
-//   device pointers
+// Backend interface (duck-typed), one operation a line:
+// - uint8_t* Alloc(size_t): device memory, kept until Reset(); nullptr on failure.
+// - void Reset(): recycles what Alloc gave.
+// - Status ToDevice(void* d, const void* h, size_t n), ToHost(void* h, const void* d, size_t n).
+// - uint8_t* Pinned(size_t n): host staging memory (page-locked on CUDA), valid until the next call.
+// - Status ToDeviceAsync(void* d, const void* pinned, size_t n), ToHostAsync(void* pinned, const void* d,
+//   size_t n): copies that complete by the next Sync().
+// - Status Zero(void* d, size_t n).
+// - template <class Body, class Args> Status Launch(size_t count, const Args&).
+// - Status Histograms(EncStream* dev, const EncStream* host, size_t count, const uint8_t* sbuf).
+// - Status Sync().
+// - void HostTime(const char* what, steady_clock::time_point since): host time, when profiling.
 template <typename T, typename B>
 T* AllocArray(B& backend, size_t count) {
   return reinterpret_cast<T*>(backend.Alloc(sizeof(T) * (count ? count : 1)));
@@ -520,6 +580,7 @@ Status EncodeOnDevice(B& be, GpuEncodeItem* items, const std::vector<size_t>& gp
                       std::vector<uint8_t*>& outs) {
   const size_t nc = gpu.size();
   if (nc == 0) return Status::Ok();
+  const auto t_start = std::chrono::steady_clock::now();
   std::vector<EncChunk> chunks(nc);
   std::vector<EncStream> streams;
   std::vector<uint32_t> hash_chunk, block_stream;
@@ -585,16 +646,18 @@ Status EncodeOnDevice(B& be, GpuEncodeItem* items, const std::vector<size_t>& gp
   LMC_RETURN_IF_ERROR(be.ToDevice(a.block_stream, block_stream.data(), 4 * block_stream.size()));
   LMC_RETURN_IF_ERROR(be.ToDevice(a.tiles, tiles.data(), 8 * tiles.size()));
   LMC_RETURN_IF_ERROR(be.ToDevice(a.raw_tiles, raw_tiles.data(), 8 * raw_tiles.size()));
+  be.HostTime("encode: host planning and table uploads", t_start);
   LMC_RETURN_IF_ERROR(be.Zero(a.scratch, 4 * swords));
   LMC_RETURN_IF_ERROR(be.Zero(a.block_bits, 4 * block_stream.size()));
 
-  LMC_RETURN_IF_ERROR(be.template Launch<SplitBody>(tiles.size() * kTileElems, a));
+  LMC_RETURN_IF_ERROR(be.template Launch<SplitBody>(tiles.size() * (kTileElems / kPerThread), a));
   LMC_RETURN_IF_ERROR(be.template Launch<HashBlocksEncBody>(hash_chunk.size(), a));
   LMC_RETURN_IF_ERROR(be.Histograms(a.streams, streams.data(), streams.size(), a.sbuf));
   LMC_RETURN_IF_ERROR(be.template Launch<PlanBody>(streams.size(), a));
   LMC_RETURN_IF_ERROR(be.template Launch<BlockBitsBody>(block_stream.size(), a));
   LMC_RETURN_IF_ERROR(be.template Launch<ScanBody>(streams.size(), a));
   LMC_RETURN_IF_ERROR(be.template Launch<HuffEncodeBody>(block_stream.size(), a));
+  LMC_RETURN_IF_ERROR(be.template Launch<ChainEncBody>(nc, a));
   LMC_RETURN_IF_ERROR(be.template Launch<LayoutBody>(nc, a));
   LMC_RETURN_IF_ERROR(be.template Launch<CopyStreamBody>(raw_tiles.size() * (kRawTile / kCopyBytes), a));
   LMC_RETURN_IF_ERROR(be.ToHost(chunks.data(), a.chunks, sizeof(EncChunk) * nc));  // frame lengths
@@ -604,6 +667,7 @@ Status EncodeOnDevice(B& be, GpuEncodeItem* items, const std::vector<size_t>& gp
     it.status =
         it.len <= it.cap ? Status::Ok() : Status::InvalidArgument("GPU: frame larger than its buffer");
   }
+  be.HostTime("encode: whole EncodeOnDevice", t_start);
   return Status::Ok();
 }
 
@@ -620,6 +684,7 @@ Status DecodeOnDevice(B& be, GpuDecodeItem* items, const std::vector<DecPlanItem
   const size_t nf = plan.size();
   bad.assign(nf, false);
   if (nf == 0) return Status::Ok();
+  const auto t_start = std::chrono::steady_clock::now();
   std::vector<DecFrame> fr(nf);
   std::vector<DecStream> streams;
   std::vector<uint32_t> huff, task_stream, hash_frame;
@@ -696,15 +761,17 @@ Status DecodeOnDevice(B& be, GpuDecodeItem* items, const std::vector<DecPlanItem
   LMC_RETURN_IF_ERROR(be.ToDevice(a.tiles, tiles.data(), 8 * tiles.size()));
   LMC_RETURN_IF_ERROR(be.ToDevice(a.hash_frame, hash_frame.data(), 4 * hash_frame.size()));
 
+  be.HostTime("decode: host planning and table uploads", t_start);
   LMC_RETURN_IF_ERROR(be.template Launch<ParseBody>(huff.size(), a));
   LMC_RETURN_IF_ERROR(be.template Launch<SingleTableBody>(tables * hd::kHuffTableSize, a));
   LMC_RETURN_IF_ERROR(be.template Launch<MultiTableBody>(tables * hd::kHuffTableSize, a));
   LMC_RETURN_IF_ERROR(be.template Launch<HuffDecodeBody>(task_stream.size(), a));
-  LMC_RETURN_IF_ERROR(be.template Launch<MergeBody>(tiles.size() * kTileElems, a));
+  LMC_RETURN_IF_ERROR(be.template Launch<MergeBody>(tiles.size() * (kTileElems / kPerThread), a));
   LMC_RETURN_IF_ERROR(be.template Launch<HashBlocksDecBody>(hash_frame.size(), a));
   LMC_RETURN_IF_ERROR(be.template Launch<VerifyBody>(nf, a));
   LMC_RETURN_IF_ERROR(be.ToHost(fr.data(), a.frames, sizeof(DecFrame) * nf));
   for (size_t f = 0; f < nf; ++f) bad[f] = fr[f].bad != 0;
+  be.HostTime("decode: whole DecodeOnDevice", t_start);
   return Status::Ok();
 }
 

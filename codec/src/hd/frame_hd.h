@@ -3,6 +3,8 @@
 // transform of one element. docs/FORMAT.md, "Frame", "Encode profiles".
 #pragma once
 
+#include <cmath>
+
 #include "hd/hd.h"
 #include "hd/huffman_hd.h"
 
@@ -26,6 +28,14 @@ LMC_HD uint8_t GpuProfileCoder(const uint32_t hist[256], size_t n, uint8_t len[2
     *size = 1;
     return kCoderConst;
   }
+  // Streams too close to uniform are raw without building a code: the
+  // entropy bounds every code's size from below. The margin keeps the
+  // decision the same on every processor despite rounding in log2.
+  double entropy = 0;
+  for (int s = 0; s < 256; ++s)
+    if (hist[s])
+      entropy -= static_cast<double>(hist[s]) * log2(static_cast<double>(hist[s]) / static_cast<double>(n));
+  if (entropy / 8 >= static_cast<double>(n - n / 128) + 64 + static_cast<double>(n) / 1000) return kCoderRaw;
   HuffBuildLengths(hist, len);
   uint64_t bits = 0;
   for (int s = 0; s < 256; ++s) bits += uint64_t{hist[s]} * len[s];
