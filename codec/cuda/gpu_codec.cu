@@ -108,11 +108,12 @@ __global__ void HuffDecodeKernel(DecArgs a) {
   __shared__ uint32_t multi[hd::kHuffTableSize];
   __shared__ uint16_t single[hd::kHuffTableSize];
   const size_t i = blockIdx.x * static_cast<size_t>(kDecodeGroup) + threadIdx.x;
-  const DecStream& s = a.streams[a.task_stream[blockIdx.x * static_cast<size_t>(kDecodeGroup)]];
+  const uint32_t t = Owner(a.huff_task0, a.nh, blockIdx.x * static_cast<uint64_t>(kDecodeGroup));
+  const DecStream& s = a.streams[a.huff_streams[t]];
   const bool bad = a.frames[s.frame].bad != 0;
   if (!bad) {
-    const uint32_t* gm = a.multi + s.table * hd::kHuffTableSize;
-    const uint16_t* gs = a.single + s.table * hd::kHuffTableSize;
+    const uint32_t* gm = a.multi + uint64_t{t} * hd::kHuffTableSize;
+    const uint16_t* gs = a.single + uint64_t{t} * hd::kHuffTableSize;
     for (int t = threadIdx.x; t < hd::kHuffTableSize; t += blockDim.x) {
       multi[t] = gm[t];
       single[t] = gs[t];
@@ -125,22 +126,46 @@ __global__ void HuffDecodeKernel(DecArgs a) {
 constexpr uint32_t kHistTile = 1 << 16;
 constexpr int kHistCopies = 8;
 
-__global__ void HistKernel(EncStream* streams, const uint64_t* tiles, const uint8_t* sbuf) {
+__global__ void HistKernel(const EncStream* streams, uint32_t* hist, const uint64_t* tiles,
+                           const uint8_t* sbuf) {
   __shared__ uint32_t h[kHistCopies][256];
   for (int t = threadIdx.x; t < kHistCopies * 256; t += blockDim.x) h[t / 256][t % 256] = 0;
   __syncthreads();
   const uint64_t tile = tiles[blockIdx.x];
-  EncStream& s = streams[tile >> 40];
+  const uint64_t si = tile >> 40;
+  const EncStream& s = streams[si];
   const uint64_t off = tile & ((uint64_t{1} << 40) - 1);
   const uint64_t end = off + kHistTile < s.n ? off + kHistTile : s.n;
   uint32_t* mine = h[(threadIdx.x / 32) % kHistCopies];
-  const uint8_t* p = sbuf + s.buf;
-  for (uint64_t k = off + threadIdx.x; k < end; k += blockDim.x) atomicAdd(&mine[p[k]], 1u);
+  const uint8_t* p = sbuf + s.buf;  // 16-aligned; off a multiple of kHistTile
+  const unsigned lane = threadIdx.x % 32;
+  // Four bytes a thread a step; lanes holding the same byte add once
+  // together (skewed exponent streams would otherwise serialise on a few
+  // counters).
+  // The loop's trip count is the same for every thread, so that whole
+  // warps reach the match.
+  for (uint64_t base = off; base < end; base += 4 * blockDim.x) {
+    const uint64_t k = base + 4 * threadIdx.x;
+    uint32_t w = 0;
+    int have = 0;
+    if (k + 4 <= end) {
+      w = *reinterpret_cast<const uint32_t*>(p + k);
+      have = 4;
+    } else if (k < end) {
+      have = static_cast<int>(end - k);
+      for (int b = 0; b < have; ++b) w |= static_cast<uint32_t>(p[k + b]) << (8 * b);
+    }
+    for (int b = 0; b < 4; ++b) {
+      const uint32_t v = b < have ? (w >> (8 * b)) & 0xff : 0x100u;  // 0x100: no byte
+      const unsigned peers = __match_any_sync(0xffffffffu, v);
+      if (v != 0x100u && lane == static_cast<unsigned>(__ffs(peers) - 1)) atomicAdd(&mine[v], __popc(peers));
+    }
+  }
   __syncthreads();
   for (int t = threadIdx.x; t < 256; t += blockDim.x) {
     uint32_t v = 0;
     for (int c = 0; c < kHistCopies; ++c) v += h[c][t];
-    if (v) atomicAdd(&s.hist[t], v);
+    if (v) atomicAdd(&hist[256 * si + t], v);
   }
 }
 
@@ -313,7 +338,8 @@ class CudaBackend {
     return Status::Ok();
   }
 
-  Status Histograms(EncStream* dev, const EncStream* host, size_t count, const uint8_t* sbuf) {
+  Status Histograms(EncStream* dev, uint32_t* hist, const EncStream* host, size_t count,
+                    const uint8_t* sbuf) {
     std::vector<uint64_t> tiles;
     for (size_t s = 0; s < count; ++s)
       for (uint64_t k = 0; k < host[s].n; k += kHistTile) tiles.push_back(uint64_t{s} << 40 | k);
@@ -322,7 +348,7 @@ class CudaBackend {
     if (!dt) return Status::IOError("GPU: out of device memory for histogram tiles");
     LMC_RETURN_IF_ERROR(ToDevice(dt, tiles.data(), 8 * tiles.size()));
     if (profile_) cudaEventRecord(prof_[0], stream_);
-    HistKernel<<<static_cast<unsigned>(tiles.size()), 256, 0, stream_>>>(dev, dt, sbuf);
+    HistKernel<<<static_cast<unsigned>(tiles.size()), 256, 0, stream_>>>(dev, hist, dt, sbuf);
     LMC_RETURN_IF_ERROR(CudaStatus(cudaGetLastError(), "histogram launch"));
     if (profile_) {
       cudaEventRecord(prof_[1], stream_);

@@ -44,6 +44,21 @@ LMC_HD void AtomicAdd32(uint32_t* p, uint32_t v) {
   *p += v;
 #endif
 }
+// The entry a flat index belongs to: the largest k < count with
+// first[k] <= i (first non-decreasing, first[0] == 0; empty entries are
+// skipped). Replaces per-index lookup arrays, so planning stays O(items).
+LMC_HD uint32_t Owner(const uint64_t* first, uint32_t count, uint64_t i) {
+  uint32_t lo = 0, hi = count;
+  while (hi - lo > 1) {
+    const uint32_t mid = (lo + hi) / 2;
+    if (first[mid] <= i)
+      lo = mid;
+    else
+      hi = mid;
+  }
+  return lo;
+}
+
 struct EdgeOr {
   LMC_HD void operator()(uint32_t* w, uint32_t v) const { AtomicOr32(w, v); }
 };
@@ -77,9 +92,6 @@ struct EncStream {
   uint64_t scratch_word;  // first word of its payload scratch
   uint64_t block0;        // first block in the block tables
   uint32_t blocks;
-  uint32_t hist[256];
-  uint32_t codes[256];
-  uint8_t len[256];
   uint8_t coder;
   uint32_t hdr;      // bytes of the coder's own header (lengths, log2, block table)
   uint64_t size;     // payload bytes in the frame (hdr included)
@@ -90,15 +102,19 @@ struct EncStream {
 struct EncArgs {
   EncChunk* chunks;
   EncStream* streams;
-  uint8_t* sbuf;         // regrouped streams
-  uint32_t* scratch;     // Huffman payload words
-  uint64_t* deltas;      // 8 per hash block
-  uint32_t* hash_chunk;  // chunk of each hash block
-  uint32_t* block_stream;
+  uint32_t nc, ns;          // chunks, streams
+  uint32_t* hist;           // 256 per stream
+  uint32_t* codes;          // 256 per stream
+  uint8_t* lens;            // 256 per stream
+  uint8_t* sbuf;            // regrouped streams
+  uint32_t* scratch;        // Huffman payload words
+  uint64_t* deltas;         // 8 per hash block
+  uint64_t* chunk_hash0;    // first hash block of each chunk
+  uint64_t* chunk_tile0;    // first split tile of each chunk
+  uint64_t* stream_block0;  // first Huffman block slot of each stream
+  uint64_t* stream_raw0;    // first copy tile of each stream
   uint32_t* block_bits;
   uint64_t* block_start;
-  uint64_t* tiles;      // split tiles: chunk << 40 | first element
-  uint64_t* raw_tiles;  // stream << 40 | first byte
 };
 
 inline constexpr uint32_t kPerThread = 4;  // elements per thread of SplitBody and MergeBody
@@ -106,9 +122,10 @@ inline constexpr uint32_t kPerThread = 4;  // elements per thread of SplitBody a
 struct SplitBody {  // i: tile * (kTileElems / kPerThread) + j: elements 4j .. 4j+3 of the tile
   static LMC_HD void Run(const EncArgs& a, size_t i) {
     constexpr uint32_t kThreads = kTileElems / kPerThread;
-    const uint64_t t = a.tiles[i / kThreads];
-    const EncChunk& c = a.chunks[t >> 40];
-    const uint64_t first = t & ((uint64_t{1} << 40) - 1);
+    const uint64_t tile = i / kThreads;
+    const uint32_t ci = Owner(a.chunk_tile0, a.nc, tile);
+    const EncChunk& c = a.chunks[ci];
+    const uint64_t first = (tile - a.chunk_tile0[ci]) * kTileElems;
     const uint32_t j = static_cast<uint32_t>(i % kThreads);
     const uint64_t e0 = first + kPerThread * j;
     const EncStream* s = a.streams + c.stream0;
@@ -142,7 +159,7 @@ struct SplitBody {  // i: tile * (kTileElems / kPerThread) + j: elements 4j .. 4
 struct HashBlocksEncBody {  // i: hash block
   // The block's 1024 bytes (the CUDA backend hashes it with 16 threads).
   static LMC_HD const uint8_t* Block(const EncArgs& a, size_t i) {
-    const EncChunk& c = a.chunks[a.hash_chunk[i]];
+    const EncChunk& c = a.chunks[Owner(a.chunk_hash0, a.nc, i)];
     return c.src + (i - c.hash0) * hd::kXxh3BlockLen;
   }
   static LMC_HD void Run(const EncArgs& a, size_t i) { hd::Xxh3BlockDelta(Block(a, i), a.deltas + 8 * i); }
@@ -151,27 +168,29 @@ struct HashBlocksEncBody {  // i: hash block
 struct PlanBody {  // i: stream
   static LMC_HD void Run(const EncArgs& a, size_t i) {
     EncStream& s = a.streams[i];
+    uint8_t* len = a.lens + 256 * i;
     size_t size = 0;
-    s.coder = hd::GpuProfileCoder(s.hist, s.n, s.len, &size);
+    s.coder = hd::GpuProfileCoder(a.hist + 256 * i, s.n, len, &size);
     s.size = size;
     s.hdr = 0;
     if (s.coder == hd::kCoderHuffmanBlocked) {
-      hd::HuffBuildCodes(s.len, s.codes);
-      s.hdr = static_cast<uint32_t>(hd::HuffBlockedHeader(hd::HuffShapeOf(s.len).table_bytes, s.blocks));
+      hd::HuffBuildCodes(len, a.codes + 256 * i);
+      s.hdr = static_cast<uint32_t>(hd::HuffBlockedHeader(hd::HuffShapeOf(len).table_bytes, s.blocks));
     }
   }
 };
 
 struct BlockBitsBody {  // i: block
   static LMC_HD void Run(const EncArgs& a, size_t i) {
-    const EncStream& s = a.streams[a.block_stream[i]];
+    const uint32_t si = Owner(a.stream_block0, a.ns, i);
+    const EncStream& s = a.streams[si];
     const uint64_t b = i - s.block0;
     if (s.coder != hd::kCoderHuffmanBlocked || b >= s.blocks) return;
     const uint64_t first = b << kLog2;
     const uint64_t left = s.n - first;
     const uint32_t count =
         static_cast<uint32_t>(left < (uint64_t{1} << kLog2) ? left : (uint64_t{1} << kLog2));
-    a.block_bits[i] = hd::HuffBlockBits(a.sbuf + s.buf + first, count, s.codes);
+    a.block_bits[i] = hd::HuffBlockBits(a.sbuf + s.buf + first, count, a.codes + 256 * si);
   }
 };
 
@@ -191,14 +210,15 @@ struct ScanBody {  // i: stream
 
 struct HuffEncodeBody {  // i: block
   static LMC_HD void Run(const EncArgs& a, size_t i) {
-    const EncStream& s = a.streams[a.block_stream[i]];
+    const uint32_t si = Owner(a.stream_block0, a.ns, i);
+    const EncStream& s = a.streams[si];
     const uint64_t b = i - s.block0;
     if (s.coder != hd::kCoderHuffmanBlocked || b >= s.blocks) return;
     const uint64_t first = b << kLog2;
     const uint64_t left = s.n - first;
     const uint32_t count =
         static_cast<uint32_t>(left < (uint64_t{1} << kLog2) ? left : (uint64_t{1} << kLog2));
-    hd::HuffEncodeBlockWords(a.sbuf + s.buf + first, count, s.codes, a.block_start[s.block0 + b + 0],
+    hd::HuffEncodeBlockWords(a.sbuf + s.buf + first, count, a.codes + 256 * si, a.block_start[s.block0 + b],
                              a.block_bits[i], a.scratch + s.scratch_word, EdgeOr{});
   }
 };
@@ -253,8 +273,9 @@ struct LayoutBody {  // i: chunk. Header, coder headers.
       if (s.coder == hd::kCoderConst) {
         p[0] = a.sbuf[s.buf];
       } else if (s.coder == hd::kCoderHuffmanBlocked) {
-        const hd::HuffTableShape shape = hd::HuffShapeOf(s.len);
-        const uint32_t lb = hd::HuffWriteLengths(s.len, shape, p);
+        const uint8_t* len = a.lens + 256 * (uint64_t{c.stream0} + j);
+        const hd::HuffTableShape shape = hd::HuffShapeOf(len);
+        const uint32_t lb = hd::HuffWriteLengths(len, shape, p);
         p[lb] = static_cast<uint8_t>(kLog2);
         for (uint32_t b = 0; b < s.blocks; ++b) {
           const uint32_t bits = a.block_bits[s.block0 + b];
@@ -282,9 +303,10 @@ inline constexpr uint32_t kCopyBytes = 4;  // bytes per thread of CopyStreamBody
 struct CopyStreamBody {  // i: tile * (kRawTile / kCopyBytes) + j. Raw streams and Huffman payloads into the
                          // frame.
   static LMC_HD void Run(const EncArgs& a, size_t i) {
-    const uint64_t t = a.raw_tiles[i / (kRawTile / kCopyBytes)];
-    const EncStream& s = a.streams[t >> 40];
-    const uint64_t k0 = (t & ((uint64_t{1} << 40) - 1)) + kCopyBytes * (i % (kRawTile / kCopyBytes));
+    const uint64_t tile = i / (kRawTile / kCopyBytes);
+    const uint32_t si = Owner(a.stream_raw0, a.ns, tile);
+    const EncStream& s = a.streams[si];
+    const uint64_t k0 = (tile - a.stream_raw0[si]) * kRawTile + kCopyBytes * (i % (kRawTile / kCopyBytes));
     const uint8_t* src;
     uint64_t len;
     uint8_t* dst = a.chunks[s.chunk].out + s.out_off;
@@ -334,16 +356,17 @@ struct DecStream {
 struct DecArgs {
   DecFrame* frames;
   DecStream* streams;
-  uint32_t* huff_streams;  // stream index of each Huffman stream
-  uint32_t* task_stream;
+  uint32_t nf, nh;           // frames, Huffman streams
+  uint32_t* huff_streams;    // stream index of each Huffman stream
+  uint64_t* huff_task0;      // first task slot of each Huffman stream
   uint64_t* starts;          // per Huffman stream: the start bit of each block, and the end
   hd::HuffCanonical* canon;  // per Huffman stream
   uint16_t* single;          // kHuffTableSize per Huffman stream
   uint32_t* multi;
-  uint8_t* dbuf;    // decoded Huffman streams
-  uint64_t* tiles;  // merge tiles: frame << 40 | first element
+  uint8_t* dbuf;          // decoded Huffman streams
+  uint64_t* frame_tile0;  // first merge tile of each frame
+  uint64_t* frame_hash0;  // first hash block of each frame
   uint64_t* deltas;
-  uint32_t* hash_frame;
 };
 
 LMC_HD void MarkBad(DecFrame& f) { AtomicOr32(&f.bad, 1); }
@@ -431,7 +454,7 @@ struct MultiTableBody {  // i: table * kHuffTableSize + window
 // the stream's tables wherever they are (global memory here, shared memory
 // in the CUDA kernel).
 LMC_HD void DecodeTask(const DecArgs& a, size_t i, const uint32_t* multi, const uint16_t* single) {
-  const DecStream& s = a.streams[a.task_stream[i]];
+  const DecStream& s = a.streams[a.huff_streams[Owner(a.huff_task0, a.nh, i)]];
   DecFrame& f = a.frames[s.frame];
   if (f.bad) return;
   const uint64_t j = i - s.task0;
@@ -455,8 +478,8 @@ LMC_HD void DecodeTask(const DecArgs& a, size_t i, const uint32_t* multi, const 
 
 struct HuffDecodeBody {  // i: task
   static LMC_HD void Run(const DecArgs& a, size_t i) {
-    const DecStream& s = a.streams[a.task_stream[i]];
-    DecodeTask(a, i, a.multi + s.table * hd::kHuffTableSize, a.single + s.table * hd::kHuffTableSize);
+    const uint64_t t = Owner(a.huff_task0, a.nh, i);
+    DecodeTask(a, i, a.multi + t * hd::kHuffTableSize, a.single + t * hd::kHuffTableSize);
   }
 };
 
@@ -477,10 +500,11 @@ LMC_HD uint32_t StreamWord(const DecArgs& a, const DecFrame& f, const DecStream&
 struct MergeBody {  // i: tile * (kTileElems / kPerThread) + j: elements 4j .. 4j+3 of the tile
   static LMC_HD void Run(const DecArgs& a, size_t i) {
     constexpr uint32_t kThreads = kTileElems / kPerThread;
-    const uint64_t t = a.tiles[i / kThreads];
-    DecFrame& f = a.frames[t >> 40];
+    const uint64_t tile = i / kThreads;
+    const uint32_t fi = Owner(a.frame_tile0, a.nf, tile);
+    DecFrame& f = a.frames[fi];
     if (f.bad) return;
-    const uint64_t first = t & ((uint64_t{1} << 40) - 1);
+    const uint64_t first = (tile - a.frame_tile0[fi]) * kTileElems;
     const uint32_t j = static_cast<uint32_t>(i % kThreads);
     const uint64_t e0 = first + kPerThread * j;
     const DecStream* s = a.streams + f.stream0;
@@ -510,7 +534,7 @@ struct MergeBody {  // i: tile * (kTileElems / kPerThread) + j: elements 4j .. 4
 
 struct HashBlocksDecBody {                                          // i: hash block
   static LMC_HD const uint8_t* Block(const DecArgs& a, size_t i) {  // null: frame already bad
-    const DecFrame& f = a.frames[a.hash_frame[i]];
+    const DecFrame& f = a.frames[Owner(a.frame_hash0, a.nf, i)];
     return f.bad ? nullptr : f.out + (i - f.hash0) * hd::kXxh3BlockLen;
   }
   static LMC_HD void Run(const DecArgs& a, size_t i) {
@@ -555,7 +579,9 @@ struct GatherBody {  // i: frame * head + byte
 //   size_t n): copies that complete by the next Sync().
 // - Status Zero(void* d, size_t n).
 // - template <class Body, class Args> Status Launch(size_t count, const Args&).
-// - Status Histograms(EncStream* dev, const EncStream* host, size_t count, const uint8_t* sbuf).
+// - Status Histograms(EncStream* dev, uint32_t* hist, const EncStream* host, size_t count, const uint8_t*
+// sbuf):
+//   256 counts a stream into hist (zeroed).
 // - Status Sync().
 // - void HostTime(const char* what, steady_clock::time_point since): host time, when profiling.
 template <typename T, typename B>
@@ -583,9 +609,8 @@ Status EncodeOnDevice(B& be, GpuEncodeItem* items, const std::vector<size_t>& gp
   const auto t_start = std::chrono::steady_clock::now();
   std::vector<EncChunk> chunks(nc);
   std::vector<EncStream> streams;
-  std::vector<uint32_t> hash_chunk, block_stream;
-  std::vector<uint64_t> tiles, raw_tiles;
-  uint64_t sbytes = 0, swords = 0, blocks = 0;
+  std::vector<uint64_t> chunk_hash0(nc + 1), chunk_tile0(nc + 1), stream_block0, stream_raw0;
+  uint64_t sbytes = 0, swords = 0, blocks = 0, hashes = 0, tiles = 0, raws = 0;
   for (size_t c = 0; c < nc; ++c) {
     const GpuEncodeItem& it = items[gpu[c]];
     EncChunk& ch = chunks[c];
@@ -601,10 +626,10 @@ Status EncodeOnDevice(B& be, GpuEncodeItem* items, const std::vector<size_t>& gp
                  (!it.base || reinterpret_cast<uintptr_t>(it.base) % ch.w == 0);
     ch.nstreams = ch.w + (ch.tail ? 1 : 0);
     ch.stream0 = static_cast<uint32_t>(streams.size());
-    ch.hash0 = hash_chunk.size();
-    for (size_t k = 0; k < hd::Xxh3FullBlocks(it.n); ++k) hash_chunk.push_back(static_cast<uint32_t>(c));
-    for (uint64_t e = 0; e < std::max<uint64_t>(ch.elems, 1); e += kTileElems)
-      tiles.push_back(uint64_t{c} << 40 | e);
+    ch.hash0 = chunk_hash0[c] = hashes;
+    hashes += hd::Xxh3FullBlocks(it.n);
+    chunk_tile0[c] = tiles;
+    tiles += (std::max<uint64_t>(ch.elems, 1) + kTileElems - 1) / kTileElems;
     for (uint32_t j = 0; j < ch.nstreams; ++j) {
       EncStream s;
       std::memset(&s, 0, sizeof(s));
@@ -617,49 +642,61 @@ Status EncodeOnDevice(B& be, GpuEncodeItem* items, const std::vector<size_t>& gp
       s.scratch_word = swords;
       swords += s.n / 4 + 4;
       s.block0 = blocks;
+      stream_block0.push_back(blocks);
       s.blocks = hd::HuffBlocks(s.n, kLog2);
-      for (uint32_t b = 0; b < s.blocks; ++b) block_stream.push_back(static_cast<uint32_t>(streams.size()));
       blocks += s.blocks + 1;  // a spare start slot per stream
-      block_stream.push_back(static_cast<uint32_t>(streams.size()));
-      for (uint64_t k = 0; k < s.n; k += kRawTile) raw_tiles.push_back(uint64_t{streams.size()} << 40 | k);
+      stream_raw0.push_back(raws);
+      raws += (s.n + kRawTile - 1) / kRawTile;
       streams.push_back(s);
     }
   }
+  chunk_hash0[nc] = hashes;
+  chunk_tile0[nc] = tiles;
+  const size_t ns = streams.size();
+  stream_block0.push_back(blocks);
+  stream_raw0.push_back(raws);
   EncArgs a;
+  a.nc = static_cast<uint32_t>(nc);
+  a.ns = static_cast<uint32_t>(ns);
   a.chunks = AllocArray<EncChunk>(be, nc);
-  a.streams = AllocArray<EncStream>(be, streams.size());
+  a.streams = AllocArray<EncStream>(be, ns);
+  a.hist = AllocArray<uint32_t>(be, 256 * ns);
+  a.codes = AllocArray<uint32_t>(be, 256 * ns);
+  a.lens = AllocArray<uint8_t>(be, 256 * ns);
   a.sbuf = AllocArray<uint8_t>(be, sbytes);
   a.scratch = AllocArray<uint32_t>(be, swords);
-  a.deltas = AllocArray<uint64_t>(be, 8 * hash_chunk.size());
-  a.hash_chunk = AllocArray<uint32_t>(be, hash_chunk.size());
-  a.block_stream = AllocArray<uint32_t>(be, block_stream.size());
-  a.block_bits = AllocArray<uint32_t>(be, block_stream.size());
-  a.block_start = AllocArray<uint64_t>(be, block_stream.size());
-  a.tiles = AllocArray<uint64_t>(be, tiles.size());
-  a.raw_tiles = AllocArray<uint64_t>(be, raw_tiles.size());
-  if (!a.chunks || !a.streams || !a.sbuf || !a.scratch || !a.deltas || !a.hash_chunk || !a.block_stream ||
-      !a.block_bits || !a.block_start || !a.tiles || !a.raw_tiles)
+  a.deltas = AllocArray<uint64_t>(be, 8 * hashes);
+  a.chunk_hash0 = AllocArray<uint64_t>(be, nc + 1);
+  a.chunk_tile0 = AllocArray<uint64_t>(be, nc + 1);
+  a.stream_block0 = AllocArray<uint64_t>(be, ns + 1);
+  a.stream_raw0 = AllocArray<uint64_t>(be, ns + 1);
+  a.block_bits = AllocArray<uint32_t>(be, blocks);
+  a.block_start = AllocArray<uint64_t>(be, blocks);
+  if (!a.chunks || !a.streams || !a.hist || !a.codes || !a.lens || !a.sbuf || !a.scratch || !a.deltas ||
+      !a.chunk_hash0 || !a.chunk_tile0 || !a.stream_block0 || !a.stream_raw0 || !a.block_bits ||
+      !a.block_start)
     return Status::IOError("GPU: out of device memory for an encode batch");
   LMC_RETURN_IF_ERROR(be.ToDevice(a.chunks, chunks.data(), sizeof(EncChunk) * nc));
-  LMC_RETURN_IF_ERROR(be.ToDevice(a.streams, streams.data(), sizeof(EncStream) * streams.size()));
-  LMC_RETURN_IF_ERROR(be.ToDevice(a.hash_chunk, hash_chunk.data(), 4 * hash_chunk.size()));
-  LMC_RETURN_IF_ERROR(be.ToDevice(a.block_stream, block_stream.data(), 4 * block_stream.size()));
-  LMC_RETURN_IF_ERROR(be.ToDevice(a.tiles, tiles.data(), 8 * tiles.size()));
-  LMC_RETURN_IF_ERROR(be.ToDevice(a.raw_tiles, raw_tiles.data(), 8 * raw_tiles.size()));
+  LMC_RETURN_IF_ERROR(be.ToDevice(a.streams, streams.data(), sizeof(EncStream) * ns));
+  LMC_RETURN_IF_ERROR(be.ToDevice(a.chunk_hash0, chunk_hash0.data(), 8 * (nc + 1)));
+  LMC_RETURN_IF_ERROR(be.ToDevice(a.chunk_tile0, chunk_tile0.data(), 8 * (nc + 1)));
+  LMC_RETURN_IF_ERROR(be.ToDevice(a.stream_block0, stream_block0.data(), 8 * (ns + 1)));
+  LMC_RETURN_IF_ERROR(be.ToDevice(a.stream_raw0, stream_raw0.data(), 8 * (ns + 1)));
   be.HostTime("encode: host planning and table uploads", t_start);
+  LMC_RETURN_IF_ERROR(be.Zero(a.hist, 4 * 256 * ns));
   LMC_RETURN_IF_ERROR(be.Zero(a.scratch, 4 * swords));
-  LMC_RETURN_IF_ERROR(be.Zero(a.block_bits, 4 * block_stream.size()));
+  LMC_RETURN_IF_ERROR(be.Zero(a.block_bits, 4 * blocks));
 
-  LMC_RETURN_IF_ERROR(be.template Launch<SplitBody>(tiles.size() * (kTileElems / kPerThread), a));
-  LMC_RETURN_IF_ERROR(be.template Launch<HashBlocksEncBody>(hash_chunk.size(), a));
-  LMC_RETURN_IF_ERROR(be.Histograms(a.streams, streams.data(), streams.size(), a.sbuf));
-  LMC_RETURN_IF_ERROR(be.template Launch<PlanBody>(streams.size(), a));
-  LMC_RETURN_IF_ERROR(be.template Launch<BlockBitsBody>(block_stream.size(), a));
-  LMC_RETURN_IF_ERROR(be.template Launch<ScanBody>(streams.size(), a));
-  LMC_RETURN_IF_ERROR(be.template Launch<HuffEncodeBody>(block_stream.size(), a));
+  LMC_RETURN_IF_ERROR(be.template Launch<SplitBody>(tiles * (kTileElems / kPerThread), a));
+  LMC_RETURN_IF_ERROR(be.template Launch<HashBlocksEncBody>(hashes, a));
+  LMC_RETURN_IF_ERROR(be.Histograms(a.streams, a.hist, streams.data(), ns, a.sbuf));
+  LMC_RETURN_IF_ERROR(be.template Launch<PlanBody>(ns, a));
+  LMC_RETURN_IF_ERROR(be.template Launch<BlockBitsBody>(blocks, a));
+  LMC_RETURN_IF_ERROR(be.template Launch<ScanBody>(ns, a));
+  LMC_RETURN_IF_ERROR(be.template Launch<HuffEncodeBody>(blocks, a));
   LMC_RETURN_IF_ERROR(be.template Launch<ChainEncBody>(nc, a));
   LMC_RETURN_IF_ERROR(be.template Launch<LayoutBody>(nc, a));
-  LMC_RETURN_IF_ERROR(be.template Launch<CopyStreamBody>(raw_tiles.size() * (kRawTile / kCopyBytes), a));
+  LMC_RETURN_IF_ERROR(be.template Launch<CopyStreamBody>(raws * (kRawTile / kCopyBytes), a));
   LMC_RETURN_IF_ERROR(be.ToHost(chunks.data(), a.chunks, sizeof(EncChunk) * nc));  // frame lengths
   for (size_t c = 0; c < nc; ++c) {
     GpuEncodeItem& it = items[gpu[c]];
@@ -687,9 +724,9 @@ Status DecodeOnDevice(B& be, GpuDecodeItem* items, const std::vector<DecPlanItem
   const auto t_start = std::chrono::steady_clock::now();
   std::vector<DecFrame> fr(nf);
   std::vector<DecStream> streams;
-  std::vector<uint32_t> huff, task_stream, hash_frame;
-  std::vector<uint64_t> tiles;
-  uint64_t dbytes = 0, tasks = 0, tables = 0, nstarts = 0;
+  std::vector<uint32_t> huff;
+  std::vector<uint64_t> huff_task0, frame_tile0(nf + 1), frame_hash0(nf + 1);
+  uint64_t dbytes = 0, tasks = 0, tables = 0, nstarts = 0, hashes = 0, tiles = 0;
   for (size_t f = 0; f < nf; ++f) {
     const FrameInfo& fi = plan[f].fi;
     const GpuDecodeItem& it = items[plan[f].item];
@@ -705,10 +742,10 @@ Status DecodeOnDevice(B& be, GpuDecodeItem* items, const std::vector<DecPlanItem
     d.stream0 = static_cast<uint32_t>(streams.size());
     d.rot = hd::DTypeIsFloat(static_cast<uint8_t>(fi.dtype));
     d.aligned = (reinterpret_cast<uintptr_t>(outs[f]) % d.w) == 0;
-    d.hash0 = hash_frame.size();
-    for (size_t k = 0; k < hd::Xxh3FullBlocks(d.n); ++k) hash_frame.push_back(static_cast<uint32_t>(f));
-    for (uint64_t e = 0; e < std::max<uint64_t>(d.elems, 1); e += kTileElems)
-      tiles.push_back(uint64_t{f} << 40 | e);
+    d.hash0 = frame_hash0[f] = hashes;
+    hashes += hd::Xxh3FullBlocks(d.n);
+    frame_tile0[f] = tiles;
+    tiles += (std::max<uint64_t>(d.elems, 1) + kTileElems - 1) / kTileElems;
     uint64_t off = fi.header_size;
     for (uint32_t j = 0; j < d.nstreams; ++j) {
       const StreamInfo& si = fi.streams[j];
@@ -728,7 +765,7 @@ Status DecodeOnDevice(B& be, GpuDecodeItem* items, const std::vector<DecPlanItem
         const uint32_t blocks = s.coder == hd::kCoderHuffman ? 4 : hd::HuffBlocks(s.n, kLog2);
         s.tasks = (blocks + kDecodeGroup - 1) / kDecodeGroup * kDecodeGroup;
         s.task0 = tasks;
-        task_stream.insert(task_stream.end(), s.tasks, static_cast<uint32_t>(streams.size()));
+        huff_task0.push_back(tasks);
         tasks += s.tasks;
         s.start0 = nstarts;
         nstarts += blocks + 1;
@@ -738,36 +775,41 @@ Status DecodeOnDevice(B& be, GpuDecodeItem* items, const std::vector<DecPlanItem
       streams.push_back(s);
     }
   }
+  frame_hash0[nf] = hashes;
+  frame_tile0[nf] = tiles;
+  huff_task0.push_back(tasks);
   DecArgs a;
+  a.nf = static_cast<uint32_t>(nf);
+  a.nh = static_cast<uint32_t>(huff.size());
   a.frames = AllocArray<DecFrame>(be, nf);
   a.streams = AllocArray<DecStream>(be, streams.size());
   a.huff_streams = AllocArray<uint32_t>(be, huff.size());
-  a.task_stream = AllocArray<uint32_t>(be, task_stream.size());
+  a.huff_task0 = AllocArray<uint64_t>(be, huff_task0.size());
   a.starts = AllocArray<uint64_t>(be, nstarts);
   a.canon = AllocArray<hd::HuffCanonical>(be, tables);
   a.single = AllocArray<uint16_t>(be, tables * hd::kHuffTableSize);
   a.multi = AllocArray<uint32_t>(be, tables * hd::kHuffTableSize);
   a.dbuf = AllocArray<uint8_t>(be, dbytes);
-  a.tiles = AllocArray<uint64_t>(be, tiles.size());
-  a.deltas = AllocArray<uint64_t>(be, 8 * hash_frame.size());
-  a.hash_frame = AllocArray<uint32_t>(be, hash_frame.size());
-  if (!a.frames || !a.streams || !a.huff_streams || !a.task_stream || !a.starts || !a.canon || !a.single ||
-      !a.multi || !a.dbuf || !a.tiles || !a.deltas || !a.hash_frame)
+  a.frame_tile0 = AllocArray<uint64_t>(be, nf + 1);
+  a.frame_hash0 = AllocArray<uint64_t>(be, nf + 1);
+  a.deltas = AllocArray<uint64_t>(be, 8 * hashes);
+  if (!a.frames || !a.streams || !a.huff_streams || !a.huff_task0 || !a.starts || !a.canon || !a.single ||
+      !a.multi || !a.dbuf || !a.frame_tile0 || !a.frame_hash0 || !a.deltas)
     return Status::IOError("GPU: out of device memory for a decode batch");
   LMC_RETURN_IF_ERROR(be.ToDevice(a.frames, fr.data(), sizeof(DecFrame) * nf));
   LMC_RETURN_IF_ERROR(be.ToDevice(a.streams, streams.data(), sizeof(DecStream) * streams.size()));
   LMC_RETURN_IF_ERROR(be.ToDevice(a.huff_streams, huff.data(), 4 * huff.size()));
-  LMC_RETURN_IF_ERROR(be.ToDevice(a.task_stream, task_stream.data(), 4 * task_stream.size()));
-  LMC_RETURN_IF_ERROR(be.ToDevice(a.tiles, tiles.data(), 8 * tiles.size()));
-  LMC_RETURN_IF_ERROR(be.ToDevice(a.hash_frame, hash_frame.data(), 4 * hash_frame.size()));
+  LMC_RETURN_IF_ERROR(be.ToDevice(a.huff_task0, huff_task0.data(), 8 * huff_task0.size()));
+  LMC_RETURN_IF_ERROR(be.ToDevice(a.frame_tile0, frame_tile0.data(), 8 * (nf + 1)));
+  LMC_RETURN_IF_ERROR(be.ToDevice(a.frame_hash0, frame_hash0.data(), 8 * (nf + 1)));
 
   be.HostTime("decode: host planning and table uploads", t_start);
   LMC_RETURN_IF_ERROR(be.template Launch<ParseBody>(huff.size(), a));
   LMC_RETURN_IF_ERROR(be.template Launch<SingleTableBody>(tables * hd::kHuffTableSize, a));
   LMC_RETURN_IF_ERROR(be.template Launch<MultiTableBody>(tables * hd::kHuffTableSize, a));
-  LMC_RETURN_IF_ERROR(be.template Launch<HuffDecodeBody>(task_stream.size(), a));
-  LMC_RETURN_IF_ERROR(be.template Launch<MergeBody>(tiles.size() * (kTileElems / kPerThread), a));
-  LMC_RETURN_IF_ERROR(be.template Launch<HashBlocksDecBody>(hash_frame.size(), a));
+  LMC_RETURN_IF_ERROR(be.template Launch<HuffDecodeBody>(tasks, a));
+  LMC_RETURN_IF_ERROR(be.template Launch<MergeBody>(tiles * (kTileElems / kPerThread), a));
+  LMC_RETURN_IF_ERROR(be.template Launch<HashBlocksDecBody>(hashes, a));
   LMC_RETURN_IF_ERROR(be.template Launch<VerifyBody>(nf, a));
   LMC_RETURN_IF_ERROR(be.ToHost(fr.data(), a.frames, sizeof(DecFrame) * nf));
   for (size_t f = 0; f < nf; ++f) bad[f] = fr[f].bad != 0;
