@@ -108,7 +108,7 @@ __global__ void HuffDecodeKernel(DecArgs a) {
   __shared__ uint32_t multi[hd::kHuffTableSize];
   __shared__ uint16_t single[hd::kHuffTableSize];
   const size_t i = blockIdx.x * static_cast<size_t>(kDecodeGroup) + threadIdx.x;
-  const uint32_t t = Owner(a.huff_task0, a.nh, blockIdx.x * static_cast<uint64_t>(kDecodeGroup));
+  const uint32_t t = a.task_huff[blockIdx.x * static_cast<uint64_t>(kDecodeGroup)];
   const DecStream& s = a.streams[a.huff_streams[t]];
   const bool bad = a.frames[s.frame].bad != 0;
   if (!bad) {

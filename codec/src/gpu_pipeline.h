@@ -59,6 +59,18 @@ LMC_HD uint32_t Owner(const uint64_t* first, uint32_t count, uint64_t i) {
   return lo;
 }
 
+// owner[i] = Owner(first, count, i) for i < total: the per-index lookup
+// arrays, filled on the device from the per-entry firsts, one search an
+// index, so that the kernels that run a thread per few bytes do one load.
+struct OwnerArgs {
+  const uint64_t* first;
+  uint32_t count;
+  uint32_t* owner;
+};
+struct OwnerFillBody {
+  static LMC_HD void Run(const OwnerArgs& a, size_t i) { a.owner[i] = Owner(a.first, a.count, i); }
+};
+
 struct EdgeOr {
   LMC_HD void operator()(uint32_t* w, uint32_t v) const { AtomicOr32(w, v); }
 };
@@ -113,6 +125,10 @@ struct EncArgs {
   uint64_t* chunk_tile0;    // first split tile of each chunk
   uint64_t* stream_block0;  // first Huffman block slot of each stream
   uint64_t* stream_raw0;    // first copy tile of each stream
+  uint32_t* tile_chunk;     // chunk of each split tile (OwnerFillBody)
+  uint32_t* hash_chunk;     // chunk of each hash block
+  uint32_t* block_stream;   // stream of each block slot
+  uint32_t* raw_stream;     // stream of each copy tile
   uint32_t* block_bits;
   uint64_t* block_start;
 };
@@ -123,7 +139,7 @@ struct SplitBody {  // i: tile * (kTileElems / kPerThread) + j: elements 4j .. 4
   static LMC_HD void Run(const EncArgs& a, size_t i) {
     constexpr uint32_t kThreads = kTileElems / kPerThread;
     const uint64_t tile = i / kThreads;
-    const uint32_t ci = Owner(a.chunk_tile0, a.nc, tile);
+    const uint32_t ci = a.tile_chunk[tile];
     const EncChunk& c = a.chunks[ci];
     const uint64_t first = (tile - a.chunk_tile0[ci]) * kTileElems;
     const uint32_t j = static_cast<uint32_t>(i % kThreads);
@@ -159,7 +175,7 @@ struct SplitBody {  // i: tile * (kTileElems / kPerThread) + j: elements 4j .. 4
 struct HashBlocksEncBody {  // i: hash block
   // The block's 1024 bytes (the CUDA backend hashes it with 16 threads).
   static LMC_HD const uint8_t* Block(const EncArgs& a, size_t i) {
-    const EncChunk& c = a.chunks[Owner(a.chunk_hash0, a.nc, i)];
+    const EncChunk& c = a.chunks[a.hash_chunk[i]];
     return c.src + (i - c.hash0) * hd::kXxh3BlockLen;
   }
   static LMC_HD void Run(const EncArgs& a, size_t i) { hd::Xxh3BlockDelta(Block(a, i), a.deltas + 8 * i); }
@@ -182,7 +198,7 @@ struct PlanBody {  // i: stream
 
 struct BlockBitsBody {  // i: block
   static LMC_HD void Run(const EncArgs& a, size_t i) {
-    const uint32_t si = Owner(a.stream_block0, a.ns, i);
+    const uint32_t si = a.block_stream[i];
     const EncStream& s = a.streams[si];
     const uint64_t b = i - s.block0;
     if (s.coder != hd::kCoderHuffmanBlocked || b >= s.blocks) return;
@@ -210,7 +226,7 @@ struct ScanBody {  // i: stream
 
 struct HuffEncodeBody {  // i: block
   static LMC_HD void Run(const EncArgs& a, size_t i) {
-    const uint32_t si = Owner(a.stream_block0, a.ns, i);
+    const uint32_t si = a.block_stream[i];
     const EncStream& s = a.streams[si];
     const uint64_t b = i - s.block0;
     if (s.coder != hd::kCoderHuffmanBlocked || b >= s.blocks) return;
@@ -304,7 +320,7 @@ struct CopyStreamBody {  // i: tile * (kRawTile / kCopyBytes) + j. Raw streams a
                          // frame.
   static LMC_HD void Run(const EncArgs& a, size_t i) {
     const uint64_t tile = i / (kRawTile / kCopyBytes);
-    const uint32_t si = Owner(a.stream_raw0, a.ns, tile);
+    const uint32_t si = a.raw_stream[tile];
     const EncStream& s = a.streams[si];
     const uint64_t k0 = (tile - a.stream_raw0[si]) * kRawTile + kCopyBytes * (i % (kRawTile / kCopyBytes));
     const uint8_t* src;
@@ -359,6 +375,9 @@ struct DecArgs {
   uint32_t nf, nh;           // frames, Huffman streams
   uint32_t* huff_streams;    // stream index of each Huffman stream
   uint64_t* huff_task0;      // first task slot of each Huffman stream
+  uint32_t* task_huff;       // Huffman stream of each task slot (OwnerFillBody)
+  uint32_t* tile_frame;      // frame of each merge tile
+  uint32_t* hash_frame;      // frame of each hash block
   uint64_t* starts;          // per Huffman stream: the start bit of each block, and the end
   hd::HuffCanonical* canon;  // per Huffman stream
   uint16_t* single;          // kHuffTableSize per Huffman stream
@@ -454,7 +473,7 @@ struct MultiTableBody {  // i: table * kHuffTableSize + window
 // the stream's tables wherever they are (global memory here, shared memory
 // in the CUDA kernel).
 LMC_HD void DecodeTask(const DecArgs& a, size_t i, const uint32_t* multi, const uint16_t* single) {
-  const DecStream& s = a.streams[a.huff_streams[Owner(a.huff_task0, a.nh, i)]];
+  const DecStream& s = a.streams[a.huff_streams[a.task_huff[i]]];
   DecFrame& f = a.frames[s.frame];
   if (f.bad) return;
   const uint64_t j = i - s.task0;
@@ -478,7 +497,7 @@ LMC_HD void DecodeTask(const DecArgs& a, size_t i, const uint32_t* multi, const 
 
 struct HuffDecodeBody {  // i: task
   static LMC_HD void Run(const DecArgs& a, size_t i) {
-    const uint64_t t = Owner(a.huff_task0, a.nh, i);
+    const uint64_t t = a.task_huff[i];
     DecodeTask(a, i, a.multi + t * hd::kHuffTableSize, a.single + t * hd::kHuffTableSize);
   }
 };
@@ -501,7 +520,7 @@ struct MergeBody {  // i: tile * (kTileElems / kPerThread) + j: elements 4j .. 4
   static LMC_HD void Run(const DecArgs& a, size_t i) {
     constexpr uint32_t kThreads = kTileElems / kPerThread;
     const uint64_t tile = i / kThreads;
-    const uint32_t fi = Owner(a.frame_tile0, a.nf, tile);
+    const uint32_t fi = a.tile_frame[tile];
     DecFrame& f = a.frames[fi];
     if (f.bad) return;
     const uint64_t first = (tile - a.frame_tile0[fi]) * kTileElems;
@@ -534,7 +553,7 @@ struct MergeBody {  // i: tile * (kTileElems / kPerThread) + j: elements 4j .. 4
 
 struct HashBlocksDecBody {                                          // i: hash block
   static LMC_HD const uint8_t* Block(const DecArgs& a, size_t i) {  // null: frame already bad
-    const DecFrame& f = a.frames[Owner(a.frame_hash0, a.nf, i)];
+    const DecFrame& f = a.frames[a.hash_frame[i]];
     return f.bad ? nullptr : f.out + (i - f.hash0) * hd::kXxh3BlockLen;
   }
   static LMC_HD void Run(const DecArgs& a, size_t i) {
@@ -672,9 +691,13 @@ Status EncodeOnDevice(B& be, GpuEncodeItem* items, const std::vector<size_t>& gp
   a.stream_raw0 = AllocArray<uint64_t>(be, ns + 1);
   a.block_bits = AllocArray<uint32_t>(be, blocks);
   a.block_start = AllocArray<uint64_t>(be, blocks);
+  a.tile_chunk = AllocArray<uint32_t>(be, tiles);
+  a.hash_chunk = AllocArray<uint32_t>(be, hashes);
+  a.block_stream = AllocArray<uint32_t>(be, blocks);
+  a.raw_stream = AllocArray<uint32_t>(be, raws);
   if (!a.chunks || !a.streams || !a.hist || !a.codes || !a.lens || !a.sbuf || !a.scratch || !a.deltas ||
       !a.chunk_hash0 || !a.chunk_tile0 || !a.stream_block0 || !a.stream_raw0 || !a.block_bits ||
-      !a.block_start)
+      !a.block_start || !a.tile_chunk || !a.hash_chunk || !a.block_stream || !a.raw_stream)
     return Status::IOError("GPU: out of device memory for an encode batch");
   LMC_RETURN_IF_ERROR(be.ToDevice(a.chunks, chunks.data(), sizeof(EncChunk) * nc));
   LMC_RETURN_IF_ERROR(be.ToDevice(a.streams, streams.data(), sizeof(EncStream) * ns));
@@ -686,6 +709,12 @@ Status EncodeOnDevice(B& be, GpuEncodeItem* items, const std::vector<size_t>& gp
   LMC_RETURN_IF_ERROR(be.Zero(a.hist, 4 * 256 * ns));
   LMC_RETURN_IF_ERROR(be.Zero(a.scratch, 4 * swords));
   LMC_RETURN_IF_ERROR(be.Zero(a.block_bits, 4 * blocks));
+  LMC_RETURN_IF_ERROR(be.template Launch<OwnerFillBody>(tiles, OwnerArgs{a.chunk_tile0, a.nc, a.tile_chunk}));
+  LMC_RETURN_IF_ERROR(
+      be.template Launch<OwnerFillBody>(hashes, OwnerArgs{a.chunk_hash0, a.nc, a.hash_chunk}));
+  LMC_RETURN_IF_ERROR(
+      be.template Launch<OwnerFillBody>(blocks, OwnerArgs{a.stream_block0, a.ns, a.block_stream}));
+  LMC_RETURN_IF_ERROR(be.template Launch<OwnerFillBody>(raws, OwnerArgs{a.stream_raw0, a.ns, a.raw_stream}));
 
   LMC_RETURN_IF_ERROR(be.template Launch<SplitBody>(tiles * (kTileElems / kPerThread), a));
   LMC_RETURN_IF_ERROR(be.template Launch<HashBlocksEncBody>(hashes, a));
@@ -792,9 +821,13 @@ Status DecodeOnDevice(B& be, GpuDecodeItem* items, const std::vector<DecPlanItem
   a.dbuf = AllocArray<uint8_t>(be, dbytes);
   a.frame_tile0 = AllocArray<uint64_t>(be, nf + 1);
   a.frame_hash0 = AllocArray<uint64_t>(be, nf + 1);
+  a.task_huff = AllocArray<uint32_t>(be, tasks);
+  a.tile_frame = AllocArray<uint32_t>(be, tiles);
+  a.hash_frame = AllocArray<uint32_t>(be, hashes);
   a.deltas = AllocArray<uint64_t>(be, 8 * hashes);
   if (!a.frames || !a.streams || !a.huff_streams || !a.huff_task0 || !a.starts || !a.canon || !a.single ||
-      !a.multi || !a.dbuf || !a.frame_tile0 || !a.frame_hash0 || !a.deltas)
+      !a.multi || !a.dbuf || !a.frame_tile0 || !a.frame_hash0 || !a.deltas || !a.task_huff || !a.tile_frame ||
+      !a.hash_frame)
     return Status::IOError("GPU: out of device memory for a decode batch");
   LMC_RETURN_IF_ERROR(be.ToDevice(a.frames, fr.data(), sizeof(DecFrame) * nf));
   LMC_RETURN_IF_ERROR(be.ToDevice(a.streams, streams.data(), sizeof(DecStream) * streams.size()));
@@ -804,6 +837,10 @@ Status DecodeOnDevice(B& be, GpuDecodeItem* items, const std::vector<DecPlanItem
   LMC_RETURN_IF_ERROR(be.ToDevice(a.frame_hash0, frame_hash0.data(), 8 * (nf + 1)));
 
   be.HostTime("decode: host planning and table uploads", t_start);
+  LMC_RETURN_IF_ERROR(be.template Launch<OwnerFillBody>(tasks, OwnerArgs{a.huff_task0, a.nh, a.task_huff}));
+  LMC_RETURN_IF_ERROR(be.template Launch<OwnerFillBody>(tiles, OwnerArgs{a.frame_tile0, a.nf, a.tile_frame}));
+  LMC_RETURN_IF_ERROR(
+      be.template Launch<OwnerFillBody>(hashes, OwnerArgs{a.frame_hash0, a.nf, a.hash_frame}));
   LMC_RETURN_IF_ERROR(be.template Launch<ParseBody>(huff.size(), a));
   LMC_RETURN_IF_ERROR(be.template Launch<SingleTableBody>(tables * hd::kHuffTableSize, a));
   LMC_RETURN_IF_ERROR(be.template Launch<MultiTableBody>(tables * hd::kHuffTableSize, a));
