@@ -133,18 +133,35 @@ struct EncArgs {
   uint64_t* block_start;
 };
 
-inline constexpr uint32_t kPerThread = 4;  // elements per thread of SplitBody and MergeBody
+inline constexpr uint32_t kPerThread = 8;  // elements per thread of SplitBody and MergeBody
 
-struct SplitBody {  // i: tile * (kTileElems / kPerThread) + j: elements 4j .. 4j+3 of the tile
+LMC_HD uint64_t LoadAligned64(const uint8_t* p) {
+#if defined(__CUDA_ARCH__)
+  return *reinterpret_cast<const uint64_t*>(p);
+#else
+  return uint64_t{hd::LoadAligned32(p)} | uint64_t{hd::LoadAligned32(p + 4)} << 32;
+#endif
+}
+LMC_HD void StoreAligned64(uint8_t* p, uint64_t v) {
+#if defined(__CUDA_ARCH__)
+  *reinterpret_cast<uint64_t*>(p) = v;
+#else
+  hd::StoreAligned32(p, static_cast<uint32_t>(v));
+  hd::StoreAligned32(p + 4, static_cast<uint32_t>(v >> 32));
+#endif
+}
+
+struct SplitBody {  // i: tile * (kTileElems / kPerThread) + j: elements 8j .. 8j+7 of the tile
   static LMC_HD void Run(const EncArgs& a, size_t i) {
     constexpr uint32_t kThreads = kTileElems / kPerThread;
     const uint64_t tile = i / kThreads;
     const uint32_t ci = a.tile_chunk[tile];
-    const EncChunk& c = a.chunks[ci];
+    const EncChunk c = a.chunks[ci];  // by value: stores below cannot change it
     const uint64_t first = (tile - a.chunk_tile0[ci]) * kTileElems;
     const uint32_t j = static_cast<uint32_t>(i % kThreads);
     const uint64_t e0 = first + kPerThread * j;
-    const EncStream* s = a.streams + c.stream0;
+    uint64_t buf[frame::kMaxStreams];
+    for (uint32_t b = 0; b < c.nstreams; ++b) buf[b] = a.streams[c.stream0 + b].buf;
     if (e0 < c.elems) {
       const uint32_t k = c.elems - e0 < kPerThread ? static_cast<uint32_t>(c.elems - e0) : kPerThread;
       uint64_t v[kPerThread];
@@ -153,12 +170,11 @@ struct SplitBody {  // i: tile * (kTileElems / kPerThread) + j: elements 4j .. 4
                                 c.rot != 0, c.aligned != 0);
       for (uint32_t b = 0; b < c.w; ++b) {
         const uint32_t shift = 8 * (c.w - 1 - b);
-        uint8_t* out = a.sbuf + s[b].buf + e0;  // s[b].buf is 16-aligned, e0 a multiple of 4
+        uint8_t* out = a.sbuf + buf[b] + e0;  // buf is 16-aligned, e0 a multiple of 8
         if (k == kPerThread) {
-          hd::StoreAligned32(out, static_cast<uint32_t>((v[0] >> shift) & 0xff) |
-                                      static_cast<uint32_t>((v[1] >> shift) & 0xff) << 8 |
-                                      static_cast<uint32_t>((v[2] >> shift) & 0xff) << 16 |
-                                      static_cast<uint32_t>((v[3] >> shift) & 0xff) << 24);
+          uint64_t word = 0;
+          for (uint32_t q = 0; q < kPerThread; ++q) word |= ((v[q] >> shift) & 0xff) << (8 * q);
+          StoreAligned64(out, word);
         } else {
           for (uint32_t q = 0; q < k; ++q) out[q] = static_cast<uint8_t>(v[q] >> shift);
         }
@@ -167,7 +183,7 @@ struct SplitBody {  // i: tile * (kTileElems / kPerThread) + j: elements 4j .. 4
     // The tail (n % w bytes, XOR only) by the first threads of tile 0.
     if (first == 0 && j < c.tail) {
       const uint64_t at = c.w * c.elems + j;
-      a.sbuf[s[c.w].buf + j] = c.base ? (c.src[at] ^ c.base[at]) : c.src[at];
+      a.sbuf[buf[c.w] + j] = c.base ? (c.src[at] ^ c.base[at]) : c.src[at];
     }
   }
 };
@@ -502,41 +518,51 @@ struct HuffDecodeBody {  // i: task
   }
 };
 
-LMC_HD uint8_t StreamByte(const DecArgs& a, const DecFrame& f, const DecStream& s, uint64_t k) {
-  if (s.coder == hd::kCoderRaw) return f.frame[s.off + k];
-  if (s.coder == hd::kCoderConst) return f.frame[s.off];
-  return a.dbuf[s.buf + k];
+// What MergeBody needs of a stream, held in registers.
+struct MergeStream {
+  uint8_t coder;
+  const uint8_t* p;  // raw: its bytes in the frame; Huffman: its decoded bytes; const: the symbol
+};
+
+// Bytes k .. k+7 of a stream (n >= k + 8, k a multiple of 8), lowest first.
+LMC_HD uint64_t StreamWord8(const MergeStream& s, uint64_t k) {
+  if (s.coder == hd::kCoderConst) return 0x0101010101010101ull * s.p[0];
+  if (s.coder != hd::kCoderRaw) return LoadAligned64(s.p + k);  // decoded buffer: 16-aligned
+  uint64_t v = 0;
+  for (int b = 0; b < 8; ++b) v |= uint64_t{s.p[k + b]} << (8 * b);
+  return v;
+}
+LMC_HD uint8_t StreamByte1(const MergeStream& s, uint64_t k) {
+  return s.coder == hd::kCoderConst ? s.p[0] : s.p[k];
 }
 
-// Bytes k .. k+3 of a stream (n >= k + 4), lowest first.
-LMC_HD uint32_t StreamWord(const DecArgs& a, const DecFrame& f, const DecStream& s, uint64_t k) {
-  if (s.coder == hd::kCoderConst) return 0x01010101u * f.frame[s.off];
-  if (s.coder != hd::kCoderRaw) return hd::LoadAligned32(a.dbuf + s.buf + k);  // buf 16-aligned, k % 4 == 0
-  const uint8_t* p = f.frame + s.off + k;
-  return uint32_t{p[0]} | uint32_t{p[1]} << 8 | uint32_t{p[2]} << 16 | uint32_t{p[3]} << 24;
-}
-
-struct MergeBody {  // i: tile * (kTileElems / kPerThread) + j: elements 4j .. 4j+3 of the tile
+struct MergeBody {  // i: tile * (kTileElems / kPerThread) + j: elements 8j .. 8j+7 of the tile
   static LMC_HD void Run(const DecArgs& a, size_t i) {
     constexpr uint32_t kThreads = kTileElems / kPerThread;
     const uint64_t tile = i / kThreads;
     const uint32_t fi = a.tile_frame[tile];
-    DecFrame& f = a.frames[fi];
+    const DecFrame f = a.frames[fi];  // by value: stores below cannot change it
     if (f.bad) return;
     const uint64_t first = (tile - a.frame_tile0[fi]) * kTileElems;
     const uint32_t j = static_cast<uint32_t>(i % kThreads);
     const uint64_t e0 = first + kPerThread * j;
-    const DecStream* s = a.streams + f.stream0;
+    MergeStream s[frame::kMaxStreams];
+    for (uint32_t b = 0; b < f.nstreams; ++b) {
+      const DecStream& d = a.streams[f.stream0 + b];
+      s[b].coder = d.coder;
+      s[b].p = d.coder == hd::kCoderRaw || d.coder == hd::kCoderConst ? f.frame + d.off : a.dbuf + d.buf;
+    }
     if (e0 < f.elems) {
       const uint32_t k = f.elems - e0 < kPerThread ? static_cast<uint32_t>(f.elems - e0) : kPerThread;
-      uint64_t v[kPerThread] = {0, 0, 0, 0};
+      uint64_t v[kPerThread];
+      for (uint32_t q = 0; q < kPerThread; ++q) v[q] = 0;
       for (uint32_t b = 0; b < f.w; ++b) {
         const uint32_t shift = 8 * (f.w - 1 - b);
         if (k == kPerThread) {
-          const uint32_t w4 = StreamWord(a, f, s[b], e0);
-          for (uint32_t q = 0; q < kPerThread; ++q) v[q] |= uint64_t{(w4 >> (8 * q)) & 0xff} << shift;
+          const uint64_t w8 = StreamWord8(s[b], e0);
+          for (uint32_t q = 0; q < kPerThread; ++q) v[q] |= ((w8 >> (8 * q)) & 0xff) << shift;
         } else {
-          for (uint32_t q = 0; q < k; ++q) v[q] |= uint64_t{StreamByte(a, f, s[b], e0 + q)} << shift;
+          for (uint32_t q = 0; q < k; ++q) v[q] |= uint64_t{StreamByte1(s[b], e0 + q)} << shift;
         }
       }
       for (uint32_t q = 0; q < k; ++q)
@@ -545,7 +571,7 @@ struct MergeBody {  // i: tile * (kTileElems / kPerThread) + j: elements 4j .. 4
     }
     if (first == 0 && j < f.tail) {
       const uint64_t at = f.w * f.elems + j;
-      const uint8_t x = StreamByte(a, f, s[f.w], j);
+      const uint8_t x = StreamByte1(s[f.w], j);
       f.out[at] = f.base ? static_cast<uint8_t>(x ^ f.base[at]) : x;
     }
   }
