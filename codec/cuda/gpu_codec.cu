@@ -138,27 +138,18 @@ __global__ void HistKernel(const EncStream* streams, uint32_t* hist, const uint6
   const uint64_t end = off + kHistTile < s.n ? off + kHistTile : s.n;
   uint32_t* mine = h[(threadIdx.x / 32) % kHistCopies];
   const uint8_t* p = sbuf + s.buf;  // 16-aligned; off a multiple of kHistTile
-  const unsigned lane = threadIdx.x % 32;
-  // Four bytes a thread a step; lanes holding the same byte add once
-  // together (skewed exponent streams would otherwise serialise on a few
-  // counters).
-  // The loop's trip count is the same for every thread, so that whole
-  // warps reach the match.
-  for (uint64_t base = off; base < end; base += 4 * blockDim.x) {
-    const uint64_t k = base + 4 * threadIdx.x;
-    uint32_t w = 0;
-    int have = 0;
+  // Four bytes a thread a step (p + off is 16-aligned), counted in this
+  // warp's copy of the table. (Aggregating equal bytes across a warp with
+  // __match_any_sync was measured 3.5x slower: docs/BENCHMARKS.md.)
+  for (uint64_t k = off + 4 * threadIdx.x; k < end; k += 4 * blockDim.x) {
     if (k + 4 <= end) {
-      w = *reinterpret_cast<const uint32_t*>(p + k);
-      have = 4;
-    } else if (k < end) {
-      have = static_cast<int>(end - k);
-      for (int b = 0; b < have; ++b) w |= static_cast<uint32_t>(p[k + b]) << (8 * b);
-    }
-    for (int b = 0; b < 4; ++b) {
-      const uint32_t v = b < have ? (w >> (8 * b)) & 0xff : 0x100u;  // 0x100: no byte
-      const unsigned peers = __match_any_sync(0xffffffffu, v);
-      if (v != 0x100u && lane == static_cast<unsigned>(__ffs(peers) - 1)) atomicAdd(&mine[v], __popc(peers));
+      const uint32_t w = *reinterpret_cast<const uint32_t*>(p + k);
+      atomicAdd(&mine[w & 0xff], 1u);
+      atomicAdd(&mine[(w >> 8) & 0xff], 1u);
+      atomicAdd(&mine[(w >> 16) & 0xff], 1u);
+      atomicAdd(&mine[w >> 24], 1u);
+    } else {
+      for (uint64_t b = k; b < end; ++b) atomicAdd(&mine[p[b]], 1u);
     }
   }
   __syncthreads();

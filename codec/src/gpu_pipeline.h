@@ -367,6 +367,7 @@ struct DecFrame {
   uint64_t checksum;
   uint64_t hash0;
   uint32_t w, tail, nstreams, stream0;
+  uint64_t size;                 // frame bytes
   uint32_t bad;                  // set by any stage that finds a problem
   uint8_t rot, aligned, pad[2];  // aligned: out is aligned to the element width
 };
@@ -521,15 +522,25 @@ struct HuffDecodeBody {  // i: task
 // What MergeBody needs of a stream, held in registers.
 struct MergeStream {
   uint8_t coder;
-  const uint8_t* p;  // raw: its bytes in the frame; Huffman: its decoded bytes; const: the symbol
+  const uint8_t* p;    // raw: its bytes in the frame; Huffman: its decoded bytes; const: the symbol
+  const uint8_t* end;  // raw: the frame's end (aligned words are read only below it)
 };
 
 // Bytes k .. k+7 of a stream (n >= k + 8, k a multiple of 8), lowest first.
 LMC_HD uint64_t StreamWord8(const MergeStream& s, uint64_t k) {
   if (s.coder == hd::kCoderConst) return 0x0101010101010101ull * s.p[0];
   if (s.coder != hd::kCoderRaw) return LoadAligned64(s.p + k);  // decoded buffer: 16-aligned
+  const uint8_t* q = s.p + k;
+  const uint32_t mis = static_cast<uint32_t>(reinterpret_cast<uintptr_t>(q) & 3);
+  const uint8_t* w = q - mis;    // the frame's bytes before q are its own (header, streams)
+  if (mis && w + 12 <= s.end) {  // three aligned words hold the 8 bytes
+    const uint64_t lo = uint64_t{hd::LoadAligned32(w)} | uint64_t{hd::LoadAligned32(w + 4)} << 32;
+    const uint64_t hi = hd::LoadAligned32(w + 8);
+    return lo >> (8 * mis) | hi << (64 - 8 * mis);
+  }
+  if (!mis) return uint64_t{hd::LoadAligned32(q)} | uint64_t{hd::LoadAligned32(q + 4)} << 32;
   uint64_t v = 0;
-  for (int b = 0; b < 8; ++b) v |= uint64_t{s.p[k + b]} << (8 * b);
+  for (int b = 0; b < 8; ++b) v |= uint64_t{q[b]} << (8 * b);
   return v;
 }
 LMC_HD uint8_t StreamByte1(const MergeStream& s, uint64_t k) {
@@ -551,6 +562,7 @@ struct MergeBody {  // i: tile * (kTileElems / kPerThread) + j: elements 8j .. 8
       const DecStream& d = a.streams[f.stream0 + b];
       s[b].coder = d.coder;
       s[b].p = d.coder == hd::kCoderRaw || d.coder == hd::kCoderConst ? f.frame + d.off : a.dbuf + d.buf;
+      s[b].end = f.frame + f.size;
     }
     if (e0 < f.elems) {
       const uint32_t k = f.elems - e0 < kPerThread ? static_cast<uint32_t>(f.elems - e0) : kPerThread;
@@ -565,9 +577,22 @@ struct MergeBody {  // i: tile * (kTileElems / kPerThread) + j: elements 8j .. 8
           for (uint32_t q = 0; q < k; ++q) v[q] |= uint64_t{StreamByte1(s[b], e0 + q)} << shift;
         }
       }
-      for (uint32_t q = 0; q < k; ++q)
-        hd::MergeElement(v[q], f.base ? f.base + (e0 + q) * f.w : nullptr, f.w, f.rot != 0,
-                         f.out + (e0 + q) * f.w, f.aligned != 0);
+      uint8_t* out = f.out + e0 * f.w;
+      if (f.w == 2 && k == kPerThread && !f.base && (reinterpret_cast<uintptr_t>(out) & 7) == 0) {
+        // bf16 and f16: eight elements in two 8-byte stores.
+        uint64_t w[2] = {0, 0};
+        for (uint32_t q = 0; q < kPerThread; ++q) {
+          uint64_t x = v[q];
+          if (f.rot) x = ((x >> 1) | (x << 15)) & 0xffff;
+          w[q / 4] |= x << (16 * (q % 4));
+        }
+        StoreAligned64(out, w[0]);
+        StoreAligned64(out + 8, w[1]);
+      } else {
+        for (uint32_t q = 0; q < k; ++q)
+          hd::MergeElement(v[q], f.base ? f.base + (e0 + q) * f.w : nullptr, f.w, f.rot != 0,
+                           f.out + (e0 + q) * f.w, f.aligned != 0);
+      }
     }
     if (first == 0 && j < f.tail) {
       const uint64_t at = f.w * f.elems + j;
@@ -793,6 +818,7 @@ Status DecodeOnDevice(B& be, GpuDecodeItem* items, const std::vector<DecPlanItem
     d.out = outs[f];
     d.n = fi.decoded_size;
     d.checksum = fi.checksum;
+    d.size = fi.frame_size;
     d.nstreams = static_cast<uint32_t>(fi.streams.size());
     d.stream0 = static_cast<uint32_t>(streams.size());
     d.rot = hd::DTypeIsFloat(static_cast<uint8_t>(fi.dtype));
