@@ -1,0 +1,171 @@
+// Store::ReadChunks: several chunks in one call, the standalone frames
+// through one batch decoder (the GPU codec in the mount), with ReadChunk's
+// checks and a CPU decode when the batch decoder fails.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "lmc/codec.h"
+#include "store_test_util.h"
+
+namespace lmc::store {
+namespace {
+
+using testing::KeyOf;
+using testing::OpenOrDie;
+using testing::RandomBytes;
+using testing::TempDir;
+
+std::vector<uint8_t> Frame(const std::vector<uint8_t>& d, const std::vector<uint8_t>* base = nullptr) {
+  std::vector<uint8_t> f(MaxEncodedSize(d.size()));
+  Workspace ws;
+  EncodeParams p;
+  p.dtype = DType::kBF16;
+  p.base = base ? base->data() : nullptr;
+  auto r = EncodeChunk(d.data(), d.size(), p, f.data(), f.size(), ws);
+  EXPECT_TRUE(r.ok());
+  f.resize(r.ok() ? *r : 0);
+  return f;
+}
+
+// Smooth data (compressible), so frames are real LMC frames.
+std::vector<uint8_t> Data(size_t n, uint8_t seed) {
+  std::vector<uint8_t> v = RandomBytes(n, seed);
+  for (size_t i = 0; i < n; i += 2) v[i + 1] = 0x3c;
+  return v;
+}
+
+// A batch decoder like the GPU codec's, on the CPU: counts what it gets,
+// fails when told (a device failure: no item valid).
+struct CountingDecoder {
+  int calls = 0;
+  size_t items = 0;
+  bool fail = false;
+  FrameBatchDecoder Fn() {
+    return [this](GpuDecodeItem* it, size_t count) -> Status {
+      calls++;
+      items += count;
+      if (fail) return Status::IOError("device failed");
+      Workspace ws;
+      for (size_t i = 0; i < count; i++) {
+        EXPECT_EQ(it[i].base, nullptr);  // deltas never reach the batch
+        auto r = DecodeChunk(it[i].frame, it[i].len, nullptr, 0, it[i].dst, it[i].cap, ws);
+        it[i].status = r.ok() ? Status::Ok() : r.status();
+        it[i].out_len = r.ok() ? *r : 0;
+      }
+      return Status::Ok();
+    };
+  }
+};
+
+class StoreReadChunks : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    StoreOptions o;
+    o.verify_content_hash = true;
+    store_ = OpenOrDie(dir_.store(), o);
+    ASSERT_TRUE(store_);
+    Batch b;
+    for (uint8_t i = 0; i < 6; i++) {
+      data_.push_back(Data(64 << 10, i));
+      b.AddChunk(KeyOf(data_.back()), Frame(data_.back()), 64 << 10);
+    }
+    // A delta on chunk 0, and a chunk the reads ask for that is absent.
+    data_.push_back(data_[0]);
+    for (size_t i = 0; i < data_.back().size(); i += 101) data_.back()[i] ^= 1;
+    b.AddChunk(KeyOf(data_.back()), Frame(data_.back(), &data_[0]), 64 << 10, KeyOf(data_[0]));
+    ASSERT_TRUE(store_->Commit(b).ok());
+    missing_ = Data(64 << 10, 99);
+  }
+  // Reads every chunk (and the missing one) in one call.
+  std::vector<ChunkRead> ReadAllOnce(const FrameBatchDecoder& dec) {
+    std::vector<ChunkRead> reads(data_.size() + 1);
+    out_.assign(reads.size(), std::vector<uint8_t>(64 << 10));
+    for (size_t i = 0; i < reads.size(); i++) {
+      reads[i].key = KeyOf(i < data_.size() ? data_[i] : missing_);
+      reads[i].dst = out_[i].data();
+      reads[i].cap = out_[i].size();
+    }
+    Workspace ws;
+    store_->ReadChunks(reads, ws, dec);
+    return reads;
+  }
+  void ExpectResults(const std::vector<ChunkRead>& reads) {
+    for (size_t i = 0; i < data_.size(); i++) {
+      ASSERT_TRUE(reads[i].result.ok()) << i << ": " << reads[i].result.status().ToString();
+      EXPECT_EQ(*reads[i].result, data_[i].size());
+      EXPECT_EQ(out_[i], data_[i]) << i;
+    }
+    EXPECT_TRUE(reads.back().result.status().IsNotFound());
+  }
+
+  TempDir dir_;
+  std::unique_ptr<Store> store_;
+  std::vector<std::vector<uint8_t>> data_;
+  std::vector<uint8_t> missing_;
+  std::vector<std::vector<uint8_t>> out_;
+};
+
+TEST_F(StoreReadChunks, StandaloneFramesGoThroughOneBatchDeltasThroughReadChunk) {
+  CountingDecoder dec;
+  auto reads = ReadAllOnce(dec.Fn());
+  ExpectResults(reads);
+  EXPECT_EQ(dec.calls, 1);
+  EXPECT_EQ(dec.items, 6u);
+  for (size_t i = 0; i < 6; i++) EXPECT_TRUE(reads[i].batched) << i;
+  EXPECT_FALSE(reads[6].batched);  // the delta
+  // Without a decoder: one ReadChunk each, same bytes.
+  reads = ReadAllOnce({});
+  ExpectResults(reads);
+  for (const auto& r : reads) EXPECT_FALSE(r.batched);
+}
+
+TEST_F(StoreReadChunks, AFailedBatchIsDecodedOnTheCpu) {
+  CountingDecoder dec;
+  dec.fail = true;
+  auto reads = ReadAllOnce(dec.Fn());
+  ExpectResults(reads);
+  EXPECT_EQ(dec.calls, 1);
+  for (const auto& r : reads) EXPECT_FALSE(r.batched);
+}
+
+TEST_F(StoreReadChunks, ACorruptFrameFromTheBatchIsCorruptionAndCounted) {
+  const uint64_t before = store_->Stats().corruptions;
+  // A decoder that garbles chunk 2's bytes: the key check (verify_content_hash) catches it.
+  CountingDecoder inner;
+  FrameBatchDecoder garble = [&](GpuDecodeItem* it, size_t count) {
+    Status s = inner.Fn()(it, count);
+    for (size_t i = 0; i < count; i++)
+      if (it[i].dst == out_[2].data()) it[i].dst[0] ^= 1;
+    return s;
+  };
+  auto reads = ReadAllOnce(garble);
+  EXPECT_EQ(reads[2].result.status().code(), Code::kCorruption) << reads[2].result.status().ToString();
+  EXPECT_NE(reads[2].result.status().message().find("do not hash to the chunk key"), std::string::npos);
+  EXPECT_TRUE(reads[3].result.ok());
+  EXPECT_EQ(store_->Stats().corruptions, before + 1);
+}
+
+TEST(StoreReadChunksOtherCodec, AStoreWithAnotherFrameCodecNeverCallsTheBatchDecoder) {
+  TempDir dir;
+  auto s = OpenOrDie(dir.store(), testing::TestOptions());
+  ASSERT_TRUE(s);
+  auto d = RandomBytes(4096, 3);
+  Batch b;
+  b.AddChunk(KeyOf(d), testing::TestFrame(d), 4096);
+  ASSERT_TRUE(s->Commit(b).ok());
+  CountingDecoder dec;
+  std::vector<uint8_t> out(4096);
+  std::vector<ChunkRead> reads(1);
+  reads[0].key = KeyOf(d);
+  reads[0].dst = out.data();
+  reads[0].cap = out.size();
+  Workspace ws;
+  s->ReadChunks(reads, ws, dec.Fn());
+  ASSERT_TRUE(reads[0].result.ok());
+  EXPECT_EQ(out, d);
+  EXPECT_EQ(dec.calls, 0);
+}
+
+}  // namespace
+}  // namespace lmc::store
