@@ -17,44 +17,34 @@ using testing::FakeGpuCodec;
 // 12 chunks of 64 KiB of bf16-like weights and a tail.
 std::vector<uint8_t> Weights() { return testing::Bf16Weights((12 << 15) + 1000, 7); }
 
-Result<std::vector<uint8_t>> CompressStreamed(const std::vector<uint8_t>& in, const CompressOptions& co,
-                                              CompressStats* st) {
+// Runs a streaming (de)compressor from `in` to a returned vector.
+template <typename Run>
+Result<std::vector<uint8_t>> Streamed(const std::vector<uint8_t>& in, Run run) {
   size_t pos = 0;
   std::vector<uint8_t> out;
-  Status s = CompressStream(
-      [&](uint8_t* b, size_t n) -> Result<size_t> {
-        n = std::min(n, in.size() - pos);
-        std::memcpy(b, in.data() + pos, n);
-        pos += n;
-        return n;
-      },
-      [&](const uint8_t* b, size_t n) {
-        out.insert(out.end(), b, b + n);
-        return Status::Ok();
-      },
-      co, st);
+  ReadFn read = [&](uint8_t* b, size_t n) -> Result<size_t> {
+    n = std::min(n, in.size() - pos);
+    std::memcpy(b, in.data() + pos, n);
+    pos += n;
+    return n;
+  };
+  WriteFn write = [&](const uint8_t* b, size_t n) {
+    out.insert(out.end(), b, b + n);
+    return Status::Ok();
+  };
+  Status s = run(read, write);
   if (!s.ok()) return s;
   return out;
 }
 
+Result<std::vector<uint8_t>> CompressStreamed(const std::vector<uint8_t>& in, const CompressOptions& co,
+                                              CompressStats* st) {
+  return Streamed(in, [&](const ReadFn& r, const WriteFn& w) { return CompressStream(r, w, co, st); });
+}
+
 Result<std::vector<uint8_t>> DecompressStreamed(const std::vector<uint8_t>& in, const DecompressOptions& o,
                                                 DecompressStats* st) {
-  size_t pos = 0;
-  std::vector<uint8_t> out;
-  Status s = DecompressStream(
-      [&](uint8_t* b, size_t n) -> Result<size_t> {
-        n = std::min(n, in.size() - pos);
-        std::memcpy(b, in.data() + pos, n);
-        pos += n;
-        return n;
-      },
-      [&](const uint8_t* b, size_t n) {
-        out.insert(out.end(), b, b + n);
-        return Status::Ok();
-      },
-      o, st);
-  if (!s.ok()) return s;
-  return out;
+  return Streamed(in, [&](const ReadFn& r, const WriteFn& w) { return DecompressStream(r, w, o, st); });
 }
 
 TEST(ContainerGpuTest, BatchesOnTheGpuRoundTripThroughEitherPath) {

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "../fake_gpu_codec.h"
+#include "core_test_util.h"
 #include "encoder.h"
 #include "gpu_path.h"
 #include "lmc/codec.h"
@@ -29,6 +30,7 @@ namespace lmc::fs {
 namespace {
 
 using lmc::testing::FakeGpuCodec;
+using testing::Bf16Like;
 
 constexpr size_t kChunk = 64 << 10;
 
@@ -85,18 +87,10 @@ class FirstCallGate : public DeltaPolicy {
   bool open_ = false;
 };
 
-std::string Bf16Like(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> nd(0, 0.02f);
-  std::string s(n, '\0');
-  for (size_t i = 0; i + 1 < n; i += 2) {
-    float f = nd(rng);
-    uint32_t u;
-    std::memcpy(&u, &f, 4);
-    s[i] = static_cast<char>(u >> 16);
-    s[i + 1] = static_cast<char>(u >> 24);
-  }
-  return s;
+// A delta base of these bytes (the policy's choice).
+BaseChoice BaseOf(const std::string& bytes) {
+  return BaseChoice{store::ChunkKey::Of(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()),
+                    std::make_shared<std::vector<uint8_t>>(bytes.begin(), bytes.end())};
 }
 
 template <typename Pred>
@@ -123,6 +117,23 @@ class FsGpuPool : public ::testing::Test {
     j->delta = delta;
     return j;
   }
+  // Holds the pool's one CPU thread in the gate with a first job of kChunk
+  // bytes (never the feeder's; returned), then submits jobs for inodes 2..9
+  // of 2 * kChunk bytes (all zeros for zero_ino), which only the feeder can
+  // take while the thread is held. nullptr if the thread did not get there.
+  std::shared_ptr<EncodeJob> HoldCpuThenSubmit(EncoderPool& pool, FirstCallGate& gate, uint64_t zero_ino,
+                                               std::vector<std::shared_ptr<EncodeJob>>* jobs) {
+    auto first = Job(1, Bf16Like(kChunk, 1), &gate);
+    pool.Submit(first);
+    if (!gate.WaitCalls(1)) return nullptr;
+    for (uint64_t i = 2; i <= 9; i++) {
+      std::string bytes =
+          i == zero_ino ? std::string(2 * kChunk, '\0') : Bf16Like(2 * kChunk, static_cast<uint32_t>(i));
+      jobs->push_back(Job(i, bytes, &gate));
+      pool.Submit(jobs->back());
+    }
+    return first;
+  }
   static bool Done(EncodeJob& j) {
     std::lock_guard lk(j.mu);
     return j.done;
@@ -147,24 +158,13 @@ TEST_F(FsGpuPool, QueuedChunksGoToTheGpuInBatchesBesideTheCpuThreads) {
   FakeGpuCodec fake;
   GpuPath gpu(&fake, "", kMinBatch, 64 << 20, &counters_);
   FirstCallGate gate;
-  std::string base_bytes = Bf16Like(2 * kChunk, 99);
-  gate.base = BaseChoice{store::ChunkKey::Of(reinterpret_cast<const uint8_t*>(base_bytes.data()), 2 * kChunk),
-                         std::make_shared<std::vector<uint8_t>>(base_bytes.begin(), base_bytes.end())};
+  gate.base = BaseOf(Bf16Like(2 * kChunk, 99));
   gate.base_ino = 7;
   {
     EncoderPool pool(1, &gpu, &counters_);
-    // The one CPU thread takes the first job and is held in ChooseBase.
-    auto first = Job(1, Bf16Like(kChunk, 1), &gate);
-    pool.Submit(first);
-    ASSERT_TRUE(gate.WaitCalls(1));
-    // These go to the feeder while the CPU thread is held.
     std::vector<std::shared_ptr<EncodeJob>> jobs;
-    for (uint64_t i = 2; i <= 9; i++) {
-      std::string bytes =
-          i == 4 ? std::string(2 * kChunk, '\0') : Bf16Like(2 * kChunk, static_cast<uint32_t>(i));
-      jobs.push_back(Job(i, bytes, &gate));
-      pool.Submit(jobs.back());
-    }
+    auto first = HoldCpuThenSubmit(pool, gate, /*zero_ino=*/4, &jobs);
+    ASSERT_TRUE(first);
     ASSERT_TRUE(WaitFor([&] {
       for (auto& j : jobs)
         if (!Done(*j)) return false;
@@ -200,21 +200,14 @@ TEST_F(FsGpuPool, AFailedBatchIsEncodedOnTheCpuAndTheGpuStaysOff) {
   FakeGpuCodec fake(/*fail_batch=*/1);
   GpuPath gpu(&fake, "", kMinBatch, 64 << 20, &counters_);
   FirstCallGate gate;
-  std::string base_bytes = Bf16Like(2 * kChunk, 98);
-  gate.base = BaseChoice{store::ChunkKey::Of(reinterpret_cast<const uint8_t*>(base_bytes.data()), 2 * kChunk),
-                         std::make_shared<std::vector<uint8_t>>(base_bytes.begin(), base_bytes.end())};
+  gate.base = BaseOf(Bf16Like(2 * kChunk, 98));
   gate.base_ino = 3;
   gate.bad_base_ino = 5;
   {
     EncoderPool pool(1, &gpu, &counters_);
-    auto first = Job(1, Bf16Like(kChunk, 1), &gate);
-    pool.Submit(first);
-    ASSERT_TRUE(gate.WaitCalls(1));
     std::vector<std::shared_ptr<EncodeJob>> jobs;
-    for (uint64_t i = 2; i <= 9; i++) {
-      jobs.push_back(Job(i, Bf16Like(2 * kChunk, static_cast<uint32_t>(i)), &gate));
-      pool.Submit(jobs.back());
-    }
+    auto first = HoldCpuThenSubmit(pool, gate, /*zero_ino=*/0, &jobs);
+    ASSERT_TRUE(first);
     // The first batch fails: the feeder encodes it on the CPU and stops;
     // the rest waits for the CPU thread.
     ASSERT_TRUE(WaitFor([&] { return counters_.gpu_failed_batches.load() == 1; }));
@@ -371,8 +364,7 @@ TEST_F(FsGpu, WritesGoThroughGpuBatchesAndReadBackByteIdentical) {
   std::string base = Bf16Like(kChunk, 50);
   CloseFile(WriteFile("base.bin", base));
   FirstCallGate* gate = HoldCpuThread();
-  gate->SetBase(BaseChoice{store::ChunkKey::Of(reinterpret_cast<const uint8_t*>(base.data()), kChunk),
-                           std::make_shared<std::vector<uint8_t>>(base.begin(), base.end())});
+  gate->SetBase(BaseOf(base));
   // The stream queues chunks as it goes (1 MiB layout blocks of 16 chunks);
   // the feeder takes them in batches of 4 to 8 chunks.
   std::string model = Bf16Like(48 * kChunk + 1000, 51);
