@@ -2,7 +2,8 @@
 // CPU codec (EncodeChunk with EncodeProfile::kGpu, DecodeChunk), so the
 // GPU paths of the container, the mount and the tools run in CI without a
 // GPU. It can fail the N-th batch call as a device would (a non-OK status,
-// items left invalid), and counts what it was given.
+// items left invalid) or refuse items of one size, and counts what it was
+// given.
 #pragma once
 
 #include <atomic>
@@ -32,6 +33,10 @@ class FakeGpuCodec : public GpuCodec {
         p.dtype = it.dtype;
         p.base = it.base;
         p.profile = EncodeProfile::kGpu;
+        if (refuse_n && it.n == refuse_n) {
+          it.status = Status::InvalidArgument("refused by the test");
+          continue;
+        }
         auto r = EncodeChunk(it.src, it.n, p, it.dst, it.cap, ws_);
         it.status = r.ok() ? Status::Ok() : r.status();
         it.len = r.ok() ? *r : 0;
@@ -76,6 +81,9 @@ class FakeGpuCodec : public GpuCodec {
     return stats_;
   }
   std::string description() const override { return "fake GPU codec (CPU)"; }
+
+  // Encode items of this many bytes get a per-item error (the batch runs).
+  size_t refuse_n = 0;
 
   uint64_t calls() const { return calls_.load(); }
   uint64_t items_seen() const { return items_seen_.load(); }

@@ -510,15 +510,27 @@ void Store::ReadChunks(std::span<ChunkRead> reads, Workspace& ws, const FrameBat
     it.dst = staged[i].read->dst;
     it.cap = staged[i].read->cap;
   }
+  // Not OK: the device failed and no item is valid; each is decoded on the CPU.
   const bool batched = decode_batch(items.data(), items.size()).ok();
   for (size_t i = 0; i < staged.size(); i++) {
     Staged& s = staged[i];
     ChunkRead& r = *s.read;
-    // The device failed: no item is valid; decode each on the CPU.
-    Result<size_t> n = batched ? (items[i].status.ok() ? Result<size_t>(items[i].out_len) : items[i].status)
-                               : m.codec->Decode(items[i].frame, items[i].len, nullptr, 0, r.dst, r.cap, ws);
-    r.result = m.CheckDecoded(r.key, s.e, n, r.dst, verify);
-    r.batched = batched;
+    const GpuDecodeItem& it = items[i];
+    if (batched && it.status.ok() && it.out_len == s.e.decoded_len &&
+        (!verify || ChunkKey::Of(r.dst, it.out_len) == r.key)) {
+      r.result = it.out_len;
+      r.batched = true;
+      continue;
+    }
+    // The CPU decoder is the reference: a frame the batch decoder refused
+    // (or decoded to other bytes) is decoded again here, and only what the
+    // CPU refuses too is corruption (logged and counted once).
+    r.redone = batched;
+    r.result = m.CheckDecoded(r.key, s.e, m.codec->Decode(it.frame, it.len, nullptr, 0, r.dst, r.cap, ws),
+                              r.dst, verify);
+    if (batched && r.result.ok())
+      spdlog::warn("store {}: chunk {}: the batch decoder failed ({}) where the CPU decoded it", m.dir,
+                   r.key.ToHex(), it.status.ok() ? "a wrong size or wrong bytes" : it.status.ToString());
   }
 }
 

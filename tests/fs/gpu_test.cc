@@ -248,6 +248,31 @@ TEST_F(FsGpuPool, AFailedBatchIsEncodedOnTheCpuAndTheGpuStaysOff) {
   EXPECT_NE(gpu.State().find("injected by the test"), std::string::npos) << gpu.State();
 }
 
+TEST_F(FsGpuPool, ChunksTheGpuRefusesAreEncodedOnTheCpu) {
+  FakeGpuCodec fake;
+  fake.refuse_n = 2 * kChunk;  // every queued job
+  GpuPath gpu(&fake, "", kMinBatch, 64 << 20, &counters_);
+  FirstCallGate gate;
+  {
+    EncoderPool pool(1, &gpu, &counters_);
+    std::vector<std::shared_ptr<EncodeJob>> jobs;
+    auto first = HoldCpuThenSubmit(pool, gate, /*zero_ino=*/0, &jobs);
+    ASSERT_TRUE(first);
+    ASSERT_TRUE(WaitFor([&] {
+      for (auto& j : jobs)
+        if (!Done(*j)) return false;
+      return true;
+    }));
+    for (auto& j : jobs) ExpectRoundTrip(*j, std::nullopt);
+    EXPECT_EQ(counters_.gpu_fallback_chunks.load(), 8u);
+    EXPECT_EQ(counters_.cpu_encode_chunks.load(), 8u);
+    EXPECT_EQ(counters_.gpu_encode_chunks.load(), 0u);
+    gate.Open();
+  }
+  EXPECT_TRUE(gpu.active());  // the device did not fail
+  EXPECT_EQ(counters_.gpu_failed_batches.load(), 0u);
+}
+
 // ------------------------------------------------------------ the filesystem
 
 class FsGpu : public ::testing::Test {

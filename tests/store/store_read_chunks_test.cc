@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <fstream>
 
 #include "lmc/codec.h"
 #include "store_test_util.h"
@@ -126,23 +128,60 @@ TEST_F(StoreReadChunks, AFailedBatchIsDecodedOnTheCpu) {
   auto reads = ReadAllOnce(dec.Fn());
   ExpectResults(reads);
   EXPECT_EQ(dec.calls, 1);
-  for (const auto& r : reads) EXPECT_FALSE(r.batched);
+  for (const auto& r : reads) EXPECT_FALSE(r.batched || r.redone);
 }
 
-TEST_F(StoreReadChunks, ACorruptFrameFromTheBatchIsCorruptionAndCounted) {
+TEST_F(StoreReadChunks, AWrongBatchResultIsDecodedAgainOnTheCpu) {
   const uint64_t before = store_->Stats().corruptions;
-  // A decoder that garbles chunk 2's bytes: the key check (verify_content_hash) catches it.
+  // A decoder that garbles chunk 2's bytes and refuses chunk 3's frame: the
+  // CPU decodes both again, and nothing is corrupt.
   CountingDecoder inner;
-  FrameBatchDecoder garble = [&](GpuDecodeItem* it, size_t count) {
+  FrameBatchDecoder wrong = [&](GpuDecodeItem* it, size_t count) {
     Status s = inner.Fn()(it, count);
-    for (size_t i = 0; i < count; i++)
+    for (size_t i = 0; i < count; i++) {
       if (it[i].dst == out_[2].data()) it[i].dst[0] ^= 1;
+      if (it[i].dst == out_[3].data()) it[i].status = Status::Corruption("frame checksum mismatch");
+    }
     return s;
   };
-  auto reads = ReadAllOnce(garble);
+  auto reads = ReadAllOnce(wrong);
+  ExpectResults(reads);
+  EXPECT_FALSE(reads[2].batched);
+  EXPECT_FALSE(reads[3].batched);
+  EXPECT_TRUE(reads[2].redone);
+  EXPECT_TRUE(reads[3].redone);
+  EXPECT_TRUE(reads[4].batched);
+  EXPECT_FALSE(reads[4].redone);
+  EXPECT_EQ(store_->Stats().corruptions, before);
+}
+
+TEST_F(StoreReadChunks, ACorruptRecordIsCorruptionAndCounted) {
+  const uint64_t before = store_->Stats().corruptions;
+  auto info = store_->GetChunkInfo(KeyOf(data_[2]));
+  ASSERT_TRUE(info.ok());
+  store_.reset();
+  // One byte inside chunk 2's frame: its record checksum no longer holds.
+  char name[64];
+  std::snprintf(name, sizeof name, "/packs/pack-%016llx.lmp", static_cast<unsigned long long>(info->pack_id));
+  const std::string pack = dir_.store() + name;
+  std::fstream f(pack, std::ios::in | std::ios::out | std::ios::binary);
+  ASSERT_TRUE(f.good()) << pack;
+  f.seekg(static_cast<std::streamoff>(info->offset + 100));
+  char c = 0;
+  f.read(&c, 1);
+  c ^= 0x10;
+  f.seekp(static_cast<std::streamoff>(info->offset + 100));
+  f.write(&c, 1);
+  f.close();
+  StoreOptions o;
+  o.verify_content_hash = true;
+  store_ = OpenOrDie(dir_.store(), o);
+  ASSERT_TRUE(store_);
+  CountingDecoder dec;
+  auto reads = ReadAllOnce(dec.Fn());
   EXPECT_EQ(reads[2].result.status().code(), Code::kCorruption) << reads[2].result.status().ToString();
-  EXPECT_NE(reads[2].result.status().message().find("do not hash to the chunk key"), std::string::npos);
   EXPECT_TRUE(reads[3].result.ok());
+  EXPECT_EQ(dec.items, 5u);  // the corrupt record never reaches the batch
   EXPECT_EQ(store_->Stats().corruptions, before + 1);
 }
 

@@ -3,6 +3,7 @@
 
 #include <openssl/crypto.h>
 #include <pthread.h>
+#include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <cstring>
@@ -255,22 +256,27 @@ void EncoderPool::EncodeBatchOnGpu(const std::vector<std::shared_ptr<EncodeJob>>
                               " bytes) from inode " + std::to_string(first.ino) + " offset " +
                               std::to_string(first.begin));
   }
+  size_t refused = 0;  // items the GPU refused although the batch ran
+  Status first_refusal;
   for (size_t j = 0; j < items.size(); j++) {
     EncodeJob* job = batch[of_item[j]].get();
-    if (!s.ok()) {
-      // The device failed: no item is valid. Encode on the CPU, with the
-      // parameters (and base) already chosen.
+    if (!s.ok() || !items[j].status.ok()) {
+      // The device failed (no item is valid), or refused this chunk of ours:
+      // encode it on the CPU, with the parameters (and base) already chosen.
+      if (s.ok() && refused++ == 0) first_refusal = items[j].status;
       Guarded(job, [&] { EncodeOnCpu(job, prep[of_item[j]]); });
       CountEncoded(*job, false, counters_);
-      continue;
-    }
-    if (!items[j].status.ok()) {
-      job->status = items[j].status;
       continue;
     }
     job->frame_len = items[j].len;
     Guarded(job, [&] { job->key = store::ChunkKey::Of(job->buf->data(), job->buf->size()); });
     CountEncoded(*job, true, counters_);
+  }
+  if (refused) {
+    counters_.gpu_fallback_chunks += refused;
+    spdlog::warn(
+        "lmcfs: the GPU codec refused {} of {} chunks of a batch (first: {}); they were encoded on the CPU",
+        refused, items.size(), first_refusal.ToString());
   }
   for (const auto& job : batch) {
     ReleaseIfFailed(job.get());

@@ -73,7 +73,8 @@ void RunEncodeJob(EncodeJob* job);
 // to batch_bytes(), prepares each as RunEncodeJob does (zero check, dtype,
 // delta base), encodes them with one GpuPath::EncodeBatch call, hashes them
 // and completes them as the CPU threads do. A failed batch (the device) is
-// encoded on the CPU by the feeder, which then stops; the GPU stays off.
+// encoded on the CPU by the feeder, which then stops; the GPU stays off. A
+// chunk the GPU refuses in a batch that ran is encoded on the CPU too.
 // Each thread releases OpenSSL's per-thread state when it exits
 // (OPENSSL_thread_stop), so the chunk hashing can run here without
 // LeakSanitizer reports.

@@ -536,6 +536,7 @@ void FileData::PrefetchOnGpu(const std::vector<ExtentRec>& todo) {
     });
     for (size_t i = 0; i < todo.size(); i++) {
       const store::ChunkRead& r = reads[i];
+      if (r.redone) shared_.counters.gpu_fallback_chunks++;
       if (!r.result.ok() || *r.result != bufs[i]->size()) continue;  // the read reports it
       (r.batched ? shared_.counters.gpu_decode_chunks : shared_.counters.cpu_decode_chunks)++;
       (r.batched ? shared_.counters.gpu_decode_bytes : shared_.counters.cpu_decode_bytes) += *r.result;

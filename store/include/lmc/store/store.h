@@ -154,6 +154,7 @@ struct ChunkRead {
   // --- out ---
   Result<size_t> result = Status::Aborted("not read");  // as ReadChunk would return
   bool batched = false;  // decoded by the batch decoder (else on the CPU, or from a cache)
+  bool redone = false;   // the batch decoder's result failed a check: decoded again on the CPU
 };
 
 // Decodes count frames in one call: lmc::GpuCodec::DecodeBatch, or a test

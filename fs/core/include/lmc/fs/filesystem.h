@@ -102,9 +102,10 @@ struct FsCounters {
   std::atomic<uint64_t> gpu_encode_chunks{0}, gpu_encode_bytes{0};
   std::atomic<uint64_t> cpu_decode_chunks{0}, cpu_decode_bytes{0};
   std::atomic<uint64_t> gpu_decode_chunks{0}, gpu_decode_bytes{0};
-  std::atomic<uint64_t> gpu_batches{0};          // batch calls the GPU completed
-  std::atomic<uint64_t> gpu_failed_batches{0};   // device failures (at most 1: the GPU is then off)
-  std::atomic<uint64_t> gpu_fallback_chunks{0};  // chunks of failed batches, redone on the CPU
+  std::atomic<uint64_t> gpu_batches{0};         // batch calls the GPU completed
+  std::atomic<uint64_t> gpu_failed_batches{0};  // device failures (at most 1: the GPU is then off)
+  std::atomic<uint64_t> gpu_fallback_chunks{
+      0};  // chunks of failed batches (or refused by the GPU), redone on the CPU
 };
 
 struct Inode;
