@@ -460,10 +460,16 @@ Result<size_t> Store::ReadChunk(const ChunkKey& key, uint8_t* dst, size_t cap, W
   return impl_->Read(key, dst, cap, ws, impl_->opts.verify_content_hash, 0);
 }
 
-void Store::ReadChunks(std::span<ChunkRead> reads, Workspace& ws, const FrameBatchDecoder& decode_batch) {
+void Store::ReadChunks(std::span<ChunkRead> reads, Workspace& ws, const FrameBatchDecoder& decode_batch,
+                       bool batch_only) {
   Impl& m = *impl_;
   const bool verify = m.opts.verify_content_hash;
-  auto one = [&](ChunkRead& r) { r.result = m.Read(r.key, r.dst, r.cap, ws, verify, 0); };
+  auto one = [&](ChunkRead& r) {
+    if (batch_only)
+      r.deferred = true;
+    else
+      r.result = m.Read(r.key, r.dst, r.cap, ws, verify, 0);
+  };
   if (!decode_batch || m.codec != LmcFrameCodec()) {
     for (ChunkRead& r : reads) one(r);
     return;

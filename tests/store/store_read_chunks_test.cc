@@ -116,6 +116,23 @@ TEST_F(StoreReadChunks, StandaloneFramesGoThroughOneBatchDeltasThroughReadChunk)
   EXPECT_EQ(dec.items, 6u);
   for (size_t i = 0; i < 6; i++) EXPECT_TRUE(reads[i].batched) << i;
   EXPECT_FALSE(reads[6].batched);  // the delta
+  // batch_only: the delta is left to the caller, and so is its base, which
+  // the store's base cache holds since the read above.
+  {
+    CountingDecoder d2;
+    std::vector<ChunkRead> r2(data_.size());
+    for (size_t i = 0; i < r2.size(); i++) {
+      r2[i].key = KeyOf(data_[i]);
+      r2[i].dst = out_[i].data();
+      r2[i].cap = out_[i].size();
+    }
+    Workspace ws;
+    store_->ReadChunks(r2, ws, d2.Fn(), /*batch_only=*/true);
+    for (size_t i = 1; i < 6; i++) EXPECT_TRUE(r2[i].batched && !r2[i].deferred) << i;
+    EXPECT_TRUE(r2[0].deferred);
+    EXPECT_TRUE(r2[6].deferred);
+    EXPECT_EQ(r2[6].result.status().code(), Code::kAborted);  // untouched
+  }
   // Without a decoder: one ReadChunk each, same bytes.
   reads = ReadAllOnce({});
   ExpectResults(reads);

@@ -496,10 +496,8 @@ void FileData::Prefetch(uint64_t a, uint64_t b, uint64_t need_end) {
   const bool enough = shared_.gpu.active() ? gpu_batch : todo.size() >= k;
   if (todo.empty() || (!enough && !needed_now)) return;
   if (pending_chunks_ && Commit(false)) return;
-  if (gpu_batch) {
-    PrefetchOnGpu(todo);
-    return;
-  }
+  if (gpu_batch) todo = PrefetchOnGpu(todo);
+  if (todo.empty()) return;
   ThreadPool::Shared().ParallelFor(todo.size(), 0, [&](size_t i, size_t) {
     try {
       auto buf = std::make_shared<std::vector<uint8_t>>(todo[i].decoded_len);
@@ -517,8 +515,9 @@ void FileData::Prefetch(uint64_t a, uint64_t b, uint64_t need_end) {
 
 // One store call for the whole batch: the standalone frames go to the GPU
 // in one DecodeBatch (the store decodes them on the CPU if the device
-// fails; deltas and cached chunks take ReadChunk's path).
-void FileData::PrefetchOnGpu(const std::vector<ExtentRec>& todo) {
+// fails); deltas and cached chunks come back for the pool.
+std::vector<ExtentRec> FileData::PrefetchOnGpu(const std::vector<ExtentRec>& todo) {
+  std::vector<ExtentRec> rest;
   try {
     std::vector<std::shared_ptr<std::vector<uint8_t>>> bufs;
     std::vector<store::ChunkRead> reads(todo.size());
@@ -531,11 +530,16 @@ void FileData::PrefetchOnGpu(const std::vector<ExtentRec>& todo) {
     }
     const std::string what =
         std::to_string(todo.size()) + " chunks read ahead in inode " + std::to_string(owner_.ino);
-    shared_.store->ReadChunks(reads, Scratch().ws, [&](GpuDecodeItem* items, size_t count) {
-      return shared_.gpu.DecodeBatch(items, count, what);
-    });
+    shared_.store->ReadChunks(
+        reads, Scratch().ws,
+        [&](GpuDecodeItem* items, size_t count) { return shared_.gpu.DecodeBatch(items, count, what); },
+        /*batch_only=*/true);
     for (size_t i = 0; i < todo.size(); i++) {
       const store::ChunkRead& r = reads[i];
+      if (r.deferred) {
+        rest.push_back(todo[i]);
+        continue;
+      }
       if (r.redone) shared_.counters.gpu_fallback_chunks++;
       if (!r.result.ok() || *r.result != bufs[i]->size()) continue;  // the read reports it
       (r.batched ? shared_.counters.gpu_decode_chunks : shared_.counters.cpu_decode_chunks)++;
@@ -545,6 +549,7 @@ void FileData::PrefetchOnGpu(const std::vector<ExtentRec>& todo) {
   } catch (...) {
     // best effort, as above
   }
+  return rest;
 }
 
 int FileData::Read(uint64_t off, size_t n, std::string* out) {

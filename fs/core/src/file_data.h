@@ -163,8 +163,9 @@ class FileData {
   // shared pool, into the cache, once there are enough of them or one lies
   // under [a, need_end). Best effort: errors surface on the read.
   void Prefetch(uint64_t a, uint64_t b, uint64_t need_end);
-  // Prefetch's decode of `todo` as one batch through the GPU path.
-  void PrefetchOnGpu(const std::vector<ExtentRec>& todo);
+  // Prefetch's decode of `todo` as one batch through the GPU path; returns
+  // the chunks that cannot go to the GPU (deltas, ...), for the CPU.
+  std::vector<ExtentRec> PrefetchOnGpu(const std::vector<ExtentRec>& todo);
 
   Inode& owner_;
   FileDataShared& shared_;

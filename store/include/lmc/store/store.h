@@ -153,8 +153,9 @@ struct ChunkRead {
   size_t cap = 0;
   // --- out ---
   Result<size_t> result = Status::Aborted("not read");  // as ReadChunk would return
-  bool batched = false;  // decoded by the batch decoder (else on the CPU, or from a cache)
-  bool redone = false;   // the batch decoder's result failed a check: decoded again on the CPU
+  bool batched = false;   // decoded by the batch decoder (else on the CPU, or from a cache)
+  bool redone = false;    // the batch decoder's result failed a check: decoded again on the CPU
+  bool deferred = false;  // batch_only, and not for the batch: left unread (result untouched)
 };
 
 // Decodes count frames in one call: lmc::GpuCodec::DecodeBatch, or a test
@@ -372,8 +373,11 @@ class Store {
   // device), they are decoded on the CPU from the records already read.
   // Without decode_batch, or with a FrameCodec other than LmcFrameCodec(),
   // it is one ReadChunk per item. The records are read one after another on
-  // the calling thread.
-  void ReadChunks(std::span<ChunkRead> reads, Workspace& ws, const FrameBatchDecoder& decode_batch);
+  // the calling thread. batch_only: the chunks that would take ReadChunk's
+  // path are left to the caller instead (ChunkRead::deferred), to read in
+  // parallel.
+  void ReadChunks(std::span<ChunkRead> reads, Workspace& ws, const FrameBatchDecoder& decode_batch,
+                  bool batch_only = false);
   Result<ChunkInfo> GetChunkInfo(const ChunkKey& key);
   // Height of key's subtree in the committed index: the largest
   // depth(X) - depth(key) over the chunks X that reach `key` through their
