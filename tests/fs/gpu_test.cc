@@ -138,6 +138,11 @@ class FsGpuPool : public ::testing::Test {
     std::lock_guard lk(j.mu);
     return j.done;
   }
+  static bool AllDone(const std::vector<std::shared_ptr<EncodeJob>>& jobs) {
+    for (const auto& j : jobs)
+      if (!Done(*j)) return false;
+    return true;
+  }
   // The job's frame decodes (against its base, if any) to its bytes, and
   // its key is their SHA-256.
   static void ExpectRoundTrip(const EncodeJob& j, const std::optional<BaseChoice>& base) {
@@ -165,11 +170,8 @@ TEST_F(FsGpuPool, QueuedChunksGoToTheGpuInBatchesBesideTheCpuThreads) {
     std::vector<std::shared_ptr<EncodeJob>> jobs;
     auto first = HoldCpuThenSubmit(pool, gate, /*zero_ino=*/4, &jobs);
     ASSERT_TRUE(first);
-    ASSERT_TRUE(WaitFor([&] {
-      for (auto& j : jobs)
-        if (!Done(*j)) return false;
-      return true;
-    })) << "the feeder did not encode the queued jobs while the CPU thread was held";
+    ASSERT_TRUE(WaitFor([&] { return AllDone(jobs); }))
+        << "the feeder did not encode the queued jobs while the CPU thread was held";
     EXPECT_FALSE(Done(*first));
     for (auto& j : jobs) {
       if (j->ino == 4) {
@@ -215,11 +217,7 @@ TEST_F(FsGpuPool, AFailedBatchIsEncodedOnTheCpuAndTheGpuStaysOff) {
     EXPECT_FALSE(gpu.active());
     EXPECT_GE(counters_.gpu_fallback_chunks.load(), 1u);
     gate.Open();
-    ASSERT_TRUE(WaitFor([&] {
-      for (auto& j : jobs)
-        if (!Done(*j)) return false;
-      return Done(*first);
-    }));
+    ASSERT_TRUE(WaitFor([&] { return AllDone(jobs) && Done(*first); }));
     EXPECT_EQ(fake.calls(), 1u);
     for (auto& j : jobs) {
       if (j->ino == 5) {
@@ -258,11 +256,7 @@ TEST_F(FsGpuPool, ChunksTheGpuRefusesAreEncodedOnTheCpu) {
     std::vector<std::shared_ptr<EncodeJob>> jobs;
     auto first = HoldCpuThenSubmit(pool, gate, /*zero_ino=*/0, &jobs);
     ASSERT_TRUE(first);
-    ASSERT_TRUE(WaitFor([&] {
-      for (auto& j : jobs)
-        if (!Done(*j)) return false;
-      return true;
-    }));
+    ASSERT_TRUE(WaitFor([&] { return AllDone(jobs); }));
     for (auto& j : jobs) ExpectRoundTrip(*j, std::nullopt);
     EXPECT_EQ(counters_.gpu_fallback_chunks.load(), 8u);
     EXPECT_EQ(counters_.cpu_encode_chunks.load(), 8u);
