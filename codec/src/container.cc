@@ -10,6 +10,7 @@
 #include "frame_format.h"
 #include "lmc/bytes.h"
 #include "lmc/codec.h"
+#include "lmc/gpu.h"
 #include "lmc/thread_pool.h"
 
 namespace lmc {
@@ -101,6 +102,15 @@ struct XxhState {
 bool IsContainer(const uint8_t* p, size_t n) { return n >= 4 && std::memcmp(p, kMagic, 4) == 0; }
 
 namespace {
+// Chunks per GPU batch: kContainerGpuBatchBytes of them, and at least the
+// CPU's batch.
+size_t GpuBatchChunks(size_t threads, uint32_t chunk_size) {
+  const size_t cpu = threads * kChunksPerThread;
+  return chunk_size ? std::max(cpu, kContainerGpuBatchBytes / chunk_size) : cpu;
+}
+}  // namespace
+
+namespace {
 
 // Writes a .lmc stream: the header, batches of chunks encoded in parallel
 // and emitted in order, then the trailer. Shared by the streaming and the
@@ -112,9 +122,11 @@ class FrameWriter {
         threads_(
             std::max<size_t>(1, opts.threads == 0 ? pool_.size() : std::min(opts.threads, pool_.size()))),
         slots_(threads_),
-        out_(std::move(out)) {}
+        out_(std::move(out)),
+        gpu_(opts.gpu),
+        gpu_batch_(GpuBatchChunks(threads_, opts.chunk_size)) {}
 
-  size_t batch() const { return threads_ * kChunksPerThread; }
+  size_t batch() const { return gpu_ ? gpu_batch_ : threads_ * kChunksPerThread; }
 
   Status WriteHeader(uint32_t chunk_size) {
     uint8_t hdr[kHeaderSize] = {};
@@ -129,6 +141,7 @@ class FrameWriter {
   // in parallel, and emits their frames in order.
   Status Encode(const ChunkSpec* chunks, size_t count, const uint8_t* data, uint64_t data_start) {
     if (count == 0) return Status::Ok();
+    if (gpu_) return EncodeOnGpu(chunks, count, data, data_start);
     if (direct_ && threads_ == 1) return EncodeDirect(chunks, count, data, data_start);
     if (frames_.size() < count) frames_.resize(count);
     sizes_.assign(count, Status::Aborted("not encoded"));
@@ -140,6 +153,41 @@ class FrameWriter {
       sizes_[i] = EncodeChunk(data + (c.offset - data_start), c.length, EncodeParams{c.dtype, nullptr},
                               f.data(), f.size(), *slots_.ws[slot]);
     });
+    return EmitFrames(chunks, count);
+  }
+
+  // One EncodeBatch call for the batch; a device failure encodes it (and
+  // everything after it) on the CPU.
+  Status EncodeOnGpu(const ChunkSpec* chunks, size_t count, const uint8_t* data, uint64_t data_start) {
+    if (frames_.size() < count) frames_.resize(count);
+    std::vector<GpuEncodeItem> items(count);
+    for (size_t i = 0; i < count; ++i) {
+      const ChunkSpec& c = chunks[i];
+      auto& f = frames_[i];
+      size_t need = MaxEncodedSize(c.length);
+      if (f.size() < need) f.resize(need);
+      items[i].src = data + (c.offset - data_start);
+      items[i].n = c.length;
+      items[i].dtype = c.dtype;
+      items[i].dst = f.data();
+      items[i].cap = f.size();
+    }
+    Status s = gpu_->EncodeBatch(items.data(), count);
+    if (!s.ok()) {
+      stats_.gpu_failed_batches++;
+      stats_.gpu_failure = s.ToString();
+      gpu_ = nullptr;
+      return Encode(chunks, count, data, data_start);
+    }
+    sizes_.clear();
+    for (const GpuEncodeItem& it : items)
+      sizes_.push_back(it.status.ok() ? Result<size_t>(it.len) : it.status);
+    stats_.gpu_chunks += count;
+    return EmitFrames(chunks, count);
+  }
+
+  // Emits frames_[0, count) (sizes_) in order.
+  Status EmitFrames(const ChunkSpec* chunks, size_t count) {
     for (size_t i = 0; i < count; ++i) {
       if (!sizes_[i].ok()) return sizes_[i].status();
       uint8_t len[4];
@@ -205,6 +253,8 @@ class FrameWriter {
   size_t threads_;
   Slots slots_;
   WriteFn out_;
+  GpuCodec* gpu_;  // null: the CPU (also after a device failure)
+  size_t gpu_batch_;
   XxhState whole_;
   CompressStats stats_;
   std::vector<std::vector<uint8_t>> frames_;  // reused across batches
@@ -334,18 +384,43 @@ Status DecompressStream(const ReadFn& in, const WriteFn& out, const DecompressOp
 
   Slots slots(threads);
   XxhState whole;
-  const size_t batch = threads * kChunksPerThread;
+  GpuCodec* gpu = opts.gpu;
+  const size_t batch = gpu ? GpuBatchChunks(threads, LoadLE32(hdr + 8)) : threads * kChunksPerThread;
   std::vector<std::vector<uint8_t>> frames(batch), outs(batch);
   std::vector<Result<size_t>> sizes;
   size_t n_pending = 0;
 
+  // One DecodeBatch call; false when the device failed (then the CPU decodes
+  // this batch and the rest).
+  auto decode_on_gpu = [&]() -> bool {
+    std::vector<GpuDecodeItem> items(n_pending);
+    for (size_t i = 0; i < n_pending; ++i) {
+      items[i].frame = frames[i].data();
+      items[i].len = frames[i].size();
+      items[i].dst = outs[i].data();
+      items[i].cap = outs[i].size();
+    }
+    Status s = gpu->DecodeBatch(items.data(), n_pending);
+    if (!s.ok()) {
+      st.gpu_failed_batches++;
+      st.gpu_failure = s.ToString();
+      gpu = nullptr;
+      return false;
+    }
+    for (size_t i = 0; i < n_pending; ++i)
+      sizes[i] = items[i].status.ok() ? Result<size_t>(items[i].out_len) : items[i].status;
+    st.gpu_chunks += n_pending;
+    return true;
+  };
   auto flush = [&]() -> Status {
     if (n_pending == 0) return Status::Ok();
     sizes.assign(n_pending, Status::Aborted("not decoded"));
-    pool.ParallelFor(n_pending, threads, [&](size_t i, size_t slot) {
-      sizes[i] = DecodeChunk(frames[i].data(), frames[i].size(), nullptr, 0, outs[i].data(), outs[i].size(),
-                             *slots.ws[slot]);
-    });
+    if (!gpu || !decode_on_gpu()) {
+      pool.ParallelFor(n_pending, threads, [&](size_t i, size_t slot) {
+        sizes[i] = DecodeChunk(frames[i].data(), frames[i].size(), nullptr, 0, outs[i].data(), outs[i].size(),
+                               *slots.ws[slot]);
+      });
+    }
     for (size_t i = 0; i < n_pending; ++i) {
       if (!sizes[i].ok())
         return Status(sizes[i].status().code() == Code::kCorruption
@@ -428,7 +503,7 @@ Result<std::vector<uint8_t>> CompressBuffer(const uint8_t* p, size_t n, const Co
 }
 
 Status DecompressBufferInto(const uint8_t* p, size_t n, const DecompressOptions& opts,
-                            std::vector<uint8_t>* out) {
+                            std::vector<uint8_t>* out, DecompressStats* stats) {
   // Pass 1: walk and check the frame headers to place every chunk.
   if (n < 4 || std::memcmp(p, kMagic, 4) != 0) return Status::InvalidArgument("not an .lmc file (bad magic)");
   if (n < kHeaderSize) return Status::Corruption(".lmc file truncated in its header");
@@ -438,7 +513,7 @@ Status DecompressBufferInto(const uint8_t* p, size_t n, const DecompressOptions&
                                " is newer than this lmc; upgrade lmcfs");
   struct Job {
     size_t frame, len;
-    uint64_t out;
+    uint64_t out, decoded;
   };
   std::vector<Job> jobs;
   XxhState whole;
@@ -453,7 +528,7 @@ Status DecompressBufferInto(const uint8_t* p, size_t n, const DecompressOptions&
     LMC_ASSIGN_OR_RETURN(FrameInfo fi, ReadFrameInfo(p + pos, len));
     if (fi.frame_size != len) return Status::Corruption(".lmc frame length does not match its header");
     if (fi.xor_delta) return Status::Corruption(".lmc frame is a delta, which .lmc files never hold");
-    jobs.push_back({pos, len, total});
+    jobs.push_back({pos, len, total, fi.decoded_size});
     whole.Update(p + pos + kFrameChecksumOffset, 8);
     total += fi.decoded_size;
     pos += len;
@@ -467,19 +542,49 @@ Status DecompressBufferInto(const uint8_t* p, size_t n, const DecompressOptions&
     return Status::Corruption(".lmc file checksum mismatch (frames reordered or replaced)");
   if (pos + kTrailerSize != n) return Status::Corruption(".lmc file has trailing data after its trailer");
 
-  // Pass 2: decode every frame in parallel straight into place.
+  // Pass 2: decode every frame straight into place: in parallel on the
+  // CPU, or in one DecodeBatch call (the codec cuts it into device batches).
   out->resize(total);
-  ThreadPool& pool = opts.pool ? *opts.pool : ThreadPool::Shared();
-  size_t threads = std::max<size_t>(1, opts.threads == 0 ? pool.size() : std::min(opts.threads, pool.size()));
-  Slots slots(threads);
+  DecompressStats st;
+  st.input_bytes = n;
+  st.output_bytes = total;
+  st.chunks = jobs.size();
   std::vector<Status> errs(jobs.size());
-  pool.ParallelFor(jobs.size(), threads, [&](size_t i, size_t slot) {
-    const Job& j = jobs[i];
-    Result<size_t> r = DecodeChunk(p + j.frame, j.len, nullptr, 0, out->data() + j.out,
-                                   static_cast<size_t>(total - j.out), *slots.ws[slot]);
-    if (!r.ok()) errs[i] = Status::Corruption("chunk " + std::to_string(i) + ": " + r.status().message());
-  });
+  bool decoded = false;
+  if (opts.gpu && !jobs.empty()) {
+    std::vector<GpuDecodeItem> items(jobs.size());
+    for (size_t i = 0; i < jobs.size(); ++i) {
+      items[i].frame = p + jobs[i].frame;
+      items[i].len = jobs[i].len;
+      items[i].dst = out->data() + jobs[i].out;
+      items[i].cap = static_cast<size_t>(jobs[i].decoded);
+    }
+    Status s = opts.gpu->DecodeBatch(items.data(), items.size());
+    if (s.ok()) {
+      decoded = true;
+      st.gpu_chunks = jobs.size();
+      for (size_t i = 0; i < jobs.size(); ++i)
+        if (!items[i].status.ok())
+          errs[i] = Status::Corruption("chunk " + std::to_string(i) + ": " + items[i].status.message());
+    } else {
+      st.gpu_failed_batches = 1;
+      st.gpu_failure = s.ToString();
+    }
+  }
+  if (!decoded) {
+    ThreadPool& pool = opts.pool ? *opts.pool : ThreadPool::Shared();
+    size_t threads =
+        std::max<size_t>(1, opts.threads == 0 ? pool.size() : std::min(opts.threads, pool.size()));
+    Slots slots(threads);
+    pool.ParallelFor(jobs.size(), threads, [&](size_t i, size_t slot) {
+      const Job& j = jobs[i];
+      Result<size_t> r = DecodeChunk(p + j.frame, j.len, nullptr, 0, out->data() + j.out,
+                                     static_cast<size_t>(total - j.out), *slots.ws[slot]);
+      if (!r.ok()) errs[i] = Status::Corruption("chunk " + std::to_string(i) + ": " + r.status().message());
+    });
+  }
   for (const Status& e : errs) LMC_RETURN_IF_ERROR(e);
+  if (stats) *stats = std::move(st);
   return Status::Ok();
 }
 

@@ -430,15 +430,12 @@ Result<size_t> Store::Impl::Read(const ChunkKey& key, uint8_t* dst, size_t cap, 
       return f.status();
     }
     LMC_RETURN_IF_ERROR(ReadRecord(key, e, **f, record));
-    auto n = codec->Decode(record.data() + fmt::kRecordHeaderSize, e.frame_len, base ? base->data() : nullptr,
-                           e.base ? e.decoded_len : 0, dst, cap, ws);
-    if (!n.ok()) {
-      if (n.status().code() == Code::kUnsupported) return n.status();
-      return Corrupt(key, e.pack_id, e.offset, "frame: " + n.status().message());
-    }
-    if (*n != e.decoded_len) return Corrupt(key, e.pack_id, e.offset, "frame decodes to another size");
-    if (verify_hash && ChunkKey::Of(dst, *n) != key)
-      return Corrupt(key, e.pack_id, e.offset, "decoded bytes do not hash to the chunk key");
+    auto n =
+        CheckDecoded(key, e,
+                     codec->Decode(record.data() + fmt::kRecordHeaderSize, e.frame_len,
+                                   base ? base->data() : nullptr, e.base ? e.decoded_len : 0, dst, cap, ws),
+                     dst, verify_hash);
+    if (!n.ok()) return n.status();
     // A delta read directly is likely the base of the next save in a series
     // read in order (forward deltas): keep it.
     if (depth == 0 && base_cache && e.base)
@@ -447,8 +444,100 @@ Result<size_t> Store::Impl::Read(const ChunkKey& key, uint8_t* dst, size_t cap, 
   }
 }
 
+Result<size_t> Store::Impl::CheckDecoded(const ChunkKey& key, const fmt::ChunkEntry& e,
+                                         const Result<size_t>& n, const uint8_t* dst, bool verify_hash) {
+  if (!n.ok()) {
+    if (n.status().code() == Code::kUnsupported) return n.status();
+    return Corrupt(key, e.pack_id, e.offset, "frame: " + n.status().message());
+  }
+  if (*n != e.decoded_len) return Corrupt(key, e.pack_id, e.offset, "frame decodes to another size");
+  if (verify_hash && ChunkKey::Of(dst, *n) != key)
+    return Corrupt(key, e.pack_id, e.offset, "decoded bytes do not hash to the chunk key");
+  return *n;
+}
+
 Result<size_t> Store::ReadChunk(const ChunkKey& key, uint8_t* dst, size_t cap, Workspace& ws) {
   return impl_->Read(key, dst, cap, ws, impl_->opts.verify_content_hash, 0);
+}
+
+void Store::ReadChunks(std::span<ChunkRead> reads, Workspace& ws, const FrameBatchDecoder& decode_batch,
+                       bool batch_only) {
+  Impl& m = *impl_;
+  const bool verify = m.opts.verify_content_hash;
+  auto one = [&](ChunkRead& r) {
+    if (batch_only)
+      r.deferred = true;
+    else
+      r.result = m.Read(r.key, r.dst, r.cap, ws, verify, 0);
+  };
+  if (!decode_batch || m.codec != LmcFrameCodec()) {
+    for (ChunkRead& r : reads) one(r);
+    return;
+  }
+  // Standalone chunks whose verified records are in memory, for the batch.
+  struct Staged {
+    ChunkRead* read;
+    fmt::ChunkEntry e;
+    std::vector<uint8_t> record;
+  };
+  std::vector<Staged> staged;
+  staged.reserve(reads.size());
+  for (ChunkRead& r : reads) {
+    auto e = m.LoadEntry(r.key);
+    if (!e.ok()) {
+      r.result = e.status();
+      continue;
+    }
+    // Deltas (a chain to decode first), chunks the base cache holds, short
+    // buffers: ReadChunk's own path handles them (and says why).
+    ChunkBytes hit = m.base_cache && !e->base ? m.base_cache->Get(r.key) : nullptr;
+    if (e->base || hit || r.cap < e->decoded_len) {
+      one(r);
+      continue;
+    }
+    auto f = m.PackFile(e->pack_id);
+    if (!f.ok()) {  // retired by compaction meanwhile: ReadChunk retries
+      one(r);
+      continue;
+    }
+    Staged s{&r, *e, {}};
+    if (Status rs = m.ReadRecord(r.key, *e, **f, s.record); !rs.ok()) {
+      r.result = rs;
+      continue;
+    }
+    staged.push_back(std::move(s));
+  }
+  if (staged.empty()) return;
+  std::vector<GpuDecodeItem> items(staged.size());
+  for (size_t i = 0; i < staged.size(); i++) {
+    GpuDecodeItem& it = items[i];
+    it.frame = staged[i].record.data() + fmt::kRecordHeaderSize;
+    it.len = staged[i].e.frame_len;
+    it.dst = staged[i].read->dst;
+    it.cap = staged[i].read->cap;
+  }
+  // Not OK: the device failed and no item is valid; each is decoded on the CPU.
+  const bool batched = decode_batch(items.data(), items.size()).ok();
+  for (size_t i = 0; i < staged.size(); i++) {
+    Staged& s = staged[i];
+    ChunkRead& r = *s.read;
+    const GpuDecodeItem& it = items[i];
+    if (batched && it.status.ok() && it.out_len == s.e.decoded_len &&
+        (!verify || ChunkKey::Of(r.dst, it.out_len) == r.key)) {
+      r.result = it.out_len;
+      r.batched = true;
+      continue;
+    }
+    // The CPU decoder is the reference: a frame the batch decoder refused
+    // (or decoded to other bytes) is decoded again here, and only what the
+    // CPU refuses too is corruption (logged and counted once).
+    r.redone = batched;
+    r.result = m.CheckDecoded(r.key, s.e, m.codec->Decode(it.frame, it.len, nullptr, 0, r.dst, r.cap, ws),
+                              r.dst, verify);
+    if (batched && r.result.ok())
+      spdlog::warn("store {}: chunk {}: the batch decoder failed ({}) where the CPU decoded it", m.dir,
+                   r.key.ToHex(), it.status.ok() ? "a wrong size or wrong bytes" : it.status.ToString());
+  }
 }
 
 Result<ChunkInfo> Store::GetChunkInfo(const ChunkKey& key) {

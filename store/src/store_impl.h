@@ -131,6 +131,12 @@ struct Store::Impl {
   Status ReadRecord(const ChunkKey& key, const fmt::ChunkEntry& e, const File& f, std::vector<uint8_t>& buf);
   Result<size_t> Read(const ChunkKey& key, uint8_t* dst, size_t cap, Workspace& ws, bool verify_hash,
                       int depth);
+  // The checks after a frame of entry e was decoded into dst (n: the
+  // decoder's result): errors become Corruption naming the chunk's place
+  // (Unsupported passes through), then the size and, with verify_hash, the
+  // key. Returns the decoded size.
+  Result<size_t> CheckDecoded(const ChunkKey& key, const fmt::ChunkEntry& e, const Result<size_t>& n,
+                              const uint8_t* dst, bool verify_hash);
 
   // Dependants index (dependants.cc; docs/FORMAT.md, "Dependants index").
   // Calls fn(dependant) for each committed dep/ record of `base`, in key

@@ -9,6 +9,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include "../fake_gpu_codec.h"
+#include "lmc/gpu.h"
 #include "test_util.h"
 
 namespace lmc {
@@ -76,6 +78,41 @@ TEST_F(CliTest, InfoAndBenchRun) {
   ASSERT_EQ(cli::LmcMain({"compress", "-q", P("w.bin")}), 0);
   EXPECT_EQ(cli::LmcMain({"info", P("w.bin.lmc")}), 0);
   EXPECT_EQ(cli::LmcMain({"bench", "-r", "1", "--no-zstd19", "--json", P("w.bin")}), 0);
+}
+
+// --gpu: without a usable GPU codec, a clear message, exit code 2 and no
+// output; with one (a fake here), batches on it and the same files.
+TEST_F(CliTest, GpuFlag) {
+  auto data = testing::Bf16Weights(400000, 9);
+  Write(P("w.bin"), data);
+  if (!GpuCodec::Open().ok()) {
+    for (const char* cmd : {"compress", "decompress", "bench"}) {
+      ::testing::internal::CaptureStderr();
+      EXPECT_EQ(cli::LmcMain({cmd, "--gpu", P("w.bin")}), 2) << cmd;
+      const std::string err = ::testing::internal::GetCapturedStderr();
+      EXPECT_NE(err.find("lmc: --gpu: the GPU codec cannot be used ("), std::string::npos) << err;
+      EXPECT_NE(err.find("run without --gpu to use the CPU codec"), std::string::npos) << err;
+    }
+    EXPECT_FALSE(fs::exists(P("w.bin.lmc")));
+  }
+  int opened = 0;
+  cli::GpuOpenFn open_fake = [&]() -> Result<std::unique_ptr<GpuCodec>> {
+    opened++;
+    return std::unique_ptr<GpuCodec>(std::make_unique<testing::FakeGpuCodec>());
+  };
+  ASSERT_EQ(cli::LmcMain({"compress", "-q", "--gpu", "-c", "65536", P("w.bin"), P("g.lmc")}, open_fake), 0);
+  ASSERT_EQ(cli::LmcMain({"compress", "-q", "-c", "65536", P("w.bin"), P("c.lmc")}), 0);
+  EXPECT_EQ(opened, 1);
+  // Until the GPU profile lands, both write the same bytes; either way the
+  // CPU reads what the GPU wrote and the other way round.
+  ASSERT_EQ(cli::LmcMain({"decompress", "-q", P("g.lmc"), P("g.out")}), 0);
+  EXPECT_EQ(Read(P("g.out")), data);
+  ASSERT_EQ(cli::LmcMain({"decompress", "-q", "--gpu", P("c.lmc"), P("c.out")}, open_fake), 0);
+  EXPECT_EQ(Read(P("c.out")), data);
+  EXPECT_EQ(cli::LmcMain({"bench", "-r", "1", "--no-zstd19", "--gpu", P("w.bin")}, open_fake), 0);
+  EXPECT_EQ(opened, 3);
+  // info does not take --gpu.
+  EXPECT_EQ(cli::LmcMain({"info", "--gpu", P("w.bin")}, open_fake), 2);
 }
 
 }  // namespace

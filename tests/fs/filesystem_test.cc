@@ -21,6 +21,7 @@
 #include <string>
 #include <thread>
 
+#include "core_test_util.h"
 #include "lmc/fs/delta_policy.h"
 #include "lmc/store/store.h"
 
@@ -168,19 +169,7 @@ class FsCore : public ::testing::Test {
   std::unique_ptr<Filesystem> fs_;
 };
 
-std::string Bf16Like(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> nd(0, 0.02f);
-  std::string s(n, '\0');
-  for (size_t i = 0; i + 1 < n; i += 2) {
-    float f = nd(rng);
-    uint32_t u;
-    std::memcpy(&u, &f, 4);
-    s[i] = static_cast<char>(u >> 16);
-    s[i + 1] = static_cast<char>(u >> 24);
-  }
-  return s;
-}
+using testing::Bf16Like;
 
 TEST_F(FsCore, PipelineReadsAndOverwritesSeeInFlightChunks) {
   GatePolicy* gate = InstallGate(false);

@@ -493,9 +493,18 @@ TEST_F(MountHelper, Mount8ConventionAndFstab) {
   // Bad options fail before mounting, with exit code 16 (mount(8)'s usage error).
   EXPECT_EQ(Sh(bin + " " + store_ + " " + mnt2_ + " -o gpu=maybe 2>/dev/null"), 16);
   EXPECT_EQ(Sh(bin + " " + store_ + " " + mnt2_ + " -o write_buffer=12Q 2>/dev/null"), 16);
-  // gpu=on without a usable GPU refuses to mount and says what to do.
+  // gpu=on without a usable GPU codec refuses to mount (exit code 32, in
+  // the daemon's child and in the foreground) and says what to do.
   if (Sh("nvidia-smi >/dev/null 2>&1") != 0) {
-    EXPECT_EQ(Sh(bin + " " + store_ + " " + mnt2_ + " -o gpu=on 2>&1 | grep -q 'gpu=auto'"), 0);
+    const std::string other = root_ + "/gpu-store";
+    EXPECT_EQ(Sh(bin + " " + other + " " + mnt2_ + " -o gpu=on 2>" + root_ + "/gpu.err"), 32);
+    EXPECT_EQ(Sh("grep -q 'gpu=on but the GPU codec cannot be used (.*); mount with gpu=auto or gpu=off' " +
+                 root_ + "/gpu.err"),
+              0)
+        << ReadFile(root_ + "/gpu.err");
+    EXPECT_EQ(Sh(bin + " " + other + " " + mnt2_ + " -f -o gpu=on 2>&1 | grep -q 'mount with gpu=auto'"), 0);
+    EXPECT_FALSE(IsMounted(mnt2_));
+    EXPECT_FALSE(std::filesystem::exists(other + "/CONFIG"));  // refused before the store was opened
   }
   EXPECT_EQ(Sh("umount " + mnt_), 0);
   WaitStoreFree();

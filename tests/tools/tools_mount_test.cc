@@ -5,6 +5,7 @@
 // always unmounts (fusermount3 -u -z); skips without /dev/fuse.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -50,6 +51,41 @@ class MountTools : public lmc::testing::MountTest {
     return rc;
   }
 };
+
+// What each codec path did (docs/ARCHITECTURE.md, "GPU codec in the
+// mount"): here the CPU's, with the reason there is no GPU.
+TEST_F(MountTools, StatShowsTheCodecPaths) {
+  const std::string data = RandomData(3 << 20, 21);
+  WriteFile(P("d.bin"), data);
+  Remount("gc=off,gpu=off");
+  EXPECT_EQ(ReadFile(P("d.bin")), data);  // decoded by the daemon
+  json d = Stat()["daemon"];
+  EXPECT_EQ(d["gpu"], "none (gpu=off)");
+  EXPECT_EQ(d["gpu_encode_chunks"], 0u);
+  EXPECT_EQ(d["gpu_decode_chunks"], 0u);
+  EXPECT_GE(d["cpu_decode_chunks"].get<uint64_t>(), 3u);
+  EXPECT_EQ(d["cpu_decode_bytes"].get<uint64_t>(), 3u << 20);
+  std::string out, err;
+  ASSERT_EQ(Tool("lmcfs-stat", mnt_, &out, &err), 0) << err;
+  EXPECT_NE(
+      out.find(
+          "  codec: CPU encoded 0 B in 0 chunks, GPU encoded 0 B in 0 chunks; reads: CPU decoded 3.00 MiB"),
+      std::string::npos)
+      << out;
+  EXPECT_NE(out.find("  GPU: none (gpu=off); batches: 0\n"), std::string::npos) << out;
+  char v[256] = {};
+  ASSERT_GT(::getxattr(mnt_.c_str(), "user.lmcfs.gpu", v, sizeof v - 1), 0);
+  EXPECT_STREQ(v, "none (gpu=off)");
+  // Writes count too; and gpu=auto without a usable GPU says why.
+  Remount("gc=off");
+  WriteFile(P("e.bin"), data);
+  d = Stat()["daemon"];
+  EXPECT_GE(d["cpu_encode_chunks"].get<uint64_t>() + d["gpu_encode_chunks"].get<uint64_t>(), 3u);
+  EXPECT_EQ(d["cpu_encode_bytes"].get<uint64_t>() + d["gpu_encode_bytes"].get<uint64_t>(), 3u << 20);
+  if (Sh("nvidia-smi >/dev/null 2>&1") != 0) {
+    EXPECT_EQ(d["gpu"].get<std::string>().rfind("none (gpu=auto: ", 0), 0u) << d["gpu"];
+  }
+}
 
 TEST_F(MountTools, StatAgreesWithDuAndGcReclaimsTheDeletedFile) {
   const std::string keep = RandomData(2 << 20, 11), gone = RandomData(3 << 20, 12);

@@ -12,8 +12,10 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <sstream>
 #include <thread>
 
+#include "../fake_gpu_codec.h"
 #include "fault_env.h"
 #include "lmc/fs/control.h"
 #include "lmc/fs/filesystem.h"
@@ -461,7 +463,9 @@ class ToolsControl : public ToolsOffline {
  protected:
   void StartServer(uid_t owner = 0) {
     fs::Filesystem* f = fs_.get();
-    auto daemon = [f] { return fs::control::DaemonStats{f->NamedCounters(), f->DeltaCounters()}; };
+    auto daemon = [f] {
+      return fs::control::DaemonStats{f->NamedCounters(), f->DeltaCounters(), f->GpuState()};
+    };
     ASSERT_TRUE(server_.Start(f->store(), store_dir_, owner, daemon).ok());
   }
   json Call(const json& req, std::vector<json>* events = nullptr) {
@@ -481,6 +485,109 @@ class ToolsControl : public ToolsOffline {
   }
   fs::control::ControlServer server_;
 };
+
+// The codec paths in lmcfs-stat (docs/ARCHITECTURE.md, "GPU codec in the
+// mount"): a filesystem with a fake GPU codec, its counters over the socket,
+// and the lines lmcfs-stat prints for them.
+class ToolsGpu : public ToolsControl {
+ protected:
+  void SetUp() override {
+    store_dir_ = tmp_.path() + "/store";
+    fo_.chunk_size = 256 << 10;
+    fo_.batch_limit = 1 << 20;
+    fo_.gpu = &fake_;
+    fo_.gpu_min_batch_bytes = 256 << 10;
+    Open();
+  }
+  lmc::testing::FakeGpuCodec fake_;
+};
+
+TEST_F(ToolsGpu, StatShowsWhatEachCodecPathDid) {
+  StartServer();
+  Write(fs::kRootIno, "a.bin", RandomData(3 << 20, 1));
+  Write(fs::kRootIno, "b.bin", RandomData(5 << 20, 2));
+  json r = Call({{"op", "stat"}});
+  ASSERT_TRUE(r["ok"].get<bool>()) << r.dump();
+  const json& d = r["result"]["daemon"];
+  EXPECT_EQ(d["cpu_encode_chunks"].get<uint64_t>() + d["gpu_encode_chunks"].get<uint64_t>(),
+            d["chunks_written"].get<uint64_t>());
+  EXPECT_EQ(d["cpu_encode_bytes"].get<uint64_t>() + d["gpu_encode_bytes"].get<uint64_t>(), 8u << 20);
+  EXPECT_EQ(d["gpu_encode_chunks"].get<uint64_t>(), fake_.stats().encode_chunks);
+  EXPECT_EQ(d["gpu_failed_batches"].get<uint64_t>(), 0u);
+  EXPECT_EQ(d["gpu"], "fake GPU codec (CPU) (active)");
+  std::ostringstream out;
+  PrintStat(r["result"].dump(), true, out);
+  const std::string cpu_bytes = std::to_string(d["cpu_encode_bytes"].get<uint64_t>());
+  const std::string gpu_bytes = std::to_string(d["gpu_encode_bytes"].get<uint64_t>());
+  EXPECT_NE(out.str().find("  codec: CPU encoded " + cpu_bytes + " in " +
+                           std::to_string(d["cpu_encode_chunks"].get<uint64_t>()) + " chunks, GPU encoded " +
+                           gpu_bytes + " in " + std::to_string(d["gpu_encode_chunks"].get<uint64_t>()) +
+                           " chunks; reads: CPU decoded "),
+            std::string::npos)
+      << out.str();
+  EXPECT_NE(out.str().find("  GPU: fake GPU codec (CPU) (active); batches: " +
+                           std::to_string(d["gpu_batches"].get<uint64_t>()) + "\n"),
+            std::string::npos)
+      << out.str();
+}
+
+TEST(ToolsStatText, CodecLinesWithAFailedGpuAndWithoutOne) {
+  json doc = {{"entries", json::array()},
+              {"totals",
+               {{"files", 0},
+                {"dirs", 1},
+                {"inodes", 1},
+                {"logical", 0},
+                {"stored", 0},
+                {"ratio", 0.0},
+                {"charged", 0},
+                {"saved_codec", 0},
+                {"saved_delta", 0},
+                {"saved_dedup", 0},
+                {"delta_chunks", 0},
+                {"packs", 0},
+                {"pack_bytes", 0},
+                {"live_bytes", 0},
+                {"live_fraction", 0.0}}},
+              {"daemon",
+               {{"uptime_s", 10.0},
+                {"write_bytes", 0},
+                {"write_calls", 0},
+                {"chunks_written", 0},
+                {"cache_hits", 0},
+                {"cache_misses", 0},
+                {"eio", 0},
+                {"store_corruptions", 0},
+                {"cpu_encode_chunks", 812},
+                {"cpu_encode_bytes", uint64_t{1288490189}},
+                {"gpu_encode_chunks", 3},
+                {"gpu_encode_bytes", 3 << 20},
+                {"cpu_decode_chunks", 0},
+                {"cpu_decode_bytes", 0},
+                {"gpu_decode_chunks", 0},
+                {"gpu_decode_bytes", 0},
+                {"gpu_batches", 1},
+                {"gpu_failed_batches", 1},
+                {"gpu_fallback_chunks", 12},
+                {"gpu", "NVIDIA H100 (off after a device failure: I/O error: CUDA error 700)"}}}};
+  std::ostringstream out;
+  PrintStat(doc.dump(), false, out);
+  EXPECT_NE(out.str().find(
+                "  codec: CPU encoded 1.20 GiB in 812 chunks, GPU encoded 3.00 MiB in 3 chunks; reads: CPU "
+                "decoded 0 B in 0 chunks, GPU decoded 0 B in 0 chunks\n"),
+            std::string::npos)
+      << out.str();
+  EXPECT_NE(out.str().find(
+                "  GPU: NVIDIA H100 (off after a device failure: I/O error: CUDA error 700); batches: 1, "
+                "failed: 1 (12 chunks redone on the CPU)\n"),
+            std::string::npos)
+      << out.str();
+  // A daemon of an older version (no codec counters): no codec lines.
+  for (const char* k : {"cpu_encode_chunks", "gpu"}) doc["daemon"].erase(k);
+  std::ostringstream old;
+  PrintStat(doc.dump(), false, old);
+  EXPECT_EQ(old.str().find("codec:"), std::string::npos) << old.str();
+}
 
 TEST_F(ToolsControl, StatGcFsckOverTheSocket) {
   StartServer();

@@ -13,6 +13,7 @@
 #include "io.h"
 #include "lmc/codec.h"
 #include "lmc/container.h"
+#include "lmc/gpu.h"
 #include "lmc/thread_pool.h"
 #include "lmc/transform.h"
 
@@ -42,22 +43,35 @@ double BestOf(unsigned repeats, const std::function<void()>& fn) {
 
 double MBs(uint64_t bytes, double s) { return s > 0 ? bytes / s / 1e6 : 0; }
 
-Result<Row> BenchLmc(const std::vector<uint8_t>& data, size_t threads, unsigned repeats, uint32_t chunk) {
+// gpu: the GPU codec's batches (the "lmc gpu" row; threads only for a
+// fallback to the CPU after a device failure, which fails the row).
+Result<Row> BenchLmc(const std::vector<uint8_t>& data, size_t threads, unsigned repeats, uint32_t chunk,
+                     GpuCodec* gpu = nullptr) {
   Row row;
-  row.method = "lmc";
+  row.method = gpu ? "lmc gpu" : "lmc";
   row.threads = threads;
   row.in = data.size();
   CompressOptions co;
   co.threads = threads;
+  co.gpu = gpu;
   if (chunk) co.chunk_size = chunk;
   // Buffers are allocated once, outside the timings, as for zstd and lz4.
   std::vector<uint8_t> comp, back;
   Status st;
-  double tc = BestOf(repeats, [&] { st = CompressBufferInto(data.data(), data.size(), co, &comp); });
+  CompressStats cs;
+  double tc = BestOf(repeats, [&] {
+    if (st.ok()) st = CompressBufferInto(data.data(), data.size(), co, &comp, &cs);
+    if (st.ok() && cs.gpu_failed_batches) st = Status::IOError("the GPU failed: " + cs.gpu_failure);
+  });
   LMC_RETURN_IF_ERROR(st);
   DecompressOptions dopt;
   dopt.threads = threads;
-  double td = BestOf(repeats, [&] { st = DecompressBufferInto(comp.data(), comp.size(), dopt, &back); });
+  dopt.gpu = gpu;
+  DecompressStats ds;
+  double td = BestOf(repeats, [&] {
+    if (st.ok()) st = DecompressBufferInto(comp.data(), comp.size(), dopt, &back, &ds);
+    if (st.ok() && ds.gpu_failed_batches) st = Status::IOError("the GPU failed: " + ds.gpu_failure);
+  });
   LMC_RETURN_IF_ERROR(st);
   row.out = comp.size();
   row.comp_mbs = MBs(row.in, tc);
@@ -155,6 +169,7 @@ int RunBench(const BenchOptions& o) {
     };
     add(BenchLmc(*data, 1, o.repeats, o.chunk_size));
     if (threads > 1) add(BenchLmc(*data, threads, o.repeats, o.chunk_size));
+    if (o.gpu) add(BenchLmc(*data, threads, o.repeats, o.chunk_size, o.gpu));
     add(BenchZstd(*data, 1, 1, o.repeats));
     if (threads > 1) add(BenchZstd(*data, 1, threads, o.repeats));
     add(BenchZstd(*data, 3, 1, o.repeats));

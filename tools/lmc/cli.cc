@@ -13,6 +13,7 @@
 #include "lmc/bytes.h"
 #include "lmc/codec.h"
 #include "lmc/container.h"
+#include "lmc/gpu.h"
 #include "lmc/layout.h"
 #include "lmc/thread_pool.h"
 #include "lmc/transform.h"
@@ -73,7 +74,15 @@ int RunPipe(const std::string& in, const std::string& out, bool force, bool deco
   return Fail(in, st);
 }
 
-int Compress(const std::string& in, std::string out, size_t threads, uint32_t chunk, bool force, bool quiet) {
+// A GPU that failed during a run: the CPU did the rest, and the output is whole.
+void WarnGpuFailure(const std::string& in, uint64_t failed, const std::string& why) {
+  if (failed)
+    std::fprintf(stderr, "lmc: warning: %s: the GPU failed (%s); the rest ran on the CPU, nothing is lost\n",
+                 in.c_str(), why.c_str());
+}
+
+int Compress(const std::string& in, std::string out, size_t threads, uint32_t chunk, bool force, bool quiet,
+             GpuCodec* gpu) {
   if (out.empty()) out = in == "-" ? "-" : in + kSuffix;
   if (out == "-" && ::isatty(1)) {
     std::fprintf(stderr, "lmc: refusing to write compressed data to a terminal (use OUT or a pipe)\n");
@@ -81,23 +90,31 @@ int Compress(const std::string& in, std::string out, size_t threads, uint32_t ch
   }
   CompressOptions opts;
   opts.threads = threads;
+  opts.gpu = gpu;
   if (chunk) opts.chunk_size = chunk;
   CompressStats stats;
   auto t0 = std::chrono::steady_clock::now();
   int rc = RunPipe(in, out, force, false,
                    [&](const ReadFn& r, const WriteFn& w) { return CompressStream(r, w, opts, &stats); });
+  if (rc == 0) WarnGpuFailure(in, stats.gpu_failed_batches, stats.gpu_failure);
   if (rc == 0 && !quiet) {
     double s = Seconds(t0);
-    std::fprintf(stderr, "%s: %s -> %s (%.2f%%), %s, %.0f MB/s\n", in.c_str(),
+    std::string on_gpu;
+    if (gpu)
+      on_gpu =
+          ", GPU " + std::to_string(stats.gpu_chunks) + " of " + std::to_string(stats.chunks) + " chunks";
+    std::fprintf(stderr, "%s: %s -> %s (%.2f%%), %s, %.0f MB/s%s\n", in.c_str(),
                  HumanSize(static_cast<double>(stats.input_bytes)).c_str(),
                  HumanSize(static_cast<double>(stats.output_bytes)).c_str(),
                  stats.input_bytes ? 100.0 * stats.output_bytes / stats.input_bytes : 0.0,
-                 std::string(FormatName(stats.format)).c_str(), s > 0 ? stats.input_bytes / s / 1e6 : 0.0);
+                 std::string(FormatName(stats.format)).c_str(), s > 0 ? stats.input_bytes / s / 1e6 : 0.0,
+                 on_gpu.c_str());
   }
   return rc;
 }
 
-int Decompress(const std::string& in, std::string out, size_t threads, bool force, bool quiet) {
+int Decompress(const std::string& in, std::string out, size_t threads, bool force, bool quiet,
+               GpuCodec* gpu) {
   if (out.empty()) {
     if (in == "-") {
       out = "-";
@@ -110,16 +127,22 @@ int Decompress(const std::string& in, std::string out, size_t threads, bool forc
   }
   DecompressOptions opts;
   opts.threads = threads;
+  opts.gpu = gpu;
   DecompressStats stats;
   auto t0 = std::chrono::steady_clock::now();
   int rc = RunPipe(in, out, force, true,
                    [&](const ReadFn& r, const WriteFn& w) { return DecompressStream(r, w, opts, &stats); });
+  if (rc == 0) WarnGpuFailure(in, stats.gpu_failed_batches, stats.gpu_failure);
   if (rc == 0 && !quiet) {
     double s = Seconds(t0);
-    std::fprintf(stderr, "%s: %s -> %s, %.0f MB/s\n", in.c_str(),
+    std::string on_gpu;
+    if (gpu)
+      on_gpu =
+          ", GPU " + std::to_string(stats.gpu_chunks) + " of " + std::to_string(stats.chunks) + " chunks";
+    std::fprintf(stderr, "%s: %s -> %s, %.0f MB/s%s\n", in.c_str(),
                  HumanSize(static_cast<double>(stats.input_bytes)).c_str(),
                  HumanSize(static_cast<double>(stats.output_bytes)).c_str(),
-                 s > 0 ? stats.output_bytes / s / 1e6 : 0.0);
+                 s > 0 ? stats.output_bytes / s / 1e6 : 0.0, on_gpu.c_str());
   }
   return rc;
 }
@@ -206,13 +229,19 @@ int Info(const std::string& path, size_t max_rows) {
 }  // namespace
 
 int LmcMain(const std::vector<std::string>& args) {
+  return LmcMain(args, [] { return GpuCodec::Open(); });
+}
+
+int LmcMain(const std::vector<std::string>& args, const GpuOpenFn& open_gpu) {
   CLI::App app{"lmc: lossless compression of LLM checkpoints (safetensors, PyTorch, GGUF, npy)", "lmc"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "lmc 0.1.0 (frame format 1)");
 
   size_t threads = 0;
   uint32_t chunk = 0;
-  bool force = false, quiet = false;
+  bool force = false, quiet = false, gpu = false;
+  constexpr const char* kGpuHelp =
+      "use the GPU codec (batches on a CUDA GPU; fails with exit code 2 where none is usable)";
   std::string in, out;
 
   auto* c = app.add_subcommand("compress", "compress IN to OUT (default IN.lmc; '-' is stdin/stdout)");
@@ -221,6 +250,7 @@ int LmcMain(const std::vector<std::string>& args) {
       ->check(CLI::Range(4096u, 1u << 30));
   c->add_flag("-f,--force", force, "overwrite OUT if it exists");
   c->add_flag("-q,--quiet", quiet, "print nothing on success");
+  c->add_flag("--gpu", gpu, kGpuHelp);
   c->add_option("IN", in, "input file, or - for stdin")->required();
   c->add_option("OUT", out, "output file, or - for stdout");
 
@@ -228,6 +258,7 @@ int LmcMain(const std::vector<std::string>& args) {
   d->add_option("-T,--threads", threads, "worker threads (default: all cores)");
   d->add_flag("-f,--force", force, "overwrite OUT if it exists");
   d->add_flag("-q,--quiet", quiet, "print nothing on success");
+  d->add_flag("--gpu", gpu, kGpuHelp);
   d->add_option("IN", in, "input file, or - for stdin")->required();
   d->add_option("OUT", out, "output file, or - for stdout");
 
@@ -246,6 +277,8 @@ int LmcMain(const std::vector<std::string>& args) {
       ->check(CLI::Range(4096u, 1u << 30));
   b->add_flag("--json", bo.json, "print JSON instead of a table");
   b->add_flag("--no-zstd19", bo.skip_zstd19, "skip zstd -19 (slow)");
+  b->add_flag("--gpu", gpu,
+              "also measure lmc on the GPU codec (rows \"lmc gpu\"); exit code 2 where none is usable");
   b->add_option("FILE", bo.files, "files to measure")->required();
 
   BoundOptions bd;
@@ -268,9 +301,23 @@ int LmcMain(const std::vector<std::string>& args) {
     return rc == 0 ? 0 : 2;
   }
   try {
-    if (c->parsed()) return Compress(in, out, threads, chunk, force, quiet);
-    if (d->parsed()) return Decompress(in, out, threads, force, quiet);
+    // --gpu: a GPU codec or nothing at all (no silent CPU run).
+    std::unique_ptr<GpuCodec> codec;
+    if (gpu) {
+      auto g = open_gpu();
+      if (!g.ok()) {
+        std::fprintf(stderr,
+                     "lmc: --gpu: the GPU codec cannot be used (%s; GPU: %s); run without --gpu to use the "
+                     "CPU codec\n",
+                     g.status().message().c_str(), GpuDescription().c_str());
+        return 2;
+      }
+      codec = std::move(g).value();
+    }
+    if (c->parsed()) return Compress(in, out, threads, chunk, force, quiet, codec.get());
+    if (d->parsed()) return Decompress(in, out, threads, force, quiet, codec.get());
     if (i->parsed()) return Info(in, max_rows);
+    bo.gpu = codec.get();
     if (b->parsed()) return RunBench(bo);
     if (bnd->parsed()) return RunBound(bd);
   } catch (const std::bad_alloc&) {

@@ -2,14 +2,24 @@
 #pragma once
 
 #include <cstdio>
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "lmc/gpu.h"
+#include "lmc/status.h"
+
 namespace lmc::cli {
 
+// Opens the GPU codec for --gpu (GpuCodec::Open; tests pass a double).
+using GpuOpenFn = std::function<Result<std::unique_ptr<GpuCodec>>()>;
+
 // Runs `lmc args...` (args excludes argv[0]). Returns the exit status:
-// 0 success, 1 operation failed (message on stderr), 2 usage error.
+// 0 success, 1 operation failed (message on stderr), 2 usage error, or
+// --gpu where no GPU codec can be used (nothing is read or written then).
 int LmcMain(const std::vector<std::string>& args);
+int LmcMain(const std::vector<std::string>& args, const GpuOpenFn& open_gpu);
 
 // `lmc bench` (bench.cc).
 struct BenchOptions {
@@ -19,6 +29,7 @@ struct BenchOptions {
   bool json = false;
   bool skip_zstd19 = false;
   uint32_t chunk_size = 0;  // 0: default
+  GpuCodec* gpu = nullptr;  // --gpu: also lmc on the GPU ("lmc gpu" rows)
 };
 int RunBench(const BenchOptions& o);
 

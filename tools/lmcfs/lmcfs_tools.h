@@ -4,6 +4,7 @@
 #pragma once
 
 #include <ostream>
+#include <string>
 
 namespace lmc::tools {
 
@@ -11,6 +12,9 @@ namespace lmc::tools {
 int GcMain(int argc, char** argv, std::ostream& out, std::ostream& err);
 // Exit codes: 0 done, 1 failed, 2 usage.
 int StatMain(int argc, char** argv, std::ostream& out, std::ostream& err);
+// The text lmcfs-stat prints (in path order) for a stat document
+// (docs/FORMAT.md, "Control protocol", stat result).
+void PrintStat(const std::string& doc, bool bytes, std::ostream& out);
 // fsck(8) exit codes (lmc/store/store.h, FsckExit).
 int FsckMain(int argc, char** argv, std::ostream& out, std::ostream& err);
 

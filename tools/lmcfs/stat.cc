@@ -34,6 +34,22 @@ std::string Ratio(double r) {
   return b;
 }
 
+// The codec paths (docs/ARCHITECTURE.md, "GPU codec in the mount"): what
+// each encoded and decoded, and the GPU's state.
+void PrintCodec(const json& d, bool bytes, std::ostream& out) {
+  auto n = [&](const char* k) { return d.value(k, uint64_t{0}); };
+  auto sz = [&](const char* k) { return Size(d.value(k, json(0)), bytes); };
+  out << "  codec: CPU encoded " << sz("cpu_encode_bytes") << " in " << n("cpu_encode_chunks")
+      << " chunks, GPU encoded " << sz("gpu_encode_bytes") << " in " << n("gpu_encode_chunks")
+      << " chunks; reads: CPU decoded " << sz("cpu_decode_bytes") << " in " << n("cpu_decode_chunks")
+      << " chunks, GPU decoded " << sz("gpu_decode_bytes") << " in " << n("gpu_decode_chunks") << " chunks\n";
+  out << "  GPU: " << d.value("gpu", std::string("none")) << "; batches: " << n("gpu_batches");
+  if (n("gpu_failed_batches"))
+    out << ", failed: " << n("gpu_failed_batches") << " (" << n("gpu_fallback_chunks")
+        << " chunks redone on the CPU)";
+  out << "\n";
+}
+
 void PrintTable(const json& doc, const std::string& sort, bool reverse, bool bytes, bool files_only,
                 std::ostream& out) {
   std::vector<json> rows(doc["entries"].begin(), doc["entries"].end());
@@ -132,10 +148,15 @@ void PrintTable(const json& doc, const std::string& sort, bool reverse, bool byt
     if (d.contains("store_base_cache_hits"))
       out << "  decoded delta bases: " << d["store_base_cache_hits"].get<uint64_t>() << " from the cache, "
           << d["store_base_cache_misses"].get<uint64_t>() << " decoded\n";
+    if (d.contains("cpu_encode_chunks")) PrintCodec(d, bytes, out);
   }
 }
 
 }  // namespace
+
+void PrintStat(const std::string& doc, bool bytes, std::ostream& out) {
+  PrintTable(json::parse(doc), "name", false, bytes, false, out);
+}
 
 int StatMain(int argc, char** argv, std::ostream& out, std::ostream& err) {
   CLI::App app(kDescription, "lmcfs-stat");

@@ -81,11 +81,15 @@ once it is installed as /sbin/mount.lmcfs (cmake --install puts it there).
      write_buffer=BYTES memory for written chunks waiting for or in the
                         encoders, over all files (default 256M); writers wait
                         when it is full
-     gpu=auto|on|off    the GPU codec path. In this version every chunk is
-                        encoded and decoded on the CPU whatever the value
-                        (the log says so at mount); on only refuses to mount
-                        when no usable CUDA GPU is visible, auto (default)
-                        and off change nothing yet
+     gpu=auto|on|off    the GPU codec path (docs/ARCHITECTURE.md, "GPU codec
+                        in the mount"). auto (default): when a usable CUDA GPU
+                        is there, written chunks are also encoded in batches
+                        on it, beside the encoder threads, and read-ahead
+                        decodes batches on it; otherwise everything runs on
+                        the CPU (the log says which, and why). on: refuse to
+                        mount without a usable GPU. off: CPU only. A GPU
+                        failure while mounted moves the work to the CPU and
+                        loses nothing; lmcfs-stat shows what each path did
      delta=on|forward|off
                         incremental snapshots (docs/ARCHITECTURE.md
                         "Incremental snapshots"). on (default): new chunks are
@@ -356,13 +360,8 @@ int CheckStorePermissions(const Options& o) {
 
 // Checks that fail fast with a message a user can act on.
 int Validate(Options* o) {
-  if (o->gpu == "on" && !GpuAvailable()) {
-    std::fprintf(stderr,
-                 "mount.lmcfs: gpu=on but no GPU path is usable (%s); mount with gpu=auto or "
-                 "gpu=off to use the CPU codec\n",
-                 GpuDescription().c_str());
-    return 32;
-  }
+  // gpu=on is checked by Serve, after the fork: CUDA initialized in this
+  // process would not be usable in the daemon child.
   if (access("/dev/fuse", R_OK | W_OK) != 0) {
     std::fprintf(stderr,
                  "mount.lmcfs: /dev/fuse is %s: load the fuse module (modprobe fuse), or in a "
@@ -475,9 +474,38 @@ void Report(int fd, int code, const std::string& msg) {
   close(fd);
 }
 
+// The GPU codec for gpu=auto|on|off (FsOptions::gpu), opened in the
+// process that serves. *why: why there is none, or "" with one. Returns
+// false (after reporting) when gpu=on cannot be honoured.
+bool OpenGpu(const Options& o, int report_fd, std::unique_ptr<GpuCodec>* codec, std::string* why) {
+  if (o.gpu == "off") {
+    *why = "gpu=off";
+    return true;
+  }
+  auto g = GpuCodec::Open();
+  if (g.ok()) {
+    *codec = std::move(g).value();
+    why->clear();
+    return true;
+  }
+  *why = "gpu=" + o.gpu + ": " + g.status().message();
+  if (o.gpu == "on") {
+    Report(report_fd, 32,
+           "gpu=on but the GPU codec cannot be used (" + g.status().message() + "; GPU: " + GpuDescription() +
+               "); mount with gpu=auto or gpu=off to use the CPU codec");
+    return false;
+  }
+  return true;
+}
+
 // Opens, mounts and serves. report_fd: the parent's pipe (daemon) or -1.
 int Serve(const Options& o, int report_fd) {
   SetupLogging(o);
+  // Before the store: a refused gpu=on touches nothing. Declared before the
+  // filesystem, which uses it, so that it is destroyed after it.
+  std::unique_ptr<GpuCodec> gpu;
+  std::string gpu_why;
+  if (!OpenGpu(o, report_fd, &gpu, &gpu_why)) return 32;
   store::StoreOptions so;
   so.chunk_size = static_cast<uint32_t>(o.chunk_size);
   so.base_cache_bytes = o.base_cache;
@@ -500,6 +528,8 @@ int Serve(const Options& o, int report_fd) {
   fo.write_budget = o.write_buffer;
   fo.encode_threads = o.encode_threads;
   fo.read_only = o.ro;
+  fo.gpu = gpu.get();
+  if (!gpu) fo.gpu_none_reason = gpu_why;
   auto fsr = Filesystem::Open(store.get(), o.store, fo);
   if (!fsr.ok()) {
     Report(report_fd, 32, "cannot open the filesystem in " + o.store + ": " + fsr.status().ToString());
@@ -548,14 +578,20 @@ int Serve(const Options& o, int report_fd) {
   session.extra = o.fuse_opts;
   session.threads = o.fuse_threads;
   auto on_mounted = [&] {
-    // The codec's chunk encoder and decoder run on the CPU (the CUDA
-    // transforms of gpu.h are not in the chunk path yet), so gpu=auto|on only
-    // decides whether a usable GPU is required; the log says what runs.
-    spdlog::info("lmcfs: mounted {} at {}; codec path: CPU (gpu={}; GPU: {})", o.store, o.mountpoint, o.gpu,
-                 GpuDescription());
+    // Which codec path runs, and why (a GPU that is there but cannot be
+    // used is worth a warning; gpu=off or no GPU at all is not).
+    if (gpu)
+      spdlog::info("lmcfs: mounted {} at {}; codec path: GPU batches and CPU threads (gpu={}; GPU: {})",
+                   o.store, o.mountpoint, o.gpu, gpu->description());
+    else if (o.gpu != "off" && GpuAvailable())
+      spdlog::warn("lmcfs: mounted {} at {}; codec path: CPU, the GPU is not used ({}; GPU: {})", o.store,
+                   o.mountpoint, gpu_why, GpuDescription());
+    else
+      spdlog::info("lmcfs: mounted {} at {}; codec path: CPU ({}; GPU: {})", o.store, o.mountpoint, gpu_why,
+                   GpuDescription());
     control.SetBeforeCompact(
         control::DeadBaseGcHook());  // lmcfs-gc re-encodes dependants of dead delta bases
-    auto daemon = [&] { return control::DaemonStats{daemon_counters(), f->DeltaCounters()}; };
+    auto daemon = [&] { return control::DaemonStats{daemon_counters(), f->DeltaCounters(), f->GpuState()}; };
     if (Status cs = control.Start(f->store(), o.store, getuid(), daemon); !cs.ok())
       spdlog::warn("lmcfs: no control channel for {} ({}); lmcfs-gc/-stat/-fsck cannot reach this mount",
                    o.mountpoint, cs.ToString());

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <string>
 #include <vector>
 
 #include "lmc/chunker.h"
@@ -18,16 +19,26 @@
 namespace lmc {
 
 class ThreadPool;
+class GpuCodec;  // lmc/gpu.h
 
 // Reads up to n bytes; returns 0 at end of input.
 using ReadFn = std::function<Result<size_t>(uint8_t* buf, size_t n)>;
 // Writes all n bytes or fails.
 using WriteFn = std::function<Status(const uint8_t* buf, size_t n)>;
 
+// Batches on a GpuCodec (`lmc compress|decompress --gpu`) take up to this
+// many decoded bytes of chunks at once, and at least the CPU's batch.
+inline constexpr size_t kContainerGpuBatchBytes = size_t{64} << 20;
+
 struct CompressOptions {
   uint32_t chunk_size = kDefaultChunkSize;
   size_t threads = 0;          // 0: every core of the pool
   ThreadPool* pool = nullptr;  // null: ThreadPool::Shared()
+  // Encode every batch of chunks with one GpuCodec::EncodeBatch call
+  // (kGpu-profile frames; the container is the same). A batch the device
+  // fails is encoded on the CPU, and so is everything after it. Not owned;
+  // used by this call only. null: the CPU.
+  GpuCodec* gpu = nullptr;
 };
 
 struct CompressStats {
@@ -37,6 +48,9 @@ struct CompressStats {
   Format format = Format::kUnknown;
   // Input bytes per dtype the chunks were coded as.
   std::map<DType, uint64_t> bytes_by_dtype;
+  uint64_t gpu_chunks = 0;          // chunks the GPU encoded (CompressOptions::gpu)
+  uint64_t gpu_failed_batches = 0;  // device failures (0 or 1: the rest went to the CPU)
+  std::string gpu_failure;          // the failure's status, when there was one
 };
 
 Status CompressStream(const ReadFn& in, const WriteFn& out, const CompressOptions& opts,
@@ -45,12 +59,19 @@ Status CompressStream(const ReadFn& in, const WriteFn& out, const CompressOption
 struct DecompressOptions {
   size_t threads = 0;
   ThreadPool* pool = nullptr;
+  // Decode batches of frames with GpuCodec::DecodeBatch, as
+  // CompressOptions::gpu (same checks; a device failure moves the batch
+  // and the rest to the CPU). null: the CPU.
+  GpuCodec* gpu = nullptr;
 };
 
 struct DecompressStats {
   uint64_t input_bytes = 0;
   uint64_t output_bytes = 0;
   uint64_t chunks = 0;
+  uint64_t gpu_chunks = 0;          // frames the GPU decoded
+  uint64_t gpu_failed_batches = 0;  // device failures (0 or 1)
+  std::string gpu_failure;
 };
 
 // Verifies every frame's checksum and the trailer's whole-file checksum; a
@@ -72,7 +93,7 @@ bool IsContainer(const uint8_t* p, size_t n);
 Status CompressBufferInto(const uint8_t* p, size_t n, const CompressOptions& opts, std::vector<uint8_t>* out,
                           CompressStats* stats = nullptr);
 Status DecompressBufferInto(const uint8_t* p, size_t n, const DecompressOptions& opts,
-                            std::vector<uint8_t>* out);
+                            std::vector<uint8_t>* out, DecompressStats* stats = nullptr);
 // The same, returning a new vector.
 Result<std::vector<uint8_t>> CompressBuffer(const uint8_t* p, size_t n, const CompressOptions& opts,
                                             CompressStats* stats = nullptr);

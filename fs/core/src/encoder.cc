@@ -2,6 +2,8 @@
 #include "encoder.h"
 
 #include <openssl/crypto.h>
+#include <pthread.h>
+#include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <cstring>
@@ -31,6 +33,106 @@ Workspace& EncoderWorkspace() {
   return ws;
 }
 
+// Runs fn; an exception becomes the job's status.
+template <typename Fn>
+void Guarded(EncodeJob* job, Fn&& fn) {
+  try {
+    fn();
+  } catch (const std::bad_alloc&) {
+    job->status = Status::IOError("out of memory encoding a chunk");
+  } catch (const std::exception& e) {
+    job->status = Status::IOError(std::string("encoding a chunk failed: ") + e.what());
+  }
+}
+
+// A job between its preparation and its encode: the codec parameters and
+// the delta base whose bytes params.base points into.
+struct Prepared {
+  EncodeParams params;
+  std::optional<BaseChoice> base;
+};
+
+// What comes before EncodeChunk, on either path: the zero check, the dtype,
+// the delta base (lmc/fs/delta_policy.h). Returns true when the job is to
+// be encoded; false for a zero chunk or an error (in job->status; a base
+// already chosen is in job->base_key, for ReleaseIfFailed).
+bool PrepareJob(EncodeJob* job, Prepared* out) {
+  const uint8_t* p = job->buf->data();
+  const size_t n = job->buf->size();
+  if (AllZero(p, n)) {
+    job->zero = true;
+    return false;
+  }
+  out->params.dtype = job->dtype ? *job->dtype : DetectDType(p, n);
+  // The delta seam: the policy may offer an XOR base of the same length;
+  // `out->base` keeps its bytes alive while encoding.
+  if (job->delta) {
+    out->base = job->delta->ChooseBase(job->Origin(), p, n);
+    if (out->base) {
+      const BaseChoice& b = *out->base;
+      job->base_key = b.key;  // released by ReleaseIfFailed if the encode fails
+      if (!b.bytes || b.bytes->size() != n) {
+        job->status = Status::InvalidArgument("delta policy offered base " + b.key.ToHex() + " of " +
+                                              std::to_string(b.bytes ? b.bytes->size() : 0) +
+                                              " bytes for a chunk of " + std::to_string(n));
+        return false;
+      }
+      out->params.base = b.bytes->data();
+    }
+  }
+  return true;
+}
+
+// The job's worst-case frame buffer (not zero-filled): the frame is encoded
+// in place, and the batch copies the frame_len bytes when applied.
+void AllocFrame(EncodeJob* job) {
+  job->frame = std::make_unique_for_overwrite<uint8_t[]>(MaxEncodedSize(job->buf->size()));
+}
+
+// EncodeChunk on this thread, then the chunk key.
+void EncodeOnCpu(EncodeJob* job, const Prepared& prep) {
+  const uint8_t* p = job->buf->data();
+  const size_t n = job->buf->size();
+  if (!job->frame) AllocFrame(job);
+  auto r = EncodeChunk(p, n, prep.params, job->frame.get(), MaxEncodedSize(n), EncoderWorkspace());
+  if (!r.ok()) {
+    job->status = r.status();
+    return;
+  }
+  job->frame_len = *r;
+  job->key = store::ChunkKey::Of(p, n);
+}
+
+// A base chosen for a chunk whose encode failed is never recorded: hand it back.
+void ReleaseIfFailed(EncodeJob* job) {
+  if (!job->status.ok() && job->base_key) {
+    job->delta->Release(*job->base_key);
+    job->base_key.reset();
+  }
+}
+
+// Marks the job done and wakes its waiters; a job the inode dropped
+// meanwhile releases its base here (FileData::Purge).
+void CompleteJob(EncodeJob* job) {
+  bool release = false;
+  {
+    std::lock_guard lk(job->mu);
+    job->done = true;
+    release = job->dropped && job->base_key;
+  }
+  if (release) {
+    job->delta->Release(*job->base_key);
+    job->base_key.reset();
+  }
+  job->cv.notify_all();
+}
+
+void CountEncoded(const EncodeJob& job, bool gpu, FsCounters& c) {
+  if (!job.status.ok() || job.zero) return;
+  (gpu ? c.gpu_encode_chunks : c.cpu_encode_chunks)++;
+  (gpu ? c.gpu_encode_bytes : c.cpu_encode_bytes) += job.buf->size();
+}
+
 }  // namespace
 
 void EncodeJob::Wait() {
@@ -38,67 +140,19 @@ void EncodeJob::Wait() {
   cv.wait(lk, [&] { return done; });
 }
 
-namespace {
-void EncodeJobBody(EncodeJob* job);
-}  // namespace
-
 void RunEncodeJob(EncodeJob* job) {
-  EncodeJobBody(job);
-  if (!job->status.ok() && job->base_key) {
-    job->delta->Release(*job->base_key);
-    job->base_key.reset();
-  }
+  Prepared prep;
+  Guarded(job, [&] {
+    if (PrepareJob(job, &prep)) EncodeOnCpu(job, prep);
+  });
+  ReleaseIfFailed(job);
 }
 
-namespace {
-void EncodeJobBody(EncodeJob* job) {
-  try {
-    const uint8_t* p = job->buf->data();
-    const size_t n = job->buf->size();
-    if (AllZero(p, n)) {
-      job->zero = true;
-      return;
-    }
-    EncodeParams params;
-    params.dtype = job->dtype ? *job->dtype : DetectDType(p, n);
-    // The delta seam: the policy may offer an XOR base of the same length
-    // (lmc/fs/delta_policy.h); `base` keeps its bytes alive while encoding.
-    std::optional<BaseChoice> base;
-    if (job->delta) {
-      base = job->delta->ChooseBase(job->Origin(), p, n);
-      if (base) {
-        job->base_key = base->key;  // released by RunEncodeJob if the encode fails
-        if (!base->bytes || base->bytes->size() != n) {
-          job->status = Status::InvalidArgument("delta policy offered base " + base->key.ToHex() + " of " +
-                                                std::to_string(base->bytes ? base->bytes->size() : 0) +
-                                                " bytes for a chunk of " + std::to_string(n));
-          return;
-        }
-        params.base = base->bytes->data();
-      }
-    }
-    // Encoded in place into the job's own buffer (no zero fill, no copy
-    // afterwards); the batch copies the frame_len bytes when applied.
-    const size_t cap = MaxEncodedSize(n);
-    job->frame = std::make_unique_for_overwrite<uint8_t[]>(cap);
-    auto r = EncodeChunk(p, n, params, job->frame.get(), cap, EncoderWorkspace());
-    if (!r.ok()) {
-      job->status = r.status();
-      return;
-    }
-    job->frame_len = *r;
-    job->key = store::ChunkKey::Of(p, n);
-  } catch (const std::bad_alloc&) {
-    job->status = Status::IOError("out of memory encoding a chunk");
-  } catch (const std::exception& e) {
-    job->status = Status::IOError(std::string("encoding a chunk failed: ") + e.what());
-  }
-}
-}  // namespace
-
-EncoderPool::EncoderPool(unsigned threads) {
+EncoderPool::EncoderPool(unsigned threads, GpuPath* gpu, FsCounters* counters)
+    : gpu_(gpu && gpu->active() ? gpu : nullptr), counters_(*counters) {
   if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
   for (unsigned i = 0; i < threads; i++) threads_.emplace_back([this] { Run(); });
+  if (gpu_) feeder_ = std::thread([this] { RunGpu(); });
 }
 
 EncoderPool::~EncoderPool() {
@@ -106,16 +160,22 @@ EncoderPool::~EncoderPool() {
     std::lock_guard lk(mu_);
     stop_ = true;
   }
-  cv_.notify_all();
+  cpu_cv_.notify_all();
+  gpu_cv_.notify_all();
+  if (feeder_.joinable()) feeder_.join();
   for (auto& t : threads_) t.join();
 }
 
 void EncoderPool::Submit(std::shared_ptr<EncodeJob> job) {
+  bool feed = false;
   {
     std::lock_guard lk(mu_);
+    queued_bytes_ += job->buf->size();
     queue_.push_back(std::move(job));
+    feed = gpu_ && queued_bytes_ >= gpu_->min_batch_bytes();
   }
-  cv_.notify_one();
+  cpu_cv_.notify_one();
+  if (feed) gpu_cv_.notify_one();
 }
 
 void EncoderPool::Run() {
@@ -123,27 +183,105 @@ void EncoderPool::Run() {
     std::shared_ptr<EncodeJob> job;
     {
       std::unique_lock lk(mu_);
-      cv_.wait(lk, [&] { return stop_ || !queue_.empty(); });
+      cpu_cv_.wait(lk, [&] { return stop_ || !queue_.empty(); });
       if (queue_.empty()) break;  // stop_ and nothing left
       job = std::move(queue_.front());
       queue_.pop_front();
+      queued_bytes_ -= job->buf->size();
     }
     RunEncodeJob(job.get());
-    bool release = false;
-    {
-      std::lock_guard lk(job->mu);
-      job->done = true;
-      release = job->dropped && job->base_key;
-    }
-    if (release) {
-      job->delta->Release(*job->base_key);
-      job->base_key.reset();
-    }
-    job->cv.notify_all();
+    CountEncoded(*job, false, counters_);
+    CompleteJob(job.get());
   }
   // SHA-256 through OpenSSL keeps per-thread state; free it before the
   // thread ends rather than leave it to process exit.
   OPENSSL_thread_stop();
+}
+
+void EncoderPool::RunGpu() {
+  pthread_setname_np(pthread_self(), "lmcfs-gpu");
+  std::vector<std::shared_ptr<EncodeJob>> batch;
+  for (;;) {
+    {
+      std::unique_lock lk(mu_);
+      gpu_cv_.wait(lk, [&] { return stop_ || queued_bytes_ >= gpu_->min_batch_bytes(); });
+      // At stop the CPU threads finish the queue; once the GPU is off
+      // (a failed batch, here or on the read path) they take everything.
+      if (stop_ || !gpu_->active()) break;
+      size_t bytes = 0;
+      while (!queue_.empty()) {
+        const size_t n = queue_.front()->buf->size();
+        if (!batch.empty() && bytes + n > gpu_->batch_bytes()) break;
+        bytes += n;
+        queued_bytes_ -= n;
+        batch.push_back(std::move(queue_.front()));
+        queue_.pop_front();
+      }
+    }
+    EncodeBatchOnGpu(batch);
+    batch.clear();
+  }
+  OPENSSL_thread_stop();
+}
+
+void EncoderPool::EncodeBatchOnGpu(const std::vector<std::shared_ptr<EncodeJob>>& batch) {
+  std::vector<Prepared> prep(batch.size());
+  std::vector<GpuEncodeItem> items;
+  std::vector<size_t> of_item;  // items[j] encodes batch[of_item[j]]
+  items.reserve(batch.size());
+  of_item.reserve(batch.size());
+  uint64_t bytes = 0;
+  for (size_t i = 0; i < batch.size(); i++) {
+    EncodeJob* job = batch[i].get();
+    Guarded(job, [&] {
+      if (!PrepareJob(job, &prep[i])) return;
+      AllocFrame(job);
+      GpuEncodeItem it;
+      it.src = job->buf->data();
+      it.n = job->buf->size();
+      it.dtype = prep[i].params.dtype;
+      it.base = prep[i].params.base;
+      it.dst = job->frame.get();
+      it.cap = MaxEncodedSize(it.n);
+      items.push_back(it);
+      of_item.push_back(i);
+      bytes += it.n;
+    });
+  }
+  Status s = Status::Ok();
+  if (!items.empty()) {
+    const EncodeJob& first = *batch[of_item[0]];
+    s = gpu_->EncodeBatch(items.data(), items.size(),
+                          std::to_string(items.size()) + " chunks (" + std::to_string(bytes) +
+                              " bytes) from inode " + std::to_string(first.ino) + " offset " +
+                              std::to_string(first.begin));
+  }
+  size_t refused = 0;  // items the GPU refused although the batch ran
+  Status first_refusal;
+  for (size_t j = 0; j < items.size(); j++) {
+    EncodeJob* job = batch[of_item[j]].get();
+    if (!s.ok() || !items[j].status.ok()) {
+      // The device failed (no item is valid), or refused this chunk of ours:
+      // encode it on the CPU, with the parameters (and base) already chosen.
+      if (s.ok() && refused++ == 0) first_refusal = items[j].status;
+      Guarded(job, [&] { EncodeOnCpu(job, prep[of_item[j]]); });
+      CountEncoded(*job, false, counters_);
+      continue;
+    }
+    job->frame_len = items[j].len;
+    Guarded(job, [&] { job->key = store::ChunkKey::Of(job->buf->data(), job->buf->size()); });
+    CountEncoded(*job, true, counters_);
+  }
+  if (refused) {
+    counters_.gpu_fallback_chunks += refused;
+    spdlog::warn(
+        "lmcfs: the GPU codec refused {} of {} chunks of a batch (first: {}); they were encoded on the CPU",
+        refused, items.size(), first_refusal.ToString());
+  }
+  for (const auto& job : batch) {
+    ReleaseIfFailed(job.get());
+    CompleteJob(job.get());
+  }
 }
 
 }  // namespace lmc::fs

@@ -1,11 +1,12 @@
 // The encode stage of the write pipeline (docs/ARCHITECTURE.md, "The
 // filesystem", "Write pipeline"): one job per chunk, run on the
-// filesystem's own encoder threads, applied back to its inode in file order
-// by the inode's writer (file_data.cc).
+// filesystem's own encoder threads (or, in batches, on the GPU: "GPU codec
+// in the mount"), applied back to its inode in file order by the inode's
+// writer (file_data.cc).
 //
 // A job is built under its inode's mutex, then owned by the encoder until
-// `done`; after that only the inode side touches it. Encoder threads never
-// take an inode's mutex.
+// `done`; after that only the inode side touches it. Encoder threads (and
+// the GPU feeder) never take an inode's mutex.
 #pragma once
 
 #include <condition_variable>
@@ -18,8 +19,10 @@
 #include <thread>
 #include <vector>
 
+#include "gpu_path.h"
 #include "lmc/chunker.h"
 #include "lmc/fs/delta_policy.h"
+#include "lmc/fs/filesystem.h"
 #include "lmc/status.h"
 #include "lmc/store/chunk_key.h"
 
@@ -63,28 +66,47 @@ struct EncodeJob {
 // and base_key reset). Does not set `done`.
 void RunEncodeJob(EncodeJob* job);
 
-// A fixed set of encoder threads with a FIFO queue. Each thread releases
-// OpenSSL's per-thread state when it exits (OPENSSL_thread_stop), so the
-// chunk hashing can run here without LeakSanitizer reports.
+// A fixed set of encoder threads with a FIFO queue, and with a GpuPath one
+// GPU feeder thread beside them. The CPU threads take one job at a time as
+// soon as there is one. The feeder waits until the queue holds at least
+// GpuPath::min_batch_bytes() of chunk bytes, takes jobs from the front up
+// to batch_bytes(), prepares each as RunEncodeJob does (zero check, dtype,
+// delta base), encodes them with one GpuPath::EncodeBatch call, hashes them
+// and completes them as the CPU threads do. A failed batch (the device) is
+// encoded on the CPU by the feeder, which then stops; the GPU stays off. A
+// chunk the GPU refuses in a batch that ran is encoded on the CPU too.
+// Each thread releases OpenSSL's per-thread state when it exits
+// (OPENSSL_thread_stop), so the chunk hashing can run here without
+// LeakSanitizer reports.
 class EncoderPool {
  public:
-  explicit EncoderPool(unsigned threads);  // 0: one per hardware thread
-  ~EncoderPool();                          // runs what is queued, then joins
+  // threads 0: one per hardware thread. gpu may be nullptr (CPU only);
+  // gpu and counters must outlive the pool.
+  EncoderPool(unsigned threads, GpuPath* gpu, FsCounters* counters);
+  ~EncoderPool();  // runs what is queued (on the CPU threads), then joins
   EncoderPool(const EncoderPool&) = delete;
   EncoderPool& operator=(const EncoderPool&) = delete;
 
-  // Queues the job; the encoder runs RunEncodeJob, then marks it done and
-  // wakes its waiters.
+  // Queues the job; an encoder thread runs RunEncodeJob (or the feeder
+  // encodes it in a batch), then marks it done and wakes its waiters.
   void Submit(std::shared_ptr<EncodeJob> job);
-  size_t size() const { return threads_.size(); }
+  size_t size() const { return threads_.size(); }  // CPU encoder threads
 
  private:
-  void Run();
-  std::mutex mu_;  // guards queue_ and stop_
-  std::condition_variable cv_;
+  void Run();     // a CPU encoder thread
+  void RunGpu();  // the GPU feeder
+  void EncodeBatchOnGpu(const std::vector<std::shared_ptr<EncodeJob>>& batch);
+
+  GpuPath* const gpu_;  // nullptr: no feeder
+  FsCounters& counters_;
+  std::mutex mu_;                   // guards queue_, queued_bytes_ and stop_
+  std::condition_variable cpu_cv_;  // CPU threads: a job, or stop
+  std::condition_variable gpu_cv_;  // the feeder: min_batch_bytes queued, or stop
   std::deque<std::shared_ptr<EncodeJob>> queue_;
+  size_t queued_bytes_ = 0;  // chunk bytes of the jobs in queue_
   bool stop_ = false;
   std::vector<std::thread> threads_;
+  std::thread feeder_;
 };
 
 }  // namespace lmc::fs

@@ -46,7 +46,12 @@ std::vector<CutSpec> ToCuts(const std::vector<ChunkSpec>& specs) {
 }  // namespace
 
 FileDataShared::FileDataShared(store::Store* st, const FsOptions& o, FsCounters* c)
-    : store(st), opts(o), counters(*c), cache(o.cache_bytes), encoders(o.encode_threads) {}
+    : store(st),
+      opts(o),
+      counters(*c),
+      cache(o.cache_bytes),
+      gpu(o.gpu, o.gpu_none_reason, o.gpu_min_batch_bytes, o.gpu_batch_bytes, c),
+      encoders(o.encode_threads, &gpu, c) {}
 
 int FileDataShared::ToErrno(const Status& s, std::string_view what, uint64_t ino) {
   switch (s.code()) {
@@ -199,6 +204,8 @@ int FileData::GetChunk(const ExtentRec& e, store::ChunkBytes* out) {
   if (*r != e.decoded_len)
     return shared_.ToErrno(Status::Corruption("chunk " + e.key.ToHex() + " has an unexpected length"),
                            "read chunk", owner_.ino);
+  shared_.counters.cpu_decode_chunks++;
+  shared_.counters.cpu_decode_bytes += *r;
   shared_.cache.Put(e.key, buf);
   *out = std::move(buf);
   return 0;
@@ -479,20 +486,70 @@ void FileData::Prefetch(uint64_t a, uint64_t b, uint64_t need_end) {
     if (it->first < need_end) needed_now = true;
     todo.push_back(e);
   }
-  // Decode once there is a chunk per pool thread to decode (or the read
-  // needs one now), so that each round runs in parallel.
+  // Decode once there is a chunk per pool thread to decode (or, with the
+  // GPU, a batch worth its transfers), or the read needs one now, so that
+  // each round runs in parallel.
+  uint64_t todo_bytes = 0;
+  for (const ExtentRec& e : todo) todo_bytes += e.decoded_len;
+  const bool gpu_batch = shared_.gpu.active() && todo_bytes >= shared_.gpu.min_batch_bytes();
   const size_t k = std::max<size_t>(2, ThreadPool::Shared().size());
-  if (todo.empty() || (todo.size() < k && !needed_now)) return;
+  const bool enough = shared_.gpu.active() ? gpu_batch : todo.size() >= k;
+  if (todo.empty() || (!enough && !needed_now)) return;
   if (pending_chunks_ && Commit(false)) return;
+  if (gpu_batch) todo = PrefetchOnGpu(todo);
+  if (todo.empty()) return;
   ThreadPool::Shared().ParallelFor(todo.size(), 0, [&](size_t i, size_t) {
     try {
       auto buf = std::make_shared<std::vector<uint8_t>>(todo[i].decoded_len);
       auto r = shared_.store->ReadChunk(todo[i].key, buf->data(), buf->size(), Scratch().ws);
-      if (r.ok() && *r == buf->size()) shared_.cache.Put(todo[i].key, std::move(buf));
+      if (r.ok() && *r == buf->size()) {
+        shared_.counters.cpu_decode_chunks++;
+        shared_.counters.cpu_decode_bytes += *r;
+        shared_.cache.Put(todo[i].key, std::move(buf));
+      }
     } catch (...) {
       // best effort: the read decodes (and reports) on its own
     }
   });
+}
+
+// One store call for the whole batch: the standalone frames go to the GPU
+// in one DecodeBatch (the store decodes them on the CPU if the device
+// fails); deltas and cached chunks come back for the pool.
+std::vector<ExtentRec> FileData::PrefetchOnGpu(const std::vector<ExtentRec>& todo) {
+  std::vector<ExtentRec> rest;
+  try {
+    std::vector<std::shared_ptr<std::vector<uint8_t>>> bufs;
+    std::vector<store::ChunkRead> reads(todo.size());
+    bufs.reserve(todo.size());
+    for (size_t i = 0; i < todo.size(); i++) {
+      bufs.push_back(std::make_shared<std::vector<uint8_t>>(todo[i].decoded_len));
+      reads[i].key = todo[i].key;
+      reads[i].dst = bufs[i]->data();
+      reads[i].cap = bufs[i]->size();
+    }
+    const std::string what =
+        std::to_string(todo.size()) + " chunks read ahead in inode " + std::to_string(owner_.ino);
+    shared_.store->ReadChunks(
+        reads, Scratch().ws,
+        [&](GpuDecodeItem* items, size_t count) { return shared_.gpu.DecodeBatch(items, count, what); },
+        /*batch_only=*/true);
+    for (size_t i = 0; i < todo.size(); i++) {
+      const store::ChunkRead& r = reads[i];
+      if (r.deferred) {
+        rest.push_back(todo[i]);
+        continue;
+      }
+      if (r.redone) shared_.counters.gpu_fallback_chunks++;
+      if (!r.result.ok() || *r.result != bufs[i]->size()) continue;  // the read reports it
+      (r.batched ? shared_.counters.gpu_decode_chunks : shared_.counters.cpu_decode_chunks)++;
+      (r.batched ? shared_.counters.gpu_decode_bytes : shared_.counters.cpu_decode_bytes) += *r.result;
+      shared_.cache.Put(todo[i].key, std::move(bufs[i]));
+    }
+  } catch (...) {
+    // best effort, as above
+  }
+  return rest;
 }
 
 int FileData::Read(uint64_t off, size_t n, std::string* out) {
@@ -506,6 +563,8 @@ int FileData::Read(uint64_t off, size_t n, std::string* out) {
   last_read_end_ = off + n;
   if (sequential) {
     uint64_t ahead = uint64_t{shared_.opts.chunk_size} * 2 * std::max<size_t>(2, ThreadPool::Shared().size());
+    // With the GPU, room for a batch of at least gpu_min_batch_bytes ahead.
+    if (shared_.gpu.active()) ahead = std::max<uint64_t>(ahead, 2 * uint64_t{shared_.gpu.min_batch_bytes()});
     Prefetch(off, std::min(owner_.rec.size, off + n + ahead), off + n);
   }
   return View(off, off + n, reinterpret_cast<uint8_t*>(out->data()));

@@ -8,6 +8,12 @@
 // record (size, stored bytes, times) and commits it with the batch. What all
 // files share (store, chunk cache, encoders, delta policy, write budget) is
 // a FileDataShared, owned by the Filesystem.
+//
+// Codec paths (docs/ARCHITECTURE.md, "GPU codec in the mount"): chunks are
+// encoded by the encoder pool (CPU threads, and batches on the GPU when
+// FsOptions::gpu is set); reads decode single chunks on the CPU, and
+// read-ahead decodes its batch of standalone frames on the GPU when one is
+// active and the batch holds at least gpu_min_batch_bytes.
 #pragma once
 
 #include <atomic>
@@ -21,6 +27,7 @@
 #include <vector>
 
 #include "encoder.h"
+#include "gpu_path.h"
 #include "lmc/chunker.h"
 #include "lmc/fs/delta_policy.h"
 #include "lmc/fs/filesystem.h"
@@ -47,6 +54,8 @@ struct FileDataShared {
   std::unique_ptr<DeltaPolicy> delta;
   // Bytes charged by jobs in flight over all inodes (FsOptions::write_budget).
   std::atomic<uint64_t> inflight_bytes{0};
+  // The GPU codec (FsOptions::gpu), shared by the encoders and read-ahead.
+  GpuPath gpu;
   // Last member: destroyed (joined) first, while everything its jobs use lives.
   EncoderPool encoders;
 
@@ -154,6 +163,9 @@ class FileData {
   // shared pool, into the cache, once there are enough of them or one lies
   // under [a, need_end). Best effort: errors surface on the read.
   void Prefetch(uint64_t a, uint64_t b, uint64_t need_end);
+  // Prefetch's decode of `todo` as one batch through the GPU path; returns
+  // the chunks that cannot go to the GPU (deltas, ...), for the CPU.
+  std::vector<ExtentRec> PrefetchOnGpu(const std::vector<ExtentRec>& todo);
 
   Inode& owner_;
   FileDataShared& shared_;

@@ -92,12 +92,31 @@ std::vector<std::pair<std::string, uint64_t>> Filesystem::DeltaCounters() const 
 
 std::vector<std::pair<std::string, uint64_t>> Filesystem::NamedCounters() const {
   const FsCounters& c = counters_;
-  return {{"write_calls", c.write_calls.load()},     {"write_bytes", c.write_bytes.load()},
-          {"read_calls", c.read_calls.load()},       {"removals", c.removals.load()},
-          {"bytes_encoded", c.bytes_written.load()}, {"chunks_written", c.chunks_written.load()},
-          {"data_commits", c.commits.load()},        {"cache_hits", c.cache_hits.load()},
-          {"cache_misses", c.cache_misses.load()},   {"eio", c.eio.load()}};
+  return {{"write_calls", c.write_calls.load()},
+          {"write_bytes", c.write_bytes.load()},
+          {"read_calls", c.read_calls.load()},
+          {"removals", c.removals.load()},
+          {"bytes_encoded", c.bytes_written.load()},
+          {"chunks_written", c.chunks_written.load()},
+          {"data_commits", c.commits.load()},
+          {"cache_hits", c.cache_hits.load()},
+          {"cache_misses", c.cache_misses.load()},
+          {"eio", c.eio.load()},
+          // The codec paths (docs/ARCHITECTURE.md, "GPU codec in the mount").
+          {"cpu_encode_chunks", c.cpu_encode_chunks.load()},
+          {"cpu_encode_bytes", c.cpu_encode_bytes.load()},
+          {"gpu_encode_chunks", c.gpu_encode_chunks.load()},
+          {"gpu_encode_bytes", c.gpu_encode_bytes.load()},
+          {"cpu_decode_chunks", c.cpu_decode_chunks.load()},
+          {"cpu_decode_bytes", c.cpu_decode_bytes.load()},
+          {"gpu_decode_chunks", c.gpu_decode_chunks.load()},
+          {"gpu_decode_bytes", c.gpu_decode_bytes.load()},
+          {"gpu_batches", c.gpu_batches.load()},
+          {"gpu_failed_batches", c.gpu_failed_batches.load()},
+          {"gpu_fallback_chunks", c.gpu_fallback_chunks.load()}};
 }
+
+std::string Filesystem::GpuState() const { return impl_->data.gpu.State(); }
 
 void Filesystem::SetDeltaPolicy(std::unique_ptr<DeltaPolicy> policy) {
   impl_->data.delta = std::move(policy);
@@ -854,6 +873,14 @@ Status Filesystem::Shutdown() {
       counters_.write_calls.load(), counters_.write_bytes.load(), counters_.chunks_written.load(),
       counters_.bytes_written.load(), counters_.commits.load(), counters_.cache_hits.load(),
       counters_.cache_misses.load(), counters_.eio.load());
+  if (opts_.gpu)
+    spdlog::info(
+        "lmcfs: codec paths: GPU encoded {} chunks ({} bytes) and decoded {} ({} bytes), CPU encoded {} and "
+        "decoded {}; {} GPU batches, {} failed; GPU: {}",
+        counters_.gpu_encode_chunks.load(), counters_.gpu_encode_bytes.load(),
+        counters_.gpu_decode_chunks.load(), counters_.gpu_decode_bytes.load(),
+        counters_.cpu_encode_chunks.load(), counters_.cpu_decode_chunks.load(), counters_.gpu_batches.load(),
+        counters_.gpu_failed_batches.load(), GpuState());
   Status first;
   for (auto& in : all) {
     std::lock_guard lk(in->mu);

@@ -3,6 +3,8 @@
 //
 //   ns_mu (shared_mutex) -> Inode::mu (several: increasing ino) -> table_mu
 //   Inode::mu -> EncoderPool's and EncodeJob's mutexes (leaves)
+//   Inode::mu -> GpuPath's mutex (a leaf: read-ahead's GPU batch; the GPU
+//   feeder takes it holding nothing)
 //
 // ns_mu: exclusive for every namespace change (create, unlink, rename, ...)
 //   and for Forget (which may evict or purge); shared for Lookup and ReadDir.

@@ -29,6 +29,9 @@ constexpr std::string_view kDedup = "user.lmcfs.dedup_bytes";
 // On the mount root: background rebases queued or in progress
 // (Filesystem::BackgroundPending); 0 once the store is in its final form.
 constexpr std::string_view kPendingRebases = "user.lmcfs.pending_rebases";
+// On the mount root: the GPU codec path in words (Filesystem::GpuState);
+// the per-path counters are lmcfs-stat's.
+constexpr std::string_view kGpu = "user.lmcfs.gpu";
 constexpr size_t kMaxValue = 64 << 10;
 
 bool Virtual(std::string_view name) { return name.substr(0, kVirtualPrefix.size()) == kVirtualPrefix; }
@@ -85,6 +88,11 @@ int Filesystem::GetXattr(uint64_t ino, std::string_view name, std::string* value
     *value = std::to_string(BackgroundPending());
     return 0;
   }
+  if (name == kGpu) {
+    if (ino != kRootIno) return ENODATA;
+    *value = GpuState();
+    return 0;
+  }
   if (ino == kRootIno && Virtual(name) && root_attributes_) {
     for (auto& [n, v] : root_attributes_())
       if (name.substr(kVirtualPrefix.size()) == n) {
@@ -138,6 +146,7 @@ int Filesystem::ListXattr(uint64_t ino, std::string* names) {
   }
   if (ino == kRootIno) {
     names->append(kPendingRebases).push_back('\0');
+    names->append(kGpu).push_back('\0');
     if (root_attributes_)
       for (const auto& [n, v] : root_attributes_()) names->append(kVirtualPrefix).append(n).push_back('\0');
   }

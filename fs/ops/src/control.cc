@@ -428,6 +428,7 @@ Result<std::string> RunStat(store::Store& st, const std::string& store_dir,
     json delta = json::object();
     for (const auto& [k, v] : daemon->delta) delta[k] = v;
     d["delta"] = std::move(delta);
+    if (!daemon->gpu.empty()) d["gpu"] = daemon->gpu;
     j["daemon"] = std::move(d);
   }
   return j.dump();

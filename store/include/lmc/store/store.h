@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "lmc/codec.h"
+#include "lmc/gpu.h"
 #include "lmc/status.h"
 #include "lmc/store/chunk_key.h"
 #include "lmc/store/env.h"
@@ -144,6 +145,23 @@ class Batch {
   std::vector<Op> ops_;
   size_t frame_bytes_ = 0;
 };
+
+// One chunk of a Store::ReadChunks call.
+struct ChunkRead {
+  ChunkKey key;
+  uint8_t* dst = nullptr;  // cap >= the chunk's decoded length
+  size_t cap = 0;
+  // --- out ---
+  Result<size_t> result = Status::Aborted("not read");  // as ReadChunk would return
+  bool batched = false;   // decoded by the batch decoder (else on the CPU, or from a cache)
+  bool redone = false;    // the batch decoder's result failed a check: decoded again on the CPU
+  bool deferred = false;  // batch_only, and not for the batch: left unread (result untouched)
+};
+
+// Decodes count frames in one call: lmc::GpuCodec::DecodeBatch, or a test
+// double. Per-frame results are in the items; a non-OK return means the
+// device failed and no item is valid (the store then decodes them on the CPU).
+using FrameBatchDecoder = std::function<Status(GpuDecodeItem* items, size_t count)>;
 
 // What the index knows of one chunk.
 struct ChunkInfo {
@@ -349,6 +367,17 @@ class Store {
   // verify_content_hash). Returns decoded_len. kNotFound if absent;
   // kCorruption (logged and counted) if anything fails verification.
   Result<size_t> ReadChunk(const ChunkKey& key, uint8_t* dst, size_t cap, Workspace& ws);
+  // Reads several chunks, each with ReadChunk's checks, errors, counters
+  // and caches. The frames of standalone chunks (not deltas, not found in
+  // the base cache) go through one decode_batch call; when it fails (the
+  // device), they are decoded on the CPU from the records already read.
+  // Without decode_batch, or with a FrameCodec other than LmcFrameCodec(),
+  // it is one ReadChunk per item. The records are read one after another on
+  // the calling thread. batch_only: the chunks that would take ReadChunk's
+  // path are left to the caller instead (ChunkRead::deferred), to read in
+  // parallel.
+  void ReadChunks(std::span<ChunkRead> reads, Workspace& ws, const FrameBatchDecoder& decode_batch,
+                  bool batch_only = false);
   Result<ChunkInfo> GetChunkInfo(const ChunkKey& key);
   // Height of key's subtree in the committed index: the largest
   // depth(X) - depth(key) over the chunks X that reach `key` through their

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "lmc/fs/records.h"
+#include "lmc/gpu.h"
 #include "lmc/status.h"
 #include "lmc/store/store.h"
 
@@ -38,6 +39,20 @@ struct FsOptions {
   uint64_t write_budget = uint64_t{256} << 20;
   unsigned encode_threads = 0;  // encoder threads; 0: one per hardware thread
   bool read_only = false;
+  // The GPU codec (lmc/gpu.h; docs/ARCHITECTURE.md, "GPU codec in the
+  // mount"), opened by the caller and outliving the Filesystem; nullptr:
+  // every chunk on the CPU. With one, a GPU feeder thread encodes batches
+  // of queued chunks beside the encoder threads, and read-ahead decodes
+  // batches of frames on it; the first device failure switches it off for
+  // good (the work goes to the CPU, nothing is lost).
+  GpuCodec* gpu = nullptr;
+  // Why gpu is nullptr, for lmcfs-stat and the log ("gpu=off", Open's error).
+  std::string gpu_none_reason = "not requested";
+  // Queued chunk bytes the GPU feeder waits for before it takes a batch
+  // (default lmc::kGpuMinBatchBytes, 4 MiB), and the most it takes at once
+  // (default 64 MiB). Read-ahead batches below the first go to the CPU too.
+  size_t gpu_min_batch_bytes = kGpuMinBatchBytes;
+  size_t gpu_batch_bytes = size_t{64} << 20;
 };
 
 // Who is asking (from fuse_req_ctx): owner of new inodes.
@@ -78,6 +93,19 @@ struct FsCounters {
   std::atomic<uint64_t> bytes_written{0};  // logical bytes encoded into chunks
   std::atomic<uint64_t> cache_hits{0};
   std::atomic<uint64_t> cache_misses{0};
+  // The codec paths (docs/ARCHITECTURE.md, "GPU codec in the mount"):
+  // chunks and their decoded bytes that the write pipeline encoded (holes
+  // are not encoded) and that the read pipeline decoded from the store, by
+  // the path that did it. Chunks a failed GPU batch handed to the CPU count
+  // as CPU work and in gpu_fallback_chunks.
+  std::atomic<uint64_t> cpu_encode_chunks{0}, cpu_encode_bytes{0};
+  std::atomic<uint64_t> gpu_encode_chunks{0}, gpu_encode_bytes{0};
+  std::atomic<uint64_t> cpu_decode_chunks{0}, cpu_decode_bytes{0};
+  std::atomic<uint64_t> gpu_decode_chunks{0}, gpu_decode_bytes{0};
+  std::atomic<uint64_t> gpu_batches{0};         // batch calls the GPU completed
+  std::atomic<uint64_t> gpu_failed_batches{0};  // device failures (at most 1: the GPU is then off)
+  std::atomic<uint64_t> gpu_fallback_chunks{
+      0};  // chunks of failed batches (or refused by the GPU), redone on the CPU
 };
 
 struct Inode;
@@ -155,6 +183,10 @@ class Filesystem {
   std::vector<std::pair<std::string, uint64_t>> NamedCounters() const;
   // The delta policy's named counters (empty without one).
   std::vector<std::pair<std::string, uint64_t>> DeltaCounters() const;
+  // The GPU codec path in words, for lmcfs-stat and the log: "CUDA 13.0,
+  // NVIDIA H100 (active)", "none (gpu=off)", "off after a device failure
+  // (...)".
+  std::string GpuState() const;
 
   // Virtual read-only attributes of the mount root, by name (without the
   // "user.lmcfs." prefix): the daemon's figures (reclamation) that the core

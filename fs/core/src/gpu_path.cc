@@ -1,0 +1,60 @@
+// The mount's GPU codec (gpu_path.h).
+#include "gpu_path.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <exception>
+
+namespace lmc::fs {
+
+GpuPath::GpuPath(GpuCodec* codec, std::string none_reason, size_t min_batch_bytes, size_t batch_bytes,
+                 FsCounters* counters)
+    : codec_(codec),
+      min_batch_bytes_(min_batch_bytes),
+      batch_bytes_(std::max(batch_bytes, min_batch_bytes)),
+      counters_(*counters),
+      active_(codec != nullptr),
+      state_(codec ? "" : std::move(none_reason)) {}
+
+template <typename Fn>
+Status GpuPath::Run(size_t count, const std::string& what, Fn&& call) {
+  std::lock_guard lk(mu_);
+  if (!active()) return Status::Aborted("the GPU codec is off");
+  Status s;
+  try {
+    s = call();
+  } catch (const std::exception& e) {
+    s = Status::IOError(std::string("exception from the GPU codec: ") + e.what());
+  }
+  if (s.ok()) {
+    counters_.gpu_batches++;
+    return s;
+  }
+  active_.store(false, std::memory_order_release);
+  state_ = s.ToString();
+  counters_.gpu_failed_batches++;
+  counters_.gpu_fallback_chunks += count;
+  spdlog::warn(
+      "lmcfs: GPU codec failed {} ({}); the GPU is off for the rest of this mount, that batch and all "
+      "later work run on the CPU, nothing is lost",
+      what, s.ToString());
+  return s;
+}
+
+Status GpuPath::EncodeBatch(GpuEncodeItem* items, size_t count, const std::string& what) {
+  return Run(count, "encoding " + what, [&] { return codec_->EncodeBatch(items, count); });
+}
+
+Status GpuPath::DecodeBatch(GpuDecodeItem* items, size_t count, const std::string& what) {
+  return Run(count, "decoding " + what, [&] { return codec_->DecodeBatch(items, count); });
+}
+
+std::string GpuPath::State() const {
+  std::lock_guard lk(mu_);
+  if (!codec_) return "none (" + state_ + ")";
+  if (active()) return codec_->description() + " (active)";
+  return codec_->description() + " (off after a device failure: " + state_ + ")";
+}
+
+}  // namespace lmc::fs

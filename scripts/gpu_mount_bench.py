@@ -1,0 +1,127 @@
+#!/usr/bin/env python3
+"""torch.save + fsync of a real checkpoint through lmcfs with gpu=on against
+gpu=off, and to the plain disk, in one run (issue 14, "Through the mount").
+
+The checkpoint: the bf16 weights of a small transformer trained on the GPU
+(scripts/gpu_anchors.py --make-data writes them, snapshot after snapshot),
+as a state dict of 64 MiB tensors, saved with torch.save. Order: plain,
+off, on, on, off (A-B-B-A), each into a fresh store; page cache dropped
+before each save where /proc/sys/vm/drop_caches is writable.
+
+  python3 scripts/gpu_mount_bench.py --mount build/tools/mountlmcfs/mount.lmcfs \
+      --data CKPT.bf16 --work /tmp/gmb --out results.json
+"""
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+
+def drop_caches():
+    try:
+        os.sync()
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("3\n")
+        return True
+    except OSError:
+        return False
+
+
+def du_bytes(path):
+    total = 0
+    for root, _, files in os.walk(path):
+        for n in files:
+            try:
+                total += os.lstat(os.path.join(root, n)).st_blocks * 512
+            except OSError:
+                pass
+    return total
+
+
+def save(sd, path):
+    import torch
+
+    t0 = time.perf_counter()
+    with open(path, "wb") as f:
+        torch.save(sd, f)
+        f.flush()
+        os.fsync(f.fileno())
+    return time.perf_counter() - t0
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--mount", required=True, help="mount.lmcfs binary")
+    ap.add_argument("--data", required=True, help="raw bf16 file (gpu_anchors.py --make-data)")
+    ap.add_argument("--work", required=True, help="scratch folder on the disk under test")
+    ap.add_argument("--out", help="JSON results")
+    ap.add_argument("--order", default="plain,off,on,on,off")
+    a = ap.parse_args()
+
+    import torch
+
+    raw = bytearray(open(a.data, "rb").read())
+    flat = torch.frombuffer(raw, dtype=torch.bfloat16)
+    per = (64 << 20) // 2
+    sd = {f"model.w{i:03d}": flat[i * per:(i + 1) * per].clone() for i in range((flat.numel() + per - 1) // per)}
+    logical = sum(t.numel() * 2 for t in sd.values())
+    print(f"checkpoint: {len(sd)} bf16 tensors, {logical / 2**30:.2f} GiB", flush=True)
+
+    results = []
+    shutil.rmtree(a.work, ignore_errors=True)
+    os.makedirs(a.work)
+    for k, mode in enumerate(a.order.split(",")):
+        dropped = drop_caches()
+        if mode == "plain":
+            d = os.path.join(a.work, f"plain{k}")
+            os.makedirs(d)
+            secs = save(sd, os.path.join(d, "ckpt.pt"))
+            stored = du_bytes(d)
+            results.append({"mode": "plain", "seconds": secs, "stored": stored, "caches_dropped": dropped})
+            shutil.rmtree(d)
+        else:
+            store = os.path.join(a.work, f"store{k}")
+            mnt = os.path.join(a.work, f"mnt{k}")
+            os.makedirs(store)
+            os.makedirs(mnt)
+            log = os.path.join(a.work, f"mount{k}.log")
+            r = subprocess.run([a.mount, store, mnt, "-o", f"gpu={mode},log_file={log},log_level=info"],
+                               capture_output=True, text=True)
+            if r.returncode != 0:
+                results.append({"mode": mode, "error": r.stderr.strip()})
+                print(f"{mode}: mount failed: {r.stderr.strip()}", flush=True)
+                continue
+            try:
+                secs = save(sd, os.path.join(mnt, "ckpt.pt"))
+                gpu = None
+                try:
+                    gpu = os.getxattr(mnt, "user.lmcfs.gpu").decode()
+                except OSError:
+                    pass
+            finally:
+                subprocess.run(["umount", mnt])
+            stored = du_bytes(store)
+            with open(log) as f:
+                lines = [l.strip() for l in f if "codec" in l or "GPU" in l or "gpu" in l][:4]
+            results.append({"mode": f"gpu={mode}", "seconds": secs, "stored": stored, "gpu": gpu,
+                            "log": lines, "caches_dropped": dropped})
+            shutil.rmtree(store, ignore_errors=True)
+        r = results[-1]
+        if "seconds" in r:
+            print(f"{r['mode']:>8}: {r['seconds']:.2f} s, {logical / r['seconds'] / 1e6:.0f} MB/s, "
+                  f"stored {r['stored'] / 2**30:.2f} GiB ({100 * r['stored'] / logical:.1f}%)", flush=True)
+            if r.get("gpu"):
+                print(f"          gpu: {r['gpu']}", flush=True)
+            for l in r.get("log", []):
+                print(f"          log: {l}", flush=True)
+    if a.out:
+        with open(a.out, "w") as f:
+            json.dump({"logical": logical, "runs": results}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

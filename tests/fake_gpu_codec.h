@@ -1,0 +1,121 @@
+// A GpuCodec test double: the interface of lmc/gpu.h implemented with the
+// CPU codec (EncodeChunk with EncodeProfile::kGpu, DecodeChunk), so the
+// GPU paths of the container, the mount and the tools run in CI without a
+// GPU. It can fail the N-th batch call as a device would (a non-OK status,
+// items left invalid) or refuse items of one size, and counts what it was
+// given.
+#pragma once
+
+#include <atomic>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "lmc/codec.h"
+#include "lmc/gpu.h"
+
+namespace lmc::testing {
+
+class FakeGpuCodec : public GpuCodec {
+ public:
+  // fail_batch: the 1-based batch call (encode and decode counted together)
+  // that fails with a device error; 0: none.
+  explicit FakeGpuCodec(uint64_t fail_batch = 0) : fail_batch_(fail_batch) {}
+
+  Status EncodeBatch(GpuEncodeItem* items, size_t count) override {
+    auto lk = Enter();
+    Status s = Fail(count);
+    if (s.ok()) {
+      for (size_t i = 0; i < count; i++) {
+        GpuEncodeItem& it = items[i];
+        EncodeParams p;
+        p.dtype = it.dtype;
+        p.base = it.base;
+        p.profile = EncodeProfile::kGpu;
+        if (refuse_n && it.n == refuse_n) {
+          it.status = Status::InvalidArgument("refused by the test");
+          continue;
+        }
+        auto r = EncodeChunk(it.src, it.n, p, it.dst, it.cap, ws_);
+        it.status = r.ok() ? Status::Ok() : r.status();
+        it.len = r.ok() ? *r : 0;
+        if (r.ok()) {
+          stats_.encode_chunks++;
+          stats_.encode_bytes += it.n;
+        }
+      }
+      stats_.batches++;
+    }
+    return s;
+  }
+
+  Status DecodeBatch(GpuDecodeItem* items, size_t count) override {
+    auto lk = Enter();
+    Status s = Fail(count);
+    if (s.ok()) {
+      for (size_t i = 0; i < count; i++) {
+        GpuDecodeItem& it = items[i];
+        auto r = DecodeChunk(it.frame, it.len, it.base, it.base_len, it.dst, it.cap, ws_);
+        it.status = r.ok() ? Status::Ok() : r.status();
+        it.out_len = r.ok() ? *r : 0;
+        if (r.ok()) {
+          stats_.decode_chunks++;
+          stats_.decode_bytes += it.out_len;
+        }
+      }
+      stats_.batches++;
+    }
+    return s;
+  }
+
+  Status EncodeBatchDevice(GpuEncodeItem*, size_t) override {
+    return Status::Unsupported("the fake GPU codec has no device memory");
+  }
+  Status DecodeBatchDevice(GpuDecodeItem*, size_t) override {
+    return Status::Unsupported("the fake GPU codec has no device memory");
+  }
+
+  GpuCodecStats stats() const override {
+    std::lock_guard lk(mu_);
+    return stats_;
+  }
+  std::string description() const override { return "fake GPU codec (CPU)"; }
+
+  // Encode items of this many bytes get a per-item error (the batch runs).
+  size_t refuse_n = 0;
+
+  uint64_t calls() const { return calls_.load(); }
+  uint64_t items_seen() const { return items_seen_.load(); }
+  bool overlapped() const { return overlapped_.load(); }
+
+ private:
+  // The real codec is not thread-safe: a caller that finds another inside
+  // is recorded (overlapped()), then waits.
+  std::unique_lock<std::mutex> Enter() {
+    std::unique_lock lk(mu_, std::try_to_lock);
+    if (!lk.owns_lock()) {
+      overlapped_ = true;
+      lk.lock();
+    }
+    return lk;
+  }
+  // Counts the call; a failing one scribbles over nothing and says "device".
+  Status Fail(size_t count) {
+    const uint64_t n = ++calls_;
+    items_seen_ += count;
+    if (fail_batch_ && n == fail_batch_)
+      return Status::IOError(
+          "CUDA error 700 (an illegal memory access was encountered), injected by the test");
+    return Status::Ok();
+  }
+
+  const uint64_t fail_batch_;
+  mutable std::mutex mu_;
+  Workspace ws_;
+  GpuCodecStats stats_;
+  std::atomic<uint64_t> calls_{0}, items_seen_{0};
+  std::atomic<bool> overlapped_{false};
+};
+
+}  // namespace lmc::testing

@@ -1,0 +1,507 @@
+// The GPU codec in the write and read pipelines (docs/ARCHITECTURE.md, "GPU
+// codec in the mount"), without a GPU: a FakeGpuCodec (the CPU codec behind
+// the GpuCodec interface, able to fail a batch as a device would) handed to
+// the encoder pool and to fs::Filesystem.
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <mutex>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "../fake_gpu_codec.h"
+#include "core_test_util.h"
+#include "encoder.h"
+#include "gpu_path.h"
+#include "lmc/codec.h"
+#include "lmc/fs/delta_policy.h"
+#include "lmc/fs/filesystem.h"
+#include "lmc/store/store.h"
+
+namespace lmc::fs {
+namespace {
+
+using lmc::testing::FakeGpuCodec;
+using testing::Bf16Like;
+
+constexpr size_t kChunk = 64 << 10;
+
+// A delta policy that holds the first ChooseBase call (so the one CPU
+// encoder thread is busy and the queue fills for the GPU feeder) until
+// Open(), and offers `base` to chunks of its length whose inode is
+// base_ino (0: any).
+class FirstCallGate : public DeltaPolicy {
+ public:
+  void Open() {
+    {
+      std::lock_guard lk(mu_);
+      open_ = true;
+    }
+    cv_.notify_all();
+  }
+  void SetBase(std::optional<BaseChoice> b) {
+    std::lock_guard lk(mu_);
+    base = std::move(b);
+  }
+  bool WaitCalls(int n) {
+    for (int i = 0; i < 5000 && calls.load() < n; i++)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    return calls.load() >= n;
+  }
+  std::optional<BaseChoice> ChooseBase(const ChunkOrigin& origin, const uint8_t*, size_t n) override {
+    if (calls++ == 0) {
+      std::unique_lock lk(mu_);
+      cv_.wait(lk, [&] { return open_; });
+    }
+    std::lock_guard lk(mu_);
+    if (bad_base_ino && origin.ino == bad_base_ino)
+      return BaseChoice{{}, std::make_shared<std::vector<uint8_t>>(n + 1)};
+    if (base && base->bytes->size() == n && (base_ino == 0 || origin.ino == base_ino)) {
+      offered++;
+      return *base;
+    }
+    return std::nullopt;
+  }
+  void Record(const ChunkOrigin&, const store::ChunkKey&, const std::optional<store::ChunkKey>& b,
+              store::Batch*) override {
+    if (b) recorded_with_base++;
+  }
+  void Release(const store::ChunkKey&) override { released++; }
+
+  std::atomic<int> calls{0}, offered{0}, released{0}, recorded_with_base{0};
+  std::optional<BaseChoice> base;  // guarded by mu_ once encoders run
+  uint64_t base_ino = 0;
+  uint64_t bad_base_ino = 0;  // offered a base of the wrong length (the encode fails)
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool open_ = false;
+};
+
+// A delta base of these bytes (the policy's choice).
+BaseChoice BaseOf(const std::string& bytes) {
+  return BaseChoice{store::ChunkKey::Of(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()),
+                    std::make_shared<std::vector<uint8_t>>(bytes.begin(), bytes.end())};
+}
+
+template <typename Pred>
+bool WaitFor(Pred p, int ms = 10000) {
+  for (int i = 0; i < ms && !p(); i++) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  return p();
+}
+
+// ------------------------------------------------------------ the encoder pool
+
+class FsGpuPool : public ::testing::Test {
+ protected:
+  // The pool's feeder waits for more than one chunk of kChunk bytes: the
+  // first job (kChunk) can only go to the CPU thread, and each later one
+  // (2 * kChunk) is a batch on its own, so none waits for company.
+  static constexpr size_t kMinBatch = kChunk + 1;
+  std::shared_ptr<EncodeJob> Job(uint64_t ino, const std::string& bytes, DeltaPolicy* delta) {
+    auto j = std::make_shared<EncodeJob>();
+    j->ino = ino;
+    j->begin = 0;
+    j->end = bytes.size();
+    j->buf = std::make_shared<std::vector<uint8_t>>(bytes.begin(), bytes.end());
+    if (ino % 2) j->dtype = DType::kBF16;  // the others are detected
+    j->delta = delta;
+    return j;
+  }
+  // Holds the pool's one CPU thread in the gate with a first job of kChunk
+  // bytes (never the feeder's; returned), then submits jobs for inodes 2..9
+  // of 2 * kChunk bytes (all zeros for zero_ino), which only the feeder can
+  // take while the thread is held. nullptr if the thread did not get there.
+  std::shared_ptr<EncodeJob> HoldCpuThenSubmit(EncoderPool& pool, FirstCallGate& gate, uint64_t zero_ino,
+                                               std::vector<std::shared_ptr<EncodeJob>>* jobs) {
+    auto first = Job(1, Bf16Like(kChunk, 1), &gate);
+    pool.Submit(first);
+    if (!gate.WaitCalls(1)) return nullptr;
+    for (uint64_t i = 2; i <= 9; i++) {
+      std::string bytes =
+          i == zero_ino ? std::string(2 * kChunk, '\0') : Bf16Like(2 * kChunk, static_cast<uint32_t>(i));
+      jobs->push_back(Job(i, bytes, &gate));
+      pool.Submit(jobs->back());
+    }
+    return first;
+  }
+  static bool Done(EncodeJob& j) {
+    std::lock_guard lk(j.mu);
+    return j.done;
+  }
+  static bool AllDone(const std::vector<std::shared_ptr<EncodeJob>>& jobs) {
+    for (const auto& j : jobs)
+      if (!Done(*j)) return false;
+    return true;
+  }
+  // The job's frame decodes (against its base, if any) to its bytes, and
+  // its key is their SHA-256.
+  static void ExpectRoundTrip(const EncodeJob& j, const std::optional<BaseChoice>& base) {
+    ASSERT_TRUE(j.status.ok()) << j.status.ToString();
+    ASSERT_FALSE(j.zero);
+    EXPECT_EQ(j.key, store::ChunkKey::Of(j.buf->data(), j.buf->size()));
+    std::vector<uint8_t> out(j.buf->size());
+    Workspace ws;
+    const uint8_t* b = j.base_key ? base->bytes->data() : nullptr;
+    auto r = DecodeChunk(j.frame.get(), j.frame_len, b, b ? j.buf->size() : 0, out.data(), out.size(), ws);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(out, *j.buf);
+  }
+  FsCounters counters_;
+};
+
+TEST_F(FsGpuPool, QueuedChunksGoToTheGpuInBatchesBesideTheCpuThreads) {
+  FakeGpuCodec fake;
+  GpuPath gpu(&fake, "", kMinBatch, 64 << 20, &counters_);
+  FirstCallGate gate;
+  gate.base = BaseOf(Bf16Like(2 * kChunk, 99));
+  gate.base_ino = 7;
+  {
+    EncoderPool pool(1, &gpu, &counters_);
+    std::vector<std::shared_ptr<EncodeJob>> jobs;
+    auto first = HoldCpuThenSubmit(pool, gate, /*zero_ino=*/4, &jobs);
+    ASSERT_TRUE(first);
+    ASSERT_TRUE(WaitFor([&] { return AllDone(jobs); }))
+        << "the feeder did not encode the queued jobs while the CPU thread was held";
+    EXPECT_FALSE(Done(*first));
+    for (auto& j : jobs) {
+      if (j->ino == 4) {
+        EXPECT_TRUE(j->zero);  // a hole: nothing to encode
+        continue;
+      }
+      ExpectRoundTrip(*j, gate.base);
+      EXPECT_EQ(j->base_key.has_value(), j->ino == 7) << j->ino;
+    }
+    EXPECT_EQ(counters_.gpu_encode_chunks.load(), 7u);
+    EXPECT_EQ(counters_.gpu_encode_bytes.load(), 7 * 2 * kChunk);
+    EXPECT_EQ(counters_.cpu_encode_chunks.load(), 0u);
+    EXPECT_GE(fake.calls(), 1u);  // one batch per wake-up: whatever was queued
+    EXPECT_LE(fake.calls(), 8u);
+    EXPECT_EQ(fake.stats().encode_chunks, 7u);
+    EXPECT_EQ(counters_.gpu_batches.load(), fake.calls());
+    gate.Open();
+    ASSERT_TRUE(WaitFor([&] { return Done(*first); }));
+    ExpectRoundTrip(*first, gate.base);
+    EXPECT_EQ(counters_.cpu_encode_chunks.load(), 1u);
+  }
+  EXPECT_EQ(gate.released.load(), 0);
+  EXPECT_TRUE(gpu.active());
+  EXPECT_EQ(counters_.gpu_failed_batches.load(), 0u);
+}
+
+TEST_F(FsGpuPool, AFailedBatchIsEncodedOnTheCpuAndTheGpuStaysOff) {
+  FakeGpuCodec fake(/*fail_batch=*/1);
+  GpuPath gpu(&fake, "", kMinBatch, 64 << 20, &counters_);
+  FirstCallGate gate;
+  gate.base = BaseOf(Bf16Like(2 * kChunk, 98));
+  gate.base_ino = 3;
+  gate.bad_base_ino = 5;
+  {
+    EncoderPool pool(1, &gpu, &counters_);
+    std::vector<std::shared_ptr<EncodeJob>> jobs;
+    auto first = HoldCpuThenSubmit(pool, gate, /*zero_ino=*/0, &jobs);
+    ASSERT_TRUE(first);
+    // The first batch fails: the feeder encodes it on the CPU and stops;
+    // the rest waits for the CPU thread.
+    ASSERT_TRUE(WaitFor([&] { return counters_.gpu_failed_batches.load() == 1; }));
+    ASSERT_TRUE(WaitFor([&] { return Done(*jobs[0]); }));
+    EXPECT_FALSE(gpu.active());
+    EXPECT_GE(counters_.gpu_fallback_chunks.load(), 1u);
+    gate.Open();
+    ASSERT_TRUE(WaitFor([&] { return AllDone(jobs) && Done(*first); }));
+    EXPECT_EQ(fake.calls(), 1u);
+    for (auto& j : jobs) {
+      if (j->ino == 5) {
+        EXPECT_EQ(j->status.code(), Code::kInvalidArgument);  // the wrong-length base
+        EXPECT_FALSE(j->base_key.has_value());                // handed back
+        continue;
+      }
+      ExpectRoundTrip(*j, gate.base);
+      EXPECT_EQ(j->base_key.has_value(), j->ino == 3);
+    }
+    EXPECT_EQ(gate.released.load(), 1);
+    EXPECT_EQ(counters_.gpu_encode_chunks.load(), 0u);
+    EXPECT_EQ(counters_.cpu_encode_chunks.load(), 8u);  // 9 jobs, one failed
+    // Later work never reaches the device.
+    std::vector<std::shared_ptr<EncodeJob>> more;
+    for (uint64_t i = 11; i <= 18; i++) {
+      more.push_back(Job(i, Bf16Like(2 * kChunk, static_cast<uint32_t>(i)), nullptr));
+      pool.Submit(more.back());
+    }
+    for (auto& j : more) j->Wait();
+    for (auto& j : more) ExpectRoundTrip(*j, std::nullopt);
+    EXPECT_EQ(fake.calls(), 1u);
+    EXPECT_EQ(counters_.cpu_encode_chunks.load(), 16u);
+  }
+  EXPECT_NE(gpu.State().find("off after a device failure"), std::string::npos) << gpu.State();
+  EXPECT_NE(gpu.State().find("injected by the test"), std::string::npos) << gpu.State();
+}
+
+TEST_F(FsGpuPool, ChunksTheGpuRefusesAreEncodedOnTheCpu) {
+  FakeGpuCodec fake;
+  fake.refuse_n = 2 * kChunk;  // every queued job
+  GpuPath gpu(&fake, "", kMinBatch, 64 << 20, &counters_);
+  FirstCallGate gate;
+  {
+    EncoderPool pool(1, &gpu, &counters_);
+    std::vector<std::shared_ptr<EncodeJob>> jobs;
+    auto first = HoldCpuThenSubmit(pool, gate, /*zero_ino=*/0, &jobs);
+    ASSERT_TRUE(first);
+    ASSERT_TRUE(WaitFor([&] { return AllDone(jobs); }));
+    for (auto& j : jobs) ExpectRoundTrip(*j, std::nullopt);
+    EXPECT_EQ(counters_.gpu_fallback_chunks.load(), 8u);
+    EXPECT_EQ(counters_.cpu_encode_chunks.load(), 8u);
+    EXPECT_EQ(counters_.gpu_encode_chunks.load(), 0u);
+    gate.Open();
+  }
+  EXPECT_TRUE(gpu.active());  // the device did not fail
+  EXPECT_EQ(counters_.gpu_failed_batches.load(), 0u);
+}
+
+// ------------------------------------------------------------ the filesystem
+
+class FsGpu : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/lmcfs_gpu_XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    opts_.chunk_size = kChunk;
+    opts_.dirty_limit = 1 << 20;
+    opts_.batch_limit = 256 << 10;
+    opts_.cache_bytes = 4 << 20;
+    opts_.encode_threads = 1;
+    opts_.gpu_min_batch_bytes = 4 * kChunk;
+    opts_.gpu_batch_bytes = 8 * kChunk;
+  }
+  void TearDown() override {
+    Close();
+    std::filesystem::remove_all(dir_);
+  }
+  void Open(GpuCodec* gpu) {
+    opts_.gpu = gpu;
+    auto s = store::Store::Open(dir_, {});
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    store_ = std::move(s).value();
+    auto f = Filesystem::Open(store_.get(), dir_, opts_);
+    ASSERT_TRUE(f.ok()) << f.status().ToString();
+    fs_ = std::move(f).value();
+  }
+  void Close() {
+    ReleaseCpuThread();  // a failed test must not leave the encoder held
+    gate_ = nullptr;
+    if (fs_) {
+      EXPECT_TRUE(fs_->Shutdown().ok());
+    }
+    fs_.reset();
+    store_.reset();
+  }
+  FirstCallGate* InstallGate() {
+    auto p = std::make_unique<FirstCallGate>();
+    gate_ = p.get();
+    fs_->SetDeltaPolicy(std::move(p));
+    return gate_;
+  }
+  // Installs a gate and holds the one CPU encoder thread in it: a one-chunk
+  // file (less than gpu_min_batch_bytes, so never the feeder's) is closed
+  // on a thread of its own, which waits there. Chunks written next can
+  // only be encoded by the GPU feeder until ReleaseCpuThread.
+  FirstCallGate* HoldCpuThread() {
+    FirstCallGate* gate = InstallGate();
+    std::string one = Bf16Like(kChunk, 1);
+    uint64_t ino = WriteFile("held.bin", one);
+    holder_ = std::thread([this, ino] { CloseFile(ino); });
+    EXPECT_TRUE(gate->WaitCalls(1));
+    return gate;
+  }
+  void ReleaseCpuThread() {
+    if (gate_) gate_->Open();
+    if (holder_.joinable()) holder_.join();
+  }
+  // Streams `data` into a new file in 32 KiB writes (past the layout
+  // parser's window, so chunks are cut and queued as it goes); leaves it open.
+  uint64_t WriteFile(const std::string& name, const std::string& data) {
+    struct stat st;
+    EXPECT_EQ(fs_->Create(kRootIno, name, 0644, {1000, 1000}, &st), 0);
+    for (size_t off = 0; off < data.size(); off += 32 << 10)
+      EXPECT_EQ(fs_->Write(st.st_ino, off, data.data() + off, std::min<size_t>(32 << 10, data.size() - off)),
+                0);
+    return st.st_ino;
+  }
+  void CloseFile(uint64_t ino) {
+    EXPECT_EQ(fs_->Flush(ino), 0);
+    EXPECT_EQ(fs_->Release(ino), 0);
+  }
+  // Reads the whole file sequentially in 128 KiB reads (read-ahead runs).
+  std::string ReadAll(const std::string& name) {
+    struct stat st;
+    EXPECT_EQ(fs_->Lookup(kRootIno, name, &st), 0);
+    std::string all, part;
+    for (uint64_t off = 0; off < static_cast<uint64_t>(st.st_size); off += part.size()) {
+      EXPECT_EQ(fs_->Read(st.st_ino, off, 128 << 10, &part), 0);
+      if (part.empty()) break;
+      all += part;
+    }
+    fs_->Forget(st.st_ino, 1);
+    return all;
+  }
+  void ExpectFsckClean() {
+    auto r = store_->Fsck({});
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(r->errors(), 0u);
+  }
+  uint64_t C(const std::atomic<uint64_t>& x) { return x.load(); }
+  // A fake that lives as long as the fixture (the filesystem, closed in
+  // TearDown, uses it until then).
+  FakeGpuCodec& NewFake(uint64_t fail_batch = 0) {
+    fakes_.push_back(std::make_unique<FakeGpuCodec>(fail_batch));
+    return *fakes_.back();
+  }
+
+  std::string dir_;
+  FsOptions opts_;
+  FirstCallGate* gate_ = nullptr;
+  std::thread holder_;
+  std::vector<std::unique_ptr<FakeGpuCodec>> fakes_;  // outlive store_ and fs_
+  std::unique_ptr<store::Store> store_;
+  std::unique_ptr<Filesystem> fs_;
+};
+
+TEST_F(FsGpu, WritesGoThroughGpuBatchesAndReadBackByteIdentical) {
+  FakeGpuCodec& fake = NewFake();
+  Open(&fake);
+  // A chunk to offer as a delta base, committed first (one chunk: the CPU's).
+  std::string base = Bf16Like(kChunk, 50);
+  CloseFile(WriteFile("base.bin", base));
+  FirstCallGate* gate = HoldCpuThread();
+  gate->SetBase(BaseOf(base));
+  // The stream queues chunks as it goes (1 MiB layout blocks of 16 chunks);
+  // the feeder takes them in batches of 4 to 8 chunks.
+  std::string model = Bf16Like(48 * kChunk + 1000, 51);
+  std::memset(model.data() + 10 * kChunk, 0, kChunk);  // a hole on the GPU path
+  uint64_t ino = WriteFile("model.bin", model);
+  ASSERT_TRUE(WaitFor([&] { return C(fs_->counters().gpu_encode_chunks) >= 8; }))
+      << "GPU chunks: " << C(fs_->counters().gpu_encode_chunks);
+  ReleaseCpuThread();
+  CloseFile(ino);
+  const FsCounters& c = fs_->counters();
+  EXPECT_EQ(C(c.cpu_encode_chunks) + C(c.gpu_encode_chunks), C(c.chunks_written));
+  EXPECT_GE(C(c.gpu_encode_chunks), 8u);
+  EXPECT_GE(C(c.cpu_encode_chunks), 2u);  // base.bin's chunk, and the held one
+  EXPECT_LE(C(c.gpu_encode_bytes), C(c.gpu_encode_chunks) * kChunk);
+  EXPECT_GE(C(c.gpu_batches), 2u);  // batches of at most 8 chunks
+  EXPECT_EQ(C(c.gpu_failed_batches), 0u);
+  EXPECT_GE(gate->recorded_with_base.load(), 8);  // deltas encoded on the GPU
+  EXPECT_FALSE(fake.overlapped());
+  EXPECT_EQ(ReadAll("model.bin"), model);
+
+  // A plain file, then a fresh mount: read-ahead decodes batches on the GPU.
+  gate->SetBase(std::nullopt);
+  std::string plain = Bf16Like(40 * kChunk, 52);
+  CloseFile(WriteFile("plain.bin", plain));
+  Close();
+  FakeGpuCodec& fake2 = NewFake();
+  Open(&fake2);
+  EXPECT_EQ(ReadAll("plain.bin"), plain);
+  EXPECT_EQ(ReadAll("model.bin"), model);  // deltas: decoded on the CPU, against their base
+  EXPECT_EQ(ReadAll("base.bin"), base);
+  EXPECT_EQ(ReadAll("held.bin"), Bf16Like(kChunk, 1));
+  EXPECT_GT(C(fs_->counters().gpu_decode_chunks), 0u);
+  EXPECT_LE(C(fs_->counters().gpu_decode_bytes), C(fs_->counters().gpu_decode_chunks) * kChunk);
+  EXPECT_EQ(fake2.stats().decode_chunks, C(fs_->counters().gpu_decode_chunks));
+  EXPECT_GT(C(fs_->counters().cpu_decode_chunks), 0u);
+  EXPECT_EQ(fs_->GpuState(), "fake GPU codec (CPU) (active)");
+  std::string v;
+  EXPECT_EQ(fs_->GetXattr(kRootIno, "user.lmcfs.gpu", &v), 0);
+  EXPECT_EQ(v, "fake GPU codec (CPU) (active)");
+  ExpectFsckClean();
+}
+
+TEST_F(FsGpu, DeviceFailureWhileEncodingFallsBackToTheCpuAndLosesNothing) {
+  FakeGpuCodec& fake = NewFake(/*fail_batch=*/1);
+  Open(&fake);
+  HoldCpuThread();
+  std::string model = Bf16Like(48 * kChunk + 1000, 61);
+  uint64_t ino = WriteFile("model.bin", model);
+  ASSERT_TRUE(WaitFor([&] { return C(fs_->counters().gpu_failed_batches) == 1; }));
+  ReleaseCpuThread();
+  CloseFile(ino);
+  // More after the failure: all on the CPU, the device is not asked again.
+  std::string more = Bf16Like(32 * kChunk, 62);
+  CloseFile(WriteFile("more.bin", more));
+  const FsCounters& c = fs_->counters();
+  EXPECT_EQ(fake.calls(), 1u);
+  EXPECT_EQ(C(c.gpu_failed_batches), 1u);
+  EXPECT_GE(C(c.gpu_fallback_chunks), 4u);
+  EXPECT_EQ(C(c.gpu_encode_chunks), 0u);
+  EXPECT_EQ(C(c.cpu_encode_chunks), C(c.chunks_written));
+  EXPECT_NE(fs_->GpuState().find("off after a device failure"), std::string::npos) << fs_->GpuState();
+  // Named as lmcfs-stat sees them.
+  bool found = false;
+  for (const auto& [k, v] : fs_->NamedCounters())
+    if (k == "gpu_failed_batches") found = v == 1;
+  EXPECT_TRUE(found);
+  EXPECT_EQ(ReadAll("model.bin"), model);
+  EXPECT_EQ(ReadAll("more.bin"), more);
+  EXPECT_EQ(C(c.gpu_decode_chunks), 0u);  // the GPU is off for reads too
+  Close();
+  Open(nullptr);
+  EXPECT_EQ(ReadAll("model.bin"), model);
+  EXPECT_EQ(ReadAll("more.bin"), more);
+  ExpectFsckClean();
+}
+
+TEST_F(FsGpu, DeviceFailureWhileReadingAheadFallsBackToTheCpu) {
+  Open(nullptr);
+  std::string data = Bf16Like(40 * kChunk, 71);
+  CloseFile(WriteFile("data.bin", data));
+  Close();
+  FakeGpuCodec& fake = NewFake(/*fail_batch=*/1);
+  Open(&fake);
+  EXPECT_EQ(ReadAll("data.bin"), data);
+  const FsCounters& c = fs_->counters();
+  EXPECT_EQ(fake.calls(), 1u);
+  EXPECT_EQ(C(c.gpu_failed_batches), 1u);
+  EXPECT_GE(C(c.gpu_fallback_chunks), 4u);
+  EXPECT_EQ(C(c.gpu_decode_chunks), 0u);
+  EXPECT_EQ(C(c.cpu_decode_chunks), 40u);
+  EXPECT_EQ(C(c.cpu_decode_bytes), 40 * kChunk);
+  // Writes after it: the CPU only.
+  std::string more = Bf16Like(16 * kChunk, 72);
+  CloseFile(WriteFile("more.bin", more));
+  EXPECT_EQ(fake.calls(), 1u);
+  EXPECT_EQ(C(c.gpu_encode_chunks), 0u);
+  EXPECT_EQ(ReadAll("more.bin"), more);
+  ExpectFsckClean();
+}
+
+TEST_F(FsGpu, WithoutAGpuEverythingRunsOnTheCpuAndTheStateSaysWhy) {
+  opts_.gpu_none_reason = "gpu=off";
+  Open(nullptr);
+  EXPECT_EQ(fs_->GpuState(), "none (gpu=off)");
+  std::string data = Bf16Like(20 * kChunk, 81);
+  CloseFile(WriteFile("data.bin", data));
+  EXPECT_EQ(ReadAll("data.bin"), data);
+  const FsCounters& c = fs_->counters();
+  EXPECT_EQ(C(c.cpu_encode_chunks), 20u);
+  EXPECT_EQ(C(c.cpu_encode_bytes), 20 * kChunk);
+  EXPECT_EQ(C(c.gpu_encode_chunks) + C(c.gpu_decode_chunks) + C(c.gpu_batches), 0u);
+  Close();
+  opts_.gpu_none_reason = FsOptions{}.gpu_none_reason;
+  Open(nullptr);
+  EXPECT_EQ(fs_->GpuState(), "none (not requested)");
+  EXPECT_EQ(ReadAll("data.bin"), data);
+  EXPECT_EQ(C(fs_->counters().cpu_decode_chunks), 20u);
+}
+
+}  // namespace
+}  // namespace lmc::fs
