@@ -11,7 +11,10 @@
 #                                         # elsewhere (they link only libc and libstdc++)
 #
 # Environment: OUT (results folder, default /tmp/lmc-gpu-check), DATA_MIB
-# (benchmark data, default 1024), SKIP_ANCHORS=1, SKIP_SANITIZER=1.
+# (checkpoint data made on the GPU, default 1024), BENCH_MIB (what the codec
+# benchmarks take of it, default 1024), SKIP_ANCHORS=1, SKIP_SANITIZER=1,
+# LMC_MOUNT_BIN (a mount.lmcfs: also torch.save through the mount with
+# gpu=on against gpu=off; LMC_MOUNT_LIBS: a folder of its shared libraries).
 # The anchors need their wheels installed first (docs/BENCHMARKS.md, "GPU codec").
 # Each step has its own time limit; the script goes on after a failed step
 # and exits non-zero if any failed.
@@ -19,6 +22,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/lmc-gpu-check}
 DATA_MIB=${DATA_MIB:-1024}
+BENCH_MIB=${BENCH_MIB:-1024}
 mkdir -p "$OUT"
 failed=()
 step() {  # step NAME LIMIT_S COMMAND...
@@ -48,15 +52,20 @@ fi
 step tests 120 "$BIN/lmc_gpu_tests"
 DATA=$OUT/ckpt.bf16
 if python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
-  step data 90 python3 scripts/gpu_anchors.py --make-data "$DATA" --size-mib "$DATA_MIB"
+  step data 120 python3 scripts/gpu_anchors.py --make-data "$DATA" --size-mib "$DATA_MIB" --snapshot-every 10
 fi
 if [ -s "$DATA" ]; then
-  step bench 150 "$BIN/lmc_gpu_bench" --data "$DATA" --mib "$DATA_MIB" --reps 5 --json "$OUT/lmc_gpu_bench.json"
+  step bench 150 "$BIN/lmc_gpu_bench" --data "$DATA" --mib "$BENCH_MIB" --reps 5 --json "$OUT/lmc_gpu_bench.json"
 else
-  step bench 150 "$BIN/lmc_gpu_bench" --mib "$DATA_MIB" --reps 5 --json "$OUT/lmc_gpu_bench.json"
+  step bench 150 "$BIN/lmc_gpu_bench" --mib "$BENCH_MIB" --reps 5 --json "$OUT/lmc_gpu_bench.json"
 fi
 if [ "${SKIP_ANCHORS:-0}" != 1 ] && [ -s "$DATA" ]; then
-  step anchors 200 python3 scripts/gpu_anchors.py --data "$DATA" --out "$OUT/gpu_anchors.json"
+  step anchors 200 python3 scripts/gpu_anchors.py --data "$DATA" --limit-mib "$BENCH_MIB" \
+    --out "$OUT/gpu_anchors.json"
+fi
+if [ -n "${LMC_MOUNT_BIN:-}" ] && [ -s "$DATA" ]; then
+  step mount 240 python3 scripts/gpu_mount_bench.py --mount "$LMC_MOUNT_BIN" --libs "${LMC_MOUNT_LIBS:-}" \
+    --data "$DATA" --work /tmp/lmc-gpu-mount --out "$OUT/gpu_mount_bench.json"
 fi
 if [ "${SKIP_SANITIZER:-0}" != 1 ]; then
   step memcheck 150 compute-sanitizer --tool memcheck --error-exitcode 9 "$BIN/lmc_gpu_tests" \

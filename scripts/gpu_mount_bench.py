@@ -59,6 +59,7 @@ def main():
     ap.add_argument("--work", required=True, help="scratch folder on the disk under test")
     ap.add_argument("--out", help="JSON results")
     ap.add_argument("--order", default="plain,off,on,on,off")
+    ap.add_argument("--libs", default="", help="folder of mount.lmcfs's shared libraries (LD_LIBRARY_PATH for it alone)")
     a = ap.parse_args()
 
     import torch
@@ -88,8 +89,11 @@ def main():
             os.makedirs(store)
             os.makedirs(mnt)
             log = os.path.join(a.work, f"mount{k}.log")
+            env = dict(os.environ)
+            if a.libs:
+                env["LD_LIBRARY_PATH"] = os.path.abspath(a.libs)
             r = subprocess.run([a.mount, store, mnt, "-o", f"gpu={mode},log_file={log},log_level=info"],
-                               capture_output=True, text=True)
+                               capture_output=True, text=True, env=env, timeout=120)
             if r.returncode != 0:
                 results.append({"mode": mode, "error": r.stderr.strip()})
                 print(f"{mode}: mount failed: {r.stderr.strip()}", flush=True)

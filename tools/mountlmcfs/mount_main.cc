@@ -598,11 +598,17 @@ int Serve(const Options& o, int report_fd) {
     reclaimer.Start();
     if (report_fd >= 0) {
       Report(report_fd, 0, "");
+      // The daemon keeps none of the caller's descriptors: a caller that
+      // reads our output (out=$(mount.lmcfs ...), a pipe) gets EOF once the
+      // parent exits. Anything written to stderr later (an abort, a
+      // sanitizer) goes to the log file when there is one.
       int nul = open("/dev/null", O_RDWR);
       if (nul >= 0) {
         dup2(nul, 0);
         dup2(nul, 1);
-        if (o.log_file.empty()) dup2(nul, 2);
+        int err = o.log_file.empty() ? -1 : open(o.log_file.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
+        dup2(err >= 0 ? err : nul, 2);
+        if (err > 2) close(err);
         if (nul > 2) close(nul);
       }
     }
