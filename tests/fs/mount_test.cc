@@ -472,6 +472,24 @@ TEST_F(MountTool, ErrorsAndDaemonMode) {
   EXPECT_EQ(Sh("test \"$(cat " + mnt2_ + "/f)\" = hi"), 0);
 }
 
+// A caller that reads the helper's output (out=$(mount.lmcfs ...), a pipe)
+// gets EOF once it returns: the daemon keeps none of the caller's
+// descriptors, with a log file (stderr then goes there) and without.
+TEST_F(MountTool, DaemonKeepsNoneOfTheCallersDescriptors) {
+  const std::string bin = LMC_MOUNT_BIN;
+  const std::string log = root_ + "/mount.log";
+  // `timeout` exits 124 if the command substitution waits for the daemon.
+  ASSERT_EQ(Sh("timeout 30 sh -c 'out=$(" + bin + " " + store_ + " " + mnt_ + " -o log_file=" + log +
+               ",log_level=info 2>&1); test -z \"$out\"'"),
+            0);
+  EXPECT_TRUE(IsMounted(mnt_));
+  EXPECT_EQ(Sh("grep -q mounted " + log), 0);
+  Sh("fusermount3 -u -z " + mnt_);
+  WaitStoreFree();
+  ASSERT_EQ(Sh("timeout 30 sh -c '" + bin + " " + store_ + " " + mnt2_ + " | cat >/dev/null'"), 0);
+  EXPECT_TRUE(IsMounted(mnt2_));
+}
+
 // The mount(8) helper convention: mount(8) runs /sbin/mount.lmcfs SPEC DIR
 // [-sfnv] [-o OPTIONS] for `mount -t lmcfs` and for fstab lines. First the
 // binary is invoked exactly that way; then, when /sbin/mount.lmcfs is free,
