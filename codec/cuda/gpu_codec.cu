@@ -318,15 +318,7 @@ class CudaBackend {
       BodyKernel<Body, Args><<<static_cast<unsigned>(blocks), kThreads, 0, stream_>>>(a, count);
     }
     LMC_RETURN_IF_ERROR(CudaStatus(cudaGetLastError(), "kernel launch"));
-    if (profile_) {
-      cudaEventRecord(prof_[1], stream_);
-      LMC_RETURN_IF_ERROR(CudaStatus(cudaEventSynchronize(prof_[1]), "kernel"));
-      float ms = 0;
-      cudaEventElapsedTime(&ms, prof_[0], prof_[1]);
-      std::string name = typeid(Body).name();
-      times_[name] += ms;
-    }
-    return Status::Ok();
+    return ProfileStop(typeid(Body).name());
   }
 
   Status Histograms(EncStream* dev, uint32_t* hist, const EncStream* host, size_t count,
@@ -341,13 +333,18 @@ class CudaBackend {
     if (profile_) cudaEventRecord(prof_[0], stream_);
     HistKernel<<<static_cast<unsigned>(tiles.size()), 256, 0, stream_>>>(dev, hist, dt, sbuf);
     LMC_RETURN_IF_ERROR(CudaStatus(cudaGetLastError(), "histogram launch"));
-    if (profile_) {
-      cudaEventRecord(prof_[1], stream_);
-      LMC_RETURN_IF_ERROR(CudaStatus(cudaEventSynchronize(prof_[1]), "kernel"));
-      float ms = 0;
-      cudaEventElapsedTime(&ms, prof_[0], prof_[1]);
-      times_["HistKernel"] += ms;
-    }
+    return ProfileStop("HistKernel");
+  }
+
+  // With profile_: waits for the kernel launched since prof_[0] was
+  // recorded and adds its time under `name`.
+  Status ProfileStop(const std::string& name) {
+    if (!profile_) return Status::Ok();
+    cudaEventRecord(prof_[1], stream_);
+    LMC_RETURN_IF_ERROR(CudaStatus(cudaEventSynchronize(prof_[1]), "kernel"));
+    float ms = 0;
+    cudaEventElapsedTime(&ms, prof_[0], prof_[1]);
+    times_[name] += ms;
     return Status::Ok();
   }
 

@@ -151,15 +151,29 @@ LMC_HD void StoreAligned64(uint8_t* p, uint64_t v) {
 #endif
 }
 
+// Where thread i of a split or merge works: its chunk or frame (owner), the
+// first element of its tile, its index j in the tile and its first element.
+struct TilePos {
+  uint32_t owner, j;
+  uint64_t first, e0;
+};
+LMC_HD TilePos TileOf(const uint32_t* tile_owner, const uint64_t* owner_tile0, size_t i) {
+  constexpr uint32_t kThreads = kTileElems / kPerThread;
+  const uint64_t tile = i / kThreads;
+  TilePos t;
+  t.owner = tile_owner[tile];
+  t.first = (tile - owner_tile0[t.owner]) * kTileElems;
+  t.j = static_cast<uint32_t>(i % kThreads);
+  t.e0 = t.first + kPerThread * t.j;
+  return t;
+}
+
 struct SplitBody {  // i: tile * (kTileElems / kPerThread) + j: elements 8j .. 8j+7 of the tile
   static LMC_HD void Run(const EncArgs& a, size_t i) {
-    constexpr uint32_t kThreads = kTileElems / kPerThread;
-    const uint64_t tile = i / kThreads;
-    const uint32_t ci = a.tile_chunk[tile];
-    const EncChunk c = a.chunks[ci];  // by value: stores below cannot change it
-    const uint64_t first = (tile - a.chunk_tile0[ci]) * kTileElems;
-    const uint32_t j = static_cast<uint32_t>(i % kThreads);
-    const uint64_t e0 = first + kPerThread * j;
+    const TilePos t = TileOf(a.tile_chunk, a.chunk_tile0, i);
+    const EncChunk c = a.chunks[t.owner];  // by value: stores below cannot change it
+    const uint64_t first = t.first, e0 = t.e0;
+    const uint32_t j = t.j;
     uint64_t buf[frame::kMaxStreams];
     for (uint32_t b = 0; b < c.nstreams; ++b) buf[b] = a.streams[c.stream0 + b].buf;
     if (e0 < c.elems) {
@@ -212,17 +226,30 @@ struct PlanBody {  // i: stream
   }
 };
 
+// Block slot i of the encode: its stream, its index b in the stream, its
+// first symbol and count. False for streams not coded blocked Huffman and
+// for each stream's spare slot.
+struct BlockSlot {
+  uint32_t si, count;
+  uint64_t b, first;
+};
+LMC_HD bool HuffBlockSlot(const EncArgs& a, size_t i, BlockSlot* o) {
+  o->si = a.block_stream[i];
+  const EncStream& s = a.streams[o->si];
+  o->b = i - s.block0;
+  if (s.coder != hd::kCoderHuffmanBlocked || o->b >= s.blocks) return false;
+  o->first = o->b << kLog2;
+  const uint64_t left = s.n - o->first;
+  o->count = static_cast<uint32_t>(left < (uint64_t{1} << kLog2) ? left : (uint64_t{1} << kLog2));
+  return true;
+}
+
 struct BlockBitsBody {  // i: block
   static LMC_HD void Run(const EncArgs& a, size_t i) {
-    const uint32_t si = a.block_stream[i];
-    const EncStream& s = a.streams[si];
-    const uint64_t b = i - s.block0;
-    if (s.coder != hd::kCoderHuffmanBlocked || b >= s.blocks) return;
-    const uint64_t first = b << kLog2;
-    const uint64_t left = s.n - first;
-    const uint32_t count =
-        static_cast<uint32_t>(left < (uint64_t{1} << kLog2) ? left : (uint64_t{1} << kLog2));
-    a.block_bits[i] = hd::HuffBlockBits(a.sbuf + s.buf + first, count, a.codes + 256 * si);
+    BlockSlot k;
+    if (!HuffBlockSlot(a, i, &k)) return;
+    const EncStream& s = a.streams[k.si];
+    a.block_bits[i] = hd::HuffBlockBits(a.sbuf + s.buf + k.first, k.count, a.codes + 256 * k.si);
   }
 };
 
@@ -242,15 +269,10 @@ struct ScanBody {  // i: stream
 
 struct HuffEncodeBody {  // i: block
   static LMC_HD void Run(const EncArgs& a, size_t i) {
-    const uint32_t si = a.block_stream[i];
-    const EncStream& s = a.streams[si];
-    const uint64_t b = i - s.block0;
-    if (s.coder != hd::kCoderHuffmanBlocked || b >= s.blocks) return;
-    const uint64_t first = b << kLog2;
-    const uint64_t left = s.n - first;
-    const uint32_t count =
-        static_cast<uint32_t>(left < (uint64_t{1} << kLog2) ? left : (uint64_t{1} << kLog2));
-    hd::HuffEncodeBlockWords(a.sbuf + s.buf + first, count, a.codes + 256 * si, a.block_start[s.block0 + b],
+    BlockSlot k;
+    if (!HuffBlockSlot(a, i, &k)) return;
+    const EncStream& s = a.streams[k.si];
+    hd::HuffEncodeBlockWords(a.sbuf + s.buf + k.first, k.count, a.codes + 256 * k.si, a.block_start[i],
                              a.block_bits[i], a.scratch + s.scratch_word, EdgeOr{});
   }
 };
@@ -549,14 +571,11 @@ LMC_HD uint8_t StreamByte1(const MergeStream& s, uint64_t k) {
 
 struct MergeBody {  // i: tile * (kTileElems / kPerThread) + j: elements 8j .. 8j+7 of the tile
   static LMC_HD void Run(const DecArgs& a, size_t i) {
-    constexpr uint32_t kThreads = kTileElems / kPerThread;
-    const uint64_t tile = i / kThreads;
-    const uint32_t fi = a.tile_frame[tile];
-    const DecFrame f = a.frames[fi];  // by value: stores below cannot change it
+    const TilePos t = TileOf(a.tile_frame, a.frame_tile0, i);
+    const DecFrame f = a.frames[t.owner];  // by value: stores below cannot change it
     if (f.bad) return;
-    const uint64_t first = (tile - a.frame_tile0[fi]) * kTileElems;
-    const uint32_t j = static_cast<uint32_t>(i % kThreads);
-    const uint64_t e0 = first + kPerThread * j;
+    const uint64_t first = t.first, e0 = t.e0;
+    const uint32_t j = t.j;
     MergeStream s[frame::kMaxStreams];
     for (uint32_t b = 0; b < f.nstreams; ++b) {
       const DecStream& d = a.streams[f.stream0 + b];

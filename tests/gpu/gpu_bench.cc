@@ -179,15 +179,20 @@ int main(int argc, char** argv) {
     if (r) t_copy.push_back(Seconds(t0));
   }
   std::vector<lmc::GpuEncodeItem> enc(nchunks);
+  // Item c of an encode batch (in: the chunk, out: cap bytes for its frame)
+  // and of a decode batch (frame: encoded by enc[c], out: the chunk's bytes).
+  auto set_enc = [&](size_t c, const uint8_t* in, uint8_t* out, size_t cap) {
+    enc[c] = {};
+    enc[c].src = in;
+    enc[c].n = csize(c);
+    enc[c].dtype = dtype;
+    enc[c].dst = out;
+    enc[c].cap = cap;
+  };
   std::vector<double> t_dev_enc, t_dev_dec;
   for (int r = 0; r < reps + 1; ++r) {
     for (size_t c = 0; c < nchunks; ++c) {
-      enc[c] = {};
-      enc[c].src = d_in + c * chunk;
-      enc[c].n = csize(c);
-      enc[c].dtype = dtype;
-      enc[c].dst = d_frames + c * fcap;
-      enc[c].cap = fcap;
+      set_enc(c, d_in + c * chunk, d_frames + c * fcap, fcap);
     }
     CUDA_OK(cudaDeviceSynchronize());
     auto t0 = Clock::now();
@@ -207,13 +212,16 @@ int main(int argc, char** argv) {
     identical += f.size() == ref_len[c] && std::memcmp(f.data(), gpu_ref[c].data(), f.size()) == 0;
   }
   std::vector<lmc::GpuDecodeItem> dec(nchunks);
+  auto set_dec = [&](size_t c, const uint8_t* frame, uint8_t* out) {
+    dec[c] = {};
+    dec[c].frame = frame;
+    dec[c].len = enc[c].len;
+    dec[c].dst = out;
+    dec[c].cap = csize(c);
+  };
   for (int r = 0; r < reps + 1; ++r) {
     for (size_t c = 0; c < nchunks; ++c) {
-      dec[c] = {};
-      dec[c].frame = enc[c].dst;
-      dec[c].len = enc[c].len;
-      dec[c].dst = d_out + c * chunk;
-      dec[c].cap = csize(c);
+      set_dec(c, enc[c].dst, d_out + c * chunk);
     }
     CUDA_OK(cudaMemset(d_out, 0, total));
     CUDA_OK(cudaDeviceSynchronize());
@@ -239,12 +247,7 @@ int main(int argc, char** argv) {
   for (int r = 0; r < reps; ++r) {
     for (size_t c = 0; c < nchunks; ++c) {
       hframes[c].resize(lmc::MaxEncodedSize(csize(c)));
-      enc[c] = {};
-      enc[c].src = data.data() + c * chunk;
-      enc[c].n = csize(c);
-      enc[c].dtype = dtype;
-      enc[c].dst = hframes[c].data();
-      enc[c].cap = hframes[c].size();
+      set_enc(c, data.data() + c * chunk, hframes[c].data(), hframes[c].size());
     }
     auto t0 = Clock::now();
     auto st = hcodec->EncodeBatch(enc.data(), enc.size());
@@ -261,11 +264,7 @@ int main(int argc, char** argv) {
   for (int r = 0; r < reps; ++r) {
     std::fill(back.begin(), back.end(), 0);
     for (size_t c = 0; c < nchunks; ++c) {
-      dec[c] = {};
-      dec[c].frame = hframes[c].data();
-      dec[c].len = enc[c].len;
-      dec[c].dst = back.data() + c * chunk;
-      dec[c].cap = csize(c);
+      set_dec(c, hframes[c].data(), back.data() + c * chunk);
     }
     auto t0 = Clock::now();
     auto st = hcodec->DecodeBatch(dec.data(), dec.size());
@@ -282,20 +281,11 @@ int main(int argc, char** argv) {
     auto prof = lmc::GpuCodec::Open({0, total + 1, true});
     if (prof.ok()) {
       for (size_t c = 0; c < nchunks; ++c) {
-        enc[c] = {};
-        enc[c].src = d_in + c * chunk;
-        enc[c].n = csize(c);
-        enc[c].dtype = dtype;
-        enc[c].dst = d_frames + c * fcap;
-        enc[c].cap = fcap;
+        set_enc(c, d_in + c * chunk, d_frames + c * fcap, fcap);
       }
       auto st = (*prof)->EncodeBatchDevice(enc.data(), enc.size());
       for (size_t c = 0; c < nchunks && st.ok(); ++c) {
-        dec[c] = {};
-        dec[c].frame = enc[c].dst;
-        dec[c].len = enc[c].len;
-        dec[c].dst = d_out + c * chunk;
-        dec[c].cap = csize(c);
+        set_dec(c, enc[c].dst, d_out + c * chunk);
       }
       if (st.ok()) st = (*prof)->DecodeBatchDevice(dec.data(), dec.size());
       std::printf("kernel times, one encode and one decode pass (%s):\n%s\n", st.ToString().c_str(),
