@@ -100,9 +100,11 @@ class GpuCodec {
   virtual std::string profile() const { return ""; }
 };
 
-// Host-side thresholds of gpu=auto (docs/ARCHITECTURE.md, "GPU codec"):
-// batches smaller than this many bytes are encoded on the CPU, where the
-// transfer and launch costs would not pay.
+// The mount's GPU feeder takes a batch once this many bytes of chunks wait
+// in the encoder queue (docs/ARCHITECTURE.md, "GPU codec in the mount"); CPU
+// encoder threads take the rest. A guess, not a measured crossover: on the
+// one GPU machine measured (docs/BENCHMARKS.md, "GPU codec"), the CPU
+// threads kept the queue below it and the GPU took no chunk.
 inline constexpr size_t kGpuMinBatchBytes = size_t{4} << 20;
 
 }  // namespace lmc
