@@ -198,6 +198,49 @@ TEST_F(FsGpuPool, QueuedChunksGoToTheGpuInBatchesBesideTheCpuThreads) {
   EXPECT_EQ(counters_.gpu_failed_batches.load(), 0u);
 }
 
+// gpu=on (GpuPath::first): the feeder takes whatever is queued, and the
+// CPU threads (four here, idle) take nothing while the GPU keeps up. The
+// fake codec answers at once, so no batch of 64 MiB ever waits behind the
+// feeder.
+TEST_F(FsGpuPool, GpuFirstSendsEveryChunkToTheGpu) {
+  FakeGpuCodec fake;
+  GpuPath gpu(&fake, "", kMinBatch, 64 << 20, &counters_, /*first=*/true);
+  std::vector<std::shared_ptr<EncodeJob>> jobs;
+  {
+    EncoderPool pool(4, &gpu, &counters_);
+    for (uint64_t i = 1; i <= 12; i++) {
+      jobs.push_back(Job(i, Bf16Like(kChunk, static_cast<uint32_t>(i)), nullptr));
+      pool.Submit(jobs.back());
+    }
+    ASSERT_TRUE(WaitFor([&] { return AllDone(jobs); }));
+  }
+  for (auto& j : jobs) ExpectRoundTrip(*j, std::nullopt);
+  EXPECT_EQ(counters_.gpu_encode_chunks.load(), 12u);
+  EXPECT_EQ(counters_.cpu_encode_chunks.load(), 0u);
+  EXPECT_EQ(fake.stats().encode_chunks, 12u);
+}
+
+// gpu=on with a device failure: the failed batch is encoded on the CPU by
+// the feeder, which then stops; the CPU threads take the rest at once.
+TEST_F(FsGpuPool, GpuFirstFallsBackToTheCpuThreadsWhenTheDeviceFails) {
+  FakeGpuCodec fake(/*fail_batch=*/1);
+  GpuPath gpu(&fake, "", kMinBatch, 64 << 20, &counters_, /*first=*/true);
+  std::vector<std::shared_ptr<EncodeJob>> jobs;
+  {
+    EncoderPool pool(2, &gpu, &counters_);
+    for (uint64_t i = 1; i <= 12; i++) {
+      jobs.push_back(Job(i, Bf16Like(kChunk, static_cast<uint32_t>(i + 20)), nullptr));
+      pool.Submit(jobs.back());
+    }
+    ASSERT_TRUE(WaitFor([&] { return AllDone(jobs); })) << "jobs stranded after the GPU went off";
+  }
+  for (auto& j : jobs) ExpectRoundTrip(*j, std::nullopt);
+  EXPECT_FALSE(gpu.active());
+  EXPECT_EQ(counters_.gpu_failed_batches.load(), 1u);
+  EXPECT_EQ(counters_.gpu_encode_chunks.load(), 0u);
+  EXPECT_EQ(counters_.cpu_encode_chunks.load(), 12u);
+}
+
 TEST_F(FsGpuPool, AFailedBatchIsEncodedOnTheCpuAndTheGpuStaysOff) {
   FakeGpuCodec fake(/*fail_batch=*/1);
   GpuPath gpu(&fake, "", kMinBatch, 64 << 20, &counters_);

@@ -87,7 +87,10 @@ once it is installed as /sbin/mount.lmcfs (cmake --install puts it there).
                         on it, beside the encoder threads, and read-ahead
                         decodes batches on it; otherwise everything runs on
                         the CPU (the log says which, and why). on: refuse to
-                        mount without a usable GPU. off: CPU only. A GPU
+                        mount without a usable GPU, and the GPU comes first:
+                        it encodes every written chunk while it keeps up,
+                        the encoder threads only help when it falls a batch
+                        behind. off: CPU only. A GPU
                         failure while mounted moves the work to the CPU and
                         loses nothing; lmcfs-stat shows what each path did
      delta=on|forward|off
@@ -529,6 +532,7 @@ int Serve(const Options& o, int report_fd) {
   fo.encode_threads = o.encode_threads;
   fo.read_only = o.ro;
   fo.gpu = gpu.get();
+  fo.gpu_first = o.gpu == "on";
   if (!gpu) fo.gpu_none_reason = gpu_why;
   auto fsr = Filesystem::Open(store.get(), o.store, fo);
   if (!fsr.ok()) {

@@ -172,7 +172,7 @@ void EncoderPool::Submit(std::shared_ptr<EncodeJob> job) {
     std::lock_guard lk(mu_);
     queued_bytes_ += job->buf->size();
     queue_.push_back(std::move(job));
-    feed = gpu_ && queued_bytes_ >= gpu_->min_batch_bytes();
+    feed = gpu_ && FeederMayTake();
   }
   cpu_cv_.notify_one();
   if (feed) gpu_cv_.notify_one();
@@ -183,7 +183,7 @@ void EncoderPool::Run() {
     std::shared_ptr<EncodeJob> job;
     {
       std::unique_lock lk(mu_);
-      cpu_cv_.wait(lk, [&] { return stop_ || !queue_.empty(); });
+      cpu_cv_.wait(lk, [&] { return stop_ || CpuMayTake(); });
       if (queue_.empty()) break;  // stop_ and nothing left
       job = std::move(queue_.front());
       queue_.pop_front();
@@ -198,16 +198,28 @@ void EncoderPool::Run() {
   OPENSSL_thread_stop();
 }
 
+bool EncoderPool::CpuMayTake() const {
+  if (queue_.empty()) return false;
+  if (!gpu_ || !gpu_->first() || !gpu_->active()) return true;
+  // GPU first: help only while the feeder is busy and a batch more waits.
+  return feeder_busy_ && queued_bytes_ >= gpu_->batch_bytes();
+}
+
+bool EncoderPool::FeederMayTake() const {
+  return gpu_->first() ? !queue_.empty() : queued_bytes_ >= gpu_->min_batch_bytes();
+}
+
 void EncoderPool::RunGpu() {
   pthread_setname_np(pthread_self(), "lmcfs-gpu");
   std::vector<std::shared_ptr<EncodeJob>> batch;
   for (;;) {
     {
       std::unique_lock lk(mu_);
-      gpu_cv_.wait(lk, [&] { return stop_ || queued_bytes_ >= gpu_->min_batch_bytes(); });
+      gpu_cv_.wait(lk, [&] { return stop_ || FeederMayTake(); });
       // At stop the CPU threads finish the queue; once the GPU is off
       // (a failed batch, here or on the read path) they take everything.
       if (stop_ || !gpu_->active()) break;
+      feeder_busy_ = true;
       size_t bytes = 0;
       while (!queue_.empty()) {
         const size_t n = queue_.front()->buf->size();
@@ -220,7 +232,15 @@ void EncoderPool::RunGpu() {
     }
     EncodeBatchOnGpu(batch);
     batch.clear();
+    std::lock_guard lk(mu_);
+    feeder_busy_ = false;
   }
+  {
+    // GPU first: the CPU threads may be waiting for a feeder that is gone.
+    std::lock_guard lk(mu_);
+    feeder_busy_ = false;
+  }
+  cpu_cv_.notify_all();
   OPENSSL_thread_stop();
 }
 

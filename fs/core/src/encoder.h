@@ -96,12 +96,17 @@ class EncoderPool {
   void Run();     // a CPU encoder thread
   void RunGpu();  // the GPU feeder
   void EncodeBatchOnGpu(const std::vector<std::shared_ptr<EncodeJob>>& batch);
+  // Under mu_: whether a CPU thread may take the front job, and whether
+  // the feeder should take a batch (GpuPath::first decides who comes first).
+  bool CpuMayTake() const;
+  bool FeederMayTake() const;
 
   GpuPath* const gpu_;  // nullptr: no feeder
   FsCounters& counters_;
   std::mutex mu_;                   // guards queue_, queued_bytes_ and stop_
   std::condition_variable cpu_cv_;  // CPU threads: a job, or stop
-  std::condition_variable gpu_cv_;  // the feeder: min_batch_bytes queued, or stop
+  std::condition_variable gpu_cv_;  // the feeder: min_batch_bytes queued (GPU first: any), or stop
+  bool feeder_busy_ = false;        // the feeder is encoding a batch (guarded by mu_)
   std::deque<std::shared_ptr<EncodeJob>> queue_;
   size_t queued_bytes_ = 0;  // chunk bytes of the jobs in queue_
   bool stop_ = false;

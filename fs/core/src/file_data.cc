@@ -50,7 +50,7 @@ FileDataShared::FileDataShared(store::Store* st, const FsOptions& o, FsCounters*
       opts(o),
       counters(*c),
       cache(o.cache_bytes),
-      gpu(o.gpu, o.gpu_none_reason, o.gpu_min_batch_bytes, o.gpu_batch_bytes, c),
+      gpu(o.gpu, o.gpu_none_reason, o.gpu_min_batch_bytes, o.gpu_batch_bytes, c, o.gpu_first),
       encoders(o.encode_threads, &gpu, c) {}
 
 int FileDataShared::ToErrno(const Status& s, std::string_view what, uint64_t ino) {

@@ -9,10 +9,11 @@
 namespace lmc::fs {
 
 GpuPath::GpuPath(GpuCodec* codec, std::string none_reason, size_t min_batch_bytes, size_t batch_bytes,
-                 FsCounters* counters)
+                 FsCounters* counters, bool first)
     : codec_(codec),
       min_batch_bytes_(min_batch_bytes),
       batch_bytes_(std::max(batch_bytes, min_batch_bytes)),
+      first_(first),
       counters_(*counters),
       active_(codec != nullptr),
       state_(codec ? "" : std::move(none_reason)) {}

@@ -19,7 +19,7 @@ class GpuPath {
  public:
   // codec may be nullptr (no GPU; none_reason says why). Not owned.
   GpuPath(GpuCodec* codec, std::string none_reason, size_t min_batch_bytes, size_t batch_bytes,
-          FsCounters* counters);
+          FsCounters* counters, bool first = false);
   GpuPath(const GpuPath&) = delete;
   GpuPath& operator=(const GpuPath&) = delete;
 
@@ -28,6 +28,7 @@ class GpuPath {
   bool active() const { return active_.load(std::memory_order_acquire); }
   size_t min_batch_bytes() const { return min_batch_bytes_; }
   size_t batch_bytes() const { return batch_bytes_; }
+  bool first() const { return first_; }  // FsOptions::gpu_first
 
   // One batch on the device, one caller at a time (the codec is not
   // thread-safe). OK: per-item results are in the items. Not OK: nothing
@@ -48,6 +49,7 @@ class GpuPath {
 
   GpuCodec* const codec_;
   const size_t min_batch_bytes_, batch_bytes_;
+  const bool first_;
   FsCounters& counters_;
   std::atomic<bool> active_;
   mutable std::mutex mu_;  // one batch at a time; guards state_

@@ -53,6 +53,11 @@ struct FsOptions {
   // (default 64 MiB). Read-ahead batches below the first go to the CPU too.
   size_t gpu_min_batch_bytes = kGpuMinBatchBytes;
   size_t gpu_batch_bytes = size_t{64} << 20;
+  // GPU first (gpu=on): the feeder takes whatever is queued whenever it is
+  // free, and the CPU threads take a chunk only while the feeder is busy
+  // with a batch and a full batch more waits behind it. Without it (gpu=auto)
+  // the CPU threads come first and the GPU takes the backlog.
+  bool gpu_first = false;
 };
 
 // Who is asking (from fuse_req_ctx): owner of new inodes.
