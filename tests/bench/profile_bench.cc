@@ -34,8 +34,8 @@ int main(int argc, char** argv) {
     auto t0 = std::chrono::steady_clock::now();
     for (size_t c = 0; c < nc; ++c) {
       fr[c].resize(lmc::MaxEncodedSize(chunk));
-      auto r = lmc::EncodeChunk(data.data() + c * chunk, chunk, {lmc::DType::kBF16, nullptr, prof}, fr[c].data(),
-                                fr[c].size(), ws);
+      auto r = lmc::EncodeChunk(data.data() + c * chunk, chunk, {lmc::DType::kBF16, nullptr, prof},
+                                fr[c].data(), fr[c].size(), ws);
       if (!r.ok()) {
         std::fprintf(stderr, "encode failed: %s\n", r.status().ToString().c_str());
         return 1;
@@ -58,9 +58,10 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "decoded bytes differ\n");
       return 1;
     }
-    std::printf("%s ratio %.3f%%  encode %5.0f MB/s  decode %5.0f MB/s  (one thread, %zu chunks of 1 MiB)\n",
-                prof == lmc::EncodeProfile::kCpu ? "cpu profile (4 sub-streams):" : "gpu profile (blocked):      ",
-                100.0 * total / (nc * chunk), nc * chunk / te / 1e6, nc * chunk / td / 1e6, nc);
+    std::printf(
+        "%s ratio %.3f%%  encode %5.0f MB/s  decode %5.0f MB/s  (one thread, %zu chunks of 1 MiB)\n",
+        prof == lmc::EncodeProfile::kCpu ? "cpu profile (4 sub-streams):" : "gpu profile (blocked):      ",
+        100.0 * total / (nc * chunk), nc * chunk / te / 1e6, nc * chunk / td / 1e6, nc);
   }
   return 0;
 }
