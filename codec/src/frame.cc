@@ -61,14 +61,8 @@ Result<size_t> EncodeChunk(const uint8_t* src, size_t n, const EncodeParams& par
   uint8_t* streams = ws.Scratch(n);
   SplitStreams(params.dtype, src, n, params.base, streams);
 
-  std::memcpy(dst, kMagic, 4);
-  dst[4] = 1;  // raised to 2 below when a stream is blocked Huffman
-  dst[5] = static_cast<uint8_t>(params.dtype);
-  dst[6] = params.base ? kFlagXorDelta : 0;
-  dst[7] = static_cast<uint8_t>(ns);
-  StoreLE32(dst + 8, static_cast<uint32_t>(n));
-  StoreLE64(dst + 12, Checksum64(src, n));
-
+  uint8_t coders[kMaxStreams];
+  uint64_t sizes[kMaxStreams];
   size_t pos = hsize;
   for (size_t i = 0; i < ns; ++i) {
     const uint8_t* s = streams + shape.offset(i);
@@ -90,13 +84,12 @@ Result<size_t> EncodeChunk(const uint8_t* src, size_t n, const EncodeParams& par
     }
     LMC_ASSIGN_OR_RETURN(EncodedStream es, EncodeStream(s, m, hist, have_quarters ? quarters : nullptr, want,
                                                         dst + pos, cap - pos));
-    if (es.coder == Coder::kHuffmanBlocked) dst[4] = 2;
-    uint8_t* e = dst + kFixedHeader + i * kStreamEntry;
-    e[0] = static_cast<uint8_t>(es.coder);
-    StoreLE32(e + 1, static_cast<uint32_t>(es.size));
+    coders[i] = static_cast<uint8_t>(es.coder);
+    sizes[i] = es.size;
     pos += es.size;
   }
-  StoreLE32(dst + hsize - kHeaderCrc, static_cast<uint32_t>(XXH3_64bits(dst, hsize - kHeaderCrc)));
+  WriteHeader(dst, static_cast<uint8_t>(params.dtype), params.base != nullptr, static_cast<uint32_t>(n),
+              Checksum64(src, n), static_cast<uint32_t>(ns), coders, sizes);
   return pos;
 }
 

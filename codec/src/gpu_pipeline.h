@@ -37,16 +37,10 @@ LMC_HD void AtomicOr32(uint32_t* p, uint32_t v) {
   *p |= v;  // the host backend runs bodies one at a time
 #endif
 }
-LMC_HD void AtomicAdd32(uint32_t* p, uint32_t v) {
-#if defined(__CUDA_ARCH__)
-  atomicAdd(p, v);
-#else
-  *p += v;
-#endif
-}
 // The entry a flat index belongs to: the largest k < count with
 // first[k] <= i (first non-decreasing, first[0] == 0; empty entries are
-// skipped). Replaces per-index lookup arrays, so planning stays O(items).
+// skipped). The host plans only the per-entry firsts (O(items), not
+// O(bytes)); OwnerFillBody turns them into per-index arrays on the device.
 LMC_HD uint32_t Owner(const uint64_t* first, uint32_t count, uint64_t i) {
   uint32_t lo = 0, hi = count;
   while (hi - lo > 1) {
@@ -98,7 +92,7 @@ struct EncChunk {
 };
 
 struct EncStream {
-  uint32_t chunk, index;
+  uint32_t chunk;
   uint64_t n;
   uint64_t buf;           // offset of the stream bytes in the streams buffer
   uint64_t scratch_word;  // first word of its payload scratch
@@ -310,19 +304,15 @@ struct ChainEncBody {  // i: chunk. Its checksum.
 struct LayoutBody {  // i: chunk. Header, coder headers.
   static LMC_HD void Run(const EncArgs& a, size_t i) {
     EncChunk& c = a.chunks[i];
-    const uint64_t sum = c.sum;
-    const size_t hsize = frame::HeaderSize(c.nstreams);
     uint8_t* o = c.out;
-    uint64_t pos = hsize;
-    uint8_t version = 1;
+    uint64_t pos = frame::HeaderSize(c.nstreams);
+    uint8_t coders[frame::kMaxStreams];
+    uint64_t sizes[frame::kMaxStreams];
     for (uint32_t j = 0; j < c.nstreams; ++j) {
       EncStream& s = a.streams[c.stream0 + j];
       s.out_off = pos;
-      if (s.coder == hd::kCoderHuffmanBlocked) version = 2;
-      uint8_t* e = o + frame::kFixedHeader + j * frame::kStreamEntry;
-      e[0] = s.coder;
-      const uint32_t sz = static_cast<uint32_t>(s.size);
-      for (int k = 0; k < 4; ++k) e[1 + k] = static_cast<uint8_t>(sz >> (8 * k));
+      coders[j] = s.coder;
+      sizes[j] = s.size;
       uint8_t* p = o + pos;
       if (s.coder == hd::kCoderConst) {
         p[0] = a.sbuf[s.buf];
@@ -339,23 +329,17 @@ struct LayoutBody {  // i: chunk. Header, coder headers.
       }
       pos += s.size;
     }
-    o[0] = 'L', o[1] = 'M', o[2] = 'C', o[3] = 'F';
-    o[4] = version;
-    o[5] = c.dtype;
-    o[6] = c.base ? frame::kFlagXorDelta : 0;
-    o[7] = static_cast<uint8_t>(c.nstreams);
-    for (int k = 0; k < 4; ++k) o[8 + k] = static_cast<uint8_t>(c.n >> (8 * k));
-    for (int k = 0; k < 8; ++k) o[12 + k] = static_cast<uint8_t>(sum >> (8 * k));
-    const uint32_t crc = static_cast<uint32_t>(hd::Xxh3_64(o, hsize - frame::kHeaderCrc));
-    for (int k = 0; k < 4; ++k) o[hsize - frame::kHeaderCrc + k] = static_cast<uint8_t>(crc >> (8 * k));
+    frame::WriteHeader(o, c.dtype, c.base != nullptr, static_cast<uint32_t>(c.n), c.sum, c.nstreams, coders,
+                       sizes);
     c.frame_len = pos;
   }
 };
 
 inline constexpr uint32_t kCopyBytes = 4;  // bytes per thread of CopyStreamBody
 
-struct CopyStreamBody {  // i: tile * (kRawTile / kCopyBytes) + j. Raw streams and Huffman payloads into the
-                         // frame.
+// Raw streams and Huffman payloads into the frames. i: tile *
+// (kRawTile / kCopyBytes) + j, bytes kCopyBytes*j .. of the tile.
+struct CopyStreamBody {
   static LMC_HD void Run(const EncArgs& a, size_t i) {
     const uint64_t tile = i / (kRawTile / kCopyBytes);
     const uint32_t si = a.raw_stream[tile];
@@ -395,7 +379,7 @@ struct DecFrame {
 };
 
 struct DecStream {
-  uint32_t frame, index;
+  uint32_t frame;
   uint8_t coder, log2, pad[2];
   uint32_t tasks;    // task slots reserved (a multiple of kDecodeGroup)
   uint64_t start0;   // its block start bits: starts[start0 .. start0 + blocks]
@@ -723,7 +707,6 @@ Status EncodeOnDevice(B& be, GpuEncodeItem* items, const std::vector<size_t>& gp
       EncStream s;
       std::memset(&s, 0, sizeof(s));
       s.chunk = static_cast<uint32_t>(c);
-      s.index = j;
       s.n = j < ch.w ? ch.elems : ch.tail;
       sbytes = (sbytes + 15) & ~uint64_t{15};  // aligned: word loads of symbols
       s.buf = sbytes;
@@ -852,7 +835,6 @@ Status DecodeOnDevice(B& be, GpuDecodeItem* items, const std::vector<DecPlanItem
       DecStream s;
       std::memset(&s, 0, sizeof(s));
       s.frame = static_cast<uint32_t>(f);
-      s.index = j;
       s.coder = static_cast<uint8_t>(si.coder);
       s.n = si.decoded_size;
       s.off = off;

@@ -110,11 +110,11 @@ TEST(BlockedHuffman, HostDeviceWriterAndReaderMatchTheCpuCoder) {
     std::vector<uint8_t> back(n);
     for (uint32_t b = blocks; b-- > 0;) {
       const uint32_t count = static_cast<uint32_t>(std::min<size_t>(4096, n - size_t{b} * 4096));
-      ASSERT_TRUE(hd::HuffDecodeRange(enc.data() + header, plen, start[b], start[b + 1], multi, single,
-                                      back.data() + size_t{b} * 4096, count));
+      ASSERT_TRUE(hd::HuffDecodeRangeWords(enc.data() + header, plen, start[b], start[b + 1], multi, single,
+                                           back.data() + size_t{b} * 4096, count));
       // A wrong end is caught.
-      EXPECT_FALSE(hd::HuffDecodeRange(enc.data() + header, plen, start[b], start[b + 1] + 1, multi, single,
-                                       back.data() + size_t{b} * 4096, count));
+      EXPECT_FALSE(hd::HuffDecodeRangeWords(enc.data() + header, plen, start[b], start[b + 1] + 1, multi,
+                                            single, back.data() + size_t{b} * 4096, count));
     }
     EXPECT_EQ(back, s);
   }

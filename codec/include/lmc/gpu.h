@@ -67,7 +67,7 @@ struct GpuCodecStats {
 struct GpuCodecOptions {
   int device = 0;
   // Largest batch of decoded bytes staged on the device at once; a larger
-  // call is cut into batches of this size, pipelined on two streams.
+  // call is cut into batches of this size, run one after another.
   size_t batch_bytes = size_t{128} << 20;
   // Time every kernel (synchronising after each): for profile() only.
   bool profile = false;
@@ -85,8 +85,9 @@ class GpuCodec {
   static Result<std::unique_ptr<GpuCodec>> Open(const GpuCodecOptions& o = {});
   virtual ~GpuCodec() = default;
 
-  // Host memory in and out, staged through pinned buffers; copies in,
-  // kernels and copies out of consecutive batches overlap.
+  // Host memory in and out: each batch is gathered into one pinned buffer,
+  // copied in, coded and copied out before the next starts (no overlap
+  // between batches yet: docs/BENCHMARKS.md, "GPU codec").
   virtual Status EncodeBatch(GpuEncodeItem* items, size_t count) = 0;
   virtual Status DecodeBatch(GpuDecodeItem* items, size_t count) = 0;
   // Device memory in and out (a checkpoint still on the GPU): no host copy.

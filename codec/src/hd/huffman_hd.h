@@ -298,54 +298,6 @@ LMC_HD void HuffEncodeBlockWords(const uint8_t* sym, uint32_t count, const uint3
   if (nacc) edge_or(words + w, static_cast<uint32_t>(acc));  // the last word: always an edge
 }
 
-// Reads payload bytes as an LSB-first bit string with bounds checks: bytes
-// at or past plen read as zero.
-struct HuffBitReader {
-  const uint8_t* p;
-  size_t plen;
-  uint64_t pos;  // absolute bit position
-  // The 32 bits at pos (fewer real bits near the end).
-  LMC_HD uint32_t Peek32() const {
-    const size_t byte = static_cast<size_t>(pos >> 3);
-    uint64_t v = 0;
-    if (byte + 5 <= plen) {
-      v = uint64_t{p[byte]} | uint64_t{p[byte + 1]} << 8 | uint64_t{p[byte + 2]} << 16 |
-          uint64_t{p[byte + 3]} << 24 | uint64_t{p[byte + 4]} << 32;
-    } else {
-      for (size_t i = 0; i < 5 && byte + i < plen; ++i) v |= uint64_t{p[byte + i]} << (8 * i);
-    }
-    return static_cast<uint32_t>(v >> (pos & 7));
-  }
-};
-
-// Decodes `count` symbols starting at bit `start` of payload[0, plen) into
-// out with the multi-symbol table; true when the reader stops exactly at
-// `end` (the check that catches every malformed range).
-LMC_HD bool HuffDecodeRange(const uint8_t* payload, size_t plen, uint64_t start, uint64_t end,
-                            const uint32_t multi[kHuffTableSize], const uint16_t single[kHuffTableSize],
-                            uint8_t* out, uint32_t count) {
-  HuffBitReader r{payload, plen, start};
-  uint32_t i = 0;
-  // Whole multi-entries while at least 3 symbols remain.
-  while (i + 3 <= count) {
-    if (r.pos > end) return false;
-    const uint32_t e = multi[r.Peek32() & (kHuffTableSize - 1)];
-    const uint32_t k = (e >> 24) & 3;
-    out[i] = static_cast<uint8_t>(e);
-    if (k > 1) out[i + 1] = static_cast<uint8_t>(e >> 8);
-    if (k > 2) out[i + 2] = static_cast<uint8_t>(e >> 16);
-    i += k;
-    r.pos += e >> 26;
-  }
-  while (i < count) {
-    if (r.pos > end) return false;
-    const uint16_t e = single[r.Peek32() & (kHuffTableSize - 1)];
-    out[i++] = static_cast<uint8_t>(e >> 8);
-    r.pos += e & 0xff;
-  }
-  return r.pos == end;
-}
-
 // Canonical decoding data of a code, from which any table entry can be
 // computed alone (so that a GPU builds a table with one thread per entry).
 struct HuffCanonical {
@@ -379,11 +331,13 @@ LMC_HD uint16_t HuffSingleEntryAt(const HuffCanonical& c, uint32_t x) {
   return kHuffMaxLen;  // no code: the filler of HuffBuildDecodeTable
 }
 
-// HuffDecodeRange with aligned 32-bit loads into a 64-bit bit buffer and,
-// when out is 4-byte aligned, 4-byte stores: what one GPU thread runs per
-// block. The bytes of the payload's first aligned word that precede it are
-// read (they are the stream's own header, always present) and ignored;
-// nothing at or past payload + plen is read.
+// Decodes `count` symbols starting at bit `start` of payload[0, plen) into
+// out with the multi-symbol table; true when the reader stops exactly at
+// `end` (the check that catches every malformed range). Aligned 32-bit
+// loads into a 64-bit bit buffer and, when out is 4-byte aligned, 4-byte
+// stores: what one GPU thread runs per block. The bytes of the payload's first aligned word that precede it
+// are read (they are the stream's own header, always present) and ignored; nothing at or past payload + plen
+// is read.
 LMC_HD bool HuffDecodeRangeWords(const uint8_t* payload, size_t plen, uint64_t start, uint64_t end,
                                  const uint32_t* multi, const uint16_t* single, uint8_t* out,
                                  uint32_t count) {
