@@ -1,6 +1,44 @@
 #include "lmc/store/chunk_cache.h"
 
+#include <cstring>
+
 namespace lmc::store {
+
+namespace {
+
+// One allocation for the handle's control block and view; the bytes in a
+// second one, uninitialized.
+struct OwnedBytes {
+  explicit OwnedBytes(size_t n) : mem(std::make_unique_for_overwrite<uint8_t[]>(n)), view(mem.get(), n) {}
+  std::unique_ptr<uint8_t[]> mem;
+  ChunkView view;
+};
+
+struct SlicedBytes {
+  SlicedBytes(std::shared_ptr<const void> o, const uint8_t* p, size_t n) : owner(std::move(o)), view(p, n) {}
+  std::shared_ptr<const void> owner;
+  ChunkView view;
+};
+
+}  // namespace
+
+ChunkBytes NewChunkBytes(size_t n, uint8_t** writable) {
+  auto o = std::make_shared<OwnedBytes>(n);
+  *writable = o->mem.get();
+  return ChunkBytes(o, &o->view);
+}
+
+ChunkBytes CopyChunkBytes(const uint8_t* p, size_t n) {
+  uint8_t* w;
+  ChunkBytes b = NewChunkBytes(n, &w);
+  if (n) std::memcpy(w, p, n);
+  return b;
+}
+
+ChunkBytes SliceChunkBytes(std::shared_ptr<const void> owner, const uint8_t* p, size_t n) {
+  auto s = std::make_shared<SlicedBytes>(std::move(owner), p, n);
+  return ChunkBytes(s, &s->view);
+}
 
 ChunkBytes ChunkCache::Get(const ChunkKey& key) {
   std::lock_guard lk(mu_);

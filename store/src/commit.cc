@@ -8,7 +8,11 @@
 #include <rocksdb/write_batch.h>
 #include <spdlog/spdlog.h>
 
+#include <array>
+#include <cstring>
+#include <deque>
 #include <set>
+#include <span>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -16,6 +20,37 @@
 
 namespace lmc::store {
 namespace {
+
+// The records a group appends to the active pack: each a header built here
+// and a frame that stays in its batch (referenced, not copied), written
+// with one AppendV.
+class PackRecords {
+ public:
+  size_t size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+  void Add(const uint8_t* hdr, const std::string& frame) {
+    headers_.emplace_back();
+    std::memcpy(headers_.back().data(), hdr, fmt::kRecordHeaderSize);
+    pieces_.emplace_back(headers_.back().data(), fmt::kRecordHeaderSize);
+    pieces_.emplace_back(reinterpret_cast<const uint8_t*>(frame.data()), frame.size());
+    size_ += fmt::kRecordHeaderSize + frame.size();
+  }
+  struct Mark {
+    size_t records = 0, size = 0;
+  };
+  Mark mark() const { return {headers_.size(), size_}; }
+  void CutTo(const Mark& m) {
+    headers_.resize(m.records);
+    pieces_.resize(2 * m.records);
+    size_ = m.size;
+  }
+  std::span<const std::span<const uint8_t>> pieces() const { return pieces_; }
+
+ private:
+  std::deque<std::array<uint8_t, fmt::kRecordHeaderSize>> headers_;  // stable addresses
+  std::vector<std::span<const uint8_t>> pieces_;
+  size_t size_ = 0;
+};
 
 // The index state of chunks touched by the group, over the committed index.
 class Overlay {
@@ -73,14 +108,13 @@ class Overlay {
     return std::vector<ChunkKey>(deps.begin(), deps.end());
   }
 
-  void BeginBatch(size_t records_len) {
+  void BeginBatch() {
     undo_.clear();
     live_undo_.clear();
     edge_undo_.clear();
-    records_mark_ = records_len;
   }
-  // Undoes the current batch; returns the records length to cut back to.
-  size_t AbortBatch() {
+  // Undoes the current batch.
+  void AbortBatch() {
     for (auto it = undo_.rbegin(); it != undo_.rend(); ++it) map_[it->first] = it->second;
     for (auto& [pack, d] : live_undo_) live_[pack] -= d;
     for (auto it = edge_undo_.rbegin(); it != edge_undo_.rend(); ++it) {
@@ -89,7 +123,6 @@ class Overlay {
       else
         edges_.erase(it->first);
     }
-    return records_mark_;
   }
 
   const std::unordered_map<ChunkKey, Slot, ChunkKeyHash>& slots() const { return map_; }
@@ -105,7 +138,6 @@ class Overlay {
   std::vector<std::pair<uint64_t, int64_t>> live_undo_;
   std::map<Edge, bool> edges_;
   std::vector<std::pair<Edge, std::optional<bool>>> edge_undo_;  // previous state; nullopt: committed
-  size_t records_mark_ = 0;
 };
 
 struct BatchCounts {
@@ -172,15 +204,14 @@ Status TakeBase(Overlay& ov, const char* what, const ChunkKey& key, const ChunkK
 // Appends op's frame as a record at the end of `records` (the active pack),
 // makes `e` point at it and installs it in the slot (saved for undo first).
 void AppendRecord(Store::Impl& s, const Batch::Op& op, fmt::ChunkEntry& e, Overlay& ov, Overlay::Slot* slot,
-                  std::string& records, uint64_t records_base) {
+                  PackRecords& records, uint64_t records_base) {
   e.pack_id = s.active_id;
   e.offset = records_base + records.size();
   e.frame_len = static_cast<uint32_t>(op.frame.size());
   uint8_t hdr[fmt::kRecordHeaderSize];
   fmt::EncodeRecordHeader(hdr, op.key, reinterpret_cast<const uint8_t*>(op.frame.data()), e.frame_len,
                           e.decoded_len);
-  records.append(reinterpret_cast<const char*>(hdr), sizeof hdr);
-  records.append(op.frame);
+  records.Add(hdr, op.frame);
   ov.Save(op.key, *slot);
   slot->present = true;
   slot->dirty = true;
@@ -276,7 +307,7 @@ Status CheckFrame(const Batch::Op& op, const char* what) {
 // op.base or standalone (RewriteChunk, RebaseChunk): the chunk keeps its
 // key and references, its old record becomes garbage, the new base takes a
 // reference and the old one releases one; its subtree's depths follow.
-Status ReplaceRecord(Store::Impl& s, const Batch::Op& op, Overlay& ov, std::string& records,
+Status ReplaceRecord(Store::Impl& s, const Batch::Op& op, Overlay& ov, PackRecords& records,
                      uint64_t records_base, const char* what) {
   LMC_ASSIGN_OR_RETURN(Overlay::Slot * slot, ov.Find(op.key));
   fmt::ChunkEntry e = slot->e;
@@ -300,7 +331,7 @@ Status ReplaceRecord(Store::Impl& s, const Batch::Op& op, Overlay& ov, std::stri
   return Status::Ok();
 }
 
-Status ApplyChunkOps(Store::Impl& s, const Batch& b, Overlay& ov, std::string& records, uint64_t records_base,
+Status ApplyChunkOps(Store::Impl& s, const Batch& b, Overlay& ov, PackRecords& records, uint64_t records_base,
                      BatchCounts& counts) {
   for (const Batch::Op& op : b.ops()) {
     switch (op.kind) {
@@ -419,13 +450,18 @@ void Store::Impl::Rollback() {
 }
 
 Status Store::Impl::AppendDurably(const std::string& records) {
-  if (records.empty()) return Status::Ok();
-  Status st = active->Append(reinterpret_cast<const uint8_t*>(records.data()), records.size());
-  if (st.ok()) n_pack_written += records.size();
+  const std::span<const uint8_t> one(reinterpret_cast<const uint8_t*>(records.data()), records.size());
+  return AppendDurably({&one, 1}, records.size());
+}
+
+Status Store::Impl::AppendDurably(std::span<const std::span<const uint8_t>> pieces, size_t bytes) {
+  if (bytes == 0) return Status::Ok();
+  Status st = active->AppendV(pieces);
+  if (st.ok()) n_pack_written += bytes;
   if (st.ok()) st = active->Sync();
   if (!st.ok()) {
-    spdlog::error("store {}: writing {} bytes to pack {} failed: {}", dir, records.size(),
-                  PackPath(active_id), st.ToString());
+    spdlog::error("store {}: writing {} bytes to pack {} failed: {}", dir, bytes, PackPath(active_id),
+                  st.ToString());
     Rollback();
   }
   return st;
@@ -442,7 +478,7 @@ Status Store::Impl::CommitGroup(const std::vector<Writer*>& group) {
 
   const uint64_t base = active_end;
   Overlay ov(*this);
-  std::string records;
+  PackRecords records;
   BatchCounts counts;
   rocksdb::WriteBatch wb;
   size_t applied = 0;
@@ -469,12 +505,14 @@ Status Store::Impl::CommitGroup(const std::vector<Writer*>& group) {
   }
 
   for (Writer* w : group) {
-    ov.BeginBatch(records.size());
+    ov.BeginBatch();
+    const PackRecords::Mark mark = records.mark();
     BatchCounts bc;
     w->status = ApplyChunkOps(*this, *w->batch, ov, records, base, bc);
     if (!w->status.ok()) {
       if (w->status.code() != Code::kInvalidArgument) return w->status;  // I/O on the index
-      records.resize(ov.AbortBatch());
+      ov.AbortBatch();
+      records.CutTo(mark);
       continue;
     }
     applied++;
@@ -492,7 +530,7 @@ Status Store::Impl::CommitGroup(const std::vector<Writer*>& group) {
   if (applied == 0 && reaping.empty()) return Status::Ok();  // every member failed on its own
 
   // 1. Pack bytes durable before the index names them.
-  LMC_RETURN_IF_ERROR(AppendDurably(records));
+  LMC_RETURN_IF_ERROR(AppendDurably(records.pieces(), records.size()));
 
   // 2. One index batch: chunk entries, pack sizes and live bytes, fs metadata.
   std::vector<ChunkKey> newly_pinned_dead, no_longer_pinned_dead;

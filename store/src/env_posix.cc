@@ -6,10 +6,14 @@
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <climits>
+#include <vector>
 
 #include "lmc/store/env.h"
 #include "lmc/store/permissions.h"
@@ -64,6 +68,36 @@ class PosixFile final : public File {
       }
       done += static_cast<size_t>(r);
       size_.fetch_add(static_cast<uint64_t>(r));
+    }
+    return Status::Ok();
+  }
+
+  // pwritev in runs of at most IOV_MAX pieces; a short write resumes
+  // inside the piece it stopped in.
+  Status AppendV(std::span<const std::span<const uint8_t>> pieces) override {
+    std::vector<iovec> iov;
+    size_t i = 0, skip = 0;  // first piece not fully written, bytes of it written
+    while (i < pieces.size()) {
+      iov.clear();
+      for (size_t j = i; j < pieces.size() && iov.size() < IOV_MAX; j++) {
+        const size_t off = j == i ? skip : 0;
+        if (pieces[j].size() == off) continue;
+        iov.push_back({const_cast<uint8_t*>(pieces[j].data()) + off, pieces[j].size() - off});
+      }
+      if (iov.empty()) break;
+      ssize_t r = ::pwritev(fd_, iov.data(), static_cast<int>(iov.size()), static_cast<off_t>(size_.load()));
+      if (r < 0) {
+        if (errno == EINTR) continue;
+        return Errno("pwritev", path_);
+      }
+      size_.fetch_add(static_cast<uint64_t>(r));
+      auto left = static_cast<size_t>(r);
+      while (i < pieces.size() && left >= pieces[i].size() - skip) {
+        left -= pieces[i].size() - skip;
+        skip = 0;
+        i++;
+      }
+      skip += left;
     }
     return Status::Ok();
   }
@@ -196,6 +230,11 @@ class PosixEnv final : public Env {
 };
 
 }  // namespace
+
+Status File::AppendV(std::span<const std::span<const uint8_t>> pieces) {
+  for (const auto& p : pieces) LMC_RETURN_IF_ERROR(Append(p.data(), p.size()));
+  return Status::Ok();
+}
 
 Result<uint64_t> Env::DiskBytes(const std::string& dir) {
   DIR* d = ::opendir(dir.c_str());

@@ -46,6 +46,15 @@ void Batch::AddChunk(const ChunkKey& key, std::span<const uint8_t> frame, uint32
           .frame = CopyFrame(frame)});
 }
 
+void Batch::AddChunk(const ChunkKey& key, std::string&& frame, uint32_t decoded_len,
+                     const std::optional<ChunkKey>& base) {
+  Append({.kind = OpKind::kAdd,
+          .key = key,
+          .base = base,
+          .decoded_len = decoded_len,
+          .frame = std::move(frame)});
+}
+
 void Batch::Ref(const ChunkKey& key) { Append({.kind = OpKind::kRef, .key = key}); }
 
 void Batch::Unref(const ChunkKey& key) { Append({.kind = OpKind::kUnref, .key = key}); }
@@ -74,6 +83,13 @@ void Batch::RebaseChunk(const ChunkKey& key, std::span<const uint8_t> frame, con
 void Batch::Clear() {
   ops_.clear();
   frame_bytes_ = 0;
+}
+
+void Batch::Absorb(Batch&& later) {
+  ops_.reserve(ops_.size() + later.ops_.size());
+  for (Op& op : later.ops_) ops_.push_back(std::move(op));
+  frame_bytes_ += later.frame_bytes_;
+  later.Clear();
 }
 
 // ---------------------------------------------------------------- Open
@@ -407,12 +423,13 @@ Result<size_t> Store::Impl::Read(const ChunkKey& key, uint8_t* dst, size_t cap, 
         n_base_hits++;
       } else {
         n_base_misses++;
-        auto b = std::make_shared<std::vector<uint8_t>>(e.decoded_len);
+        uint8_t* w;
+        ChunkBytes b = NewChunkBytes(e.decoded_len, &w);
         // The base's own key is not re-hashed: a wrong base makes this
         // chunk's decoded bytes fail their checks below (frame checksum,
         // and the key when verify_hash), and fsck verifies every base as a
         // chunk of its own.
-        auto n = Read(*e.base, b->data(), e.decoded_len, ws, false, depth + 1);
+        auto n = Read(*e.base, w, e.decoded_len, ws, false, depth + 1);
         if (!n.ok() || *n != e.decoded_len)
           return Corrupt(key, e.pack_id, e.offset,
                          "delta base " + e.base->ToHex() + " unreadable: " +
@@ -438,8 +455,7 @@ Result<size_t> Store::Impl::Read(const ChunkKey& key, uint8_t* dst, size_t cap, 
     if (!n.ok()) return n.status();
     // A delta read directly is likely the base of the next save in a series
     // read in order (forward deltas): keep it.
-    if (depth == 0 && base_cache && e.base)
-      base_cache->Put(key, std::make_shared<const std::vector<uint8_t>>(dst, dst + *n));
+    if (depth == 0 && base_cache && e.base) base_cache->Put(key, CopyChunkBytes(dst, *n));
     return *n;
   }
 }

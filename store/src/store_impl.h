@@ -16,6 +16,7 @@
 #include <optional>
 #include <set>
 #include <shared_mutex>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -155,6 +156,7 @@ struct Store::Impl {
   // Appends records to the active pack and makes them durable; on failure
   // the pack is cut back to active_end (or abandoned if that fails too).
   Status AppendDurably(const std::string& records);
+  Status AppendDurably(std::span<const std::span<const uint8_t>> pieces, size_t bytes);
   void Rollback();
   Status CommitGroup(const std::vector<Writer*>& group);
   Status WriteIndex(rocksdb::WriteBatch& wb, bool sync);

@@ -153,7 +153,7 @@ class DeltaPolicyTest : public ::testing::Test {
       e.length = kChunk;
       e.chunk = key;
       batch.Put(store::Cf::kExtents, store::ExtentKey(ino, spec.offset), store::EncodeExtent(e));
-      policy_->Record(origin, key, bk, &batch);
+      policy_->Record(origin, key, bk, store::CopyChunkBytes(d.data(), d.size()), &batch);
       w.keys.push_back(key);
       w.data.push_back(std::move(d));
     }

@@ -52,7 +52,7 @@ class GatePolicy : public DeltaPolicy {
     std::unique_lock lk(mu_);
     cv_.wait(lk, [&] { return open_; });
     names.push_back(std::string(origin.file_name));
-    if (bad_base) return BaseChoice{{}, std::make_shared<std::vector<uint8_t>>(n + 1)};
+    if (bad_base) return BaseChoice{{}, store::CopyChunkBytes(std::vector<uint8_t>(n + 1).data(), n + 1)};
     if (base && base->bytes->size() == n) {
       offered++;
       return *base;
@@ -60,7 +60,7 @@ class GatePolicy : public DeltaPolicy {
     return std::nullopt;
   }
   void Record(const ChunkOrigin& origin, const store::ChunkKey& key, const std::optional<store::ChunkKey>& b,
-              store::Batch*) override {
+              const store::ChunkBytes&, store::Batch*) override {
     std::lock_guard lk(mu_);
     recorded.push_back({std::string(origin.file_name), key, b});
   }
@@ -304,7 +304,7 @@ TEST_F(FsCore, PipelineChunkDroppedAtTheEncoderReleasesItsBase) {
   GatePolicy* gate = InstallGate(false);
   std::string v1 = Bf16Like(64 << 10, 21);
   gate->base = BaseChoice{store::ChunkKey::Of(reinterpret_cast<const uint8_t*>(v1.data()), v1.size()),
-                          std::make_shared<std::vector<uint8_t>>(v1.begin(), v1.end())};
+                          store::CopyChunkBytes(reinterpret_cast<const uint8_t*>(v1.data()), v1.size())};
   uint64_t ino = CreateFile(kRootIno, "dropped.bin");
   // Past the layout parser's detection window, so the stream cuts chunks
   // (64 KiB each: the base's length) and the encoders hold them.
@@ -345,7 +345,7 @@ TEST_F(FsCore, PipelineDeltaSeamPassesBaseAndName) {
   std::string v2 = v1;
   for (size_t i = 0; i < v2.size(); i += 4096) v2[i] ^= 1;
   gate->base = BaseChoice{store::ChunkKey::Of(reinterpret_cast<const uint8_t*>(v1.data()), v1.size()),
-                          std::make_shared<std::vector<uint8_t>>(v1.begin(), v1.end())};
+                          store::CopyChunkBytes(reinterpret_cast<const uint8_t*>(v1.data()), v1.size())};
   uint64_t b = CreateFile(kRootIno, "tmp.bin");
   ASSERT_EQ(fs_->Rename(kRootIno, "tmp.bin", kRootIno, "v2.bin", 0), 0);
   ASSERT_EQ(fs_->Write(b, 0, v2.data(), v2.size()), 0);

@@ -63,7 +63,7 @@ class FirstCallGate : public DeltaPolicy {
     }
     std::lock_guard lk(mu_);
     if (bad_base_ino && origin.ino == bad_base_ino)
-      return BaseChoice{{}, std::make_shared<std::vector<uint8_t>>(n + 1)};
+      return BaseChoice{{}, store::CopyChunkBytes(std::vector<uint8_t>(n + 1).data(), n + 1)};
     if (base && base->bytes->size() == n && (base_ino == 0 || origin.ino == base_ino)) {
       offered++;
       return *base;
@@ -71,7 +71,7 @@ class FirstCallGate : public DeltaPolicy {
     return std::nullopt;
   }
   void Record(const ChunkOrigin&, const store::ChunkKey&, const std::optional<store::ChunkKey>& b,
-              store::Batch*) override {
+              const store::ChunkBytes&, store::Batch*) override {
     if (b) recorded_with_base++;
   }
   void Release(const store::ChunkKey&) override { released++; }
@@ -90,7 +90,7 @@ class FirstCallGate : public DeltaPolicy {
 // A delta base of these bytes (the policy's choice).
 BaseChoice BaseOf(const std::string& bytes) {
   return BaseChoice{store::ChunkKey::Of(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()),
-                    std::make_shared<std::vector<uint8_t>>(bytes.begin(), bytes.end())};
+                    store::CopyChunkBytes(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size())};
 }
 
 template <typename Pred>
@@ -112,7 +112,7 @@ class FsGpuPool : public ::testing::Test {
     j->ino = ino;
     j->begin = 0;
     j->end = bytes.size();
-    j->buf = std::make_shared<std::vector<uint8_t>>(bytes.begin(), bytes.end());
+    j->buf = store::CopyChunkBytes(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
     if (ino % 2) j->dtype = DType::kBF16;  // the others are detected
     j->delta = delta;
     return j;
@@ -152,9 +152,11 @@ class FsGpuPool : public ::testing::Test {
     std::vector<uint8_t> out(j.buf->size());
     Workspace ws;
     const uint8_t* b = j.base_key ? base->bytes->data() : nullptr;
-    auto r = DecodeChunk(j.frame.get(), j.frame_len, b, b ? j.buf->size() : 0, out.data(), out.size(), ws);
+    EXPECT_EQ(j.frame.size(), j.frame_len);
+    auto r = DecodeChunk(reinterpret_cast<const uint8_t*>(j.frame.data()), j.frame_len, b,
+                         b ? j.buf->size() : 0, out.data(), out.size(), ws);
     ASSERT_TRUE(r.ok()) << r.status().ToString();
-    EXPECT_EQ(out, *j.buf);
+    EXPECT_EQ(out, std::vector<uint8_t>(j.buf->begin(), j.buf->end()));
   }
   FsCounters counters_;
 };

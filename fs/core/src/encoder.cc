@@ -83,23 +83,35 @@ bool PrepareJob(EncodeJob* job, Prepared* out) {
   return true;
 }
 
-// The job's worst-case frame buffer (not zero-filled): the frame is encoded
-// in place, and the batch copies the frame_len bytes when applied.
-void AllocFrame(EncodeJob* job) {
-  job->frame = std::make_unique_for_overwrite<uint8_t[]>(MaxEncodedSize(job->buf->size()));
+// A worst-case frame buffer of this thread (grown, never shrunk): frames
+// are encoded here, and only their bytes copied out, to the job.
+uint8_t* FrameScratch(size_t n) {
+  thread_local std::unique_ptr<uint8_t[]> buf;
+  thread_local size_t cap = 0;
+  const size_t need = MaxEncodedSize(n);
+  if (cap < need) {
+    buf = std::make_unique_for_overwrite<uint8_t[]>(need);
+    cap = need;
+  }
+  return buf.get();
+}
+
+void SetFrame(EncodeJob* job, const uint8_t* frame, size_t len) {
+  job->frame.assign(reinterpret_cast<const char*>(frame), len);
+  job->frame_len = len;
 }
 
 // EncodeChunk on this thread, then the chunk key.
 void EncodeOnCpu(EncodeJob* job, const Prepared& prep) {
   const uint8_t* p = job->buf->data();
   const size_t n = job->buf->size();
-  if (!job->frame) AllocFrame(job);
-  auto r = EncodeChunk(p, n, prep.params, job->frame.get(), MaxEncodedSize(n), EncoderWorkspace());
+  uint8_t* scratch = FrameScratch(n);
+  auto r = EncodeChunk(p, n, prep.params, scratch, MaxEncodedSize(n), EncoderWorkspace());
   if (!r.ok()) {
     job->status = r.status();
     return;
   }
-  job->frame_len = *r;
+  SetFrame(job, scratch, *r);
   job->key = store::ChunkKey::Of(p, n);
 }
 
@@ -246,6 +258,7 @@ void EncoderPool::RunGpu() {
 
 void EncoderPool::EncodeBatchOnGpu(const std::vector<std::shared_ptr<EncodeJob>>& batch) {
   std::vector<Prepared> prep(batch.size());
+  std::vector<std::unique_ptr<uint8_t[]>> frames(batch.size());  // worst-case, not zero-filled
   std::vector<GpuEncodeItem> items;
   std::vector<size_t> of_item;  // items[j] encodes batch[of_item[j]]
   items.reserve(batch.size());
@@ -255,13 +268,13 @@ void EncoderPool::EncodeBatchOnGpu(const std::vector<std::shared_ptr<EncodeJob>>
     EncodeJob* job = batch[i].get();
     Guarded(job, [&] {
       if (!PrepareJob(job, &prep[i])) return;
-      AllocFrame(job);
+      frames[i] = std::make_unique_for_overwrite<uint8_t[]>(MaxEncodedSize(job->buf->size()));
       GpuEncodeItem it;
       it.src = job->buf->data();
       it.n = job->buf->size();
       it.dtype = prep[i].params.dtype;
       it.base = prep[i].params.base;
-      it.dst = job->frame.get();
+      it.dst = frames[i].get();
       it.cap = MaxEncodedSize(it.n);
       items.push_back(it);
       of_item.push_back(i);
@@ -288,8 +301,10 @@ void EncoderPool::EncodeBatchOnGpu(const std::vector<std::shared_ptr<EncodeJob>>
       CountEncoded(*job, false, counters_);
       continue;
     }
-    job->frame_len = items[j].len;
-    Guarded(job, [&] { job->key = store::ChunkKey::Of(job->buf->data(), job->buf->size()); });
+    Guarded(job, [&] {
+      SetFrame(job, frames[of_item[j]].get(), items[j].len);
+      job->key = store::ChunkKey::Of(job->buf->data(), job->buf->size());
+    });
     CountEncoded(*job, true, counters_);
   }
   if (refused) {

@@ -24,6 +24,7 @@
 #include "lmc/fs/delta_policy.h"
 #include "lmc/fs/filesystem.h"
 #include "lmc/status.h"
+#include "lmc/store/chunk_cache.h"
 #include "lmc/store/chunk_key.h"
 
 namespace lmc::fs {
@@ -31,18 +32,18 @@ namespace lmc::fs {
 struct EncodeJob {
   // --- input: set before submission, read-only afterwards ---
   uint64_t ino = 0;
-  std::string name_hint;                      // the inode's name_hint at submission
-  uint64_t parent_hint = 0;                   // and its parent_hint
-  ChunkSpec spec;                             // the chunker's fields (offset, length, dtype, lineage)
-  std::optional<DType> dtype;                 // nullopt: detect from the bytes
-  uint64_t begin = 0, end = 0;                // file range [begin, end), end - begin == buf->size()
-  std::shared_ptr<std::vector<uint8_t>> buf;  // the chunk's bytes (later the cache's)
-  DeltaPolicy* delta = nullptr;               // Impl::delta at submission, or nullptr
-  uint64_t charge = 0;                        // bytes counted against the write budget
+  std::string name_hint;         // the inode's name_hint at submission
+  uint64_t parent_hint = 0;      // and its parent_hint
+  ChunkSpec spec;                // the chunker's fields (offset, length, dtype, lineage)
+  std::optional<DType> dtype;    // nullopt: detect from the bytes
+  uint64_t begin = 0, end = 0;   // file range [begin, end), end - begin == buf->size()
+  store::ChunkBytes buf;         // the chunk's bytes (later the caches')
+  DeltaPolicy* delta = nullptr;  // Impl::delta at submission, or nullptr
+  uint64_t charge = 0;           // bytes counted against the write budget
 
   // --- output: written by the encoder before `done` ---
-  bool zero = false;                 // all zeros: stores nothing (a hole)
-  std::unique_ptr<uint8_t[]> frame;  // worst-case sized, not zero-filled; frame_len used
+  bool zero = false;  // all zeros: stores nothing (a hole)
+  std::string frame;  // the encoded frame (moved into the batch when applied)
   size_t frame_len = 0;
   store::ChunkKey key;
   std::optional<store::ChunkKey> base_key;  // the XOR base, when the policy chose one

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <mutex>
 
 #include "inode.h"
 #include "lmc/codec.h"
@@ -29,6 +30,37 @@ EncodeScratch& Scratch() {
   return s;
 }
 
+// Free dirty blocks of kDirtyBlockSize, shared by every filesystem of the
+// process (and never destroyed: a block may outlive them all in a cache).
+// It keeps at most kMaxFree blocks (64 MiB) for the next writes.
+class BlockPool {
+ public:
+  static BlockPool& Get() {
+    static BlockPool* pool = new BlockPool;
+    return *pool;
+  }
+  std::unique_ptr<uint8_t[]> Take() {
+    {
+      std::lock_guard lk(mu_);
+      if (!free_.empty()) {
+        auto m = std::move(free_.back());
+        free_.pop_back();
+        return m;
+      }
+    }
+    return std::make_unique_for_overwrite<uint8_t[]>(DirtyBlock::kDirtyBlockSize);
+  }
+  void Give(std::unique_ptr<uint8_t[]> m) {
+    std::lock_guard lk(mu_);
+    if (free_.size() < kMaxFree) free_.push_back(std::move(m));
+  }
+
+ private:
+  static constexpr size_t kMaxFree = 8;
+  std::mutex mu_;
+  std::vector<std::unique_ptr<uint8_t[]>> free_;
+};
+
 std::vector<CutSpec> ToCuts(const std::vector<ChunkSpec>& specs) {
   std::vector<CutSpec> q;
   q.reserve(specs.size());
@@ -45,12 +77,29 @@ std::vector<CutSpec> ToCuts(const std::vector<ChunkSpec>& specs) {
 
 }  // namespace
 
+DirtyBlock::~DirtyBlock() {
+  if (mem && cap == kDirtyBlockSize) BlockPool::Get().Give(std::move(mem));
+}
+
+std::shared_ptr<DirtyBlock> NewDirtyBlock(size_t n, bool stream) {
+  auto b = std::make_shared<DirtyBlock>();
+  if (stream && n <= DirtyBlock::kDirtyBlockSize) {
+    b->mem = BlockPool::Get().Take();
+    b->cap = DirtyBlock::kDirtyBlockSize;
+  } else {
+    b->mem = std::make_unique_for_overwrite<uint8_t[]>(n);
+    b->cap = n;
+  }
+  return b;
+}
+
 FileDataShared::FileDataShared(store::Store* st, const FsOptions& o, FsCounters* c)
     : store(st),
       opts(o),
       counters(*c),
       cache(o.cache_bytes),
       gpu(o.gpu, o.gpu_none_reason, o.gpu_min_batch_bytes, o.gpu_batch_bytes, c, o.gpu_first),
+      committer(st),
       encoders(o.encode_threads, &gpu, c) {}
 
 int FileDataShared::ToErrno(const Status& s, std::string_view what, uint64_t ino) {
@@ -93,24 +142,27 @@ int FileData::LoadExtents() {
   return 0;
 }
 
-void FileData::InsertDirty(uint64_t off, const uint8_t* p, size_t n) {
+void FileData::InsertDirty(uint64_t off, const uint8_t* p, size_t n, bool stream) {
   if (n == 0) return;
   RemoveDirty(off, off + n);
   dirty_bytes_ += n;
-  // Append to the segment ending exactly here while it is small, so that
-  // tiny writes do not make tiny segments.
+  // Append to the segment ending exactly here when its block has room.
   auto it = dirty_.lower_bound(off);
   if (it != dirty_.begin()) {
     auto prev = std::prev(it);
     DirtySeg& x = prev->second;
-    if (prev->first + x.len == off && x.len < (256u << 10) && x.buf.use_count() == 1 &&
-        x.start + x.len == x.buf->size()) {
-      x.buf->append(reinterpret_cast<const char*>(p), n);
+    DirtyBlock& b = *x.blk;
+    if (prev->first + x.len == off && x.start + x.len == b.used && b.cap - b.used >= n) {
+      std::memcpy(b.mem.get() + b.used, p, n);
+      b.used += n;
       x.len += n;
       return;
     }
   }
-  dirty_.emplace(off, DirtySeg{std::make_shared<std::string>(reinterpret_cast<const char*>(p), n), 0, n});
+  auto b = NewDirtyBlock(n, stream);
+  std::memcpy(b->mem.get(), p, n);
+  b->used = n;
+  dirty_.emplace(off, DirtySeg{std::move(b), 0, n});
 }
 
 void FileData::RemoveDirty(uint64_t a, uint64_t b) {
@@ -194,12 +246,14 @@ int FileData::GetChunk(const ExtentRec& e, store::ChunkBytes* out) {
     return 0;
   }
   shared_.counters.cache_misses++;
-  // The chunk may exist only in this inode's pending batch.
-  if (pending_chunks_) {
+  // The chunk may exist only in this inode's pending batch, or the one at
+  // the committer.
+  if (pending_chunks_ || committing_) {
     if (int err = Commit(false)) return err;
   }
-  auto buf = std::make_shared<std::vector<uint8_t>>(e.decoded_len);
-  auto r = shared_.store->ReadChunk(e.key, buf->data(), buf->size(), Scratch().ws);
+  uint8_t* w;
+  store::ChunkBytes buf = store::NewChunkBytes(e.decoded_len, &w);
+  auto r = shared_.store->ReadChunk(e.key, w, buf->size(), Scratch().ws);
   if (!r.ok()) return shared_.ToErrno(r.status(), "read chunk " + e.key.ToHex(), owner_.ino);
   if (*r != e.decoded_len)
     return shared_.ToErrno(Status::Corruption("chunk " + e.key.ToHex() + " has an unexpected length"),
@@ -245,25 +299,36 @@ int FileData::View(uint64_t a, uint64_t b, uint8_t* out) {
   return 0;
 }
 
-// When dirty bytes cover all of [a, b) (the usual case for a stream), they
-// are the file's bytes there: appends them to *out (no zero fill) and
-// returns true. Otherwise leaves *out empty and returns false.
-bool FileData::CopyDirty(uint64_t a, uint64_t b, std::vector<uint8_t>* out) const {
+// When dirty bytes cover all of [a, b), they are the file's bytes there:
+// copies them to out (no zero fill) and returns true.
+bool FileData::CopyDirty(uint64_t a, uint64_t b, uint8_t* out) const {
   auto it = dirty_.upper_bound(a);
   if (it == dirty_.begin()) return false;
   --it;
-  out->reserve(b - a);
   uint64_t pos = a;
   for (; pos < b && it != dirty_.end() && it->first <= pos; ++it) {
     uint64_t e = std::min(b, it->first + it->second.size());
     if (e <= pos) break;
-    const auto* p = reinterpret_cast<const uint8_t*>(it->second.data()) + (pos - it->first);
-    out->insert(out->end(), p, p + (e - pos));
+    std::memcpy(out + (pos - a), it->second.data() + (pos - it->first), e - pos);
     pos = e;
   }
-  if (pos == b) return true;
-  out->clear();
-  return false;
+  return pos == b;
+}
+
+int FileData::ChunkInput(uint64_t a, uint64_t b, store::ChunkBytes* out) {
+  auto it = dirty_.upper_bound(a);
+  if (it != dirty_.begin()) {
+    --it;
+    const DirtySeg& seg = it->second;
+    if (it->first + seg.size() >= b) {
+      *out = store::SliceChunkBytes(seg.blk, seg.data() + (a - it->first), b - a);
+      return 0;
+    }
+  }
+  uint8_t* w;
+  *out = store::NewChunkBytes(b - a, &w);
+  if (CopyDirty(a, b, w)) return 0;
+  return View(a, b, w);
 }
 
 // Hands each range [a, b) of the file's current bytes to the encoders as
@@ -283,11 +348,7 @@ int FileData::MaterializeRanges(const std::vector<CutSpec>& specs) {
       job->dtype = s.dtype;
       job->begin = s.begin;
       job->end = end;
-      job->buf = std::make_shared<std::vector<uint8_t>>();
-      if (!CopyDirty(s.begin, end, job->buf.get())) {
-        job->buf->resize(end - s.begin);
-        if (int err = View(s.begin, end, job->buf->data())) return err;
-      }
+      if (int err = ChunkInput(s.begin, end, &job->buf)) return err;
       job->delta = shared_.delta.get();
       // The input, and a frame that is at most about as large.
       job->charge = 2 * (end - s.begin);
@@ -323,7 +384,7 @@ void FileData::Restore(const EncodeJob& job) {
     if (later) cut(j->begin, j->end);
     if (j.get() == &job) later = true;
   }
-  for (auto [x, y] : keep) InsertDirty(x, job.buf->data() + (x - job.begin), y - x);
+  for (auto [x, y] : keep) InsertDirty(x, job.buf->data() + (x - job.begin), y - x, false);
 }
 
 int FileData::ApplyJob(EncodeJob& job) {
@@ -342,15 +403,15 @@ int FileData::ApplyJob(EncodeJob& job) {
   e.decoded_len = e.length;
   if (shared_.delta) {
     ChunkOrigin origin{owner_.ino, owner_.name_hint, &job.spec, owner_.parent_hint};
-    shared_.delta->Record(origin, job.key, job.base_key, &pending_);
+    shared_.delta->Record(origin, job.key, job.base_key, job.buf, &pending_);
   }
-  pending_.AddChunk(e.key, {job.frame.get(), job.frame_len}, e.decoded_len, job.base_key);
+  pending_.AddChunk(e.key, std::move(job.frame), e.decoded_len, job.base_key);
   pending_chunks_ = true;
   ReplaceRange(job.begin, job.end, &e);
   shared_.cache.Put(e.key, std::move(job.buf));
   shared_.counters.chunks_written++;
   shared_.counters.bytes_written += e.length;
-  if (pending_.frame_bytes() >= shared_.opts.batch_limit) return Commit(false);
+  if (pending_.frame_bytes() >= shared_.opts.batch_limit) return CommitAsync();
   return 0;
 }
 
@@ -453,7 +514,8 @@ int FileData::Write(uint64_t off, const uint8_t* p, size_t n) {
     co.chunk_size = shared_.opts.chunk_size;
     chunker_ = std::make_unique<Chunker>(co);
   }
-  InsertDirty(off, p, n);
+  InsertDirty(off, p, n, off == last_write_end_);
+  last_write_end_ = off + n;
   owner_.rec.size = std::max(owner_.rec.size, off + n);
   owner_.rec.mtime_ns = owner_.rec.ctime_ns = NowNs();
   owner_.rec_dirty = true;
@@ -495,13 +557,14 @@ void FileData::Prefetch(uint64_t a, uint64_t b, uint64_t need_end) {
   const size_t k = std::max<size_t>(2, ThreadPool::Shared().size());
   const bool enough = shared_.gpu.active() ? gpu_batch : todo.size() >= k;
   if (todo.empty() || (!enough && !needed_now)) return;
-  if (pending_chunks_ && Commit(false)) return;
+  if ((pending_chunks_ || committing_) && Commit(false)) return;
   if (gpu_batch) todo = PrefetchOnGpu(todo);
   if (todo.empty()) return;
   ThreadPool::Shared().ParallelFor(todo.size(), 0, [&](size_t i, size_t) {
     try {
-      auto buf = std::make_shared<std::vector<uint8_t>>(todo[i].decoded_len);
-      auto r = shared_.store->ReadChunk(todo[i].key, buf->data(), buf->size(), Scratch().ws);
+      uint8_t* w;
+      store::ChunkBytes buf = store::NewChunkBytes(todo[i].decoded_len, &w);
+      auto r = shared_.store->ReadChunk(todo[i].key, w, buf->size(), Scratch().ws);
       if (r.ok() && *r == buf->size()) {
         shared_.counters.cpu_decode_chunks++;
         shared_.counters.cpu_decode_bytes += *r;
@@ -519,13 +582,14 @@ void FileData::Prefetch(uint64_t a, uint64_t b, uint64_t need_end) {
 std::vector<ExtentRec> FileData::PrefetchOnGpu(const std::vector<ExtentRec>& todo) {
   std::vector<ExtentRec> rest;
   try {
-    std::vector<std::shared_ptr<std::vector<uint8_t>>> bufs;
+    std::vector<store::ChunkBytes> bufs;
     std::vector<store::ChunkRead> reads(todo.size());
     bufs.reserve(todo.size());
     for (size_t i = 0; i < todo.size(); i++) {
-      bufs.push_back(std::make_shared<std::vector<uint8_t>>(todo[i].decoded_len));
+      uint8_t* w;
+      bufs.push_back(store::NewChunkBytes(todo[i].decoded_len, &w));
       reads[i].key = todo[i].key;
-      reads[i].dst = bufs[i]->data();
+      reads[i].dst = w;
       reads[i].cap = bufs[i]->size();
     }
     const std::string what =
@@ -586,8 +650,40 @@ int FileData::Truncate(uint64_t size) {
   return 0;
 }
 
+int FileData::WaitCommit() {
+  if (!committing_) return 0;
+  std::shared_ptr<CommitTicket> t = std::move(committing_);
+  t->Wait();
+  if (t->status.ok()) {
+    shared_.counters.commits++;
+    return 0;
+  }
+  t->batch.Absorb(std::move(pending_));
+  pending_ = std::move(t->batch);
+  pending_chunks_ = true;
+  owner_.rec_dirty = true;
+  return shared_.ToErrno(t->status, "commit", owner_.ino);
+}
+
+int FileData::CommitAsync() {
+  if (owner_.purged) return 0;
+  // One batch per inode at the committer: an inode's batches commit in order.
+  if (int err = WaitCommit()) return err;
+  pending_.Put(store::Cf::kInodes, InodeKey(owner_.ino), EncodeInode(owner_.rec));
+  auto t = std::make_shared<CommitTicket>();
+  t->batch = std::move(pending_);
+  pending_.Clear();
+  pending_chunks_ = false;
+  owner_.rec_dirty = false;
+  committing_ = t;
+  shared_.committer.Submit(std::move(t));
+  return 0;
+}
+
 int FileData::Commit(bool sync) {
   if (owner_.purged) return 0;
+  // A failed batch from the committer is back in pending_: committed below.
+  WaitCommit();
   if (pending_.empty() && !owner_.rec_dirty && !sync) return 0;
   pending_.Put(store::Cf::kInodes, InodeKey(owner_.ino), EncodeInode(owner_.rec));
   Status s = shared_.store->Commit(pending_, sync);

@@ -26,6 +26,7 @@
 #include <string_view>
 #include <vector>
 
+#include "committer.h"
 #include "encoder.h"
 #include "gpu_path.h"
 #include "lmc/chunker.h"
@@ -56,6 +57,9 @@ struct FileDataShared {
   std::atomic<uint64_t> inflight_bytes{0};
   // The GPU codec (FsOptions::gpu), shared by the encoders and read-ahead.
   GpuPath gpu;
+  // Commits batches handed off by writers (committer.h); destroyed after the
+  // encoders, whose jobs it does not use, and before the caches.
+  Committer committer;
   // Last member: destroyed (joined) first, while everything its jobs use lives.
   EncoderPool encoders;
 
@@ -74,14 +78,32 @@ struct CutSpec {
   ChunkSpec spec;
 };
 
-// Written bytes [start, start+len) of a shared buffer: cutting a chunk out
-// of a write's bytes re-slices the rest instead of copying it.
+// A buffer written bytes land in (FileData::InsertDirty): a write that
+// continues the previous one is appended after it while there is room, so
+// that a stream's bytes lie contiguous and a chunk cut from them is handed
+// to the encoders as a slice of the block, not a copy. Bytes below `used`
+// never change once written (an overwrite goes to another block), so
+// slices may be read on any thread while the inode appends above `used`.
+// Blocks of kDirtyBlockSize come from a process-wide pool (no page faults
+// or zero fills in the steady state); others are allocated to size.
+struct DirtyBlock {
+  static constexpr size_t kDirtyBlockSize = size_t{8} << 20;
+  std::unique_ptr<uint8_t[]> mem;
+  size_t cap = 0;
+  size_t used = 0;  // guarded by the owning inode's mutex
+  ~DirtyBlock();
+};
+// A block of at least n bytes: pooled when n <= kDirtyBlockSize and
+// `stream` (the write continues a sequence), else exactly n.
+std::shared_ptr<DirtyBlock> NewDirtyBlock(size_t n, bool stream);
+
+// Written bytes [start, start+len) of a block.
 struct DirtySeg {
-  std::shared_ptr<std::string> buf;
+  std::shared_ptr<DirtyBlock> blk;
   size_t start = 0, len = 0;
   size_t size() const { return len; }
-  const char* data() const { return buf->data() + start; }
-  DirtySeg Slice(size_t from, size_t n) const { return {buf, start + from, n}; }
+  const uint8_t* data() const { return blk->mem.get() + start; }
+  DirtySeg Slice(size_t from, size_t n) const { return {blk, start + from, n}; }
 };
 
 class FileData {
@@ -101,7 +123,8 @@ class FileData {
   // the encoders and commits. Reports (once) an encoder error that a write
   // could not.
   int Finalize(bool sync);
-  // Commits the pending batch with the owner's record.
+  // Commits the pending batch with the owner's record (after the batch at
+  // the committer, if any).
   int Commit(bool sync);
   // Adds to `b` the removal of every extent, the owner's record, its orphan
   // mark and xattrs (after committing the pending batch); drops whatever is
@@ -120,7 +143,9 @@ class FileData {
   // Changes (xattrs) to commit with the next Commit.
   store::Batch& pending() { return pending_; }
   // Nothing buffered, streaming, at the encoders or uncommitted.
-  bool Clean() const { return dirty_.empty() && !streaming_ && pending_.empty() && inflight_.empty(); }
+  bool Clean() const {
+    return dirty_.empty() && !streaming_ && pending_.empty() && inflight_.empty() && !committing_;
+  }
 
  private:
   int LoadExtents();
@@ -149,13 +174,23 @@ class FileData {
   // most about one write's worth per concurrent writer.
   int Backpressure() { return ApplyHead(Until::kUnderBudget); }
   int ApplyJob(EncodeJob& job);
+  // Hands the pending batch, with the owner's record, to the committer
+  // (after waiting for this inode's previous one) and returns.
+  int CommitAsync();
+  // Waits for the batch at the committer. A batch that failed goes back in
+  // front of pending_ (the next commit retries it); returns its errno.
+  int WaitCommit();
   // Puts a failed job's bytes back into dirty_ where nothing newer covers them.
   void Restore(const EncodeJob& job);
   void ReplaceRange(uint64_t a, uint64_t b, const ExtentRec* nw);
-  void InsertDirty(uint64_t off, const uint8_t* p, size_t n);
+  // `stream`: the write continues the previous one (a pooled block).
+  void InsertDirty(uint64_t off, const uint8_t* p, size_t n, bool stream);
   void RemoveDirty(uint64_t a, uint64_t b);
-  // When dirty bytes cover all of [a, b), appends them to *out and returns true.
-  bool CopyDirty(uint64_t a, uint64_t b, std::vector<uint8_t>* out) const;
+  // When dirty bytes cover all of [a, b), copies them to out and returns true.
+  bool CopyDirty(uint64_t a, uint64_t b, uint8_t* out) const;
+  // The file's current bytes [a, b) for an encoder: a slice of one dirty
+  // segment when one covers the range (no copy), else a copy.
+  int ChunkInput(uint64_t a, uint64_t b, store::ChunkBytes* out);
   // The file's current bytes [a, b): zeros, then extents, then jobs, then dirty bytes.
   int View(uint64_t a, uint64_t b, uint8_t* out);
   int GetChunk(const ExtentRec& e, store::ChunkBytes* out);
@@ -179,6 +214,7 @@ class FileData {
   // They override extents on read.
   std::map<uint64_t, DirtySeg> dirty_;
   uint64_t dirty_bytes_ = 0;
+  uint64_t last_write_end_ = 0;  // sequential-write detection (dirty blocks)
 
   // Sequential stream: active while the file is written from offset 0 in
   // order; bytes [0, stream_pos_) went through the layout parser.
@@ -201,6 +237,9 @@ class FileData {
   // Chunk adds, extent, xattr and inode puts not yet committed.
   store::Batch pending_;
   bool pending_chunks_ = false;  // pending_ holds AddChunk (not yet readable from the store)
+  // The batch at the committer (its chunks are not readable from the
+  // store until it is done), or nullptr.
+  std::shared_ptr<CommitTicket> committing_;
 };
 
 }  // namespace lmc::fs

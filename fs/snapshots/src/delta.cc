@@ -106,8 +106,9 @@ SnapshotDeltaPolicy::Bytes SnapshotDeltaPolicy::BaseBytes(const store::ChunkKey&
     return b;
   }
   thread_local Workspace ws;
-  auto buf = std::make_shared<std::vector<uint8_t>>(n);
-  auto got = store_->ReadChunk(key, buf->data(), buf->size(), ws);
+  uint8_t* w;
+  Bytes buf = store::NewChunkBytes(n, &w);
+  auto got = store_->ReadChunk(key, w, n, ws);
   if (!got.ok() || *got != n) {
     if (!got.ok())
       spdlog::warn("delta: base chunk {} unreadable ({}); writing standalone", key.ToHex(),
@@ -124,23 +125,6 @@ std::optional<BaseChoice> SnapshotDeltaPolicy::ChooseBase(const ChunkOrigin& ori
   if (opts_.mode == DeltaMode::kOff || origin.spec == nullptr || n < opts_.min_chunk) {
     spdlog::debug("delta: ino {} len {}: not considered (off, no spec or small)", origin.ino, n);
     return std::nullopt;
-  }
-  // Keep this chunk's bytes for Record: they are the base of the next save.
-  if (opts_.base_cache_bytes > 0) {
-    auto copy = std::make_shared<const std::vector<uint8_t>>(data, data + n);
-    std::lock_guard l(mu_);
-    if (pending_bytes_ + n > opts_.base_cache_bytes) {
-      // Chunks the pipeline never recorded (dropped writes) fill it up:
-      // start again; losing entries only costs base reads later.
-      pending_.clear();
-      pending_bytes_ = 0;
-    }
-    {
-      auto& slot = pending_[origin.ino][origin.spec->offset];
-      if (slot) pending_bytes_ -= slot->size();
-      slot = std::move(copy);
-      pending_bytes_ += n;
-    }
   }
   // An explicit base directory (delta_base=DIR) comes first, for files
   // outside it.
@@ -225,24 +209,13 @@ std::optional<BaseChoice> SnapshotDeltaPolicy::TryBase(const ChunkOrigin& origin
 }
 
 void SnapshotDeltaPolicy::Record(const ChunkOrigin& origin, const store::ChunkKey& key,
-                                 const std::optional<store::ChunkKey>& base, store::Batch* batch) {
+                                 const std::optional<store::ChunkKey>& base, const store::ChunkBytes& bytes,
+                                 store::Batch* batch) {
   if (base) batch->Unpin(*base);  // the pin ends when this batch commits
   if (opts_.mode == DeltaMode::kOff || origin.spec == nullptr) return;
-  Bytes bytes;
-  {
-    std::lock_guard l(mu_);
-    auto f = pending_.find(origin.ino);
-    if (f != pending_.end()) {
-      auto it = f->second.find(origin.spec->offset);
-      if (it != f->second.end()) {
-        bytes = std::move(it->second);
-        pending_bytes_ -= bytes->size();
-        f->second.erase(it);
-        if (f->second.empty()) pending_.erase(f);
-      }
-    }
-  }
-  if (bytes && bytes->size() == origin.spec->length) cache_.Put(key, std::move(bytes));
+  // The bases of the next save.
+  if (bytes && bytes->size() == origin.spec->length && bytes->size() >= opts_.min_chunk)
+    cache_.Put(key, bytes);
   const std::string lk = LineageKey(origin.file_name, *origin.spec);
   if (lk.empty() || origin.spec->length < opts_.min_chunk) return;
   // A chunk written as a delta (against delta_base) has its base already:
@@ -329,8 +302,9 @@ SnapshotDeltaPolicy::Outcome SnapshotDeltaPolicy::PrepareRebase(const RebaseItem
   Bytes nb = BaseBytes(it.next, n);
   Bytes pb = cache_.Get(it.prev);
   if (!pb) {
-    auto buf = std::make_shared<std::vector<uint8_t>>(n);
-    auto got = store_->ReadChunk(it.prev, buf->data(), n, ws);
+    uint8_t* w;
+    Bytes buf = store::NewChunkBytes(n, &w);
+    auto got = store_->ReadChunk(it.prev, w, n, ws);
     if (got.ok() && *got == n) pb = std::move(buf);
   }
   if (!nb || !pb) {

@@ -69,7 +69,8 @@ class SnapshotDeltaPolicy final : public DeltaPolicy {
   ~SnapshotDeltaPolicy() override;
   std::optional<BaseChoice> ChooseBase(const ChunkOrigin& origin, const uint8_t* data, size_t n) override;
   void Record(const ChunkOrigin& origin, const store::ChunkKey& key,
-              const std::optional<store::ChunkKey>& base, store::Batch* batch) override;
+              const std::optional<store::ChunkKey>& base, const store::ChunkBytes& bytes,
+              store::Batch* batch) override;
   void Release(const store::ChunkKey& base) override { store_->UnpinChunk(base); }
   void Flush() override;
   void StopBackground() override;
@@ -120,12 +121,8 @@ class SnapshotDeltaPolicy final : public DeltaPolicy {
 
   // Decoded chunks, LRU bounded by base_cache_bytes: bases read from the
   // store, and the bytes of chunks just written (the bases of the next
-  // save), handed from ChooseBase to Record through `pending_`.
+  // save), shared with the write pipeline by Record.
   store::ChunkCache cache_;
-  std::mutex mu_;  // guards the two below
-  // (ino, file offset) -> the chunk's bytes, from ChooseBase until Record.
-  std::unordered_map<uint64_t, std::unordered_map<uint64_t, Bytes>> pending_;
-  uint64_t pending_bytes_ = 0;
 
   // Rebase queue, worked by rebaser_ (started in the constructor in
   // reverse mode, joined by the destructor).

@@ -16,7 +16,31 @@
 
 namespace lmc::store {
 
-using ChunkBytes = std::shared_ptr<const std::vector<uint8_t>>;
+// The decoded bytes of one chunk, immutable once shared: a buffer of their
+// own (NewChunkBytes, CopyChunkBytes) or a slice of a larger buffer that the
+// handle keeps alive (SliceChunkBytes: the write path hands chunks to the
+// encoders, the cache and the delta policy straight out of the buffers the
+// written bytes landed in, without copying them).
+class ChunkView {
+ public:
+  ChunkView(const uint8_t* p, size_t n) : p_(p), n_(n) {}
+  const uint8_t* data() const { return p_; }
+  size_t size() const { return n_; }
+  const uint8_t* begin() const { return p_; }
+  const uint8_t* end() const { return p_ + n_; }
+
+ private:
+  const uint8_t* p_;
+  size_t n_;
+};
+using ChunkBytes = std::shared_ptr<const ChunkView>;
+
+// A buffer of n bytes, not zero-filled: the caller fills *writable before
+// sharing the handle.
+ChunkBytes NewChunkBytes(size_t n, uint8_t** writable);
+ChunkBytes CopyChunkBytes(const uint8_t* p, size_t n);
+// [p, p+n) of a buffer that `owner` keeps alive (and nobody changes).
+ChunkBytes SliceChunkBytes(std::shared_ptr<const void> owner, const uint8_t* p, size_t n);
 
 class ChunkCache {
  public:

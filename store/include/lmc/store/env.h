@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,9 @@ class File {
   // Writes n bytes at the current end. On error some prefix of the bytes
   // may have been written; Size() tells how many.
   virtual Status Append(const uint8_t* p, size_t n) = 0;
+  // Append of the pieces' concatenation, without staging them in one
+  // buffer (PosixFile: pwritev). The default appends them one by one.
+  virtual Status AppendV(std::span<const std::span<const uint8_t>> pieces);
   // Makes the file's data durable (fdatasync).
   virtual Status Sync() = 0;
   virtual Status Truncate(uint64_t size) = 0;

@@ -83,6 +83,9 @@ class Batch {
   // also takes one reference to its base. The frame is copied.
   void AddChunk(const ChunkKey& key, std::span<const uint8_t> frame, uint32_t decoded_len,
                 const std::optional<ChunkKey>& base = std::nullopt);
+  // The same, taking the frame's buffer instead of copying it.
+  void AddChunk(const ChunkKey& key, std::string&& frame, uint32_t decoded_len,
+                const std::optional<ChunkKey>& base = std::nullopt);
   // Takes one more reference to an existing chunk.
   void Ref(const ChunkKey& key);
   // Releases one reference. At zero the chunk leaves the index (its record
@@ -121,6 +124,8 @@ class Batch {
   bool empty() const { return ops_.empty(); }
   size_t frame_bytes() const { return frame_bytes_; }
   void Clear();
+  // Appends the ops of `later` after this batch's (leaving `later` empty).
+  void Absorb(Batch&& later);
 
   enum class OpKind : uint8_t { kAdd, kRef, kUnref, kPut, kDelete, kUnpin, kRewrite, kRebase };
   // Every member has a default initializer, so the builders name only what

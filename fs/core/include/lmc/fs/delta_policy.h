@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "lmc/chunker.h"
+#include "lmc/store/chunk_cache.h"
 #include "lmc/store/chunk_key.h"
 #include "lmc/store/store.h"
 
@@ -36,7 +37,7 @@ struct ChunkOrigin {
 // same length.
 struct BaseChoice {
   store::ChunkKey key;
-  std::shared_ptr<const std::vector<uint8_t>> bytes;
+  store::ChunkBytes bytes;
 };
 
 // Told, on the policy's background thread, that the chunk `key` written at
@@ -63,9 +64,11 @@ class DeltaPolicy {
   // Called with the inode's mutex held when the encoded chunk `key` is
   // applied to the inode's pending batch (in file order); the policy adds
   // whatever it persists (its lineage record) to `batch`, which commits
-  // together with the chunk and its extent.
+  // together with the chunk and its extent. `bytes` are the chunk's decoded
+  // bytes (shared, not copied: the base of the next save), or nullptr.
   virtual void Record(const ChunkOrigin& origin, const store::ChunkKey& key,
-                      const std::optional<store::ChunkKey>& base, store::Batch* batch) = 0;
+                      const std::optional<store::ChunkKey>& base, const store::ChunkBytes& bytes,
+                      store::Batch* batch) = 0;
   // A base that ChooseBase returned for a chunk that will never be recorded
   // (its encode failed, or the pipeline dropped it): releases what
   // ChooseBase holds for it (the pin).
