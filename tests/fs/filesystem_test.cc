@@ -22,6 +22,7 @@
 #include <thread>
 
 #include "core_test_util.h"
+#include "fault_env.h"
 #include "lmc/fs/delta_policy.h"
 #include "lmc/store/store.h"
 
@@ -113,7 +114,9 @@ class FsCore : public ::testing::Test {
   }
   void Reopen(bool close = true) {
     if (close) Close();
-    auto s = store::Store::Open(dir_, {});
+    store::StoreOptions so;
+    so.env = env_;
+    auto s = store::Store::Open(dir_, so);
     ASSERT_TRUE(s.ok()) << s.status().ToString();
     store_ = std::move(s).value();
     auto f = Filesystem::Open(store_.get(), dir_, opts_);
@@ -163,6 +166,7 @@ class FsCore : public ::testing::Test {
   }
 
   std::string dir_;
+  store::Env* env_ = nullptr;  // the store's Env (nullptr: the default)
   std::function<void()> gate_open_;
   FsOptions opts_;
   std::unique_ptr<store::Store> store_;
@@ -246,6 +250,103 @@ TEST_F(FsCore, PipelineFsyncIsDurableWithoutShutdown) {
   fs_.reset();
   store_.reset();
   Reopen(false);
+  EXPECT_EQ(ReadAll(ino), model);
+  ExpectFsckClean();
+}
+
+// A batch that reaches batch_limit commits on the committer thread: the
+// writer goes on while the pack's fdatasync is held, and waits only once
+// kMaxQueuedPerInode of its batches are queued.
+TEST_F(FsCore, PipelineCommitRunsOffTheWritersThread) {
+  store::testing::FaultEnv env;
+  env_ = &env;
+  opts_.batch_limit = 1 << 20;
+  Reopen();
+  uint64_t ino = CreateFile(kRootIno, "async.bin");
+  std::string model = Bf16Like(32 << 20, 31);  // many batches of 1 MiB of frames
+  env.HoldSyncs(true);
+  std::atomic<size_t> written{0};
+  std::thread writer([&] {
+    for (size_t off = 0; off < model.size(); off += 64 << 10) {
+      EXPECT_EQ(fs_->Write(ino, off, model.data() + off, 64 << 10), 0);
+      written = off + (64 << 10);
+    }
+  });
+  // The first batch's pack sync, held on the committer.
+  const bool held = env.WaitForHeldSyncsFor(1, std::chrono::seconds(20));
+  EXPECT_TRUE(held) << "no batch was committed while writing " << model.size() << " bytes";
+  const size_t at_hold = written.load();
+  // The writer was not the one held: it goes on while the sync waits...
+  for (int i = 0; held && i < 400 && written.load() == at_hold; i++)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT_GT(written.load(), at_hold);
+  // ...until its queue at the committer is full.
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_LT(written.load(), model.size());
+  env.HoldSyncs(false);
+  writer.join();
+  ASSERT_EQ(fs_->Fsync(ino, false), 0);
+  EXPECT_EQ(ReadAll(ino), model);
+  ASSERT_EQ(fs_->Release(ino), 0);
+  Reopen();
+  EXPECT_EQ(ReadAll(ino), model);
+  ExpectFsckClean();
+  Close();
+  env_ = nullptr;
+}
+
+// A batch that fails at the committer goes back, with the inode's batches
+// queued behind it, in front of the pending one: the next commit stores
+// them all in order, nothing is lost, and the failure is reported once, by
+// the next flush.
+TEST_F(FsCore, PipelineFailedBackgroundCommitIsRetriedAndReported) {
+  store::testing::FaultEnv env;
+  env_ = &env;
+  Reopen();
+  uint64_t ino = CreateFile(kRootIno, "retry.bin");
+  std::string model = Bf16Like(128 * (64 << 10) + 999, 32);
+  // The first pack sync, a background commit's: the batches queued behind
+  // it fail with it and go back too.
+  env.FailSyncs(1);
+  for (size_t off = 0; off < model.size(); off += 64 << 10)
+    ASSERT_EQ(fs_->Write(ino, off, model.data() + off, std::min<size_t>(64 << 10, model.size() - off)), 0);
+  EXPECT_EQ(fs_->Flush(ino), EIO);
+  EXPECT_EQ(ReadAll(ino), model);
+  EXPECT_EQ(fs_->Flush(ino), 0);
+  ASSERT_EQ(fs_->Release(ino), 0);
+  Reopen();
+  EXPECT_EQ(ReadAll(ino), model);
+  ExpectFsckClean();
+  Close();
+  env_ = nullptr;
+}
+
+// Written bytes land in 8 MiB blocks that chunks are sliced from: writes of
+// odd sizes across block boundaries, overwrites of bytes already sliced
+// into chunks at the encoders, and a hole, read back exactly.
+TEST_F(FsCore, WritesAcrossDirtyBlocksReadBackExactly) {
+  opts_.dirty_limit = 64 << 20;
+  Reopen();
+  GatePolicy* gate = InstallGate(false);  // chunks stay at the encoders, sliced
+  uint64_t ino = CreateFile(kRootIno, "blocks.bin");
+  std::string model = Bf16Like(20 << 20, 33);
+  const size_t piece = (1 << 20) + 4097;
+  for (size_t off = 0; off < model.size(); off += piece)
+    ASSERT_EQ(fs_->Write(ino, off, model.data() + off, std::min(piece, model.size() - off)), 0);
+  std::string patch = Bf16Like(3 << 20, 34);  // over the first block boundary
+  const size_t at = (8 << 20) - (1 << 20) - 5;
+  ASSERT_EQ(fs_->Write(ino, at, patch.data(), patch.size()), 0);
+  model.replace(at, patch.size(), patch);
+  const size_t far = model.size() + (5 << 20) + 3;  // past a hole
+  ASSERT_EQ(fs_->Write(ino, far, patch.data(), 1000), 0);
+  model.resize(far, '\0');
+  model.append(patch.data(), 1000);
+  EXPECT_EQ(ReadAll(ino), model);  // dirty, at the encoders
+  gate->Open();
+  ASSERT_EQ(fs_->Flush(ino), 0);
+  EXPECT_EQ(ReadAll(ino), model);
+  ASSERT_EQ(fs_->Release(ino), 0);
+  Reopen();
   EXPECT_EQ(ReadAll(ino), model);
   ExpectFsckClean();
 }

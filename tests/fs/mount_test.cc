@@ -149,6 +149,56 @@ with open(os.path.join(d, 'rw.bin'), 'w+b') as f:  # overwrite in place, read ba
                 "py");
 }
 
+// Files are opened with FOPEN_KEEP_CACHE: pages cached by one open serve
+// the next. Every way a file's bytes change must still show on the next
+// read: a write through another descriptor while a reader holds it open,
+// truncate, O_TRUNC, copy_file_range into it, rename over it, a shared
+// mapping's store, and a remount (RunPythonBoth).
+TEST_F(MountPython, CachedPagesFollowEveryChange) {
+  RunPythonBoth(R"PY(
+import mmap, os, random, sys
+d = sys.argv[1]
+rnd = random.Random(11)
+def blob(n): return bytes(rnd.getrandbits(8) for _ in range(n))
+def read(p):
+    with open(p, 'rb') as f: return f.read()
+p = os.path.join(d, 'f.bin')
+model = bytearray(blob(300000) * 10)  # 3 MB: several chunks, compressible
+with open(p, 'wb') as f: f.write(model)
+assert read(p) == model and read(p) == model  # cached by the first read
+r = open(p, 'rb'); r.read()                    # a reader keeps it open
+with open(p, 'r+b') as w:
+    w.seek(123457); w.write(b'W' * 70000); model[123457:193457] = b'W' * 70000
+assert read(p) == model
+r.seek(0); assert r.read() == model
+r.close()
+os.truncate(p, 1000001); del model[1000001:]
+assert read(p) == model
+os.truncate(p, 1500000); model += bytes(499999)
+assert read(p) == model
+src = os.path.join(d, 'src.bin'); other = blob(200000)
+with open(src, 'wb') as f: f.write(other)
+fi, fo = os.open(src, os.O_RDONLY), os.open(p, os.O_WRONLY)
+n = 0
+while n < 150000:
+    n += os.copy_file_range(fi, fo, 150000 - n, offset_src=n + 7, offset_dst=n + 900000)
+os.close(fi); os.close(fo); model[900000:1050000] = other[7:150007]
+assert read(p) == model
+with open(p, 'r+b') as f:
+    m = mmap.mmap(f.fileno(), 0); m[5:9] = b'MMAP'; m.flush(); m.close()
+model[5:9] = b'MMAP'
+assert read(p) == model
+with open(src, 'wb') as f: f.write(other)
+os.replace(src, p); model = bytearray(other)
+assert read(p) == model
+with open(p, 'wb') as f: f.write(b'short')
+assert read(p) == b'short'
+with open(p, 'ab') as f: f.write(other[:1000])
+assert read(p) == b'short' + other[:1000]
+)PY",
+                "cache");
+}
+
 // Memory-mapped writes and reads (numpy memmaps, torch.load(mmap=True)) and
 // O_DIRECT writes and reads.
 TEST_F(MountPython, MmapAndDirectIo) {

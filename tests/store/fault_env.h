@@ -10,6 +10,7 @@
 #pragma once
 
 #include <algorithm>
+#include <chrono>
 #include <condition_variable>
 #include <map>
 #include <mutex>
@@ -50,6 +51,11 @@ class FaultEnv final : public Env {
   void WaitForHeldSyncs(int n) {
     std::unique_lock l(mu_);
     cv_.wait(l, [&] { return held_syncs_ >= n; });
+  }
+  // The same, for at most `limit`; whether they are.
+  bool WaitForHeldSyncsFor(int n, std::chrono::milliseconds limit) {
+    std::unique_lock l(mu_);
+    return cv_.wait_for(l, limit, [&] { return held_syncs_ >= n; });
   }
   // Clears every fault, including a crash.
   void Heal() {

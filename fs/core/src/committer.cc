@@ -44,7 +44,10 @@ void Committer::Run() {
     }
     Status s;
     try {
-      s = store_->Commit(t->batch, false);
+      if (t->prev && !t->prev->status.ok())
+        s = Status::IOError("not committed: an earlier batch of the same file failed");
+      else
+        s = store_->Commit(t->batch, false);
     } catch (const std::bad_alloc&) {
       s = Status::IOError("out of memory committing a batch");
     } catch (const std::exception& e) {
@@ -54,6 +57,7 @@ void Committer::Run() {
       std::lock_guard lk(t->mu);
       t->status = std::move(s);
       t->done = true;
+      t->prev.reset();
     }
     t->cv.notify_all();
   }

@@ -2,10 +2,13 @@
 // pipeline"): a writer whose pending batch reaches FsOptions::batch_limit
 // hands it to the committer thread and goes on encoding and writing, so
 // that the pack append and its fdatasync overlap the next chunks instead of
-// stalling the writer under its inode's mutex. Each inode has at most one
-// batch at the committer, and every later commit of that inode waits for it
-// first (FileData::WaitCommit), so an inode's batches reach the store in
-// order. Commits that must be durable when they return (fsync, flush,
+// stalling the writer under its inode's mutex. An inode has at most
+// kMaxQueuedPerInode batches at the committer, which commits them in
+// order; a batch whose predecessor of the same inode failed is not
+// committed either (it fails too), so that the inode can put all of them
+// back, in order, in front of its pending batch (FileData::WaitCommits).
+// Every commit on the inode's own thread waits for its queued batches
+// first. Commits that must be durable when they return (fsync, flush,
 // namespace changes) stay on the caller's thread.
 #pragma once
 
@@ -21,7 +24,12 @@
 namespace lmc::fs {
 
 struct CommitTicket {
+  static constexpr size_t kMaxQueuedPerInode = 4;
+
   store::Batch batch;  // the committer's while !done; the submitter's again after
+  // The same inode's previous batch at the committer (or nullptr): when it
+  // failed, this one is not committed. Dropped once this one is done.
+  std::shared_ptr<CommitTicket> prev;
 
   std::mutex mu;
   std::condition_variable cv;

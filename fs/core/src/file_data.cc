@@ -248,7 +248,7 @@ int FileData::GetChunk(const ExtentRec& e, store::ChunkBytes* out) {
   shared_.counters.cache_misses++;
   // The chunk may exist only in this inode's pending batch, or the one at
   // the committer.
-  if (pending_chunks_ || committing_) {
+  if (pending_chunks_ || !committing_.empty()) {
     if (int err = Commit(false)) return err;
   }
   uint8_t* w;
@@ -557,7 +557,7 @@ void FileData::Prefetch(uint64_t a, uint64_t b, uint64_t need_end) {
   const size_t k = std::max<size_t>(2, ThreadPool::Shared().size());
   const bool enough = shared_.gpu.active() ? gpu_batch : todo.size() >= k;
   if (todo.empty() || (!enough && !needed_now)) return;
-  if ((pending_chunks_ || committing_) && Commit(false)) return;
+  if ((pending_chunks_ || !committing_.empty()) && Commit(false)) return;
   if (gpu_batch) todo = PrefetchOnGpu(todo);
   if (todo.empty()) return;
   ThreadPool::Shared().ParallelFor(todo.size(), 0, [&](size_t i, size_t) {
@@ -650,40 +650,50 @@ int FileData::Truncate(uint64_t size) {
   return 0;
 }
 
-int FileData::WaitCommit() {
-  if (!committing_) return 0;
-  std::shared_ptr<CommitTicket> t = std::move(committing_);
-  t->Wait();
-  if (t->status.ok()) {
-    shared_.counters.commits++;
-    return 0;
+int FileData::WaitCommits(size_t keep) {
+  while (committing_.size() > keep) {
+    std::shared_ptr<CommitTicket> t = std::move(committing_.front());
+    committing_.pop_front();
+    t->Wait();
+    if (t->status.ok()) {
+      shared_.counters.commits++;
+      continue;
+    }
+    store::Batch back = std::move(t->batch);
+    for (auto& later : committing_) {
+      later->Wait();
+      back.Absorb(std::move(later->batch));
+    }
+    committing_.clear();
+    back.Absorb(std::move(pending_));
+    pending_ = std::move(back);
+    pending_chunks_ = true;
+    owner_.rec_dirty = true;
+    return shared_.ToErrno(t->status, "commit", owner_.ino);
   }
-  t->batch.Absorb(std::move(pending_));
-  pending_ = std::move(t->batch);
-  pending_chunks_ = true;
-  owner_.rec_dirty = true;
-  return shared_.ToErrno(t->status, "commit", owner_.ino);
+  return 0;
 }
 
 int FileData::CommitAsync() {
   if (owner_.purged) return 0;
-  // One batch per inode at the committer: an inode's batches commit in order.
-  if (int err = WaitCommit()) return err;
+  if (int err = WaitCommits(CommitTicket::kMaxQueuedPerInode - 1)) return err;
   pending_.Put(store::Cf::kInodes, InodeKey(owner_.ino), EncodeInode(owner_.rec));
   auto t = std::make_shared<CommitTicket>();
   t->batch = std::move(pending_);
   pending_.Clear();
+  if (!committing_.empty()) t->prev = committing_.back();
   pending_chunks_ = false;
   owner_.rec_dirty = false;
-  committing_ = t;
+  committing_.push_back(t);
   shared_.committer.Submit(std::move(t));
   return 0;
 }
 
 int FileData::Commit(bool sync) {
   if (owner_.purged) return 0;
-  // A failed batch from the committer is back in pending_: committed below.
-  WaitCommit();
+  // A batch that failed at the committer is back in pending_ and committed
+  // below; its error is reported by the next Finalize all the same.
+  if (int err = WaitCommits(); err && !write_error_) write_error_ = err;
   if (pending_.empty() && !owner_.rec_dirty && !sync) return 0;
   pending_.Put(store::Cf::kInodes, InodeKey(owner_.ino), EncodeInode(owner_.rec));
   Status s = shared_.store->Commit(pending_, sync);
@@ -712,13 +722,15 @@ void FileData::RefreshFrameLen(uint64_t off, const store::ChunkKey& key, uint32_
 
 int FileData::Finalize(bool sync) {
   if (owner_.purged) return 0;
-  int reported = write_error_;
+  int err = FinishStream();
+  if (!err) err = MaterializeDirty();
+  if (!err) err = Drain();
+  if (!err) err = Commit(sync);
+  // An error of an earlier write (encoder, background commit) is reported
+  // here once, after its bytes were retried.
+  const int reported = write_error_;
   write_error_ = 0;
-  if (int err = FinishStream()) return err;
-  if (int err = MaterializeDirty()) return err;
-  if (int err = Drain()) return err;
-  if (int err = Commit(sync)) return err;
-  return reported;
+  return err ? err : reported;
 }
 
 int FileData::CloneFrom(FileData& src, uint64_t soff, uint64_t doff, uint64_t len) {

@@ -144,7 +144,7 @@ class FileData {
   store::Batch& pending() { return pending_; }
   // Nothing buffered, streaming, at the encoders or uncommitted.
   bool Clean() const {
-    return dirty_.empty() && !streaming_ && pending_.empty() && inflight_.empty() && !committing_;
+    return dirty_.empty() && !streaming_ && pending_.empty() && inflight_.empty() && committing_.empty();
   }
 
  private:
@@ -174,12 +174,14 @@ class FileData {
   // most about one write's worth per concurrent writer.
   int Backpressure() { return ApplyHead(Until::kUnderBudget); }
   int ApplyJob(EncodeJob& job);
-  // Hands the pending batch, with the owner's record, to the committer
-  // (after waiting for this inode's previous one) and returns.
+  // Hands the pending batch, with the owner's record, to the committer and
+  // returns (after waiting while kMaxQueuedPerInode of this inode's are there).
   int CommitAsync();
-  // Waits for the batch at the committer. A batch that failed goes back in
-  // front of pending_ (the next commit retries it); returns its errno.
-  int WaitCommit();
+  // Waits until at most `keep` of this inode's batches are at the
+  // committer, oldest first. A failed batch, and every later one (which
+  // then fails too), go back in front of pending_, in order (the next
+  // commit retries them); returns the first failure's errno.
+  int WaitCommits(size_t keep = 0);
   // Puts a failed job's bytes back into dirty_ where nothing newer covers them.
   void Restore(const EncodeJob& job);
   void ReplaceRange(uint64_t a, uint64_t b, const ExtentRec* nw);
@@ -237,9 +239,9 @@ class FileData {
   // Chunk adds, extent, xattr and inode puts not yet committed.
   store::Batch pending_;
   bool pending_chunks_ = false;  // pending_ holds AddChunk (not yet readable from the store)
-  // The batch at the committer (its chunks are not readable from the
-  // store until it is done), or nullptr.
-  std::shared_ptr<CommitTicket> committing_;
+  // This inode's batches at the committer, oldest first (their chunks are
+  // not readable from the store until they are done).
+  std::deque<std::shared_ptr<CommitTicket>> committing_;
 };
 
 }  // namespace lmc::fs

@@ -217,6 +217,18 @@ void Rename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t newp
   ErrOp(req, "rename", [&] { return Fs(req).Rename(parent, name, newparent, newname, flags); });
 }
 
+// The kernel keeps a file's cached pages across opens (FOPEN_KEEP_CACHE):
+// a re-read of a file unchanged since it was read goes at page-cache speed
+// instead of decoding again. Every change of a file's bytes reaches the
+// daemon through this kernel mount, which updates or drops its pages
+// itself: write (write-through, the pages hold what was written),
+// truncate and O_TRUNC opens (truncate_pagecache), copy_file_range (the
+// destination range is dropped); renames and unlinks change which inode a
+// name opens; a remount starts with an empty cache. With
+// FUSE_CAP_AUTO_INVAL_DATA (libfuse's default) the kernel also drops them
+// when it sees the file's mtime or size change.
+void KeepCache(fuse_file_info* fi) { fi->keep_cache = 1; }
+
 void Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   Guard(req, "open", [&](bool& r) {
     int err = Fs(req).Open(ino, fi->flags);
@@ -229,6 +241,7 @@ void Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     // may have written, so that closing a reader does not cut a writer's
     // stream short.
     fi->fh = (fi->flags & O_ACCMODE) != O_RDONLY;
+    KeepCache(fi);
     if (fuse_reply_open(req, fi) == -ENOENT) Fs(req).Release(ino);  // interrupted open
   });
 }
@@ -248,6 +261,7 @@ void Create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, fu
     e.attr_timeout = Ctx(req).attr_timeout;
     e.entry_timeout = Ctx(req).entry_timeout;
     fi->fh = 1;
+    KeepCache(fi);
     if (fuse_reply_create(req, &e, fi) == -ENOENT) {
       Fs(req).Release(st.st_ino);
       Fs(req).Forget(st.st_ino, 1);
