@@ -1,15 +1,21 @@
 #!/usr/bin/env bash
-# Writes a checkpoint with torch.save + fsync through an lmcfs mount and to
-# the backing directory directly (same disk), then reads both back (cp to
-# /dev/null after dropping caches when root), and reports MB/s and the
-# stored size, and the size `lmc compress` makes of the same file. Usage:
+# Filesystem benchmark: torch.save + fsync of one checkpoint to the plain
+# disk, to btrfs compress-force=zstd:1 (loop device on the same disk) and
+# through an lmcfs mount, A-B-C-C-B-A; cold reads (caches dropped) and the
+# mount's warm re-read; daemon CPU-seconds per GiB; the disk-bound limit
+# (scripts/fs_bench.py). Usage:
 #   scripts/fs_bench.sh [SIZE_MIB] [DTYPE]     (defaults: 2048 bf16; dtype bf16|fp32|adam)
+#   scripts/fs_bench.sh all [SIZE_MIB]         every case: bf16 and adam on the disk,
+#       bf16 with everything on tmpfs (the CPU-bound ceiling), and 4 writers
+#   scripts/fs_bench.sh writers [SIZE_MIB]     (default 512): 4 processes each write
+#       their own SIZE_MIB shard with fsync, at once, to the disk and through the mount
 #   scripts/fs_bench.sh rss [SIZE_MIB]         (default 10240): the daemon's peak
 #       memory (VmHWM) while one file of SIZE_MIB bf16-like data is written in
 #       64 MiB pieces and fsynced, against the configured write buffer + cache.
 # Env: BUILD_DIR (default build), WORK (default /var/tmp/lmcfs-bench; put it
-# on tmpfs for the CPU-bound figure), KEEP=1 keeps the files, MOUNT_OPTS
-# (extra -o options, e.g. write_buffer=128M,cache_size=64M).
+# on tmpfs for the CPU-bound figure), MOUNT_OPTS (extra -o options),
+# BEFORE_BIN (another mount.lmcfs, e.g. an earlier commit's, run in the same
+# order as case "before").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ "${1:-}" = rss ]; then
@@ -57,80 +63,71 @@ PY
   python3 -c "s, b = map(int, '$st'.split()); print(f'stored {b*512/1e6:.1f} MB of {s/1e6:.1f} MB = ratio {b*512/s:.3f}')"
   exit 0
 fi
-SIZE_MIB=${1:-2048}
-DTYPE=${2:-bf16}
 BUILD_DIR=${BUILD_DIR:-build}
-WORK=${WORK:-/var/tmp/lmcfs-bench}
 BIN=$BUILD_DIR/tools/mountlmcfs/mount.lmcfs
 [ -x "$BIN" ] || { echo "build mount.lmcfs first (ninja -C $BUILD_DIR mount.lmcfs)" >&2; exit 2; }
-rm -rf "$WORK"
-mkdir -p "$WORK/store" "$WORK/mnt" "$WORK/plain"
-"$BIN" "$WORK/store" "$WORK/mnt" -o log_file="$WORK/log"
-cleanup() {
-  fusermount3 -u -z "$WORK/mnt" 2>/dev/null || true
-  for _ in $(seq 50); do fuser "$WORK/store/LOCK" >/dev/null 2>&1 || break; sleep 0.2; done
-  [ "${KEEP:-0}" = 1 ] || rm -rf "$WORK"
-}
-trap cleanup EXIT
-
-python3 - "$SIZE_MIB" "$DTYPE" "$WORK" <<'PY'
+if [ "${1:-}" = writers ]; then
+  SIZE_MIB=${2:-512}
+  WORK=${WORK:-/var/tmp/lmcfs-bench}
+  rm -rf "$WORK"
+  mkdir -p "$WORK/store" "$WORK/mnt" "$WORK/plain"
+  "$BIN" "$WORK/store" "$WORK/mnt" -o "log_file=$WORK/log${MOUNT_OPTS:+,$MOUNT_OPTS}"
+  cleanup() {
+    fusermount3 -u -z "$WORK/mnt" 2>/dev/null || true
+    for _ in $(seq 50); do fuser "$WORK/store/LOCK" >/dev/null 2>&1 || break; sleep 0.2; done
+    rm -rf "$WORK"
+  }
+  trap cleanup EXIT
+  python3 - "$SIZE_MIB" "$WORK" <<'PY'
 import os, sys, time, torch
-size_mib, dtype, work = int(sys.argv[1]), sys.argv[2], sys.argv[3]
-torch.manual_seed(0)
-piece = 64 << 20
-state = {}
-if dtype == 'adam':  # fp32 weights + two fp32 moments: a training checkpoint
-    n = size_mib * (1 << 20) // 12  # elements per tensor: 3 fp32 tensors
-    for i in range(0, n, piece // 4):
-        m = min(piece // 4, n - i)
-        w = torch.randn(m) * 0.02
-        state[f'w{i}'] = w
-        state[f'm{i}'] = torch.randn(m) * 1e-3
-        state[f'v{i}'] = (torch.randn(m) * 1e-4) ** 2
-else:
-    dt = {'bf16': torch.bfloat16, 'fp32': torch.float32}[dtype]
-    esz = torch.tensor([], dtype=dt).element_size()
-    n = size_mib * (1 << 20) // esz
-    for i in range(0, n, piece // esz):
-        state[f't{i}'] = (torch.randn(min(piece // esz, n - i)) * 0.02).to(dt)
-def save(path):
+from multiprocessing import Process
+size_mib, work = int(sys.argv[1]), sys.argv[2]
+def shard(rank):
+    g = torch.Generator().manual_seed(rank)
+    return {f't{i}': (torch.randn(32 << 20, generator=g) * 0.02).to(torch.bfloat16)
+            for i in range(size_mib // 64)}
+def write(path, rank):
+    st = shard(rank)
     t = time.time()
     with open(path, 'wb') as f:
-        torch.save(state, f)
-        f.flush()
-        os.fsync(f.fileno())
+        torch.save(st, f); f.flush(); os.fsync(f.fileno())
+def run(d):
+    ps = [Process(target=write, args=(os.path.join(d, f'rank{r}.pt'), r)) for r in range(4)]
+    t = time.time()
+    for p in ps: p.start()
+    for p in ps: p.join()
     return time.time() - t
 res = {}
-for name in ('plain', 'mnt'):
-    p = os.path.join(work, name, 'ckpt.pt')
-    dt = save(p)
-    sz = os.path.getsize(p)
-    res[name] = (sz, dt)
-    print(f'write {name:5s}: {sz / 1e6:9.1f} MB in {dt:6.2f} s = {sz / 1e6 / dt:7.1f} MB/s')
-st = os.stat(os.path.join(work, 'mnt', 'ckpt.pt'))
-stored = st.st_blocks * 512
-print(f'stored size: {stored / 1e6:.1f} MB of {st.st_size / 1e6:.1f} MB = ratio {stored / st.st_size:.3f}')
-print(f'write speedup (mnt vs plain): {res["plain"][1] / res["mnt"][1]:.2f}x; '
-      f'disk-bound limit 1/ratio = {st.st_size / stored:.2f}x')
+for d in ('plain', 'mnt', 'mnt', 'plain'):
+    for r in range(4):
+        p = os.path.join(work, d, f'rank{r}.pt')
+        if os.path.exists(p): os.remove(p)
+    os.sync()
+    dt = run(os.path.join(work, d))
+    total = sum(os.path.getsize(os.path.join(work, d, f'rank{r}.pt')) for r in range(4))
+    res.setdefault(d, []).append(dt)
+    print(f'4 writers {d:5s}: {total / 1e6:.0f} MB in {dt:.2f} s = {total / 1e6 / dt:.0f} MB/s (includes making the tensors)', flush=True)
+print(f'4 writers: mount {min(res["plain"]) / min(res["mnt"]):.2f}x the plain disk (best of two each)')
 PY
-LMC=$BUILD_DIR/tools/lmc
-if [ -x "$LMC" ]; then
-  "$LMC" compress -q "$WORK/plain/ckpt.pt" "$WORK/ckpt.lmc" >/dev/null
-  python3 - "$WORK" <<'PY'
-import os, sys
-w = sys.argv[1]
-st = os.stat(os.path.join(w, 'mnt', 'ckpt.pt'))
-lmc = os.path.getsize(os.path.join(w, 'ckpt.lmc'))
-print(f'lmc compress: {lmc / 1e6:.1f} MB; mount stores {st.st_blocks * 512 / lmc * 100 - 100:+.2f}% vs lmc compress')
-PY
-  rm -f "$WORK/ckpt.lmc"
+  exit 0
 fi
-for name in plain mnt; do
-  [ "$(id -u)" = 0 ] && { sync; echo 3 > /proc/sys/vm/drop_caches; } || true
-  start=$(date +%s.%N)
-  cp "$WORK/$name/ckpt.pt" /dev/null
-  end=$(date +%s.%N)
-  size=$(stat -c %s "$WORK/$name/ckpt.pt")
-  python3 -c "print(f'read  {\"$name\":5s}: {$size/1e6:9.1f} MB in {$end-$start:6.2f} s = {$size/1e6/($end-$start):7.1f} MB/s')"
-done
-echo "store directory: $(du -sm "$WORK/store" | cut -f1) MiB on disk"
+if [ "${1:-}" = all ]; then
+  SIZE_MIB=${2:-2048}
+  echo "== bf16 weights, ${SIZE_MIB} MiB, store on the disk ($(df --output=source "${WORK:-/var/tmp}" | tail -1))"
+  "$0" "$SIZE_MIB" bf16
+  echo; echo "== fp32 weights + AdamW moments, ${SIZE_MIB} MiB, store on the disk"
+  "$0" "$SIZE_MIB" adam
+  echo; echo "== bf16 weights, ${SIZE_MIB} MiB, everything on tmpfs (CPU-bound ceiling)"
+  WORK=/dev/shm/lmcfs-bench "$0" "$SIZE_MIB" bf16
+  echo; echo "== 4 writers, 512 MiB each"
+  "$0" writers 512
+  exit 0
+fi
+SIZE_MIB=${1:-2048}
+DTYPE=${2:-bf16}
+WORK=${WORK:-/var/tmp/lmcfs-bench}
+rm -rf "$WORK"
+mkdir -p "$WORK"
+trap 'fusermount3 -u -z "$WORK/mnt" 2>/dev/null || true; umount "$WORK/btrfs" 2>/dev/null || true; rm -rf "$WORK"' EXIT
+python3 scripts/fs_bench.py "$SIZE_MIB" "$DTYPE" --work "$WORK" --bin "$BIN" --mount-opts "${MOUNT_OPTS:-}" \
+  ${BEFORE_BIN:+--bin-before "$BEFORE_BIN"}

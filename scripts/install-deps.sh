@@ -28,6 +28,8 @@ DEB_PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-pip python3-venv
 )
+# The filesystem benchmark compares with btrfs compress-force=zstd:1.
+if [ $want_bench -eq 1 ]; then DEB_PACKAGES+=(btrfs-progs); fi
 
 missing=()
 for p in "${DEB_PACKAGES[@]}"; do

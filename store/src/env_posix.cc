@@ -13,6 +13,9 @@
 #include <atomic>
 #include <cerrno>
 #include <climits>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
 #include <vector>
 
 #include "lmc/store/env.h"
@@ -42,7 +45,10 @@ Status OpenError(const std::string& what, const std::string& path) {
 class PosixFile final : public File {
  public:
   PosixFile(int fd, std::string path, uint64_t size) : fd_(fd), path_(std::move(path)), size_(size) {}
-  ~PosixFile() override { ::close(fd_); }
+  ~PosixFile() override {
+    if (direct_fd_ >= 0) ::close(direct_fd_);
+    ::close(fd_);
+  }
 
   Result<size_t> ReadAt(uint64_t off, size_t n, uint8_t* dst) const override {
     size_t done = 0;
@@ -59,6 +65,7 @@ class PosixFile final : public File {
   }
 
   Status Append(const uint8_t* p, size_t n) override {
+    tail_end_ = kNoTail;
     size_t done = 0;
     while (done < n) {
       ssize_t r = ::pwrite(fd_, p + done, n - done, static_cast<off_t>(size_.load()));
@@ -72,9 +79,46 @@ class PosixFile final : public File {
     return Status::Ok();
   }
 
+  // Large appends bypass the page cache (O_DIRECT on a second descriptor
+  // of the same file): the device reads the bytes from one staging copy in
+  // user memory instead of the kernel copying them into fresh page-cache
+  // pages, which was the largest single cost of a commit (docs/BENCHMARKS.md,
+  // "Filesystem"). Where O_DIRECT is refused, and for small appends,
+  // buffered pwritev.
+  Status AppendV(std::span<const std::span<const uint8_t>> pieces) override {
+    size_t total = 0;
+    for (const auto& p : pieces) total += p.size();
+    if (total >= kDirectMin && OpenDirect()) {
+      Status st = AppendDirect(pieces, total);
+      if (st.ok() || direct_fd_ >= 0) return st;
+      // O_DIRECT refused at the first write (EINVAL): buffered from now on.
+    }
+    return AppendBuffered(pieces);
+  }
+
+  Status Sync() override {
+    if (::fdatasync(fd_) != 0) return Errno("fdatasync", path_);
+    return Status::Ok();
+  }
+
+  Status Truncate(uint64_t size) override {
+    tail_end_ = kNoTail;
+    if (::ftruncate(fd_, static_cast<off_t>(size)) != 0) return Errno("ftruncate", path_);
+    size_.store(size);
+    return Status::Ok();
+  }
+
+  uint64_t Size() const override { return size_.load(); }
+
+ private:
+  static constexpr size_t kDirectMin = 256 << 10;  // smaller appends stay buffered
+  static constexpr size_t kAlign = 4096;           // a multiple of every logical block size
+  static constexpr size_t kStaging = 8 << 20;      // bytes per direct write
+
   // pwritev in runs of at most IOV_MAX pieces; a short write resumes
   // inside the piece it stopped in.
-  Status AppendV(std::span<const std::span<const uint8_t>> pieces) override {
+  Status AppendBuffered(std::span<const std::span<const uint8_t>> pieces) {
+    tail_end_ = kNoTail;
     std::vector<iovec> iov;
     size_t i = 0, skip = 0;  // first piece not fully written, bytes of it written
     while (i < pieces.size()) {
@@ -102,23 +146,112 @@ class PosixFile final : public File {
     return Status::Ok();
   }
 
-  Status Sync() override {
-    if (::fdatasync(fd_) != 0) return Errno("fdatasync", path_);
+  // The direct descriptor, opened once: the same file reopened through
+  // /proc/self/fd (no path lookup) with O_DIRECT; false when refused.
+  bool OpenDirect() {
+    if (direct_tried_) return direct_fd_ >= 0;
+    direct_tried_ = true;
+    const std::string self = "/proc/self/fd/" + std::to_string(fd_);
+    direct_fd_ = ::open(self.c_str(), O_WRONLY | O_DIRECT | O_CLOEXEC);
+    return direct_fd_ >= 0;
+  }
+
+  // Writes the pieces after the current end in aligned blocks from the
+  // staging buffer: the first block starts with the bytes already in the
+  // file's last partial block (kept from the previous append, else read
+  // back), the last is padded with zeros, and the file is cut back to its
+  // true size afterwards (so a crash can leave only zeros past the
+  // committed size, which Recover cuts). Committed bytes rewritten in the
+  // first block are the same bytes. On EINVAL before anything was written
+  // (the filesystem refuses O_DIRECT) the direct descriptor is dropped and
+  // the caller writes buffered.
+  Status AppendDirect(std::span<const std::span<const uint8_t>> pieces, size_t total) {
+    std::lock_guard lk(StagingMutex());
+    uint8_t* stage = Staging();
+    const uint64_t start = size_.load();
+    uint64_t block = start & ~uint64_t{kAlign - 1};  // file offset of stage[0]
+    size_t head = start - block;                     // committed bytes at the front of stage
+    if (head) {
+      if (tail_end_ == start && tail_.size() == head) {
+        std::memcpy(stage, tail_.data(), head);
+      } else {
+        auto r = ReadAt(block, head, stage);
+        if (!r.ok()) return r.status();
+        if (*r != head) return Status::IOError("pack " + path_ + " is shorter than its recorded size");
+      }
+    }
+    size_t fill = head;  // bytes in stage
+    uint64_t written = 0;
+    auto flush = [&](bool last) -> Status {
+      size_t n = last ? (fill + kAlign - 1) & ~(kAlign - 1) : fill & ~(kAlign - 1);
+      if (n > fill) std::memset(stage + fill, 0, n - fill);
+      size_t done = 0;
+      while (done < n) {
+        ssize_t r = ::pwrite(direct_fd_, stage + done, n - done, static_cast<off_t>(block + done));
+        if (r < 0) {
+          if (errno == EINTR) continue;
+          if (errno == EINVAL && written == 0 && done == 0) {
+            ::close(direct_fd_);
+            direct_fd_ = -1;
+            return Status::InvalidArgument("O_DIRECT refused");
+          }
+          return Errno("pwrite (O_DIRECT)", path_);
+        }
+        if (r == 0) return Status::IOError("pwrite (O_DIRECT) of " + path_ + " wrote nothing");
+        done += static_cast<size_t>(r);
+      }
+      const size_t keep = last ? 0 : fill - n;  // a partial block carried to the next write
+      written += n;
+      if (last) {
+        const size_t tail = fill & (kAlign - 1);
+        tail_.assign(stage + (fill - tail), stage + fill);
+      } else {
+        std::memmove(stage, stage + n, keep);
+      }
+      block += n;
+      fill = keep;
+      return Status::Ok();
+    };
+    for (const auto& p : pieces) {
+      size_t off = 0;
+      while (off < p.size()) {
+        const size_t n = std::min(p.size() - off, kStaging - fill);
+        std::memcpy(stage + fill, p.data() + off, n);
+        fill += n;
+        off += n;
+        if (fill == kStaging) LMC_RETURN_IF_ERROR(flush(false));
+      }
+    }
+    LMC_RETURN_IF_ERROR(flush(true));
+    const uint64_t end = start + total;
+    tail_end_ = end;
+    if (end % kAlign != 0 && ::ftruncate(fd_, static_cast<off_t>(end)) != 0) return Errno("ftruncate", path_);
+    size_.store(end);
     return Status::Ok();
   }
 
-  Status Truncate(uint64_t size) override {
-    if (::ftruncate(fd_, static_cast<off_t>(size)) != 0) return Errno("ftruncate", path_);
-    size_.store(size);
-    return Status::Ok();
+  // One staging buffer for the process (appends to packs are serialized by
+  // the store's commit lock; the mutex covers several stores).
+  static std::mutex& StagingMutex() {
+    static std::mutex m;
+    return m;
+  }
+  static uint8_t* Staging() {
+    static uint8_t* buf = static_cast<uint8_t*>(std::aligned_alloc(kAlign, kStaging));
+    return buf;
   }
 
-  uint64_t Size() const override { return size_.load(); }
-
- private:
   int fd_;
   std::string path_;
   std::atomic<uint64_t> size_;
+  bool direct_tried_ = false;
+  int direct_fd_ = -1;
+  static constexpr uint64_t kNoTail = ~uint64_t{0};
+  // The bytes of the file's last partial block as the last direct append
+  // left them, valid while the file still ends at tail_end_ and nothing
+  // else was written or cut since (kNoTail: read them back).
+  std::vector<uint8_t> tail_;
+  uint64_t tail_end_ = kNoTail;
 };
 
 class PosixLock final : public FileLock {

@@ -15,6 +15,8 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "lmc/store/env.h"
 
@@ -51,6 +53,11 @@ class FaultEnv final : public Env {
   void WaitForHeldSyncs(int n) {
     std::unique_lock l(mu_);
     cv_.wait(l, [&] { return held_syncs_ >= n; });
+  }
+  // The threads Syncs were held on, in order.
+  std::vector<std::thread::id> HeldThreads() {
+    std::lock_guard l(mu_);
+    return held_threads_;
   }
   // The same, for at most `limit`; whether they are.
   bool WaitForHeldSyncsFor(int n, std::chrono::milliseconds limit) {
@@ -222,6 +229,7 @@ class FaultEnv final : public Env {
     std::unique_lock l(mu_);
     if (hold_syncs_) {
       held_syncs_++;
+      held_threads_.push_back(std::this_thread::get_id());
       cv_.notify_all();
       cv_.wait(l, [&] { return !hold_syncs_; });
       held_syncs_--;
@@ -248,6 +256,7 @@ class FaultEnv final : public Env {
   std::condition_variable cv_;
   bool hold_syncs_ = false;
   int held_syncs_ = 0;
+  std::vector<std::thread::id> held_threads_;  // every thread a held Sync ran on
   std::map<std::string, FileState> files_;
   int64_t ops_ = 0;
   int64_t ops_left_ = -1;
