@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <string>
 #include <thread>
 
@@ -195,6 +196,16 @@ with open(p, 'wb') as f: f.write(b'short')
 assert read(p) == b'short'
 with open(p, 'ab') as f: f.write(other[:1000])
 assert read(p) == b'short' + other[:1000]
+# A patchwork: 1500 one-byte patches of a committed file, each its own
+# extent after the close, so that one read reply spans thousands of pieces.
+q = os.path.join(d, 'patched.bin'); base = bytearray(blob(1 << 20))
+with open(q, 'wb') as f: f.write(base)
+with open(q, 'r+b') as f:
+    for i in range(1500):
+        f.seek(i * 699 + 3); f.write(b'P'); base[i * 699 + 3] = ord('P')
+assert read(q) == base
+with open(q, 'rb') as f:  # unaligned reads across the patches
+    f.seek(12345); assert f.read(300001) == base[12345:312346]
 )PY",
                 "cache");
 }
@@ -498,6 +509,35 @@ class MountByHand : public lmc::testing::MountTest {
 
 using MountTool = MountByHand;
 using MountHelper = MountByHand;
+
+// read_ahead=KIB reaches the kernel (the mount's backing device) once the
+// first file is created, after INIT; the default is 4096 KiB. Needs root
+// (writing /sys); a non-root run checks only that the mount works.
+TEST_F(MountTool, ReadAheadReachesTheKernel) {
+  auto window = [&]() -> std::string {
+    std::ifstream mi("/proc/self/mountinfo");
+    std::string line, dev;
+    while (std::getline(mi, line)) {
+      std::istringstream in(line);
+      std::string id, parent, mm, root, point;
+      in >> id >> parent >> mm >> root >> point;
+      if (point == mnt_) dev = mm;
+    }
+    std::ifstream f("/sys/class/bdi/" + dev + "/read_ahead_kb");
+    std::string kb;
+    f >> kb;
+    return kb;
+  };
+  for (const char* opt : {"read_ahead=2048", ""}) {
+    options_.mount_options = opt;
+    Mount();
+    ASSERT_EQ(Sh("echo data > " + mnt_ + "/f && cat " + mnt_ + "/f >/dev/null"), 0);
+    if (geteuid() == 0) {
+      EXPECT_EQ(window(), *opt ? "2048" : "4096") << opt;
+    }
+    Unmount();
+  }
+}
 
 TEST_F(MountTool, ErrorsAndDaemonMode) {
   const std::string bin = LMC_MOUNT_BIN;

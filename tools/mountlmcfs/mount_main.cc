@@ -73,6 +73,9 @@ once it is installed as /sbin/mount.lmcfs (cmake --install puts it there).
      encode_threads=N   threads that encode written chunks (default: one per
                         core); threads=N is an older name for it
      fuse_threads=N     FUSE worker threads (default: 2 per core, at least 4)
+     read_ahead=KIB     the kernel's read-ahead window for the mount, in KiB
+                        (default 4096; set as root only; 0 keeps the
+                        kernel's 128)
      chunk_size=BYTES   codec chunk size, K/M/G suffixes (default 1M)
      cache_size=BYTES   decoded-chunk cache (default 64M)
      base_cache=BYTES   decoded delta bases kept by the store (default 256M;
@@ -132,6 +135,7 @@ once it is installed as /sbin/mount.lmcfs (cmake --install puts it there).
 struct Options {
   std::string store, mountpoint, log_file, log_level = "warn";
   unsigned fuse_threads = 0;
+  unsigned read_ahead_kb = 4096;
   uint64_t chunk_size = 1u << 20;
   uint64_t cache_size = uint64_t{64} << 20;
   uint64_t base_cache = uint64_t{256} << 20;
@@ -196,6 +200,14 @@ int ParseArgs(int argc, char** argv, Options* o) {
         if (!count(&o->encode_threads)) return false;
       } else if (k == "fuse_threads") {
         if (!count(&o->fuse_threads)) return false;
+      } else if (k == "read_ahead") {
+        char* end = nullptr;
+        unsigned long x = std::strtoul(v.c_str(), &end, 10);
+        if (v.empty() || *end || x > (1u << 20)) {
+          std::fprintf(stderr, "mount.lmcfs: bad read_ahead '%s' (KiB, 0 to 1048576)\n", v.c_str());
+          return false;
+        }
+        o->read_ahead_kb = static_cast<unsigned>(x);
       } else if (k == "write_buffer") {
         if (!ParseSize(v, &o->write_buffer) || o->write_buffer < (uint64_t{1} << 20)) {
           std::fprintf(stderr, "mount.lmcfs: bad write_buffer '%s' (at least 1M)\n", v.c_str());
@@ -581,6 +593,7 @@ int Serve(const Options& o, int report_fd) {
   session.read_only = o.ro;
   session.extra = o.fuse_opts;
   session.threads = o.fuse_threads;
+  session.read_ahead_kb = o.read_ahead_kb;
   auto on_mounted = [&] {
     // Which codec path runs, and why (a GPU that is there but cannot be
     // used is worth a warning; gpu=off or no GPU at all is not).

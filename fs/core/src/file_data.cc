@@ -616,11 +616,9 @@ std::vector<ExtentRec> FileData::PrefetchOnGpu(const std::vector<ExtentRec>& tod
   return rest;
 }
 
-int FileData::Read(uint64_t off, size_t n, std::string* out) {
-  out->clear();
+size_t FileData::PrepareRead(uint64_t off, size_t n) {
   if (off >= owner_.rec.size) return 0;
   n = static_cast<size_t>(std::min<uint64_t>(n, owner_.rec.size - off));
-  out->resize(n);
   // Sequential reads decode this read's chunks and the next few ahead in
   // parallel (one per pool thread), so cp and torch.load use every core.
   const bool sequential = off == last_read_end_;
@@ -631,7 +629,55 @@ int FileData::Read(uint64_t off, size_t n, std::string* out) {
     if (shared_.gpu.active()) ahead = std::max<uint64_t>(ahead, 2 * uint64_t{shared_.gpu.min_batch_bytes()});
     Prefetch(off, std::min(owner_.rec.size, off + n + ahead), off + n);
   }
+  return n;
+}
+
+int FileData::Read(uint64_t off, size_t n, std::string* out) {
+  out->clear();
+  n = PrepareRead(off, n);
+  if (n == 0) return 0;
+  out->resize(n);
   return View(off, off + n, reinterpret_cast<uint8_t*>(out->data()));
+}
+
+int FileData::ReadPieces(uint64_t off, size_t n, std::vector<Filesystem::ReadPiece>* pieces,
+                         std::vector<std::shared_ptr<const void>>* keep, std::string* copy) {
+  pieces->clear();
+  n = PrepareRead(off, n);
+  if (n == 0) return 0;
+  if (int err = LoadExtents()) return err;
+  const uint64_t a = off, b = off + n;
+  // Dirty bytes or chunks at the encoders over the range: copy (View).
+  bool layered = false;
+  for (const auto& j : inflight_) layered |= j->begin < b && a < j->end;
+  auto d = dirty_.upper_bound(a);
+  if (d != dirty_.begin() && std::prev(d)->first + std::prev(d)->second.size() > a) layered = true;
+  if (d != dirty_.end() && d->first < b) layered = true;
+  if (layered) {
+    copy->resize(n);
+    if (int err = View(a, b, reinterpret_cast<uint8_t*>(copy->data()))) return err;
+    pieces->push_back({reinterpret_cast<const uint8_t*>(copy->data()), n});
+    return 0;
+  }
+  uint64_t pos = a;
+  auto it = extents_.upper_bound(a);
+  if (it != extents_.begin()) {
+    auto prev = std::prev(it);
+    if (prev->first + prev->second.length > a) it = prev;
+  }
+  for (; it != extents_.end() && it->first < b; ++it) {
+    const uint64_t s = std::max(a, it->first), e = std::min(b, it->first + it->second.length);
+    if (s >= e) continue;
+    if (s > pos) pieces->push_back({nullptr, s - pos});
+    ExtentRec x = it->second;  // copy: GetChunk may commit, never reshapes the map
+    store::ChunkBytes c;
+    if (int err = GetChunk(x, &c)) return err;
+    pieces->push_back({c->data() + x.chunk_offset + (s - it->first), e - s});
+    keep->push_back(std::move(c));
+    pos = e;
+  }
+  if (pos < b) pieces->push_back({nullptr, b - pos});
+  return 0;
 }
 
 int FileData::Truncate(uint64_t size) {

@@ -118,6 +118,9 @@ class FileData {
   void SetEmpty() { extents_loaded_ = true; }
   int Write(uint64_t off, const uint8_t* p, size_t n);
   int Read(uint64_t off, size_t n, std::string* out);
+  // Filesystem::ReadPieces.
+  int ReadPieces(uint64_t off, size_t n, std::vector<Filesystem::ReadPiece>* pieces,
+                 std::vector<std::shared_ptr<const void>>* keep, std::string* copy);
   int Truncate(uint64_t size);
   // Cuts everything written into chunks (finishing the stream), waits for
   // the encoders and commits. Reports (once) an encoder error that a write
@@ -195,6 +198,9 @@ class FileData {
   int ChunkInput(uint64_t a, uint64_t b, store::ChunkBytes* out);
   // The file's current bytes [a, b): zeros, then extents, then jobs, then dirty bytes.
   int View(uint64_t a, uint64_t b, uint8_t* out);
+  // What Read does before View: clamps n to the size, reads ahead when
+  // sequential. Returns the clamped length.
+  size_t PrepareRead(uint64_t off, size_t n);
   int GetChunk(const ExtentRec& e, store::ChunkBytes* out);
   // Decodes the chunks under [a, b) that are not cached, in parallel on the
   // shared pool, into the cache, once there are enough of them or one lies

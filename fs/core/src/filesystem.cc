@@ -780,6 +780,15 @@ int Filesystem::Read(uint64_t ino, uint64_t off, size_t size, std::string* out) 
   });
 }
 
+int Filesystem::ReadPieces(uint64_t ino, uint64_t off, size_t size, std::vector<ReadPiece>* pieces,
+                           std::vector<std::shared_ptr<const void>>* keep, std::string* copy) {
+  counters_.read_calls++;
+  return WithInode(*impl_, ino, [&](Inode& in) {
+    if (in.IsDir()) return EISDIR;
+    return in.data.ReadPieces(off, size, pieces, keep, copy);
+  });
+}
+
 int Filesystem::Write(uint64_t ino, uint64_t off, const void* data, size_t size) {
   if (opts_.read_only) return EROFS;
   return WithInode(*impl_, ino, [&](Inode& in) {

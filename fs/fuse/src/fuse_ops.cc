@@ -6,10 +6,15 @@
 #include <fcntl.h>
 #include <fuse3/fuse_lowlevel.h>
 #include <spdlog/spdlog.h>
+#include <sys/uio.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <fstream>
+#include <memory>
 #include <new>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -79,6 +84,7 @@ void Init(void* userdata, fuse_conn_info* conn) {
 }
 
 void Lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
+  SetReadAheadOnce(Ctx(req));
   Guard(req, "lookup", [&](bool& r) {
     struct stat st;
     int err = Fs(req).Lookup(parent, name, &st);
@@ -230,6 +236,7 @@ void Rename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t newp
 void KeepCache(fuse_file_info* fi) { fi->keep_cache = 1; }
 
 void Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+  SetReadAheadOnce(Ctx(req));
   Guard(req, "open", [&](bool& r) {
     int err = Fs(req).Open(ino, fi->flags);
     r = true;
@@ -247,6 +254,7 @@ void Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
 }
 
 void Create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, fuse_file_info* fi) {
+  SetReadAheadOnce(Ctx(req));
   Guard(req, "create", [&](bool& r) {
     struct stat st;
     int err = Fs(req).Create(parent, name, mode, CallerOf(req), &st);
@@ -269,16 +277,55 @@ void Create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, fu
   });
 }
 
+// libfuse adds its header to the reply's iovec; writev takes at most IOV_MAX.
+constexpr size_t kMaxReplyIov = 512;
+
+// Zeros for holes in read replies.
+const uint8_t* Zeros(size_t* n) {
+  static const std::vector<uint8_t> zeros(size_t{1} << 20);
+  *n = zeros.size();
+  return zeros.data();
+}
+
+// The reply's bytes go from the decoded chunks straight into the kernel
+// (one writev of an iovec): no copy into a reply buffer, no zero fill.
 void Read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info*) {
   Guard(req, "read", [&](bool& r) {
-    std::string buf;
-    int err = Fs(req).Read(ino, static_cast<uint64_t>(off), size, &buf);
-    r = true;
+    std::vector<Filesystem::ReadPiece> pieces;
+    std::vector<std::shared_ptr<const void>> keep;  // the chunks, alive until replied
+    std::string copy;
+    int err = Fs(req).ReadPieces(ino, static_cast<uint64_t>(off), size, &pieces, &keep, &copy);
     if (err) {
+      r = true;
       fuse_reply_err(req, err);
-    } else {
-      fuse_reply_buf(req, buf.data(), buf.size());
+      return;
     }
+    std::vector<iovec> iov;
+    iov.reserve(pieces.size() + 1);
+    for (const auto& p : pieces) {
+      if (p.data) {
+        iov.push_back({const_cast<uint8_t*>(p.data), p.size});
+        continue;
+      }
+      size_t zn;
+      const uint8_t* z = Zeros(&zn);
+      for (size_t left = p.size; left > 0;) {
+        const size_t k = std::min(left, zn);
+        iov.push_back({const_cast<uint8_t*>(z), k});
+        left -= k;
+      }
+    }
+    if (iov.size() > kMaxReplyIov) {
+      // A patchwork of small extents: one buffer (writev takes at most IOV_MAX).
+      std::string flat;
+      flat.reserve(size);
+      for (const iovec& v : iov) flat.append(static_cast<const char*>(v.iov_base), v.iov_len);
+      r = true;
+      fuse_reply_buf(req, flat.data(), flat.size());
+      return;
+    }
+    r = true;
+    fuse_reply_iov(req, iov.data(), static_cast<int>(iov.size()));
   });
 }
 
@@ -472,6 +519,32 @@ fuse_lowlevel_ops MakeOps() {
 }
 
 }  // namespace
+
+void SetReadAheadOnce(FuseContext& ctx) {
+  if (ctx.read_ahead_kb == 0 || ctx.read_ahead_set.load(std::memory_order_relaxed) ||
+      ctx.read_ahead_set.exchange(true))
+    return;
+  std::ifstream mi("/proc/self/mountinfo");
+  std::string line, dev;
+  while (std::getline(mi, line)) {
+    // id parent major:minor root mountpoint options ... - fstype source ...
+    std::istringstream in(line);
+    std::string id, parent, mm, root, point;
+    in >> id >> parent >> mm >> root >> point;
+    if (point == ctx.mountpoint && line.find(" - fuse.lmcfs ") != std::string::npos) dev = mm;  // last wins
+  }
+  if (dev.empty()) return;
+  const std::string path = "/sys/class/bdi/" + dev + "/read_ahead_kb";
+  std::ofstream f(path);
+  f << ctx.read_ahead_kb << "\n";
+  f.flush();
+  if (!f) {
+    spdlog::debug("lmcfs: cannot set {} to {} (not root?); the kernel's default read-ahead stays", path,
+                  ctx.read_ahead_kb);
+  } else {
+    spdlog::debug("lmcfs: read-ahead of {} set to {} KiB", ctx.mountpoint, ctx.read_ahead_kb);
+  }
+}
 
 const fuse_lowlevel_ops& LowLevelOps() {
   static const fuse_lowlevel_ops ops = MakeOps();

@@ -4,7 +4,9 @@
 // bad_alloc -> ENOMEM).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
+#include <string>
 
 struct fuse_lowlevel_ops;
 
@@ -19,7 +21,18 @@ struct FuseContext {
   double entry_timeout = 1.0;     // seconds the kernel caches names
   // 0: every stat reaches us, so st_blocks follows the stored size at once.
   double attr_timeout = 0.0;
+  // The mount's kernel read-ahead window (FuseSessionOptions::read_ahead_kb),
+  // set once, by the first lookup, create or open: the kernel resets it
+  // while it processes INIT, which comes after the mount.
+  std::string mountpoint;
+  unsigned read_ahead_kb = 0;
+  std::atomic<bool> read_ahead_set{false};
 };
+
+// Sets the read-ahead window of the lmcfs mount at ctx.mountpoint (its
+// device from /proc/self/mountinfo; a stat of the mountpoint would be a
+// request to this daemon), once. Best effort.
+void SetReadAheadOnce(FuseContext& ctx);
 
 const fuse_lowlevel_ops& LowLevelOps();
 

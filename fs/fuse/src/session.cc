@@ -14,6 +14,8 @@ int ServeFuse(Filesystem* fs, const FuseSessionOptions& o, const std::function<v
               std::string* error) {
   FuseContext ctx;
   ctx.fs = fs;
+  ctx.mountpoint = o.mountpoint;
+  ctx.read_ahead_kb = o.read_ahead_kb;
   std::string opts = "default_permissions,fsname=lmcfs:" + o.fsname + ",subtype=lmcfs";
   if (o.allow_other) opts += ",allow_other";
   if (o.read_only) opts += ",ro";

@@ -153,6 +153,16 @@ class Filesystem {
   int Open(uint64_t ino, int flags);
   int Release(uint64_t ino);
   int Read(uint64_t ino, uint64_t off, size_t size, std::string* out);
+  // The same bytes as pieces to send without copying them (FUSE replies
+  // with an iovec): slices of decoded chunks held by `keep`, and zeros
+  // (nullptr). Where dirty bytes or chunks at the encoders overlap the
+  // range, one piece of a copy held by `copy`.
+  struct ReadPiece {
+    const uint8_t* data = nullptr;  // nullptr: `size` zero bytes
+    size_t size = 0;
+  };
+  int ReadPieces(uint64_t ino, uint64_t off, size_t size, std::vector<ReadPiece>* pieces,
+                 std::vector<std::shared_ptr<const void>>* keep, std::string* copy);
   int Write(uint64_t ino, uint64_t off, const void* data, size_t size);
   // Chunks everything written and commits it (sync: WAL synced, durable).
   int Flush(uint64_t ino);
