@@ -143,6 +143,19 @@ class FsCore : public ::testing::Test {
     for (auto& m : r->Messages()) msgs += m + "\n";
     EXPECT_EQ(r->errors(), 0u) << msgs;
   }
+  // Releases ino, reopens the store and the filesystem: the file reads
+  // `model` and fsck finds nothing wrong.
+  void ExpectSurvivesReopen(uint64_t ino, const std::string& model) {
+    ASSERT_EQ(fs_->Release(ino), 0);
+    Reopen();
+    EXPECT_EQ(ReadAll(ino), model);
+    ExpectFsckClean();
+  }
+  // Closes a store opened on a test's FaultEnv before the env goes.
+  void CloseFaultEnv() {
+    Close();
+    env_ = nullptr;
+  }
   // Installs a GatePolicy (owned by the filesystem) and returns it.
   GatePolicy* InstallGate(bool open) {
     auto p = std::make_unique<GatePolicy>(open);
@@ -288,12 +301,8 @@ TEST_F(FsCore, PipelineCommitRunsOffTheWritersThread) {
   writer.join();
   ASSERT_EQ(fs_->Fsync(ino, false), 0);
   EXPECT_EQ(ReadAll(ino), model);
-  ASSERT_EQ(fs_->Release(ino), 0);
-  Reopen();
-  EXPECT_EQ(ReadAll(ino), model);
-  ExpectFsckClean();
-  Close();
-  env_ = nullptr;
+  ExpectSurvivesReopen(ino, model);
+  CloseFaultEnv();
 }
 
 // A batch that fails at the committer goes back, with the inode's batches
@@ -314,12 +323,8 @@ TEST_F(FsCore, PipelineFailedBackgroundCommitIsRetriedAndReported) {
   EXPECT_EQ(fs_->Flush(ino), EIO);
   EXPECT_EQ(ReadAll(ino), model);
   EXPECT_EQ(fs_->Flush(ino), 0);
-  ASSERT_EQ(fs_->Release(ino), 0);
-  Reopen();
-  EXPECT_EQ(ReadAll(ino), model);
-  ExpectFsckClean();
-  Close();
-  env_ = nullptr;
+  ExpectSurvivesReopen(ino, model);
+  CloseFaultEnv();
 }
 
 // Written bytes land in 8 MiB blocks that chunks are sliced from: writes of
@@ -346,10 +351,7 @@ TEST_F(FsCore, WritesAcrossDirtyBlocksReadBackExactly) {
   gate->Open();
   ASSERT_EQ(fs_->Flush(ino), 0);
   EXPECT_EQ(ReadAll(ino), model);
-  ASSERT_EQ(fs_->Release(ino), 0);
-  Reopen();
-  EXPECT_EQ(ReadAll(ino), model);
-  ExpectFsckClean();
+  ExpectSurvivesReopen(ino, model);
 }
 
 TEST_F(FsCore, PipelineBackpressureBlocksWritersAtTheBudget) {
@@ -396,10 +398,7 @@ TEST_F(FsCore, PipelineEncoderErrorSurfacesOnFlushAndKeepsBytes) {
   gate->bad_base = false;
   ASSERT_EQ(fs_->Flush(ino), 0);
   EXPECT_EQ(ReadAll(ino), model);
-  ASSERT_EQ(fs_->Release(ino), 0);
-  Reopen();
-  EXPECT_EQ(ReadAll(ino), model);
-  ExpectFsckClean();
+  ExpectSurvivesReopen(ino, model);
 }
 
 TEST_F(FsCore, PipelineChunkDroppedAtTheEncoderReleasesItsBase) {
