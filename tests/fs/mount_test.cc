@@ -153,7 +153,8 @@ with open(os.path.join(d, 'rw.bin'), 'w+b') as f:  # overwrite in place, read ba
 
 // Files are opened with FOPEN_KEEP_CACHE: pages cached by one open serve
 // the next. Every way a file's bytes change must still show on the next
-// read: a write through another descriptor while a reader holds it open,
+// read: a write through another descriptor while a reader holds it open
+// (read-write, and write-only, which the mount serves with direct I/O),
 // truncate, O_TRUNC, copy_file_range into it, rename over it, a shared
 // mapping's store, and a remount (RunPythonBoth).
 TEST_F(MountPython, CachedPagesFollowEveryChange) {
@@ -173,6 +174,12 @@ with open(p, 'r+b') as w:
     w.seek(123457); w.write(b'W' * 70000); model[123457:193457] = b'W' * 70000
 assert read(p) == model
 r.seek(0); assert r.read() == model
+# A write-only descriptor (the mount gives it direct I/O) over pages that
+# the open reader and earlier opens cached.
+fd = os.open(p, os.O_WRONLY); os.pwrite(fd, b'D' * 9000, 4000); os.close(fd)
+model[4000:13000] = b'D' * 9000
+r.seek(0); assert r.read() == model
+assert read(p) == model
 r.close()
 os.truncate(p, 1000001); del model[1000001:]
 assert read(p) == model

@@ -233,7 +233,19 @@ void Rename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t newp
 // name opens; a remount starts with an empty cache. With
 // FUSE_CAP_AUTO_INVAL_DATA (libfuse's default) the kernel also drops them
 // when it sees the file's mtime or size change.
-void KeepCache(fuse_file_info* fi) { fi->keep_cache = 1; }
+//
+// Write-only handles (torch.save, safetensors and most checkpoint writers
+// open 'wb') go around the page cache (FOPEN_DIRECT_IO): the kernel hands
+// the writer's own pages to the daemon instead of first copying them into
+// page-cache pages, which costs the writer a copy and a page allocation per
+// page and fills the cache with a checkpoint nobody reads yet. A write-only
+// descriptor cannot be mmapped, so direct I/O changes nothing for mappings;
+// pages other opens cached are dropped on their next read, when the kernel
+// sees the new mtime (FUSE_CAP_AUTO_INVAL_DATA, attr timeout 0).
+void KeepCache(fuse_file_info* fi) {
+  fi->keep_cache = 1;
+  if ((fi->flags & O_ACCMODE) == O_WRONLY) fi->direct_io = 1;
+}
 
 void Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   SetReadAheadOnce(Ctx(req));
