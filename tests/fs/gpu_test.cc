@@ -152,8 +152,7 @@ class FsGpuPool : public ::testing::Test {
     std::vector<uint8_t> out(j.buf->size());
     Workspace ws;
     const uint8_t* b = j.base_key ? base->bytes->data() : nullptr;
-    EXPECT_EQ(j.frame.size(), j.frame_len);
-    auto r = DecodeChunk(reinterpret_cast<const uint8_t*>(j.frame.data()), j.frame_len, b,
+    auto r = DecodeChunk(reinterpret_cast<const uint8_t*>(j.frame.data()), j.frame.size(), b,
                          b ? j.buf->size() : 0, out.data(), out.size(), ws);
     ASSERT_TRUE(r.ok()) << r.status().ToString();
     EXPECT_EQ(out, std::vector<uint8_t>(j.buf->begin(), j.buf->end()));

@@ -20,9 +20,8 @@ namespace {
 class EnvPosix : public ::testing::Test {
  protected:
   void SetUp() override {
-    // On the disk (not /tmp, which may be tmpfs): O_DIRECT is the point.
-    dir_ = std::filesystem::temp_directory_path() / ("lmc_env_" + std::to_string(getpid()));
-    if (std::filesystem::exists("/var/tmp")) dir_ = "/var/tmp/lmc_env_" + std::to_string(getpid());
+    // On the disk (/tmp may be tmpfs): O_DIRECT is the point.
+    dir_ = "/var/tmp/lmc_env_" + std::to_string(getpid());
     std::filesystem::create_directories(dir_);
     path_ = (dir_ / "pack").string();
     auto f = Env::Default()->OpenFile(path_, Env::OpenMode::kCreate);

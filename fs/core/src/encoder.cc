@@ -98,7 +98,6 @@ uint8_t* FrameScratch(size_t n) {
 
 void SetFrame(EncodeJob* job, const uint8_t* frame, size_t len) {
   job->frame.assign(reinterpret_cast<const char*>(frame), len);
-  job->frame_len = len;
 }
 
 // EncodeChunk on this thread, then the chunk key.

@@ -44,7 +44,6 @@ struct EncodeJob {
   // --- output: written by the encoder before `done` ---
   bool zero = false;  // all zeros: stores nothing (a hole)
   std::string frame;  // the encoded frame (moved into the batch when applied)
-  size_t frame_len = 0;
   store::ChunkKey key;
   std::optional<store::ChunkKey> base_key;  // the XOR base, when the policy chose one
   Status status;

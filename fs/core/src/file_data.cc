@@ -61,6 +61,25 @@ class BlockPool {
   std::vector<std::unique_ptr<uint8_t[]>> free_;
 };
 
+// The first entry of an offset-keyed map of non-overlapping ranges that
+// ends after `a` (the one covering a, else the next); len(v) is a range's length.
+template <typename Map, typename Len>
+auto FirstEndingAfter(Map& m, uint64_t a, Len len) {
+  auto it = m.upper_bound(a);
+  if (it != m.begin()) {
+    auto prev = std::prev(it);
+    if (prev->first + len(prev->second) > a) it = prev;
+  }
+  return it;
+}
+auto FirstExtentAfter(std::map<uint64_t, ExtentRec>& m, uint64_t a) {
+  return FirstEndingAfter(m, a, [](const ExtentRec& e) { return uint64_t{e.length}; });
+}
+template <typename Map>
+auto FirstDirtyAfter(Map& m, uint64_t a) {
+  return FirstEndingAfter(m, a, [](const DirtySeg& d) { return uint64_t{d.size()}; });
+}
+
 std::vector<CutSpec> ToCuts(const std::vector<ChunkSpec>& specs) {
   std::vector<CutSpec> q;
   q.reserve(specs.size());
@@ -167,11 +186,7 @@ void FileData::InsertDirty(uint64_t off, const uint8_t* p, size_t n, bool stream
 
 void FileData::RemoveDirty(uint64_t a, uint64_t b) {
   if (a >= b || dirty_.empty()) return;
-  auto it = dirty_.lower_bound(a);
-  if (it != dirty_.begin()) {
-    auto prev = std::prev(it);
-    if (prev->first + prev->second.size() > a) it = prev;
-  }
+  auto it = FirstDirtyAfter(dirty_, a);
   while (it != dirty_.end() && it->first < b) {
     uint64_t s = it->first, e = s + it->second.size();
     DirtySeg seg = std::move(it->second);
@@ -197,11 +212,7 @@ void FileData::RemoveDirty(uint64_t a, uint64_t b) {
 // same key.
 void FileData::ReplaceRange(uint64_t a, uint64_t b, const ExtentRec* nw) {
   std::vector<std::pair<uint64_t, ExtentRec>> removed, remnants;
-  auto it = extents_.upper_bound(a);
-  if (it != extents_.begin()) {
-    auto prev = std::prev(it);
-    if (prev->first + prev->second.length > a) it = prev;
-  }
+  auto it = FirstExtentAfter(extents_, a);
   while (it != extents_.end() && it->first < b) {
     uint64_t s = it->first, e = s + it->second.length;
     const ExtentRec& x = it->second;
@@ -269,11 +280,7 @@ int FileData::GetChunk(const ExtentRec& e, store::ChunkBytes* out) {
 int FileData::View(uint64_t a, uint64_t b, uint8_t* out) {
   std::memset(out, 0, b - a);
   if (int err = LoadExtents()) return err;
-  auto it = extents_.upper_bound(a);
-  if (it != extents_.begin()) {
-    auto prev = std::prev(it);
-    if (prev->first + prev->second.length > a) it = prev;
-  }
+  auto it = FirstExtentAfter(extents_, a);
   for (; it != extents_.end() && it->first < b; ++it) {
     uint64_t s = std::max(a, it->first), e = std::min(b, it->first + it->second.length);
     if (s >= e) continue;
@@ -287,12 +294,7 @@ int FileData::View(uint64_t a, uint64_t b, uint8_t* out) {
     uint64_t s = std::max(a, j->begin), e = std::min(b, j->end);
     if (s < e) std::memcpy(out + (s - a), j->buf->data() + (s - j->begin), e - s);
   }
-  auto d = dirty_.upper_bound(a);
-  if (d != dirty_.begin()) {
-    auto prev = std::prev(d);
-    if (prev->first + prev->second.size() > a) d = prev;
-  }
-  for (; d != dirty_.end() && d->first < b; ++d) {
+  for (auto d = FirstDirtyAfter(dirty_, a); d != dirty_.end() && d->first < b; ++d) {
     uint64_t s = std::max(a, d->first), e = std::min(b, d->first + d->second.size());
     if (s < e) std::memcpy(out + (s - a), d->second.data() + (s - d->first), e - s);
   }
@@ -399,7 +401,7 @@ int FileData::ApplyJob(EncodeJob& job) {
   ExtentRec e;
   e.length = static_cast<uint32_t>(job.end - job.begin);
   e.key = job.key;
-  e.frame_len = static_cast<uint32_t>(job.frame_len);
+  e.frame_len = static_cast<uint32_t>(job.frame.size());
   e.decoded_len = e.length;
   if (shared_.delta) {
     ChunkOrigin origin{owner_.ino, owner_.name_hint, &job.spec, owner_.parent_hint};
@@ -536,11 +538,7 @@ void FileData::Prefetch(uint64_t a, uint64_t b, uint64_t need_end) {
   if (LoadExtents()) return;
   std::vector<ExtentRec> todo;
   bool needed_now = false;  // an uncached chunk under the read itself
-  auto it = extents_.upper_bound(a);
-  if (it != extents_.begin()) {
-    auto prev = std::prev(it);
-    if (prev->first + prev->second.length > a) it = prev;
-  }
+  auto it = FirstExtentAfter(extents_, a);
   for (; it != extents_.end() && it->first < b; ++it) {
     const ExtentRec& e = it->second;
     if (!todo.empty() && todo.back().key == e.key) continue;
@@ -640,43 +638,36 @@ int FileData::Read(uint64_t off, size_t n, std::string* out) {
   return View(off, off + n, reinterpret_cast<uint8_t*>(out->data()));
 }
 
-int FileData::ReadPieces(uint64_t off, size_t n, std::vector<Filesystem::ReadPiece>* pieces,
-                         std::vector<std::shared_ptr<const void>>* keep, std::string* copy) {
+int FileData::ReadPieces(uint64_t off, size_t n, std::vector<Filesystem::ReadPiece>* pieces) {
   pieces->clear();
   n = PrepareRead(off, n);
   if (n == 0) return 0;
   if (int err = LoadExtents()) return err;
   const uint64_t a = off, b = off + n;
-  // Dirty bytes or chunks at the encoders over the range: copy (View).
+  // Dirty bytes or chunks at the encoders over the range: one copy (View).
   bool layered = false;
   for (const auto& j : inflight_) layered |= j->begin < b && a < j->end;
-  auto d = dirty_.upper_bound(a);
-  if (d != dirty_.begin() && std::prev(d)->first + std::prev(d)->second.size() > a) layered = true;
-  if (d != dirty_.end() && d->first < b) layered = true;
+  if (auto d = FirstDirtyAfter(dirty_, a); d != dirty_.end() && d->first < b) layered = true;
   if (layered) {
-    copy->resize(n);
-    if (int err = View(a, b, reinterpret_cast<uint8_t*>(copy->data()))) return err;
-    pieces->push_back({reinterpret_cast<const uint8_t*>(copy->data()), n});
+    uint8_t* w;
+    store::ChunkBytes copy = store::NewChunkBytes(n, &w);
+    if (int err = View(a, b, w)) return err;
+    pieces->push_back({w, n, std::move(copy)});
     return 0;
   }
   uint64_t pos = a;
-  auto it = extents_.upper_bound(a);
-  if (it != extents_.begin()) {
-    auto prev = std::prev(it);
-    if (prev->first + prev->second.length > a) it = prev;
-  }
-  for (; it != extents_.end() && it->first < b; ++it) {
+  for (auto it = FirstExtentAfter(extents_, a); it != extents_.end() && it->first < b; ++it) {
     const uint64_t s = std::max(a, it->first), e = std::min(b, it->first + it->second.length);
     if (s >= e) continue;
-    if (s > pos) pieces->push_back({nullptr, s - pos});
+    if (s > pos) pieces->push_back({nullptr, s - pos, nullptr});
     ExtentRec x = it->second;  // copy: GetChunk may commit, never reshapes the map
     store::ChunkBytes c;
     if (int err = GetChunk(x, &c)) return err;
-    pieces->push_back({c->data() + x.chunk_offset + (s - it->first), e - s});
-    keep->push_back(std::move(c));
+    const uint8_t* p = c->data() + x.chunk_offset + (s - it->first);
+    pieces->push_back({p, e - s, std::move(c)});
     pos = e;
   }
-  if (pos < b) pieces->push_back({nullptr, b - pos});
+  if (pos < b) pieces->push_back({nullptr, b - pos, nullptr});
   return 0;
 }
 
@@ -789,11 +780,7 @@ int FileData::CloneFrom(FileData& src, uint64_t soff, uint64_t doff, uint64_t le
   RemoveDirty(doff, doff + len);
   ReplaceRange(doff, doff + len, nullptr);
   const uint64_t send = soff + len;
-  auto it = src.extents_.upper_bound(soff);
-  if (it != src.extents_.begin()) {
-    auto prev = std::prev(it);
-    if (prev->first + prev->second.length > soff) it = prev;
-  }
+  auto it = FirstExtentAfter(src.extents_, soff);
   // Each cloned extent is one more reference; the chunks stay referenced by
   // src's committed extents meanwhile, so no count can reach zero here.
   for (; it != src.extents_.end() && it->first < send; ++it) {

@@ -119,8 +119,7 @@ class FileData {
   int Write(uint64_t off, const uint8_t* p, size_t n);
   int Read(uint64_t off, size_t n, std::string* out);
   // Filesystem::ReadPieces.
-  int ReadPieces(uint64_t off, size_t n, std::vector<Filesystem::ReadPiece>* pieces,
-                 std::vector<std::shared_ptr<const void>>* keep, std::string* copy);
+  int ReadPieces(uint64_t off, size_t n, std::vector<Filesystem::ReadPiece>* pieces);
   int Truncate(uint64_t size);
   // Cuts everything written into chunks (finishing the stream), waits for
   // the encoders and commits. Reports (once) an encoder error that a write

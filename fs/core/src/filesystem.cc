@@ -780,12 +780,11 @@ int Filesystem::Read(uint64_t ino, uint64_t off, size_t size, std::string* out) 
   });
 }
 
-int Filesystem::ReadPieces(uint64_t ino, uint64_t off, size_t size, std::vector<ReadPiece>* pieces,
-                           std::vector<std::shared_ptr<const void>>* keep, std::string* copy) {
+int Filesystem::ReadPieces(uint64_t ino, uint64_t off, size_t size, std::vector<ReadPiece>* pieces) {
   counters_.read_calls++;
   return WithInode(*impl_, ino, [&](Inode& in) {
     if (in.IsDir()) return EISDIR;
-    return in.data.ReadPieces(off, size, pieces, keep, copy);
+    return in.data.ReadPieces(off, size, pieces);
   });
 }
 

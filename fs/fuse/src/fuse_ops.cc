@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <memory>
@@ -242,7 +243,7 @@ void Rename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t newp
 // descriptor cannot be mmapped, so direct I/O changes nothing for mappings;
 // pages other opens cached are dropped on their next read, when the kernel
 // sees the new mtime (FUSE_CAP_AUTO_INVAL_DATA, attr timeout 0).
-void KeepCache(fuse_file_info* fi) {
+void SetCacheMode(fuse_file_info* fi) {
   fi->keep_cache = 1;
   if ((fi->flags & O_ACCMODE) == O_WRONLY) fi->direct_io = 1;
 }
@@ -260,7 +261,7 @@ void Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     // may have written, so that closing a reader does not cut a writer's
     // stream short.
     fi->fh = (fi->flags & O_ACCMODE) != O_RDONLY;
-    KeepCache(fi);
+    SetCacheMode(fi);
     if (fuse_reply_open(req, fi) == -ENOENT) Fs(req).Release(ino);  // interrupted open
   });
 }
@@ -281,7 +282,7 @@ void Create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, fu
     e.attr_timeout = Ctx(req).attr_timeout;
     e.entry_timeout = Ctx(req).entry_timeout;
     fi->fh = 1;
-    KeepCache(fi);
+    SetCacheMode(fi);
     if (fuse_reply_create(req, &e, fi) == -ENOENT) {
       Fs(req).Release(st.st_ino);
       Fs(req).Forget(st.st_ino, 1);
@@ -303,10 +304,8 @@ const uint8_t* Zeros(size_t* n) {
 // (one writev of an iovec): no copy into a reply buffer, no zero fill.
 void Read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info*) {
   Guard(req, "read", [&](bool& r) {
-    std::vector<Filesystem::ReadPiece> pieces;
-    std::vector<std::shared_ptr<const void>> keep;  // the chunks, alive until replied
-    std::string copy;
-    int err = Fs(req).ReadPieces(ino, static_cast<uint64_t>(off), size, &pieces, &keep, &copy);
+    std::vector<Filesystem::ReadPiece> pieces;  // their owners keep the bytes alive until replied
+    int err = Fs(req).ReadPieces(ino, static_cast<uint64_t>(off), size, &pieces);
     if (err) {
       r = true;
       fuse_reply_err(req, err);
@@ -532,10 +531,27 @@ fuse_lowlevel_ops MakeOps() {
 
 }  // namespace
 
+// A path as /proc/self/mountinfo writes it (space, tab, newline and
+// backslash as octal escapes).
+static std::string MountinfoEscape(const std::string& path) {
+  std::string out;
+  for (char c : path) {
+    if (c == ' ' || c == '\t' || c == '\n' || c == '\\') {
+      char buf[5];
+      std::snprintf(buf, sizeof buf, "\\%03o", static_cast<unsigned char>(c));
+      out += buf;
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
 void SetReadAheadOnce(FuseContext& ctx) {
   if (ctx.read_ahead_kb == 0 || ctx.read_ahead_set.load(std::memory_order_relaxed) ||
       ctx.read_ahead_set.exchange(true))
     return;
+  const std::string point_escaped = MountinfoEscape(ctx.mountpoint);
   std::ifstream mi("/proc/self/mountinfo");
   std::string line, dev;
   while (std::getline(mi, line)) {
@@ -543,7 +559,7 @@ void SetReadAheadOnce(FuseContext& ctx) {
     std::istringstream in(line);
     std::string id, parent, mm, root, point;
     in >> id >> parent >> mm >> root >> point;
-    if (point == ctx.mountpoint && line.find(" - fuse.lmcfs ") != std::string::npos) dev = mm;  // last wins
+    if (point == point_escaped && line.find(" - fuse.lmcfs ") != std::string::npos) dev = mm;  // last wins
   }
   if (dev.empty()) return;
   const std::string path = "/sys/class/bdi/" + dev + "/read_ahead_kb";

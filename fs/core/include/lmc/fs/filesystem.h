@@ -154,15 +154,14 @@ class Filesystem {
   int Release(uint64_t ino);
   int Read(uint64_t ino, uint64_t off, size_t size, std::string* out);
   // The same bytes as pieces to send without copying them (FUSE replies
-  // with an iovec): slices of decoded chunks held by `keep`, and zeros
-  // (nullptr). Where dirty bytes or chunks at the encoders overlap the
-  // range, one piece of a copy held by `copy`.
+  // with an iovec): slices of decoded chunks, and zeros for holes. Where
+  // written bytes not yet stored overlap the range, one piece of a copy.
   struct ReadPiece {
     const uint8_t* data = nullptr;  // nullptr: `size` zero bytes
     size_t size = 0;
+    std::shared_ptr<const void> owner;  // keeps `data` alive
   };
-  int ReadPieces(uint64_t ino, uint64_t off, size_t size, std::vector<ReadPiece>* pieces,
-                 std::vector<std::shared_ptr<const void>>* keep, std::string* copy);
+  int ReadPieces(uint64_t ino, uint64_t off, size_t size, std::vector<ReadPiece>* pieces);
   int Write(uint64_t ino, uint64_t off, const void* data, size_t size);
   // Chunks everything written and commits it (sync: WAL synced, durable).
   int Flush(uint64_t ino);
