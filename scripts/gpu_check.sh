@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The one prepared GPU check (issue 14): build the CUDA path, run the GPU
+# The one prepared GPU check: build the CUDA path, run the GPU
 # tests, compute-sanitizer on them, and the GPU benchmark against the
 # anchors (nvCOMP, DFloat11, cuzipnn, ZipNN) on the same bf16 checkpoint
 # data, in a few minutes on a GPU machine.

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """torch.save + fsync of a real checkpoint through lmcfs with gpu=on against
-gpu=off, and to the plain disk, in one run (issue 14, "Through the mount").
+gpu=off, and to the plain disk, in one run (docs/BENCHMARKS.md, "GPU codec",
+"Through the mount").
 
 The checkpoint: the bf16 weights of a small transformer trained on the GPU
 (scripts/gpu_anchors.py --make-data writes them, snapshot after snapshot),

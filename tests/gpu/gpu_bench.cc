@@ -1,4 +1,4 @@
-// GPU codec benchmark (issue 14 targets; docs/BENCHMARKS.md, "GPU codec"):
+// GPU codec benchmark (docs/BENCHMARKS.md, "GPU codec"):
 // the same chunks through the CPU codec on all cores, and through the GPU
 // codec device to device and host to host, in one run. Prints a table and
 // writes JSON.

@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# A-B of two mount.lmcfs binaries on the same checkpoint, alternating
+# (A B A B ...): for each, a fresh store and mount, torch.save + fsync of the
+# checkpoint, then the page cache dropped and the file read back cold by a
+# new process (1 MiB reads). Prints save and cold-read time and the
+# daemon's CPU-seconds (utime+stime from /proc) for each. Usage:
+#   scripts/fs_ab.sh BIN_A BIN_B [CKPT] [ROUNDS]
+# CKPT: SIZE_MIB of bf16 tensors of 64 MiB (default 1024), or "minilm" (the
+# 318 MB training checkpoint of scripts/run.sh: bf16 model + fp32 master +
+# AdamW moments of the MiniLM weights that gen_bench_data.py makes). ROUNDS
+# default 2. WORK (default /var/tmp/lmcfs-ab) is where the stores live; run
+# as root so that caches can be dropped.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+A=$1
+B=$2
+CKPT=${3:-1024}
+ROUNDS=${4:-2}
+WORK=${WORK:-/var/tmp/lmcfs-ab}
+STATE=/dev/shm/lmcfs-ab-$CKPT.pt
+cleanup() {
+  fusermount3 -u -z "$WORK/mnt" 2>/dev/null || true
+  rm -rf "$WORK" "$STATE"
+}
+trap cleanup EXIT
+python3 - "$CKPT" "$STATE" <<'PY'
+import sys, torch
+ckpt, out = sys.argv[1], sys.argv[2]
+if ckpt == 'minilm':
+    from safetensors.torch import load_file
+    w = load_file('bench-data/demo/minilm-f32.safetensors')
+    st = {"model": {k: v.to(torch.bfloat16) for k, v in w.items()}, "master": w,
+          "optimizer": {k: {"exp_avg": v * 1e-3, "exp_avg_sq": (v * 1e-3) ** 2} for k, v in w.items()}}
+else:
+    torch.manual_seed(0)
+    n, piece = int(ckpt) * (1 << 20) // 2, 32 << 20
+    st = {f't{i}': (torch.randn(min(piece, n - i)) * 0.02).to(torch.bfloat16) for i in range(0, n, piece)}
+torch.save(st, out)
+PY
+cpu() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+echo "load average at start: $(cut -d' ' -f1 /proc/loadavg); checkpoint $CKPT"
+for _ in $(seq "$ROUNDS"); do
+  for bin in "$A" "$B"; do
+    fusermount3 -u -z "$WORK/mnt" 2>/dev/null || true
+    rm -rf "$WORK"
+    mkdir -p "$WORK/store" "$WORK/mnt"
+    "$bin" "$WORK/store" "$WORK/mnt" -f -o "log_file=$WORK/log" &
+    pid=$!
+    for _ in $(seq 100); do mountpoint -q "$WORK/mnt" && break; sleep 0.1; done
+    c0=$(cpu $pid)
+    save=$(python3 - "$STATE" "$WORK/mnt/ckpt.pt" <<'PY'
+import os, sys, time, torch
+st = torch.load(sys.argv[1])
+t = time.perf_counter()
+with open(sys.argv[2], 'wb') as f:
+    torch.save(st, f); f.flush(); os.fsync(f.fileno())
+print(f'{time.perf_counter() - t:.2f}')
+PY
+)
+    c1=$(cpu $pid)
+    if [ "$(id -u)" = 0 ]; then sync; echo 3 > /proc/sys/vm/drop_caches; fi
+    c2=$(cpu $pid)
+    read_s=$(python3 - "$WORK/mnt/ckpt.pt" <<'PY'
+import sys, time
+t = time.perf_counter()
+with open(sys.argv[1], 'rb', buffering=0) as f:
+    while f.read(1 << 20):
+        pass
+print(f'{time.perf_counter() - t:.2f}')
+PY
+)
+    c3=$(cpu $pid)
+    size=$(stat -c %s "$WORK/mnt/ckpt.pt")
+    python3 -c "
+s, r, n = $save, $read_s, $size
+print(f'$bin: save {s:.2f} s = {n / 1e6 / s:.0f} MB/s, daemon {($c1 - $c0) / 100:.2f} CPU-s '
+      f'= {($c1 - $c0) / 100 / (n / 2**30):.2f} s/GiB; cold read {r:.2f} s = {n / 1e6 / r:.0f} MB/s, '
+      f'daemon {($c3 - $c2) / 100:.2f} CPU-s')"
+    fusermount3 -u "$WORK/mnt"
+    wait $pid
+  done
+done
+echo "load average at end: $(cut -d' ' -f1 /proc/loadavg)"
