@@ -3,15 +3,28 @@
 #include <openssl/evp.h>
 
 #include <cstdlib>
+#include <cstring>
 
 namespace lmc::store {
 
-ChunkKey ChunkKey::Of(const uint8_t* p, size_t n) {
-  // EVP_sha256 is a static method table; EVP_Digest cannot fail for it
+ChunkKey ChunkKey::Of(const uint8_t* p, size_t n, KeyOwner owner) {
+  // EVP_sha256 is a static method table; the digest cannot fail for it
   // short of memory exhaustion, which we treat like new's failure.
   ChunkKey k;
   unsigned int len = 0;
-  if (EVP_Digest(p, n, k.bytes.data(), &len, EVP_sha256(), nullptr) != 1 || len != kSize) std::abort();
+  if (!owner) {
+    if (EVP_Digest(p, n, k.bytes.data(), &len, EVP_sha256(), nullptr) != 1 || len != kSize) std::abort();
+    return k;
+  }
+  uint8_t prefix[sizeof kOwnerKeyTag + 4];
+  std::memcpy(prefix, kOwnerKeyTag, sizeof kOwnerKeyTag);
+  StoreLE32(prefix + sizeof kOwnerKeyTag, *owner);
+  EVP_MD_CTX* ctx = EVP_MD_CTX_new();
+  if (!ctx || EVP_DigestInit_ex(ctx, EVP_sha256(), nullptr) != 1 ||
+      EVP_DigestUpdate(ctx, prefix, sizeof prefix) != 1 || EVP_DigestUpdate(ctx, p, n) != 1 ||
+      EVP_DigestFinal_ex(ctx, k.bytes.data(), &len) != 1 || len != kSize)
+    std::abort();
+  EVP_MD_CTX_free(ctx);
   return k;
 }
 

@@ -210,7 +210,7 @@ void AppendRecord(Store::Impl& s, const Batch::Op& op, fmt::ChunkEntry& e, Overl
   e.frame_len = static_cast<uint32_t>(op.frame.size());
   uint8_t hdr[fmt::kRecordHeaderSize];
   fmt::EncodeRecordHeader(hdr, op.key, reinterpret_cast<const uint8_t*>(op.frame.data()), e.frame_len,
-                          e.decoded_len);
+                          e.decoded_len, e.owner);
   records.Add(hdr, op.frame);
   ov.Save(op.key, *slot);
   slot->present = true;
@@ -351,6 +351,7 @@ Status ApplyChunkOps(Store::Impl& s, const Batch& b, Overlay& ov, PackRecords& r
         // Find may have rehashed; re-find the chunk's own slot.
         LMC_ASSIGN_OR_RETURN(slot, ov.Find(op.key));
         e.decoded_len = op.decoded_len;
+        e.owner = op.owner;
         e.refcount = 1;
         AppendRecord(s, op, e, ov, slot, records, records_base);
         counts.stored++;
@@ -475,6 +476,13 @@ Status Store::Impl::CommitGroup(const std::vector<Writer*>& group) {
     sync |= w->sync;
   }
   if (adds) LMC_RETURN_IF_ERROR(EnsureActivePack());
+  if (adds && format_version < 2) {
+    bool scoped = false;
+    for (Writer* w : group)
+      for (const Batch::Op& op : w->batch->ops())
+        scoped |= op.kind == Batch::OpKind::kAdd && op.owner.has_value();
+    if (scoped) LMC_RETURN_IF_ERROR(UpgradeFormat());
+  }
 
   const uint64_t base = active_end;
   Overlay ov(*this);

@@ -1,6 +1,8 @@
 // The POSIX Env: pread/pwrite/fdatasync on file descriptors, flock locks.
 // Files are created 0600 and directories 0700 (whatever the umask leaves of
-// that), and no open follows a symbolic link in the last component
+// that), and no operation follows a symbolic link in any component of its
+// path: files and directories are opened with OpenNoLinks, and creations,
+// removals and renames act on a name inside a directory opened that way
 // (docs/ARCHITECTURE.md, "Store permissions").
 #include <dirent.h>
 #include <fcntl.h>
@@ -20,26 +22,13 @@
 
 #include "lmc/store/env.h"
 #include "lmc/store/permissions.h"
+#include "no_links.h"
 
 namespace lmc::store {
 namespace {
 
 Status Errno(const std::string& what, const std::string& path) {
   return Status::FromErrno(errno, what + " " + path);
-}
-
-// The error of an open with O_NOFOLLOW (and O_CREAT | O_EXCL, which never
-// follows a link either) that met a symbolic link: said as such, since the
-// errno (ELOOP, EEXIST) does not tell a user what is wrong.
-Status OpenError(const std::string& what, const std::string& path) {
-  const int err = errno;
-  struct stat st;
-  if ((err == ELOOP || err == EEXIST) && ::lstat(path.c_str(), &st) == 0 && S_ISLNK(st.st_mode))
-    return Status::IOError(what + " " + path +
-                           ": it is a symbolic link, and lmcfs never follows links inside its store "
-                           "(docs/ARCHITECTURE.md, \"Store permissions\"); remove it");
-  errno = err;
-  return Errno(what, path);
 }
 
 class PosixFile final : public File {
@@ -281,10 +270,10 @@ class PosixEnv final : public Env {
         flags |= O_RDWR | O_CREAT | O_EXCL;
         break;
     }
-    int fd = ::open(path.c_str(), flags | O_NOFOLLOW, kStoreFileMode);
+    int fd = OpenNoLinks(path, flags, kStoreFileMode);
     if (fd < 0) {
       if (errno == ENOENT) return Status::NotFound("no file " + path);
-      return OpenError("open", path);
+      return PathError("open", path);
     }
     struct stat st;
     if (::fstat(fd, &st) != 0) {
@@ -295,14 +284,29 @@ class PosixEnv final : public Env {
     return std::unique_ptr<File>(new PosixFile(fd, path, static_cast<uint64_t>(st.st_size)));
   }
 
+  // An existing directory is fine; an existing link (to a directory or
+  // not) is refused.
   Status CreateDir(const std::string& path) override {
-    if (::mkdir(path.c_str(), kStoreDirMode) != 0 && errno != EEXIST) return Errno("mkdir", path);
-    return Status::Ok();
+    std::string name;
+    const int dir = OpenParentNoLinks(path, &name);
+    if (dir < 0) return PathError("mkdir", path);
+    Status s;
+    struct stat st;
+    if (::mkdirat(dir, name.c_str(), kStoreDirMode) != 0) {
+      const int err = errno;
+      if (err != EEXIST || ::fstatat(dir, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0 ||
+          !S_ISDIR(st.st_mode)) {
+        errno = err;
+        s = PathError("mkdir", path);
+      }
+    }
+    ::close(dir);
+    return s;
   }
 
   Status SyncDir(const std::string& path) override {
-    int fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (fd < 0) return OpenError("open directory", path);
+    int fd = OpenNoLinks(path, O_RDONLY | O_DIRECTORY);
+    if (fd < 0) return PathError("open directory", path);
     Status s;
     if (::fsync(fd) != 0) s = Errno("fsync directory", path);
     ::close(fd);
@@ -310,10 +314,10 @@ class PosixEnv final : public Env {
   }
 
   Result<std::vector<std::string>> ListDir(const std::string& path) override {
-    const int fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    const int fd = OpenNoLinks(path, O_RDONLY | O_DIRECTORY);
     if (fd < 0) {
       if (errno == ENOENT) return Status::NotFound("no directory " + path);
-      return OpenError("open directory", path);
+      return PathError("open directory", path);
     }
     DIR* d = ::fdopendir(fd);
     if (!d) {
@@ -337,19 +341,35 @@ class PosixEnv final : public Env {
     return ::lstat(path.c_str(), &st) == 0;
   }
 
+  // Removes the name (a link itself, never its target).
   Status DeleteFile(const std::string& path) override {
-    if (::unlink(path.c_str()) != 0) return Errno("unlink", path);
-    return Status::Ok();
+    std::string name;
+    const int dir = OpenParentNoLinks(path, &name);
+    if (dir < 0) return PathError("unlink", path);
+    Status s;
+    if (::unlinkat(dir, name.c_str(), 0) != 0) s = PathError("unlink", path);
+    ::close(dir);
+    return s;
   }
 
   Status RenameFile(const std::string& from, const std::string& to) override {
-    if (::rename(from.c_str(), to.c_str()) != 0) return Errno("rename " + from + " to", to);
-    return Status::Ok();
+    std::string from_name, to_name;
+    const int from_dir = OpenParentNoLinks(from, &from_name);
+    if (from_dir < 0) return PathError("rename", from);
+    const int to_dir = OpenParentNoLinks(to, &to_name);
+    Status s;
+    if (to_dir < 0)
+      s = PathError("rename " + from + " to", to);
+    else if (::renameat(from_dir, from_name.c_str(), to_dir, to_name.c_str()) != 0)
+      s = PathError("rename " + from + " to", to);
+    ::close(from_dir);
+    if (to_dir >= 0) ::close(to_dir);
+    return s;
   }
 
   Result<std::unique_ptr<FileLock>> LockFile(const std::string& path) override {
-    int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, kStoreFileMode);
-    if (fd < 0) return OpenError("open lock file", path);
+    int fd = OpenNoLinks(path, O_RDWR | O_CREAT, kStoreFileMode);
+    if (fd < 0) return PathError("open lock file", path);
     if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
       int err = errno;
       ::close(fd);

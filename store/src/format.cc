@@ -61,22 +61,27 @@ uint64_t RecordChecksum(const uint8_t* hdr, const uint8_t* frame, size_t frame_l
 }
 
 void EncodeRecordHeader(uint8_t* h, const ChunkKey& key, const uint8_t* frame, uint32_t frame_len,
-                        uint32_t decoded_len) {
+                        uint32_t decoded_len, KeyOwner owner) {
   std::memset(h, 0, kRecordHeaderSize);
   std::memcpy(h, kRecordMagic, 4);
-  // h[4..8): flags, 0 in version 1.
+  // h[4..8): flags; bit 0: owner-scoped key.
+  if (owner) StoreLE32(h + 4, kRecordOwnerScoped);
   std::memcpy(h + 8, key.bytes.data(), ChunkKey::kSize);
   StoreLE32(h + 40, frame_len);
   StoreLE32(h + 44, decoded_len);
-  // h[48..56): reserved, 0.
+  // h[48..52): the key's owner (0 without the flag); h[52..56): reserved, 0.
+  if (owner) StoreLE32(h + 48, *owner);
   StoreLE64(h + kRecordChecksumOffset, RecordChecksum(h, frame, frame_len));
 }
 
 Result<RecordHeader> ParseRecordHeader(const uint8_t* h) {
   if (std::memcmp(h, kRecordMagic, 4) != 0) return Status::Corruption("record has a bad magic");
-  if (LoadLE32(h + 4) != 0 || LoadLE64(h + 48) != 0)
+  const uint32_t flags = LoadLE32(h + 4);
+  if ((flags & ~kRecordOwnerScoped) != 0 || LoadLE32(h + 52) != 0 ||
+      (!(flags & kRecordOwnerScoped) && LoadLE32(h + 48) != 0))
     return Status::Corruption("record has unknown flags or reserved bits set");
   RecordHeader r;
+  if (flags & kRecordOwnerScoped) r.owner = LoadLE32(h + 48);
   r.key = ChunkKey::FromBytes(h + 8);
   r.frame_len = LoadLE32(h + 40);
   r.decoded_len = LoadLE32(h + 44);
@@ -88,6 +93,7 @@ Result<RecordHeader> ParseRecordHeader(const uint8_t* h) {
 namespace {
 constexpr uint8_t kEntryVersion = 1;
 constexpr uint8_t kEntryHasBase = 1;
+constexpr uint8_t kEntryOwnerScoped = 2;
 constexpr size_t kEntryFixed = 40;
 
 uint64_t SeedOf(const ChunkKey& key) { return LoadLE64(key.bytes.data()); }
@@ -96,12 +102,13 @@ uint64_t SeedOf(const ChunkKey& key) { return LoadLE64(key.bytes.data()); }
 std::string EncodeChunkEntry(const ChunkKey& key, const ChunkEntry& e) {
   uint8_t v[kEntryFixed + ChunkKey::kSize + 8] = {};
   v[0] = kEntryVersion;
-  v[1] = e.base ? kEntryHasBase : 0;
+  v[1] = static_cast<uint8_t>((e.base ? kEntryHasBase : 0) | (e.owner ? kEntryOwnerScoped : 0));
   v[2] = e.depth;
   StoreLE32(v + 4, e.frame_len);
   StoreLE64(v + 8, e.pack_id);
   StoreLE64(v + 16, e.offset);
   StoreLE32(v + 24, e.decoded_len);
+  if (e.owner) StoreLE32(v + 28, *e.owner);
   StoreLE64(v + 32, e.refcount);
   size_t n = kEntryFixed;
   if (e.base) {
@@ -122,7 +129,8 @@ Result<ChunkEntry> DecodeChunkEntry(const ChunkKey& key, std::string_view sv) {
     return Status::Corruption("chunk index value checksum mismatch");
   if (v[0] != kEntryVersion) return Status::Unsupported("chunk index value of a newer version");
   bool has_base = v[1] & kEntryHasBase;
-  if ((v[1] & ~kEntryHasBase) || v[3] != 0 || LoadLE32(v + 28) != 0 ||
+  const bool scoped = v[1] & kEntryOwnerScoped;
+  if ((v[1] & ~(kEntryHasBase | kEntryOwnerScoped)) || v[3] != 0 || (!scoped && LoadLE32(v + 28) != 0) ||
       has_base != (n == kEntryFixed + ChunkKey::kSize) || has_base != (v[2] != 0) || v[2] > kMaxDeltaDepth)
     return Status::Corruption("chunk index value has inconsistent fields");
   ChunkEntry e;
@@ -133,6 +141,7 @@ Result<ChunkEntry> DecodeChunkEntry(const ChunkKey& key, std::string_view sv) {
   e.decoded_len = LoadLE32(v + 24);
   e.refcount = LoadLE64(v + 32);
   if (has_base) e.base = ChunkKey::FromBytes(v + kEntryFixed);
+  if (scoped) e.owner = LoadLE32(v + 28);
   return e;
 }
 

@@ -16,7 +16,12 @@
 namespace lmc::store::fmt {
 
 // Store config file ("Config file").
-inline constexpr uint32_t kFormatVersion = 1;
+// The newest format this lmcfs reads and writes. 2 adds owner-scoped chunk
+// keys (dedup=uid); a store is created as 1, which older lmcfs read too,
+// and raised to 2 by the commit that first writes an owner-scoped key
+// (Store::Impl::UpgradeFormat).
+inline constexpr uint32_t kFormatVersion = 2;
+inline constexpr uint32_t kFormatVersionFirst = 1;
 inline constexpr char kConfigName[] = "CONFIG";
 inline constexpr char kLockName[] = "LOCK";
 inline constexpr char kIndexDir[] = "index";
@@ -31,6 +36,7 @@ inline constexpr size_t kPackHeaderSize = 32;
 inline constexpr char kRecordMagic[4] = {'L', 'M', 'C', 'R'};
 inline constexpr size_t kRecordHeaderSize = 64;
 inline constexpr size_t kRecordChecksumOffset = 56;
+inline constexpr uint32_t kRecordOwnerScoped = 1;  // record flags bit 0: the key is owner-scoped
 inline constexpr uint32_t kMaxFrameLen = (1u << 30) + (1u << 16);
 
 // Marker of a chunk kept at refcount 0 by an in-memory pin, in the default
@@ -69,11 +75,12 @@ struct RecordHeader {
   ChunkKey key;
   uint32_t frame_len = 0;
   uint32_t decoded_len = 0;
+  KeyOwner owner;  // the key is owner-scoped (flags bit 0, owner at [48, 52))
   uint64_t checksum = 0;
 };
 // Writes the 64-byte header of a record for `frame` into hdr.
 void EncodeRecordHeader(uint8_t* hdr, const ChunkKey& key, const uint8_t* frame, uint32_t frame_len,
-                        uint32_t decoded_len);
+                        uint32_t decoded_len, KeyOwner owner);
 // Parses and checks magic and flags (not the checksum).
 Result<RecordHeader> ParseRecordHeader(const uint8_t* hdr);
 // XXH3-64 over header bytes [0, 56) followed by the frame.
@@ -87,6 +94,7 @@ struct ChunkEntry {
   uint64_t refcount = 0;
   uint8_t depth = 0;
   std::optional<ChunkKey> base;
+  KeyOwner owner;  // the key is owner-scoped (flags bit 1, owner at [28, 32))
   uint64_t record_size() const { return kRecordHeaderSize + frame_len; }
 };
 std::string EncodeChunkEntry(const ChunkKey& key, const ChunkEntry& e);

@@ -218,10 +218,13 @@ class FsckRun {
     }
     if (repair_) LMC_RETURN_IF_ERROR(TightenPaths(loose));
     for (const LoosePath& p : loose) {
-      const bool fixed = repair_ && !p.other_owner;
-      std::string m = "store path other users can reach: " + p.Describe();
+      const bool fixed = repair_ && !p.other_owner && !p.link;
+      std::string m =
+          (p.link ? "symbolic link in the store: " : "store path other users can reach: ") + p.Describe();
       if (!fixed)
-        m += p.other_owner ? " (chown it to the store's owner)" : " (lmcfs-fsck --repair or chmod go-rwx)";
+        m += p.link          ? " (remove it, or put what it points to in its place)"
+             : p.other_owner ? " (chown it to the store's owner)"
+                             : " (lmcfs-fsck --repair or chmod go-rwx)";
       c_.Problem({.kind = Kind::kLoosePermissions, .path = p.path, .repaired = fixed, .message = m});
     }
     return Status::Ok();

@@ -1,17 +1,43 @@
 // OwnerOnlyRocksEnv: see owner_only_fs.h.
 #include "owner_only_fs.h"
 
+#include <fcntl.h>
 #include <rocksdb/file_system.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
 #include <memory>
 
 #include "lmc/store/permissions.h"
+#include "no_links.h"
 
 namespace lmc::store {
 namespace {
+
+// Refuses `path` when a symbolic link is on it, the last component
+// included, before RocksDB opens it (RocksDB's own opens follow links): a
+// planted link must not make it truncate, write or read a file elsewhere.
+// A check then an open, not one atomic step: it catches links that are
+// there, and a store that another user can still write is refused at mount
+// (FindLoosePaths).
+rocksdb::IOStatus RefuseLinks(const std::string& path) {
+  std::string name;
+  const int dir = OpenParentNoLinks(path, &name);
+  if (dir < 0) {
+    if (errno == ENOENT) return rocksdb::IOStatus::OK();  // RocksDB reports what is missing
+    return rocksdb::IOStatus::IOError(PathError("open", path).message());
+  }
+  struct stat st;
+  const bool link = ::fstatat(dir, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(st.st_mode);
+  ::close(dir);
+  if (link) {
+    errno = ELOOP;
+    return rocksdb::IOStatus::IOError(PathError("open", path).message());
+  }
+  return rocksdb::IOStatus::OK();
+}
 
 // Sets `path`'s mode after RocksDB created or opened it for writing. A
 // symbolic link is refused (its target is not ours to change); the window
@@ -37,34 +63,53 @@ class OwnerOnlyFileSystem final : public rocksdb::FileSystemWrapper {
   rocksdb::IOStatus NewWritableFile(const std::string& f, const rocksdb::FileOptions& o,
                                     std::unique_ptr<rocksdb::FSWritableFile>* r,
                                     rocksdb::IODebugContext* dbg) override {
+    if (auto l = RefuseLinks(f); !l.ok()) return l;
     return Restrict(target()->NewWritableFile(f, o, r, dbg), f, kStoreFileMode);
   }
   rocksdb::IOStatus ReopenWritableFile(const std::string& f, const rocksdb::FileOptions& o,
                                        std::unique_ptr<rocksdb::FSWritableFile>* r,
                                        rocksdb::IODebugContext* dbg) override {
+    if (auto l = RefuseLinks(f); !l.ok()) return l;
     return Restrict(target()->ReopenWritableFile(f, o, r, dbg), f, kStoreFileMode);
   }
   rocksdb::IOStatus ReuseWritableFile(const std::string& f, const std::string& old,
                                       const rocksdb::FileOptions& o,
                                       std::unique_ptr<rocksdb::FSWritableFile>* r,
                                       rocksdb::IODebugContext* dbg) override {
+    if (auto l = RefuseLinks(f); !l.ok()) return l;
     return Restrict(target()->ReuseWritableFile(f, old, o, r, dbg), f, kStoreFileMode);
   }
   rocksdb::IOStatus NewRandomRWFile(const std::string& f, const rocksdb::FileOptions& o,
                                     std::unique_ptr<rocksdb::FSRandomRWFile>* r,
                                     rocksdb::IODebugContext* dbg) override {
+    if (auto l = RefuseLinks(f); !l.ok()) return l;
     return Restrict(target()->NewRandomRWFile(f, o, r, dbg), f, kStoreFileMode);
+  }
+  rocksdb::IOStatus NewSequentialFile(const std::string& f, const rocksdb::FileOptions& o,
+                                      std::unique_ptr<rocksdb::FSSequentialFile>* r,
+                                      rocksdb::IODebugContext* dbg) override {
+    if (auto l = RefuseLinks(f); !l.ok()) return l;
+    return target()->NewSequentialFile(f, o, r, dbg);
+  }
+  rocksdb::IOStatus NewRandomAccessFile(const std::string& f, const rocksdb::FileOptions& o,
+                                        std::unique_ptr<rocksdb::FSRandomAccessFile>* r,
+                                        rocksdb::IODebugContext* dbg) override {
+    if (auto l = RefuseLinks(f); !l.ok()) return l;
+    return target()->NewRandomAccessFile(f, o, r, dbg);
   }
   rocksdb::IOStatus CreateDir(const std::string& d, const rocksdb::IOOptions& o,
                               rocksdb::IODebugContext* dbg) override {
+    if (auto l = RefuseLinks(d); !l.ok()) return l;
     return Restrict(target()->CreateDir(d, o, dbg), d, kStoreDirMode);
   }
   rocksdb::IOStatus CreateDirIfMissing(const std::string& d, const rocksdb::IOOptions& o,
                                        rocksdb::IODebugContext* dbg) override {
+    if (auto l = RefuseLinks(d); !l.ok()) return l;
     return Restrict(target()->CreateDirIfMissing(d, o, dbg), d, kStoreDirMode);
   }
   rocksdb::IOStatus LockFile(const std::string& f, const rocksdb::IOOptions& o, rocksdb::FileLock** l,
                              rocksdb::IODebugContext* dbg) override {
+    if (auto link = RefuseLinks(f); !link.ok()) return link;
     rocksdb::IOStatus s = Restrict(target()->LockFile(f, o, l, dbg), f, kStoreFileMode);
     if (!s.ok() && *l) {
       target()->UnlockFile(*l, o, dbg).PermitUncheckedError();
@@ -74,6 +119,7 @@ class OwnerOnlyFileSystem final : public rocksdb::FileSystemWrapper {
   }
   rocksdb::IOStatus NewLogger(const std::string& f, const rocksdb::IOOptions& o,
                               std::shared_ptr<rocksdb::Logger>* r, rocksdb::IODebugContext* dbg) override {
+    if (auto l = RefuseLinks(f); !l.ok()) return l;
     return Restrict(target()->NewLogger(f, o, r, dbg), f, kStoreFileMode);
   }
 };

@@ -26,8 +26,9 @@ void Check(const std::string& path, uid_t owner, std::vector<LoosePath>* out) {
   if (::lstat(path.c_str(), &st) != 0) return;  // vanished meanwhile
   LoosePath p{.path = path, .mode = st.st_mode & 07777, .uid = st.st_uid};
   p.other_owner = st.st_uid != owner;
-  p.loose_mode = !S_ISLNK(st.st_mode) && (st.st_mode & kGroupOther) != 0;
-  if (p.other_owner || p.loose_mode) out->push_back(std::move(p));
+  p.link = S_ISLNK(st.st_mode);
+  p.loose_mode = !p.link && (st.st_mode & kGroupOther) != 0;
+  if (p.other_owner || p.loose_mode || p.link) out->push_back(std::move(p));
 }
 
 }  // namespace
@@ -37,6 +38,8 @@ std::string LoosePath::Describe() const {
   if (loose_mode) s += " mode " + Octal(mode) + " (group or other users can access it)";
   if (loose_mode && other_owner) s += ",";
   if (other_owner) s += " owned by uid " + std::to_string(uid);
+  if (link)
+    s += std::string(loose_mode || other_owner ? "," : "") + " a symbolic link (lmcfs never follows one)";
   return s;
 }
 
@@ -78,14 +81,16 @@ std::string LoosePathsMessage(const std::string& dir, const std::vector<LoosePat
   constexpr size_t kNamed = 3;
   std::string m = "store " + dir + " is accessible to other users than its owner (lmcfs stores checkpoints " +
                   "for their owner only): ";
-  bool other_owner = false;
+  bool other_owner = false, link = false;
   for (size_t i = 0; i < paths.size(); ++i) {
     other_owner |= paths[i].other_owner;
+    link |= paths[i].link;
     if (i < kNamed) m += (i ? "; " : "") + paths[i].Describe();
   }
   if (paths.size() > kNamed) m += "; and " + std::to_string(paths.size() - kNamed) + " more";
   m += ". Fix it with `chmod -R go-rwx " + dir + "` or `lmcfs-fsck --repair " + dir + "`";
   if (other_owner) m += ", and give the store to the user who mounts it (chown -R USER " + dir + ")";
+  if (link) m += ", and remove the symbolic links (or put what they point to in their place)";
   m += ", or mount with -o unsafe_store_perms if this is intended";
   return m;
 }

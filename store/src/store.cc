@@ -6,6 +6,8 @@
 #include <rocksdb/write_batch.h>
 #include <spdlog/spdlog.h>
 
+#include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <unordered_map>
 
@@ -38,20 +40,22 @@ void Batch::Append(Op op) {
 }
 
 void Batch::AddChunk(const ChunkKey& key, std::span<const uint8_t> frame, uint32_t decoded_len,
-                     const std::optional<ChunkKey>& base) {
+                     const std::optional<ChunkKey>& base, KeyOwner owner) {
   Append({.kind = OpKind::kAdd,
           .key = key,
           .base = base,
           .decoded_len = decoded_len,
+          .owner = owner,
           .frame = CopyFrame(frame)});
 }
 
 void Batch::AddChunk(const ChunkKey& key, std::string&& frame, uint32_t decoded_len,
-                     const std::optional<ChunkKey>& base) {
+                     const std::optional<ChunkKey>& base, KeyOwner owner) {
   Append({.kind = OpKind::kAdd,
           .key = key,
           .base = base,
           .decoded_len = decoded_len,
+          .owner = owner,
           .frame = std::move(frame)});
 }
 
@@ -104,14 +108,14 @@ constexpr uint64_t kMaxWalBytes = uint64_t{4} << 20;
 std::string ConfigText(const StoreOptions& o) {
   return "# lmcfs chunk store (docs/FORMAT.md, section Chunk store). Do not edit.\n"
          "format_version=" +
-         std::to_string(fmt::kFormatVersion) +
+         std::to_string(fmt::kFormatVersionFirst) +
          "\n"
          "hash=sha256\n"
          "chunk_size=" +
          std::to_string(o.chunk_size) + "\n";
 }
 
-Status CheckConfig(const std::string& text, const std::string& path) {
+Status CheckConfig(const std::string& text, const std::string& path, uint32_t* version_out) {
   int version = -1;
   std::string hash;
   size_t pos = 0;
@@ -133,7 +137,29 @@ Status CheckConfig(const std::string& text, const std::string& path) {
                                " is newer than this lmcfs reads (" + std::to_string(fmt::kFormatVersion) +
                                "); upgrade lmcfs");
   if (hash != "sha256") return Status::Unsupported(path + ": unknown chunk hash '" + hash + "'");
+  *version_out = static_cast<uint32_t>(version);
   return Status::Ok();
+}
+
+// `dir` with every link and "." or ".." resolved (realpath). A store yet to
+// be created resolves through its parent, which must exist.
+Result<std::string> RealPath(const std::string& dir, bool create_if_missing) {
+  if (char* r = ::realpath(dir.c_str(), nullptr)) {
+    std::string out = r;
+    std::free(r);
+    return out;
+  }
+  if (errno != ENOENT) return Status::FromErrno(errno, "resolving the store path " + dir);
+  if (!create_if_missing) return Status::NotFound("no store at " + dir);
+  std::string d = dir;
+  while (d.size() > 1 && d.back() == '/') d.pop_back();
+  const size_t slash = d.rfind('/');
+  const std::string parent = slash == std::string::npos ? "." : slash == 0 ? "/" : d.substr(0, slash);
+  char* r = ::realpath(parent.c_str(), nullptr);
+  if (!r) return Status::FromErrno(errno, "cannot create store " + dir + ": its parent directory " + parent);
+  std::string out = r;
+  std::free(r);
+  return (out == "/" ? "" : out) + "/" + d.substr(slash + 1);
 }
 
 }  // namespace
@@ -155,44 +181,71 @@ Result<std::unique_ptr<Store>> Store::Open(const std::string& dir, const StoreOp
   if (options.base_cache_bytes > 0) s->base_cache = std::make_unique<ChunkCache>(options.base_cache_bytes);
   s->env = options.env ? options.env : Env::Default();
   s->codec = options.codec ? options.codec : LmcFrameCodec();
-  s->dir = dir;
-  s->pack_dir = dir + "/" + fmt::kPackDir;
   Env* env = s->env;
   if (s->opts.pack_size_limit < 4096) s->opts.pack_size_limit = 4096;
 
-  if (!env->FileExists(dir)) {
-    if (!options.create_if_missing) return Status::NotFound("no store at " + dir);
-    LMC_RETURN_IF_ERROR(env->CreateDir(dir));
-  }
-  LMC_ASSIGN_OR_RETURN(s->lock, env->LockFile(dir + "/" + fmt::kLockName));
+  // The store by its real path: every path under it is then free of links,
+  // and the Env refuses any it meets (a planted one; no_links.h).
+  auto real = RealPath(dir, options.create_if_missing);
+  if (!real.ok()) return real.status();
+  s->dir = *real;
+  s->pack_dir = s->dir + "/" + fmt::kPackDir;
+  if (!env->FileExists(s->dir)) LMC_RETURN_IF_ERROR(env->CreateDir(s->dir));
+  LMC_ASSIGN_OR_RETURN(s->lock, env->LockFile(s->dir + "/" + fmt::kLockName));
 
-  const std::string config_path = dir + "/" + fmt::kConfigName;
+  const std::string config_path = s->dir + "/" + fmt::kConfigName;
   const bool fresh = !env->FileExists(config_path);
   if (fresh) {
-    if (!options.create_if_missing) return Status::NotFound("no store at " + dir + " (no CONFIG)");
+    if (!options.create_if_missing) return Status::NotFound("no store at " + s->dir + " (no CONFIG)");
     // CONFIG is written last when creating: a directory with packs but no
     // CONFIG is not something we made, or not something to overwrite.
     auto names = env->ListDir(s->pack_dir);
     if (names.ok()) {
       for (const auto& n : *names)
         if (fmt::ParsePackFileName(n))
-          return Status::Corruption(dir +
+          return Status::Corruption(s->dir +
                                     " has pack files but no CONFIG; refusing to create a store over them");
     }
     LMC_RETURN_IF_ERROR(env->CreateDir(s->pack_dir));
   } else {
     LMC_ASSIGN_OR_RETURN(std::string text, ReadFileToString(env, config_path));
-    LMC_RETURN_IF_ERROR(CheckConfig(text, config_path));
-    if (!env->FileExists(dir + "/" + fmt::kIndexDir + "/CURRENT"))
-      return Status::Corruption(dir + ": the index (" + fmt::kIndexDir +
+    LMC_RETURN_IF_ERROR(CheckConfig(text, config_path, &s->format_version));
+    if (!env->FileExists(s->dir + "/" + fmt::kIndexDir + "/CURRENT"))
+      return Status::Corruption(s->dir + ": the index (" + fmt::kIndexDir +
                                 "/) is missing; refusing to open a store whose packs have no index");
   }
   LMC_RETURN_IF_ERROR(s->OpenIndex(fresh));
-  if (fresh) LMC_RETURN_IF_ERROR(WriteFileAtomic(env, dir, fmt::kConfigName, ConfigText(options)));
+  if (fresh) {
+    LMC_RETURN_IF_ERROR(WriteFileAtomic(env, s->dir, fmt::kConfigName, ConfigText(options)));
+    s->format_version = fmt::kFormatVersionFirst;
+  }
   LMC_RETURN_IF_ERROR(s->Recover());
   LMC_RETURN_IF_ERROR(s->EnsureDependantsIndex(fresh));
   LMC_RETURN_IF_ERROR(s->ReapPinnedDead());
   return std::unique_ptr<Store>(new Store(std::move(s)));
+}
+
+Status Store::Impl::UpgradeFormat() {
+  const std::string path = dir + "/" + fmt::kConfigName;
+  LMC_ASSIGN_OR_RETURN(std::string text, ReadFileToString(env, path));
+  std::string out;
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t nl = text.find('\n', pos);
+    if (nl == std::string::npos) nl = text.size();
+    const std::string line = text.substr(pos, nl - pos);
+    out += line.rfind("format_version=", 0) == 0 ? "format_version=" + std::to_string(fmt::kFormatVersion)
+                                                 : line;
+    out += '\n';
+    pos = nl + 1;
+  }
+  LMC_RETURN_IF_ERROR(WriteFileAtomic(env, dir, fmt::kConfigName, out));
+  spdlog::info(
+      "store {}: format {} -> {} (owner-scoped chunk keys, dedup=uid); lmcfs before this version "
+      "refuses it",
+      dir, format_version, fmt::kFormatVersion);
+  format_version = fmt::kFormatVersion;
+  return Status::Ok();
 }
 
 Status Store::Impl::OpenIndex(bool fresh) {
@@ -385,6 +438,8 @@ Status Store::Impl::ReadRecord(const ChunkKey& key, const fmt::ChunkEntry& e, co
   if (h->key != key) return Corrupt(key, e.pack_id, e.offset, "record holds chunk " + h->key.ToHex());
   if (h->frame_len != e.frame_len || h->decoded_len != e.decoded_len)
     return Corrupt(key, e.pack_id, e.offset, "record lengths differ from the index");
+  if (h->owner != e.owner)
+    return Corrupt(key, e.pack_id, e.offset, "record key owner differs from the index");
   if (h->checksum != fmt::RecordChecksum(buf.data(), buf.data() + fmt::kRecordHeaderSize, e.frame_len))
     return Corrupt(key, e.pack_id, e.offset, "record checksum mismatch");
   return Status::Ok();
@@ -408,7 +463,7 @@ Result<size_t> Store::Impl::Read(const ChunkKey& key, uint8_t* dst, size_t cap, 
       if (ChunkBytes hit = base_cache->Get(key); hit && hit->size() == e.decoded_len) {
         n_base_hits++;
         std::memcpy(dst, hit->data(), hit->size());
-        if (verify_hash && ChunkKey::Of(dst, hit->size()) != key)
+        if (verify_hash && ChunkKey::Of(dst, hit->size(), e.owner) != key)
           return Corrupt(key, e.pack_id, e.offset, "cached bytes do not hash to the chunk key");
         return hit->size();
       }
@@ -467,7 +522,7 @@ Result<size_t> Store::Impl::CheckDecoded(const ChunkKey& key, const fmt::ChunkEn
     return Corrupt(key, e.pack_id, e.offset, "frame: " + n.status().message());
   }
   if (*n != e.decoded_len) return Corrupt(key, e.pack_id, e.offset, "frame decodes to another size");
-  if (verify_hash && ChunkKey::Of(dst, *n) != key)
+  if (verify_hash && ChunkKey::Of(dst, *n, e.owner) != key)
     return Corrupt(key, e.pack_id, e.offset, "decoded bytes do not hash to the chunk key");
   return *n;
 }
@@ -539,7 +594,7 @@ void Store::ReadChunks(std::span<ChunkRead> reads, Workspace& ws, const FrameBat
     ChunkRead& r = *s.read;
     const GpuDecodeItem& it = items[i];
     if (batched && it.status.ok() && it.out_len == s.e.decoded_len &&
-        (!verify || ChunkKey::Of(r.dst, it.out_len) == r.key)) {
+        (!verify || ChunkKey::Of(r.dst, it.out_len, s.e.owner) == r.key)) {
       r.result = it.out_len;
       r.batched = true;
       continue;

@@ -50,6 +50,9 @@ struct Store::Impl {
   StoreOptions opts;
   std::string dir;
   std::string pack_dir;
+  // CONFIG's format_version; raised to 2 by the first commit of an
+  // owner-scoped key (UpgradeFormat). Guarded by commit_mu after Open.
+  uint32_t format_version = 0;
   std::unique_ptr<FileLock> lock;
   rocksdb::DB* db = nullptr;
   std::vector<rocksdb::ColumnFamilyHandle*> handles;
@@ -111,6 +114,10 @@ struct Store::Impl {
   ~Impl();
   std::string PackPath(uint64_t id) const { return pack_dir + "/" + fmt::PackFileName(id); }
 
+  // Rewrites CONFIG with format_version 2 (atomically), so that an lmcfs
+  // that reads only 1 refuses the store ("upgrade lmcfs") instead of
+  // finding owner-scoped records it would call corrupt. Under commit_mu.
+  Status UpgradeFormat();
   Status OpenIndex(bool fresh);
   Status Recover();
 

@@ -12,6 +12,7 @@
 #include <sys/xattr.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
@@ -124,8 +125,10 @@ class MountTest : public ::testing::Test {
     if (access("/dev/fuse", R_OK | W_OK) != 0)
       GTEST_SKIP() << "/dev/fuse is not available: no real mount here";
     if (Sh("command -v fusermount3 >/dev/null") != 0) GTEST_SKIP() << "fusermount3 (fuse3) is not installed";
-    std::string tmpl = std::string("/tmp/lmcfs_") +
-                       ::testing::UnitTest::GetInstance()->current_test_info()->test_suite_name() + "_XXXXXX";
+    // A parameterized suite's name has a '/' (Prefix/Suite).
+    std::string suite = ::testing::UnitTest::GetInstance()->current_test_info()->test_suite_name();
+    std::replace(suite.begin(), suite.end(), '/', '_');
+    std::string tmpl = "/tmp/lmcfs_" + suite + "_XXXXXX";
     ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
     root_ = tmpl;
     store_ = root_ + "/store";

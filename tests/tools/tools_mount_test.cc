@@ -73,6 +73,8 @@ TEST_F(MountTools, StatShowsTheCodecPaths) {
       std::string::npos)
       << out;
   EXPECT_NE(out.find("  GPU: none (gpu=off); batches: 0\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("  dedup: all (chunks shared across all files of the store)\n"), std::string::npos)
+      << out;
   char v[256] = {};
   ASSERT_GT(::getxattr(mnt_.c_str(), "user.lmcfs.gpu", v, sizeof v - 1), 0);
   EXPECT_STREQ(v, "none (gpu=off)");

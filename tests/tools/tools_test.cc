@@ -464,7 +464,7 @@ class ToolsControl : public ToolsOffline {
   void StartServer(uid_t owner = 0) {
     fs::Filesystem* f = fs_.get();
     auto daemon = [f] {
-      return fs::control::DaemonStats{f->NamedCounters(), f->DeltaCounters(), f->GpuState()};
+      return fs::control::DaemonStats{f->NamedCounters(), f->DeltaCounters(), f->GpuState(), "all"};
     };
     ASSERT_TRUE(server_.Start(f->store(), store_dir_, owner, daemon).ok());
   }

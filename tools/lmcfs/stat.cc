@@ -118,6 +118,10 @@ void PrintTable(const json& doc, const std::string& sort, bool reverse, bool byt
     out << "  cache hits " << hits << ", misses " << misses << " (hit rate " << hr << ")\n";
     out << "  I/O errors (EIO) " << d["eio"].get<uint64_t>() << ", corrupt reads "
         << d["store_corruptions"].get<uint64_t>() << "\n";
+    if (d.contains("dedup"))
+      out << "  dedup: " << d["dedup"].get<std::string>()
+          << (d["dedup"] == "uid" ? " (chunks shared, and deltas taken, only among files of one owner)\n"
+                                  : " (chunks shared across all files of the store)\n");
     if (d.contains("delta") && d["delta"].contains("rebased")) {
       const json& x = d["delta"];
       out << "  deltas: " << x.value("delta_chunks", uint64_t{0}) << " written as deltas, "

@@ -121,7 +121,13 @@ once it is installed as /sbin/mount.lmcfs (cmake --install puts it there).
      allow_other        let other users access the mount (needs user_allow_other
                         in /etc/fuse.conf for non-root); permissions are then
                         checked by the kernel (default_permissions). Chunks
-                        are deduplicated across users: see README, Security
+                        are deduplicated across users unless dedup=uid: see
+                        README, Security
+     dedup=all|uid      all (default): identical chunks are stored once in
+                        the whole store; uid: only among files of the same
+                        owner, and deltas only between them, so that with
+                        allow_other no user learns from their own files'
+                        stored size what other users' files hold
      unsafe_store_perms mount a store that other users can access (see
                         above): the owner means it
      ro                 read-only
@@ -144,6 +150,7 @@ struct Options {
   std::string gpu = "auto";
   bool foreground = false, allow_other = false, ro = false, nonempty = false;
   bool unsafe_store_perms = false;  // mount a store other users can access
+  bool dedup_per_owner = false;     // dedup=uid
   std::vector<std::string> fuse_opts;
   DeltaOptions delta;
   ReclaimOptions reclaim;
@@ -239,7 +246,13 @@ int ParseArgs(int argc, char** argv, Options* o) {
         o->allow_other = true;
       else if (k == "unsafe_store_perms")
         o->unsafe_store_perms = true;
-      else if (k == "ro")
+      else if (k == "dedup") {
+        if (v != "all" && v != "uid") {
+          std::fprintf(stderr, "mount.lmcfs: bad dedup '%s' (expected all or uid)\n", v.c_str());
+          return false;
+        }
+        o->dedup_per_owner = v == "uid";
+      } else if (k == "ro")
         o->ro = true;
       else if (k == "log_file")
         o->log_file = v;
@@ -543,6 +556,7 @@ int Serve(const Options& o, int report_fd) {
   fo.write_budget = o.write_buffer;
   fo.encode_threads = o.encode_threads;
   fo.read_only = o.ro;
+  fo.dedup_per_owner = o.dedup_per_owner;
   fo.gpu = gpu.get();
   fo.gpu_first = o.gpu == "on";
   if (!gpu) fo.gpu_none_reason = gpu_why;
@@ -608,7 +622,10 @@ int Serve(const Options& o, int report_fd) {
                    GpuDescription());
     control.SetBeforeCompact(
         control::DeadBaseGcHook());  // lmcfs-gc re-encodes dependants of dead delta bases
-    auto daemon = [&] { return control::DaemonStats{daemon_counters(), f->DeltaCounters(), f->GpuState()}; };
+    auto daemon = [&] {
+      return control::DaemonStats{daemon_counters(), f->DeltaCounters(), f->GpuState(),
+                                  o.dedup_per_owner ? "uid" : "all"};
+    };
     if (Status cs = control.Start(f->store(), o.store, getuid(), daemon); !cs.ok())
       spdlog::warn("lmcfs: no control channel for {} ({}); lmcfs-gc/-stat/-fsck cannot reach this mount",
                    o.mountpoint, cs.ToString());

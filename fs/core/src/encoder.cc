@@ -111,7 +111,7 @@ void EncodeOnCpu(EncodeJob* job, const Prepared& prep) {
     return;
   }
   SetFrame(job, scratch, *r);
-  job->key = store::ChunkKey::Of(p, n);
+  job->key = store::ChunkKey::Of(p, n, job->key_owner);
 }
 
 // A base chosen for a chunk whose encode failed is never recorded: hand it back.
@@ -302,7 +302,7 @@ void EncoderPool::EncodeBatchOnGpu(const std::vector<std::shared_ptr<EncodeJob>>
     }
     Guarded(job, [&] {
       SetFrame(job, frames[of_item[j]].get(), items[j].len);
-      job->key = store::ChunkKey::Of(job->buf->data(), job->buf->size());
+      job->key = store::ChunkKey::Of(job->buf->data(), job->buf->size(), job->key_owner);
     });
     CountEncoded(*job, true, counters_);
   }

@@ -39,6 +39,7 @@ struct EncodeJob {
   uint64_t begin = 0, end = 0;   // file range [begin, end), end - begin == buf->size()
   store::ChunkBytes buf;         // the chunk's bytes (later the caches')
   DeltaPolicy* delta = nullptr;  // Impl::delta at submission, or nullptr
+  store::KeyOwner key_owner;     // dedup=uid: the inode's owner at submission
   uint64_t charge = 0;           // bytes counted against the write budget
 
   // --- output: written by the encoder before `done` ---
@@ -56,7 +57,7 @@ struct EncodeJob {
   // encoder then releases the base it was given (DeltaPolicy::Release).
   bool dropped = false;
 
-  ChunkOrigin Origin() const { return {ino, name_hint, &spec, parent_hint}; }
+  ChunkOrigin Origin() const { return {ino, name_hint, &spec, parent_hint, key_owner}; }
   void Wait();
 };
 

@@ -352,6 +352,7 @@ int FileData::MaterializeRanges(const std::vector<CutSpec>& specs) {
       job->end = end;
       if (int err = ChunkInput(s.begin, end, &job->buf)) return err;
       job->delta = shared_.delta.get();
+      if (shared_.opts.dedup_per_owner) job->key_owner = owner_.rec.uid;
       // The input, and a frame that is at most about as large.
       job->charge = 2 * (end - s.begin);
       shared_.inflight_bytes += job->charge;
@@ -404,10 +405,10 @@ int FileData::ApplyJob(EncodeJob& job) {
   e.frame_len = static_cast<uint32_t>(job.frame.size());
   e.decoded_len = e.length;
   if (shared_.delta) {
-    ChunkOrigin origin{owner_.ino, owner_.name_hint, &job.spec, owner_.parent_hint};
+    ChunkOrigin origin{owner_.ino, owner_.name_hint, &job.spec, owner_.parent_hint, job.key_owner};
     shared_.delta->Record(origin, job.key, job.base_key, job.buf, &pending_);
   }
-  pending_.AddChunk(e.key, std::move(job.frame), e.decoded_len, job.base_key);
+  pending_.AddChunk(e.key, std::move(job.frame), e.decoded_len, job.base_key, job.key_owner);
   pending_chunks_ = true;
   ReplaceRange(job.begin, job.end, &e);
   shared_.cache.Put(e.key, std::move(job.buf));

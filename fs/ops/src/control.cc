@@ -429,6 +429,7 @@ Result<std::string> RunStat(store::Store& st, const std::string& store_dir,
     for (const auto& [k, v] : daemon->delta) delta[k] = v;
     d["delta"] = std::move(delta);
     if (!daemon->gpu.empty()) d["gpu"] = daemon->gpu;
+    if (!daemon->dedup.empty()) d["dedup"] = daemon->dedup;
     j["daemon"] = std::move(d);
   }
   return j.dump();

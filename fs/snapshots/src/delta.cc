@@ -130,7 +130,7 @@ std::optional<BaseChoice> SnapshotDeltaPolicy::ChooseBase(const ChunkOrigin& ori
   // outside it.
   if (!opts_.base_dir.empty()) {
     if (auto dir = BaseDirIno(); dir && origin.parent != *dir) {
-      const std::string dk = DirLineageKey(*dir, *origin.spec);
+      const std::string dk = DirLineageKey(*dir, *origin.spec, origin.owner);
       if (auto e = dk.empty() ? std::nullopt : lineage_.Lookup(dk)) {
         if (auto b = TryBase(origin, data, n, e->key)) {
           counters_.explicit_base++;
@@ -142,7 +142,7 @@ std::optional<BaseChoice> SnapshotDeltaPolicy::ChooseBase(const ChunkOrigin& ori
   // Reverse deltas: the new chunk is standalone; Record queues the rebase
   // of its prior version.
   if (opts_.mode == DeltaMode::kReverse) return std::nullopt;
-  const std::string lk = LineageKey(origin.file_name, *origin.spec);
+  const std::string lk = LineageKey(origin.file_name, *origin.spec, origin.owner);
   std::optional<LineageEntry> prior = lk.empty() ? std::nullopt : lineage_.Lookup(lk);
   if (!prior) {
     counters_.no_lineage++;
@@ -216,7 +216,7 @@ void SnapshotDeltaPolicy::Record(const ChunkOrigin& origin, const store::ChunkKe
   // The bases of the next save.
   if (bytes && bytes->size() == origin.spec->length && bytes->size() >= opts_.min_chunk)
     cache_.Put(key, bytes);
-  const std::string lk = LineageKey(origin.file_name, *origin.spec);
+  const std::string lk = LineageKey(origin.file_name, *origin.spec, origin.owner);
   if (lk.empty() || origin.spec->length < opts_.min_chunk) return;
   // A chunk written as a delta (against delta_base) has its base already:
   // its prior version in the series is left as it is.
@@ -239,7 +239,7 @@ void SnapshotDeltaPolicy::Record(const ChunkOrigin& origin, const store::ChunkKe
   }
   const LineageEntry entry{key, origin.ino, origin.spec->offset};
   lineage_.Record(lk, entry, batch);
-  if (const std::string dk = DirLineageKey(origin.parent, *origin.spec); !dk.empty())
+  if (const std::string dk = DirLineageKey(origin.parent, *origin.spec, origin.owner); !dk.empty())
     lineage_.Record(dk, entry, batch);
 }
 

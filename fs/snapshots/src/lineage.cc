@@ -77,20 +77,28 @@ void AppendChunkPart(std::string& k, const ChunkSpec& spec) {
   }
   AppendBEBytes(&k, spec.length, 4);
 }
+
+// The record key's prefix, with the owner for owner-scoped chunks.
+std::string PrefixFor(const char* shared, const char* scoped, store::KeyOwner owner) {
+  if (!owner) return shared;
+  std::string k = scoped;
+  AppendBEBytes(&k, *owner, 4);
+  return k;
+}
 }  // namespace
 
-std::string LineageKey(std::string_view file_name, const ChunkSpec& spec) {
+std::string LineageKey(std::string_view file_name, const ChunkSpec& spec, store::KeyOwner owner) {
   if (spec.length == 0) return {};
-  std::string k = kLineagePrefix;
+  std::string k = PrefixFor(kLineagePrefix, kOwnerLineagePrefix, owner);
   k += NormalizeFileName(file_name);
   k.push_back('\0');
   AppendChunkPart(k, spec);
   return k;
 }
 
-std::string DirLineageKey(uint64_t dir_ino, const ChunkSpec& spec) {
+std::string DirLineageKey(uint64_t dir_ino, const ChunkSpec& spec, store::KeyOwner owner) {
   if (spec.length == 0 || dir_ino == 0) return {};
-  std::string k = kDirLineagePrefix;
+  std::string k = PrefixFor(kDirLineagePrefix, kOwnerDirLineagePrefix, owner);
   AppendBEBytes(&k, dir_ino, 8);
   AppendChunkPart(k, spec);
   return k;

@@ -38,9 +38,18 @@ inline constexpr char kLineagePrefix[] = "lineage/";
 // epoch=#-step=#.ckpt.
 std::string NormalizeFileName(std::string_view name);
 
+// Prefixes of the same records for owner-scoped chunks (dedup=uid): the
+// prefix, the owner's uid u32 BE, then what follows kLineagePrefix or
+// kDirLineagePrefix. A file's prior version is then only ever a chunk of
+// the same owner, so a delta never relates two users' files.
+inline constexpr char kOwnerLineagePrefix[] = "lineage-uid/";
+inline constexpr char kOwnerDirLineagePrefix[] = "lineage-dir-uid/";
+
 // The lineage key of a chunk of file `file_name` (the name only, no
-// directory). Empty: no lineage (empty chunk).
-std::string LineageKey(std::string_view file_name, const ChunkSpec& spec);
+// directory), among the chunks of `owner` (nullopt: shared chunks). Empty:
+// no lineage (empty chunk).
+std::string LineageKey(std::string_view file_name, const ChunkSpec& spec,
+                       store::KeyOwner owner = std::nullopt);
 
 // Cf::kMeta key prefix of directory-scoped lineage records (the explicit
 // base directory, mount option delta_base=DIR): the newest chunk written
@@ -51,7 +60,7 @@ inline constexpr char kDirLineagePrefix[] = "lineage-dir/";
 // LineageKey (tensor name, dtype, tensor length, offset in the tensor, or
 // file offset for mixed chunks; then chunk length). Empty for an empty
 // chunk or dir_ino 0.
-std::string DirLineageKey(uint64_t dir_ino, const ChunkSpec& spec);
+std::string DirLineageKey(uint64_t dir_ino, const ChunkSpec& spec, store::KeyOwner owner = std::nullopt);
 
 // The newest chunk of a lineage and where it was written: the inode and
 // file offset of its extent (ino 0: unknown, a record from before they

@@ -80,12 +80,14 @@ class Batch {
   // Takes one reference to chunk `key`, storing `frame` (decoding to
   // decoded_len bytes) if the chunk is not yet present. When stored, a chunk
   // with a `base` (a delta frame, decoded against the base's decoded bytes)
-  // also takes one reference to its base. The frame is copied.
+  // also takes one reference to its base. The frame is copied. `owner`:
+  // the key is owner-scoped (ChunkKey::Of with that owner); the record and
+  // index entry say so, so reads verify the key as it was made.
   void AddChunk(const ChunkKey& key, std::span<const uint8_t> frame, uint32_t decoded_len,
-                const std::optional<ChunkKey>& base = std::nullopt);
+                const std::optional<ChunkKey>& base = std::nullopt, KeyOwner owner = std::nullopt);
   // The same, taking the frame's buffer instead of copying it.
   void AddChunk(const ChunkKey& key, std::string&& frame, uint32_t decoded_len,
-                const std::optional<ChunkKey>& base = std::nullopt);
+                const std::optional<ChunkKey>& base = std::nullopt, KeyOwner owner = std::nullopt);
   // Takes one more reference to an existing chunk.
   void Ref(const ChunkKey& key);
   // Releases one reference. At zero the chunk leaves the index (its record
@@ -136,6 +138,7 @@ class Batch {
     ChunkKey key{};                  // chunk ops
     std::optional<ChunkKey> base{};  // kAdd, kRewrite, kRebase
     uint32_t decoded_len = 0;        // kAdd
+    KeyOwner owner{};                // kAdd: the key's owner scope
     uint8_t max_depth = 0;           // kRebase
     std::string frame{};             // kAdd, kRewrite, kRebase: the chunk's encoded frame
     std::string cf_key{};            // kPut, kDelete: key in column family `cf`

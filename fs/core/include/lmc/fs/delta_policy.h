@@ -31,6 +31,7 @@ struct ChunkOrigin {
   std::string_view file_name;       // the name the file was created (or last renamed) under
   const ChunkSpec* spec = nullptr;  // offset/length/dtype (+ region fields from the chunker)
   uint64_t parent = 0;              // the directory that name is in (0: unknown)
+  store::KeyOwner owner{};          // the chunk's key scope (dedup=uid): bases only of the same owner
 };
 
 // An XOR base for one chunk: the decoded bytes of a committed chunk of the

@@ -39,6 +39,12 @@ struct FsOptions {
   uint64_t write_budget = uint64_t{256} << 20;
   unsigned encode_threads = 0;  // encoder threads; 0: one per hardware thread
   bool read_only = false;
+  // dedup=uid: a chunk is shared only among files of the same owner (its
+  // key is scoped by the owner's uid, ChunkKey::Of), and a delta base is
+  // only ever a chunk of the same owner, so the stored size of one user's
+  // file (st_blocks, user.lmcfs.dedup_bytes) tells nothing of another
+  // user's files. false (dedup=all): chunks are shared store-wide.
+  bool dedup_per_owner = false;
   // The GPU codec (lmc/gpu.h; docs/ARCHITECTURE.md, "GPU codec in the
   // mount"), opened by the caller and outliving the Filesystem; nullptr:
   // every chunk on the CPU. With one, a GPU feeder thread encodes batches

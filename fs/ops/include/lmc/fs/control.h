@@ -89,13 +89,14 @@ std::function<Status(store::Store&, const EventFn&)> DeadBaseGcHook();
 // What a mounted filesystem adds to a stat's "daemon" object: its own
 // counters (name -> value, e.g. fs::Filesystem::NamedCounters, which hold
 // the codec paths' cpu_/gpu_ counters) and the delta policy's (reported
-// under "delta"), and the GPU codec path in words (fs::Filesystem::GpuState;
-// "gpu", omitted when empty). The store's counters are added by RunStat
-// itself.
+// under "delta"), the GPU codec path in words (fs::Filesystem::GpuState;
+// "gpu", omitted when empty) and the dedup scope ("all" or "uid"; "dedup",
+// omitted when empty). The store's counters are added by RunStat itself.
 struct DaemonStats {
   std::vector<std::pair<std::string, uint64_t>> counters;
   std::vector<std::pair<std::string, uint64_t>> delta;
   std::string gpu;
+  std::string dedup;
 };
 using DaemonStatsFn = std::function<DaemonStats()>;
 
