@@ -49,9 +49,10 @@ int OpenNoLinksByWalk(const std::string& path, int flags, mode_t mode) {
     if (sub < 0) {
       struct stat st;
       const int err = errno;
-      errno = err == ENOTDIR && ::fstatat(dir, comp.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(st.st_mode)
-                  ? ELOOP
-                  : err;
+      errno =
+          err == ENOTDIR && ::fstatat(dir, comp.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(st.st_mode)
+              ? ELOOP
+              : err;
       return -1;
     }
     dir = sub;

@@ -48,7 +48,8 @@ class MountDedupScope : public lmc::testing::MountTest, public ::testing::WithPa
 
   void SetUp() override {
     if (geteuid() != 0) GTEST_SKIP() << "writing as two users needs root";
-    if (!PythonHas("torch, safetensors")) GTEST_SKIP() << "python3 with torch and safetensors is not installed";
+    if (!PythonHas("torch, safetensors"))
+      GTEST_SKIP() << "python3 with torch and safetensors is not installed";
     MountTest::SetUp();
   }
 
@@ -95,7 +96,8 @@ TEST_P(MountDedupScope, SharingAcrossUsersFollowsTheMode) {
   WaitRebases();
   // lmcfs-stat's daemon section names the mode.
   std::string stat;
-  ASSERT_TRUE(lmc::fs::control::Call(lmc::fs::control::SocketPath(store_), R"({"op":"stat"})", {}, &stat).ok());
+  ASSERT_TRUE(
+      lmc::fs::control::Call(lmc::fs::control::SocketPath(store_), R"({"op":"stat"})", {}, &stat).ok());
   EXPECT_NE(stat.find(std::string("\"dedup\":\"") + GetParam() + "\""), std::string::npos) << stat;
   EXPECT_EQ(OwnerOf(P("shared/model_step_100.safetensors")), kUserA);
   EXPECT_EQ(OwnerOf(P("shared/copy_b.safetensors")), kUserB);

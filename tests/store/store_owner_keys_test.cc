@@ -33,8 +33,8 @@ std::string ConfigOf(const std::string& store) {
 // Computed here with OpenSSL's incremental API, not through ChunkKey::Of.
 TEST(OwnerKeys, KeyIsSha256OfTagOwnerAndBytes) {
   const std::vector<uint8_t> d = RandomBytes(1000, 7);
-  uint8_t prefix[20] = {'l', 'm', 'c', 'f', 's', ' ', 'o', 'w', 'n', 'e', 'r', ' ', 'k', 'e', 'y', 0,
-                        0xe8, 0x03, 0, 0};  // uid 1000, little-endian
+  uint8_t prefix[20] = {'l', 'm', 'c', 'f', 's', ' ', 'o',  'w',  'n', 'e',
+                        'r', ' ', 'k', 'e', 'y', 0,   0xe8, 0x03, 0,   0};  // uid 1000, little-endian
   ChunkKey want;
   unsigned len = 0;
   EVP_MD_CTX* ctx = EVP_MD_CTX_new();
@@ -130,7 +130,8 @@ TEST(OwnerKeys, KeyVerifiedWithAnotherOwnerIsCorruption) {
   auto r = s->ReadChunk(k, out.data(), out.size(), ws);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), Code::kCorruption);
-  EXPECT_NE(r.status().message().find("do not hash to the chunk key"), std::string::npos) << r.status().ToString();
+  EXPECT_NE(r.status().message().find("do not hash to the chunk key"), std::string::npos)
+      << r.status().ToString();
 }
 
 }  // namespace
