@@ -33,6 +33,8 @@ import subprocess
 import sys
 import time
 
+from benchutil import du, mount, unmount, wait_rebases
+
 USERS = (1000, 1001)
 
 
@@ -63,18 +65,6 @@ def make_series(out, uid, hidden, saves):
     return files
 
 
-def du(root):
-    """Allocated bytes under root (st_blocks * 512, each inode once): du -s -B1."""
-    seen, n = set(), 0
-    for dirpath, dirnames, filenames in os.walk(root):
-        for name in dirnames + filenames:
-            st = os.lstat(os.path.join(dirpath, name))
-            if st.st_ino not in seen:
-                seen.add(st.st_ino)
-                n += st.st_blocks * 512
-    return n + os.lstat(root).st_blocks * 512
-
-
 def copy_as(uid, src, dst):
     """Copies src to dst as user uid (a child that drops to it); seconds taken."""
     t = time.perf_counter()
@@ -98,17 +88,6 @@ def copy_as(uid, src, dst):
     return time.perf_counter() - t
 
 
-def wait_rebases(mnt, timeout=300):
-    end = time.time() + timeout
-    while time.time() < end:
-        try:
-            if int(os.getxattr(mnt, 'user.lmcfs.pending_rebases')) == 0:
-                return
-        except OSError:
-            return
-        time.sleep(0.2)
-
-
 def run_once(args, mode, plan):
     work = os.path.join(args.work, 'run')
     shutil.rmtree(work, ignore_errors=True)
@@ -116,8 +95,7 @@ def run_once(args, mode, plan):
     os.makedirs(mnt)
     os.chmod(work, 0o711)
     log_file = os.path.join(args.work, f'mount-{mode}.log')
-    subprocess.run([os.path.join(args.build, 'tools', 'mountlmcfs', 'mount.lmcfs'), store, mnt, '-o',
-                    f'allow_other,dedup={mode},log_file={log_file}'], check=True)
+    mount(args.build, store, mnt, f'allow_other,dedup={mode},log_file={log_file}')
     try:
         shared = os.path.join(mnt, 'shared')
         os.mkdir(shared)
@@ -137,12 +115,7 @@ def run_once(args, mode, plan):
                 written += os.path.getsize(src)
         wait_rebases(mnt)
     finally:
-        subprocess.run(['fusermount3', '-u', mnt], check=True)
-        # The daemon flushes and exits after the unmount; wait for its lock.
-        for _ in range(300):
-            if subprocess.run(['fuser', os.path.join(store, 'LOCK')], capture_output=True).returncode != 0:
-                break
-            time.sleep(0.1)
+        unmount(mnt, store)
     stored = du(store)
     shutil.rmtree(work)
     return written, stored, secs

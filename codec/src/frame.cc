@@ -47,15 +47,28 @@ uint8_t* Workspace::Scratch(size_t n) {
 
 uint64_t Checksum64(const uint8_t* p, size_t n) { return XXH3_64bits(p, n); }
 
-size_t MaxEncodedSize(size_t n) { return n + HeaderSize(kMaxStreams); }
+size_t MaxEncodedSize(size_t n) { return n + HeaderSize(kMaxStreams, true); }
+
+void WidenBf16(const uint8_t* bf16, size_t offset, size_t n_out, uint8_t* out) {
+  const uint8_t* in = bf16 + 2 * offset;
+  for (size_t i = 0; i < n_out; ++i) {
+    out[4 * i] = 0;
+    out[4 * i + 1] = 0;
+    out[4 * i + 2] = in[2 * i];
+    out[4 * i + 3] = in[2 * i + 1];
+  }
+}
 
 Result<size_t> EncodeChunk(const uint8_t* src, size_t n, const EncodeParams& params, uint8_t* dst, size_t cap,
                            Workspace& ws) {
   if (n > kMaxChunkSize) return Status::InvalidArgument("chunk larger than 1 GiB");
   if (!DTypeValid(static_cast<uint8_t>(params.dtype))) return Status::InvalidArgument("invalid dtype");
+  const bool widened = params.base && params.widened_base_offset;
+  if (widened && (params.dtype != DType::kF32 || n % 4 != 0))
+    return Status::InvalidArgument("a widened bf16 base needs an fp32 chunk");
   StreamShape shape = ShapeFor(params.dtype, n);
   const size_t ns = shape.count();
-  const size_t hsize = HeaderSize(ns);
+  const size_t hsize = HeaderSize(ns, widened);
   if (cap < hsize) return Status::InvalidArgument("output buffer too small for a frame header");
 
   uint8_t* streams = ws.Scratch(n);
@@ -89,7 +102,8 @@ Result<size_t> EncodeChunk(const uint8_t* src, size_t n, const EncodeParams& par
     pos += es.size;
   }
   WriteHeader(dst, static_cast<uint8_t>(params.dtype), params.base != nullptr, static_cast<uint32_t>(n),
-              Checksum64(src, n), static_cast<uint32_t>(ns), coders, sizes);
+              Checksum64(src, n), static_cast<uint32_t>(ns), coders, sizes, widened,
+              widened ? *params.widened_base_offset : 0);
   return pos;
 }
 
@@ -101,19 +115,23 @@ Result<FrameInfo> ReadFrameInfo(const uint8_t* p, size_t len) {
   if (fi.version == 0) return Status::Corruption("frame has version 0");
   if (fi.version > kVersion)
     return Status::Unsupported("frame version " + std::to_string(fi.version) +
-                               " is newer than this lmc (reads versions 1-2); upgrade lmcfs");
+                               " is newer than this lmc (reads versions 1-3); upgrade lmcfs");
   if (!DTypeValid(p[5])) return Status::Corruption("frame has an invalid dtype");
   fi.dtype = static_cast<DType>(p[5]);
   if (p[6] & ~kKnownFlags) return Status::Corruption("frame has unknown flags");
   fi.xor_delta = p[6] & kFlagXorDelta;
+  fi.widened_base = p[6] & kFlagWidenedBase;
+  if (fi.widened_base && (!fi.xor_delta || fi.version < 3 || fi.dtype != DType::kF32))
+    return Status::Corruption("frame has a widened base but is not an fp32 delta of version 3");
   size_t ns = p[7];
   if (ns == 0 || ns > kMaxStreams) return Status::Corruption("frame has a bad stream count");
-  size_t hsize = HeaderSize(ns);
+  size_t hsize = HeaderSize(ns, fi.widened_base);
   if (len < hsize) return Status::Corruption("frame truncated in its stream table");
   if (LoadLE32(p + hsize - kHeaderCrc) != static_cast<uint32_t>(XXH3_64bits(p, hsize - kHeaderCrc)))
     return Status::Corruption("frame header checksum mismatch");
   fi.decoded_size = LoadLE32(p + 8);
   fi.checksum = LoadLE64(p + 12);
+  if (fi.widened_base) fi.base_offset = LoadLE32(p + kFixedHeader + ns * kStreamEntry);
   if (fi.decoded_size > kMaxChunkSize) return Status::Corruption("frame decoded size too large");
   StreamShape shape = ShapeFor(fi.dtype, fi.decoded_size);
   if (shape.count() != ns) return Status::Corruption("frame stream count does not match its dtype");
@@ -138,6 +156,18 @@ Result<size_t> DecodeChunk(const uint8_t* p, size_t len, const uint8_t* base, si
   LMC_ASSIGN_OR_RETURN(FrameInfo fi, ReadFrameInfo(p, len));
   const size_t n = fi.decoded_size;
   if (dst_cap < n) return Status::InvalidArgument("output buffer smaller than the chunk");
+  if (fi.widened_base) {
+    // The bf16 range [base_offset, base_offset + n / 4) must lie inside the base.
+    if (base == nullptr || n % 4 != 0 || uint64_t{fi.base_offset} + n / 4 > base_len / 2)
+      return Status::InvalidArgument("widened-base frame needs a bf16 base chunk holding elements [" +
+                                     std::to_string(fi.base_offset) + ", " +
+                                     std::to_string(uint64_t{fi.base_offset} + n / 4) + ")");
+    thread_local std::vector<uint8_t> widened;
+    if (widened.size() < n) widened.resize(n);
+    WidenBf16(base, fi.base_offset, n / 4, widened.data());
+    base = widened.data();
+    base_len = n;
+  }
   if (fi.xor_delta && (base == nullptr || base_len != n))
     return Status::InvalidArgument("delta frame needs its base chunk of the same size");
   StreamShape shape = ShapeFor(fi.dtype, n);

@@ -12,26 +12,34 @@ namespace lmc::frame {
 
 inline constexpr uint8_t kMagic[4] = {'L', 'M', 'C', 'F'};
 // Version 1: coders raw, const, Huffman, rANS. Version 2 adds blocked
-// Huffman (coder 4); a frame is written as version 2 only when a stream uses
-// it, so frames without it stay readable by older lmcfs.
-inline constexpr uint8_t kVersion = 2;
+// Huffman (coder 4); version 3 the widened bf16 base (flag 0x02). A frame
+// is written with the lowest version its contents need, so frames without
+// the newer features stay readable by older lmcfs.
+inline constexpr uint8_t kVersion = 3;
 inline constexpr uint8_t kFlagXorDelta = 0x01;
-inline constexpr uint8_t kKnownFlags = kFlagXorDelta;
-inline constexpr size_t kFixedHeader = 20;                    // magic .. checksum
-inline constexpr size_t kStreamEntry = 5;                     // coder u8 + encoded size u32
-inline constexpr size_t kHeaderCrc = 4;                       // low 32 bits of XXH3-64 of the header
+// With kFlagXorDelta: the XOR operand is a range of a bf16 chunk, each
+// value widened to the fp32 bit pattern bf16 << 16 (a fp32 master against
+// its bf16 twin); the range's first element is in the header (below).
+inline constexpr uint8_t kFlagWidenedBase = 0x02;
+inline constexpr uint8_t kKnownFlags = kFlagXorDelta | kFlagWidenedBase;
+inline constexpr size_t kBaseOffsetField = 4;  // u32 LE, after the stream table, with kFlagWidenedBase
+inline constexpr size_t kFixedHeader = 20;     // magic .. checksum
+inline constexpr size_t kStreamEntry = 5;      // coder u8 + encoded size u32
+inline constexpr size_t kHeaderCrc = 4;        // low 32 bits of XXH3-64 of the header
 inline constexpr size_t kMaxStreams = StreamList::kCapacity;  // 8 byte planes + tail
 
-inline constexpr size_t HeaderSize(size_t n_streams) {
-  return kFixedHeader + kStreamEntry * n_streams + kHeaderCrc;
+inline constexpr size_t HeaderSize(size_t n_streams, bool widened_base = false) {
+  return kFixedHeader + kStreamEntry * n_streams + (widened_base ? kBaseOffsetField : 0) + kHeaderCrc;
 }
 
 // Writes a frame's header (docs/FORMAT.md, "Frame") at o, after its
-// streams are coded: the version is 2 when a stream is blocked Huffman,
-// else 1; the header checksum last. The one writer of the header, for the
-// CPU encoder (frame.cc) and the GPU's (gpu_pipeline.h, LayoutBody).
+// streams are coded: the version is 3 with a widened base, else 2 when a
+// stream is blocked Huffman, else 1; the header checksum last. The one
+// writer of the header, for the CPU encoder (frame.cc) and the GPU's
+// (gpu_pipeline.h, LayoutBody; never with a widened base).
 LMC_HD void WriteHeader(uint8_t* o, uint8_t dtype, bool delta, uint32_t n, uint64_t checksum, uint32_t ns,
-                        const uint8_t* coders, const uint64_t* sizes) {
+                        const uint8_t* coders, const uint64_t* sizes, bool widened_base = false,
+                        uint32_t base_offset = 0) {
   auto le = [](uint8_t* p, uint64_t v, int bytes) {
     for (int k = 0; k < bytes; ++k) p[k] = static_cast<uint8_t>(v >> (8 * k));
   };
@@ -42,14 +50,18 @@ LMC_HD void WriteHeader(uint8_t* o, uint8_t dtype, bool delta, uint32_t n, uint6
     e[0] = coders[j];
     le(e + 1, sizes[j], 4);
   }
+  if (widened_base) {
+    version = 3;
+    le(o + kFixedHeader + ns * kStreamEntry, base_offset, 4);
+  }
   o[0] = 'L', o[1] = 'M', o[2] = 'C', o[3] = 'F';
   o[4] = version;
   o[5] = dtype;
-  o[6] = delta ? kFlagXorDelta : 0;
+  o[6] = static_cast<uint8_t>((delta ? kFlagXorDelta : 0) | (widened_base ? kFlagWidenedBase : 0));
   o[7] = static_cast<uint8_t>(ns);
   le(o + 8, n, 4);
   le(o + 12, checksum, 8);
-  const size_t hsize = HeaderSize(ns);
+  const size_t hsize = HeaderSize(ns, widened_base);
   le(o + hsize - kHeaderCrc, static_cast<uint32_t>(hd::Xxh3_64(o, hsize - kHeaderCrc)), 4);
 }
 

@@ -182,18 +182,19 @@ void TakeRef(Overlay& ov, const ChunkKey& key, Overlay::Slot* slot) {
   slot->dirty = true;
 }
 
-// Makes `e` (chunk `key`, decoded_len bytes) a delta on `base`: checks the
-// base (present, same size, chain within kMaxDeltaDepth) and takes its
-// reference. May rehash the overlay: callers re-find their own slots.
+// Makes `e` (chunk `key`) a delta on `base`: checks the base (present,
+// chain within kMaxDeltaDepth) and takes its reference. The base may be of
+// another size than the chunk (an fp32 chunk against a range of its bf16
+// twin: the frame says which range, and decoding checks it is there). May
+// rehash the overlay: callers re-find their own slots.
 Status TakeBase(Overlay& ov, const char* what, const ChunkKey& key, const ChunkKey& base,
-                uint32_t decoded_len, fmt::ChunkEntry* e) {
+                fmt::ChunkEntry* e) {
   if (base == key) return Status::InvalidArgument("chunk cannot be its own delta base");
   LMC_ASSIGN_OR_RETURN(Overlay::Slot * bslot, ov.Find(base));
   const std::string head = std::string(what) + " " + key.ToHex() + ": delta base " + base.ToHex();
   if (!bslot->present) return Status::InvalidArgument(head + " is not in the store");
   if (bslot->e.depth + 1 > fmt::kMaxDeltaDepth)
     return Status::InvalidArgument(head + ": delta chain too long");
-  if (bslot->e.decoded_len != decoded_len) return Status::InvalidArgument(head + " is of another size");
   TakeRef(ov, base, bslot);
   e->base = base;
   e->depth = static_cast<uint8_t>(bslot->e.depth + 1);
@@ -320,7 +321,7 @@ Status ReplaceRecord(Store::Impl& s, const Batch::Op& op, Overlay& ov, PackRecor
     if (loop)
       return Status::InvalidArgument(std::string(what) + " " + op.key.ToHex() + ": delta base " +
                                      op.base->ToHex() + " is built on it (a loop)");
-    LMC_RETURN_IF_ERROR(TakeBase(ov, what, op.key, *op.base, e.decoded_len, &e));
+    LMC_RETURN_IF_ERROR(TakeBase(ov, what, op.key, *op.base, &e));
   }
   LMC_ASSIGN_OR_RETURN(slot, ov.Find(op.key));
   ov.AddLive(slot->e.pack_id, -static_cast<int64_t>(slot->e.record_size()));
@@ -347,7 +348,7 @@ Status ApplyChunkOps(Store::Impl& s, const Batch& b, Overlay& ov, PackRecords& r
                                          std::to_string(op.frame.size()) + " bytes / chunk of " +
                                          std::to_string(op.decoded_len) + " bytes out of range");
         fmt::ChunkEntry e;
-        if (op.base) LMC_RETURN_IF_ERROR(TakeBase(ov, "AddChunk", op.key, *op.base, op.decoded_len, &e));
+        if (op.base) LMC_RETURN_IF_ERROR(TakeBase(ov, "AddChunk", op.key, *op.base, &e));
         // Find may have rehashed; re-find the chunk's own slot.
         LMC_ASSIGN_OR_RETURN(slot, ov.Find(op.key));
         e.decoded_len = op.decoded_len;

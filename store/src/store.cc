@@ -471,21 +471,26 @@ Result<size_t> Store::Impl::Read(const ChunkKey& key, uint8_t* dst, size_t cap, 
     ChunkBytes base;
     if (e.base) {
       // Decoded bases are cached: reading a series in order goes through
-      // the same bases again. Only bytes that decoded and verified are put.
+      // the same bases again. Only bytes that decoded and verified are put,
+      // under their own key (a base may be of another size than the chunk:
+      // the bf16 twin of an fp32 chunk).
       if (base_cache) base = base_cache->Get(*e.base);
-      if (base && base->size() != e.decoded_len) base.reset();
       if (base) {
         n_base_hits++;
       } else {
         n_base_misses++;
+        auto be = LoadEntry(*e.base);
+        if (!be.ok())
+          return Corrupt(key, e.pack_id, e.offset,
+                         "delta base " + e.base->ToHex() + " unreadable: " + be.status().ToString());
         uint8_t* w;
-        ChunkBytes b = NewChunkBytes(e.decoded_len, &w);
+        ChunkBytes b = NewChunkBytes(be->decoded_len, &w);
         // The base's own key is not re-hashed: a wrong base makes this
         // chunk's decoded bytes fail their checks below (frame checksum,
         // and the key when verify_hash), and fsck verifies every base as a
         // chunk of its own.
-        auto n = Read(*e.base, w, e.decoded_len, ws, false, depth + 1);
-        if (!n.ok() || *n != e.decoded_len)
+        auto n = Read(*e.base, w, be->decoded_len, ws, false, depth + 1);
+        if (!n.ok() || *n != be->decoded_len)
           return Corrupt(key, e.pack_id, e.offset,
                          "delta base " + e.base->ToHex() + " unreadable: " +
                              (n.ok() ? std::string("size differs") : n.status().ToString()));
@@ -502,11 +507,10 @@ Result<size_t> Store::Impl::Read(const ChunkKey& key, uint8_t* dst, size_t cap, 
       return f.status();
     }
     LMC_RETURN_IF_ERROR(ReadRecord(key, e, **f, record));
-    auto n =
-        CheckDecoded(key, e,
-                     codec->Decode(record.data() + fmt::kRecordHeaderSize, e.frame_len,
-                                   base ? base->data() : nullptr, e.base ? e.decoded_len : 0, dst, cap, ws),
-                     dst, verify_hash);
+    auto n = CheckDecoded(key, e,
+                          codec->Decode(record.data() + fmt::kRecordHeaderSize, e.frame_len,
+                                        base ? base->data() : nullptr, base ? base->size() : 0, dst, cap, ws),
+                          dst, verify_hash);
     if (!n.ok()) return n.status();
     // A delta read directly is likely the base of the next save in a series
     // read in order (forward deltas): keep it.
@@ -664,6 +668,13 @@ Status Store::PinChunk(const ChunkKey& key) {
   std::lock_guard l(s.pin_mu);
   s.pins[key]++;
   return Status::Ok();
+}
+
+static_assert(Store::kMaxDeltaChain == fmt::kMaxDeltaDepth);
+
+void Store::PinPendingChunk(const ChunkKey& key) {
+  std::lock_guard l(impl_->pin_mu);
+  impl_->pins[key]++;
 }
 
 void Store::UnpinChunk(const ChunkKey& key) {

@@ -120,7 +120,7 @@ TEST(FrameTest, EveryBitFlipIsDetected) {
 
 TEST(FrameTest, NewerVersionIsUnsupported) {
   auto f = Encode(testing::RandomBytes(100, 1), DType::kBytes);
-  f[4] = 3;
+  f[4] = frame::kVersion + 1;
   Result<FrameInfo> fi = ReadFrameInfo(f.data(), f.size());
   EXPECT_EQ(fi.status().code(), Code::kUnsupported);
 }

@@ -128,7 +128,10 @@ void PrintTable(const json& doc, const std::string& sort, bool reverse, bool byt
           << x.value("rebased", uint64_t{0}) << " prior versions re-encoded as deltas ("
           << x.value("rebase_pending", uint64_t{0}) << " pending, "
           << x.value("rebase_keyframes", uint64_t{0}) << " kept as keyframes, "
-          << x.value("rebase_errors", uint64_t{0}) << " errors)\n";
+          << x.value("rebase_errors", uint64_t{0}) << " errors)";
+      if (x.contains("paired"))
+        out << "; " << x["paired"].get<uint64_t>() << " fp32 chunks stored against their bf16 twins";
+      out << "\n";
     }
     if (d.contains("reclaim_passes")) {
       const int64_t last = d["reclaim_last_pass_unix"].get<int64_t>();

@@ -111,6 +111,11 @@ once it is installed as /sbin/mount.lmcfs (cmake --install puts it there).
                         deltas against the chunk of the same tensor (name,
                         dtype, length, offset) in a file directly in DIR, when
                         smaller (fine-tuning from a stored model)
+     pair=on|off        on (default): an fp32 tensor chunk whose values are a
+                        stored bf16 chunk's rounded (the fp32 master of bf16
+                        weights, in the same save or another file) is stored
+                        as a delta on that twin when smaller: its upper 16
+                        bits cost next to nothing
      gc=auto|off        give dead bytes back in the background (default auto):
                         when more than gc_dead percent of the pack bytes are
                         dead and the mount has been idle for a moment, packs
@@ -264,7 +269,7 @@ int ParseArgs(int argc, char** argv, Options* o) {
           return false;
         }
         o->log_level = v;
-      } else if (k == "delta" || k == "delta_chain" || k == "delta_base") {
+      } else if (k == "delta" || k == "delta_chain" || k == "delta_base" || k == "pair") {
         auto r = ParseDeltaOption(k, v, &o->delta);
         if (!r.ok()) {
           std::fprintf(stderr, "mount.lmcfs: %s\n", r.status().message().c_str());

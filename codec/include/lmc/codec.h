@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "lmc/dtype.h"
@@ -62,6 +63,11 @@ struct EncodeParams {
   // The decoder must be given the same base bytes.
   const uint8_t* base = nullptr;
   EncodeProfile profile = EncodeProfile::kCpu;
+  // With `base`: the base is a bf16 chunk's values from element
+  // `widened_base_offset` on, widened to fp32 (WidenBf16), and `base` holds
+  // that widened form; the frame records the offset, and the decoder is
+  // given the bf16 chunk itself (a fp32 master against its bf16 twin).
+  std::optional<uint32_t> widened_base_offset{};
 };
 
 // Worst-case frame size for a chunk of n bytes; EncodeChunk never needs
@@ -100,6 +106,8 @@ struct FrameInfo {
   uint8_t version = 0;
   DType dtype = DType::kBytes;
   bool xor_delta = false;     // needs the base buffer to decode
+  bool widened_base = false;  // with xor_delta: the base is a bf16 chunk, widened from base_offset
+  uint32_t base_offset = 0;   // first bf16 element of the base range
   uint32_t decoded_size = 0;  // bytes of the chunk
   uint32_t frame_size = 0;    // bytes of the whole frame
   uint32_t header_size = 0;   // bytes before the first stream payload
@@ -111,9 +119,16 @@ struct FrameInfo {
 // sizes). `len` may exceed the frame; frame_size tells where it ends.
 Result<FrameInfo> ReadFrameInfo(const uint8_t* frame, size_t len);
 
+// The XOR operand of a fp32 chunk paired with a bf16 chunk: for each of the
+// n_out fp32 values, the bf16 value at bf16[offset + i] as the fp32 bit
+// pattern (bf16 << 16). out holds 4 * n_out bytes.
+void WidenBf16(const uint8_t* bf16, size_t offset, size_t n_out, uint8_t* out);
+
 // Decodes a frame into dst (dst_cap >= decoded_size). `base` must be the
 // base used to encode when the frame is a delta (base_len == decoded_size),
-// and is ignored otherwise. Verifies the decoded checksum. Any malformed or
+// or, for a widened base, the bf16 chunk it was widened from
+// (base_len >= 2 * (base_offset + decoded_size / 4)); it is ignored
+// otherwise. Verifies the decoded checksum. Any malformed or
 // corrupted input yields Corruption, never a crash or an out-of-bounds access.
 Result<size_t> DecodeChunk(const uint8_t* frame, size_t len, const uint8_t* base, size_t base_len,
                            uint8_t* dst, size_t dst_cap, Workspace& ws);

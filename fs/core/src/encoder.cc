@@ -78,6 +78,7 @@ bool PrepareJob(EncodeJob* job, Prepared* out) {
         return false;
       }
       out->params.base = b.bytes->data();
+      out->params.widened_base_offset = b.widened_offset;
     }
   }
   return true;
@@ -267,6 +268,12 @@ void EncoderPool::EncodeBatchOnGpu(const std::vector<std::shared_ptr<EncodeJob>>
     EncodeJob* job = batch[i].get();
     Guarded(job, [&] {
       if (!PrepareJob(job, &prep[i])) return;
+      if (prep[i].params.widened_base_offset) {
+        // The GPU writes no widened-base frames: this one on the CPU, now.
+        EncodeOnCpu(job, prep[i]);
+        CountEncoded(*job, false, counters_);
+        return;
+      }
       frames[i] = std::make_unique_for_overwrite<uint8_t[]>(MaxEncodedSize(job->buf->size()));
       GpuEncodeItem it;
       it.src = job->buf->data();

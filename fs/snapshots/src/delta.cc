@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "lmc/bytes.h"
+#include "lmc/codec.h"
 #include "lmc/fs/records.h"
 
 namespace lmc::fs {
@@ -22,7 +23,11 @@ constexpr size_t kRebaseBatchBytes = size_t{32} << 20;
 }  // namespace
 
 SnapshotDeltaPolicy::SnapshotDeltaPolicy(store::Store* store, DeltaOptions opts)
-    : store_(store), opts_(opts), lineage_(store, opts.lineage_cached), cache_(opts.base_cache_bytes) {
+    : store_(store),
+      opts_(opts),
+      lineage_(store, opts.lineage_cached),
+      pairs_(store, opts.pairs_cached),
+      cache_(opts.base_cache_bytes) {
   if (opts_.mode == DeltaMode::kReverse && opts_.background) {
     LoadQueuedRebases();
     rebaser_ = std::thread([this] { RebaseLoop(); });
@@ -126,6 +131,10 @@ std::optional<BaseChoice> SnapshotDeltaPolicy::ChooseBase(const ChunkOrigin& ori
     spdlog::debug("delta: ino {} len {}: not considered (off, no spec or small)", origin.ino, n);
     return std::nullopt;
   }
+  // An fp32 master whose bf16 twin is stored: the pair (against the prior
+  // version too, below, in forward mode: the smaller estimate wins).
+  double pair_bits = 0;
+  std::optional<BaseChoice> paired = TryPair(origin, data, n, &pair_bits);
   // An explicit base directory (delta_base=DIR) comes first, for files
   // outside it.
   if (!opts_.base_dir.empty()) {
@@ -133,24 +142,118 @@ std::optional<BaseChoice> SnapshotDeltaPolicy::ChooseBase(const ChunkOrigin& ori
       const std::string dk = DirLineageKey(*dir, *origin.spec, origin.owner);
       if (auto e = dk.empty() ? std::nullopt : lineage_.Lookup(dk)) {
         if (auto b = TryBase(origin, data, n, e->key)) {
+          if (paired) Release(paired->key);
           counters_.explicit_base++;
           return b;
         }
       }
     }
   }
-  // Reverse deltas: the new chunk is standalone; Record queues the rebase
-  // of its prior version.
-  if (opts_.mode == DeltaMode::kReverse) return std::nullopt;
+  // Reverse deltas: the new chunk is standalone (or paired); Record queues
+  // the rebase of its prior version.
+  if (opts_.mode == DeltaMode::kReverse) {
+    if (paired) counters_.paired++;
+    return paired;
+  }
   const std::string lk = LineageKey(origin.file_name, *origin.spec, origin.owner);
   std::optional<LineageEntry> prior = lk.empty() ? std::nullopt : lineage_.Lookup(lk);
   if (!prior) {
     counters_.no_lineage++;
     spdlog::debug("delta: ino {} offset {} len {} '{}': no prior version", origin.ino, origin.spec->offset, n,
                   origin.spec->region_name);
-    return std::nullopt;
+    if (paired) counters_.paired++;
+    return paired;
   }
-  return TryBase(origin, data, n, prior->key);
+  double lineage_bits = 0;
+  std::optional<BaseChoice> b = TryBase(origin, data, n, prior->key, &lineage_bits);
+  if (paired && (!b || pair_bits < lineage_bits)) {
+    if (b) {
+      Release(b->key);
+      counters_.delta--;
+    }
+    counters_.paired++;
+    return paired;
+  }
+  if (paired) Release(paired->key);
+  return b;
+}
+
+std::optional<BaseChoice> SnapshotDeltaPolicy::TryPair(const ChunkOrigin& origin, const uint8_t* data,
+                                                       size_t n, double* bits) {
+  const ChunkSpec& spec = *origin.spec;
+  if (!opts_.pair || !spec.tensor_chunk || spec.dtype != DType::kF32 || n % 4 != 0 ||
+      n / 4 < kFingerprintElems)
+    return std::nullopt;
+  const std::optional<uint64_t> fp = Fp32Fingerprint(data);
+  if (!fp) return std::nullopt;
+  const std::optional<PairEntry> twin = pairs_.Lookup(*fp, origin.owner);
+  if (!twin) return std::nullopt;
+  auto refuse = [&](const char* why) -> std::optional<BaseChoice> {
+    counters_.pair_refused++;
+    spdlog::debug("delta: ino {} offset {} len {} '{}': bf16 twin {} refused: {}", origin.ino, spec.offset, n,
+                  spec.region_name, twin->key.ToHex(), why);
+    return std::nullopt;
+  };
+  // A committed twin is pinned as any base. One still in this file's
+  // pending batch (a torch.save writes the bf16 model just before the fp32
+  // master) commits before this chunk, in the same inode's order: it is
+  // pinned ahead, and its bytes are those Record kept. Its depth is unknown
+  // but at most max_chain, so the chain stays within the store's limit.
+  // (PinChunk also succeeds for a chunk pinned ahead and not indexed yet:
+  // GetChunkInfo tells the two apart.)
+  Bytes twin_bytes;
+  const bool pinned = store_->PinChunk(twin->key).ok();
+  auto info = pinned ? store_->GetChunkInfo(twin->key) : Result<store::ChunkInfo>(Status::NotFound(""));
+  if (info.ok()) {
+    if (info->delta_depth + 1u > opts_.max_chain) {
+      store_->UnpinChunk(twin->key);
+      return refuse("chain limit");
+    }
+    twin_bytes = BaseBytes(twin->key, info->decoded_len);
+  } else {
+    if (twin->ino != origin.ino || opts_.max_chain + 1 > store::Store::kMaxDeltaChain) {
+      if (pinned) store_->UnpinChunk(twin->key);
+      return refuse("gone");
+    }
+    if (!pinned) store_->PinPendingChunk(twin->key);
+    twin_bytes = cache_.Get(twin->key);
+  }
+  const uint64_t need = 2 * (uint64_t{twin->offset} + n / 4);
+  if (!twin_bytes || twin_bytes->size() < need ||
+      !TwinsMatch(data, n / 4, twin_bytes->data(), twin->offset)) {
+    store_->UnpinChunk(twin->key);
+    return refuse(!twin_bytes                 ? "unreadable"
+                  : twin_bytes->size() < need ? "too short"
+                                              : "values do not match");
+  }
+  uint8_t* w;
+  Bytes widened = store::NewChunkBytes(n, &w);
+  WidenBf16(twin_bytes->data(), twin->offset, n / 4, w);
+  const DeltaEstimate est = EstimateDelta(DType::kF32, data, w, n, opts_.estimate);
+  if (!est.prefer_delta) {
+    store_->UnpinChunk(twin->key);
+    return refuse("not smaller");
+  }
+  *bits = est.delta_bits;
+  spdlog::debug(
+      "delta: ino {} offset {} len {} '{}': paired with bf16 twin {} at element {} ({:.0f} vs {:.0f} bits)",
+      origin.ino, spec.offset, n, spec.region_name, twin->key.ToHex(), twin->offset, est.delta_bits,
+      est.standalone_bits);
+  return BaseChoice{twin->key, std::move(widened), twin->offset};
+}
+
+void SnapshotDeltaPolicy::RecordPairs(const ChunkOrigin& origin, const store::ChunkKey& key,
+                                      const store::ChunkBytes& bytes, store::Batch* batch) {
+  const ChunkSpec& spec = *origin.spec;
+  if (!opts_.pair || !bytes || !spec.tensor_chunk || spec.dtype != DType::kBF16) return;
+  const size_t elems = bytes->size() / 2;
+  // An fp32 chunk of the same byte size covers half as many values: those
+  // of the twin tensor start at this chunk's first value and at its middle.
+  for (size_t off : {size_t{0}, elems / 2}) {
+    if (off + kFingerprintElems > elems || (off != 0 && elems % 2 != 0)) continue;
+    if (auto fp = Bf16Fingerprint(bytes->data() + 2 * off))
+      pairs_.Record(*fp, origin.owner, PairEntry{key, static_cast<uint32_t>(off), origin.ino}, batch);
+  }
 }
 
 std::optional<uint64_t> SnapshotDeltaPolicy::BaseDirIno() {
@@ -165,7 +268,7 @@ std::optional<uint64_t> SnapshotDeltaPolicy::BaseDirIno() {
 }
 
 std::optional<BaseChoice> SnapshotDeltaPolicy::TryBase(const ChunkOrigin& origin, const uint8_t* data,
-                                                       size_t n, const store::ChunkKey& base) {
+                                                       size_t n, const store::ChunkKey& base, double* bits) {
   // Pin first: from here on the base stays indexed until Record's batch
   // commits (or UnpinChunk below).
   if (!store_->PinChunk(base).ok()) {
@@ -205,6 +308,7 @@ std::optional<BaseChoice> SnapshotDeltaPolicy::TryBase(const ChunkOrigin& origin
     return std::nullopt;
   }
   counters_.delta++;
+  if (bits) *bits = est.delta_bits;
   return BaseChoice{base, std::move(bytes)};
 }
 
@@ -216,6 +320,7 @@ void SnapshotDeltaPolicy::Record(const ChunkOrigin& origin, const store::ChunkKe
   // The bases of the next save.
   if (bytes && bytes->size() == origin.spec->length && bytes->size() >= opts_.min_chunk)
     cache_.Put(key, bytes);
+  RecordPairs(origin, key, bytes, batch);
   const std::string lk = LineageKey(origin.file_name, *origin.spec, origin.owner);
   if (lk.empty() || origin.spec->length < opts_.min_chunk) return;
   // A chunk written as a delta (against delta_base) has its base already:
@@ -257,6 +362,8 @@ std::vector<std::pair<std::string, uint64_t>> SnapshotDeltaPolicy::Counters() co
           {"estimate_said_no", c.estimate_said_no.load()},
           {"base_cache_hits", c.base_cache_hits.load()},
           {"explicit_base", c.explicit_base.load()},
+          {"paired", c.paired.load()},
+          {"pair_refused", c.pair_refused.load()},
           {"rebase_queued", c.rebase_queued.load()},
           {"rebase_pending", Pending()},
           {"rebased", c.rebased.load()},
@@ -449,6 +556,12 @@ Result<bool> ParseDeltaOption(std::string_view key, std::string_view value, Delt
     else
       return Status::InvalidArgument("delta=" + std::string(value) +
                                      ": expected delta=on (reverse deltas), delta=forward or delta=off");
+    return true;
+  }
+  if (key == "pair") {
+    if (value != "on" && value != "off")
+      return Status::InvalidArgument("pair=" + std::string(value) + ": expected pair=on or pair=off");
+    out->pair = value == "on";
     return true;
   }
   if (key == "delta_base") {

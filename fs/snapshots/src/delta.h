@@ -42,6 +42,7 @@
 #include "lmc/fs/delta_policy.h"
 #include "lmc/fs/snapshots.h"
 #include "lmc/store/chunk_cache.h"
+#include "pairing.h"
 
 namespace lmc::fs {
 
@@ -53,6 +54,11 @@ struct DeltaCounters {
   std::atomic<uint64_t> estimate_said_no{0};  // standalone: delta not smaller
   std::atomic<uint64_t> base_cache_hits{0};
   std::atomic<uint64_t> explicit_base{0};  // delta against a chunk in delta_base=DIR
+  // Pairing (pairing.h): fp32 chunks written as deltas on their bf16 twin,
+  // and fp32 chunks whose fingerprint found a candidate that did not check
+  // out (values, size, chain limit or estimate).
+  std::atomic<uint64_t> paired{0};
+  std::atomic<uint64_t> pair_refused{0};
   // Reverse deltas (background).
   std::atomic<uint64_t> rebase_queued{0};
   std::atomic<uint64_t> rebased{0};             // prior versions re-encoded against the new chunk
@@ -88,8 +94,16 @@ class SnapshotDeltaPolicy final : public DeltaPolicy {
   Bytes BaseBytes(const store::ChunkKey& key, size_t n);
   // A forward delta base: `base` (pinned here) if it is indexed, of length
   // n, within the chain limit and smaller by the estimate; else nullopt.
+  // `bits`, when given, gets the estimated bits of the delta's sample.
   std::optional<BaseChoice> TryBase(const ChunkOrigin& origin, const uint8_t* data, size_t n,
-                                    const store::ChunkKey& base);
+                                    const store::ChunkKey& base, double* bits = nullptr);
+  // The bf16 twin of an fp32 tensor chunk (pinned here), found by the
+  // fingerprint of its leading values, as a widened base; nullopt when
+  // there is none or it does not pay.
+  std::optional<BaseChoice> TryPair(const ChunkOrigin& origin, const uint8_t* data, size_t n, double* bits);
+  // Records the fingerprints of a bf16 tensor chunk.
+  void RecordPairs(const ChunkOrigin& origin, const store::ChunkKey& key, const store::ChunkBytes& bytes,
+                   store::Batch* batch);
   // The explicit base directory's inode (delta_base), resolved at most once
   // a second; nullopt when unset or absent.
   std::optional<uint64_t> BaseDirIno();
@@ -117,6 +131,7 @@ class SnapshotDeltaPolicy final : public DeltaPolicy {
   store::Store* const store_;
   const DeltaOptions opts_;
   LineageIndex lineage_;
+  PairIndex pairs_;
   DeltaCounters counters_;
 
   // Decoded chunks, LRU bounded by base_cache_bytes: bases read from the

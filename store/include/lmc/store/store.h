@@ -421,6 +421,16 @@ class Store {
   // memory; counted (pin twice, release twice). kNotFound if the chunk is
   // not indexed. Thread-safe. docs/ARCHITECTURE.md, "Pinned bases".
   Status PinChunk(const ChunkKey& key);
+  // The same for a chunk that is not indexed yet: its AddChunk is in a
+  // batch that the caller knows commits no later than the one that takes
+  // the pin's reference (the same file's earlier batch, or the same batch).
+  // From its commit on, the chunk stays indexed while pinned, as with
+  // PinChunk; meanwhile PinChunk of it succeeds too (it counts pins, not
+  // entries: GetChunkInfo says whether it is indexed yet). Released the
+  // same way.
+  void PinPendingChunk(const ChunkKey& key);
+  // The deepest delta chain the store accepts (a chunk and its bases).
+  static constexpr int kMaxDeltaChain = 8;
   // Releases a pin at once (the caller did not use the chunk).
   void UnpinChunk(const ChunkKey& key);
   // Chunks kept only by their pins (their last reference is gone), waiting

@@ -35,10 +35,13 @@ struct ChunkOrigin {
 };
 
 // An XOR base for one chunk: the decoded bytes of a committed chunk of the
-// same length.
+// same length; or, with widened_offset, the chunk is fp32 and `key` its
+// bf16 twin, whose values from that element on, widened to fp32
+// (lmc::WidenBf16), are `bytes` (the chunk's length).
 struct BaseChoice {
   store::ChunkKey key;
   store::ChunkBytes bytes;
+  std::optional<uint32_t> widened_offset{};
 };
 
 // Told, on the policy's background thread, that the chunk `key` written at

@@ -36,6 +36,10 @@ struct DeltaOptions {
   size_t lineage_cached = size_t{1} << 16;          // lineage records kept in memory
   uint64_t base_cache_bytes = uint64_t{256} << 20;  // decoded bases kept for the next save
   uint32_t min_chunk = 4096;                        // smaller chunks are always standalone
+  // pair=on|off: an fp32 tensor chunk whose values round to a stored bf16
+  // chunk's is stored as a delta on that twin (pairing.h) when smaller.
+  bool pair = true;
+  size_t pairs_cached = size_t{1} << 18;  // pair records kept in memory
   // delta_base=DIR: a directory of the mount (path from the mount root)
   // holding the explicit bases: a chunk written outside it is a forward
   // delta against the chunk with the same tensor name, dtype, length and
@@ -48,9 +52,8 @@ struct DeltaOptions {
 };
 
 // Parses one mount option of the policy: "delta" (on|forward|off), "delta_base" (a
-// directory of the mount) or "delta_chain"
-// (1..8). Returns false when `key` is not one of them; InvalidArgument (with
-// a message naming the option and the accepted values) when the value is bad.
+// directory of the mount), "delta_chain" (1..8) or "pair" (on|off). Returns false when `key` is not one of
+// them; InvalidArgument (with a message naming the option and the accepted values) when the value is bad.
 Result<bool> ParseDeltaOption(std::string_view key, std::string_view value, DeltaOptions* out);
 
 // The incremental-snapshot policy over `store` (which must outlive it).

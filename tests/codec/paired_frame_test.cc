@@ -1,0 +1,180 @@
+// Frames of an fp32 chunk against its bf16 twin (docs/FORMAT.md, "Frame",
+// flag 0x02): the XOR operand is a range of the bf16 chunk widened to fp32.
+// Every kind of value round-trips, whether the bf16 values are the fp32
+// ones rounded to nearest even or not (stochastic rounding, NaN payloads,
+// -0.0, subnormals, infinities, unrelated values): losslessness never
+// depends on the match, only the size does. A base too short, or a flag
+// without the rest of what it needs, is an error.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "frame_format.h"
+#include "lmc/bytes.h"
+#include "lmc/codec.h"
+
+namespace lmc {
+namespace {
+
+uint32_t Bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+
+// Round to nearest even, as torch's .to(torch.bfloat16) does (NaN stays a quiet NaN).
+uint16_t Bf16Rne(uint32_t u) {
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40);
+  return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1)) >> 16);
+}
+
+// fp32 values of every kind, as little-endian bytes.
+std::vector<uint32_t> Masters(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> w(0.0f, 0.02f);
+  std::vector<uint32_t> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = Bits(w(rng));
+  const uint32_t special[] = {0x00000000u, 0x80000000u,   // +-0
+                              0x00000001u, 0x807fffffu,   // subnormals
+                              0x7f800000u, 0xff800000u,   // infinities
+                              0x7fc00001u, 0xffa5a5a5u,   // NaNs with payloads (quiet, signalling)
+                              0x3f808000u, 0x3f818000u,   // ties: round to even, down and up
+                              0x7f7fffffu, 0x7f7f8000u};  // the largest finite, rounding to infinity
+  for (size_t i = 0; i < sizeof special / sizeof special[0] && i < n; ++i) v[i * 7 % n] = special[i];
+  return v;
+}
+
+std::vector<uint8_t> Bytes32(const std::vector<uint32_t>& v) {
+  std::vector<uint8_t> b(4 * v.size());
+  std::memcpy(b.data(), v.data(), b.size());
+  return b;
+}
+
+std::vector<uint8_t> Bytes16(const std::vector<uint16_t>& v) {
+  std::vector<uint8_t> b(2 * v.size());
+  std::memcpy(b.data(), v.data(), b.size());
+  return b;
+}
+
+// Encodes `master` against bf16[offset, ...) widened; the frame.
+std::vector<uint8_t> EncodePaired(const std::vector<uint8_t>& master, const std::vector<uint8_t>& bf16,
+                                  uint32_t offset) {
+  std::vector<uint8_t> widened(master.size());
+  WidenBf16(bf16.data(), offset, master.size() / 4, widened.data());
+  EncodeParams p{DType::kF32, widened.data()};
+  p.widened_base_offset = offset;
+  std::vector<uint8_t> out(MaxEncodedSize(master.size()));
+  Workspace ws;
+  auto n = EncodeChunk(master.data(), master.size(), p, out.data(), out.size(), ws);
+  EXPECT_TRUE(n.ok()) << n.status().ToString();
+  out.resize(n.ok() ? *n : 0);
+  return out;
+}
+
+Result<std::vector<uint8_t>> DecodeWith(const std::vector<uint8_t>& frame, const std::vector<uint8_t>& base) {
+  auto fi = ReadFrameInfo(frame.data(), frame.size());
+  if (!fi.ok()) return fi.status();
+  std::vector<uint8_t> out(fi->decoded_size);
+  Workspace ws;
+  auto n = DecodeChunk(frame.data(), frame.size(), base.data(), base.size(), out.data(), out.size(), ws);
+  if (!n.ok()) return n.status();
+  return out;
+}
+
+size_t StandaloneSize(const std::vector<uint8_t>& master) {
+  std::vector<uint8_t> out(MaxEncodedSize(master.size()));
+  Workspace ws;
+  return *EncodeChunk(master.data(), master.size(), EncodeParams{DType::kF32, nullptr}, out.data(),
+                      out.size(), ws);
+}
+
+TEST(PairedFrame, RoundTripsAtEveryOffsetAndCostsLessThanStandalone) {
+  constexpr size_t kN = 1 << 16;  // fp32 values of the chunk
+  const std::vector<uint32_t> m = Masters(kN, 1);
+  for (uint32_t offset : {0u, 1u, 4096u}) {
+    // The bf16 twin holds the rounded masters from `offset` on, other values before.
+    std::vector<uint16_t> b(offset + kN + 100, 0x3f80);
+    for (size_t i = 0; i < kN; ++i) b[offset + i] = Bf16Rne(m[i]);
+    const auto master = Bytes32(m), bf16 = Bytes16(b);
+    const auto frame = EncodePaired(master, bf16, offset);
+    auto fi = ReadFrameInfo(frame.data(), frame.size());
+    ASSERT_TRUE(fi.ok());
+    EXPECT_TRUE(fi->widened_base);
+    EXPECT_EQ(fi->base_offset, offset);
+    EXPECT_EQ(fi->version, 3);
+    auto back = DecodeWith(frame, bf16);
+    ASSERT_TRUE(back.ok()) << back.status().ToString();
+    EXPECT_EQ(*back, master) << "offset " << offset;
+    // The upper half of each value is (nearly) free given its twin.
+    EXPECT_LT(frame.size(), StandaloneSize(master) * 3 / 4)
+        << frame.size() << " vs " << StandaloneSize(master);
+  }
+}
+
+TEST(PairedFrame, LosslessWhateverTheBf16ValuesAre) {
+  constexpr size_t kN = 20000;
+  const std::vector<uint32_t> m = Masters(kN, 2);
+  std::mt19937 rng(3);
+  // Stochastic rounding (up or down at random), truncation, and unrelated values.
+  for (int kind = 0; kind < 3; ++kind) {
+    std::vector<uint16_t> b(kN);
+    for (size_t i = 0; i < kN; ++i) {
+      const uint16_t down = static_cast<uint16_t>(m[i] >> 16);
+      b[i] = kind == 0   ? static_cast<uint16_t>(down + (rng() & 1))
+             : kind == 1 ? down
+                         : static_cast<uint16_t>(rng());
+    }
+    const auto master = Bytes32(m), bf16 = Bytes16(b);
+    auto back = DecodeWith(EncodePaired(master, bf16, 0), bf16);
+    ASSERT_TRUE(back.ok()) << back.status().ToString();
+    EXPECT_EQ(*back, master) << "kind " << kind;
+  }
+}
+
+TEST(PairedFrame, ShortBaseAndInconsistentHeadersAreRefused) {
+  const std::vector<uint32_t> m = Masters(1000, 4);
+  std::vector<uint16_t> b(1000);
+  for (size_t i = 0; i < b.size(); ++i) b[i] = Bf16Rne(m[i]);
+  const auto master = Bytes32(m), bf16 = Bytes16(b);
+  auto frame = EncodePaired(master, bf16, 0);
+  // One element short.
+  std::vector<uint8_t> shorter(bf16.begin(), bf16.end() - 2);
+  EXPECT_EQ(DecodeWith(frame, shorter).status().code(), Code::kInvalidArgument);
+  // An offset past the base's end (header checksum recomputed: a well-formed lie).
+  const size_t ns = frame[7];
+  auto lie = frame;
+  StoreLE32(lie.data() + frame::kFixedHeader + ns * frame::kStreamEntry, 0xfffffff0u);
+  const size_t crc_at = frame::HeaderSize(ns, true) - frame::kHeaderCrc;
+  StoreLE32(lie.data() + crc_at, static_cast<uint32_t>(hd::Xxh3_64(lie.data(), crc_at)));
+  EXPECT_EQ(DecodeWith(lie, bf16).status().code(), Code::kInvalidArgument);
+  // The widened flag without the delta flag is corruption.
+  auto no_delta = frame;
+  no_delta[6] = frame::kFlagWidenedBase;
+  StoreLE32(no_delta.data() + crc_at, static_cast<uint32_t>(hd::Xxh3_64(no_delta.data(), crc_at)));
+  EXPECT_EQ(ReadFrameInfo(no_delta.data(), no_delta.size()).status().code(), Code::kCorruption);
+  // The encoder refuses a widened base for a chunk that is not fp32.
+  std::vector<uint8_t> out(MaxEncodedSize(bf16.size()));
+  EncodeParams p{DType::kBF16, bf16.data()};
+  p.widened_base_offset = 0;
+  Workspace ws;
+  EXPECT_EQ(EncodeChunk(bf16.data(), bf16.size(), p, out.data(), out.size(), ws).status().code(),
+            Code::kInvalidArgument);
+}
+
+// Frames without a widened base keep the version they had (1 or 2).
+TEST(PairedFrame, OtherFramesKeepTheirVersion) {
+  const auto master = Bytes32(Masters(1000, 5));
+  std::vector<uint8_t> out(MaxEncodedSize(master.size()));
+  Workspace ws;
+  auto n = EncodeChunk(master.data(), master.size(), EncodeParams{DType::kF32, nullptr}, out.data(),
+                       out.size(), ws);
+  ASSERT_TRUE(n.ok());
+  EXPECT_LE(out[4], 2);
+}
+
+}  // namespace
+}  // namespace lmc
