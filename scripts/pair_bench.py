@@ -16,11 +16,14 @@ last step it also saves the same tensors split over model.safetensors (bf16)
 and optimizer.pt (fp32 masters + AdamW), once with the model written first
 and once with the optimizer first.
 
-Each run copies, as a training job's save would arrive (8 MiB writes and
-fsync, timed): the series in order, then the split saves. It reports the
-store's pack bytes after each part (`du` of packs/, after the background
-rebases), save MB/s, and the read-back MB/s of the last single-file save
-with the page cache dropped (cold) through the mount.
+Each case runs in a fresh store: the first save alone, the whole series
+in order, and each split save. Files are copied in as a training job's
+save would arrive (8 MiB writes and fsync, timed). Reported per case: the
+store's live record bytes once the background rebases are done (what it
+holds after compaction: lmcfs-stat's live_bytes; gc=off, so the pack bytes,
+also shown, still hold the records the rebases replaced), how many chunks
+were paired, save MB/s, and for the single-file cases the cold read-back
+MB/s (page cache dropped) of the last file through the mount.
 
 Needs root (mount, drop caches). Usage:
   scripts/pair_bench.py [--build build] [--work /var/tmp/lmcfs-pair-bench]
@@ -28,6 +31,7 @@ Needs root (mount, drop caches). Usage:
 """
 import argparse
 import glob
+import json
 import os
 import shutil
 import subprocess
@@ -114,7 +118,12 @@ def drop_caches():
         f.write('3\n')
 
 
-def run_once(args, mode, stage, series, splits):
+def run_once(args, mode, stage, files, read_last=False):
+    """Copies `files` (paths under stage) into a fresh store mounted with
+    pair=MODE, in order; waits for the background rebases. Returns the
+    store's live record bytes (what it holds once compacted: lmcfs-stat's
+    live_bytes), its pack bytes, the save MB/s and, with read_last, the cold
+    read MB/s of the last file."""
     work = os.path.join(args.work, 'run')
     shutil.rmtree(work, ignore_errors=True)
     store, mnt = os.path.join(work, 'store'), os.path.join(work, 'mnt')
@@ -123,34 +132,27 @@ def run_once(args, mode, stage, series, splits):
     r = {}
     try:
         secs = nbytes = 0
-        for i, f in enumerate(series):
+        for f in files:
+            os.makedirs(os.path.dirname(os.path.join(mnt, f)), exist_ok=True)
             secs += copy(os.path.join(stage, f), os.path.join(mnt, f))
             nbytes += os.path.getsize(os.path.join(stage, f))
-            if i == 0:
-                r['first'] = du(os.path.join(store, 'packs'))
         wait_rebases(mnt)
-        r['series'] = du(os.path.join(store, 'packs'))
         r['save_mbps'] = nbytes / secs / 1e6
-        last = os.path.join(mnt, series[-1])
-        drop_caches()
-        t = time.perf_counter()
-        with open(last, 'rb') as f:
-            while f.read(8 << 20):
-                pass
-        r['read_mbps'] = os.path.getsize(last) / (time.perf_counter() - t) / 1e6
-        for d, names in splits:
-            os.makedirs(os.path.join(mnt, d))
-            before = du(os.path.join(store, 'packs'))
-            for n in names:
-                copy(os.path.join(stage, d, n), os.path.join(mnt, d, n))
-            wait_rebases(mnt)
-            r[d] = du(os.path.join(store, 'packs')) - before
-            r[d + '_stored'] = sum(int(os.getxattr(os.path.join(mnt, d, n), 'user.lmcfs.stored_bytes'))
-                                   for n in names)
-        r['stat'] = subprocess.run([os.path.join(args.build, 'tools', 'lmcfs', 'lmcfs-stat'), '--json', mnt],
-                                   capture_output=True, text=True).stdout
+        if read_last:
+            last = os.path.join(mnt, files[-1])
+            drop_caches()
+            t = time.perf_counter()
+            with open(last, 'rb') as f:
+                while f.read(8 << 20):
+                    pass
+            r['read_mbps'] = os.path.getsize(last) / (time.perf_counter() - t) / 1e6
+        stat = json.loads(subprocess.run([os.path.join(args.build, 'tools', 'lmcfs', 'lmcfs-stat'), '--json', mnt],
+                                         capture_output=True, text=True, check=True).stdout)
+        r['live'] = stat['totals']['live_bytes']
+        r['paired'] = stat.get('daemon', {}).get('delta', {}).get('paired', 0)
     finally:
         unmount(mnt, store)
+    r['packs'] = du(os.path.join(store, 'packs'))
     shutil.rmtree(work)
     return r
 
@@ -177,28 +179,27 @@ def main():
     one = os.path.getsize(os.path.join(stage, series[-1]))
     log(f'{params / 1e6:.2f}M parameters; one save {one / 1e6:.1f} MB; series {len(series)} saves '
         f'{sum(os.path.getsize(os.path.join(stage, f)) for f in series) / 1e6:.1f} MB')
-    runs = {'on': [], 'off': []}
+    cases = [('one save (the first)', series[:1], True), (f'series of {len(series)} saves', series, True)]
+    cases += [(f'split, {d.replace("_", " ")}', [os.path.join(d, n) for n in names], False) for d, names in splits]
+    runs = {'on': {}, 'off': {}}
     for mode in ('on', 'off', 'off', 'on'):
-        r = run_once(args, mode, stage, series, splits)
-        runs[mode].append(r)
-        log(f'pair={mode}: first save packs {r["first"] / 1e6:.2f} MB; series packs {r["series"] / 1e6:.2f} MB, saves {r["save_mbps"]:.0f} MB/s, cold read of '
-            f'the last save {r["read_mbps"]:.0f} MB/s; split saves (model first) {r["model_first"] / 1e6:.2f} MB '
-            f'(stored {r["model_first_stored"] / 1e6:.2f} MB), (optimizer first) '
-            f'{r["optimizer_first"] / 1e6:.2f} MB (stored {r["optimizer_first_stored"] / 1e6:.2f} MB)')
-    on, off = runs['on'][0], runs['off'][0]
-    mean = lambda k, rs: sum(x[k] for x in rs) / len(rs)  # noqa: E731
-    log('summary (pair=on / pair=off):')
-    log(f'  one save (the first): {on["first"] / 1e6:.2f} / {off["first"] / 1e6:.2f} MB = '
-        f'{on["first"] / off["first"]:.3f}')
-    log(f'  series of {len(series)} saves: {on["series"] / 1e6:.2f} / {off["series"] / 1e6:.2f} MB = '
-        f'{on["series"] / off["series"]:.3f}')
-    for d in ('model_first', 'optimizer_first'):
-        log(f'  split, {d.replace("_", " ")} (stored bytes of the two files): {on[d + "_stored"] / 1e6:.2f} / '
-            f'{off[d + "_stored"] / 1e6:.2f} MB = {on[d + "_stored"] / off[d + "_stored"]:.3f}')
-    log(f'  save speed: {mean("save_mbps", runs["on"]):.0f} / {mean("save_mbps", runs["off"]):.0f} MB/s = '
-        f'{mean("save_mbps", runs["on"]) / mean("save_mbps", runs["off"]):.3f}')
-    log(f'  cold read of the last save: {mean("read_mbps", runs["on"]):.0f} / {mean("read_mbps", runs["off"]):.0f} '
-        f'MB/s = {mean("read_mbps", runs["on"]) / mean("read_mbps", runs["off"]):.3f}')
+        for name, files, read in cases:
+            r = run_once(args, mode, stage, files, read)
+            runs[mode].setdefault(name, []).append(r)
+            log(f'pair={mode} {name}: live {r["live"] / 1e6:.2f} MB, packs {r["packs"] / 1e6:.2f} MB, '
+                f'{r["paired"]} chunks paired, saves {r["save_mbps"]:.0f} MB/s' +
+                (f', cold read of the last file {r["read_mbps"]:.0f} MB/s' if read else ''))
+    mean = lambda rs, k: sum(x[k] for x in rs) / len(rs)  # noqa: E731
+    log('summary (pair=on / pair=off; sizes are exact and the same in both runs of a mode):')
+    for name, files, read in cases:
+        on, off = runs['on'][name], runs['off'][name]
+        line = (f'  {name}: live {on[0]["live"] / 1e6:.2f} / {off[0]["live"] / 1e6:.2f} MB = '
+                f'{on[0]["live"] / off[0]["live"]:.3f}; saves {mean(on, "save_mbps"):.0f} / '
+                f'{mean(off, "save_mbps"):.0f} MB/s = {mean(on, "save_mbps") / mean(off, "save_mbps"):.3f}')
+        if read:
+            line += (f'; cold read {mean(on, "read_mbps"):.0f} / {mean(off, "read_mbps"):.0f} MB/s = '
+                     f'{mean(on, "read_mbps") / mean(off, "read_mbps"):.3f}')
+        log(line)
     shutil.rmtree(stage)
 
 

@@ -77,6 +77,13 @@ Status Store::Impl::ScanDependants(const ChunkKey& base, const rocksdb::Snapshot
   return FromRocks(it->status(), "scanning the dependants index");
 }
 
+bool Store::Impl::HasDependants(const ChunkKey& base) {
+  const std::string prefix = fmt::DependantPrefix(base);
+  std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(rocksdb::ReadOptions(), handles[0]));
+  it->Seek(prefix);
+  return it->Valid() && it->key().ToStringView().substr(0, prefix.size()) == prefix;
+}
+
 Status Store::Impl::EnsureDependantsIndex(bool fresh) {
   rocksdb::WriteBatch wb;
   if (!fresh) {

@@ -515,8 +515,16 @@ Result<size_t> Store::Impl::Read(const ChunkKey& key, uint8_t* dst, size_t cap, 
     // A delta read directly is likely the base of the next save in a series
     // read in order (forward deltas): keep it.
     if (depth == 0 && base_cache && e.base) base_cache->Put(key, CopyChunkBytes(dst, *n));
+    if (depth == 0 && !e.base) KeepIfPairedBase(key, record.data() + fmt::kRecordHeaderSize, dst, *n);
     return *n;
   }
+}
+
+void Store::Impl::KeepIfPairedBase(const ChunkKey& key, const uint8_t* frame, const uint8_t* dst, size_t n) {
+  // Frame byte 5 is the dtype (docs/FORMAT.md, "Frame"); the frame was read
+  // and checked whole.
+  if (!base_cache || frame[5] != static_cast<uint8_t>(DType::kBF16) || !HasDependants(key)) return;
+  base_cache->Put(key, CopyChunkBytes(dst, n));
 }
 
 Result<size_t> Store::Impl::CheckDecoded(const ChunkKey& key, const fmt::ChunkEntry& e,
@@ -601,6 +609,7 @@ void Store::ReadChunks(std::span<ChunkRead> reads, Workspace& ws, const FrameBat
         (!verify || ChunkKey::Of(r.dst, it.out_len, s.e.owner) == r.key)) {
       r.result = it.out_len;
       r.batched = true;
+      m.KeepIfPairedBase(r.key, it.frame, r.dst, it.out_len);
       continue;
     }
     // The CPU decoder is the reference: a frame the batch decoder refused
@@ -609,6 +618,7 @@ void Store::ReadChunks(std::span<ChunkRead> reads, Workspace& ws, const FrameBat
     r.redone = batched;
     r.result = m.CheckDecoded(r.key, s.e, m.codec->Decode(it.frame, it.len, nullptr, 0, r.dst, r.cap, ws),
                               r.dst, verify);
+    if (r.result.ok()) m.KeepIfPairedBase(r.key, it.frame, r.dst, *r.result);
     if (batched && r.result.ok())
       spdlog::warn("store {}: chunk {}: the batch decoder failed ({}) where the CPU decoded it", m.dir,
                    r.key.ToHex(), it.status.ok() ? "a wrong size or wrong bytes" : it.status.ToString());

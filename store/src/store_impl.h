@@ -151,6 +151,13 @@ struct Store::Impl {
   // order, reading `snap` (nullptr: the latest state). Takes no lock.
   Status ScanDependants(const ChunkKey& base, const rocksdb::Snapshot* snap,
                         const std::function<void(const ChunkKey&)>& fn);
+  // Whether `base` has a committed dependant (one seek; false on error).
+  bool HasDependants(const ChunkKey& base);
+  // Puts a standalone bf16 chunk just decoded at depth 0 (dst, n bytes;
+  // `frame` its frame) in the base cache when chunks depend on it: the
+  // fp32 masters paired with it, read next in the same file, then find it
+  // there instead of decoding it again.
+  void KeepIfPairedBase(const ChunkKey& key, const uint8_t* frame, const uint8_t* dst, size_t n);
   // At Open, before any commit: a new store gets the marker; a store
   // without it gets its index built from one scan of the chunk index (and
   // its entries' depths made exact), then the marker, in one write.

@@ -23,6 +23,7 @@
 
 #include "core_test_util.h"
 #include "fault_env.h"
+#include "lmc/codec.h"
 #include "lmc/fs/delta_policy.h"
 #include "lmc/store/store.h"
 
@@ -432,6 +433,41 @@ TEST_F(FsCore, PipelineChunkDroppedAtTheEncoderReleasesItsBase) {
     std::lock_guard lk(gate->mu());
     EXPECT_TRUE(gate->recorded.empty());
   }
+  ExpectFsckClean();
+}
+
+// A paired chunk's base pinned ahead (BaseChoice::pending) that never
+// comes (here: a key nothing adds): the inode encodes the chunk standalone
+// when it applies it, hands the base back, and nothing fails.
+TEST_F(FsCore, PairedChunkWhoseBasePinnedAheadIsGoneIsStoredStandalone) {
+  GatePolicy* gate = InstallGate(true);
+  constexpr size_t kChunk = 64 << 10;
+  std::string model(4 * kChunk, '\0');
+  std::mt19937 rng(5);
+  std::normal_distribution<float> w(0.0f, 0.02f);
+  for (size_t i = 0; i < model.size(); i += 4) {
+    const float f = w(rng);
+    std::memcpy(model.data() + i, &f, 4);
+  }
+  std::vector<uint8_t> bf16(kChunk / 2), widened(kChunk);
+  for (size_t i = 0; i < bf16.size(); ++i) bf16[i] = static_cast<uint8_t>(rng());
+  WidenBf16(bf16.data(), 0, kChunk / 4, widened.data());
+  BaseChoice b{store::ChunkKey::Of(bf16.data(), bf16.size()), store::CopyChunkBytes(widened.data(), kChunk)};
+  b.widened_offset = 0;
+  b.pending = true;
+  gate->base = b;
+  uint64_t ino = CreateFile(kRootIno, "master.bin");
+  ASSERT_EQ(fs_->Write(ino, 0, model.data(), model.size()), 0);
+  ASSERT_EQ(fs_->Flush(ino), 0);
+  ASSERT_EQ(fs_->Release(ino), 0);
+  EXPECT_GE(gate->offered.load(), 1);
+  EXPECT_EQ(gate->released.load(), gate->offered.load());
+  {
+    std::lock_guard lk(gate->mu());
+    for (const auto& r : gate->recorded) EXPECT_FALSE(r.base.has_value()) << r.name;
+  }
+  EXPECT_EQ(ReadAll(ino), model);
+  ExpectSurvivesReopen(ino, model);
   ExpectFsckClean();
 }
 

@@ -71,6 +71,7 @@ bool PrepareJob(EncodeJob* job, Prepared* out) {
     if (out->base) {
       const BaseChoice& b = *out->base;
       job->base_key = b.key;  // released by ReleaseIfFailed if the encode fails
+      job->base_pending = b.pending;
       if (!b.bytes || b.bytes->size() != n) {
         job->status = Status::InvalidArgument("delta policy offered base " + b.key.ToHex() + " of " +
                                               std::to_string(b.bytes ? b.bytes->size() : 0) +

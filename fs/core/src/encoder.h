@@ -47,6 +47,7 @@ struct EncodeJob {
   std::string frame;  // the encoded frame (moved into the batch when applied)
   store::ChunkKey key;
   std::optional<store::ChunkKey> base_key;  // the XOR base, when the policy chose one
+  bool base_pending = false;                // BaseChoice::pending
   Status status;
 
   // --- completion ---

@@ -390,7 +390,43 @@ void FileData::Restore(const EncodeJob& job) {
   for (auto [x, y] : keep) InsertDirty(x, job.buf->data() + (x - job.begin), y - x, false);
 }
 
+// Whether chunk `key` commits no later than a chunk added to pending_ now:
+// it is added in pending_ or in a batch at the committer (this inode's,
+// committed in order), or it is indexed (and then pinned by whoever asks).
+bool FileData::ComesFirst(const store::ChunkKey& key) {
+  auto adds = [&](const store::Batch& b) {
+    for (const auto& op : b.ops())
+      if (op.kind == store::Batch::OpKind::kAdd && op.key == key) return true;
+    return false;
+  };
+  if (adds(pending_)) return true;
+  for (const auto& t : committing_)
+    if (adds(t->batch)) return true;
+  return shared_.store->GetChunkInfo(key).ok();
+}
+
+// A chunk encoded against a base pinned ahead (BaseChoice::pending) whose
+// base no longer comes first (its bytes were dropped before the pin, e.g.
+// the file was truncated and rewritten): encoded again, standalone.
+Status FileData::DropPendingBase(EncodeJob& job) {
+  if (!job.base_key || !job.base_pending || ComesFirst(*job.base_key)) return Status::Ok();
+  spdlog::debug("lmcfs: ino {} offset {}: base {} pinned ahead is gone; encoding standalone", owner_.ino,
+                job.begin, job.base_key->ToHex());
+  std::string frame(MaxEncodedSize(job.buf->size()), '\0');
+  Workspace ws;
+  auto n = EncodeChunk(job.buf->data(), job.buf->size(), EncodeParams{DType::kF32, nullptr},
+                       reinterpret_cast<uint8_t*>(frame.data()), frame.size(), ws);
+  if (!n.ok()) return n.status();
+  frame.resize(*n);
+  job.frame = std::move(frame);
+  job.delta->Release(*job.base_key);
+  job.base_key.reset();
+  job.base_pending = false;
+  return Status::Ok();
+}
+
 int FileData::ApplyJob(EncodeJob& job) {
+  if (Status s = DropPendingBase(job); !s.ok()) job.status = s;
   if (!job.status.ok()) {
     Restore(job);
     return shared_.ToErrno(job.status, "encode chunk at offset " + std::to_string(job.begin), owner_.ino);

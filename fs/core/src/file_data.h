@@ -176,6 +176,10 @@ class FileData {
   // most about one write's worth per concurrent writer.
   int Backpressure() { return ApplyHead(Until::kUnderBudget); }
   int ApplyJob(EncodeJob& job);
+  // BaseChoice::pending: whether the base still commits first, and the
+  // standalone re-encode when it does not.
+  bool ComesFirst(const store::ChunkKey& key);
+  Status DropPendingBase(EncodeJob& job);
   // Hands the pending batch, with the owner's record, to the committer and
   // returns (after waiting while kMaxQueuedPerInode of this inode's are there).
   int CommitAsync();

@@ -199,23 +199,31 @@ std::optional<BaseChoice> SnapshotDeltaPolicy::TryPair(const ChunkOrigin& origin
   // master) commits before this chunk, in the same inode's order: it is
   // pinned ahead, and its bytes are those Record kept. Its depth is unknown
   // but at most max_chain, so the chain stays within the store's limit.
-  // (PinChunk also succeeds for a chunk pinned ahead and not indexed yet:
-  // GetChunkInfo tells the two apart.)
+  //
+  // The pin ahead comes first, then the look: a twin not indexed then is
+  // either still to be committed (and from then on kept by the pin) or was
+  // dropped before the pin; FileData::DropPendingBase tells the two apart
+  // when it applies the chunk. A twin that is indexed is pinned as any base
+  // (PinChunk, which excludes a commit group dropping it meanwhile), without
+  // the commit lock on the pending path, where commits of this very file
+  // are running.
   Bytes twin_bytes;
-  const bool pinned = store_->PinChunk(twin->key).ok();
-  auto info = pinned ? store_->GetChunkInfo(twin->key) : Result<store::ChunkInfo>(Status::NotFound(""));
+  store_->PinPendingChunk(twin->key);
+  auto info = store_->GetChunkInfo(twin->key);
   if (info.ok()) {
-    if (info->delta_depth + 1u > opts_.max_chain) {
+    store_->UnpinChunk(twin->key);
+    if (!store_->PinChunk(twin->key).ok()) return refuse("gone");
+    info = store_->GetChunkInfo(twin->key);
+    if (!info.ok() || info->delta_depth + 1u > opts_.max_chain) {
       store_->UnpinChunk(twin->key);
-      return refuse("chain limit");
+      return refuse(info.ok() ? "chain limit" : "gone");
     }
     twin_bytes = BaseBytes(twin->key, info->decoded_len);
   } else {
     if (twin->ino != origin.ino || opts_.max_chain + 1 > store::Store::kMaxDeltaChain) {
-      if (pinned) store_->UnpinChunk(twin->key);
+      store_->UnpinChunk(twin->key);
       return refuse("gone");
     }
-    if (!pinned) store_->PinPendingChunk(twin->key);
     twin_bytes = cache_.Get(twin->key);
   }
   const uint64_t need = 2 * (uint64_t{twin->offset} + n / 4);
@@ -239,7 +247,7 @@ std::optional<BaseChoice> SnapshotDeltaPolicy::TryPair(const ChunkOrigin& origin
       "delta: ino {} offset {} len {} '{}': paired with bf16 twin {} at element {} ({:.0f} vs {:.0f} bits)",
       origin.ino, spec.offset, n, spec.region_name, twin->key.ToHex(), twin->offset, est.delta_bits,
       est.standalone_bits);
-  return BaseChoice{twin->key, std::move(widened), twin->offset};
+  return BaseChoice{twin->key, std::move(widened), twin->offset, !info.ok()};
 }
 
 void SnapshotDeltaPolicy::RecordPairs(const ChunkOrigin& origin, const store::ChunkKey& key,

@@ -42,6 +42,11 @@ struct BaseChoice {
   store::ChunkKey key;
   store::ChunkBytes bytes;
   std::optional<uint32_t> widened_offset{};
+  // The base is not indexed yet: it was pinned ahead (Store::PinPendingChunk)
+  // as a chunk of the same inode's uncommitted batches. The inode checks it
+  // is still there when it applies the chunk (FileData), and encodes the
+  // chunk standalone otherwise.
+  bool pending = false;
 };
 
 // Told, on the policy's background thread, that the chunk `key` written at
