@@ -23,7 +23,7 @@ store's live record bytes once the background rebases are done (what it
 holds after compaction: lmcfs-stat's live_bytes; gc=off, so the pack bytes,
 also shown, still hold the records the rebases replaced), how many chunks
 were paired, save MB/s, and for the single-file cases the cold read-back
-MB/s (page cache dropped) of the last file through the mount.
+MB/s of the last file through the mount (remounted, page cache dropped).
 
 Needs root (mount, drop caches). Usage:
   scripts/pair_bench.py [--build build] [--work /var/tmp/lmcfs-pair-bench]
@@ -139,8 +139,12 @@ def run_once(args, mode, stage, files, read_last=False):
         wait_rebases(mnt)
         r['save_mbps'] = nbytes / secs / 1e6
         if read_last:
-            last = os.path.join(mnt, files[-1])
+            # Cold: a fresh daemon (no decoded chunks kept from the writes)
+            # and no page cache.
+            unmount(mnt, store)
             drop_caches()
+            mount(args.build, store, mnt, f'pair={mode},gc=off')
+            last = os.path.join(mnt, files[-1])
             t = time.perf_counter()
             with open(last, 'rb') as f:
                 while f.read(8 << 20):
