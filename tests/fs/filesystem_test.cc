@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <sys/statvfs.h>
 #include <sys/xattr.h>
 
 #include <atomic>
@@ -498,6 +499,32 @@ TEST_F(FsCore, PipelineDeltaSeamPassesBaseAndName) {
   EXPECT_EQ(ReadAll(a), v1);
   EXPECT_EQ(ReadAll(b), v2);  // decoded against its base
   ExpectFsckClean();
+}
+
+// statfs's inode figures are what df -i needs: used (f_files - f_ffree)
+// is the number of inodes, free the rest of a 2^32 capacity.
+TEST_F(FsCore, StatFsCountsInodes) {
+  auto used = [&] {
+    struct statvfs v;
+    EXPECT_EQ(fs_->StatFs(&v), 0);
+    EXPECT_EQ(v.f_favail, v.f_ffree);
+    EXPECT_GE(v.f_files, v.f_ffree);
+    return v.f_files - v.f_ffree;
+  };
+  EXPECT_EQ(used(), 1u);  // the root
+  struct stat st;
+  ASSERT_EQ(fs_->Mkdir(kRootIno, "d", 0755, {1000, 1000}, &st), 0);
+  std::vector<uint64_t> inos;
+  for (int i = 0; i < 5; i++) inos.push_back(CreateFile(st.st_ino, "f" + std::to_string(i)));
+  for (uint64_t ino : inos) ASSERT_EQ(fs_->Release(ino), 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));  // past the once-a-second recount
+  EXPECT_EQ(used(), 7u);
+  ASSERT_EQ(fs_->Unlink(st.st_ino, "f0"), 0);
+  fs_->Forget(inos[0], 1);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+  EXPECT_EQ(used(), 6u);
+  Reopen();
+  EXPECT_EQ(used(), 6u);
 }
 
 TEST_F(FsCore, CreateWriteReadPersist) {

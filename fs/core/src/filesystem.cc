@@ -859,10 +859,31 @@ int Filesystem::StatFs(struct statvfs* out) {
     out->f_bfree = out->f_blocks > used ? out->f_blocks - used : 0;
     out->f_bavail = std::min<uint64_t>(out->f_bavail, out->f_bfree);
   }
-  std::lock_guard lk(impl_->table_mu);
-  out->f_files = impl_->next_ino;
-  out->f_ffree = UINT32_MAX;
-  out->f_favail = UINT32_MAX;
+  // Inodes: the records in the index (every file, directory and link the
+  // namespace holds, and those unlinked but still open), counted from the
+  // index at most once a second; a capacity of 2^32, so that df -i shows
+  // what is used and the rest as free (inode numbers are 64-bit and never
+  // run out).
+  uint64_t used = 0;
+  {
+    std::lock_guard lk(impl_->statfs_mu);
+    const int64_t now = NowNs();
+    if (impl_->inodes_counted_ns == 0 || now - impl_->inodes_counted_ns > 1000 * 1000 * 1000) {
+      uint64_t n = 0;
+      Status s = store_->Scan(store::Cf::kInodes, "", [&](std::string_view, std::string_view) {
+        n++;
+        return true;
+      });
+      if (!s.ok()) return impl_->ToErrno(s, "statfs (counting inodes)", kRootIno);
+      impl_->inodes_counted = n;
+      impl_->inodes_counted_ns = now;
+    }
+    used = impl_->inodes_counted;
+  }
+  constexpr uint64_t kInodeCapacity = uint64_t{1} << 32;
+  out->f_files = std::max(kInodeCapacity, used);
+  out->f_ffree = out->f_files - used;
+  out->f_favail = out->f_ffree;
   out->f_namemax = kNameMax;
   return 0;
 }

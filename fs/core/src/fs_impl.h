@@ -37,6 +37,10 @@ struct Filesystem::Impl {
   std::mutex table_mu;  // guards table and next_ino
   std::unordered_map<uint64_t, InodePtr> table;
   uint64_t next_ino = 2;
+  // StatFs's count of inode records, recounted at most once a second.
+  std::mutex statfs_mu;  // guards the two below
+  uint64_t inodes_counted = 0;
+  int64_t inodes_counted_ns = 0;
 
   // --- table (filesystem.cc) ---
   // The in-memory inode, loaded from the store if needed; nullptr if absent.
