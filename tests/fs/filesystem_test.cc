@@ -9,6 +9,7 @@
 #include <sys/statvfs.h>
 #include <sys/xattr.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -525,6 +526,48 @@ TEST_F(FsCore, StatFsCountsInodes) {
   EXPECT_EQ(used(), 6u);
   Reopen();
   EXPECT_EQ(used(), 6u);
+}
+
+// fallocate with ext4's semantics: mode 0 extends (zeros, stored as
+// nothing), KEEP_SIZE changes nothing, PUNCH_HOLE makes a hole inside the
+// file (chunks cut across), ZERO_RANGE does too and may extend; the rest is
+// EOPNOTSUPP. Every state reads back exactly, also after a reopen.
+TEST_F(FsCore, FallocateModes) {
+  uint64_t ino = CreateFile(kRootIno, "f.bin");
+  std::string want = Bf16Like(3 * (64 << 10) + 500, 31);
+  ASSERT_EQ(fs_->Write(ino, 0, want.data(), want.size()), 0);
+  ASSERT_EQ(fs_->Flush(ino), 0);
+  // A hole across a chunk boundary, then one in the bytes not yet flushed.
+  ASSERT_EQ(fs_->Fallocate(ino, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 50000, 40000), 0);
+  std::fill(want.begin() + 50000, want.begin() + 90000, '\0');
+  EXPECT_EQ(ReadAll(ino), want);
+  std::string more = Bf16Like(10000, 32);
+  ASSERT_EQ(fs_->Write(ino, want.size(), more.data(), more.size()), 0);
+  want += more;
+  ASSERT_EQ(fs_->Fallocate(ino, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, want.size() - 6000, 100000), 0);
+  std::fill(want.end() - 6000, want.end(), '\0');  // up to the end of the file, size kept
+  EXPECT_EQ(ReadAll(ino), want);
+  // Mode 0 extends; KEEP_SIZE past the end changes nothing.
+  ASSERT_EQ(fs_->Fallocate(ino, 0, want.size() - 10, 70000), 0);
+  want.resize(want.size() - 10 + 70000, '\0');
+  ASSERT_EQ(fs_->Fallocate(ino, FALLOC_FL_KEEP_SIZE, 0, want.size() + (1 << 20)), 0);
+  EXPECT_EQ(ReadAll(ino), want);
+  // ZERO_RANGE inside and past the end.
+  ASSERT_EQ(fs_->Fallocate(ino, FALLOC_FL_ZERO_RANGE, 1000, 2000), 0);
+  std::fill(want.begin() + 1000, want.begin() + 3000, '\0');
+  ASSERT_EQ(fs_->Fallocate(ino, FALLOC_FL_ZERO_RANGE, want.size() - 100, 300), 0);
+  std::fill(want.end() - 100, want.end(), '\0');
+  want.resize(want.size() + 200, '\0');
+  EXPECT_EQ(ReadAll(ino), want);
+  // What fallocate(2) refuses.
+  EXPECT_EQ(fs_->Fallocate(ino, FALLOC_FL_PUNCH_HOLE, 0, 10), EOPNOTSUPP);
+  EXPECT_EQ(fs_->Fallocate(ino, FALLOC_FL_COLLAPSE_RANGE, 0, 4096), EOPNOTSUPP);
+  EXPECT_EQ(fs_->Fallocate(ino, 0, 0, 0), EINVAL);
+  EXPECT_EQ(fs_->Fallocate(kRootIno, 0, 0, 10), EISDIR);
+  ASSERT_EQ(fs_->Flush(ino), 0);
+  ASSERT_EQ(fs_->Release(ino), 0);
+  ExpectSurvivesReopen(ino, want);
+  ExpectFsckClean();
 }
 
 TEST_F(FsCore, CreateWriteReadPersist) {

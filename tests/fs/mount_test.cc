@@ -100,6 +100,34 @@ TEST_F(MountCoreutils, CpMvLsDuStatTruncateLn) {
   ASSERT_EQ(Sh("test ! -e " + m + "/d"), 0);
 }
 
+// fallocate(1) and posix_fallocate through the kernel, the same on the
+// mount as on the plain directory (ext4 or tmpfs): holes punched across
+// chunks, ranges zeroed, files extended or not; df -i counts the files.
+TEST_F(MountCoreutils, FallocatePunchZeroExtendAndDfInodes) {
+  ASSERT_EQ(Sh("head -c 3000000 /dev/urandom > " + root_ + "/src.bin"), 0);
+  for (const std::string& d : {plain_, mnt_}) {
+    const std::string f = d + "/f.bin";
+    ASSERT_EQ(Sh("cp " + root_ + "/src.bin " + f), 0) << d;
+    ASSERT_EQ(Sh("fallocate -p -o 500000 -l 1500000 " + f), 0) << d;  // a hole across chunks
+    ASSERT_EQ(Sh("fallocate -z -o 10 -l 4096 " + f), 0) << d;
+    ASSERT_EQ(Sh("fallocate -n -o 0 -l 9000000 " + f), 0) << d;  // KEEP_SIZE: no change
+    ASSERT_EQ(Sh("fallocate -o 2999990 -l 100 " + f), 0) << d;   // extends to 3000090 bytes
+    ASSERT_EQ(Sh("python3 -c \"import os; fd = os.open('" + d +
+                 "/g.bin', os.O_CREAT | os.O_WRONLY, 0o644); os.posix_fallocate(fd, 0, 1234567); "
+                 "os.close(fd)\""),
+              0)
+        << d;
+  }
+  ExpectSame("");
+  ASSERT_EQ(Sh("test \"$(stat -c %s " + P("f.bin") + ")\" = 3000090"), 0);
+  // A preallocated file is all zeros: stored as nothing.
+  ASSERT_EQ(Sh("test \"$(du -k " + P("g.bin") + " | cut -f1)\" = 0"), 0);
+  Remount();
+  ExpectSame("");
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));  // statfs recounts once a second
+  ASSERT_EQ(Sh("test \"$(df --output=iused " + mnt_ + " | tail -1 | tr -d ' ')\" = 3"), 0);  // root, f, g
+}
+
 TEST_F(MountPython, StdlibZipShutilReplace) {
   RunPythonBoth(std::string(kPinZipTime) + R"PY(
 import os, sys, shutil, json, random

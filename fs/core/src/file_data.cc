@@ -724,6 +724,20 @@ int FileData::Truncate(uint64_t size) {
   return 0;
 }
 
+int FileData::PunchHole(uint64_t a, uint64_t b) {
+  if (int err = LoadExtents()) return err;
+  // Jobs at the encoders replace ranges when applied: apply them first.
+  if (int err = Drain()) return err;
+  b = std::min(b, owner_.rec.size);
+  if (a >= b) return 0;
+  if (streaming_ && stream_pos_ > a) KillStream();
+  RemoveDirty(a, b);
+  ReplaceRange(a, b, nullptr);
+  owner_.rec.mtime_ns = owner_.rec.ctime_ns = NowNs();
+  owner_.rec_dirty = true;
+  return 0;
+}
+
 int FileData::WaitCommits(size_t keep) {
   while (committing_.size() > keep) {
     std::shared_ptr<CommitTicket> t = std::move(committing_.front());

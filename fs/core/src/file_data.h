@@ -121,6 +121,9 @@ class FileData {
   // Filesystem::ReadPieces.
   int ReadPieces(uint64_t off, size_t n, std::vector<Filesystem::ReadPiece>* pieces);
   int Truncate(uint64_t size);
+  // The bytes of [a, b) inside the file become a hole (zeros, stored as
+  // nothing); the size is unchanged.
+  int PunchHole(uint64_t a, uint64_t b);
   // Cuts everything written into chunks (finishing the stream), waits for
   // the encoders and commits. Reports (once) an encoder error that a write
   // could not.

@@ -799,6 +799,25 @@ int Filesystem::Write(uint64_t ino, uint64_t off, const void* data, size_t size)
   });
 }
 
+int Filesystem::Fallocate(uint64_t ino, int mode, uint64_t off, uint64_t len) {
+  if (opts_.read_only) return EROFS;
+  if (mode & ~(FALLOC_FL_KEEP_SIZE | FALLOC_FL_PUNCH_HOLE | FALLOC_FL_ZERO_RANGE)) return EOPNOTSUPP;
+  const bool punch = mode & FALLOC_FL_PUNCH_HOLE, zero = mode & FALLOC_FL_ZERO_RANGE;
+  const bool keep = mode & FALLOC_FL_KEEP_SIZE;
+  if (punch && (zero || !keep)) return EOPNOTSUPP;  // as fallocate(2) says
+  if (len == 0) return EINVAL;
+  if (off + len < off || off + len > (uint64_t{1} << 62)) return EFBIG;
+  return WithInode(*impl_, ino, [&](Inode& in) {
+    if (in.IsDir()) return EISDIR;
+    if (!in.IsReg()) return ENODEV;
+    if (in.purged) return EIO;
+    if (punch || zero)
+      if (int e = in.data.PunchHole(off, off + len)) return e;
+    if (!keep && off + len > in.rec.size) return in.data.Truncate(off + len);
+    return 0;
+  });
+}
+
 int Filesystem::Flush(uint64_t ino) {
   if (opts_.read_only) return 0;
   return WithInode(*impl_, ino, [&](Inode& in) { return in.data.Finalize(false); });

@@ -493,6 +493,14 @@ void CopyFileRange(fuse_req_t req, fuse_ino_t ino_in, off_t off_in, fuse_file_in
   });
 }
 
+void Fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off, off_t len, fuse_file_info*) {
+  ErrOp(req, "fallocate", [&] {
+    return off < 0 || len <= 0
+               ? EINVAL
+               : Fs(req).Fallocate(ino, mode, static_cast<uint64_t>(off), static_cast<uint64_t>(len));
+  });
+}
+
 fuse_lowlevel_ops MakeOps() {
   fuse_lowlevel_ops o{};
   o.init = Init;
@@ -526,6 +534,7 @@ fuse_lowlevel_ops MakeOps() {
   o.listxattr = ListXattr;
   o.removexattr = RemoveXattr;
   o.copy_file_range = CopyFileRange;
+  o.fallocate = Fallocate;
   return o;
 }
 

@@ -177,6 +177,14 @@ class Filesystem {
   // chunks instead of copies (no bytes re-encoded, no space used).
   // *copied: bytes copied (less than len at src's end of file).
   int CopyRange(uint64_t src, uint64_t soff, uint64_t dst, uint64_t doff, uint64_t len, uint64_t* copied);
+  // fallocate(2), with ext4's semantics for the modes it takes: 0 (extend
+  // the size to off+len; the new bytes read as zeros and are stored as
+  // nothing), FALLOC_FL_KEEP_SIZE (nothing to do: space is not reserved
+  // ahead), FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE (the range inside
+  // the file becomes a hole), FALLOC_FL_ZERO_RANGE (a hole as well, and the
+  // size extended unless KEEP_SIZE). Other modes (collapse, insert,
+  // unshare) are EOPNOTSUPP, as on filesystems without them.
+  int Fallocate(uint64_t ino, int mode, uint64_t off, uint64_t len);
 
   // Extended attributes. Stored for every name except user.lmcfs.*, which
   // are virtual and read-only: user.lmcfs.stored_bytes, user.lmcfs.ratio
