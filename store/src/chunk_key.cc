@@ -1,5 +1,6 @@
 #include "lmc/store/chunk_key.h"
 
+#include <openssl/crypto.h>
 #include <openssl/evp.h>
 
 #include <cstdlib>
@@ -7,7 +8,20 @@
 
 namespace lmc::store {
 
+namespace {
+// OpenSSL initialized without its exit handler: with one, OPENSSL_cleanup
+// could run at exit before the static thread pool joins its workers (the
+// handlers run in reverse order of registration, and the pool may be made
+// before the first digest), and the workers' per-thread state, freed by a
+// thread-exit destructor that cleanup has already removed, was then
+// reported as leaked by LeakSanitizer. Without it, a worker's state is
+// freed when the worker exits, and what is left at exit stays reachable.
+bool InitOpenSsl() { return OPENSSL_init_crypto(OPENSSL_INIT_NO_ATEXIT, nullptr) == 1; }
+}  // namespace
+
 ChunkKey ChunkKey::Of(const uint8_t* p, size_t n, KeyOwner owner) {
+  static const bool initialized = InitOpenSsl();
+  (void)initialized;
   // EVP_sha256 is a static method table; the digest cannot fail for it
   // short of memory exhaustion, which we treat like new's failure.
   ChunkKey k;
