@@ -24,6 +24,8 @@ holds after compaction: lmcfs-stat's live_bytes; gc=off, so the pack bytes,
 also shown, still hold the records the rebases replaced), how many chunks
 were paired, save MB/s, and for the single-file cases the cold read-back
 MB/s of the last file through the mount (remounted, page cache dropped).
+The first save's order-0 entropy bound, without and with pairing (`lmc
+bound --pair`), is printed with the stored bytes against it.
 
 Needs root (mount, drop caches). Usage:
   scripts/pair_bench.py [--build build] [--work /var/tmp/lmcfs-pair-bench]
@@ -183,6 +185,13 @@ def main():
     one = os.path.getsize(os.path.join(stage, series[-1]))
     log(f'{params / 1e6:.2f}M parameters; one save {one / 1e6:.1f} MB; series {len(series)} saves '
         f'{sum(os.path.getsize(os.path.join(stage, f)) for f in series) / 1e6:.1f} MB')
+    # The order-0 bounds of the first save, without and with pairing.
+    out = subprocess.run([os.path.join(args.build, 'tools', 'lmc'), 'bound', '--pair',
+                          os.path.join(stage, series[0])], capture_output=True, text=True, check=True).stdout
+    row = dict(zip(*[line.split('\t') for line in out.strip().split('\n')[-2:]]))
+    bound, bound_paired = float(row['min_bound']), float(row['min_bound_paired'])
+    log(f'lmc bound --pair of the first save: {bound / 1e6:.2f} MB, paired {bound_paired / 1e6:.2f} MB '
+        f'({row["paired"]} fp32 chunks with a twin)')
     cases = [('one save (the first)', series[:1], True), (f'series of {len(series)} saves', series, True)]
     cases += [(f'split, {d.replace("_", " ")}', [os.path.join(d, n) for n in names], False) for d, names in splits]
     runs = {'on': {}, 'off': {}}
@@ -204,6 +213,9 @@ def main():
             line += (f'; cold read {mean(on, "read_mbps"):.0f} / {mean(off, "read_mbps"):.0f} MB/s = '
                      f'{mean(on, "read_mbps") / mean(off, "read_mbps"):.3f}')
         log(line)
+    one = 'one save (the first)'
+    log(f'  one save against its order-0 bounds: pair=on {runs["on"][one][0]["live"] / bound_paired:.4f} of the '
+        f'paired bound, pair=off {runs["off"][one][0]["live"] / bound:.4f} of the bound without pairing')
     shutil.rmtree(stage)
 
 

@@ -4,7 +4,11 @@
 // its XOR against the chunk of PREV with the same lineage (same tensor
 // name, dtype, tensor length, offset in the tensor, chunk length; for mixed
 // chunks the same file offset and length: docs/ARCHITECTURE.md,
-// "Incremental snapshots", "Lineage").
+// "Incremental snapshots", "Lineage"). With --pair, an fp32 tensor chunk
+// may also take the order-0 bound of its XOR against the bf16 twin it has
+// in FILE, widened (docs/ARCHITECTURE.md, "Pairing fp32 masters with their
+// bf16 twins"): the twin found by fingerprint and checked on a sample, as
+// the mount does, in either order in the file.
 #include <cmath>
 #include <cstdio>
 #include <map>
@@ -15,6 +19,7 @@
 #include "lmc/codec.h"
 #include "lmc/container.h"
 #include "lmc/delta_estimate.h"
+#include "lmc/twin.h"
 
 namespace lmc::cli {
 namespace {
@@ -51,8 +56,42 @@ int RunBound(const BoundOptions& o) {
     for (const ChunkSpec& c : PlanChunks(prev.data(), prev.size(), co, nullptr)) prev_chunks[MatchKey(c)] = c;
   }
 
-  double standalone = 0, best = 0;
-  uint64_t matched = 0, delta_wins = 0;
+  // --pair: fingerprints of every bf16 tensor chunk's twin offsets.
+  struct Twin {
+    const ChunkSpec* chunk;
+    size_t offset;  // elements
+  };
+  std::map<uint64_t, Twin> twins;
+  if (o.pair) {
+    for (const ChunkSpec& c : chunks) {
+      if (!c.tensor_chunk || c.dtype != DType::kBF16) continue;
+      size_t offs[2];
+      const size_t k = TwinOffsets(c.length / 2, offs);
+      for (size_t i = 0; i < k; ++i)
+        if (auto fp = Bf16Fingerprint(data->data() + c.offset + 2 * offs[i])) twins[*fp] = {&c, offs[i]};
+    }
+  }
+  std::vector<uint8_t> widened;
+  // The widened twin range of fp32 chunk c, or nullptr.
+  auto twin_of = [&](const ChunkSpec& c) -> const uint8_t* {
+    if (!o.pair || !c.tensor_chunk || c.dtype != DType::kF32 || c.length % 4 ||
+        c.length / 4 < kFingerprintElems)
+      return nullptr;
+    const uint8_t* p = data->data() + c.offset;
+    auto fp = Fp32Fingerprint(p);
+    auto it = fp ? twins.find(*fp) : twins.end();
+    if (it == twins.end()) return nullptr;
+    const Twin& t = it->second;
+    if (2 * (t.offset + c.length / 4) > t.chunk->length) return nullptr;
+    const uint8_t* bf16 = data->data() + t.chunk->offset;
+    if (!TwinsMatch(p, c.length / 4, bf16, t.offset)) return nullptr;
+    widened.resize(c.length);
+    WidenBf16(bf16, t.offset, c.length / 4, widened.data());
+    return widened.data();
+  };
+
+  double standalone = 0, best = 0, best_paired = 0;
+  uint64_t matched = 0, delta_wins = 0, paired = 0;
   // --encode: the frames themselves, and what the sampled estimate picks.
   uint64_t frames_min = 0, frames_chosen = 0;
   Workspace ws;
@@ -78,6 +117,13 @@ int RunBound(const BoundOptions& o) {
     standalone += s;
     best += m;
     if (m < s) delta_wins++;
+    double mp = m;
+    if (const uint8_t* tw = twin_of(c)) {
+      paired++;
+      mp = std::min(m,
+                    std::ceil(ChunkEntropyBound(c.dtype, data->data() + c.offset, tw, c.length).delta_bytes));
+    }
+    best_paired += mp;
     if (o.encode) {
       const uint64_t fs = frame_size(c, nullptr), fx = base ? frame_size(c, base) : fs;
       frames_min += std::min(fs, fx);
@@ -96,10 +142,13 @@ int RunBound(const BoundOptions& o) {
   if (o.encode)
     std::printf("frames: per-chunk min %llu, as the estimate picks %llu\n",
                 static_cast<unsigned long long>(frames_min), static_cast<unsigned long long>(frames_chosen));
-  std::printf("file\tlogical\tchunks\tmatched\tdelta_wins\tstandalone_bound\tmin_bound\n");
-  std::printf("%s\t%zu\t%zu\t%llu\t%llu\t%.0f\t%.0f\n", o.file.c_str(), data->size(), chunks.size(),
+  std::printf("file\tlogical\tchunks\tmatched\tdelta_wins\tstandalone_bound\tmin_bound%s\n",
+              o.pair ? "\tpaired\tmin_bound_paired" : "");
+  std::printf("%s\t%zu\t%zu\t%llu\t%llu\t%.0f\t%.0f", o.file.c_str(), data->size(), chunks.size(),
               static_cast<unsigned long long>(matched), static_cast<unsigned long long>(delta_wins),
               standalone, best);
+  if (o.pair) std::printf("\t%llu\t%.0f", static_cast<unsigned long long>(paired), best_paired);
+  std::printf("\n");
   return 0;
 }
 

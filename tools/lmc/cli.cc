@@ -290,6 +290,9 @@ int LmcMain(const std::vector<std::string>& args, const GpuOpenFn& open_gpu) {
   bnd->add_flag("--per-chunk", bd.per_chunk, "print one row per chunk");
   bnd->add_flag("--encode", bd.encode,
                 "also encode each chunk standalone and as XOR (frame sizes, the estimate's pick)");
+  bnd->add_flag("--pair", bd.pair,
+                "also pair fp32 tensor chunks with their bf16 twins in FILE (found by content, as pair=on "
+                "does) and count the smallest of the bounds");
   bnd->add_option("FILE", bd.file, "checkpoint")->required();
   bnd->add_option("PREV", bd.prev, "its predecessor (same role, earlier step)");
 

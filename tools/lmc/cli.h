@@ -41,6 +41,7 @@ struct BoundOptions {
   uint32_t chunk_size = 0;  // 0: default
   bool per_chunk = false;   // one row per chunk
   bool encode = false;      // also encode each chunk both ways (frame sizes, estimate's pick)
+  bool pair = false;        // also the bound of fp32 chunks against their bf16 twins in FILE
 };
 int RunBound(const BoundOptions& o);
 

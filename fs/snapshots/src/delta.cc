@@ -254,11 +254,12 @@ void SnapshotDeltaPolicy::RecordPairs(const ChunkOrigin& origin, const store::Ch
                                       const store::ChunkBytes& bytes, store::Batch* batch) {
   const ChunkSpec& spec = *origin.spec;
   if (!opts_.pair || !bytes || !spec.tensor_chunk || spec.dtype != DType::kBF16) return;
-  const size_t elems = bytes->size() / 2;
   // An fp32 chunk of the same byte size covers half as many values: those
   // of the twin tensor start at this chunk's first value and at its middle.
-  for (size_t off : {size_t{0}, elems / 2}) {
-    if (off + kFingerprintElems > elems || (off != 0 && elems % 2 != 0)) continue;
+  size_t offs[2];
+  const size_t k = TwinOffsets(bytes->size() / 2, offs);
+  for (size_t i = 0; i < k; ++i) {
+    const size_t off = offs[i];
     if (auto fp = Bf16Fingerprint(bytes->data() + 2 * off))
       pairs_.Record(*fp, origin.owner, PairEntry{key, static_cast<uint32_t>(off), origin.ino}, batch);
   }

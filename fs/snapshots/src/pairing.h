@@ -20,6 +20,7 @@
 
 #include "lmc/store/chunk_key.h"
 #include "lmc/store/store.h"
+#include "lmc/twin.h"
 
 namespace lmc::fs {
 
@@ -29,27 +30,6 @@ namespace lmc::fs {
 // the element offset of the fingerprinted values in it (u32 BE).
 inline constexpr char kPairPrefix[] = "pair/";
 inline constexpr char kOwnerPairPrefix[] = "pair-uid/";
-
-// Values a fingerprint covers.
-inline constexpr size_t kFingerprintElems = 64;
-
-// fp32 bits rounded to bf16 bits, to nearest even as torch's
-// .to(torch.bfloat16) does; a NaN stays a NaN (quiet bit set).
-uint16_t RoundToBf16(uint32_t f32);
-
-// Fingerprint of kFingerprintElems bf16 values (little-endian bytes at p):
-// XXH3-64 of them; nullopt when they are all equal (zeros, ones: too common
-// to tell tensors apart).
-std::optional<uint64_t> Bf16Fingerprint(const uint8_t* p);
-// The same of kFingerprintElems fp32 values, rounded to bf16 first.
-std::optional<uint64_t> Fp32Fingerprint(const uint8_t* p);
-
-// Whether the fp32 values f32[0, n) look like the bf16 values from element
-// `offset` of bf16 (which holds at least offset + n values) widened: on
-// 256 values spread over the range, the upper 16 bits of at least 95% are
-// within one step of their twin (rounding to nearest, stochastic, or
-// truncation all qualify).
-bool TwinsMatch(const uint8_t* f32, size_t n, const uint8_t* bf16, size_t offset);
 
 struct PairEntry {
   store::ChunkKey key;  // the bf16 chunk
