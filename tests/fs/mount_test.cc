@@ -128,6 +128,80 @@ TEST_F(MountCoreutils, FallocatePunchZeroExtendAndDfInodes) {
   ASSERT_EQ(Sh("test \"$(df --output=iused " + mnt_ + " | tail -1 | tr -d ' ')\" = 3"), 0);  // root, f, g
 }
 
+// The limits users run into (issue "proving ground", item 7, bounded for
+// CI): 255-byte names (256 refused), a 4095-byte path, a tree 1,000
+// directories deep, a sparse file past 4 GiB, 10,000 open handles on one
+// file and 20,000 files in one directory. Written, checked, remounted and
+// checked again, then removed.
+constexpr char kLimitsScript[] = R"PY(
+import os, resource, subprocess, sys
+m, phase = sys.argv[1], sys.argv[2]
+def check(cond, what):
+    if not cond:
+        print('FAILED:', what); sys.exit(1)
+if phase == 'write':
+    open(f'{m}/' + 'a' * 255, 'w').write('name')
+    try:
+        open(f'{m}/' + 'b' * 256, 'w')
+        check(False, '256-byte name accepted')
+    except OSError as e:
+        check(e.errno == 36, f'256-byte name: {e}')
+    cur = f'{m}/p'
+    os.mkdir(cur)
+    while 4095 - len(cur) - 1 > 255:
+        cur = os.path.join(cur, 'c' * max(1, min(200, 4095 - len(cur) - 1 - 256)))
+        os.mkdir(cur)
+    open(os.path.join(cur, 'f' * (4095 - len(cur) - 1)), 'w').write('path')
+    os.chdir(m)
+    for _ in range(1000):
+        os.mkdir('d'); os.chdir('d')
+    open('leaf', 'w').write('deep')
+    os.chdir('/')
+    with open(f'{m}/sparse', 'wb') as f:
+        f.seek((1 << 32) - 2); f.write(b'ab')
+        f.seek(5 << 30); f.write(b'end')
+    os.mkdir(f'{m}/many')
+    for i in range(20000):
+        open(f'{m}/many/f{i}', 'w').close()
+else:
+    check(open(f'{m}/' + 'a' * 255).read() == 'name', '255-byte name')
+    cur = f'{m}/p'
+    while True:
+        names = os.listdir(cur)
+        check(len(names) == 1, f'{cur}: {names}')
+        cur = os.path.join(cur, names[0])
+        if not os.path.isdir(cur): break
+    check(len(cur) == 4095 and open(cur).read() == 'path', f'path of {len(cur)} bytes')
+    check(open(f'{m}' + '/d' * 1000 + '/leaf').read() == 'deep', 'deep leaf')
+    check(os.path.getsize(f'{m}/sparse') == (5 << 30) + 3, 'sparse size')
+    with open(f'{m}/sparse', 'rb') as f:
+        f.seek((1 << 32) - 4); check(f.read(8) == b'\0\0ab\0\0\0\0', 'bytes around 4 GiB')
+        f.seek((5 << 30) - 2); check(f.read(8) == b'\0\0end', 'the end of the sparse file')
+    resource.setrlimit(resource.RLIMIT_NOFILE, (12000, 12000))
+    fds = [os.open(f'{m}/sparse', os.O_RDONLY) for _ in range(10000)]
+    check(all(os.pread(fd, 2, (1 << 32) - 2) == b'ab' for fd in fds[::500]), 'reads through many handles')
+    for fd in fds: os.close(fd)
+    check(len(os.listdir(f'{m}/many')) == 20000, 'files in one directory')
+    if phase == 'remove':
+        # rm -r, as users do (Python's rmtree recurses past its own limit at this depth).
+        check(subprocess.run(['rm', '-r', f'{m}/d', f'{m}/many', f'{m}/p']).returncode == 0, 'rm -r')
+        os.unlink(f'{m}/sparse'); os.unlink(f'{m}/' + 'a' * 255)
+        check(os.listdir(m) == [], f'left: {os.listdir(m)}')
+print('ok', phase)
+)PY";
+
+TEST_F(MountCoreutils, LimitsNamesPathsDepthSizeHandlesAndEntries) {
+  const std::string script = WriteScript("limits.py", kLimitsScript);
+  ASSERT_EQ(Python(script, mnt_ + " write"), 0);
+  ASSERT_EQ(Python(script, mnt_ + " check"), 0);
+  Remount();
+  ASSERT_EQ(Python(script, mnt_ + " remove"), 0);
+  Unmount();
+  auto s = OpenStore();
+  ASSERT_TRUE(s);
+  ExpectFsckClean(*s);
+}
+
 TEST_F(MountPython, StdlibZipShutilReplace) {
   RunPythonBoth(std::string(kPinZipTime) + R"PY(
 import os, sys, shutil, json, random
