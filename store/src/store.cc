@@ -680,6 +680,24 @@ Status Store::PinChunk(const ChunkKey& key) {
   return Status::Ok();
 }
 
+Result<bool> Store::DerivedFromTwin(const ChunkKey& key) {
+  Impl& s = *impl_;
+  for (int attempt = 0;; ++attempt) {
+    LMC_ASSIGN_OR_RETURN(fmt::ChunkEntry e, s.LoadEntry(key));
+    if (!e.base) return false;
+    auto f = s.PackFile(e.pack_id);
+    if (!f.ok()) {
+      if (f.status().IsNotFound() && attempt < 3) continue;  // moved by compaction: look again
+      return f.status();
+    }
+    // Frame bytes [0, 8): magic, version, dtype, flags (bit 1: widened base).
+    uint8_t head[8];
+    LMC_ASSIGN_OR_RETURN(size_t n, (*f)->ReadAt(e.offset + fmt::kRecordHeaderSize, sizeof head, head));
+    if (n < sizeof head) return s.Corrupt(key, e.pack_id, e.offset, "record truncated in its frame header");
+    return (head[6] & 0x02) != 0;
+  }
+}
+
 static_assert(Store::kMaxDeltaChain == fmt::kMaxDeltaDepth);
 
 void Store::PinPendingChunk(const ChunkKey& key) {

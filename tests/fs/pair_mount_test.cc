@@ -48,14 +48,19 @@ class MountPair : public lmc::testing::MountTest {
     options_.wait_for_control_socket = true;
   }
 
-  // The daemon's "paired" counter (lmcfs-stat --json: daemon.delta.paired).
-  uint64_t PairedCounter() {
+  // A number of lmcfs-stat's JSON (the first "key": value).
+  uint64_t StatNumber(const std::string& key) {
     std::string stat;
     EXPECT_TRUE(
         lmc::fs::control::Call(lmc::fs::control::SocketPath(store_), R"({"op":"stat"})", {}, &stat).ok());
-    const size_t at = stat.find("\"paired\":");
-    return at == std::string::npos ? 0 : std::stoull(stat.substr(at + 9));
+    const std::string k = "\"" + key + "\":";
+    const size_t at = stat.find(k);
+    return at == std::string::npos ? 0 : std::stoull(stat.substr(at + k.size()));
   }
+  // The daemon's "paired" counter (daemon.delta.paired).
+  uint64_t PairedCounter() { return StatNumber("paired"); }
+  // The root's saved_derived (the first entry is the root).
+  uint64_t SavedDerived() { return StatNumber("saved_derived"); }
 
   void SetUp() override {
     if (!PythonHas("torch, safetensors"))
@@ -85,7 +90,14 @@ class MountPair : public lmc::testing::MountTest {
 
 TEST_F(MountPair, MastersCostLessWithTheirTwinsAndSurviveTheirDeletion) {
   const auto [one_off, split_off] = SaveWith("pair=off");
+  EXPECT_EQ(Xattr(P("split/optimizer.pt"), "derived_bytes"), 0u);
   const auto [one_on, split_on] = SaveWith("pair=on");
+  // The masters' frames are their own category of stored bytes, in the
+  // xattrs and in lmcfs-stat's savings.
+  const uint64_t derived = Xattr(P("split/optimizer.pt"), "derived_bytes");
+  EXPECT_GT(derived, 0u);
+  EXPECT_LE(derived, Xattr(P("split/optimizer.pt"), "delta_bytes"));
+  EXPECT_GT(SavedDerived(), 0u);
   EXPECT_GE(PairedCounter(), 4u);  // the two weight matrices' masters, at least
   // The fp32 master (a quarter of the bytes) costs about two thirds of
   // what it cost alone: at least 5% of the whole save.

@@ -93,7 +93,8 @@ void PrintTable(const json& doc, const std::string& sort, bool reverse, bool byt
   out << "  logical " << Size(t["logical"], bytes) << ", stored " << Size(t["stored"], bytes) << " (ratio "
       << Ratio(t["ratio"]) << "), after dedup " << Size(t["charged"], bytes) << "\n";
   out << "  saved: codec " << Size(t["saved_codec"], bytes) << ", delta " << Size(t["saved_delta"], bytes)
-      << " (" << t["delta_chunks"].get<uint64_t>() << " delta chunks), dedup "
+      << " (" << t["delta_chunks"].get<uint64_t>() << " delta chunks), derived "
+      << Size(t.value("saved_derived", json(0)), bytes) << " (fp32 masters against their bf16 twins), dedup "
       << Size(t["saved_dedup"], bytes) << "\n";
   char lf[32];
   std::snprintf(lf, sizeof lf, "%.1f%%", 100.0 * t["live_fraction"].get<double>());

@@ -26,6 +26,9 @@ constexpr std::string_view kRatio = "user.lmcfs.ratio";
 constexpr std::string_view kDelta = "user.lmcfs.delta_bytes";
 constexpr std::string_view kStandalone = "user.lmcfs.standalone_bytes";
 constexpr std::string_view kDedup = "user.lmcfs.dedup_bytes";
+// The part of delta_bytes in frames of fp32 chunks stored against their
+// bf16 twins (pairing, Store::DerivedFromTwin).
+constexpr std::string_view kDerived = "user.lmcfs.derived_bytes";
 // On the mount root: background rebases queued or in progress
 // (Filesystem::BackgroundPending); 0 once the store is in its final form.
 constexpr std::string_view kPendingRebases = "user.lmcfs.pending_rebases";
@@ -37,7 +40,7 @@ constexpr size_t kMaxValue = 64 << 10;
 bool Virtual(std::string_view name) { return name.substr(0, kVirtualPrefix.size()) == kVirtualPrefix; }
 
 struct SnapshotBytes {
-  double delta = 0, standalone = 0;
+  double delta = 0, standalone = 0, derived = 0;
   uint64_t dedup = 0;
 };
 
@@ -55,6 +58,14 @@ Status CountSnapshotBytes(store::Store* st, uint64_t ino, SnapshotBytes* out) {
         const double share =
             info->decoded_len ? double(info->frame_len) * x->length / info->decoded_len : 0.0;
         (info->base ? out->delta : out->standalone) += share;
+        if (info->base) {
+          auto d = st->DerivedFromTwin(x->chunk);
+          if (!d.ok()) {
+            inner = d.status();
+            return false;
+          }
+          if (*d) out->derived += share;
+        }
         if (info->refcount > 1) {
           auto deps = st->CountDependants(x->chunk);
           if (!deps.ok()) {
@@ -100,7 +111,7 @@ int Filesystem::GetXattr(uint64_t ino, std::string_view name, std::string* value
         return 0;
       }
   }
-  if (Virtual(name) && (name == kDelta || name == kStandalone || name == kDedup)) {
+  if (Virtual(name) && (name == kDelta || name == kStandalone || name == kDedup || name == kDerived)) {
     {
       std::lock_guard lk(in->mu);
       if (!in->IsReg()) return ENODATA;
@@ -108,7 +119,10 @@ int Filesystem::GetXattr(uint64_t ino, std::string_view name, std::string* value
     SnapshotBytes b;
     Status s = CountSnapshotBytes(store_, ino, &b);
     if (!s.ok()) return m.ToErrno(s, "getxattr " + std::string(name), ino);
-    const double v = name == kDelta ? b.delta : name == kStandalone ? b.standalone : double(b.dedup);
+    const double v = name == kDelta        ? b.delta
+                     : name == kStandalone ? b.standalone
+                     : name == kDerived    ? b.derived
+                                           : double(b.dedup);
     *value = std::to_string(static_cast<uint64_t>(v + 0.5));
     return 0;
   }
@@ -153,7 +167,7 @@ int Filesystem::ListXattr(uint64_t ino, std::string* names) {
   if (reg) {
     names->append(kStored).push_back('\0');
     names->append(kRatio).push_back('\0');
-    for (auto n : {kDelta, kStandalone, kDedup}) names->append(n).push_back('\0');
+    for (auto n : {kDelta, kStandalone, kDedup, kDerived}) names->append(n).push_back('\0');
   }
   std::string prefix = XattrPrefix(ino);
   Status s = store_->Scan(store::Cf::kMeta, prefix, [&](std::string_view k, std::string_view) {

@@ -104,6 +104,8 @@ json Figures(const SpaceFigures& f) {
           {"stored", f.stored},
           {"charged", f.charged},
           {"delta_stored", f.delta_stored},
+          {"derived_stored", f.derived_stored},
+          {"saved_derived", f.saved_derived},
           {"saved_codec", f.saved_codec},
           {"saved_delta", f.saved_delta},
           {"saved_dedup", f.saved_dedup},

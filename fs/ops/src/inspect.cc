@@ -143,6 +143,7 @@ Tree BuildTree(const Snapshot& s) {
 struct ChunkFacts {
   uint64_t extent_refs = 0;  // extents (all inodes) naming the chunk
   bool delta = false;
+  bool derived = false;  // a delta on its bf16 twin (Store::DerivedFromTwin)
   std::optional<ChunkKey> base;
   bool indexed = true;
 };
@@ -156,8 +157,10 @@ void SpaceFigures::Add(const SpaceFigures& o) {
   stored += o.stored;
   charged += o.charged;
   delta_stored += o.delta_stored;
+  derived_stored += o.derived_stored;
   saved_dedup += o.saved_dedup;
   saved_delta += o.saved_delta;
+  saved_derived += o.saved_derived;
   saved_codec += o.saved_codec;
 }
 
@@ -189,6 +192,9 @@ Result<TreeReport> InspectTree(store::Store* st, const std::vector<std::string>&
     f.base = info->base;
     f.delta = info->base.has_value();
     if (f.delta) {
+      auto d = st->DerivedFromTwin(key);
+      if (!d.ok() && !d.status().IsNotFound()) return d.status();
+      f.derived = d.ok() && *d;
       tot.delta_chunks++;
       tot.delta_frame_bytes += info->frame_len;
     } else {
@@ -211,7 +217,7 @@ Result<TreeReport> InspectTree(store::Store* st, const std::vector<std::string>&
     }
     f.files = 1;
     f.logical = rec.size;
-    double charged = 0, delta_saved = 0;
+    double charged = 0, delta_saved = 0, derived_saved = 0;
     auto e = s.extents.find(ino);
     if (e != s.extents.end()) {
       std::set<ChunkKey> distinct;
@@ -224,10 +230,12 @@ Result<TreeReport> InspectTree(store::Store* st, const std::vector<std::string>&
         charged += static_cast<double>(share) / static_cast<double>(std::max<uint64_t>(cf.extent_refs, 1));
         if (cf.delta) {
           f.delta_stored += share;
+          if (cf.derived) f.derived_stored += share;
           const double alone = plain_ratio * r.rec.length;
           if (alone > static_cast<double>(share))
-            delta_saved += (alone - static_cast<double>(share)) /
-                           static_cast<double>(std::max<uint64_t>(cf.extent_refs, 1));
+            (cf.derived ? derived_saved : delta_saved) +=
+                (alone - static_cast<double>(share)) /
+                static_cast<double>(std::max<uint64_t>(cf.extent_refs, 1));
         }
       }
     }
@@ -235,8 +243,10 @@ Result<TreeReport> InspectTree(store::Store* st, const std::vector<std::string>&
     if (f.charged > f.stored) f.charged = f.stored;
     f.saved_dedup = f.stored - f.charged;
     f.saved_delta = static_cast<uint64_t>(delta_saved + 0.5);
+    f.saved_derived = static_cast<uint64_t>(derived_saved + 0.5);
     f.saved_codec = static_cast<int64_t>(f.logical) - static_cast<int64_t>(f.charged) -
-                    static_cast<int64_t>(f.saved_dedup) - static_cast<int64_t>(f.saved_delta);
+                    static_cast<int64_t>(f.saved_dedup) - static_cast<int64_t>(f.saved_delta) -
+                    static_cast<int64_t>(f.saved_derived);
     per_ino[ino] = f;
   }
   for (const auto& [ino, rec] : s.inodes) {

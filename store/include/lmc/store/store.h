@@ -387,6 +387,10 @@ class Store {
   void ReadChunks(std::span<ChunkRead> reads, Workspace& ws, const FrameBatchDecoder& decode_batch,
                   bool batch_only = false);
   Result<ChunkInfo> GetChunkInfo(const ChunkKey& key);
+  // Whether the chunk is a delta on its bf16 twin (its frame has a widened
+  // base: docs/FORMAT.md, "Frame", flag bit 1): reads the frame's first
+  // bytes. For the "derived" figures of the xattrs and lmcfs-stat.
+  Result<bool> DerivedFromTwin(const ChunkKey& key);
   // Height of key's subtree in the committed index: the largest
   // depth(X) - depth(key) over the chunks X that reach `key` through their
   // delta bases; 0 when none. kNotFound if `key` is not indexed. Takes no

@@ -33,11 +33,13 @@ struct SpaceFigures {
   // stored, with each chunk's frame divided among all the extents that
   // reference it: what the file costs once deduplication is accounted.
   uint64_t charged = 0;
-  uint64_t delta_stored = 0;  // part of `stored` in delta frames
+  uint64_t delta_stored = 0;    // part of `stored` in delta frames
+  uint64_t derived_stored = 0;  // part of delta_stored: fp32 chunks stored against their bf16 twins
   // Savings, which add up to logical - charged:
-  uint64_t saved_dedup = 0;  // stored - charged
-  uint64_t saved_delta = 0;  // estimate: delta frames vs the store's non-delta ratio
-  int64_t saved_codec = 0;   // the rest (compression, holes); negative when frames outgrow the data
+  uint64_t saved_dedup = 0;    // stored - charged
+  uint64_t saved_delta = 0;    // estimate: delta frames (not derived) vs the store's non-delta ratio
+  uint64_t saved_derived = 0;  // the same estimate for the derived frames (pairing)
+  int64_t saved_codec = 0;     // the rest (compression, holes); negative when frames outgrow the data
   void Add(const SpaceFigures& o);
   // logical / stored (1.0 when nothing is stored).
   double Ratio() const;
