@@ -59,6 +59,21 @@ void WidenBf16(const uint8_t* bf16, size_t offset, size_t n_out, uint8_t* out) {
   }
 }
 
+namespace {
+// The XOR operand of an fp32 chunk of n bytes against bf16[base_len] from
+// element `offset`: widened into this thread's buffer. InvalidArgument when
+// the range is not inside the base.
+Result<const uint8_t*> WidenedOperand(const uint8_t* bf16, size_t base_len, uint64_t offset, size_t n) {
+  if (bf16 == nullptr || n % 4 != 0 || offset + n / 4 > base_len / 2)
+    return Status::InvalidArgument("a widened-base frame needs a bf16 base chunk holding elements [" +
+                                   std::to_string(offset) + ", " + std::to_string(offset + n / 4) + ")");
+  thread_local std::vector<uint8_t> widened;
+  if (widened.size() < n) widened.resize(n);
+  WidenBf16(bf16, offset, n / 4, widened.data());
+  return widened.data();
+}
+}  // namespace
+
 Result<size_t> EncodeChunk(const uint8_t* src, size_t n, const EncodeParams& params, uint8_t* dst, size_t cap,
                            Workspace& ws) {
   if (n > kMaxChunkSize) return Status::InvalidArgument("chunk larger than 1 GiB");
@@ -66,13 +81,18 @@ Result<size_t> EncodeChunk(const uint8_t* src, size_t n, const EncodeParams& par
   const bool widened = params.base && params.widened_base_offset;
   if (widened && (params.dtype != DType::kF32 || n % 4 != 0))
     return Status::InvalidArgument("a widened bf16 base needs an fp32 chunk");
+  const uint8_t* operand = params.base;
+  if (widened) {
+    LMC_ASSIGN_OR_RETURN(operand,
+                         WidenedOperand(params.base, params.base_len, *params.widened_base_offset, n));
+  }
   StreamShape shape = ShapeFor(params.dtype, n);
   const size_t ns = shape.count();
   const size_t hsize = HeaderSize(ns, widened);
   if (cap < hsize) return Status::InvalidArgument("output buffer too small for a frame header");
 
   uint8_t* streams = ws.Scratch(n);
-  SplitStreams(params.dtype, src, n, params.base, streams);
+  SplitStreams(params.dtype, src, n, operand, streams);
 
   uint8_t coders[kMaxStreams];
   uint64_t sizes[kMaxStreams];
@@ -105,6 +125,14 @@ Result<size_t> EncodeChunk(const uint8_t* src, size_t n, const EncodeParams& par
               Checksum64(src, n), static_cast<uint32_t>(ns), coders, sizes, widened,
               widened ? *params.widened_base_offset : 0);
   return pos;
+}
+
+Result<FrameKind> PeekFrame(const uint8_t* p, size_t len) {
+  if (len < kFramePeekBytes) return Status::Corruption("frame truncated in its header");
+  if (std::memcmp(p, kMagic, 4) != 0) return Status::Corruption("not an LMC frame (bad magic)");
+  if (!DTypeValid(p[5])) return Status::Corruption("frame has an invalid dtype");
+  if (p[6] & ~kKnownFlags) return Status::Corruption("frame has unknown flags");
+  return FrameKind{static_cast<DType>(p[5]), (p[6] & kFlagXorDelta) != 0, (p[6] & kFlagWidenedBase) != 0};
 }
 
 Result<FrameInfo> ReadFrameInfo(const uint8_t* p, size_t len) {
@@ -157,15 +185,7 @@ Result<size_t> DecodeChunk(const uint8_t* p, size_t len, const uint8_t* base, si
   const size_t n = fi.decoded_size;
   if (dst_cap < n) return Status::InvalidArgument("output buffer smaller than the chunk");
   if (fi.widened_base) {
-    // The bf16 range [base_offset, base_offset + n / 4) must lie inside the base.
-    if (base == nullptr || n % 4 != 0 || uint64_t{fi.base_offset} + n / 4 > base_len / 2)
-      return Status::InvalidArgument("widened-base frame needs a bf16 base chunk holding elements [" +
-                                     std::to_string(fi.base_offset) + ", " +
-                                     std::to_string(uint64_t{fi.base_offset} + n / 4) + ")");
-    thread_local std::vector<uint8_t> widened;
-    if (widened.size() < n) widened.resize(n);
-    WidenBf16(base, fi.base_offset, n / 4, widened.data());
-    base = widened.data();
+    LMC_ASSIGN_OR_RETURN(base, WidenedOperand(base, base_len, fi.base_offset, n));
     base_len = n;
   }
   if (fi.xor_delta && (base == nullptr || base_len != n))

@@ -521,9 +521,9 @@ Result<size_t> Store::Impl::Read(const ChunkKey& key, uint8_t* dst, size_t cap, 
 }
 
 void Store::Impl::KeepIfPairedBase(const ChunkKey& key, const uint8_t* frame, const uint8_t* dst, size_t n) {
-  // Frame byte 5 is the dtype (docs/FORMAT.md, "Frame"); the frame was read
-  // and checked whole.
-  if (!base_cache || frame[5] != static_cast<uint8_t>(DType::kBF16) || !HasDependants(key)) return;
+  if (!base_cache) return;
+  auto kind = PeekFrame(frame, kFramePeekBytes);  // the frame was read and checked whole
+  if (!kind.ok() || kind->dtype != DType::kBF16 || !HasDependants(key)) return;
   base_cache->Put(key, CopyChunkBytes(dst, n));
 }
 
@@ -690,11 +690,11 @@ Result<bool> Store::DerivedFromTwin(const ChunkKey& key) {
       if (f.status().IsNotFound() && attempt < 3) continue;  // moved by compaction: look again
       return f.status();
     }
-    // Frame bytes [0, 8): magic, version, dtype, flags (bit 1: widened base).
-    uint8_t head[8];
+    uint8_t head[kFramePeekBytes];
     LMC_ASSIGN_OR_RETURN(size_t n, (*f)->ReadAt(e.offset + fmt::kRecordHeaderSize, sizeof head, head));
-    if (n < sizeof head) return s.Corrupt(key, e.pack_id, e.offset, "record truncated in its frame header");
-    return (head[6] & 0x02) != 0;
+    auto kind = PeekFrame(head, n);
+    if (!kind.ok()) return s.Corrupt(key, e.pack_id, e.offset, kind.status().message());
+    return kind->widened_base;
   }
 }
 

@@ -63,10 +63,9 @@ std::vector<uint8_t> Bytes16(const std::vector<uint16_t>& v) {
 // Encodes `master` against bf16[offset, ...) widened; the frame.
 std::vector<uint8_t> EncodePaired(const std::vector<uint8_t>& master, const std::vector<uint8_t>& bf16,
                                   uint32_t offset) {
-  std::vector<uint8_t> widened(master.size());
-  WidenBf16(bf16.data(), offset, master.size() / 4, widened.data());
-  EncodeParams p{DType::kF32, widened.data()};
+  EncodeParams p{DType::kF32, bf16.data()};
   p.widened_base_offset = offset;
+  p.base_len = bf16.size();
   std::vector<uint8_t> out(MaxEncodedSize(master.size()));
   Workspace ws;
   auto n = EncodeChunk(master.data(), master.size(), p, out.data(), out.size(), ws);
@@ -156,13 +155,21 @@ TEST(PairedFrame, ShortBaseAndInconsistentHeadersAreRefused) {
   no_delta[6] = frame::kFlagWidenedBase;
   StoreLE32(no_delta.data() + crc_at, static_cast<uint32_t>(hd::Xxh3_64(no_delta.data(), crc_at)));
   EXPECT_EQ(ReadFrameInfo(no_delta.data(), no_delta.size()).status().code(), Code::kCorruption);
-  // The encoder refuses a widened base for a chunk that is not fp32.
-  std::vector<uint8_t> out(MaxEncodedSize(bf16.size()));
+  // The encoder refuses a widened base for a chunk that is not fp32, and a
+  // base that does not hold the range.
+  std::vector<uint8_t> out(MaxEncodedSize(master.size()));
   EncodeParams p{DType::kBF16, bf16.data()};
   p.widened_base_offset = 0;
+  p.base_len = bf16.size();
   Workspace ws;
   EXPECT_EQ(EncodeChunk(bf16.data(), bf16.size(), p, out.data(), out.size(), ws).status().code(),
             Code::kInvalidArgument);
+  p.dtype = DType::kF32;
+  p.base_len = bf16.size() - 2;
+  EXPECT_EQ(EncodeChunk(master.data(), master.size(), p, out.data(), out.size(), ws).status().code(),
+            Code::kInvalidArgument);
+  p.base_len = bf16.size();
+  EXPECT_TRUE(EncodeChunk(master.data(), master.size(), p, out.data(), out.size(), ws).ok());
 }
 
 // Frames without a widened base keep the version they had (1 or 2).

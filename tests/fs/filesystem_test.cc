@@ -57,7 +57,7 @@ class GatePolicy : public DeltaPolicy {
     cv_.wait(lk, [&] { return open_; });
     names.push_back(std::string(origin.file_name));
     if (bad_base) return BaseChoice{{}, store::CopyChunkBytes(std::vector<uint8_t>(n + 1).data(), n + 1)};
-    if (base && base->bytes->size() == n) {
+    if (base && (base->widened_offset || base->bytes->size() == n)) {
       offered++;
       return *base;
     }
@@ -79,7 +79,7 @@ class GatePolicy : public DeltaPolicy {
   std::atomic<int> offered{0};   // ChooseBase calls that returned `base`
   std::atomic<int> released{0};  // bases handed back for chunks never recorded
   std::atomic<bool> bad_base{false};
-  std::optional<BaseChoice> base;  // offered for chunks of its length
+  std::optional<BaseChoice> base;  // offered for chunks of its length (any, when widened)
   std::vector<std::string> names;  // guarded by mu_
   std::vector<Rec> recorded;       // guarded by mu_
   std::mutex& mu() { return mu_; }
@@ -451,10 +451,10 @@ TEST_F(FsCore, PairedChunkWhoseBasePinnedAheadIsGoneIsStoredStandalone) {
     const float f = w(rng);
     std::memcpy(model.data() + i, &f, 4);
   }
-  std::vector<uint8_t> bf16(kChunk / 2), widened(kChunk);
+  std::vector<uint8_t> bf16(kChunk / 2);
   for (size_t i = 0; i < bf16.size(); ++i) bf16[i] = static_cast<uint8_t>(rng());
-  WidenBf16(bf16.data(), 0, kChunk / 4, widened.data());
-  BaseChoice b{store::ChunkKey::Of(bf16.data(), bf16.size()), store::CopyChunkBytes(widened.data(), kChunk)};
+  BaseChoice b{store::ChunkKey::Of(bf16.data(), bf16.size()),
+               store::CopyChunkBytes(bf16.data(), bf16.size())};
   b.widened_offset = 0;
   b.pending = true;
   gate->base = b;

@@ -128,11 +128,9 @@ TEST_F(MountCoreutils, FallocatePunchZeroExtendAndDfInodes) {
   ASSERT_EQ(Sh("test \"$(df --output=iused " + mnt_ + " | tail -1 | tr -d ' ')\" = 3"), 0);  // root, f, g
 }
 
-// The limits users run into (issue "proving ground", item 7, bounded for
-// CI): 255-byte names (256 refused), a 4095-byte path, a tree 1,000
-// directories deep, a sparse file past 4 GiB, 10,000 open handles on one
-// file and 20,000 files in one directory. Written, checked, remounted and
-// checked again, then removed.
+// The limits users run into, in a form short enough for CI: 255-byte names (256 refused), a 4095-byte path, a
+// tree 1,000 directories deep, a sparse file past 4 GiB, 10,000 open handles on one file and 20,000 files in
+// one directory. Written, checked, remounted and checked again, then removed.
 constexpr char kLimitsScript[] = R"PY(
 import os, resource, subprocess, sys
 m, phase = sys.argv[1], sys.argv[2]

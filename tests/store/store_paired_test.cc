@@ -19,10 +19,13 @@ namespace {
 constexpr size_t kBf16Elems = 1 << 16;  // one bf16 chunk: 128 KiB
 constexpr size_t kF32Elems = kBf16Elems / 2;
 
-std::vector<uint8_t> Frame(const std::vector<uint8_t>& src, DType t, const uint8_t* widened = nullptr,
+// With `twin`: an fp32 frame against the bf16 chunk `twin` from element `offset`.
+std::vector<uint8_t> Frame(const std::vector<uint8_t>& src, DType t,
+                           const std::vector<uint8_t>* twin = nullptr,
                            std::optional<uint32_t> offset = std::nullopt) {
-  EncodeParams p{t, widened};
+  EncodeParams p{t, twin ? twin->data() : nullptr};
   p.widened_base_offset = offset;
+  p.base_len = twin ? twin->size() : 0;
   std::vector<uint8_t> out(MaxEncodedSize(src.size()));
   Workspace ws;
   auto n = EncodeChunk(src.data(), src.size(), p, out.data(), out.size(), ws);
@@ -81,9 +84,7 @@ TEST(StorePaired, Fp32HalvesOnTheirBf16TwinThroughDeleteRewriteAndCompaction) {
     b.AddChunk(kb, Frame(tw.bf16, DType::kBF16), static_cast<uint32_t>(tw.bf16.size()));
     b.Put(Cf::kExtents, ExtentKey(1, 0), ExtentOf(kb, tw.bf16.size()));
     for (uint32_t h = 0; h < 2; ++h) {
-      std::vector<uint8_t> widened(tw.f32[h].size());
-      WidenBf16(tw.bf16.data(), h * kF32Elems, kF32Elems, widened.data());
-      const auto frame = Frame(tw.f32[h], DType::kF32, widened.data(), h * kF32Elems);
+      const auto frame = Frame(tw.f32[h], DType::kF32, &tw.bf16, h * kF32Elems);
       // The pairing pays: well under the standalone frame.
       EXPECT_LT(frame.size(), Frame(tw.f32[h], DType::kF32).size() * 3 / 4);
       kf.push_back(KeyOf(tw.f32[h]));

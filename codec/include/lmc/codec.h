@@ -63,11 +63,12 @@ struct EncodeParams {
   // The decoder must be given the same base bytes.
   const uint8_t* base = nullptr;
   EncodeProfile profile = EncodeProfile::kCpu;
-  // With `base`: the base is a bf16 chunk's values from element
-  // `widened_base_offset` on, widened to fp32 (WidenBf16), and `base` holds
-  // that widened form; the frame records the offset, and the decoder is
-  // given the bf16 chunk itself (a fp32 master against its bf16 twin).
+  // With `base`: `base` is a bf16 chunk of base_len bytes (an fp32 master's
+  // twin), and the XOR operand is its values from element
+  // `widened_base_offset` on, widened to fp32 (WidenBf16) by the encoder;
+  // the frame records the offset, and the decoder is given the same chunk.
   std::optional<uint32_t> widened_base_offset{};
+  size_t base_len = 0;  // with widened_base_offset
 };
 
 // Worst-case frame size for a chunk of n bytes; EncodeChunk never needs
@@ -114,6 +115,17 @@ struct FrameInfo {
   uint64_t checksum = 0;      // XXH3-64 of the decoded chunk
   StreamList streams;
 };
+
+// What a frame's first kFramePeekBytes bytes say (magic, version, dtype,
+// flags), for callers that read no more of it (the store's figures and its
+// base cache). Corruption on a bad magic, dtype or flags.
+inline constexpr size_t kFramePeekBytes = 8;
+struct FrameKind {
+  DType dtype = DType::kBytes;
+  bool xor_delta = false;
+  bool widened_base = false;
+};
+Result<FrameKind> PeekFrame(const uint8_t* frame, size_t len);
 
 // Parses and checks a frame's header (magic, version, header checksum,
 // sizes). `len` may exceed the frame; frame_size tells where it ends.

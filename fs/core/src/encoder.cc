@@ -72,7 +72,8 @@ bool PrepareJob(EncodeJob* job, Prepared* out) {
       const BaseChoice& b = *out->base;
       job->base_key = b.key;  // released by ReleaseIfFailed if the encode fails
       job->base_pending = b.pending;
-      if (!b.bytes || b.bytes->size() != n) {
+      // A widened (bf16 twin) base is checked by EncodeChunk against the range it needs.
+      if (!b.bytes || (!b.widened_offset && b.bytes->size() != n)) {
         job->status = Status::InvalidArgument("delta policy offered base " + b.key.ToHex() + " of " +
                                               std::to_string(b.bytes ? b.bytes->size() : 0) +
                                               " bytes for a chunk of " + std::to_string(n));
@@ -80,6 +81,7 @@ bool PrepareJob(EncodeJob* job, Prepared* out) {
       }
       out->params.base = b.bytes->data();
       out->params.widened_base_offset = b.widened_offset;
+      out->params.base_len = b.bytes->size();
     }
   }
   return true;

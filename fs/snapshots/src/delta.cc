@@ -149,30 +149,29 @@ std::optional<BaseChoice> SnapshotDeltaPolicy::ChooseBase(const ChunkOrigin& ori
       }
     }
   }
-  // Reverse deltas: the new chunk is standalone (or paired); Record queues
-  // the rebase of its prior version.
-  if (opts_.mode == DeltaMode::kReverse) {
+  auto take_paired = [&] {
     if (paired) counters_.paired++;
     return paired;
-  }
+  };
+  // Reverse deltas: the new chunk is standalone (or paired); Record queues
+  // the rebase of its prior version.
+  if (opts_.mode == DeltaMode::kReverse) return take_paired();
   const std::string lk = LineageKey(origin.file_name, *origin.spec, origin.owner);
   std::optional<LineageEntry> prior = lk.empty() ? std::nullopt : lineage_.Lookup(lk);
   if (!prior) {
     counters_.no_lineage++;
     spdlog::debug("delta: ino {} offset {} len {} '{}': no prior version", origin.ino, origin.spec->offset, n,
                   origin.spec->region_name);
-    if (paired) counters_.paired++;
-    return paired;
+    return take_paired();
   }
   double lineage_bits = 0;
   std::optional<BaseChoice> b = TryBase(origin, data, n, prior->key, &lineage_bits);
   if (paired && (!b || pair_bits < lineage_bits)) {
     if (b) {
       Release(b->key);
-      counters_.delta--;
+      counters_.delta--;  // TryBase counted it
     }
-    counters_.paired++;
-    return paired;
+    return take_paired();
   }
   if (paired) Release(paired->key);
   return b;
@@ -194,19 +193,15 @@ std::optional<BaseChoice> SnapshotDeltaPolicy::TryPair(const ChunkOrigin& origin
                   spec.region_name, twin->key.ToHex(), why);
     return std::nullopt;
   };
-  // A committed twin is pinned as any base. One still in this file's
-  // pending batch (a torch.save writes the bf16 model just before the fp32
-  // master) commits before this chunk, in the same inode's order: it is
-  // pinned ahead, and its bytes are those Record kept. Its depth is unknown
-  // but at most max_chain, so the chain stays within the store's limit.
-  //
-  // The pin ahead comes first, then the look: a twin not indexed then is
-  // either still to be committed (and from then on kept by the pin) or was
-  // dropped before the pin; FileData::DropPendingBase tells the two apart
-  // when it applies the chunk. A twin that is indexed is pinned as any base
-  // (PinChunk, which excludes a commit group dropping it meanwhile), without
-  // the commit lock on the pending path, where commits of this very file
-  // are running.
+  // The twin is pinned ahead (no commit lock: this very file's commits may
+  // be running), then looked up. Indexed, it is pinned again the usual way
+  // (PinChunk excludes a commit group dropping it meanwhile). Not indexed,
+  // it is either still in this inode's pending batches (a torch.save writes
+  // the bf16 model just before the fp32 master), which commit before this
+  // chunk and from then on keep it by the pin, or it was dropped before the
+  // pin: FileData::DropPendingBase tells the two apart when it applies the
+  // chunk. Its bytes are those Record kept; its depth is unknown but at most
+  // max_chain, so the chain stays within the store's limit.
   Bytes twin_bytes;
   store_->PinPendingChunk(twin->key);
   auto info = store_->GetChunkInfo(twin->key);
@@ -234,10 +229,13 @@ std::optional<BaseChoice> SnapshotDeltaPolicy::TryPair(const ChunkOrigin& origin
                   : twin_bytes->size() < need ? "too short"
                                               : "values do not match");
   }
-  uint8_t* w;
-  Bytes widened = store::NewChunkBytes(n, &w);
-  WidenBf16(twin_bytes->data(), twin->offset, n / 4, w);
-  const DeltaEstimate est = EstimateDelta(DType::kF32, data, w, n, opts_.estimate);
+  // The estimate needs the widened values; the encoder widens them again
+  // (EncodeParams::widened_base_offset): the choice carries the twin's own
+  // bytes, not a copy per chunk.
+  thread_local std::vector<uint8_t> widened;
+  if (widened.size() < n) widened.resize(n);
+  WidenBf16(twin_bytes->data(), twin->offset, n / 4, widened.data());
+  const DeltaEstimate est = EstimateDelta(DType::kF32, data, widened.data(), n, opts_.estimate);
   if (!est.prefer_delta) {
     store_->UnpinChunk(twin->key);
     return refuse("not smaller");
@@ -247,7 +245,7 @@ std::optional<BaseChoice> SnapshotDeltaPolicy::TryPair(const ChunkOrigin& origin
       "delta: ino {} offset {} len {} '{}': paired with bf16 twin {} at element {} ({:.0f} vs {:.0f} bits)",
       origin.ino, spec.offset, n, spec.region_name, twin->key.ToHex(), twin->offset, est.delta_bits,
       est.standalone_bits);
-  return BaseChoice{twin->key, std::move(widened), twin->offset, !info.ok()};
+  return BaseChoice{twin->key, std::move(twin_bytes), twin->offset, !info.ok()};
 }
 
 void SnapshotDeltaPolicy::RecordPairs(const ChunkOrigin& origin, const store::ChunkKey& key,

@@ -36,8 +36,9 @@ struct ChunkOrigin {
 
 // An XOR base for one chunk: the decoded bytes of a committed chunk of the
 // same length; or, with widened_offset, the chunk is fp32 and `key` its
-// bf16 twin, whose values from that element on, widened to fp32
-// (lmc::WidenBf16), are `bytes` (the chunk's length).
+// bf16 twin, whose decoded bytes are `bytes` (at least 2 * (offset + n/4)):
+// the encoder XORs the chunk with its values from that element on, widened
+// to fp32 (lmc::EncodeParams::widened_base_offset).
 struct BaseChoice {
   store::ChunkKey key;
   store::ChunkBytes bytes;
