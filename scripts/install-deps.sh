@@ -27,6 +27,9 @@ DEB_PACKAGES=(
   libspdlog-dev libfmt-dev libcli11-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-pip python3-venv
+  # Ceph RADOS stores: the client library, and the daemons of the
+  # single-host test cluster (scripts/ceph-dev.sh).
+  librados-dev libradospp-dev ceph-mon ceph-osd ceph-common
 )
 # The filesystem benchmark compares with btrfs compress-force=zstd:1.
 if [ $want_bench -eq 1 ]; then DEB_PACKAGES+=(btrfs-progs); fi

@@ -14,10 +14,10 @@ std::string PackFileName(uint64_t id) {
   return buf;
 }
 
-std::optional<uint64_t> ParsePackFileName(std::string_view name) {
-  if (name.size() != 25 || name.substr(0, 5) != "pack-" || name.substr(21) != ".lmp") return std::nullopt;
-  uint64_t id = 0;
-  for (char c : name.substr(5, 16)) {
+std::optional<uint64_t> ParseHex16(std::string_view s) {
+  if (s.size() != 16) return std::nullopt;
+  uint64_t v = 0;
+  for (char c : s) {
     int d;
     if (c >= '0' && c <= '9')
       d = c - '0';
@@ -25,9 +25,14 @@ std::optional<uint64_t> ParsePackFileName(std::string_view name) {
       d = c - 'a' + 10;
     else
       return std::nullopt;
-    id = (id << 4) | static_cast<uint64_t>(d);
+    v = (v << 4) | static_cast<uint64_t>(d);
   }
-  return id;
+  return v;
+}
+
+std::optional<uint64_t> ParsePackFileName(std::string_view name) {
+  if (name.size() != 25 || name.substr(0, 5) != "pack-" || name.substr(21) != ".lmp") return std::nullopt;
+  return ParseHex16(name.substr(5, 16));
 }
 
 std::string EncodePackHeader(uint64_t id) {

@@ -46,6 +46,13 @@ inline std::string PinnedDeadKey(const ChunkKey& k) {
   return std::string(kPinnedDeadPrefix) + std::string(k.view());
 }
 
+// A journaled store's local index (docs/FORMAT.md, "Index journal"), in the
+// default column family: the id of the journal it materializes (32 hex
+// digits), and the sequence number of the last journal record applied
+// (u64 LE; every journaled batch carries it).
+inline constexpr char kJournalIdKey[] = "journal-id";
+inline constexpr char kJournalSeqKey[] = "journal-seq";
+
 // Dependants index ("Dependants index", default column family): prefix +
 // base key + dependant key (32 bytes each), empty value, one per chunk entry
 // with a base. The marker key says the index is complete (built or
@@ -66,6 +73,8 @@ inline constexpr uint8_t kMaxDeltaDepth = 8;
 
 std::string PackFileName(uint64_t id);  // "pack-<16 hex digits>.lmp"
 std::optional<uint64_t> ParsePackFileName(std::string_view name);
+// 16 lower-case hex digits (a pack id, a journal sequence number).
+std::optional<uint64_t> ParseHex16(std::string_view s);
 
 // 32 bytes: magic, version, header size, pack id, checksum.
 std::string EncodePackHeader(uint64_t id);

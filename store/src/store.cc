@@ -5,12 +5,15 @@
 #include <rocksdb/table.h>
 #include <rocksdb/write_batch.h>
 #include <spdlog/spdlog.h>
+#include <sys/stat.h>
 
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <unordered_map>
 
+#include "lmc/bytes.h"
 #include "owner_only_fs.h"
 #include "store_impl.h"
 
@@ -168,10 +171,23 @@ Store::Store(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Store::~Store() = default;
 
 Store::Impl::~Impl() {
+  if (db && journal && journal->bytes_since_snapshot() >= opts.journal_snapshot_bytes &&
+      (!rados || rados->LockHeld())) {
+    std::lock_guard l(journal_mu);
+    if (Status st = SnapshotIndex(); !st.ok())
+      spdlog::warn("store {}: index snapshot at close failed ({}); the next open replays the journal", dir,
+                   st.ToString());
+  }
+  CloseIndex();
+}
+
+void Store::Impl::CloseIndex() {
   if (db) {
     for (auto* h : handles) db->DestroyColumnFamilyHandle(h).PermitUncheckedError();
+    handles.clear();
     db->Close().PermitUncheckedError();
     delete db;
+    db = nullptr;
   }
 }
 
@@ -179,17 +195,29 @@ Result<std::unique_ptr<Store>> Store::Open(const std::string& dir, const StoreOp
   auto s = std::make_unique<Impl>();
   s->opts = options;
   if (options.base_cache_bytes > 0) s->base_cache = std::make_unique<ChunkCache>(options.base_cache_bytes);
-  s->env = options.env ? options.env : Env::Default();
   s->codec = options.codec ? options.codec : LmcFrameCodec();
-  Env* env = s->env;
   if (s->opts.pack_size_limit < 4096) s->opts.pack_size_limit = 4096;
-
-  // The store by its real path: every path under it is then free of links,
-  // and the Env refuses any it meets (a planted one; no_links.h).
-  auto real = RealPath(dir, options.create_if_missing);
-  if (!real.ok()) return real.status();
-  s->dir = *real;
+  if (IsRadosSpec(dir)) {
+    LMC_ASSIGN_OR_RETURN(RadosSpec spec, ParseRadosSpec(dir));
+    s->dir = "rados:" + spec.pool + "/" + spec.name;
+    if (!options.env) {
+      LMC_ASSIGN_OR_RETURN(std::unique_ptr<RadosEnv> re, RadosEnv::Open(s->dir, options.rados));
+      s->rados = re.get();
+      s->owned_env = std::move(re);
+    }
+    s->opts.journal = true;
+  } else {
+    // The store by its real path: every path under it is then free of links,
+    // and the Env refuses any it meets (a planted one; no_links.h).
+    auto real = RealPath(dir, options.create_if_missing);
+    if (!real.ok()) return real.status();
+    s->dir = *real;
+  }
+  s->env = options.env ? options.env : s->owned_env ? s->owned_env.get() : Env::Default();
+  Env* env = s->env;
   s->pack_dir = s->dir + "/" + fmt::kPackDir;
+  s->local_dir = s->opts.local_dir.empty() ? LocalDirOf(s->dir) : s->opts.local_dir;
+  s->index_dir = (s->opts.journal ? s->local_dir : s->dir) + "/" + fmt::kIndexDir;
   if (!env->FileExists(s->dir)) LMC_RETURN_IF_ERROR(env->CreateDir(s->dir));
   LMC_ASSIGN_OR_RETURN(s->lock, env->LockFile(s->dir + "/" + fmt::kLockName));
 
@@ -210,11 +238,15 @@ Result<std::unique_ptr<Store>> Store::Open(const std::string& dir, const StoreOp
   } else {
     LMC_ASSIGN_OR_RETURN(std::string text, ReadFileToString(env, config_path));
     LMC_RETURN_IF_ERROR(CheckConfig(text, config_path, &s->format_version));
-    if (!env->FileExists(s->dir + "/" + fmt::kIndexDir + "/CURRENT"))
+    if (!s->opts.journal && !env->FileExists(s->index_dir + "/CURRENT"))
       return Status::Corruption(s->dir + ": the index (" + fmt::kIndexDir +
                                 "/) is missing; refusing to open a store whose packs have no index");
   }
-  LMC_RETURN_IF_ERROR(s->OpenIndex(fresh));
+  if (s->opts.journal) {
+    LMC_RETURN_IF_ERROR(s->OpenJournaled(fresh));
+  } else {
+    LMC_RETURN_IF_ERROR(s->OpenIndex(fresh));
+  }
   if (fresh) {
     LMC_RETURN_IF_ERROR(WriteFileAtomic(env, s->dir, fmt::kConfigName, ConfigText(options)));
     s->format_version = fmt::kFormatVersionFirst;
@@ -286,10 +318,10 @@ Status Store::Impl::OpenIndex(bool fresh) {
   cfs.emplace_back("chunks", chunk_cfo);
   cfs.emplace_back("packs", cfo);
   for (const char* n : kFsCfNames) cfs.emplace_back(n, cfo);
-  rocksdb::Status rs = rocksdb::DB::Open(dbo, dir + "/" + fmt::kIndexDir, cfs, &handles, &db);
+  rocksdb::Status rs = rocksdb::DB::Open(dbo, index_dir, cfs, &handles, &db);
   if (!rs.ok()) {
     db = nullptr;
-    return FromRocks(rs, "opening index " + dir + "/" + fmt::kIndexDir);
+    return FromRocks(rs, "opening index " + index_dir);
   }
   chunks_cf = handles[1];
   packs_cf = handles[2];
@@ -386,7 +418,114 @@ Status Store::Impl::ReapPinnedDead() {
 Status Store::Impl::WriteIndex(rocksdb::WriteBatch& wb, bool sync) {
   rocksdb::WriteOptions wo;
   wo.sync = sync;
-  return FromRocks(db->Write(wo, &wb), "writing index of " + dir);
+  if (!journal) return FromRocks(db->Write(wo, &wb), "writing index of " + dir);
+  // Journaled: the batch, with the number of its record, is durable in the
+  // store's journal before the local index applies it; the local index's
+  // own WAL is then never synced (docs/ARCHITECTURE.md, "Stores in RADOS").
+  std::lock_guard l(journal_mu);
+  uint8_t seq[8];
+  StoreLE64(seq, journal->next_seq());
+  wb.Put(handles[0], fmt::kJournalSeqKey, rocksdb::Slice(reinterpret_cast<const char*>(seq), 8));
+  LMC_RETURN_IF_ERROR(journal->Append(std::string_view(wb.Data())));
+  wo.sync = false;
+  Status st = FromRocks(db->Write(wo, &wb), "writing the local index of " + dir);
+  if (!st.ok()) return st;
+  if (journal->bytes_since_snapshot() >= 16 * opts.journal_snapshot_bytes) {
+    if (Status ss = SnapshotIndex(); !ss.ok())
+      spdlog::warn("store {}: index snapshot failed ({}); retried after more commits", dir, ss.ToString());
+  }
+  return Status::Ok();
+}
+
+uint64_t Store::Impl::LocalJournalSeq() {
+  std::string v;
+  if (!db->Get(rocksdb::ReadOptions(), handles[0], fmt::kJournalSeqKey, &v).ok() || v.size() != 8) return 0;
+  return LoadLE64(v.data());
+}
+
+Status Store::Impl::OpenJournaled(bool fresh) {
+  LMC_ASSIGN_OR_RETURN(journal, IndexJournal::Open(env, dir, fresh));
+  // The local directory, owner-only like a store directory.
+  if (Status st = Env::Default()->CreateDir(local_dir); !st.ok()) {
+    std::error_code ec;
+    std::filesystem::create_directories(local_dir, ec);
+    if (ec) return Status::IOError("creating the local index directory " + local_dir + ": " + ec.message());
+    ::chmod(local_dir.c_str(), 0700);
+  }
+  LMC_RETURN_IF_ERROR(OpenIndex(true));
+  std::string id;
+  const bool have_local = db->Get(rocksdb::ReadOptions(), handles[0], fmt::kJournalIdKey, &id).ok();
+  uint64_t at = LocalJournalSeq();
+  auto rebuild = [&](const std::string& why) -> Status {
+    spdlog::info("store {}: rebuilding the local index {} from the journal ({})", dir, index_dir, why);
+    CloseIndex();
+    rocksdb::Options o;
+    o.env = OwnerOnlyRocksEnv();
+    LMC_RETURN_IF_ERROR(FromRocks(rocksdb::DestroyDB(index_dir, o), "removing the local index " + index_dir));
+    LMC_RETURN_IF_ERROR(OpenIndex(true));
+    rocksdb::WriteBatch wb;
+    wb.Put(handles[0], fmt::kJournalIdKey, journal->id());
+    std::unordered_map<uint32_t, rocksdb::ColumnFamilyHandle*> by_id;
+    for (auto* h : handles) by_id[h->GetID()] = h;
+    LMC_RETURN_IF_ERROR(journal->LoadSnapshot([&](uint32_t cf, std::string_view k,
+                                                  std::string_view v) -> Status {
+      auto it = by_id.find(cf);
+      if (it == by_id.end())
+        return Status::Corruption("index snapshot names column family " + std::to_string(cf));
+      wb.Put(it->second, rocksdb::Slice(k.data(), k.size()), rocksdb::Slice(v.data(), v.size()));
+      if (wb.GetDataSize() >= (size_t{4} << 20)) {
+        LMC_RETURN_IF_ERROR(FromRocks(db->Write(rocksdb::WriteOptions(), &wb), "loading the index snapshot"));
+        wb.Clear();
+      }
+      return Status::Ok();
+    }));
+    uint8_t seq[8];
+    StoreLE64(seq, journal->snapshot_seq());
+    wb.Put(handles[0], fmt::kJournalSeqKey, rocksdb::Slice(reinterpret_cast<const char*>(seq), 8));
+    LMC_RETURN_IF_ERROR(FromRocks(db->Write(rocksdb::WriteOptions(), &wb), "loading the index snapshot"));
+    at = journal->snapshot_seq();
+    return Status::Ok();
+  };
+  if (!have_local) {
+    LMC_RETURN_IF_ERROR(rebuild(fresh ? "a new store" : "no local index on this node"));
+  } else if (id != journal->id()) {
+    LMC_RETURN_IF_ERROR(rebuild("the local index is of another store of the same name"));
+  } else if (at < journal->snapshot_seq()) {
+    LMC_RETURN_IF_ERROR(rebuild("the local index is older than the journal's snapshot"));
+  }
+  auto apply = [&](uint64_t, std::string_view data) -> Status {
+    rocksdb::WriteBatch wb{std::string(data)};
+    return FromRocks(db->Write(rocksdb::WriteOptions(), &wb), "applying the index journal");
+  };
+  uint64_t replayed = 0;
+  Status st = journal->Replay(at, apply, &replayed);
+  if (st.code() == Code::kAborted) {
+    LMC_RETURN_IF_ERROR(rebuild(st.message()));
+    st = journal->Replay(at, apply, &replayed);
+  }
+  LMC_RETURN_IF_ERROR(st);
+  if (replayed > 0)
+    spdlog::info("store {}: applied {} bytes of index journal to the local index (now at record {})", dir,
+                 replayed, journal->next_seq() - 1);
+  if (replayed >= opts.journal_snapshot_bytes && replayed > 0) {
+    std::lock_guard l(journal_mu);
+    if (Status ss = SnapshotIndex(); !ss.ok())
+      spdlog::warn("store {}: index snapshot failed ({})", dir, ss.ToString());
+  }
+  return Status::Ok();
+}
+
+Status Store::Impl::SnapshotIndex() {
+  const uint64_t seq = LocalJournalSeq();
+  return journal->WriteSnapshot(seq, [&](const IndexJournal::SinkFn& sink) -> Status {
+    for (auto* h : handles) {
+      std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(rocksdb::ReadOptions(), h));
+      for (it->SeekToFirst(); it->Valid(); it->Next())
+        LMC_RETURN_IF_ERROR(sink(h->GetID(), it->key().ToStringView(), it->value().ToStringView()));
+      LMC_RETURN_IF_ERROR(FromRocks(it->status(), "reading the index for a snapshot"));
+    }
+    return Status::Ok();
+  });
 }
 
 // ---------------------------------------------------------------- reads
@@ -725,10 +864,36 @@ Result<Store::DiskUsage> Store::GetDiskUsage() const {
   Impl& s = *impl_;
   DiskUsage u;
   LMC_ASSIGN_OR_RETURN(u.total, s.env->DiskBytes(s.dir));
-  LMC_ASSIGN_OR_RETURN(u.index, s.env->DiskBytes(s.dir + "/" + fmt::kIndexDir));
+  if (s.opts.journal) {
+    LMC_ASSIGN_OR_RETURN(u.index, Env::Default()->DiskBytes(s.index_dir));
+    LMC_ASSIGN_OR_RETURN(uint64_t journal, s.env->DiskBytes(s.dir + "/journal"));
+    u.index += journal;
+    u.total += u.index - journal;
+  } else {
+    LMC_ASSIGN_OR_RETURN(u.index, s.env->DiskBytes(s.index_dir));
+  }
   LMC_ASSIGN_OR_RETURN(u.packs, s.env->DiskBytes(s.pack_dir));
   return u;
 }
+
+int Store::BackingSpace(struct statvfs* out) const {
+  const Impl& s = *impl_;
+  if (s.rados) {
+    uint64_t total = 0, avail = 0;
+    if (!s.rados->ClusterSpace(&total, &avail).ok()) return EIO;
+    *out = {};
+    out->f_bsize = out->f_frsize = 4096;
+    out->f_blocks = total / 4096;
+    out->f_bfree = out->f_bavail = avail / 4096;
+    out->f_namemax = 255;
+    return 0;
+  }
+  const std::string& where = IsRadosSpec(s.dir) ? s.local_dir : s.dir;
+  return ::statvfs(where.c_str(), out) == 0 ? 0 : errno;
+}
+
+const std::string& Store::Name() const { return impl_->dir; }
+const std::string& Store::LocalDir() const { return impl_->local_dir; }
 
 StoreStats Store::Stats() const {
   Impl& s = *impl_;

@@ -22,7 +22,9 @@
 #include <vector>
 
 #include "format.h"
+#include "journal.h"
 #include "lmc/store/chunk_cache.h"
+#include "lmc/store/rados.h"
 #include "lmc/store/store.h"
 
 namespace lmc::store {
@@ -44,16 +46,27 @@ struct Writer {
 };
 
 struct Store::Impl {
-  // Fixed after Open.
+  // Fixed after Open. owned_env: a RADOS store's Env (destroyed after the
+  // lock and the journal, which use it).
+  std::unique_ptr<Env> owned_env;
+  RadosEnv* rados = nullptr;
   Env* env = nullptr;
   const FrameCodec* codec = nullptr;
   StoreOptions opts;
   std::string dir;
   std::string pack_dir;
+  // The RocksDB directory: dir/index, or for a journaled store
+  // local_dir/index (local_dir: StoreOptions::local_dir or LocalDirOf).
+  std::string index_dir;
+  std::string local_dir;
   // CONFIG's format_version; raised to 2 by the first commit of an
   // owner-scoped key (UpgradeFormat). Guarded by commit_mu after Open.
   uint32_t format_version = 0;
   std::unique_ptr<FileLock> lock;
+  // The index journal of a journaled store (journal.h); nullptr otherwise.
+  // journal_mu orders journal appends and index writes alike.
+  std::unique_ptr<IndexJournal> journal;
+  std::mutex journal_mu;
   rocksdb::DB* db = nullptr;
   std::vector<rocksdb::ColumnFamilyHandle*> handles;
   rocksdb::ColumnFamilyHandle* chunks_cf = nullptr;
@@ -119,6 +132,14 @@ struct Store::Impl {
   // finding owner-scoped records it would call corrupt. Under commit_mu.
   Status UpgradeFormat();
   Status OpenIndex(bool fresh);
+  void CloseIndex();
+  // A journaled store's Open after the lock: the journal, then the local
+  // index brought up to it (rebuilt from the snapshot when it is missing,
+  // of another journal, or behind the snapshot).
+  Status OpenJournaled(bool fresh);
+  // Writes a snapshot of the index to the journal. journal_mu held.
+  Status SnapshotIndex();
+  uint64_t LocalJournalSeq();
   Status Recover();
 
   Result<fmt::ChunkEntry> LoadEntry(const ChunkKey& key);

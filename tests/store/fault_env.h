@@ -133,11 +133,21 @@ class FaultEnv final : public Env {
   }
   Status RenameFile(const std::string& from, const std::string& to) override {
     LMC_RETURN_IF_ERROR(Step("rename " + from));
+    // Renaming over a name that is durable replaces it atomically: after a
+    // crash the name holds the old file or the new one, never nothing; this
+    // model keeps the new one.
+    bool target_durable;
+    {
+      std::lock_guard l(mu_);
+      auto t = files_.find(to);
+      target_durable = t != files_.end() ? t->second.dir_synced : base_->FileExists(to);
+    }
     LMC_RETURN_IF_ERROR(base_->RenameFile(from, to));
     std::lock_guard l(mu_);
     auto it = files_.find(from);
     if (it != files_.end()) {
       files_[to] = it->second;
+      if (target_durable) files_[to].dir_synced = true;
       files_.erase(from);
     }
     return Status::Ok();

@@ -36,18 +36,7 @@ void CheckStore(const std::string& dir, FaultEnv& env, const Model& acked, const
   auto f = (*s)->Fsck({});
   ASSERT_TRUE(f.ok()) << where;
   EXPECT_EQ(f->errors(), 0u) << where << ": " << (f->Messages().empty() ? "" : f->Messages()[0]);
-  for (const auto& [ino, data] : acked) {
-    auto v = (*s)->Get(Cf::kExtents, ExtentKey(ino, 0));
-    ASSERT_TRUE(v.ok()) << where << " inode " << ino;
-    auto e = DecodeExtent(*v);
-    ASSERT_TRUE(e.has_value());
-    auto r = ReadAll(**s, e->chunk);
-    ASSERT_TRUE(r.ok()) << where << " inode " << ino << ": " << r.status().ToString();
-    auto mit = maybe.find(ino);
-    if (*r != data) {
-      ASSERT_TRUE(mit != maybe.end() && *r == mit->second) << where << " inode " << ino << " has wrong bytes";
-    }
-  }
+  ExpectFiles(**s, acked, maybe, where);
 }
 
 // After a crash during a compaction: power loss, then the store reopens

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <random>
 #include <string>
 #include <vector>
@@ -116,6 +117,26 @@ inline void AddFileChunk(Batch& b, uint64_t inode, const std::vector<uint8_t>& d
   e.length = static_cast<uint32_t>(data.size());
   e.chunk = k;
   b.Put(Cf::kExtents, ExtentKey(inode, 0), EncodeExtent(e));
+}
+
+// Files as the crash tests model them: inode -> the bytes of its one chunk.
+using FileModel = std::map<uint64_t, std::vector<uint8_t>>;
+
+// Every file of `acked` reads back exactly, or, for a file of `maybe` (a
+// commit that failed at a crash), as that version.
+inline void ExpectFiles(Store& s, const FileModel& acked, const FileModel& maybe, const std::string& where) {
+  for (const auto& [ino, data] : acked) {
+    auto v = s.Get(Cf::kExtents, ExtentKey(ino, 0));
+    ASSERT_TRUE(v.ok()) << where << " inode " << ino;
+    auto e = DecodeExtent(*v);
+    ASSERT_TRUE(e.has_value());
+    auto r = ReadAll(s, e->chunk);
+    ASSERT_TRUE(r.ok()) << where << " inode " << ino << ": " << r.status().ToString();
+    auto mit = maybe.find(ino);
+    if (*r != data) {
+      ASSERT_TRUE(mit != maybe.end() && *r == mit->second) << where << " inode " << ino << " has wrong bytes";
+    }
+  }
 }
 
 // Opens the index of a closed store with RocksDB itself (to damage it, or

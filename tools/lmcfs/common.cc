@@ -16,6 +16,8 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "lmc/store/rados.h"
+
 namespace lmc::tools {
 
 using json = nlohmann::json;
@@ -116,6 +118,20 @@ std::vector<LmcfsMount> ListLmcfsMounts(const std::string& mounts_file) {
 }
 
 Result<Target> ResolveTarget(const std::string& arg) {
+  // A store in Ceph RADOS: mounted on this node (its daemon answers) or
+  // not (opened offline, which takes its lock).
+  if (store::IsRadosSpec(arg)) {
+    LMC_ASSIGN_OR_RETURN(store::RadosSpec spec, store::ParseRadosSpec(arg));
+    Target t;
+    t.store = "rados:" + spec.pool + "/" + spec.name;
+    for (const auto& m : ListLmcfsMounts()) {
+      if (m.store != t.store) continue;
+      t.online = true;
+      t.mountpoint = m.mountpoint;
+      t.socket = fs::control::SocketPath(m.store);
+    }
+    return t;
+  }
   struct stat st;
   if (::stat(arg.c_str(), &st) != 0)
     return Status::NotFound(arg + ": " + std::strerror(errno) +
@@ -150,6 +166,9 @@ Result<std::unique_ptr<store::Store>> OpenOffline(const std::string& store_dir, 
   so.create_if_missing = false;
   auto s = store::Store::Open(store_dir, so);
   if (s.ok() || s.status().code() != Code::kBusy) return s;
+  if (store::IsRadosSpec(store_dir))
+    return Status::Busy(s.status().message() + "; if it is mounted on this node, run " + tool +
+                        " on the mountpoint instead");
   const std::string real = Real(store_dir);
   for (const auto& m : ListLmcfsMounts())
     if (Real(m.store) == real)

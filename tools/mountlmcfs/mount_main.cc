@@ -35,6 +35,7 @@
 #include "lmc/fs/snapshots.h"
 #include "lmc/gpu.h"
 #include "lmc/store/permissions.h"
+#include "lmc/store/rados.h"
 #include "lmc/store/store.h"
 
 namespace lmc::fs {
@@ -133,6 +134,22 @@ once it is installed as /sbin/mount.lmcfs (cmake --install puts it there).
                         owner, and deltas only between them, so that with
                         allow_other no user learns from their own files'
                         stored size what other users' files hold
+  Stores in Ceph RADOS (STORE = rados:POOL/NAME; docs/ARCHITECTURE.md,
+  "Stores in RADOS"): packs and the index journal are objects in namespace
+  NAME of pool POOL; this node keeps a local copy of the index. One node
+  writes a store at a time (a RADOS lock with a lease).
+     ceph_conf=PATH     the cluster's ceph.conf (default: $CEPH_CONF, then
+                        /etc/ceph/ceph.conf)
+     ceph_id=USER       the cephx user, without "client." (default admin)
+     keyring=PATH       its keyring (default: what ceph.conf names)
+     local_dir=DIR      the local index (default /var/cache/lmcfs/rados/
+                        POOL/NAME for root, ~/.cache/lmcfs/rados/... else)
+     lease=SECONDS      the lock's lease (default 20): a node that stops
+                        renewing it loses the store after that long
+     takeover[=force]   take the store over from a node that holds it:
+                        waits out the holder's lease (a dead node stops
+                        renewing), then fences it (Ceph blocklist) so it
+                        can never write again; force: fence it at once
      unsafe_store_perms mount a store that other users can access (see
                         above): the owner means it
      ro                 read-only
@@ -156,6 +173,8 @@ struct Options {
   bool foreground = false, allow_other = false, ro = false, nonempty = false;
   bool unsafe_store_perms = false;  // mount a store other users can access
   bool dedup_per_owner = false;     // dedup=uid
+  store::RadosOptions rados;
+  std::string local_dir;
   std::vector<std::string> fuse_opts;
   DeltaOptions delta;
   ReclaimOptions reclaim;
@@ -251,7 +270,28 @@ int ParseArgs(int argc, char** argv, Options* o) {
         o->allow_other = true;
       else if (k == "unsafe_store_perms")
         o->unsafe_store_perms = true;
-      else if (k == "dedup") {
+      else if (k == "ceph_conf")
+        o->rados.conf = v;
+      else if (k == "ceph_id")
+        o->rados.client_id = v;
+      else if (k == "keyring")
+        o->rados.keyring = v;
+      else if (k == "local_dir")
+        o->local_dir = v;
+      else if (k == "lease") {
+        unsigned n = 0;
+        if (!count(&n) || n < 3) {
+          std::fprintf(stderr, "mount.lmcfs: bad lease '%s' (seconds, 3 to 1024)\n", v.c_str());
+          return false;
+        }
+        o->rados.lease_seconds = n;
+      } else if (k == "takeover") {
+        if (!v.empty() && v != "force" && v != "lease") {
+          std::fprintf(stderr, "mount.lmcfs: bad takeover '%s' (takeover or takeover=force)\n", v.c_str());
+          return false;
+        }
+        o->rados.takeover = v == "force" ? store::Takeover::kForce : store::Takeover::kLease;
+      } else if (k == "dedup") {
         if (v != "all" && v != "uid") {
           std::fprintf(stderr, "mount.lmcfs: bad dedup '%s' (expected all or uid)\n", v.c_str());
           return false;
@@ -447,6 +487,17 @@ int Validate(Options* o) {
       return 32;
     }
   }
+  // A RADOS store: the cluster's own permissions (cephx) guard it; the
+  // local index directory is made owner-only by the store.
+  if (store::IsRadosSpec(o->store)) {
+    auto spec = store::ParseRadosSpec(o->store);
+    if (!spec.ok()) {
+      std::fprintf(stderr, "mount.lmcfs: %s\n", spec.status().message().c_str());
+      return 32;
+    }
+    o->store = "rados:" + spec->pool + "/" + spec->name;
+    return 0;
+  }
   // The store directory is the owner's only (its parents: the umask, 077
   // since MountMain set it).
   std::error_code ec;
@@ -543,6 +594,8 @@ int Serve(const Options& o, int report_fd) {
   so.chunk_size = static_cast<uint32_t>(o.chunk_size);
   so.base_cache_bytes = o.base_cache;
   so.create_if_missing = !o.ro;
+  so.rados = o.rados;
+  so.local_dir = o.local_dir;
   auto st = store::Store::Open(o.store, so);
   if (!st.ok()) {
     std::string m =

@@ -869,7 +869,7 @@ int Filesystem::CopyRange(uint64_t src, uint64_t soff, uint64_t dst, uint64_t do
 }
 
 int Filesystem::StatFs(struct statvfs* out) {
-  if (::statvfs(store_dir_.c_str(), out) != 0) return errno;
+  if (int e = store_->BackingSpace(out)) return e;
   // The backing filesystem's size and free space, with used = what the
   // store directory occupies (df's used is f_blocks - f_bfree), so df on
   // the mount shows what lmcfs costs on the disk.

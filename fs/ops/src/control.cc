@@ -24,6 +24,7 @@
 
 #include "lmc/bytes.h"
 #include "lmc/fs/inspect.h"
+#include "lmc/store/rados.h"
 
 namespace lmc::fs::control {
 namespace {
@@ -174,7 +175,12 @@ Status WriteQuarantineReport(store::Env* env, const std::string& path, const std
 
 }  // namespace
 
-std::string SocketPath(const std::string& store_dir) { return store_dir + "/" + kSocketName; }
+// A RADOS store's socket is in its default local directory (LocalDirOf),
+// whatever local_dir the mount uses, so that tools find it by the store's
+// name alone.
+std::string SocketPath(const std::string& store_dir) {
+  return store::LocalDirOf(store_dir) + "/" + kSocketName;
+}
 
 // ------------------------------------------------------------ operations
 
@@ -501,6 +507,12 @@ Status ControlServer::Start(store::Store* store, const std::string& store_dir, u
   s.daemon_stats = std::move(daemon_stats);
   s.store_dir = store_dir;
   s.path = SocketPath(store_dir);
+  if (store::IsRadosSpec(store_dir)) {
+    std::error_code ec;
+    std::filesystem::create_directories(store::LocalDirOf(store_dir), ec);
+    if (ec) return Status::IOError("creating " + store::LocalDirOf(store_dir) + ": " + ec.message());
+    ::chmod(store::LocalDirOf(store_dir).c_str(), 0700);
+  }
   s.owner = owner;
   s.stopping = false;
   s.started = Clock::now();

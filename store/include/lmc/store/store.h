@@ -11,6 +11,8 @@
 // No exceptions escape this API; errors are Status values.
 #pragma once
 
+#include <sys/statvfs.h>
+
 #include <atomic>
 #include <cstdint>
 #include <functional>
@@ -27,6 +29,7 @@
 #include "lmc/store/chunk_key.h"
 #include "lmc/store/env.h"
 #include "lmc/store/extent.h"
+#include "lmc/store/rados.h"
 
 namespace lmc::store {
 
@@ -71,6 +74,18 @@ struct StoreOptions {
   // serves the next read that goes through the same bases (a series of
   // checkpoints read in order). 0: none.
   uint64_t base_cache_bytes = uint64_t{256} << 20;
+  // A store named "rados:POOL/NAME" lives in Ceph RADOS (lmc/store/rados.h):
+  // how to reach the cluster, the lease of its lock, takeover.
+  RadosOptions rados;
+  // Journal the index in the store (always for RADOS stores; tests may
+  // turn it on for a POSIX store): docs/ARCHITECTURE.md, "Stores in RADOS".
+  bool journal = false;
+  // Where a journaled store's local index lives ("": LocalDirOf(store)).
+  std::string local_dir;
+  // A snapshot of the index is written when the store closes or is opened
+  // with at least this many journal bytes since the last one, and while it
+  // runs every 16 times as many.
+  uint64_t journal_snapshot_bytes = uint64_t{16} << 20;
 };
 
 // One atomic unit of change. Operations apply in the order they were added.
@@ -418,6 +433,15 @@ class Store {
     uint64_t total = 0, index = 0, packs = 0;
   };
   Result<DiskUsage> GetDiskUsage() const;
+  // The backing storage's size and free space, as statvfs(3) fills them:
+  // the filesystem of a POSIX store's directory, the Ceph cluster's raw
+  // space for a RADOS store. Returns 0 or an errno.
+  int BackingSpace(struct statvfs* out) const;
+  // The store's name ("rados:POOL/NAME" or its real directory) and where
+  // what is local to this node lives (its own directory for a POSIX store;
+  // a journaled store's local index directory).
+  const std::string& Name() const;
+  const std::string& LocalDir() const;
 
   // Pins an indexed chunk so that it stays indexed, even if its last
   // reference goes, until the pin is released (Batch::Unpin at the commit of

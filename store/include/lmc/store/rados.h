@@ -1,0 +1,82 @@
+// Stores in Ceph RADOS (docs/ARCHITECTURE.md, "Stores in RADOS").
+//
+// A store named "rados:POOL/NAME" lives in the RADOS namespace NAME of pool
+// POOL: every file of the store (CONFIG, pack files, the index journal) is
+// one RADOS object named by its path in the store. The node's RocksDB index
+// is a local materialization of the journal, kept in a local directory.
+//
+// RadosEnv is the store's Env over those objects. Appends are guarded: each
+// object carries the extended attribute lmcfs.end = "SIZE/COOKIE", and an
+// append succeeds only if the object still ends where this client left it,
+// so a writer that lost the store (another node took it over) can never
+// add a byte to an object the new writer has opened.
+//
+// Built when librados is found (LMC_HAVE_RADOS); without it, OpenRadosEnv
+// returns Unsupported with what to install.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "lmc/status.h"
+#include "lmc/store/env.h"
+
+namespace lmc::store {
+
+// How a read-write opener treats a store another client holds.
+enum class Takeover : uint8_t {
+  kNo,     // refuse, naming the holder
+  kLease,  // wait out the holder's lease (it stopped renewing: dead), then fence it and take over
+  kForce,  // fence the holder now, even if it still renews, and take over
+};
+
+struct RadosOptions {
+  std::string conf;       // ceph.conf; "" = $CEPH_CONF, then Ceph's default search
+  std::string client_id;  // cephx user without "client." ("" = admin)
+  std::string keyring;    // "" = what ceph.conf names
+  // The store's exclusive lock is renewed every lease_seconds / 3; a holder
+  // that stops renewing loses it after lease_seconds.
+  uint32_t lease_seconds = 20;
+  Takeover takeover = Takeover::kNo;
+  // Seconds a fenced holder stays on the cluster's blocklist.
+  uint32_t blocklist_seconds = 24 * 3600;
+};
+
+struct RadosSpec {
+  std::string pool, name;
+};
+
+// Whether `store` names a RADOS store ("rados:" prefix).
+bool IsRadosSpec(std::string_view store);
+// Parses "rados:POOL/NAME" (NAME: letters, digits, '.', '_', '-').
+Result<RadosSpec> ParseRadosSpec(std::string_view store);
+// The default local directory of a RADOS store's index:
+// /var/cache/lmcfs/rados/POOL/NAME for root, else
+// $XDG_CACHE_HOME/lmcfs/rados/POOL/NAME (~/.cache/...).
+std::string DefaultLocalDir(const RadosSpec& spec);
+// The local directory of any store: the store directory itself for a
+// POSIX store, DefaultLocalDir for a RADOS one.
+std::string LocalDirOf(const std::string& store);
+
+// An Env over the objects of one RADOS store: paths are "rados:POOL/NAME/"
+// followed by the object's name. LockFile takes the RADOS exclusive lock
+// on the object with a lease, renewed by a thread of the lock; once the
+// lock is lost (not renewed in time, broken by a takeover, this client
+// blocklisted), every later write fails with a message saying so.
+class RadosEnv : public Env {
+ public:
+  // Connects to the cluster (bounded: 30 s) and opens the pool.
+  static Result<std::unique_ptr<RadosEnv>> Open(const std::string& store, const RadosOptions& options);
+  // Bytes the objects under `dir` hold (their sizes).
+  Result<uint64_t> DiskBytes(const std::string& dir) override = 0;
+  // The cluster's raw space (rados df): total and available bytes.
+  virtual Status ClusterSpace(uint64_t* total, uint64_t* avail) = 0;
+  // This client's address as the cluster sees it (what a takeover fences).
+  virtual std::string ClientAddress() const = 0;
+  // Whether the store's lock is still held (false once lost).
+  virtual bool LockHeld() const = 0;
+};
+
+}  // namespace lmc::store

@@ -1,0 +1,341 @@
+#include "journal.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cinttypes>
+#include <cstdio>
+#include <optional>
+#include <random>
+
+#include "format.h"
+#include "lmc/bytes.h"
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+namespace lmc::store {
+
+namespace {
+
+constexpr uint32_t kRecordMagic = 0x524a4d4c;    // "LMJR"
+constexpr uint32_t kSnapshotMagic = 0x534a4d4c;  // "LMJS"
+constexpr size_t kRecordHeader = 24;
+constexpr size_t kSnapshotHeader = 16;
+constexpr size_t kPartBytes = size_t{8} << 20;
+constexpr char kHeadName[] = "HEAD";
+constexpr char kHeadMagic[] = "lmcfs-journal 1";
+
+std::string Hex16(uint64_t v) {
+  char b[17];
+  std::snprintf(b, sizeof b, "%016" PRIx64, v);
+  return b;
+}
+
+std::string SegmentName(uint64_t first) { return "seg-" + Hex16(first); }
+std::string PartName(uint64_t seq, uint32_t part) {
+  char b[16];
+  std::snprintf(b, sizeof b, "-%06u", part);
+  return "snap-" + Hex16(seq) + b;
+}
+
+uint64_t RecordHash(uint64_t seq, const void* data, size_t n) { return XXH3_64bits_withSeed(data, n, seq); }
+
+Result<std::string> ReadAll(Env* env, const std::string& path, File* open = nullptr) {
+  std::unique_ptr<File> owned;
+  if (!open) {
+    LMC_ASSIGN_OR_RETURN(owned, env->OpenFile(path, Env::OpenMode::kRead));
+    open = owned.get();
+  }
+  std::string out(open->Size(), '\0');
+  size_t done = 0;
+  while (done < out.size()) {
+    const size_t want = std::min(out.size() - done, size_t{8} << 20);
+    LMC_ASSIGN_OR_RETURN(size_t n, open->ReadAt(done, want, reinterpret_cast<uint8_t*>(out.data() + done)));
+    if (n == 0) break;
+    done += n;
+  }
+  out.resize(done);
+  return out;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<IndexJournal>> IndexJournal::Open(Env* env, const std::string& dir, bool create) {
+  std::unique_ptr<IndexJournal> j(new IndexJournal(env, dir + "/journal"));
+  if (create) {
+    LMC_RETURN_IF_ERROR(env->CreateDir(j->dir_));
+    std::random_device rd;
+    j->id_ = Hex16((uint64_t{rd()} << 32) | rd()) + Hex16((uint64_t{rd()} << 32) | rd());
+    LMC_RETURN_IF_ERROR(j->WriteHead(0, 0));
+  } else {
+    LMC_RETURN_IF_ERROR(j->ReadHead());
+  }
+  return j;
+}
+
+Status IndexJournal::WriteHead(uint64_t seq, uint32_t parts) {
+  const std::string text = std::string(kHeadMagic) + "\nid=" + id_ + "\nsnapshot=" + std::to_string(seq) +
+                           "\nparts=" + std::to_string(parts) + "\n";
+  LMC_RETURN_IF_ERROR(WriteFileAtomic(env_, dir_, kHeadName, text));
+  snapshot_seq_ = seq;
+  snapshot_parts_ = parts;
+  return Status::Ok();
+}
+
+Status IndexJournal::ReadHead() {
+  auto text = ReadFileToString(env_, dir_ + "/" + kHeadName);
+  if (!text.ok()) {
+    if (text.status().IsNotFound())
+      return Status::Corruption(
+          dir_ + "/" + kHeadName +
+          " is missing: the store's index journal is gone, so its packs cannot be indexed");
+    return text.status();
+  }
+  if (text->rfind(kHeadMagic, 0) != 0) return Status::Corruption(dir_ + "/HEAD is not an lmcfs journal head");
+  bool have_id = false, have_snap = false, have_parts = false;
+  size_t pos = 0;
+  while (pos < text->size()) {
+    size_t nl = text->find('\n', pos);
+    if (nl == std::string::npos) nl = text->size();
+    const std::string line = text->substr(pos, nl - pos);
+    pos = nl + 1;
+    try {
+      if (line.rfind("id=", 0) == 0) {
+        id_ = line.substr(3);
+        have_id = id_.size() == 32;
+      } else if (line.rfind("snapshot=", 0) == 0) {
+        snapshot_seq_ = std::stoull(line.substr(9));
+        have_snap = true;
+      } else if (line.rfind("parts=", 0) == 0) {
+        snapshot_parts_ = static_cast<uint32_t>(std::stoul(line.substr(6)));
+        have_parts = true;
+      }
+    } catch (const std::exception&) {
+      return Status::Corruption(dir_ + "/HEAD: bad line '" + line + "'");
+    }
+  }
+  if (!have_id || !have_snap || !have_parts) return Status::Corruption(dir_ + "/HEAD is incomplete");
+  return Status::Ok();
+}
+
+Result<std::vector<IndexJournal::Segment>> IndexJournal::Segments() {
+  LMC_ASSIGN_OR_RETURN(std::vector<std::string> names, env_->ListDir(dir_));
+  std::vector<Segment> segs;
+  for (auto& n : names) {
+    if (n.rfind("seg-", 0) != 0) continue;
+    if (auto first = fmt::ParseHex16(std::string_view(n).substr(4))) segs.push_back({*first, n});
+  }
+  std::sort(segs.begin(), segs.end(), [](const Segment& a, const Segment& b) { return a.first < b.first; });
+  return segs;
+}
+
+Status IndexJournal::LoadSnapshot(const PutFn& put) {
+  for (uint32_t part = 0; part < snapshot_parts_; ++part) {
+    const std::string path = dir_ + "/" + PartName(snapshot_seq_, part);
+    LMC_ASSIGN_OR_RETURN(std::string data, ReadAll(env_, path));
+    const auto* p = reinterpret_cast<const uint8_t*>(data.data());
+    if (data.size() < kSnapshotHeader + 8 || LoadLE32(p) != kSnapshotMagic || LoadLE32(p + 4) != part ||
+        LoadLE64(p + 8) != snapshot_seq_ || LoadLE64(p + data.size() - 8) != XXH3_64bits(p, data.size() - 8))
+      return Status::Corruption(path + ": index snapshot part fails its checks");
+    size_t pos = kSnapshotHeader;
+    const size_t end = data.size() - 8;
+    while (pos < end) {
+      if (end - pos < 12) return Status::Corruption(path + ": truncated entry");
+      const uint32_t cf = LoadLE32(p + pos), kl = LoadLE32(p + pos + 4), vl = LoadLE32(p + pos + 8);
+      pos += 12;
+      if (uint64_t{kl} + vl > end - pos) return Status::Corruption(path + ": entry overruns the part");
+      LMC_RETURN_IF_ERROR(
+          put(cf, std::string_view(data.data() + pos, kl), std::string_view(data.data() + pos + kl, vl)));
+      pos += kl + vl;
+    }
+  }
+  return Status::Ok();
+}
+
+Status IndexJournal::Replay(uint64_t after, const std::function<Status(uint64_t, std::string_view)>& apply,
+                            uint64_t* replayed) {
+  *replayed = 0;
+  if (after < snapshot_seq_)
+    return Status::InvalidArgument("journal replay from " + std::to_string(after) +
+                                   " before the snapshot at " + std::to_string(snapshot_seq_));
+  LMC_ASSIGN_OR_RETURN(std::vector<Segment> segs, Segments());
+  uint64_t expected = after + 1;
+  uint64_t last_seq = 0;  // the journal's last record (0: none seen)
+  since_snapshot_ = 0;
+  for (size_t i = 0; i < segs.size(); ++i) {
+    const bool last = i + 1 == segs.size();
+    // A segment whose successor starts at or before `after + 1` holds
+    // nothing to apply.
+    if (!last && segs[i + 1].first <= after + 1) {
+      last_seq = std::max(last_seq, segs[i + 1].first - 1);
+      continue;
+    }
+    const std::string path = dir_ + "/" + segs[i].name;
+    // The last segment is opened for writing: that claims it (a previous
+    // writer that lost the store can no longer append to it) and lets a
+    // torn tail be cut.
+    std::unique_ptr<File> f;
+    LMC_ASSIGN_OR_RETURN(f, env_->OpenFile(path, last ? Env::OpenMode::kReadWrite : Env::OpenMode::kRead));
+    LMC_ASSIGN_OR_RETURN(std::string data, ReadAll(env_, path, f.get()));
+    const auto* p = reinterpret_cast<const uint8_t*>(data.data());
+    size_t pos = 0;
+    uint64_t prev = segs[i].first - 1;
+    while (pos < data.size()) {
+      const size_t left = data.size() - pos;
+      bool ok = left >= kRecordHeader && LoadLE32(p + pos) == kRecordMagic &&
+                LoadLE32(p + pos + 4) <= left - kRecordHeader;
+      uint32_t len = 0;
+      uint64_t seq = 0;
+      if (ok) {
+        len = LoadLE32(p + pos + 4);
+        seq = LoadLE64(p + pos + 8);
+        ok = LoadLE64(p + pos + 16) == RecordHash(seq, p + pos + kRecordHeader, len);
+      }
+      if (!ok) {
+        if (!last)
+          return Status::Corruption(path + ": journal record damaged at offset " + std::to_string(pos) +
+                                    "; the index records after it cannot be replayed (restore the store's "
+                                    "journal or run lmcfs-fsck)");
+        // A record whose write never completed: never acknowledged.
+        spdlog::info(
+            "{}: cutting a torn journal record at offset {} ({} bytes; a write that never completed)", path,
+            pos, left);
+        LMC_RETURN_IF_ERROR(f->Truncate(pos));
+        LMC_RETURN_IF_ERROR(f->Sync());
+        break;
+      }
+      if (seq != prev + 1)
+        return Status::Corruption(path + ": journal record " + std::to_string(seq) + " follows " +
+                                  std::to_string(prev) + " (a gap in the index journal)");
+      if (seq > after) {
+        if (seq != expected)
+          return Status::Corruption(path + ": journal record " + std::to_string(seq) + " where " +
+                                    std::to_string(expected) + " was expected (a gap in the index journal)");
+        LMC_RETURN_IF_ERROR(apply(seq, std::string_view(data.data() + pos + kRecordHeader, len)));
+        expected++;
+        *replayed += len;
+      }
+      if (seq > snapshot_seq_) since_snapshot_ += kRecordHeader + len;
+      prev = seq;
+      last_seq = seq;
+      pos += kRecordHeader + len;
+    }
+    // A last segment without a record (created by a writer that stopped
+    // before its first record landed) goes, so that the next writer can
+    // start the segment of the same number.
+    if (last && pos == 0) {
+      f.reset();
+      LMC_RETURN_IF_ERROR(env_->DeleteFile(path));
+      LMC_RETURN_IF_ERROR(env_->SyncDir(dir_));
+    }
+  }
+  if (last_seq != 0 && last_seq < after)
+    return Status::Aborted("the local index is at journal record " + std::to_string(after) +
+                           " but the journal ends at " + std::to_string(last_seq));
+  if (last_seq == 0 && expected - 1 > snapshot_seq_ && !segs.empty())
+    return Status::Aborted("the local index is at journal record " + std::to_string(after) +
+                           " but the journal holds none after the snapshot at " +
+                           std::to_string(snapshot_seq_));
+  next_seq_ = expected;
+  replayed_ = true;
+  seg_.reset();
+  return Status::Ok();
+}
+
+Status IndexJournal::StartSegment() {
+  seg_.reset();
+  const std::string path = dir_ + "/" + SegmentName(next_seq_);
+  auto f = env_->OpenFile(path, Env::OpenMode::kCreate);
+  if (!f.ok()) return f.status();
+  seg_ = std::move(f).value();
+  return env_->SyncDir(dir_);
+}
+
+Status IndexJournal::Append(std::string_view data) {
+  if (!replayed_) return Status::InvalidArgument("journal append before replay");
+  if (broken_)
+    return Status::IOError(dir_ +
+                           ": an earlier journal write failed and could not be undone; no index change is "
+                           "accepted until the store is reopened (unmount and remount)");
+  if (data.size() > UINT32_MAX - kRecordHeader) return Status::InvalidArgument("journal record too large");
+  if (!seg_ || seg_->Size() >= kSegmentBytes) {
+    Status st = StartSegment();
+    if (!st.ok()) {
+      seg_.reset();
+      return st;
+    }
+  }
+  uint8_t h[kRecordHeader];
+  StoreLE32(h, kRecordMagic);
+  StoreLE32(h + 4, static_cast<uint32_t>(data.size()));
+  StoreLE64(h + 8, next_seq_);
+  StoreLE64(h + 16, RecordHash(next_seq_, data.data(), data.size()));
+  const uint64_t before = seg_->Size();
+  const std::span<const uint8_t> pieces[2] = {{h, kRecordHeader},
+                                              {reinterpret_cast<const uint8_t*>(data.data()), data.size()}};
+  Status st = seg_->AppendV(pieces);
+  if (st.ok()) st = seg_->Sync();
+  if (!st.ok()) {
+    if (seg_->Size() != before && !seg_->Truncate(before).ok()) broken_ = true;
+    return st;
+  }
+  next_seq_++;
+  since_snapshot_ += kRecordHeader + data.size();
+  return Status::Ok();
+}
+
+Status IndexJournal::WriteSnapshot(uint64_t seq, const std::function<Status(const SinkFn&)>& scan) {
+  uint32_t part = 0;
+  std::string buf;
+  auto flush = [&]() -> Status {
+    std::string out(kSnapshotHeader, '\0');
+    StoreLE32(out.data(), kSnapshotMagic);
+    StoreLE32(out.data() + 4, part);
+    StoreLE64(out.data() + 8, seq);
+    out += buf;
+    uint8_t t[8];
+    StoreLE64(t, XXH3_64bits(out.data(), out.size()));
+    out.append(reinterpret_cast<const char*>(t), 8);
+    const std::string path = dir_ + "/" + PartName(seq, part);
+    if (env_->FileExists(path)) LMC_RETURN_IF_ERROR(env_->DeleteFile(path));  // an earlier attempt's
+    LMC_ASSIGN_OR_RETURN(std::unique_ptr<File> f, env_->OpenFile(path, Env::OpenMode::kCreate));
+    LMC_RETURN_IF_ERROR(f->Append(reinterpret_cast<const uint8_t*>(out.data()), out.size()));
+    LMC_RETURN_IF_ERROR(f->Sync());
+    part++;
+    buf.clear();
+    return Status::Ok();
+  };
+  LMC_RETURN_IF_ERROR(scan([&](uint32_t cf, std::string_view k, std::string_view v) -> Status {
+    uint8_t h[12];
+    StoreLE32(h, cf);
+    StoreLE32(h + 4, static_cast<uint32_t>(k.size()));
+    StoreLE32(h + 8, static_cast<uint32_t>(v.size()));
+    buf.append(reinterpret_cast<const char*>(h), 12);
+    buf.append(k);
+    buf.append(v);
+    if (buf.size() >= kPartBytes) return flush();
+    return Status::Ok();
+  }));
+  if (!buf.empty() || part == 0) LMC_RETURN_IF_ERROR(flush());
+  LMC_RETURN_IF_ERROR(env_->SyncDir(dir_));
+  const uint64_t old_seq = snapshot_seq_;
+  const uint32_t old_parts = snapshot_parts_;
+  LMC_RETURN_IF_ERROR(WriteHead(seq, part));
+  since_snapshot_ = 0;
+  // What the new snapshot makes unnecessary: the old one's parts, and every
+  // segment whose records all precede it (its successor starts at or
+  // before seq + 1). The last segment always stays.
+  for (uint32_t i = 0; i < old_parts && old_seq != seq; ++i) {
+    const std::string path = dir_ + "/" + PartName(old_seq, i);
+    if (env_->FileExists(path)) LMC_RETURN_IF_ERROR(env_->DeleteFile(path));
+  }
+  LMC_ASSIGN_OR_RETURN(std::vector<Segment> segs, Segments());
+  for (size_t i = 0; i + 1 < segs.size(); ++i) {
+    if (segs[i + 1].first > seq + 1) break;
+    LMC_RETURN_IF_ERROR(env_->DeleteFile(dir_ + "/" + segs[i].name));
+  }
+  return env_->SyncDir(dir_);
+}
+
+}  // namespace lmc::store

@@ -1,0 +1,92 @@
+// The index journal (docs/FORMAT.md, "Index journal"; docs/ARCHITECTURE.md,
+// "Stores in RADOS"): every index batch of a journaled store (a RADOS store)
+// is appended, durably and in order, to journal segments in the store
+// before it is applied to the node's RocksDB, which is then a local
+// materialization that any node can rebuild: the last index snapshot,
+// then the records after it.
+//
+// Files, all under STORE/journal/ and written through the store's Env:
+//   HEAD                      "lmcfs-journal 1", id=, snapshot=SEQ, parts=N
+//   seg-<16 hex: first seq>   records: magic "LMJR", u32 length, u64 seq,
+//                             u64 XXH3(seq, data), data (a RocksDB
+//                             WriteBatch's contents)
+//   snap-<16 hex seq>-<part>  the index at SEQ, in parts of at most 8 MiB
+//
+// Thread safety: none; the store serialises Append (journal_mu).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "lmc/status.h"
+#include "lmc/store/env.h"
+
+namespace lmc::store {
+
+class IndexJournal {
+ public:
+  // Opens the journal of the store at `dir` (creating it when `create`).
+  static Result<std::unique_ptr<IndexJournal>> Open(Env* env, const std::string& dir, bool create);
+
+  // The journal's identity: a local index made from another journal (a
+  // store of the same name made again) is rebuilt.
+  const std::string& id() const { return id_; }
+  // The sequence number of the last snapshot (0: none).
+  uint64_t snapshot_seq() const { return snapshot_seq_; }
+
+  // Calls put(cf, key, value) for every entry of the last snapshot.
+  using PutFn = std::function<Status(uint32_t cf, std::string_view key, std::string_view value)>;
+  Status LoadSnapshot(const PutFn& put);
+
+  // Calls apply(seq, data) for every record after `after`, in order, and
+  // positions the journal for appending after the last one. A torn record
+  // at the very end (a write that never completed, so never acknowledged)
+  // is cut off; damage anywhere else is Corruption. Must precede Append.
+  // *replayed: bytes of the records applied.
+  Status Replay(uint64_t after, const std::function<Status(uint64_t seq, std::string_view data)>& apply,
+                uint64_t* replayed);
+
+  // The sequence number the next Append gets.
+  uint64_t next_seq() const { return next_seq_; }
+  // Appends the record of next_seq() durably (a new segment after a
+  // replay and every kSegmentBytes). On failure the record is cut off again
+  // if possible; if not, the journal refuses every later append.
+  Status Append(std::string_view data);
+  // Journal bytes since the last snapshot.
+  uint64_t bytes_since_snapshot() const { return since_snapshot_; }
+
+  // Writes a snapshot of the index at `seq` (the caller's scan calls the
+  // sink for every entry of a consistent view at seq), points HEAD at it,
+  // and deletes the segments and snapshots it makes unnecessary.
+  using SinkFn = std::function<Status(uint32_t cf, std::string_view key, std::string_view value)>;
+  Status WriteSnapshot(uint64_t seq, const std::function<Status(const SinkFn&)>& scan);
+
+  static constexpr uint64_t kSegmentBytes = uint64_t{64} << 20;
+
+ private:
+  IndexJournal(Env* env, std::string dir) : env_(env), dir_(std::move(dir)) {}
+  Status ReadHead();
+  Status WriteHead(uint64_t seq, uint32_t parts);
+  struct Segment {
+    uint64_t first;
+    std::string name;
+  };
+  Result<std::vector<Segment>> Segments();
+  Status StartSegment();
+
+  Env* env_;
+  std::string dir_;  // STORE/journal
+  std::string id_;
+  uint64_t snapshot_seq_ = 0;
+  uint32_t snapshot_parts_ = 0;
+  uint64_t next_seq_ = 1;
+  uint64_t since_snapshot_ = 0;
+  bool replayed_ = false, broken_ = false;
+  std::unique_ptr<File> seg_;  // the segment appended to; nullptr: start one
+};
+
+}  // namespace lmc::store

@@ -1,0 +1,571 @@
+// RadosEnv: the store's Env over the objects of one RADOS namespace
+// (lmc/store/rados.h; docs/ARCHITECTURE.md, "Stores in RADOS").
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+
+#include "lmc/store/rados.h"
+
+#ifdef LMC_HAVE_RADOS
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <list>
+#include <mutex>
+#include <rados/librados.hpp>
+#include <set>
+#include <thread>
+#endif
+
+namespace lmc::store {
+
+namespace {
+constexpr std::string_view kPrefix = "rados:";
+
+bool ValidName(std::string_view s) {
+  if (s.empty() || s.size() > 200 || s == "." || s == "..") return false;
+  for (char c : s)
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-')) return false;
+  return true;
+}
+}  // namespace
+
+bool IsRadosSpec(std::string_view store) { return store.substr(0, kPrefix.size()) == kPrefix; }
+
+Result<RadosSpec> ParseRadosSpec(std::string_view store) {
+  if (!IsRadosSpec(store))
+    return Status::InvalidArgument(std::string(store) + " is not a rados:POOL/NAME store");
+  std::string_view rest = store.substr(kPrefix.size());
+  while (!rest.empty() && rest.back() == '/') rest.remove_suffix(1);
+  const size_t slash = rest.find('/');
+  if (slash == std::string_view::npos || !ValidName(rest.substr(0, slash)) ||
+      !ValidName(rest.substr(slash + 1)))
+    return Status::InvalidArgument("bad RADOS store '" + std::string(store) +
+                                   "': write rados:POOL/NAME (letters, digits, '.', '_' and '-' in each)");
+  return RadosSpec{std::string(rest.substr(0, slash)), std::string(rest.substr(slash + 1))};
+}
+
+std::string DefaultLocalDir(const RadosSpec& spec) {
+  std::string base;
+  if (geteuid() == 0) {
+    base = "/var/cache/lmcfs";
+  } else if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) {
+    base = std::string(x) + "/lmcfs";
+  } else if (const char* h = std::getenv("HOME"); h && *h) {
+    base = std::string(h) + "/.cache/lmcfs";
+  } else {
+    base = "/tmp/lmcfs-" + std::to_string(geteuid());
+  }
+  return base + "/rados/" + spec.pool + "/" + spec.name;
+}
+
+std::string LocalDirOf(const std::string& store) {
+  if (!IsRadosSpec(store)) return store;
+  auto spec = ParseRadosSpec(store);
+  return spec.ok() ? DefaultLocalDir(*spec) : store;
+}
+
+#ifndef LMC_HAVE_RADOS
+
+Result<std::unique_ptr<RadosEnv>> RadosEnv::Open(const std::string& store, const RadosOptions&) {
+  return Status::Unsupported("store " + store +
+                             ": this lmcfs was built without Ceph RADOS support; install librados-dev and "
+                             "libradospp-dev (scripts/install-deps.sh) and rebuild");
+}
+
+#else
+
+namespace {
+
+constexpr char kEndAttr[] = "lmcfs.end";
+constexpr char kLockName[] = "lmcfs";
+// Largest single write op: below the OSD's osd_max_write_size (90 MB).
+constexpr size_t kMaxWriteOp = size_t{64} << 20;
+
+std::string RandomCookie() {
+  std::random_device rd;
+  std::mt19937_64 g((uint64_t{rd()} << 32) ^ rd() ^ static_cast<uint64_t>(getpid()));
+  char b[17];
+  std::snprintf(b, sizeof b, "%016llx", static_cast<unsigned long long>(g()));
+  return b;
+}
+
+std::string Hostname() {
+  char h[256] = {};
+  if (gethostname(h, sizeof h - 1) != 0) return "?";
+  return h;
+}
+
+class RadosEnvImpl;
+
+class RadosFile final : public File {
+ public:
+  RadosFile(RadosEnvImpl* env, std::string oid, uint64_t size, bool writable)
+      : env_(env), oid_(std::move(oid)), size_(size), writable_(writable) {}
+  Result<size_t> ReadAt(uint64_t off, size_t n, uint8_t* dst) const override;
+  Status Append(const uint8_t* p, size_t n) override {
+    const std::span<const uint8_t> one(p, n);
+    return AppendV(std::span<const std::span<const uint8_t>>(&one, 1));
+  }
+  Status AppendV(std::span<const std::span<const uint8_t>> pieces) override;
+  Status Sync() override;
+  Status Truncate(uint64_t size) override;
+  uint64_t Size() const override { return size_; }
+
+ private:
+  Status GuardedWrite(librados::bufferlist& bl);
+  RadosEnvImpl* env_;
+  std::string oid_;
+  uint64_t size_;
+  bool writable_;
+};
+
+class RadosEnvImpl final : public RadosEnv {
+ public:
+  RadosEnvImpl(std::string prefix, RadosOptions o) : prefix_(std::move(prefix)), opts_(std::move(o)) {}
+  ~RadosEnvImpl() override {
+    io_.close();
+    cluster_.shutdown();
+  }
+
+  Status Connect(const RadosSpec& spec) {
+    spec_ = spec;
+    const std::string id = opts_.client_id.empty() ? "admin" : opts_.client_id;
+    if (int r = cluster_.init2(("client." + id).c_str(), "ceph", 0); r < 0)
+      return Status::FromErrno(-r, "initializing the Ceph client");
+    const char* conf = opts_.conf.empty() ? nullptr : opts_.conf.c_str();
+    if (int r = cluster_.conf_read_file(conf); r < 0) {
+      const char* env = std::getenv("CEPH_CONF");
+      return Status::FromErrno(-r, std::string("reading the Ceph configuration ") +
+                                       (conf  ? conf
+                                        : env ? env
+                                              : "(CEPH_CONF unset; /etc/ceph/ceph.conf)") +
+                                       ": set CEPH_CONF or -o ceph_conf=PATH");
+    }
+    cluster_.conf_parse_env("CEPH_ARGS");
+    if (!opts_.keyring.empty()) cluster_.conf_set("keyring", opts_.keyring.c_str());
+    // Bounded: a cluster that does not answer gives an error, not a hang.
+    cluster_.conf_set("client_mount_timeout", "30");
+    cluster_.conf_set("rados_mon_op_timeout", "30");
+    cluster_.conf_set("rados_osd_op_timeout", "120");
+    if (int r = cluster_.connect(); r < 0)
+      return Status::FromErrno(-r,
+                               "connecting to the Ceph cluster as client." + id +
+                                   " (is it running? is CEPH_CONF right? scripts/ceph-dev.sh start runs one "
+                                   "on this host)");
+    if (int r = cluster_.ioctx_create(spec.pool.c_str(), io_); r < 0) {
+      if (r == -ENOENT)
+        return Status::NotFound("Ceph pool '" + spec.pool +
+                                "' does not exist: create it (ceph osd pool create " + spec.pool +
+                                ") or name another in rados:POOL/NAME");
+      return Status::FromErrno(-r, "opening Ceph pool " + spec.pool);
+    }
+    io_.set_namespace(spec.name);
+    cookie_ = RandomCookie();
+    return Status::Ok();
+  }
+
+  librados::IoCtx& io() { return io_; }
+  const std::string& cookie() const { return cookie_; }
+  std::string Tag(uint64_t size) const { return std::to_string(size) + "/" + cookie_; }
+
+  // The object name of a path of this store; "" for the store itself.
+  Result<std::string> Oid(const std::string& path) const {
+    if (path == prefix_) return std::string();
+    if (path.size() > prefix_.size() && path.compare(0, prefix_.size(), prefix_) == 0 &&
+        path[prefix_.size()] == '/')
+      return path.substr(prefix_.size() + 1);
+    return Status::InvalidArgument(path + " is not in RADOS store " + prefix_);
+  }
+
+  // The status of a failed RADOS call (r < 0) on `what`.
+  Status Error(int r, const std::string& what) const {
+    const int e = -r;
+    if (e == ECANCELED)
+      return Status::Busy(
+          what + " in " + prefix_ +
+          ": another client changed the object since this one last wrote it, so this mount no "
+          "longer owns the store (another node took it over); unmount here and remount");
+    if (e == ESHUTDOWN)  // what librados returns to a blocklisted client
+      return Status::Busy(what + " in " + prefix_ +
+                          ": this client was fenced (blocklisted) because another node took the store over; "
+                          "unmount here and remount");
+    if (e == ENOSPC || e == EDQUOT)
+      return Status::NoSpace(what + " in " + prefix_ + ": the Ceph pool is full (" + std::strerror(e) +
+                             "); free space in the pool or raise its quota");
+    if (e == ETIMEDOUT)
+      return Status::IOError(what + " in " + prefix_ +
+                             ": the Ceph cluster did not answer in time (is it up? ceph -s)");
+    if (e == ENOENT) return Status::NotFound(what + " in " + prefix_ + ": no such object");
+    return Status::FromErrno(e, what + " in " + prefix_);
+  }
+
+  Status CheckLock(const std::string& what) const {
+    if (lock_lost_.load())
+      return Status::Busy(what + " in " + prefix_ +
+                          ": this mount lost the store's lock (its lease was not renewed in time, or another "
+                          "node took the store over); unmount here and remount");
+    return Status::Ok();
+  }
+
+  Result<std::unique_ptr<File>> OpenFile(const std::string& path, OpenMode mode) override {
+    LMC_ASSIGN_OR_RETURN(std::string oid, Oid(path));
+    if (mode == OpenMode::kCreate) {
+      LMC_RETURN_IF_ERROR(CheckLock("creating " + oid));
+      librados::ObjectWriteOperation op;
+      op.create(true);
+      librados::bufferlist tag;
+      tag.append(Tag(0));
+      op.setxattr(kEndAttr, tag);
+      if (int r = io_.operate(oid, &op); r < 0) {
+        if (r == -EEXIST) return Status::FromErrno(EEXIST, "creating " + oid + " in " + prefix_);
+        return Error(r, "creating " + oid);
+      }
+      return std::unique_ptr<File>(new RadosFile(this, oid, 0, true));
+    }
+    for (int attempt = 0;; ++attempt) {
+      uint64_t size = 0;
+      time_t mtime = 0;
+      if (int r = io_.stat(oid, &size, &mtime); r < 0) return Error(r, "opening " + oid);
+      if (mode == OpenMode::kRead) return std::unique_ptr<File>(new RadosFile(this, oid, size, false));
+      // Claim the object: from now on only this client's appends land in
+      // it (an append by its previous writer finds the end tag changed).
+      LMC_RETURN_IF_ERROR(CheckLock("opening " + oid));
+      librados::bufferlist old;
+      const int gr = io_.getxattr(oid, kEndAttr, old);
+      librados::ObjectWriteOperation op;
+      if (gr >= 0) op.cmpxattr(kEndAttr, LIBRADOS_CMPXATTR_OP_EQ, old);
+      op.assert_exists();
+      librados::bufferlist tag;
+      tag.append(Tag(size));
+      op.setxattr(kEndAttr, tag);
+      int r = io_.operate(oid, &op);
+      if (r == -ECANCELED && attempt < 3) continue;  // it changed between stat and claim
+      if (r < 0) return Error(r, "opening " + oid);
+      // Sizes are checked again under the claim: a write between stat and
+      // claim would have changed the tag.
+      uint64_t now = 0;
+      if (int r2 = io_.stat(oid, &now, &mtime); r2 < 0) return Error(r2, "opening " + oid);
+      if (now != size) {
+        if (attempt < 3) continue;
+        return Status::Busy("opening " + oid + " in " + prefix_ + ": another client keeps writing it");
+      }
+      return std::unique_ptr<File>(new RadosFile(this, oid, size, true));
+    }
+  }
+
+  Status CreateDir(const std::string&) override { return Status::Ok(); }
+  // Creations and removals are durable when RADOS acknowledges them.
+  Status SyncDir(const std::string&) override { return Status::Ok(); }
+
+  Result<std::vector<std::string>> ListDir(const std::string& path) override {
+    LMC_ASSIGN_OR_RETURN(std::string rel, Oid(path));
+    const std::string prefix = rel.empty() ? "" : rel + "/";
+    std::set<std::string> names;
+    try {
+      for (auto it = io_.nobjects_begin(); it != io_.nobjects_end(); ++it) {
+        const std::string& oid = it->get_oid();
+        if (oid.compare(0, prefix.size(), prefix) != 0) continue;
+        const std::string rest = oid.substr(prefix.size());
+        names.insert(rest.substr(0, rest.find('/')));
+      }
+    } catch (const std::exception& e) {
+      return Status::IOError("listing " + path + ": " + e.what());
+    }
+    return std::vector<std::string>(names.begin(), names.end());
+  }
+
+  bool FileExists(const std::string& path) override {
+    auto oid = Oid(path);
+    if (!oid.ok()) return false;
+    if (oid->empty()) return true;
+    uint64_t size = 0;
+    time_t mtime = 0;
+    return io_.stat(*oid, &size, &mtime) == 0;
+  }
+
+  Status DeleteFile(const std::string& path) override {
+    LMC_ASSIGN_OR_RETURN(std::string oid, Oid(path));
+    LMC_RETURN_IF_ERROR(CheckLock("deleting " + oid));
+    if (int r = io_.remove(oid); r < 0) return Error(r, "deleting " + oid);
+    return Status::Ok();
+  }
+
+  // RADOS has no rename: the target is replaced whole (write_full is
+  // atomic: a reader sees the old or the new contents), then the source
+  // is removed. Used only for small files (WriteFileAtomic).
+  Status RenameFile(const std::string& from, const std::string& to) override {
+    LMC_ASSIGN_OR_RETURN(std::string src, Oid(from));
+    LMC_ASSIGN_OR_RETURN(std::string dst, Oid(to));
+    LMC_RETURN_IF_ERROR(CheckLock("renaming " + src));
+    uint64_t size = 0;
+    time_t mtime = 0;
+    if (int r = io_.stat(src, &size, &mtime); r < 0) return Error(r, "renaming " + src);
+    librados::bufferlist bl;
+    if (size > 0) {
+      if (int r = io_.read(src, bl, size, 0); r < 0) return Error(r, "renaming " + src);
+    }
+    librados::ObjectWriteOperation op;
+    op.write_full(bl);
+    librados::bufferlist tag;
+    tag.append(Tag(bl.length()));
+    op.setxattr(kEndAttr, tag);
+    if (int r = io_.operate(dst, &op); r < 0) return Error(r, "renaming " + src + " to " + dst);
+    if (int r = io_.remove(src); r < 0) return Error(r, "renaming " + src + " (removing it)");
+    return Status::Ok();
+  }
+
+  Result<std::unique_ptr<FileLock>> LockFile(const std::string& path) override;
+
+  Result<uint64_t> DiskBytes(const std::string& dir) override {
+    LMC_ASSIGN_OR_RETURN(std::string rel, Oid(dir));
+    const std::string prefix = rel.empty() ? "" : rel + "/";
+    uint64_t total = 0;
+    try {
+      for (auto it = io_.nobjects_begin(); it != io_.nobjects_end(); ++it) {
+        const std::string& oid = it->get_oid();
+        if (oid.compare(0, prefix.size(), prefix) != 0) continue;
+        uint64_t size = 0;
+        time_t mtime = 0;
+        if (io_.stat(oid, &size, &mtime) == 0) total += size;
+      }
+    } catch (const std::exception& e) {
+      return Status::IOError("listing " + dir + ": " + e.what());
+    }
+    return total;
+  }
+
+  Status ClusterSpace(uint64_t* total, uint64_t* avail) override {
+    librados::cluster_stat_t st;
+    if (int r = cluster_.cluster_stat(st); r < 0) return Error(r, "reading the cluster's space");
+    *total = st.kb * 1024;
+    *avail = st.kb_avail * 1024;
+    return Status::Ok();
+  }
+
+  std::string ClientAddress() const override { return cluster_.get_addrs(); }
+  bool LockHeld() const override { return lock_held_.load() && !lock_lost_.load(); }
+
+  librados::Rados& cluster() { return cluster_; }
+  const RadosOptions& opts() const { return opts_; }
+  const std::string& prefix() const { return prefix_; }
+  std::atomic<bool> lock_lost_{false}, lock_held_{false};
+
+ private:
+  std::string prefix_;
+  RadosOptions opts_;
+  RadosSpec spec_;
+  librados::Rados cluster_;
+  librados::IoCtx io_;
+  std::string cookie_;
+};
+
+Result<size_t> RadosFile::ReadAt(uint64_t off, size_t n, uint8_t* dst) const {
+  size_t done = 0;
+  while (done < n) {
+    const size_t want = std::min(n - done, kMaxWriteOp);
+    librados::bufferlist bl;
+    const int r = env_->io().read(oid_, bl, want, off + done);
+    if (r < 0) return env_->Error(r, "reading " + oid_);
+    bl.begin().copy(static_cast<unsigned>(r), reinterpret_cast<char*>(dst + done));
+    done += static_cast<size_t>(r);
+    if (static_cast<size_t>(r) < want) break;
+  }
+  return done;
+}
+
+Status RadosFile::GuardedWrite(librados::bufferlist& bl) {
+  librados::ObjectWriteOperation op;
+  librados::bufferlist expect, tag;
+  expect.append(env_->Tag(size_));
+  tag.append(env_->Tag(size_ + bl.length()));
+  op.cmpxattr(kEndAttr, LIBRADOS_CMPXATTR_OP_EQ, expect);
+  op.write(size_, bl);
+  op.setxattr(kEndAttr, tag);
+  if (int r = env_->io().operate(oid_, &op); r < 0) return env_->Error(r, "appending to " + oid_);
+  size_ += bl.length();
+  return Status::Ok();
+}
+
+Status RadosFile::AppendV(std::span<const std::span<const uint8_t>> pieces) {
+  if (!writable_) return Status::InvalidArgument(oid_ + " is open read-only");
+  LMC_RETURN_IF_ERROR(env_->CheckLock("appending to " + oid_));
+  librados::bufferlist bl;
+  for (const auto& p : pieces) {
+    size_t off = 0;
+    while (off < p.size()) {
+      const size_t n = std::min(p.size() - off, kMaxWriteOp - bl.length());
+      bl.append(reinterpret_cast<const char*>(p.data() + off), static_cast<unsigned>(n));
+      off += n;
+      if (bl.length() == kMaxWriteOp) {
+        LMC_RETURN_IF_ERROR(GuardedWrite(bl));
+        bl.clear();
+      }
+    }
+  }
+  if (bl.length() > 0) LMC_RETURN_IF_ERROR(GuardedWrite(bl));
+  return Status::Ok();
+}
+
+// A write is durable on every replica when RADOS acknowledges it.
+Status RadosFile::Sync() { return env_->CheckLock("syncing " + oid_); }
+
+Status RadosFile::Truncate(uint64_t size) {
+  if (!writable_) return Status::InvalidArgument(oid_ + " is open read-only");
+  LMC_RETURN_IF_ERROR(env_->CheckLock("truncating " + oid_));
+  librados::ObjectWriteOperation op;
+  librados::bufferlist expect, tag;
+  expect.append(env_->Tag(size_));
+  tag.append(env_->Tag(size));
+  op.cmpxattr(kEndAttr, LIBRADOS_CMPXATTR_OP_EQ, expect);
+  op.truncate(size);
+  op.setxattr(kEndAttr, tag);
+  if (int r = env_->io().operate(oid_, &op); r < 0) return env_->Error(r, "truncating " + oid_);
+  size_ = size;
+  return Status::Ok();
+}
+
+// The store's exclusive lock: a RADOS lock with a lease, renewed by a
+// thread; the holder's description (host, pid, address) is the content of
+// the lock object, for the message a refused opener prints.
+class RadosLock final : public FileLock {
+ public:
+  RadosLock(RadosEnvImpl* env, std::string oid) : env_(env), oid_(std::move(oid)) {}
+  ~RadosLock() override {
+    {
+      std::lock_guard l(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    if (renew_.joinable()) renew_.join();
+    if (!env_->lock_lost_.load()) env_->io().unlock(oid_, kLockName, env_->cookie());
+    env_->lock_held_ = false;
+  }
+
+  Status Acquire() {
+    const RadosOptions& o = env_->opts();
+    const std::string desc = Hostname() + " pid " + std::to_string(getpid()) + " " + env_->ClientAddress();
+    std::list<librados::locker_t> previous;
+    int r = Try(desc);
+    if (r == -EBUSY || r == -EEXIST) {
+      std::string holder = Holder(&previous);
+      if (o.takeover == Takeover::kNo)
+        return Status::Busy("store " + env_->prefix() + " is held by " + holder +
+                            ": it is mounted on another node. Unmount it there; if that node is dead, mount "
+                            "with -o takeover (waits out its lease of " +
+                            std::to_string(o.lease_seconds) + " s, then fences it)");
+      if (o.takeover == Takeover::kForce) {
+        LMC_RETURN_IF_ERROR(Fence(previous));
+        for (const auto& l : previous) env_->io().break_lock(oid_, kLockName, l.client, l.cookie);
+        r = Try(desc);
+      } else {
+        spdlog::warn("store {}: held by {}; waiting up to {} s for its lease to lapse", env_->prefix(),
+                     holder, o.lease_seconds + 2);
+        const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(o.lease_seconds + 2);
+        while ((r == -EBUSY || r == -EEXIST) && std::chrono::steady_clock::now() < until) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(250));
+          r = Try(desc);
+        }
+        if (r == -EBUSY || r == -EEXIST)
+          return Status::Busy("store " + env_->prefix() + " is held by " + holder +
+                              ", which renewed its lease for " + std::to_string(o.lease_seconds + 2) +
+                              " s: it is alive. Unmount it there, or fence it with -o takeover=force");
+        if (r == 0) {
+          Status f = Fence(previous);
+          if (!f.ok()) {
+            env_->io().unlock(oid_, kLockName, env_->cookie());
+            return f;
+          }
+        }
+      }
+    }
+    if (r < 0) return env_->Error(r, "locking the store");
+    env_->lock_held_ = true;
+    env_->lock_lost_ = false;
+    librados::bufferlist bl;
+    bl.append(desc);
+    env_->io().write_full(oid_, bl);
+    renew_ = std::thread([this] { Renew(); });
+    return Status::Ok();
+  }
+
+ private:
+  int Try(const std::string& desc) {
+    timeval dur{static_cast<time_t>(env_->opts().lease_seconds), 0};
+    return env_->io().lock_exclusive(oid_, kLockName, env_->cookie(), desc, &dur, 0);
+  }
+
+  std::string Holder(std::list<librados::locker_t>* lockers) {
+    int exclusive = 0;
+    std::string tag;
+    env_->io().list_lockers(oid_, kLockName, &exclusive, &tag, lockers);
+    librados::bufferlist bl;
+    std::string desc;
+    if (env_->io().read(oid_, bl, 4096, 0) > 0) desc = bl.to_str();
+    std::string who = desc.empty() ? "another client" : desc;
+    for (const auto& l : *lockers) who += " [" + l.client + " at " + l.address + "]";
+    return who;
+  }
+
+  // Puts the previous holders on the cluster's blocklist, so that nothing
+  // they still send is applied, and waits for the new map.
+  Status Fence(const std::list<librados::locker_t>& holders) {
+    for (const auto& l : holders) {
+      const int r = env_->cluster().blocklist_add(l.address, env_->opts().blocklist_seconds);
+      if (r < 0) return env_->Error(r, "fencing the previous holder " + l.client + " at " + l.address);
+      spdlog::warn("store {}: fenced the previous holder {} at {} (blocklisted for {} s)", env_->prefix(),
+                   l.client, l.address, env_->opts().blocklist_seconds);
+    }
+    if (!holders.empty()) env_->cluster().wait_for_latest_osdmap();
+    return Status::Ok();
+  }
+
+  void Renew() {
+    const auto every =
+        std::chrono::milliseconds(std::max<uint32_t>(1, env_->opts().lease_seconds) * 1000 / 3);
+    std::unique_lock l(mu_);
+    while (!cv_.wait_for(l, every, [&] { return stop_; })) {
+      timeval dur{static_cast<time_t>(env_->opts().lease_seconds), 0};
+      const int r =
+          env_->io().lock_exclusive(oid_, kLockName, env_->cookie(), "", &dur, LIBRADOS_LOCK_FLAG_MUST_RENEW);
+      if (r < 0) {
+        env_->lock_lost_ = true;
+        spdlog::error("store {}: lost the store's lock ({}): every later write fails; unmount and remount",
+                      env_->prefix(), std::strerror(-r));
+        return;
+      }
+    }
+  }
+
+  RadosEnvImpl* env_;
+  std::string oid_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::thread renew_;
+};
+
+Result<std::unique_ptr<FileLock>> RadosEnvImpl::LockFile(const std::string& path) {
+  LMC_ASSIGN_OR_RETURN(std::string oid, Oid(path));
+  auto lock = std::make_unique<RadosLock>(this, oid);
+  LMC_RETURN_IF_ERROR(lock->Acquire());
+  return std::unique_ptr<FileLock>(std::move(lock));
+}
+
+}  // namespace
+
+Result<std::unique_ptr<RadosEnv>> RadosEnv::Open(const std::string& store, const RadosOptions& options) {
+  LMC_ASSIGN_OR_RETURN(RadosSpec spec, ParseRadosSpec(store));
+  auto env = std::make_unique<RadosEnvImpl>("rados:" + spec.pool + "/" + spec.name, options);
+  LMC_RETURN_IF_ERROR(env->Connect(spec));
+  return std::unique_ptr<RadosEnv>(std::move(env));
+}
+
+#endif  // LMC_HAVE_RADOS
+
+}  // namespace lmc::store

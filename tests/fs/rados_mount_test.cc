@@ -1,0 +1,134 @@
+// A store in Ceph RADOS through real mounts (suite RadosMount, label ceph:
+// the single-host cluster of scripts/ceph-dev.sh; skips without one).
+// Node A mounts rados:lmcfs/NAME and PyTorch saves checkpoints into it with
+// fsync; node A's daemon is killed (kill -9, as a node dies); node B (its
+// own local index directory) is refused while A's lease lives, then takes
+// the store over with -o takeover: every fsync'd file reads back
+// byte-identical there, lmcfs-fsck finds the store clean, and lmcfs-stat
+// reads it by its name.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <random>
+#include <string>
+
+#include "lmc/store/rados.h"
+#include "mount_util.h"
+
+namespace {
+
+using lmc::testing::IsLmcfsMounted;
+using lmc::testing::Shell;
+using lmc::testing::StartMount;
+using lmc::testing::StopMount;
+
+constexpr char kSaveScript[] = R"(
+import os, sys, torch
+torch.manual_seed(3)
+m = torch.nn.Sequential(torch.nn.Linear(512, 1024), torch.nn.GELU(), torch.nn.Linear(1024, 512))
+opt = torch.optim.AdamW(m.parameters(), lr=1e-4)
+for step in (10, 20, 30):
+    loss = m(torch.randn(32, 512)).pow(2).mean()
+    opt.zero_grad(); loss.backward(); opt.step()
+    for d in sys.argv[1:]:
+        p = f'{d}/ckpt_{step}.pt'
+        with open(p, 'wb') as f:
+            torch.save({'model': m.state_dict(), 'optim': opt.state_dict(), 'step': step}, f)
+            f.flush(); os.fsync(f.fileno())
+)";
+
+class RadosMount : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const char* conf = std::getenv("CEPH_CONF");
+    if (!conf || !std::filesystem::exists(conf))
+      GTEST_SKIP() << "no Ceph cluster: CEPH_CONF is unset or names no file (scripts/ceph-dev.sh start)";
+    if (access("/dev/fuse", R_OK | W_OK) != 0) GTEST_SKIP() << "/dev/fuse is not available";
+    if (Shell("python3 -c 'import torch' 2>/dev/null") != 0) GTEST_SKIP() << "python3 with torch is missing";
+    std::string tmpl = "/tmp/lmcfs_RadosMount_XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
+    root_ = tmpl;
+    ns_ = "mnt-" + std::to_string(getpid()) + "-" + std::to_string(std::random_device{}() % 100000);
+    store_ = "rados:lmcfs/" + ns_;
+    for (const char* d : {"a", "b", "plain", "mnt_a", "mnt_b"})
+      std::filesystem::create_directories(root_ + "/" + d);
+  }
+  void TearDown() override {
+    if (root_.empty()) return;
+    for (auto& [mnt, pid] : {std::pair{root_ + "/mnt_a", pid_a_}, std::pair{root_ + "/mnt_b", pid_b_}}) {
+      if (pid > 0) {
+        Shell("fusermount3 -u -z " + mnt + " 2>/dev/null");
+        kill(pid, SIGKILL);
+        waitpid(pid, nullptr, 0);
+      }
+    }
+    if (HasFailure()) Shell("tail -25 " + root_ + "/log_a " + root_ + "/log_b >&2");
+    Shell("rados -p lmcfs -N " + ns_ + " ls 2>/dev/null | while read -r o; do rados -p lmcfs -N " + ns_ +
+          " rm \"$o\"; done");
+    std::error_code ec;
+    std::filesystem::remove_all(root_, ec);
+    std::filesystem::remove_all(lmc::store::LocalDirOf(store_), ec);  // the tools' local index
+  }
+  std::string Options(const std::string& node, const std::string& extra = "") const {
+    std::string o =
+        "log_file=" + root_ + "/log_" + node + ",log_level=info,lease=4,local_dir=" + root_ + "/" + node;
+    return extra.empty() ? o : o + "," + extra;
+  }
+
+  std::string root_, ns_, store_;
+  pid_t pid_a_ = -1, pid_b_ = -1;
+};
+
+TEST_F(RadosMount, NodeKilledMidSeriesAnotherTakesOverByteIdentical) {
+  const std::string mnt_a = root_ + "/mnt_a", mnt_b = root_ + "/mnt_b", plain = root_ + "/plain";
+  pid_a_ = StartMount(LMC_MOUNT_BIN, store_, mnt_a, Options("a"));
+  ASSERT_GT(pid_a_, 0);
+  const std::string script = root_ + "/save.py";
+  {
+    FILE* f = std::fopen(script.c_str(), "w");
+    ASSERT_TRUE(f);
+    std::fputs(kSaveScript, f);
+    std::fclose(f);
+  }
+  ASSERT_EQ(Shell("python3 " + script + " " + mnt_a + " " + plain), 0);
+  ASSERT_EQ(Shell("head -c 3000000 /dev/urandom > " + plain + "/random.bin && cp " + plain + "/random.bin " +
+                  mnt_a + "/ && sync " + mnt_a + "/random.bin"),
+            0);
+  // Node A dies: its daemon is killed, nothing is flushed or unlocked.
+  kill(pid_a_, SIGKILL);
+  waitpid(pid_a_, nullptr, 0);
+  pid_a_ = -1;
+  Shell("fusermount3 -u -z " + mnt_a + " 2>/dev/null");
+
+  // Without takeover node B is refused, naming the holder.
+  const std::string refused = root_ + "/refused.txt";
+  EXPECT_NE(Shell(std::string(LMC_MOUNT_BIN) + " " + store_ + " " + mnt_b + " -o " + Options("b") + " 2>" +
+                  refused),
+            0);
+  EXPECT_EQ(Shell("grep -q 'held by' " + refused), 0) << "the refusal names the holder";
+  EXPECT_EQ(Shell("grep -q takeover " + refused), 0) << "the refusal says what to do";
+
+  const auto t0 = std::chrono::steady_clock::now();
+  pid_b_ = StartMount(LMC_MOUNT_BIN, store_, mnt_b, Options("b", "takeover"));
+  ASSERT_GT(pid_b_, 0);
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("takeover: %.2f s (lease 4 s)\n", took);
+  for (const char* f : {"ckpt_10.pt", "ckpt_20.pt", "ckpt_30.pt", "random.bin"})
+    EXPECT_EQ(Shell("cmp " + plain + "/" + f + " " + mnt_b + "/" + f), 0) << f << " after the takeover";
+  // The checkpoint loads with torch on the new node.
+  EXPECT_EQ(Shell("python3 -c \"import torch; assert torch.load('" + mnt_b + "/ckpt_30.pt')['step'] == 30\""),
+            0);
+  EXPECT_EQ(Shell("grep -q 'fenced the previous holder' " + root_ + "/log_b"), 0) << "node A was fenced";
+  StopMount(mnt_b, pid_b_);
+  pid_b_ = -1;
+  const std::string tools = LMC_TOOLS_BIN_DIR;
+  EXPECT_EQ(Shell(tools + "/lmcfs-fsck " + store_), 0);
+  EXPECT_EQ(Shell(tools + "/lmcfs-stat " + store_ + " > " + root_ + "/stat.txt"), 0);
+}
+
+}  // namespace

@@ -1,0 +1,296 @@
+// Journaled stores, on a POSIX directory (everywhere) and in RADOS (with a
+// cluster): the index journal is the truth, any node rebuilds its local
+// index from it (snapshot + records), torn tails are cut, crashes at every
+// step of a commit lose nothing acknowledged, and a RADOS store has one
+// fenced writer.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <thread>
+
+#include "fault_env.h"
+#include "format.h"
+#include "store_backend.h"
+
+namespace lmc::store::testing {
+namespace {
+
+using Model = std::map<uint64_t, std::vector<uint8_t>>;
+
+void WriteRound(Store& s, Model& m, int round, int files = 5) {
+  Batch b;
+  for (uint64_t i = 1; i <= static_cast<uint64_t>(files); ++i) {
+    auto it = m.find(i);
+    if (it != m.end()) b.Unref(KeyOf(it->second));
+    auto d = RandomBytes(3000 + 17 * i, 1000 * round + i);
+    AddFileChunk(b, i, d);
+    m[i] = d;
+  }
+  ASSERT_TRUE(s.Commit(b).ok());
+}
+
+void ExpectModel(Store& s, const Model& m, const std::string& where) {
+  for (const auto& [ino, data] : m) {
+    auto v = s.Get(Cf::kExtents, ExtentKey(ino, 0));
+    ASSERT_TRUE(v.ok()) << where << " inode " << ino << ": " << v.status().ToString();
+    auto e = DecodeExtent(*v);
+    ASSERT_TRUE(e.has_value());
+    auto r = ReadAll(s, e->chunk);
+    ASSERT_TRUE(r.ok()) << where << ": " << r.status().ToString();
+    EXPECT_EQ(*r, data) << where << " inode " << ino;
+  }
+  auto f = s.Fsck({});
+  ASSERT_TRUE(f.ok()) << where;
+  EXPECT_EQ(f->errors(), 0u) << where << ": " << (f->Messages().empty() ? "" : f->Messages()[0]);
+}
+
+class JournalTest : public ::testing::TestWithParam<Backend> {};
+
+// Node 0 writes; node 1 (no local index) and node 0 again see the same
+// store, byte for byte.
+TEST_P(JournalTest, AnyNodeRebuildsTheIndexFromTheJournal) {
+  LMC_SKIP_WITHOUT_CLUSTER(GetParam());
+  TestStore t(GetParam());
+  Model m;
+  {
+    auto o = t.Options();
+    o.journal_snapshot_bytes = uint64_t{1} << 40;  // no snapshot: records only
+    auto s = OpenOrDie(t.spec(), o);
+    ASSERT_TRUE(s);
+    for (int r = 0; r < 4; ++r) WriteRound(*s, m, r);
+  }
+  {
+    auto s = OpenOrDie(t.spec(), t.Options(nullptr, 1));
+    ASSERT_TRUE(s);
+    ExpectModel(*s, m, "node 1 from the records");
+    WriteRound(*s, m, 10);
+  }
+  {
+    auto s = OpenOrDie(t.spec(), t.Options(nullptr, 0));  // behind by node 1's commit
+    ASSERT_TRUE(s);
+    ExpectModel(*s, m, "node 0 caught up");
+  }
+}
+
+// A snapshot at close bounds replay: the segments before it go, and a new
+// node loads the snapshot and the records after it.
+TEST_P(JournalTest, SnapshotsBoundReplayAndTrimTheJournal) {
+  LMC_SKIP_WITHOUT_CLUSTER(GetParam());
+  TestStore t(GetParam());
+  Model m;
+  for (int session = 0; session < 3; ++session) {
+    auto o = t.Options(nullptr, session);
+    o.journal_snapshot_bytes = 1;  // a snapshot at every close
+    auto s = OpenOrDie(t.spec(), o);
+    ASSERT_TRUE(s);
+    ExpectModel(*s, m, "session " + std::to_string(session));
+    for (int r = 0; r < 3; ++r) WriteRound(*s, m, 100 * session + r);
+  }
+  Env* env = t.BaseEnv();
+  auto names = env->ListDir(t.spec() + "/journal");
+  ASSERT_TRUE(names.ok());
+  int segs = 0, parts = 0;
+  for (auto& n : *names) {
+    segs += n.rfind("seg-", 0) == 0;
+    parts += n.rfind("snap-", 0) == 0;
+  }
+  EXPECT_EQ(segs, 1) << "segments before the last snapshot are deleted";
+  EXPECT_GE(parts, 1);
+  auto o = t.Options(nullptr, 7);
+  auto s = OpenOrDie(t.spec(), o);
+  ASSERT_TRUE(s);
+  ExpectModel(*s, m, "a new node from the snapshot");
+}
+
+// A record whose write never completed (torn) is cut off at open; a
+// damaged record before the end is Corruption, never silently skipped.
+TEST_P(JournalTest, TornTailIsCutDamageInsideIsCorruption) {
+  LMC_SKIP_WITHOUT_CLUSTER(GetParam());
+  TestStore t(GetParam());
+  Model m;
+  {
+    auto o = t.Options();
+    o.journal_snapshot_bytes = uint64_t{1} << 40;
+    auto s = OpenOrDie(t.spec(), o);
+    ASSERT_TRUE(s);
+    for (int r = 0; r < 3; ++r) WriteRound(*s, m, r);
+  }
+  Env* env = t.BaseEnv();
+  auto names = env->ListDir(t.spec() + "/journal");
+  ASSERT_TRUE(names.ok());
+  std::string seg;
+  for (auto& n : *names)
+    if (n.rfind("seg-", 0) == 0) seg = t.spec() + "/journal/" + n;
+  ASSERT_FALSE(seg.empty());
+  {
+    auto f = env->OpenFile(seg, Env::OpenMode::kReadWrite);
+    ASSERT_TRUE(f.ok()) << f.status().ToString();
+    const uint8_t torn[] = {'L', 'M', 'J', 'R', 200, 0, 0, 0, 9};
+    ASSERT_TRUE((*f)->Append(torn, sizeof torn).ok());
+  }
+  {
+    auto s = OpenOrDie(t.spec(), t.Options(nullptr, 1));
+    ASSERT_TRUE(s);
+    ExpectModel(*s, m, "after a torn tail");
+    WriteRound(*s, m, 50);
+  }
+  // Damage the first record's data: the records after it cannot be
+  // trusted, so a node without a local index refuses to open.
+  {
+    auto f = env->OpenFile(seg, Env::OpenMode::kReadWrite);
+    ASSERT_TRUE(f.ok());
+    const uint64_t size = (*f)->Size();
+    std::vector<uint8_t> all(size);
+    ASSERT_TRUE((*f)->ReadAt(0, size, all.data()).ok());
+    all[30] ^= 0x40;
+    ASSERT_TRUE((*f)->Truncate(0).ok());
+    ASSERT_TRUE((*f)->Append(all.data(), all.size()).ok());
+  }
+  auto s = Store::Open(t.spec(), t.Options(nullptr, 2));
+  ASSERT_FALSE(s.ok());
+  EXPECT_TRUE(s.status().IsCorruption()) << s.status().ToString();
+}
+
+// Crash at every step of a commit (pack and journal writes alike), then a
+// node without the local index and the node with it both open a clean
+// store with every acknowledged file.
+TEST_P(JournalTest, CrashAtEveryStepOfCommit) {
+  LMC_SKIP_WITHOUT_CLUSTER(GetParam());
+  int steps = 0;
+  for (int64_t k = 0;; ++k) {
+    TestStore t(GetParam());
+    FaultEnv env(t.BaseEnv());
+    Model acked, maybe;
+    bool finished = false;
+    {
+      auto o = t.Options(&env);
+      o.pack_size_limit = 6000;
+      o.journal_snapshot_bytes = 1;  // the close writes a snapshot too
+      auto s = OpenOrDie(t.spec(), o);
+      ASSERT_TRUE(s);
+      WriteRound(*s, acked, 0, 3);
+      env.CrashAfter(k);
+      for (int round = 1; round < 4; ++round) {
+        Batch b;
+        Model next = acked;
+        for (uint64_t i = 1; i <= 4; ++i) {
+          auto it = next.find(i);
+          if (it != next.end()) b.Unref(KeyOf(it->second));
+          next[i] = RandomBytes(1200 + i * 10, 100 * round + i);
+          AddFileChunk(b, i, next[i]);
+        }
+        if (!s->Commit(b).ok()) {
+          for (auto& [ino, d] : next) maybe[ino] = d;
+          break;
+        }
+        acked = next;
+      }
+      finished = !env.crashed();
+    }
+    env.DropUnsynced();
+    env.Heal();
+    const std::string where = "crash after " + std::to_string(k) + " ops";
+    for (int node : {1, 0}) {
+      auto s = Store::Open(t.spec(), t.Options(&env, node));
+      ASSERT_TRUE(s.ok()) << where << " node " << node << ": " << s.status().ToString();
+      auto f = (*s)->Fsck({});
+      ASSERT_TRUE(f.ok());
+      EXPECT_EQ(f->errors(), 0u) << where << ": " << (f->Messages().empty() ? "" : f->Messages()[0]);
+      ExpectFiles(**s, acked, maybe, where + " node " + std::to_string(node));
+    }
+    if (::testing::Test::HasFailure()) return;
+    ++steps;
+    if (finished) break;
+  }
+  EXPECT_GT(steps, 10);
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, JournalTest, ::testing::Values(Backend::kJournaled, Backend::kRados),
+                         [](const auto& info) { return BackendName(info.param); });
+
+// --- RADOS only: one writer, fenced.
+
+class RadosLockTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!RadosUnavailable().empty()) GTEST_SKIP() << RadosUnavailable();
+  }
+};
+
+TEST_F(RadosLockTest, SecondWriterIsRefusedNamingTheHolder) {
+  TestStore t(Backend::kRados);
+  auto a = OpenOrDie(t.spec(), t.Options(nullptr, 0));
+  ASSERT_TRUE(a);
+  auto b = Store::Open(t.spec(), t.Options(nullptr, 1));
+  ASSERT_FALSE(b.ok());
+  EXPECT_TRUE(b.status().code() == Code::kBusy) << b.status().ToString();
+  EXPECT_NE(b.status().message().find("held by"), std::string::npos) << b.status().ToString();
+  EXPECT_NE(b.status().message().find("takeover"), std::string::npos) << b.status().ToString();
+}
+
+// A live holder that keeps renewing: takeover after the lease is refused;
+// takeover=force fences it, and everything it committed reads back on the
+// new node while its later writes fail.
+TEST_F(RadosLockTest, ForcedTakeoverFencesTheHolder) {
+  TestStore t(Backend::kRados);
+  Model m;
+  auto a = OpenOrDie(t.spec(), t.Options(nullptr, 0));
+  ASSERT_TRUE(a);
+  for (int r = 0; r < 3; ++r) WriteRound(*a, m, r);
+
+  auto lease = t.Options(nullptr, 1);
+  lease.rados.takeover = Takeover::kLease;
+  auto refused = Store::Open(t.spec(), lease);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("alive"), std::string::npos) << refused.status().ToString();
+
+  auto force = t.Options(nullptr, 1);
+  force.rados.takeover = Takeover::kForce;
+  auto b = Store::Open(t.spec(), force);
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  ExpectModel(**b, m, "the new holder");
+  // The old holder can no longer change the store.
+  Model stale = m;
+  Batch batch;
+  AddFileChunk(batch, 99, RandomBytes(5000, 99));
+  Status st = a->Commit(batch);
+  EXPECT_FALSE(st.ok()) << "a fenced holder's commit must fail";
+  WriteRound(**b, m, 77);
+  b->reset();
+  a.reset();
+  auto c = OpenOrDie(t.spec(), t.Options(nullptr, 2));
+  ASSERT_TRUE(c);
+  ExpectModel(*c, m, "after the takeover");
+  EXPECT_FALSE(c->Get(Cf::kExtents, ExtentKey(99, 0)).ok()) << "the fenced commit left no trace";
+}
+
+// A holder that stopped renewing (dead): takeover waits out its lease.
+TEST_F(RadosLockTest, TakeoverAfterTheLeaseOfADeadHolder) {
+  TestStore t(Backend::kRados);
+  Model m;
+  {
+    auto a = OpenOrDie(t.spec(), t.Options(nullptr, 0));
+    ASSERT_TRUE(a);
+    WriteRound(*a, m, 1);
+  }
+  // A lock taken by a client that then exits without unlocking (the rados
+  // command), as a node that died would leave it.
+  const std::string ns = t.spec().substr(t.spec().find('/') + 1);
+  const std::string cmd =
+      "rados -p lmcfs -N " + ns +
+      " lock get LOCK lmcfs --lock-cookie deadnode --lock-duration 3 --lock-type exclusive";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  auto refused = Store::Open(t.spec(), t.Options(nullptr, 1));
+  ASSERT_FALSE(refused.ok());
+  EXPECT_TRUE(refused.status().code() == Code::kBusy) << refused.status().ToString();
+  auto o = t.Options(nullptr, 1);
+  o.rados.takeover = Takeover::kLease;
+  const auto t0 = std::chrono::steady_clock::now();
+  auto b = Store::Open(t.spec(), o);
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(20));
+  ExpectModel(**b, m, "after waiting out the lease");
+}
+
+}  // namespace
+}  // namespace lmc::store::testing
