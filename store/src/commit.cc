@@ -416,6 +416,7 @@ uint64_t Store::Impl::PackLimit() const {
 
 Status Store::Impl::EnsureActivePack() {
   if (active) return Status::Ok();
+  if (opts.read_only) return Status::Unsupported("store " + dir + " is open read-only");
   const uint64_t id = next_pack_id++;
   const std::string path = PackPath(id);
   LMC_ASSIGN_OR_RETURN(std::unique_ptr<File> f, env->OpenFile(path, Env::OpenMode::kCreate));

@@ -259,7 +259,8 @@ class FsckRun {
       auto id = fmt::ParsePackFileName(n);
       if (!id) continue;
       const std::string path = s_.pack_dir + "/" + n;
-      LMC_ASSIGN_OR_RETURN(std::unique_ptr<File> f, s_.env->OpenFile(path, Env::OpenMode::kReadWrite));
+      LMC_ASSIGN_OR_RETURN(std::unique_ptr<File> f, s_.env->OpenFile(path, repair_ ? Env::OpenMode::kReadWrite
+                                                                                   : Env::OpenMode::kRead));
       auto m = metas_.find(*id);
       if (m == metas_.end()) {
         if (s_.active && *id == s_.active_id) {  // started, first commit pending

@@ -154,7 +154,7 @@ Status IndexJournal::LoadSnapshot(const PutFn& put) {
 }
 
 Status IndexJournal::Replay(uint64_t after, const std::function<Status(uint64_t, std::string_view)>& apply,
-                            uint64_t* replayed) {
+                            uint64_t* replayed, bool writable) {
   *replayed = 0;
   if (after < snapshot_seq_)
     return Status::InvalidArgument("journal replay from " + std::to_string(after) +
@@ -163,8 +163,14 @@ Status IndexJournal::Replay(uint64_t after, const std::function<Status(uint64_t,
   uint64_t expected = after + 1;
   uint64_t last_seq = 0;  // the journal's last record (0: none seen)
   since_snapshot_ = 0;
+  // A reader goes on from its cursor when it is where it stopped.
+  const bool resume = !writable && !cursor_seg_.empty() && cursor_seq_ == after;
   for (size_t i = 0; i < segs.size(); ++i) {
     const bool last = i + 1 == segs.size();
+    if (resume && segs[i].name < cursor_seg_) {
+      last_seq = std::max(last_seq, after);
+      continue;
+    }
     // A segment whose successor starts at or before `after + 1` holds
     // nothing to apply.
     if (!last && segs[i + 1].first <= after + 1) {
@@ -176,11 +182,22 @@ Status IndexJournal::Replay(uint64_t after, const std::function<Status(uint64_t,
     // writer that lost the store can no longer append to it) and lets a
     // torn tail be cut.
     std::unique_ptr<File> f;
-    LMC_ASSIGN_OR_RETURN(f, env_->OpenFile(path, last ? Env::OpenMode::kReadWrite : Env::OpenMode::kRead));
-    LMC_ASSIGN_OR_RETURN(std::string data, ReadAll(env_, path, f.get()));
+    LMC_ASSIGN_OR_RETURN(
+        f, env_->OpenFile(path, last && writable ? Env::OpenMode::kReadWrite : Env::OpenMode::kRead));
+    const uint64_t base = resume && segs[i].name == cursor_seg_ ? cursor_off_ : 0;
+    std::string data;
+    if (base > 0) {
+      if (f->Size() < base) return Status::Aborted(path + " is shorter than this reader has read: rewritten");
+      data.resize(f->Size() - base);
+      LMC_ASSIGN_OR_RETURN(size_t n, f->ReadAt(base, data.size(), reinterpret_cast<uint8_t*>(data.data())));
+      data.resize(n);
+    } else {
+      LMC_ASSIGN_OR_RETURN(data, ReadAll(env_, path, f.get()));
+    }
     const auto* p = reinterpret_cast<const uint8_t*>(data.data());
     size_t pos = 0;
-    uint64_t prev = segs[i].first - 1;
+    uint64_t prev = base > 0 ? cursor_seq_ : segs[i].first - 1;
+    if (base > 0) last_seq = std::max(last_seq, prev);
     while (pos < data.size()) {
       const size_t left = data.size() - pos;
       bool ok = left >= kRecordHeader && LoadLE32(p + pos) == kRecordMagic &&
@@ -192,6 +209,7 @@ Status IndexJournal::Replay(uint64_t after, const std::function<Status(uint64_t,
         seq = LoadLE64(p + pos + 8);
         ok = LoadLE64(p + pos + 16) == RecordHash(seq, p + pos + kRecordHeader, len);
       }
+      if (!ok && !writable && last) break;  // being written, or torn: not a reader's to judge
       if (!ok) {
         if (!last)
           return Status::Corruption(path + ": journal record damaged at offset " + std::to_string(pos) +
@@ -224,7 +242,10 @@ Status IndexJournal::Replay(uint64_t after, const std::function<Status(uint64_t,
     // A last segment without a record (created by a writer that stopped
     // before its first record landed) goes, so that the next writer can
     // start the segment of the same number.
-    if (last && pos == 0) {
+    cursor_seg_ = segs[i].name;
+    cursor_off_ = base + pos;
+    cursor_seq_ = prev;
+    if (last && pos == 0 && base == 0 && writable) {
       f.reset();
       LMC_RETURN_IF_ERROR(env_->DeleteFile(path));
       LMC_RETURN_IF_ERROR(env_->SyncDir(dir_));
@@ -238,8 +259,13 @@ Status IndexJournal::Replay(uint64_t after, const std::function<Status(uint64_t,
                            " but the journal holds none after the snapshot at " +
                            std::to_string(snapshot_seq_));
   next_seq_ = expected;
+  if (!writable) {
+    cursor_seq_ = expected - 1;
+    return Status::Ok();
+  }
   replayed_ = true;
   seg_.reset();
+  cursor_seg_.clear();
   return Status::Ok();
 }
 

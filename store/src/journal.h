@@ -47,8 +47,15 @@ class IndexJournal {
   // at the very end (a write that never completed, so never acknowledged)
   // is cut off; damage anywhere else is Corruption. Must precede Append.
   // *replayed: bytes of the records applied.
+  // A reader (writable = false; a follower) claims nothing and cuts
+  // nothing: it stops before a torn tail, and a later Replay goes on from
+  // where the last one stopped, reading only what was appended since.
+  // Aborted: `after` is not in the journal (the local index is ahead of
+  // it, or behind its snapshot): rebuild it.
   Status Replay(uint64_t after, const std::function<Status(uint64_t seq, std::string_view data)>& apply,
-                uint64_t* replayed);
+                uint64_t* replayed, bool writable = true);
+  // Reads HEAD again (a reader: the writer may have written a snapshot).
+  Status Reload() { return ReadHead(); }
 
   // The sequence number the next Append gets.
   uint64_t next_seq() const { return next_seq_; }
@@ -87,6 +94,10 @@ class IndexJournal {
   uint64_t since_snapshot_ = 0;
   bool replayed_ = false, broken_ = false;
   std::unique_ptr<File> seg_;  // the segment appended to; nullptr: start one
+  // A reader's position: the segment it read last and where its next
+  // record starts (after the record numbered cursor_seq_).
+  std::string cursor_seg_;
+  uint64_t cursor_off_ = 0, cursor_seq_ = 0;
 };
 
 }  // namespace lmc::store

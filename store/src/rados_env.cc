@@ -50,6 +50,36 @@ Result<RadosSpec> ParseRadosSpec(std::string_view store) {
   return RadosSpec{std::string(rest.substr(0, slash)), std::string(rest.substr(slash + 1))};
 }
 
+Result<std::pair<std::string, std::vector<std::string>>> ParseRadosUnion(std::string_view spec) {
+  if (!IsRadosSpec(spec))
+    return Status::InvalidArgument(std::string(spec) + " is not a rados:POOL/NAME,... union");
+  std::string_view rest = spec.substr(kPrefix.size());
+  const size_t slash = rest.find('/');
+  if (slash == std::string_view::npos || !ValidName(rest.substr(0, slash)))
+    return Status::InvalidArgument("bad RADOS union '" + std::string(spec) +
+                                   "': write rados:POOL/NAME1,NAME2,...");
+  std::vector<std::string> names;
+  std::string_view list = rest.substr(slash + 1);
+  size_t pos = 0;
+  while (pos <= list.size()) {
+    size_t comma = list.find(',', pos);
+    if (comma == std::string_view::npos) comma = list.size();
+    const std::string_view n = list.substr(pos, comma - pos);
+    if (!ValidName(n))
+      return Status::InvalidArgument("bad store name '" + std::string(n) + "' in RADOS union '" +
+                                     std::string(spec) + "' (letters, digits, '.', '_' and '-')");
+    for (const auto& m : names)
+      if (m == n)
+        return Status::InvalidArgument("store " + m + " is named twice in '" + std::string(spec) + "'");
+    names.emplace_back(n);
+    pos = comma + 1;
+  }
+  if (names.size() < 2) return Status::InvalidArgument(std::string(spec) + " names one store, not a union");
+  if (names.size() > 255)
+    return Status::InvalidArgument(std::string(spec) + ": a union has at most 255 stores");
+  return std::make_pair(std::string(rest.substr(0, slash)), std::move(names));
+}
+
 std::string DefaultLocalDir(const RadosSpec& spec) {
   std::string base;
   if (geteuid() == 0) {
@@ -66,7 +96,7 @@ std::string DefaultLocalDir(const RadosSpec& spec) {
 
 std::string LocalDirOf(const std::string& store) {
   if (!IsRadosSpec(store)) return store;
-  auto spec = ParseRadosSpec(store);
+  auto spec = ParseRadosSpec(store.substr(0, store.find(',')));
   return spec.ok() ? DefaultLocalDir(*spec) : store;
 }
 
@@ -206,6 +236,8 @@ class RadosEnvImpl final : public RadosEnv {
   }
 
   Status CheckLock(const std::string& what) const {
+    if (opts_.read_only)
+      return Status::Unsupported(what + " in " + prefix_ + ": the store is open read-only (a follower)");
     if (lock_lost_.load())
       return Status::Busy(what + " in " + prefix_ +
                           ": this mount lost the store's lock (its lease was not renewed in time, or another "
@@ -321,6 +353,15 @@ class RadosEnvImpl final : public RadosEnv {
   }
 
   Result<std::unique_ptr<FileLock>> LockFile(const std::string& path) override;
+  Result<std::unique_ptr<FileLock>> Watch(const std::string& path, std::function<void()> fn) override;
+  void Notify(const std::string& path) override {
+    auto oid = Oid(path);
+    if (!oid.ok()) return;
+    librados::AioCompletion* c = librados::Rados::aio_create_completion();
+    librados::bufferlist bl;
+    if (io_.aio_notify(*oid, c, bl, 2000, nullptr) < 0) spdlog::debug("notify of {} failed", *oid);
+    c->release();  // freed when the notify completes
+  }
 
   Result<uint64_t> DiskBytes(const std::string& dir) override {
     LMC_ASSIGN_OR_RETURN(std::string rel, Oid(dir));
@@ -555,6 +596,53 @@ Result<std::unique_ptr<FileLock>> RadosEnvImpl::LockFile(const std::string& path
   auto lock = std::make_unique<RadosLock>(this, oid);
   LMC_RETURN_IF_ERROR(lock->Acquire());
   return std::unique_ptr<FileLock>(std::move(lock));
+}
+
+// A watch on one object: each notify is acknowledged at once (the
+// notifier never waits) and calls fn.
+class RadosWatch final : public FileLock, public librados::WatchCtx2 {
+ public:
+  RadosWatch(RadosEnvImpl* env, std::string oid, std::function<void()> fn)
+      : env_(env), oid_(std::move(oid)), fn_(std::move(fn)) {}
+  ~RadosWatch() override {
+    if (handle_) {
+      env_->io().unwatch2(handle_);
+      env_->cluster().watch_flush();
+    }
+  }
+  Status Start() {
+    if (int r = env_->io().watch2(oid_, &handle_, this); r < 0) {
+      handle_ = 0;
+      return env_->Error(r, "watching " + oid_);
+    }
+    return Status::Ok();
+  }
+  void handle_notify(uint64_t notify_id, uint64_t cookie, uint64_t, librados::bufferlist&) override {
+    librados::bufferlist none;
+    env_->io().notify_ack(oid_, notify_id, cookie, none);
+    fn_();
+  }
+  // The watch broke (a lost connection): the follower's poll keeps it
+  // current from then on (a watch is not re-established from librados's
+  // own callback thread).
+  void handle_error(uint64_t, int err) override {
+    spdlog::warn("watch on {} in {} broke ({}); following by polling", oid_, env_->prefix(),
+                 std::strerror(-err));
+    fn_();
+  }
+
+ private:
+  RadosEnvImpl* env_;
+  std::string oid_;
+  std::function<void()> fn_;
+  uint64_t handle_ = 0;
+};
+
+Result<std::unique_ptr<FileLock>> RadosEnvImpl::Watch(const std::string& path, std::function<void()> fn) {
+  LMC_ASSIGN_OR_RETURN(std::string oid, Oid(path));
+  auto w = std::make_unique<RadosWatch>(this, oid, std::move(fn));
+  LMC_RETURN_IF_ERROR(w->Start());
+  return std::unique_ptr<FileLock>(std::move(w));
 }
 
 }  // namespace

@@ -171,7 +171,7 @@ Store::Store(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Store::~Store() = default;
 
 Store::Impl::~Impl() {
-  if (db && journal && journal->bytes_since_snapshot() >= opts.journal_snapshot_bytes &&
+  if (db && journal && !opts.read_only && journal->bytes_since_snapshot() >= opts.journal_snapshot_bytes &&
       (!rados || rados->LockHeld())) {
     std::lock_guard l(journal_mu);
     if (Status st = SnapshotIndex(); !st.ok())
@@ -201,7 +201,9 @@ Result<std::unique_ptr<Store>> Store::Open(const std::string& dir, const StoreOp
     LMC_ASSIGN_OR_RETURN(RadosSpec spec, ParseRadosSpec(dir));
     s->dir = "rados:" + spec.pool + "/" + spec.name;
     if (!options.env) {
-      LMC_ASSIGN_OR_RETURN(std::unique_ptr<RadosEnv> re, RadosEnv::Open(s->dir, options.rados));
+      RadosOptions ro = options.rados;
+      ro.read_only = options.read_only;
+      LMC_ASSIGN_OR_RETURN(std::unique_ptr<RadosEnv> re, RadosEnv::Open(s->dir, ro));
       s->rados = re.get();
       s->owned_env = std::move(re);
     }
@@ -218,8 +220,16 @@ Result<std::unique_ptr<Store>> Store::Open(const std::string& dir, const StoreOp
   s->pack_dir = s->dir + "/" + fmt::kPackDir;
   s->local_dir = s->opts.local_dir.empty() ? LocalDirOf(s->dir) : s->opts.local_dir;
   s->index_dir = (s->opts.journal ? s->local_dir : s->dir) + "/" + fmt::kIndexDir;
-  if (!env->FileExists(s->dir)) LMC_RETURN_IF_ERROR(env->CreateDir(s->dir));
-  LMC_ASSIGN_OR_RETURN(s->lock, env->LockFile(s->dir + "/" + fmt::kLockName));
+  if (s->opts.read_only) {
+    // A follower: no lock (the writer holds it), no change to the store.
+    if (!s->opts.journal)
+      return Status::InvalidArgument("store " + s->dir +
+                                     ": read-only opens are for journaled (RADOS) stores");
+    if (!env->FileExists(s->dir + "/" + fmt::kConfigName)) return Status::NotFound("no store at " + s->dir);
+  } else {
+    if (!env->FileExists(s->dir)) LMC_RETURN_IF_ERROR(env->CreateDir(s->dir));
+    LMC_ASSIGN_OR_RETURN(s->lock, env->LockFile(s->dir + "/" + fmt::kLockName));
+  }
 
   const std::string config_path = s->dir + "/" + fmt::kConfigName;
   const bool fresh = !env->FileExists(config_path);
@@ -252,8 +262,10 @@ Result<std::unique_ptr<Store>> Store::Open(const std::string& dir, const StoreOp
     s->format_version = fmt::kFormatVersionFirst;
   }
   LMC_RETURN_IF_ERROR(s->Recover());
-  LMC_RETURN_IF_ERROR(s->EnsureDependantsIndex(fresh));
-  LMC_RETURN_IF_ERROR(s->ReapPinnedDead());
+  if (!s->opts.read_only) {
+    LMC_RETURN_IF_ERROR(s->EnsureDependantsIndex(fresh));
+    LMC_RETURN_IF_ERROR(s->ReapPinnedDead());
+  }
   return std::unique_ptr<Store>(new Store(std::move(s)));
 }
 
@@ -353,6 +365,9 @@ Status Store::Impl::Recover() {
     }
     LMC_RETURN_IF_ERROR(FromRocks(it->status(), "reading pack index"));
   }
+  next_pack_id = max_id + 1;
+  // A reader of another node's store changes nothing in it.
+  if (opts.read_only) return Status::Ok();
   LMC_ASSIGN_OR_RETURN(std::vector<std::string> names, env->ListDir(pack_dir));
   bool dir_changed = false;
   for (const auto& n : names) {
@@ -418,6 +433,7 @@ Status Store::Impl::ReapPinnedDead() {
 Status Store::Impl::WriteIndex(rocksdb::WriteBatch& wb, bool sync) {
   rocksdb::WriteOptions wo;
   wo.sync = sync;
+  if (opts.read_only) return Status::Unsupported("store " + dir + " is open read-only");
   if (!journal) return FromRocks(db->Write(wo, &wb), "writing index of " + dir);
   // Journaled: the batch, with the number of its record, is durable in the
   // store's journal before the local index applies it; the local index's
@@ -430,6 +446,8 @@ Status Store::Impl::WriteIndex(rocksdb::WriteBatch& wb, bool sync) {
   wo.sync = false;
   Status st = FromRocks(db->Write(wo, &wb), "writing the local index of " + dir);
   if (!st.ok()) return st;
+  // Followers on other nodes (Store::Refresh) learn of it at once.
+  if (rados) rados->Notify(dir + "/journal/HEAD");
   if (journal->bytes_since_snapshot() >= 16 * opts.journal_snapshot_bytes) {
     if (Status ss = SnapshotIndex(); !ss.ok())
       spdlog::warn("store {}: index snapshot failed ({}); retried after more commits", dir, ss.ToString());
@@ -498,12 +516,14 @@ Status Store::Impl::OpenJournaled(bool fresh) {
     return FromRocks(db->Write(rocksdb::WriteOptions(), &wb), "applying the index journal");
   };
   uint64_t replayed = 0;
-  Status st = journal->Replay(at, apply, &replayed);
+  const bool writable = !opts.read_only;
+  Status st = journal->Replay(at, apply, &replayed, writable);
   if (st.code() == Code::kAborted) {
     LMC_RETURN_IF_ERROR(rebuild(st.message()));
-    st = journal->Replay(at, apply, &replayed);
+    st = journal->Replay(at, apply, &replayed, writable);
   }
   LMC_RETURN_IF_ERROR(st);
+  if (!writable) return Status::Ok();
   if (replayed > 0)
     spdlog::info("store {}: applied {} bytes of index journal to the local index (now at record {})", dir,
                  replayed, journal->next_seq() - 1);
@@ -893,6 +913,49 @@ int Store::BackingSpace(struct statvfs* out) const {
 }
 
 const std::string& Store::Name() const { return impl_->dir; }
+
+Result<uint64_t> Store::Refresh() {
+  Impl& s = *impl_;
+  if (!s.opts.read_only || !s.journal)
+    return Status::InvalidArgument("store " + s.dir + ": Refresh is for read-only journaled stores");
+  std::lock_guard l(s.journal_mu);
+  const uint64_t at = s.LocalJournalSeq();
+  uint64_t bytes = 0;
+  uint64_t applied = 0;
+  Status st = s.journal->Replay(
+      at,
+      [&](uint64_t, std::string_view data) -> Status {
+        rocksdb::WriteBatch wb{std::string(data)};
+        applied++;
+        return FromRocks(s.db->Write(rocksdb::WriteOptions(), &wb), "applying the index journal");
+      },
+      &bytes, /*writable=*/false);
+  if (st.code() == Code::kAborted) {
+    // The writer's snapshot trimmed records this reader had not read.
+    LMC_RETURN_IF_ERROR(s.journal->Reload());
+    return Status::Aborted("store " + s.dir + ": this follower fell behind the writer's index snapshot (" +
+                           st.message() + "); open the store again");
+  }
+  LMC_RETURN_IF_ERROR(st);
+  if (applied > 0) {
+    // New packs the writer started.
+    std::lock_guard cl(s.commit_mu);
+    std::unique_ptr<rocksdb::Iterator> it(s.db->NewIterator(rocksdb::ReadOptions(), s.packs_cf));
+    for (it->SeekToFirst(); it->Valid(); it->Next()) {
+      auto id = fmt::ParsePackKey(it->key().ToStringView());
+      if (!id) continue;
+      auto m = fmt::DecodePackMeta(*id, it->value().ToStringView());
+      if (m.ok()) s.packs[*id] = *m;
+    }
+  }
+  return applied;
+}
+
+Result<std::unique_ptr<FileLock>> Store::WatchChanges(std::function<void()> fn) {
+  Impl& s = *impl_;
+  if (!s.rados) return Status::Unsupported("store " + s.dir + " is not in RADOS: nothing to watch");
+  return s.rados->Watch(s.dir + "/journal/HEAD", std::move(fn));
+}
 const std::string& Store::LocalDir() const { return impl_->local_dir; }
 
 StoreStats Store::Stats() const {

@@ -16,6 +16,8 @@
 #include <filesystem>
 #include <random>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "lmc/store/rados.h"
 #include "mount_util.h"
@@ -67,9 +69,13 @@ class RadosMount : public ::testing::Test {
         waitpid(pid, nullptr, 0);
       }
     }
-    if (HasFailure()) Shell("tail -25 " + root_ + "/log_a " + root_ + "/log_b >&2");
-    Shell("rados -p lmcfs -N " + ns_ + " ls 2>/dev/null | while read -r o; do rados -p lmcfs -N " + ns_ +
-          " rm \"$o\"; done");
+    if (HasFailure()) Shell("tail -n 25 " + root_ + "/log_a " + root_ + "/log_b >&2");
+    for (const std::string& ns : union_stores_.empty() ? std::vector<std::string>{ns_} : union_stores_) {
+      Shell("rados -p lmcfs -N " + ns + " ls 2>/dev/null | while read -r o; do rados -p lmcfs -N " + ns +
+            " rm \"$o\"; done");
+      std::error_code ec2;
+      std::filesystem::remove_all(lmc::store::LocalDirOf("rados:lmcfs/" + ns), ec2);
+    }
     std::error_code ec;
     std::filesystem::remove_all(root_, ec);
     std::filesystem::remove_all(lmc::store::LocalDirOf(store_), ec);  // the tools' local index
@@ -82,6 +88,7 @@ class RadosMount : public ::testing::Test {
 
   std::string root_, ns_, store_;
   pid_t pid_a_ = -1, pid_b_ = -1;
+  std::vector<std::string> union_stores_;  // the stores a union test made
 };
 
 TEST_F(RadosMount, NodeKilledMidSeriesAnotherTakesOverByteIdentical) {
@@ -129,6 +136,84 @@ TEST_F(RadosMount, NodeKilledMidSeriesAnotherTakesOverByteIdentical) {
   const std::string tools = LMC_TOOLS_BIN_DIR;
   EXPECT_EQ(Shell(tools + "/lmcfs-fsck " + store_), 0);
   EXPECT_EQ(Shell(tools + "/lmcfs-stat " + store_ + " > " + root_ + "/stat.txt"), 0);
+}
+
+// Two nodes, each writing its own store and seeing the other's through a
+// union: ranks write their shards of one checkpoint into the same
+// directory on different nodes; each node lists and reads both within a
+// second of the other's fsync, byte-identical; the other node's files are
+// read-only here; a name both hold shows the local node's file and is
+// reported on the root's user.lmcfs.union.
+TEST_F(RadosMount, UnionShowsEveryNodesShardsWithinASecond) {
+  const std::string mnt_a = root_ + "/mnt_a", mnt_b = root_ + "/mnt_b", plain = root_ + "/plain";
+  const std::string a = ns_ + "-a", b = ns_ + "-b";
+  const std::string spec = "rados:lmcfs/" + a + "," + b;
+  union_stores_ = {a, b};
+  // Node A mounts before B's store exists: B joins A's union when it appears.
+  pid_a_ = StartMount(LMC_MOUNT_BIN, spec, mnt_a, Options("a", "rw=" + a));
+  ASSERT_GT(pid_a_, 0);
+  pid_b_ = StartMount(LMC_MOUNT_BIN, spec, mnt_b, Options("b", "rw=" + b));
+  ASSERT_GT(pid_b_, 0);
+  const std::string script = root_ + "/shard.py";
+  {
+    FILE* f = std::fopen(script.c_str(), "w");
+    ASSERT_TRUE(f);
+    std::fputs(R"(
+import os, sys, torch
+rank, out, plain = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+torch.manual_seed(rank)
+m = torch.nn.Linear(1024, 1024)
+for d in (out, plain):
+    os.makedirs(f'{d}/step100', exist_ok=True)
+    p = f'{d}/step100/rank{rank}.pt'
+    with open(p, 'wb') as f:
+        torch.save(m.state_dict(), f)
+        f.flush(); os.fsync(f.fileno())
+)",
+               f);
+    std::fclose(f);
+  }
+  ASSERT_EQ(Shell("python3 " + script + " 0 " + mnt_a + " " + plain), 0);
+  ASSERT_EQ(Shell("python3 " + script + " 1 " + mnt_b + " " + plain), 0);
+  // Node A sees rank 1's shard (written on B), and a file B closes now
+  // within a second of its fsync.
+  ASSERT_TRUE(lmc::testing::WaitUntil([&] { return std::filesystem::exists(mnt_a + "/step100/rank1.pt"); },
+                                      std::chrono::seconds(5), std::chrono::milliseconds(20)))
+      << "node A does not see node B's shard after 5 s";
+  ASSERT_EQ(Shell("echo done > " + mnt_b + "/step100/done && sync " + mnt_b + "/step100/done"), 0);
+  const auto t0 = std::chrono::steady_clock::now();
+  const bool seen = lmc::testing::WaitUntil(
+      [&] { return Shell("grep -qx done " + mnt_a + "/step100/done 2>/dev/null") == 0; },
+      std::chrono::seconds(5), std::chrono::milliseconds(10));
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_TRUE(seen) << "node A does not see a file node B closed after 5 s";
+  std::printf("node A read a file node B closed %.0f ms after its fsync\n", ms);
+  EXPECT_LT(ms, 1000) << "seen later than a second";
+  ASSERT_TRUE(lmc::testing::WaitUntil([&] { return std::filesystem::exists(mnt_b + "/step100/rank0.pt"); },
+                                      std::chrono::seconds(5), std::chrono::milliseconds(20)));
+  for (const std::string& m : {mnt_a, mnt_b})
+    for (const char* f : {"step100/rank0.pt", "step100/rank1.pt"})
+      EXPECT_EQ(Shell("cmp " + plain + "/" + f + " " + m + "/" + f), 0) << m << "/" + std::string(f);
+  EXPECT_EQ(Shell("ls " + mnt_a + "/step100 | wc -l | grep -qx 3"), 0);
+  // B's file is read-only on A; A's own can be removed there.
+  EXPECT_NE(Shell("rm " + mnt_a + "/step100/rank1.pt 2>/dev/null"), 0);
+  EXPECT_NE(Shell("sh -c 'echo x >> " + mnt_a + "/step100/rank1.pt' 2>/dev/null"), 0);
+  // A name both nodes write: each node shows its own, and reports the other.
+  ASSERT_EQ(Shell("echo from-a > " + mnt_a + "/same.txt && sync " + mnt_a + "/same.txt"), 0);
+  ASSERT_EQ(Shell("echo from-b > " + mnt_b + "/same.txt && sync " + mnt_b + "/same.txt"), 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  EXPECT_EQ(Shell("grep -qx from-a " + mnt_a + "/same.txt"), 0);
+  EXPECT_EQ(Shell("grep -qx from-b " + mnt_b + "/same.txt"), 0);
+  Shell("ls " + mnt_a + " > /dev/null");
+  EXPECT_EQ(Shell("python3 -c \"import os; print(os.getxattr('" + mnt_a +
+                  "', 'user.lmcfs.union').decode())\" | grep -q same.txt"),
+            0)
+      << "the shadowed name is reported";
+  // Reading every shard through the union on A, then from B's store alone.
+  StopMount(mnt_a, pid_a_);
+  pid_a_ = -1;
+  StopMount(mnt_b, pid_b_);
+  pid_b_ = -1;
 }
 
 }  // namespace

@@ -5,7 +5,9 @@
 // fenced writer.
 #include <gtest/gtest.h>
 
+#include <condition_variable>
 #include <map>
+#include <mutex>
 #include <thread>
 
 #include "fault_env.h"
@@ -40,7 +42,7 @@ void ExpectModel(Store& s, const Model& m, const std::string& where) {
     EXPECT_EQ(*r, data) << where << " inode " << ino;
   }
   auto f = s.Fsck({});
-  ASSERT_TRUE(f.ok()) << where;
+  ASSERT_TRUE(f.ok()) << where << ": " << f.status().ToString();
   EXPECT_EQ(f->errors(), 0u) << where << ": " << (f->Messages().empty() ? "" : f->Messages()[0]);
 }
 
@@ -203,6 +205,64 @@ TEST_P(JournalTest, CrashAtEveryStepOfCommit) {
     if (finished) break;
   }
   EXPECT_GT(steps, 10);
+}
+
+// A follower (read-only, no lock, its own local index) sees each commit of
+// the writer after Refresh, reads the same bytes, and changes nothing; a
+// RADOS follower hears of each commit through watch/notify.
+TEST_P(JournalTest, FollowerSeesTheWritersCommits) {
+  LMC_SKIP_WITHOUT_CLUSTER(GetParam());
+  TestStore t(GetParam());
+  Model m;
+  auto w = OpenOrDie(t.spec(), t.Options(nullptr, 0));
+  ASSERT_TRUE(w);
+  WriteRound(*w, m, 1);
+  auto fo = t.Options(nullptr, 1);
+  fo.read_only = true;
+  auto f = OpenOrDie(t.spec(), fo);
+  ASSERT_TRUE(f);
+  ExpectModel(*f, m, "follower at open");
+  std::mutex mu;
+  std::condition_variable cv;
+  int notified = 0;
+  std::unique_ptr<FileLock> watch;
+  if (GetParam() == Backend::kRados) {
+    auto wr = f->WatchChanges([&] {
+      std::lock_guard l(mu);
+      notified++;
+      cv.notify_all();
+    });
+    ASSERT_TRUE(wr.ok()) << wr.status().ToString();
+    watch = std::move(wr).value();
+  }
+  for (int r = 2; r < 5; ++r) {
+    const int before = notified;
+    const auto t0 = std::chrono::steady_clock::now();
+    WriteRound(*w, m, r);
+    if (watch) {
+      std::unique_lock l(mu);
+      ASSERT_TRUE(cv.wait_for(l, std::chrono::seconds(2), [&] { return notified > before; }))
+          << "no notify within 2 s of a commit";
+      std::printf("notify after commit: %.2f ms\n",
+                  std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    }
+    auto n = f->Refresh();
+    ASSERT_TRUE(n.ok()) << n.status().ToString();
+    EXPECT_GT(*n, 0u);
+    ExpectModel(*f, m, "follower after round " + std::to_string(r));
+  }
+  auto again = f->Refresh();
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(*again, 0u) << "nothing new";
+  Batch b;
+  AddFileChunk(b, 50, RandomBytes(100, 50));
+  EXPECT_FALSE(f->Commit(b).ok()) << "a follower cannot commit";
+  watch.reset();
+  f.reset();
+  w.reset();
+  auto s = OpenOrDie(t.spec(), t.Options(nullptr, 2));
+  ASSERT_TRUE(s);
+  ExpectModel(*s, m, "after the follower");
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, JournalTest, ::testing::Values(Backend::kJournaled, Backend::kRados),

@@ -18,12 +18,15 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <climits>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -33,6 +36,7 @@
 #include "lmc/fs/fuse_session.h"
 #include "lmc/fs/reclaim.h"
 #include "lmc/fs/snapshots.h"
+#include "lmc/fs/union_fs.h"
 #include "lmc/gpu.h"
 #include "lmc/store/permissions.h"
 #include "lmc/store/rados.h"
@@ -175,6 +179,10 @@ struct Options {
   bool dedup_per_owner = false;     // dedup=uid
   store::RadosOptions rados;
   std::string local_dir;
+  // A union (STORE = rados:POOL/A,B,...): the pool, the stores in priority
+  // order (the writable one first), and which is writable ("" : none).
+  std::string pool, rw;
+  std::vector<std::string> union_names;
   std::vector<std::string> fuse_opts;
   DeltaOptions delta;
   ReclaimOptions reclaim;
@@ -278,6 +286,8 @@ int ParseArgs(int argc, char** argv, Options* o) {
         o->rados.keyring = v;
       else if (k == "local_dir")
         o->local_dir = v;
+      else if (k == "rw" && !v.empty())
+        o->rw = v;
       else if (k == "lease") {
         unsigned n = 0;
         if (!count(&n) || n < 3) {
@@ -489,6 +499,30 @@ int Validate(Options* o) {
   }
   // A RADOS store: the cluster's own permissions (cephx) guard it; the
   // local index directory is made owner-only by the store.
+  if (store::IsRadosSpec(o->store) && o->store.find(',') != std::string::npos) {
+    auto u = store::ParseRadosUnion(o->store);
+    if (!u.ok()) {
+      std::fprintf(stderr, "mount.lmcfs: %s\n", u.status().message().c_str());
+      return 32;
+    }
+    o->pool = u->first;
+    o->union_names = u->second;
+    if (!o->rw.empty()) {
+      auto it = std::find(o->union_names.begin(), o->union_names.end(), o->rw);
+      if (it == o->union_names.end()) {
+        std::fprintf(stderr, "mount.lmcfs: rw=%s is not one of the stores of %s\n", o->rw.c_str(),
+                     o->store.c_str());
+        return 32;
+      }
+      std::rotate(o->union_names.begin(), it, it + 1);  // the writable store first
+    }
+    o->store = "rados:" + o->pool + "/" + o->union_names[0];
+    return 0;
+  }
+  if (!o->rw.empty()) {
+    std::fprintf(stderr, "mount.lmcfs: rw= names the writable store of a union (rados:POOL/A,B,...)\n");
+    return 32;
+  }
   if (store::IsRadosSpec(o->store)) {
     auto spec = store::ParseRadosSpec(o->store);
     if (!spec.ok()) {
@@ -582,6 +616,136 @@ bool OpenGpu(const Options& o, int report_fd, std::unique_ptr<GpuCodec>* codec, 
   return true;
 }
 
+// Stores another node writes, followed: each is refreshed when its writer
+// notifies (RADOS watch/notify) and at least once a second, and its
+// filesystem then forgets the inodes it holds, so that what that node
+// closed is seen here within a second (docs/ARCHITECTURE.md, "The union").
+// A union's store that does not exist yet (its node has not mounted) is
+// opened once it does, and joins the union then.
+class Followers {
+ public:
+  ~Followers() { Stop(); }
+  // The primary store, mounted read-only: owned by the caller.
+  void AddPrimary(const std::string& name, store::Store* store, Filesystem* fs) {
+    auto f = std::make_unique<Follower>();
+    f->name = name;
+    f->store = store;
+    f->fs = fs;
+    list_.push_back(std::move(f));
+  }
+  // Member idx of the union: opened now if it can be, else when it appears.
+  // Errors other than "no such store" are returned.
+  Status AddMember(const std::string& name, const std::string& spec, const store::StoreOptions& so,
+                   const FsOptions& fo, size_t idx) {
+    auto f = std::make_unique<Follower>();
+    f->name = name;
+    f->spec = spec;
+    f->so = so;
+    f->fo = fo;
+    f->idx = idx;
+    Status st = f->TryOpen();
+    if (!st.ok() && st.code() != Code::kNotFound) return st;
+    if (!st.ok())
+      spdlog::info("lmcfs: union store {} does not exist yet; it joins when its node writes it", spec);
+    list_.push_back(std::move(f));
+    return Status::Ok();
+  }
+  Filesystem* Fs(const std::string& name) {
+    for (auto& f : list_)
+      if (f->name == name) return f->fs;
+    return nullptr;
+  }
+  void Start(UnionFs* u) {
+    for (auto& f : list_) {
+      Follower* p = f.get();
+      p->union_fs = u;
+      if (p->fs) p->Watch();
+      p->thread = std::thread([p] { p->Run(); });
+    }
+  }
+  void Stop() {
+    for (auto& f : list_) {
+      {
+        std::lock_guard l(f->mu);
+        f->stop = true;
+      }
+      f->cv.notify_all();
+      if (f->thread.joinable()) f->thread.join();
+      f->watch.reset();
+    }
+    for (auto& f : list_) {
+      if (f->owned_fs) (void)f->owned_fs->Shutdown();
+      f->owned_fs.reset();
+      f->owned_store.reset();
+    }
+    list_.clear();
+  }
+
+ private:
+  struct Follower {
+    std::string name, spec;
+    store::StoreOptions so;
+    FsOptions fo;
+    size_t idx = 0;
+    UnionFs* union_fs = nullptr;
+    store::Store* store = nullptr;
+    Filesystem* fs = nullptr;
+    std::unique_ptr<store::Store> owned_store;
+    std::unique_ptr<Filesystem> owned_fs;
+    std::unique_ptr<store::FileLock> watch;
+    std::thread thread;
+    std::mutex mu;
+    std::condition_variable cv;
+    bool poke = false, stop = false;
+
+    Status TryOpen() {
+      auto st = store::Store::Open(spec, so);
+      if (!st.ok()) return st.status();
+      auto fsr = Filesystem::Open(st->get(), spec, fo);
+      if (!fsr.ok()) return fsr.status();
+      owned_store = std::move(st).value();
+      owned_fs = std::move(fsr).value();
+      store = owned_store.get();
+      fs = owned_fs.get();
+      return Status::Ok();
+    }
+    void Watch() {
+      auto w = store->WatchChanges([this] {
+        std::lock_guard l(mu);
+        poke = true;
+        cv.notify_all();
+      });
+      if (w.ok())
+        watch = std::move(w).value();
+      else
+        spdlog::warn("lmcfs: cannot watch {} ({}); following it by polling once a second", name,
+                     w.status().ToString());
+    }
+    void Run() {
+      std::unique_lock l(mu);
+      while (!stop) {
+        cv.wait_for(l, std::chrono::seconds(1), [&] { return poke || stop; });
+        if (stop) break;
+        poke = false;
+        l.unlock();
+        if (!fs) {
+          if (TryOpen().ok()) {
+            Watch();
+            if (union_fs) union_fs->Attach(idx, fs);
+            spdlog::info("lmcfs: union store {} appeared and joined the union", spec);
+          }
+        } else if (auto n = store->Refresh(); !n.ok()) {
+          spdlog::error("lmcfs: following {}: {}", name, n.status().ToString());
+        } else if (*n > 0) {
+          fs->DropCachedInodes();
+        }
+        l.lock();
+      }
+    }
+  };
+  std::vector<std::unique_ptr<Follower>> list_;
+};
+
 // Opens, mounts and serves. report_fd: the parent's pipe (daemon) or -1.
 int Serve(const Options& o, int report_fd) {
   SetupLogging(o);
@@ -593,9 +757,14 @@ int Serve(const Options& o, int report_fd) {
   store::StoreOptions so;
   so.chunk_size = static_cast<uint32_t>(o.chunk_size);
   so.base_cache_bytes = o.base_cache;
-  so.create_if_missing = !o.ro;
+  const bool is_union = !o.union_names.empty();
+  // A RADOS store mounted read-only, and a union's stores but the writable
+  // one, are followers: no lock, the writer's commits applied as they come.
+  const bool primary_follows = store::IsRadosSpec(o.store) && (o.ro || (is_union && o.rw.empty()));
+  so.create_if_missing = !o.ro && !primary_follows;
+  so.read_only = primary_follows;
   so.rados = o.rados;
-  so.local_dir = o.local_dir;
+  so.local_dir = is_union && !o.local_dir.empty() ? o.local_dir + "/" + o.union_names[0] : o.local_dir;
   auto st = store::Store::Open(o.store, so);
   if (!st.ok()) {
     std::string m =
@@ -613,7 +782,7 @@ int Serve(const Options& o, int report_fd) {
   fo.cache_bytes = o.cache_size;
   fo.write_budget = o.write_buffer;
   fo.encode_threads = o.encode_threads;
-  fo.read_only = o.ro;
+  fo.read_only = o.ro || primary_follows;
   fo.dedup_per_owner = o.dedup_per_owner;
   fo.gpu = gpu.get();
   fo.gpu_first = o.gpu == "on";
@@ -624,7 +793,34 @@ int Serve(const Options& o, int report_fd) {
     return 32;
   }
   std::unique_ptr<Filesystem> fs = std::move(fsr).value();
-  InstallSnapshotPolicy(fs.get(), o.delta);
+  if (!primary_follows) InstallSnapshotPolicy(fs.get(), o.delta);
+  // The union's other stores, followed (lmc/fs/union_fs.h).
+  Followers followers;
+  if (primary_follows)
+    followers.AddPrimary(o.union_names.empty() ? o.store : o.union_names[0], store.get(), fs.get());
+  for (size_t i = 1; i < o.union_names.size(); ++i) {
+    store::StoreOptions fso = so;
+    fso.read_only = true;
+    fso.create_if_missing = false;
+    fso.local_dir = o.local_dir.empty() ? "" : o.local_dir + "/" + o.union_names[i];
+    FsOptions ffo = fo;
+    ffo.read_only = true;
+    ffo.gpu = nullptr;
+    const std::string spec = "rados:" + o.pool + "/" + o.union_names[i];
+    if (Status fst = followers.AddMember(o.union_names[i], spec, fso, ffo, i); !fst.ok()) {
+      Report(report_fd, 32, "cannot open store " + spec + " of the union: " + fst.ToString());
+      return 32;
+    }
+  }
+  std::unique_ptr<UnionFs> union_fs;
+  if (is_union) {
+    std::vector<UnionMember> members;
+    members.push_back({o.union_names[0], fs.get(), !primary_follows});
+    for (size_t i = 1; i < o.union_names.size(); ++i)
+      members.push_back({o.union_names[i], followers.Fs(o.union_names[i]), false});
+    union_fs = std::make_unique<UnionFs>(std::move(members));
+  }
+  followers.Start(union_fs.get());
   // Background reclamation (lmc/fs/reclaim.h): idle means no read, write or
   // removal since the last poll and no rebase pending.
   Filesystem* f = fs.get();
@@ -661,8 +857,12 @@ int Serve(const Options& o, int report_fd) {
   FuseSessionOptions session;
   session.mountpoint = o.mountpoint;
   session.fsname = o.store;
+  if (is_union) {
+    session.fsname = "rados:" + o.pool + "/";
+    for (size_t i = 0; i < o.union_names.size(); ++i) session.fsname += (i ? "," : "") + o.union_names[i];
+  }
   session.allow_other = o.allow_other;
-  session.read_only = o.ro;
+  session.read_only = o.ro || primary_follows;
   session.extra = o.fuse_opts;
   session.threads = o.fuse_threads;
   session.read_ahead_kb = o.read_ahead_kb;
@@ -706,13 +906,15 @@ int Serve(const Options& o, int report_fd) {
     }
   };
   std::string error;
-  int rc = ServeFuse(fs.get(), session, on_mounted, &error);
+  int rc = ServeFuse(union_fs ? static_cast<FsOps*>(union_fs.get()) : fs.get(), session, on_mounted, &error);
   if (rc != 0 && rc != kFuseLoop) {  // not mounted: on_mounted did not run
     Report(report_fd, rc, error);
     return rc;
   }
   reclaimer.Stop();
   control.Stop();
+  followers.Stop();
+  union_fs.reset();
   Status s = fs->Shutdown();
   fs.reset();
   store.reset();

@@ -184,6 +184,19 @@ InodePtr Filesystem::Impl::Get(uint64_t ino, int* err) {
   return in;
 }
 
+void Filesystem::DropCachedInodes() {
+  Impl& m = *impl_;
+  std::lock_guard lk(m.table_mu);
+  for (auto it = m.table.begin(); it != m.table.end();) {
+    bool open;
+    {
+      std::lock_guard il(it->second->mu);
+      open = it->second->nopen > 0;
+    }
+    it = open ? std::next(it) : m.table.erase(it);
+  }
+}
+
 void Filesystem::Impl::Erase(uint64_t ino) {
   std::lock_guard lk(table_mu);
   table.erase(ino);

@@ -25,7 +25,7 @@ namespace lmc::fs {
 namespace {
 
 FuseContext& Ctx(fuse_req_t req) { return *static_cast<FuseContext*>(fuse_req_userdata(req)); }
-Filesystem& Fs(fuse_req_t req) { return *Ctx(req).fs; }
+FsOps& Fs(fuse_req_t req) { return *Ctx(req).fs; }
 
 // Runs fn; on an exception replies with an errno unless fn already replied
 // (replied is set by fn just before replying). Ops that never reply
@@ -304,7 +304,7 @@ const uint8_t* Zeros(size_t* n) {
 // (one writev of an iovec): no copy into a reply buffer, no zero fill.
 void Read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info*) {
   Guard(req, "read", [&](bool& r) {
-    std::vector<Filesystem::ReadPiece> pieces;  // their owners keep the bytes alive until replied
+    std::vector<ReadPiece> pieces;  // their owners keep the bytes alive until replied
     int err = Fs(req).ReadPieces(ino, static_cast<uint64_t>(off), size, &pieces);
     if (err) {
       r = true;

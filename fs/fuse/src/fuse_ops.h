@@ -12,11 +12,11 @@ struct fuse_lowlevel_ops;
 
 namespace lmc::fs {
 
-class Filesystem;
+class FsOps;
 
 // The session's userdata.
 struct FuseContext {
-  Filesystem* fs = nullptr;
+  FsOps* fs = nullptr;
   uint32_t max_write = 1u << 20;  // largest FUSE write we ask for (the kernel's limit here)
   double entry_timeout = 1.0;     // seconds the kernel caches names
   // 0: every stat reaches us, so st_blocks follows the stored size at once.

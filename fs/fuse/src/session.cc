@@ -10,13 +10,20 @@
 
 namespace lmc::fs {
 
-int ServeFuse(Filesystem* fs, const FuseSessionOptions& o, const std::function<void()>& on_mounted,
+int ServeFuse(FsOps* fs, const FuseSessionOptions& o, const std::function<void()>& on_mounted,
               std::string* error) {
   FuseContext ctx;
   ctx.fs = fs;
   ctx.mountpoint = o.mountpoint;
   ctx.read_ahead_kb = o.read_ahead_kb;
-  std::string opts = "default_permissions,fsname=lmcfs:" + o.fsname + ",subtype=lmcfs";
+  // libfuse splits options at commas and takes "\," as a comma (a union's
+  // fsname lists its stores).
+  std::string fsname;
+  for (char c : o.fsname) {
+    if (c == ',' || c == '\\') fsname += '\\';
+    fsname += c;
+  }
+  std::string opts = "default_permissions,fsname=lmcfs:" + fsname + ",subtype=lmcfs";
   if (o.allow_other) opts += ",allow_other";
   if (o.read_only) opts += ",ro";
   for (const auto& x : o.extra) opts += "," + x;

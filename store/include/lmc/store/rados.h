@@ -16,9 +16,12 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "lmc/status.h"
 #include "lmc/store/env.h"
@@ -42,6 +45,8 @@ struct RadosOptions {
   Takeover takeover = Takeover::kNo;
   // Seconds a fenced holder stays on the cluster's blocklist.
   uint32_t blocklist_seconds = 24 * 3600;
+  // Refuse every change (a follower reading another node's store).
+  bool read_only = false;
 };
 
 struct RadosSpec {
@@ -50,6 +55,9 @@ struct RadosSpec {
 
 // Whether `store` names a RADOS store ("rados:" prefix).
 bool IsRadosSpec(std::string_view store);
+// A union of stores of one pool: "rados:POOL/NAME1,NAME2,..." (at least
+// two names, none twice). Returns the pool and the names in order.
+Result<std::pair<std::string, std::vector<std::string>>> ParseRadosUnion(std::string_view spec);
 // Parses "rados:POOL/NAME" (NAME: letters, digits, '.', '_', '-').
 Result<RadosSpec> ParseRadosSpec(std::string_view store);
 // The default local directory of a RADOS store's index:
@@ -57,7 +65,7 @@ Result<RadosSpec> ParseRadosSpec(std::string_view store);
 // $XDG_CACHE_HOME/lmcfs/rados/POOL/NAME (~/.cache/...).
 std::string DefaultLocalDir(const RadosSpec& spec);
 // The local directory of any store: the store directory itself for a
-// POSIX store, DefaultLocalDir for a RADOS one.
+// POSIX store, DefaultLocalDir for a RADOS one (of a union's first store).
 std::string LocalDirOf(const std::string& store);
 
 // An Env over the objects of one RADOS store: paths are "rados:POOL/NAME/"
@@ -77,6 +85,11 @@ class RadosEnv : public Env {
   virtual std::string ClientAddress() const = 0;
   // Whether the store's lock is still held (false once lost).
   virtual bool LockHeld() const = 0;
+  // Calls fn (on a librados thread) whenever a client notifies the object
+  // at `path`, until the returned handle is destroyed.
+  virtual Result<std::unique_ptr<FileLock>> Watch(const std::string& path, std::function<void()> fn) = 0;
+  // Notifies the watchers of `path`; asynchronous, never waits for them.
+  virtual void Notify(const std::string& path) = 0;
 };
 
 }  // namespace lmc::store

@@ -74,6 +74,9 @@ struct StoreOptions {
   // serves the next read that goes through the same bases (a series of
   // checkpoints read in order). 0: none.
   uint64_t base_cache_bytes = uint64_t{256} << 20;
+  // Open without the lock and change nothing: a follower of a journaled
+  // store that another node writes (Refresh). Commits are Unsupported.
+  bool read_only = false;
   // A store named "rados:POOL/NAME" lives in Ceph RADOS (lmc/store/rados.h):
   // how to reach the cluster, the lease of its lock, takeover.
   RadosOptions rados;
@@ -442,6 +445,17 @@ class Store {
   // a journaled store's local index directory).
   const std::string& Name() const;
   const std::string& LocalDir() const;
+
+  // A follower (StoreOptions::read_only, a journaled store another node
+  // writes): applies the journal records the writer appended since the
+  // last call; returns how many. Aborted when the writer's snapshot has
+  // trimmed records not yet read: open the store again. Reads running
+  // meanwhile see the state before or after each record.
+  Result<uint64_t> Refresh();
+  // Calls fn whenever the writer of this RADOS store commits (RADOS
+  // watch/notify on the journal head), until the handle dies. Unsupported
+  // for other stores.
+  Result<std::unique_ptr<FileLock>> WatchChanges(std::function<void()> fn);
 
   // Pins an indexed chunk so that it stays indexed, even if its last
   // reference goes, until the pin is released (Batch::Unpin at the commit of

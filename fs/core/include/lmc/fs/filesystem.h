@@ -122,7 +122,56 @@ struct FsCounters {
 struct Inode;
 class DeltaPolicy;  // lmc/fs/delta_policy.h
 
-class Filesystem {
+// Read replies as pieces to send without copying them (FUSE replies with an
+// iovec): slices of decoded chunks, and zeros for holes.
+struct ReadPiece {
+  const uint8_t* data = nullptr;  // nullptr: `size` zero bytes
+  size_t size = 0;
+  std::shared_ptr<const void> owner;  // keeps `data` alive
+};
+
+// The operations the FUSE glue serves (fuse_ops.cc): one Filesystem, or a
+// union of several (lmc/fs/union_fs.h). Semantics: Filesystem's below.
+class FsOps {
+ public:
+  virtual ~FsOps() = default;
+  virtual int Lookup(uint64_t parent, std::string_view name, struct stat* out) = 0;
+  virtual void Forget(uint64_t ino, uint64_t nlookup) = 0;
+  virtual int GetAttr(uint64_t ino, struct stat* out) = 0;
+  virtual int SetAttr(uint64_t ino, const struct stat& in, int mask, struct stat* out) = 0;
+  virtual int Create(uint64_t parent, std::string_view name, mode_t mode, const Caller& c,
+                     struct stat* out) = 0;
+  virtual int Mknod(uint64_t parent, std::string_view name, mode_t mode, dev_t rdev, const Caller& c,
+                    struct stat* out) = 0;
+  virtual int Mkdir(uint64_t parent, std::string_view name, mode_t mode, const Caller& c,
+                    struct stat* out) = 0;
+  virtual int Symlink(std::string_view target, uint64_t parent, std::string_view name, const Caller& c,
+                      struct stat* out) = 0;
+  virtual int Readlink(uint64_t ino, std::string* target) = 0;
+  virtual int Link(uint64_t ino, uint64_t newparent, std::string_view newname, struct stat* out) = 0;
+  virtual int Unlink(uint64_t parent, std::string_view name) = 0;
+  virtual int Rmdir(uint64_t parent, std::string_view name) = 0;
+  virtual int Rename(uint64_t parent, std::string_view name, uint64_t newparent, std::string_view newname,
+                     unsigned flags) = 0;
+  virtual int ReadDir(uint64_t ino, std::vector<DirEntry>* out) = 0;
+  virtual int Open(uint64_t ino, int flags) = 0;
+  virtual int Release(uint64_t ino) = 0;
+  virtual int ReadPieces(uint64_t ino, uint64_t off, size_t size, std::vector<ReadPiece>* pieces) = 0;
+  virtual int Write(uint64_t ino, uint64_t off, const void* data, size_t size) = 0;
+  virtual int Flush(uint64_t ino) = 0;
+  virtual int Fsync(uint64_t ino, bool datasync) = 0;
+  virtual int FsyncDir(uint64_t ino) = 0;
+  virtual int CopyRange(uint64_t src, uint64_t soff, uint64_t dst, uint64_t doff, uint64_t len,
+                        uint64_t* copied) = 0;
+  virtual int Fallocate(uint64_t ino, int mode, uint64_t off, uint64_t len) = 0;
+  virtual int SetXattr(uint64_t ino, std::string_view name, std::string_view value, int flags) = 0;
+  virtual int GetXattr(uint64_t ino, std::string_view name, std::string* value) = 0;
+  virtual int ListXattr(uint64_t ino, std::string* names) = 0;
+  virtual int RemoveXattr(uint64_t ino, std::string_view name) = 0;
+  virtual int StatFs(struct statvfs* out) = 0;
+};
+
+class Filesystem : public FsOps {
  public:
   // The store must outlive the Filesystem. Creates the root on an empty
   // store, and purges inodes left unlinked-but-open by a crash.
@@ -162,11 +211,7 @@ class Filesystem {
   // The same bytes as pieces to send without copying them (FUSE replies
   // with an iovec): slices of decoded chunks, and zeros for holes. Where
   // written bytes not yet stored overlap the range, one piece of a copy.
-  struct ReadPiece {
-    const uint8_t* data = nullptr;  // nullptr: `size` zero bytes
-    size_t size = 0;
-    std::shared_ptr<const void> owner;  // keeps `data` alive
-  };
+  using ReadPiece = fs::ReadPiece;
   int ReadPieces(uint64_t ino, uint64_t off, size_t size, std::vector<ReadPiece>* pieces);
   int Write(uint64_t ino, uint64_t off, const void* data, size_t size);
   // Chunks everything written and commits it (sync: WAL synced, durable).
@@ -198,6 +243,11 @@ class Filesystem {
   // Flushes every inode and purges unlinked ones, then finishes the delta
   // policy's background work (FlushBackground); called once at unmount.
   Status Shutdown();
+
+  // A read-only Filesystem over a follower store (store::Store::Refresh
+  // applied another node's commits): forgets the inodes it holds in memory
+  // that no handle has open, so that the next access loads them again.
+  void DropCachedInodes();
 
   // Background work of the delta policy (reverse deltas re-encode the prior
   // version of each chunk written): FlushBackground does what can be done

@@ -10,7 +10,7 @@
 
 namespace lmc::fs {
 
-class Filesystem;
+class FsOps;
 
 struct FuseSessionOptions {
   std::string mountpoint;
@@ -36,7 +36,7 @@ inline constexpr int kFuseLoop = 8;      // the request loop ended on an error
 // unmounted or the process gets SIGINT/SIGTERM/SIGHUP; then unmounts.
 // Returns 0, or one of the codes above with *error saying why. `fs` must
 // outlive the call; its Shutdown is the caller's.
-int ServeFuse(Filesystem* fs, const FuseSessionOptions& options, const std::function<void()>& on_mounted,
+int ServeFuse(FsOps* fs, const FuseSessionOptions& options, const std::function<void()>& on_mounted,
               std::string* error);
 
 }  // namespace lmc::fs

@@ -1,0 +1,215 @@
+#!/usr/bin/env python3
+"""Stores in Ceph RADOS, measured on the single-host cluster of
+scripts/ceph-dev.sh (docs/BENCHMARKS.md, "Stores in RADOS").
+
+1. Checkpoint shards: a small GPT-style model trained with AdamW on this
+   machine, saved (torch.save) at --steps steps; each save is split into 4
+   rank shards (model and optimizer tensors by index, as ranks hold their
+   partitions), kept in /dev/shm.
+2. N nodes (N in --nodes; one mount.lmcfs process per simulated node, each
+   its own store rados:lmcfs/NAME and local index): each node writes its
+   rank's shard of every step into its mount with fsync, all nodes at once.
+   Aggregate throughput against N, and against the same shards put
+   uncompressed into the same pool with `rados put` (N processes at once,
+   in the same run). Stored bytes: du of the mounts.
+3. Takeover: node A writes the series with fsync, its daemon is killed
+   (kill -9), node B mounts with -o takeover: the time until B serves,
+   every shard compared byte for byte, lmcfs-fsck of the store.
+
+  eval "$(scripts/ceph-dev.sh start)"
+  python3 scripts/rados_bench.py [--build build] [--nodes 1,2,4] [--steps 3]
+"""
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+RANKS = 4
+
+
+def log(msg):
+    print(msg, file=sys.stderr, flush=True)
+
+
+def make_shards(out, steps, width):
+    """Trains a small GPT-style model and writes out/step{S}_rank{R}.pt."""
+    import torch
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(d_model=width, nhead=8, dim_feedforward=4 * width, batch_first=True)
+    model = torch.nn.Sequential(torch.nn.Embedding(8192, width), torch.nn.TransformerEncoder(layer, num_layers=4),
+                                torch.nn.Linear(width, 8192))
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-4)
+    for step in range(1, steps + 1):
+        for _ in range(2):
+            x = torch.randint(0, 8192, (4, 64))
+            loss = torch.nn.functional.cross_entropy(model(x).reshape(-1, 8192), x.reshape(-1))
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        sd = model.state_dict()
+        names = list(sd)
+        osd = opt.state_dict()
+        for r in range(RANKS):
+            mine = {n: sd[n] for i, n in enumerate(names) if i % RANKS == r}
+            ostate = {k: v for k, v in osd['state'].items() if k % RANKS == r}
+            torch.save({'model': mine, 'optim': ostate, 'step': step, 'rank': r},
+                       os.path.join(out, f'step{step}_rank{r}.pt'))
+    return sorted(os.listdir(out))
+
+
+def run_parallel(cmds):
+    """Starts every command at once; the wall time until all have exited 0."""
+    t0 = time.time()
+    procs = [subprocess.Popen(c) for c in cmds]
+    for p in procs:
+        if p.wait() != 0:
+            raise SystemExit(f'failed: {p.args}')
+    return time.time() - t0
+
+
+WRITER = r'''
+import os, sys
+src, dst, files = sys.argv[1], sys.argv[2], sys.argv[3:]
+for f in files:
+    data = open(os.path.join(src, f), 'rb').read()
+    with open(os.path.join(dst, f), 'wb') as o:
+        o.write(data)
+        o.flush()
+        os.fsync(o.fileno())
+'''
+
+
+def rados_rm_namespace(ns):
+    objs = subprocess.run(['rados', '-p', 'lmcfs', '-N', ns, 'ls'], capture_output=True, text=True).stdout.split()
+    for o in objs:
+        subprocess.run(['rados', '-p', 'lmcfs', '-N', ns, 'rm', o], check=False)
+
+
+def mount(build, store, mnt, local, extra=''):
+    opts = f'local_dir={local},lease=5,log_file={local}.log,log_level=info'
+    if extra:
+        opts += ',' + extra
+    subprocess.run([os.path.join(build, 'tools', 'mountlmcfs', 'mount.lmcfs'), store, mnt, '-o', opts], check=True)
+
+
+def daemon_pid(store):
+    out = subprocess.run(['pgrep', '-f', f'mount.lmcfs {store} '], capture_output=True, text=True).stdout.split()
+    return int(out[0]) if out else None
+
+
+def unmount(mnt, store):
+    pid = daemon_pid(store)
+    subprocess.run(['fusermount3', '-u', mnt], check=True)
+    for _ in range(600):
+        if pid is None or not os.path.exists(f'/proc/{pid}'):
+            return
+        time.sleep(0.05)
+
+
+def du(path, apparent=False):
+    args = ['du', '-sb'] if apparent else ['du', '-sB1']
+    return int(subprocess.run(args + [path], capture_output=True, text=True, check=True).stdout.split()[0])
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument('--build', default='build')
+    ap.add_argument('--nodes', default='1,2,4')
+    ap.add_argument('--steps', type=int, default=3)
+    ap.add_argument('--width', type=int, default=512)
+    ap.add_argument('--json', default='')
+    a = ap.parse_args()
+    if not os.environ.get('CEPH_CONF'):
+        raise SystemExit('CEPH_CONF is unset: eval "$(scripts/ceph-dev.sh start)" first')
+    work = tempfile.mkdtemp(prefix='lmcfs_rados_bench_', dir='/var/tmp')
+    shm = tempfile.mkdtemp(prefix='lmcfs_rados_shards_', dir='/dev/shm')
+    tag = str(os.getpid())
+    results = {'nodes': [], 'machine': os.uname().nodename, 'load': os.getloadavg()}
+    try:
+        files = make_shards(shm, a.steps, a.width)
+        per_rank = {r: [f for f in files if f.endswith(f'_rank{r}.pt')] for r in range(RANKS)}
+        rank_bytes = {r: sum(os.path.getsize(os.path.join(shm, f)) for f in per_rank[r]) for r in range(RANKS)}
+        log(f'shards: {len(files)} files, {sum(rank_bytes.values()) / 2**20:.1f} MiB in all ({a.steps} steps)')
+
+        for n in [int(x) for x in a.nodes.split(',')]:
+            total = sum(rank_bytes[r % RANKS] for r in range(n))
+            # Baseline: rados put of the same shards, n processes at once.
+            put = []
+            for i in range(n):
+                ns = f'base-{tag}-{n}-{i}'
+                script = ' && '.join(f'rados -p lmcfs -N {ns} put {f} {os.path.join(shm, f)}'
+                                     for f in per_rank[i % RANKS])
+                put.append(['sh', '-c', script])
+            t_put = run_parallel(put)
+            for i in range(n):
+                rados_rm_namespace(f'base-{tag}-{n}-{i}')
+            # lmcfs: n mounts, n writers with fsync at once.
+            mnts, stores = [], []
+            for i in range(n):
+                store = f'rados:lmcfs/bench-{tag}-{n}-{i}'
+                mnt = os.path.join(work, f'mnt{n}_{i}')
+                os.makedirs(mnt)
+                mount(a.build, store, mnt, os.path.join(work, f'local{n}_{i}'))
+                mnts.append(mnt)
+                stores.append(store)
+            t_fs = run_parallel([[sys.executable, '-c', WRITER, shm, mnts[i]] + per_rank[i % RANKS]
+                                 for i in range(n)])
+            stored = sum(du(m) for m in mnts)
+            logical = sum(du(m, apparent=True) for m in mnts)
+            for i in range(n):
+                for f in per_rank[i % RANKS]:
+                    if subprocess.run(['cmp', os.path.join(shm, f), os.path.join(mnts[i], f)]).returncode:
+                        raise SystemExit(f'{f} differs on node {i}')
+            for m, s in zip(mnts, stores):
+                unmount(m, s)
+            for s in stores:
+                rados_rm_namespace(s.split('/', 1)[1])
+                shutil.rmtree(os.path.join('/var/cache/lmcfs/rados/lmcfs', s.split('/', 1)[1]), ignore_errors=True)
+            row = {'nodes': n, 'bytes': total, 'rados_put_s': t_put, 'lmcfs_s': t_fs,
+                   'rados_put_MBps': total / t_put / 1e6, 'lmcfs_MBps': total / t_fs / 1e6,
+                   'stored_bytes': stored, 'logical_bytes': logical, 'ratio': logical / max(stored, 1)}
+            row['speedup'] = row['lmcfs_MBps'] / row['rados_put_MBps']
+            results['nodes'].append(row)
+            log(f'N={n}: {total / 2**20:.0f} MiB; rados put {row["rados_put_MBps"]:.0f} MB/s, lmcfs '
+                f'{row["lmcfs_MBps"]:.0f} MB/s (x{row["speedup"]:.2f}); stored ratio x{row["ratio"]:.2f}')
+
+        # Takeover after kill -9.
+        store = f'rados:lmcfs/takeover-{tag}'
+        ma, mb = os.path.join(work, 'node_a'), os.path.join(work, 'node_b')
+        os.makedirs(ma)
+        os.makedirs(mb)
+        mount(a.build, store, ma, os.path.join(work, 'local_a'))
+        subprocess.run([sys.executable, '-c', WRITER, shm, ma] + per_rank[0], check=True)
+        pid = daemon_pid(store)
+        os.kill(pid, signal.SIGKILL)
+        subprocess.run(['fusermount3', '-u', '-z', ma], check=False)
+        t0 = time.time()
+        mount(a.build, store, mb, os.path.join(work, 'local_b'), 'takeover')
+        t_take = time.time() - t0
+        same = all(subprocess.run(['cmp', os.path.join(shm, f), os.path.join(mb, f)]).returncode == 0
+                   for f in per_rank[0])
+        unmount(mb, store)
+        fsck = subprocess.run([os.path.join(a.build, 'tools', 'lmcfs', 'lmcfs-fsck'), store],
+                              capture_output=True, text=True)
+        results['takeover'] = {'seconds': t_take, 'lease_seconds': 5, 'byte_identical': same,
+                               'fsck_rc': fsck.returncode, 'fsck': fsck.stdout.strip().splitlines()[-1:]}
+        log(f'takeover after kill -9: {t_take:.2f} s (lease 5 s); byte-identical: {same}; fsck rc {fsck.returncode}')
+        rados_rm_namespace(store.split('/', 1)[1])
+        shutil.rmtree(os.path.join('/var/cache/lmcfs/rados/lmcfs', store.split('/', 1)[1]), ignore_errors=True)
+    finally:
+        shutil.rmtree(shm, ignore_errors=True)
+        subprocess.run(['sh', '-c', f'for m in {work}/*/; do fusermount3 -u -z "$m" 2>/dev/null; done'])
+        shutil.rmtree(work, ignore_errors=True)
+    print(json.dumps(results, indent=1))
+    if a.json:
+        with open(a.json, 'w') as f:
+            json.dump(results, f, indent=1)
+
+
+if __name__ == '__main__':
+    main()

@@ -1,0 +1,221 @@
+// fs::UnionFs without a mount: node "A" serves a union of its own store
+// (writable) and store B, which node "B" writes; B is followed through a
+// read-only store and filesystem (journaled POSIX stores stand in for
+// RADOS ones here, so that this runs everywhere). Directories merge by
+// path, writes go to A (its directories made along the path), B's files are
+// read-only, a truncating open of B's file makes it A's, and the rule for a
+// name both hold is kept and counted.
+#include "lmc/fs/union_fs.h"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include "lmc/fs/filesystem.h"
+#include "lmc/store/store.h"
+
+namespace lmc::fs {
+namespace {
+
+constexpr uint64_t kRoot = 1;
+
+struct Node {
+  std::unique_ptr<store::Store> store;
+  std::unique_ptr<Filesystem> fs;
+  void Close() {
+    if (fs) {
+      EXPECT_TRUE(fs->Shutdown().ok());
+    }
+    fs.reset();
+    store.reset();
+  }
+};
+
+class UnionFsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/lmcfs_union_XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    a_ = Open("A", "a-writer", false);
+    b_ = Open("B", "b-writer", false);
+    b_follow_ = Open("B", "a-follows-b", true);
+    ASSERT_TRUE(a_.fs && b_.fs && b_follow_.fs);
+    u_ = std::make_unique<UnionFs>(
+        std::vector<UnionMember>{{"A", a_.fs.get(), true}, {"B", b_follow_.fs.get(), false}});
+  }
+  void TearDown() override {
+    u_.reset();
+    b_follow_.Close();
+    b_.Close();
+    a_.Close();
+    std::filesystem::remove_all(dir_);
+  }
+  Node Open(const std::string& store, const std::string& local, bool follower) {
+    Node n;
+    store::StoreOptions so;
+    so.journal = true;
+    so.local_dir = dir_ + "/" + local;
+    so.read_only = follower;
+    so.create_if_missing = !follower;
+    auto s = store::Store::Open(dir_ + "/" + store, so);
+    EXPECT_TRUE(s.ok()) << s.status().ToString();
+    if (!s.ok()) return n;
+    n.store = std::move(s).value();
+    FsOptions fo;
+    fo.chunk_size = 64 << 10;
+    fo.read_only = follower;
+    auto f = Filesystem::Open(n.store.get(), dir_ + "/" + store, fo);
+    EXPECT_TRUE(f.ok()) << f.status().ToString();
+    if (f.ok()) n.fs = std::move(f).value();
+    return n;
+  }
+  // Writes a file through fs (mkdir -p of its directory first), durably.
+  static void Put(FsOps& fs, const std::string& path, const std::string& data) {
+    uint64_t dir = kRoot;
+    size_t pos = 0;
+    for (size_t slash; (slash = path.find('/', pos)) != std::string::npos; pos = slash + 1) {
+      struct stat st;
+      const std::string comp = path.substr(pos, slash - pos);
+      if (fs.Lookup(dir, comp, &st) != 0) {
+        ASSERT_EQ(fs.Mkdir(dir, comp, 0755, {0, 0}, &st), 0) << path;
+      }
+      dir = st.st_ino;
+    }
+    struct stat st;
+    ASSERT_EQ(fs.Create(dir, path.substr(pos), 0644, {0, 0}, &st), 0) << path;
+    ASSERT_EQ(fs.Write(st.st_ino, 0, data.data(), data.size()), 0);
+    ASSERT_EQ(fs.Fsync(st.st_ino, false), 0);
+    ASSERT_EQ(fs.Release(st.st_ino), 0);
+  }
+  // The inode at path in fs (0: none).
+  static uint64_t Find(FsOps& fs, const std::string& path, struct stat* out = nullptr) {
+    uint64_t ino = kRoot;
+    size_t pos = 0;
+    while (pos <= path.size()) {
+      size_t slash = path.find('/', pos);
+      if (slash == std::string::npos) slash = path.size();
+      struct stat st;
+      if (fs.Lookup(ino, path.substr(pos, slash - pos), &st) != 0) return 0;
+      ino = st.st_ino;
+      if (out) *out = st;
+      pos = slash + 1;
+    }
+    return ino;
+  }
+  static std::string Get(FsOps& fs, const std::string& path) {
+    struct stat st;
+    const uint64_t ino = Find(fs, path, &st);
+    if (!ino || fs.Open(ino, O_RDONLY) != 0) return "<missing>";
+    std::vector<ReadPiece> pieces;
+    std::string out;
+    if (fs.ReadPieces(ino, 0, static_cast<size_t>(st.st_size), &pieces) == 0)
+      for (auto& p : pieces)
+        out +=
+            p.data ? std::string(reinterpret_cast<const char*>(p.data), p.size) : std::string(p.size, '\0');
+    fs.Release(ino);
+    return out;
+  }
+  static std::vector<std::string> List(FsOps& fs, const std::string& path) {
+    const uint64_t ino = path.empty() ? kRoot : Find(fs, path);
+    std::vector<DirEntry> entries;
+    EXPECT_EQ(fs.ReadDir(ino, &entries), 0) << path;
+    std::vector<std::string> names;
+    for (auto& e : entries)
+      if (e.name != "." && e.name != "..") names.push_back(e.name);
+    std::sort(names.begin(), names.end());
+    return names;
+  }
+  // What node A sees of B after B's writes: the follower applies them.
+  void Follow() {
+    auto n = b_follow_.store->Refresh();
+    ASSERT_TRUE(n.ok()) << n.status().ToString();
+    b_follow_.fs->DropCachedInodes();
+  }
+
+  std::string dir_;
+  Node a_, b_, b_follow_;
+  std::unique_ptr<UnionFs> u_;
+};
+
+TEST_F(UnionFsTest, DirectoriesMergeWritesGoToTheWritableStore) {
+  Put(*b_.fs, "step100/rank1.pt", "rank one shard");
+  Follow();
+  EXPECT_EQ(Get(*u_, "step100/rank1.pt"), "rank one shard");
+  // A's rank writes into the directory only B has so far: A makes it.
+  Put(*u_, "step100/rank0.pt", "rank zero shard");
+  EXPECT_EQ(List(*u_, "step100"), (std::vector<std::string>{"rank0.pt", "rank1.pt"}));
+  EXPECT_EQ(Get(*a_.fs, "step100/rank0.pt"), "rank zero shard") << "written to A's store";
+  EXPECT_EQ(Get(*b_.fs, "step100/rank0.pt"), "<missing>") << "never to B's";
+  // B's file is read-only here; A's own goes.
+  const uint64_t step = Find(*u_, "step100");
+  const uint64_t r1 = Find(*u_, "step100/rank1.pt");
+  EXPECT_EQ(u_->Unlink(step, "rank1.pt"), EROFS);
+  EXPECT_EQ(u_->Open(r1, O_WRONLY), EROFS);
+  EXPECT_EQ(u_->Write(r1, 0, "x", 1), EROFS);
+  EXPECT_EQ(u_->Rmdir(kRoot, "step100"), EROFS);
+  EXPECT_EQ(u_->Unlink(step, "rank0.pt"), 0);
+  EXPECT_EQ(List(*u_, "step100"), (std::vector<std::string>{"rank1.pt"}));
+  // A new file on B appears after the follower catches up.
+  Put(*b_.fs, "step200/rank1.pt", "later");
+  EXPECT_EQ(Find(*u_, "step200"), 0u);
+  Follow();
+  EXPECT_EQ(Get(*u_, "step200/rank1.pt"), "later");
+  EXPECT_EQ(List(*u_, ""), (std::vector<std::string>{"step100", "step200"}));
+}
+
+TEST_F(UnionFsTest, TheFirstHolderOfANameWinsAndIsReported) {
+  Put(*a_.fs, "same.txt", "from A");
+  Put(*b_.fs, "same.txt", "from B");
+  Put(*a_.fs, "mixed/inner", "A's directory");
+  Put(*b_.fs, "mixed", "B's file");
+  Follow();
+  EXPECT_EQ(Get(*u_, "same.txt"), "from A");
+  EXPECT_EQ(List(*u_, ""), (std::vector<std::string>{"mixed", "same.txt"}));
+  EXPECT_EQ(Get(*u_, "mixed/inner"), "A's directory");
+  EXPECT_GE(u_->shadowed(), 2u);
+  std::string report;
+  ASSERT_EQ(u_->GetXattr(kRoot, "user.lmcfs.union", &report), 0);
+  EXPECT_NE(report.find("same.txt"), std::string::npos) << report;
+  EXPECT_NE(report.find("mixed"), std::string::npos) << report;
+  EXPECT_NE(report.find("A (rw)"), std::string::npos) << report;
+}
+
+// Saving over another node's file (open with O_TRUNC, as torch.save does)
+// makes a new file in the writable store that hides the other from then on.
+TEST_F(UnionFsTest, TruncatingOpenOfAnotherNodesFileMakesItLocal) {
+  Put(*b_.fs, "ckpt/latest.pt", "B's old save");
+  Follow();
+  struct stat st;
+  const uint64_t ino = Find(*u_, "ckpt/latest.pt", &st);
+  ASSERT_NE(ino, 0u);
+  EXPECT_EQ(u_->Open(ino, O_WRONLY | O_APPEND), EROFS) << "without O_TRUNC the bytes would need copying";
+  ASSERT_EQ(u_->Open(ino, O_WRONLY | O_TRUNC), 0);
+  const std::string mine = "A's new save";
+  ASSERT_EQ(u_->Write(ino, 0, mine.data(), mine.size()), 0);
+  ASSERT_EQ(u_->Fsync(ino, false), 0);
+  ASSERT_EQ(u_->Release(ino), 0);
+  ASSERT_EQ(u_->GetAttr(ino, &st), 0);
+  EXPECT_EQ(st.st_size, static_cast<off_t>(mine.size()));
+  u_->Forget(ino, 1);
+  EXPECT_EQ(Get(*u_, "ckpt/latest.pt"), mine);
+  EXPECT_EQ(Get(*a_.fs, "ckpt/latest.pt"), mine);
+  EXPECT_EQ(Get(*b_.fs, "ckpt/latest.pt"), "B's old save") << "B's store is untouched";
+}
+
+// A member whose store does not exist yet joins when it is attached.
+TEST_F(UnionFsTest, AMemberAttachedLaterJoins) {
+  UnionFs u(std::vector<UnionMember>{{"A", a_.fs.get(), true}, {"B", nullptr, false}});
+  Put(*b_.fs, "from_b", "b");
+  Follow();
+  struct stat st;
+  EXPECT_EQ(u.Lookup(kRoot, "from_b", &st), ENOENT);
+  u.Attach(1, b_follow_.fs.get());
+  EXPECT_EQ(Get(u, "from_b"), "b");
+}
+
+}  // namespace
+}  // namespace lmc::fs
