@@ -209,7 +209,38 @@ for d in (out, plain):
                   "', 'user.lmcfs.union').decode())\" | grep -q same.txt"),
             0)
       << "the shadowed name is reported";
-  // Reading every shard through the union on A, then from B's store alone.
+  // Retention through the union: each node's lmcfs-gc rotates the store it
+  // writes and says which it may not; after both ran, the old checkpoints
+  // are gone from every view.
+  for (int step = 101; step <= 103; ++step) {
+    const std::string d = "/step" + std::to_string(step);
+    ASSERT_EQ(Shell("mkdir -p " + mnt_a + d + " && echo a > " + mnt_a + d + "/rank0 && sync " + mnt_a + d +
+                    "/rank0"),
+              0);
+    ASSERT_EQ(Shell("mkdir -p " + mnt_b + d + " && echo b > " + mnt_b + d + "/rank1 && sync " + mnt_b + d +
+                    "/rank1"),
+              0);
+  }
+  ASSERT_TRUE(lmc::testing::WaitUntil([&] { return std::filesystem::exists(mnt_a + "/step103/rank1"); },
+                                      std::chrono::seconds(5), std::chrono::milliseconds(20)));
+  const std::string gc =
+      std::string(LMC_TOOLS_BIN_DIR) + "/lmcfs-gc -q --pattern 'step*' --keep-last 2 --yes ";
+  ASSERT_EQ(Shell(gc + mnt_a + " > " + root_ + "/gc_a.txt 2>&1"), 0) << "lmcfs-gc on node A";
+  EXPECT_EQ(Shell("grep -q 'read-only here' " + root_ + "/gc_a.txt"), 0)
+      << "it says which stores it may not rotate";
+  EXPECT_FALSE(std::filesystem::exists(mnt_a + "/step100/rank0.pt"))
+      << "A's part of an old checkpoint is gone";
+  EXPECT_TRUE(std::filesystem::exists(mnt_a + "/step100/rank1.pt")) << "B's part is B's to rotate";
+  EXPECT_TRUE(std::filesystem::exists(mnt_a + "/step103/rank0"));
+  ASSERT_EQ(Shell(gc + mnt_b + " > " + root_ + "/gc_b.txt 2>&1"), 0) << "lmcfs-gc on node B";
+  EXPECT_TRUE(lmc::testing::WaitUntil(
+      [&] {
+        return !std::filesystem::exists(mnt_a + "/step100") && !std::filesystem::exists(mnt_a + "/step101");
+      },
+      std::chrono::seconds(5), std::chrono::milliseconds(50)))
+      << "after both nodes rotated, node A shows no old checkpoint";
+  EXPECT_EQ(Shell("cmp " + plain + "/step100/rank1.pt " + mnt_b + "/step100/rank1.pt 2>/dev/null"), 1 + 1)
+      << "gone on B too";
   StopMount(mnt_a, pid_a_);
   pid_a_ = -1;
   StopMount(mnt_b, pid_b_);

@@ -156,9 +156,13 @@ TEST_F(UnionFsTest, DirectoriesMergeWritesGoToTheWritableStore) {
   EXPECT_EQ(u_->Unlink(step, "rank1.pt"), EROFS);
   EXPECT_EQ(u_->Open(r1, O_WRONLY), EROFS);
   EXPECT_EQ(u_->Write(r1, 0, "x", 1), EROFS);
-  EXPECT_EQ(u_->Rmdir(kRoot, "step100"), EROFS);
+  EXPECT_EQ(u_->Rmdir(kRoot, "step100"), ENOTEMPTY);
   EXPECT_EQ(u_->Unlink(step, "rank0.pt"), 0);
   EXPECT_EQ(List(*u_, "step100"), (std::vector<std::string>{"rank1.pt"}));
+  // Removing the directory removes A's part; B's keeps it visible.
+  EXPECT_EQ(u_->Rmdir(kRoot, "step100"), EROFS);
+  EXPECT_EQ(Find(*a_.fs, "step100"), 0u);
+  EXPECT_EQ(Get(*u_, "step100/rank1.pt"), "rank one shard");
   // A new file on B appears after the follower catches up.
   Put(*b_.fs, "step200/rank1.pt", "later");
   EXPECT_EQ(Find(*u_, "step200"), 0u);

@@ -3,11 +3,17 @@
 // directories first.
 #include <fnmatch.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/xattr.h>
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "common.h"
 #include "lmcfs_tools.h"
@@ -70,6 +76,55 @@ std::vector<std::string> RetentionVictims(const std::vector<std::string>& names,
     if (!keep) victims.push_back(v[i]);
   }
   return victims;
+}
+
+// Deletes `p` and everything under it. In a union mount (lmc/fs/union_fs.h)
+// the entries of stores other nodes write are read-only here (EROFS): they
+// are left for those nodes' own lmcfs-gc and counted in *left.
+bool RemoveTree(const fsys::path& p, uint64_t* left, std::string* error) {
+  struct stat st;
+  if (::lstat(p.c_str(), &st) != 0) {
+    if (errno == ENOENT) return true;
+    *error = p.string() + ": " + std::strerror(errno);
+    return false;
+  }
+  if (S_ISDIR(st.st_mode)) {
+    std::error_code ec;
+    std::vector<fsys::path> children;
+    for (const auto& e : fsys::directory_iterator(p, ec)) children.push_back(e.path());
+    if (ec) {
+      *error = p.string() + ": " + ec.message();
+      return false;
+    }
+    for (const auto& c : children)
+      if (!RemoveTree(c, left, error)) return false;
+  }
+  if ((S_ISDIR(st.st_mode) ? ::rmdir(p.c_str()) : ::unlink(p.c_str())) == 0) return true;
+  if (errno == EROFS || (errno == ENOTEMPTY && *left > 0)) {
+    ++*left;
+    return true;
+  }
+  *error = p.string() + ": " + std::strerror(errno);
+  return false;
+}
+
+// The stores of a union mount and which this node may write, from the
+// root's user.lmcfs.union ("NAME (rw)" / "NAME (ro)" lines); empty when
+// `mountpoint` is not a union.
+std::vector<std::pair<std::string, bool>> UnionStores(const std::string& mountpoint) {
+  std::vector<std::pair<std::string, bool>> out;
+  char buf[65536];
+  const ssize_t n = ::getxattr(mountpoint.c_str(), "user.lmcfs.union", buf, sizeof buf);
+  if (n <= 0) return out;
+  std::istringstream in(std::string(buf, static_cast<size_t>(n)));
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.size() > 5 && line.compare(line.size() - 5, 5, " (rw)") == 0)
+      out.emplace_back(line.substr(0, line.size() - 5), true);
+    if (line.size() > 5 && line.compare(line.size() - 5, 5, " (ro)") == 0)
+      out.emplace_back(line.substr(0, line.size() - 5), false);
+  }
+  return out;
 }
 
 }  // namespace
@@ -142,12 +197,32 @@ int GcMain(int argc, char** argv, std::ostream& out, std::ostream& err) {
       for (const auto& v : victims) out << "  " << v << "\n";
       if (!yes && !victims.empty()) out << "(nothing deleted: add --yes to delete them)\n";
     }
+    uint64_t left = 0;
     if (yes && !dry_run) {
       for (const auto& v : victims) {
-        fsys::remove_all(fsys::path(where) / v, ec);
-        if (ec) {
-          err << "lmcfs-gc: cannot delete " << where << "/" << v << ": " << ec.message() << "\n";
+        std::string error;
+        if (!RemoveTree(fsys::path(where) / v, &left, &error)) {
+          err << "lmcfs-gc: cannot delete " << error << "\n";
           return 1;
+        }
+      }
+    }
+    // A union: this node rotates the store it writes; the others' parts of
+    // the same checkpoints are their nodes' to rotate.
+    if (t->online) {
+      const auto stores = UnionStores(t->mountpoint);
+      if (!stores.empty()) {
+        json rotated = json::array(), not_here = json::array();
+        for (const auto& [name, rw] : stores) (rw ? rotated : not_here).push_back(name);
+        retention["stores_rotated"] = rotated;
+        retention["stores_read_only_here"] = not_here;
+        retention["entries_left"] = left;
+        if (!as_json && !not_here.empty()) {
+          out << "union: rotated " << (rotated.empty() ? std::string("no store") : rotated.dump())
+              << "; read-only here (each rotated by lmcfs-gc on the node that writes it): "
+              << not_here.dump();
+          if (left) out << "; " << left << " of their entries left";
+          out << "\n";
         }
       }
     }

@@ -327,8 +327,10 @@ int UnionFs::Unlink(uint64_t parent, std::string_view name) {
 int UnionFs::Rmdir(uint64_t parent, std::string_view name) {
   std::vector<Where> dir;
   if (!DirMembers(parent, &dir, nullptr)) return ENOTDIR;
-  // Every member that has the directory must be the writable one.
-  int found = ENOENT;
+  // The writable member's directory goes (when empty); if other members
+  // hold the directory too it stays visible: EROFS (theirs are their
+  // nodes' to remove).
+  bool in_rw = false, elsewhere = false;
   for (const Where& d : dir) {
     if (!Fs(d.idx)) continue;
     struct stat st;
@@ -336,13 +338,25 @@ int UnionFs::Rmdir(uint64_t parent, std::string_view name) {
     if (r == ENOENT) continue;
     if (r) return r;
     Fs(d.idx)->Forget(st.st_ino, 1);
-    if (!members_[d.idx].writable) return EROFS;
-    found = 0;
+    if (!S_ISDIR(st.st_mode)) return members_[d.idx].writable ? ENOTDIR : EROFS;
+    (members_[d.idx].writable ? in_rw : elsewhere) = true;
   }
-  if (found) return found;
+  if (!in_rw) return elsewhere ? EROFS : ENOENT;
   uint64_t p;
   if (int e = WritableDir(parent, &p)) return e;
-  return Fs(rw_)->Rmdir(p, name);
+  if (int e = Fs(rw_)->Rmdir(p, name)) return e;
+  if (elsewhere) {
+    // The union directory stays, without the writable member's part.
+    std::string path;
+    std::vector<Where> unused;
+    DirMembers(parent, &unused, &path);
+    path = path.empty() ? std::string(name) : path + "/" + std::string(name);
+    std::lock_guard l(mu_);
+    for (auto& [u, d] : dirs_)
+      if (d.path == path)
+        std::erase_if(d.members, [&](const Where& w) { return w.idx == static_cast<size_t>(rw_); });
+  }
+  return elsewhere ? EROFS : 0;
 }
 
 int UnionFs::Rename(uint64_t parent, std::string_view name, uint64_t newparent, std::string_view newname,
@@ -396,8 +410,8 @@ int UnionFs::ReadDir(uint64_t u, std::vector<DirEntry>* out) {
     std::vector<DirEntry> entries;
     const int r = Fs(d.idx)->ReadDir(d.ino, &entries);
     if (r) {
-      if (first_member) return r;
       spdlog::warn("lmcfs union: listing {} in member {}: {}", path, members_[d.idx].name, std::strerror(r));
+      if (first_member && &d == &dir.back()) return r;
       continue;
     }
     for (DirEntry& e : entries) {
