@@ -99,6 +99,8 @@ def mount(build, store, mnt, local, extra=''):
 
 def daemon_pid(store):
     out = subprocess.run(['pgrep', '-f', f'mount.lmcfs {store} '], capture_output=True, text=True).stdout.split()
+    if not out:
+        out = subprocess.run(['pgrep', '-fx', f'.*mount.lmcfs {store} .*'], capture_output=True, text=True).stdout.split()
     return int(out[0]) if out else None
 
 
@@ -131,20 +133,36 @@ def main():
     tag = str(os.getpid())
     results = {'nodes': [], 'machine': os.uname().nodename, 'load': os.getloadavg()}
     try:
-        files = make_shards(shm, a.steps, a.width)
+        files = [f for f in make_shards(shm, a.steps, a.width) if f.endswith('.pt')]
         per_rank = {r: [f for f in files if f.endswith(f'_rank{r}.pt')] for r in range(RANKS)}
         rank_bytes = {r: sum(os.path.getsize(os.path.join(shm, f)) for f in per_rank[r]) for r in range(RANKS)}
         log(f'shards: {len(files)} files, {sum(rank_bytes.values()) / 2**20:.1f} MiB in all ({a.steps} steps)')
+        os.makedirs(os.path.join(shm, 'pieces'))
+        for f in files:
+            with open(os.path.join(shm, f), 'rb') as src:
+                k = 0
+                while True:
+                    piece = src.read(32 << 20)
+                    if not piece:
+                        break
+                    with open(os.path.join(shm, 'pieces', f'{f}.{k}'), 'wb') as out:
+                        out.write(piece)
+                    k += 1
 
         for n in [int(x) for x in a.nodes.split(',')]:
             total = sum(rank_bytes[r % RANKS] for r in range(n))
             # Baseline: rados put of the same shards, n processes at once.
+            # A RADOS object holds at most 128 MiB (osd_max_object_size):
+            # each shard is put as 32 MiB objects, as lmcfs's packs are.
             put = []
             for i in range(n):
                 ns = f'base-{tag}-{n}-{i}'
-                script = ' && '.join(f'rados -p lmcfs -N {ns} put {f} {os.path.join(shm, f)}'
-                                     for f in per_rank[i % RANKS])
-                put.append(['sh', '-c', script])
+                cmds = []
+                for f in per_rank[i % RANKS]:
+                    size = os.path.getsize(os.path.join(shm, f))
+                    for k, off in enumerate(range(0, size, 32 << 20)):
+                        cmds.append(f'rados -p lmcfs -N {ns} put {f}.{k} {os.path.join(shm, "pieces", f)}.{k}')
+                put.append(['sh', '-c', ' && '.join(cmds)])
             t_put = run_parallel(put)
             for i in range(n):
                 rados_rm_namespace(f'base-{tag}-{n}-{i}')
@@ -170,13 +188,30 @@ def main():
             for s in stores:
                 rados_rm_namespace(s.split('/', 1)[1])
                 shutil.rmtree(os.path.join('/var/cache/lmcfs/rados/lmcfs', s.split('/', 1)[1]), ignore_errors=True)
-            row = {'nodes': n, 'bytes': total, 'rados_put_s': t_put, 'lmcfs_s': t_fs,
+            # The same n mounts over POSIX stores on the local disk: what the
+            # codec and FUSE cost here without RADOS (same run).
+            local_mnts, local_stores = [], []
+            for i in range(n):
+                store = os.path.join(work, f'posix{n}_{i}')
+                mnt = os.path.join(work, f'pmnt{n}_{i}')
+                os.makedirs(mnt)
+                subprocess.run([os.path.join(a.build, 'tools', 'mountlmcfs', 'mount.lmcfs'), store, mnt], check=True)
+                local_mnts.append(mnt)
+                local_stores.append(store)
+            t_local = run_parallel([[sys.executable, '-c', WRITER, shm, local_mnts[i]] + per_rank[i % RANKS]
+                                    for i in range(n)])
+            for m, st in zip(local_mnts, local_stores):
+                unmount(m, st)
+                shutil.rmtree(st, ignore_errors=True)
+            row = {'nodes': n, 'bytes': total, 'rados_put_s': t_put, 'lmcfs_s': t_fs, 'local_lmcfs_s': t_local,
+                   'local_lmcfs_MBps': total / t_local / 1e6,
                    'rados_put_MBps': total / t_put / 1e6, 'lmcfs_MBps': total / t_fs / 1e6,
                    'stored_bytes': stored, 'logical_bytes': logical, 'ratio': logical / max(stored, 1)}
             row['speedup'] = row['lmcfs_MBps'] / row['rados_put_MBps']
             results['nodes'].append(row)
             log(f'N={n}: {total / 2**20:.0f} MiB; rados put {row["rados_put_MBps"]:.0f} MB/s, lmcfs '
-                f'{row["lmcfs_MBps"]:.0f} MB/s (x{row["speedup"]:.2f}); stored ratio x{row["ratio"]:.2f}')
+                f'{row["lmcfs_MBps"]:.0f} MB/s (x{row["speedup"]:.2f}); stored ratio x{row["ratio"]:.2f}; '
+                f'lmcfs on local POSIX stores {row["local_lmcfs_MBps"]:.0f} MB/s')
 
         # Takeover after kill -9.
         store = f'rados:lmcfs/takeover-{tag}'

@@ -146,6 +146,9 @@ Status CheckConfig(const std::string& text, const std::string& path, uint32_t* v
 
 // `dir` with every link and "." or ".." resolved (realpath). A store yet to
 // be created resolves through its parent, which must exist.
+constexpr uint64_t kRadosPackLimit = uint64_t{32} << 20;
+constexpr uint64_t kRadosGroupBytes = uint64_t{32} << 20;
+
 Result<std::string> RealPath(const std::string& dir, bool create_if_missing) {
   if (char* r = ::realpath(dir.c_str(), nullptr)) {
     std::string out = r;
@@ -208,6 +211,12 @@ Result<std::unique_ptr<Store>> Store::Open(const std::string& dir, const StoreOp
       s->owned_env = std::move(re);
     }
     s->opts.journal = true;
+    // A RADOS object holds at most osd_max_object_size (128 MiB by
+    // default): a pack is sealed once past kRadosPackLimit and a commit
+    // group adds at most kRadosGroupBytes more (plus one record).
+    s->opts.pack_size_limit = std::min(s->opts.pack_size_limit, kRadosPackLimit);
+    s->opts.pack_size_floor = std::min(s->opts.pack_size_floor, s->opts.pack_size_limit);
+    s->opts.max_group_bytes = std::min(s->opts.max_group_bytes, kRadosGroupBytes);
   } else {
     // The store by its real path: every path under it is then free of links,
     // and the Env refuses any it meets (a planted one; no_links.h).

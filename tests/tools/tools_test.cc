@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -670,16 +671,19 @@ TEST_F(ToolsControl, OnlyRootOrTheOwnerMayUseTheChannel) {
   const std::string sock = fs::control::SocketPath(store_dir_);
   ::chmod(tmp_.path().c_str(), 0755);
   ::chmod(store_dir_.c_str(), 0755);
-  // Child exit codes: 0 = refused as expected, 1 = connect failed, 2 = served.
+  // Child exit codes: 0 = refused as expected, 1 = connect failed, 2 =
+  // served. The child is this binary again, exec'd right after the fork
+  // (running on in a copy of this threaded process could block on a lock
+  // another thread held at the fork), as ChildCallsTheChannelAsNobody.
   auto as_nobody = [&](const std::string& path) {
+    std::string exe = "/proc/self/exe", filter = "--gtest_filter=ToolsControlChild.CallsTheChannelAsNobody";
+    std::string env = "LMC_TEST_CHILD_SOCKET=" + path, uid = "LMC_TEST_CHILD_UID=" + std::to_string(nobody);
+    char* child_argv[] = {exe.data(), filter.data(), nullptr};
+    char* child_env[] = {env.data(), uid.data(), nullptr};
     pid_t pid = fork();
     if (pid == 0) {
-      if (setgid(nobody) != 0 || setuid(nobody) != 0) _exit(3);
-      std::string resp;
-      Status s = fs::control::Call(path, R"({"op":"stat"})", {}, &resp);
-      if (!s.ok()) _exit(1);
-      json j = json::parse(resp, nullptr, false);
-      _exit(j.is_object() && !j.value("ok", true) && j.value("code", "") == "permission_denied" ? 0 : 2);
+      execve(exe.c_str(), child_argv, child_env);
+      _exit(127);
     }
     int status = 0;
     waitpid(pid, &status, 0);
@@ -695,6 +699,21 @@ TEST_F(ToolsControl, OnlyRootOrTheOwnerMayUseTheChannel) {
   StartServer(/*owner=*/nobody);
   ASSERT_EQ(::chmod(sock.c_str(), 0666), 0);
   EXPECT_EQ(as_nobody(sock), 2);
+}
+
+// The child of OnlyRootOrTheOwnerMayUseTheChannel (as nobody); skips when
+// run on its own.
+TEST(ToolsControlChild, CallsTheChannelAsNobody) {
+  const char* path = std::getenv("LMC_TEST_CHILD_SOCKET");
+  const char* uid = std::getenv("LMC_TEST_CHILD_UID");
+  if (!path || !uid) GTEST_SKIP() << "run by ToolsControl.OnlyRootOrTheOwnerMayUseTheChannel";
+  const uid_t id = static_cast<uid_t>(std::strtoul(uid, nullptr, 10));
+  if (setgid(id) != 0 || setuid(id) != 0) _exit(3);
+  std::string resp;
+  Status s = fs::control::Call(path, R"({"op":"stat"})", {}, &resp);
+  if (!s.ok()) _exit(1);
+  json j = json::parse(resp, nullptr, false);
+  _exit(j.is_object() && !j.value("ok", true) && j.value("code", "") == "permission_denied" ? 0 : 2);
 }
 
 }  // namespace
