@@ -11,10 +11,15 @@ scripts/ceph-dev.sh (docs/BENCHMARKS.md, "Stores in RADOS").
    rank's shard of every step into its mount with fsync, all nodes at once.
    Aggregate throughput against N, and against the same shards put
    uncompressed into the same pool with `rados put` (N processes at once,
-   in the same run). Stored bytes: du of the mounts.
-3. Takeover: node A writes the series with fsync, its daemon is killed
+   in the same run), and against the same n mounts over POSIX stores on the
+   local disk. Stored bytes: du of the mounts.
+3. Reading every node's shards on one node, cold: through a union of the
+   stores the largest N wrote, against the same shards in one store.
+4. Takeover: node A writes the series with fsync, its daemon is killed
    (kill -9), node B mounts with -o takeover: the time until B serves,
    every shard compared byte for byte, lmcfs-fsck of the store.
+5. Index rebuild: many small files, then lmcfs-stat on a node without the
+   local index (it replays the journal): seconds per journal MB.
 
   eval "$(scripts/ceph-dev.sh start)"
   python3 scripts/rados_bench.py [--build build] [--nodes 1,2,4] [--steps 3]
@@ -113,6 +118,12 @@ def unmount(mnt, store):
         time.sleep(0.05)
 
 
+def drop_caches():
+    subprocess.run(['sync'], check=True)
+    with open('/proc/sys/vm/drop_caches', 'w') as f:
+        f.write('3\n')
+
+
 def du(path, apparent=False):
     args = ['du', '-sb'] if apparent else ['du', '-sB1']
     return int(subprocess.run(args + [path], capture_output=True, text=True, check=True).stdout.split()[0])
@@ -125,6 +136,8 @@ def main():
     ap.add_argument('--steps', type=int, default=3)
     ap.add_argument('--width', type=int, default=512)
     ap.add_argument('--json', default='')
+    ap.add_argument('--rebuild-files', type=int, default=3000,
+                    help='files of 64 KiB for the index rebuild part')
     a = ap.parse_args()
     if not os.environ.get('CEPH_CONF'):
         raise SystemExit('CEPH_CONF is unset: eval "$(scripts/ceph-dev.sh start)" first')
@@ -132,6 +145,7 @@ def main():
     shm = tempfile.mkdtemp(prefix='lmcfs_rados_shards_', dir='/dev/shm')
     tag = str(os.getpid())
     results = {'nodes': [], 'machine': os.uname().nodename, 'load': os.getloadavg()}
+    union_stores = []
     try:
         files = [f for f in make_shards(shm, a.steps, a.width) if f.endswith('.pt')]
         per_rank = {r: [f for f in files if f.endswith(f'_rank{r}.pt')] for r in range(RANKS)}
@@ -185,9 +199,12 @@ def main():
                         raise SystemExit(f'{f} differs on node {i}')
             for m, s in zip(mnts, stores):
                 unmount(m, s)
-            for s in stores:
-                rados_rm_namespace(s.split('/', 1)[1])
-                shutil.rmtree(os.path.join('/var/cache/lmcfs/rados/lmcfs', s.split('/', 1)[1]), ignore_errors=True)
+            if n == max(int(x) for x in a.nodes.split(',')):
+                union_stores = stores  # read back through a union below
+            else:
+                for s in stores:
+                    rados_rm_namespace(s.split('/', 1)[1])
+                    shutil.rmtree(os.path.join('/var/cache/lmcfs/rados/lmcfs', s.split('/', 1)[1]), ignore_errors=True)
             # The same n mounts over POSIX stores on the local disk: what the
             # codec and FUSE cost here without RADOS (same run).
             local_mnts, local_stores = [], []
@@ -213,6 +230,47 @@ def main():
                 f'{row["lmcfs_MBps"]:.0f} MB/s (x{row["speedup"]:.2f}); stored ratio x{row["ratio"]:.2f}; '
                 f'lmcfs on local POSIX stores {row["local_lmcfs_MBps"]:.0f} MB/s')
 
+        # Reading every node's shards on one node: through a union of the
+        # stores the largest N wrote, cold, against the same shards written
+        # into one store and read from it alone (cold), same run.
+        names = [s.split('/', 1)[1] for s in union_stores]
+        n = len(names)
+        files_read = [(i, f) for i in range(n) for f in per_rank[i % RANKS]]
+        read_bytes = sum(os.path.getsize(os.path.join(shm, f)) for _, f in files_read)
+        mu = os.path.join(work, 'union')
+        os.makedirs(mu)
+        mount(a.build, 'rados:lmcfs/' + ','.join(names), mu, os.path.join(work, 'local_union'))
+        drop_caches()
+        t0 = time.time()
+        for i, f in files_read:
+            subprocess.run(['cat', os.path.join(mu, f)], stdout=subprocess.DEVNULL, check=True)
+        t_union = time.time() - t0
+        unmount(mu, 'rados:lmcfs/' + ','.join(names))
+        single = f'rados:lmcfs/single-{tag}'
+        ms = os.path.join(work, 'single')
+        os.makedirs(ms)
+        mount(a.build, single, ms, os.path.join(work, 'local_single'))
+        for i in range(n):
+            os.makedirs(os.path.join(ms, f'rank{i}'))
+            subprocess.run([sys.executable, '-c', WRITER, shm, os.path.join(ms, f'rank{i}')] + per_rank[i % RANKS],
+                           check=True)
+        unmount(ms, single)
+        mount(a.build, single, ms, os.path.join(work, 'local_single'))
+        drop_caches()
+        t0 = time.time()
+        for i, f in files_read:
+            subprocess.run(['cat', os.path.join(ms, f'rank{i}', f)], stdout=subprocess.DEVNULL, check=True)
+        t_single = time.time() - t0
+        unmount(ms, single)
+        results['union_read'] = {'stores': n, 'bytes': read_bytes, 'union_s': t_union, 'single_store_s': t_single,
+                                 'union_MBps': read_bytes / t_union / 1e6,
+                                 'single_store_MBps': read_bytes / t_single / 1e6}
+        log(f'reading {n} nodes\' shards ({read_bytes / 2**20:.0f} MiB, cold): union of {n} stores '
+            f'{read_bytes / t_union / 1e6:.0f} MB/s, one store {read_bytes / t_single / 1e6:.0f} MB/s')
+        for s in union_stores + [single]:
+            rados_rm_namespace(s.split('/', 1)[1])
+            shutil.rmtree(os.path.join('/var/cache/lmcfs/rados/lmcfs', s.split('/', 1)[1]), ignore_errors=True)
+
         # Takeover after kill -9.
         store = f'rados:lmcfs/takeover-{tag}'
         ma, mb = os.path.join(work, 'node_a'), os.path.join(work, 'node_b')
@@ -236,6 +294,36 @@ def main():
         log(f'takeover after kill -9: {t_take:.2f} s (lease 5 s); byte-identical: {same}; fsck rc {fsck.returncode}')
         rados_rm_namespace(store.split('/', 1)[1])
         shutil.rmtree(os.path.join('/var/cache/lmcfs/rados/lmcfs', store.split('/', 1)[1]), ignore_errors=True)
+        # A node without the local index: it rebuilds it from the journal
+        # (records only: fewer than 16 MiB of them, so no snapshot).
+        store = f'rados:lmcfs/rebuild-{tag}'
+        mr = os.path.join(work, 'rebuild')
+        os.makedirs(mr)
+        mount(a.build, store, mr, os.path.join(work, 'local_rebuild'))
+        payload = os.urandom(64 << 10)
+        for k in range(a.rebuild_files):
+            with open(os.path.join(mr, f'f{k:05d}'), 'wb') as f:
+                f.write(payload[k % 256:] + payload[:k % 256])
+        unmount(mr, store)
+        ns = store.split('/', 1)[1]
+        objs = subprocess.run(['rados', '-p', 'lmcfs', '-N', ns, 'ls'], capture_output=True, text=True).stdout.split()
+        journal_bytes = 0
+        for o in objs:
+            if o.startswith('journal/'):
+                st = subprocess.run(['rados', '-p', 'lmcfs', '-N', ns, 'stat', o], capture_output=True, text=True)
+                journal_bytes += int(st.stdout.split('size ')[-1].split()[0]) if 'size ' in st.stdout else 0
+        shutil.rmtree(os.path.join('/var/cache/lmcfs/rados/lmcfs', ns), ignore_errors=True)
+        t0 = time.time()
+        stat = subprocess.run([os.path.join(a.build, 'tools', 'lmcfs', 'lmcfs-stat'), store, '--files'],
+                              capture_output=True, text=True)
+        t_rebuild = time.time() - t0
+        results['rebuild'] = {'files': a.rebuild_files, 'objects': len(objs), 'journal_bytes': journal_bytes,
+                              'seconds': t_rebuild, 'MBps': journal_bytes / t_rebuild / 1e6, 'stat_rc': stat.returncode}
+        log(f'index rebuild on a new node: {a.rebuild_files} files, {len(objs)} objects, journal '
+            f'{journal_bytes / 2**20:.1f} MiB, lmcfs-stat (open + rebuild + stat) {t_rebuild:.2f} s '
+            f'({journal_bytes / t_rebuild / 1e6:.1f} MB/s of journal)')
+        rados_rm_namespace(ns)
+        shutil.rmtree(os.path.join('/var/cache/lmcfs/rados/lmcfs', ns), ignore_errors=True)
     finally:
         shutil.rmtree(shm, ignore_errors=True)
         subprocess.run(['sh', '-c', f'for m in {work}/*/; do fusermount3 -u -z "$m" 2>/dev/null; done'])
