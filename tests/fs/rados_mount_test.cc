@@ -209,6 +209,10 @@ for d in (out, plain):
                   "', 'user.lmcfs.union').decode())\" | grep -q same.txt"),
             0)
       << "the shadowed name is reported";
+  EXPECT_EQ(Shell(std::string(LMC_TOOLS_BIN_DIR) + "/lmcfs-stat " + mnt_a + " | grep -q 'same.txt (" + a +
+                  "; hidden in " + b + ")'"),
+            0)
+      << "and lmcfs-stat says which";
   // Retention through the union: each node's lmcfs-gc rotates the store it
   // writes and says which it may not; after both ran, the old checkpoints
   // are gone from every view.

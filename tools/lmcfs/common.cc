@@ -3,6 +3,7 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include <cctype>
@@ -157,6 +158,30 @@ Result<Target> ResolveTarget(const std::string& arg) {
   return Status::InvalidArgument(arg +
                                  " is neither an lmcfs mountpoint (see /proc/mounts) nor a store directory "
                                  "(no CONFIG file)");
+}
+
+nlohmann::json UnionReport(const std::string& mountpoint) {
+  char buf[65536];
+  const ssize_t n = ::getxattr(mountpoint.c_str(), "user.lmcfs.union", buf, sizeof buf);
+  if (n <= 0) return nullptr;
+  nlohmann::json stores = nlohmann::json::array(), hidden = nlohmann::json::array();
+  uint64_t shadowed = 0;
+  std::istringstream in(std::string(buf, static_cast<size_t>(n)));
+  std::string line;
+  auto ends = [](const std::string& l, const char* suf) {
+    const size_t k = std::strlen(suf);
+    return l.size() > k && l.compare(l.size() - k, k, suf) == 0;
+  };
+  while (std::getline(in, line)) {
+    if (line.rfind("  ", 0) == 0) {
+      hidden.push_back(line.substr(2));
+    } else if (line.rfind("shadowed=", 0) == 0) {
+      shadowed = std::strtoull(line.c_str() + 9, nullptr, 10);
+    } else if (ends(line, " (rw)") || ends(line, " (ro)")) {
+      stores.push_back({{"name", line.substr(0, line.size() - 5)}, {"writable", ends(line, " (rw)")}});
+    }
+  }
+  return {{"stores", stores}, {"shadowed", shadowed}, {"hidden", hidden}};
 }
 
 void LogToStderr() { spdlog::set_default_logger(spdlog::stderr_color_mt("lmcfs")); }

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -59,6 +60,12 @@ struct Target {
 // Resolves arg (a mountpoint of lmcfs, or a store directory). Errors say
 // what the argument is and what was expected.
 Result<Target> ResolveTarget(const std::string& arg);
+
+// What a union mount (lmc/fs/union_fs.h) says of itself on its root's
+// user.lmcfs.union: {"stores": [{"name", "writable"}], "shadowed": N,
+// "hidden": ["dir/name (first; hidden in other)", ...]}; null when
+// `mountpoint` is not a union.
+nlohmann::json UnionReport(const std::string& mountpoint);
 
 // Opens a store for offline work. A store held by a mount gives kBusy with
 // "STORE is mounted at M; run TOOL on the mountpoint instead" (or a generic

@@ -4,7 +4,6 @@
 #include <fnmatch.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/xattr.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -13,7 +12,6 @@
 #include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "common.h"
 #include "lmcfs_tools.h"
@@ -108,25 +106,6 @@ bool RemoveTree(const fsys::path& p, uint64_t* left, std::string* error) {
   return false;
 }
 
-// The stores of a union mount and which this node may write, from the
-// root's user.lmcfs.union ("NAME (rw)" / "NAME (ro)" lines); empty when
-// `mountpoint` is not a union.
-std::vector<std::pair<std::string, bool>> UnionStores(const std::string& mountpoint) {
-  std::vector<std::pair<std::string, bool>> out;
-  char buf[65536];
-  const ssize_t n = ::getxattr(mountpoint.c_str(), "user.lmcfs.union", buf, sizeof buf);
-  if (n <= 0) return out;
-  std::istringstream in(std::string(buf, static_cast<size_t>(n)));
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.size() > 5 && line.compare(line.size() - 5, 5, " (rw)") == 0)
-      out.emplace_back(line.substr(0, line.size() - 5), true);
-    if (line.size() > 5 && line.compare(line.size() - 5, 5, " (ro)") == 0)
-      out.emplace_back(line.substr(0, line.size() - 5), false);
-  }
-  return out;
-}
-
 }  // namespace
 
 int GcMain(int argc, char** argv, std::ostream& out, std::ostream& err) {
@@ -210,10 +189,11 @@ int GcMain(int argc, char** argv, std::ostream& out, std::ostream& err) {
     // A union: this node rotates the store it writes; the others' parts of
     // the same checkpoints are their nodes' to rotate.
     if (t->online) {
-      const auto stores = UnionStores(t->mountpoint);
-      if (!stores.empty()) {
+      const json u = UnionReport(t->mountpoint);
+      if (!u.is_null()) {
         json rotated = json::array(), not_here = json::array();
-        for (const auto& [name, rw] : stores) (rw ? rotated : not_here).push_back(name);
+        for (const auto& m : u["stores"])
+          (m["writable"].get<bool>() ? rotated : not_here).push_back(m["name"]);
         retention["stores_rotated"] = rotated;
         retention["stores_read_only_here"] = not_here;
         retention["entries_left"] = left;

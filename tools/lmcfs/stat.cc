@@ -215,10 +215,23 @@ int StatMain(int argc, char** argv, std::ostream& out, std::ostream& err) {
   json doc = json::parse(doc_text);
   doc["store"] = t->store;
   if (t->online) doc["mountpoint"] = t->mountpoint;
+  // A union: the figures are the writable (first) store's; what the union
+  // holds and hides is said after them.
+  const json u = t->online ? UnionReport(t->mountpoint) : json();
+  if (!u.is_null()) doc["union"] = u;
   if (as_json) {
     out << doc.dump(2) << "\n";
   } else {
     PrintTable(doc, sort, reverse, bytes, files_only, out);
+    if (!u.is_null()) {
+      out << "\nunion of";
+      for (const auto& m : u["stores"])
+        out << " " << m["name"].get<std::string>() << (m["writable"].get<bool>() ? " (rw)" : " (ro)");
+      out << " (the figures above are " << u["stores"][0]["name"].get<std::string>() << "'s)\n";
+      out << "  " << u["shadowed"].get<uint64_t>() << " names held by more than one store (the first shown)";
+      out << (u["hidden"].empty() ? "\n" : ":\n");
+      for (const auto& h : u["hidden"]) out << "    " << h.get<std::string>() << "\n";
+    }
   }
   return 0;
 }
