@@ -1,6 +1,8 @@
-"""Helpers shared by the mount benchmarks (scripts/dedup_bench.py,
-scripts/pair_bench.py): mount and unmount a store, wait for the background
-rebases, and measure a directory as du does."""
+"""Helpers shared by the mount benchmarks and runs (scripts/dedup_bench.py,
+scripts/pair_bench.py, scripts/rados_bench.py, scripts/crash_run.py): mount
+and unmount a store, find its daemon, wait for the background rebases,
+measure a directory as du does, hash a file."""
+import hashlib
 import os
 import subprocess
 import time
@@ -43,3 +45,17 @@ def du(root):
                 seen.add(st.st_ino)
                 n += st.st_blocks * 512
     return n
+
+
+def daemon_pid(store):
+    """The pid of the mount.lmcfs daemon serving STORE, or None."""
+    out = subprocess.run(['pgrep', '-f', f'mount.lmcfs {store} '], capture_output=True, text=True).stdout.split()
+    return int(out[0]) if out else None
+
+
+def sha256_file(path):
+    h = hashlib.sha256()
+    with open(path, 'rb') as f:
+        for b in iter(lambda: f.read(1 << 20), b''):
+            h.update(b)
+    return h.hexdigest()

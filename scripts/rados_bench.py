@@ -34,6 +34,9 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benchutil import daemon_pid  # noqa: E402
+
 RANKS = 4
 
 
@@ -100,13 +103,6 @@ def mount(build, store, mnt, local, extra=''):
     if extra:
         opts += ',' + extra
     subprocess.run([os.path.join(build, 'tools', 'mountlmcfs', 'mount.lmcfs'), store, mnt, '-o', opts], check=True)
-
-
-def daemon_pid(store):
-    out = subprocess.run(['pgrep', '-f', f'mount.lmcfs {store} '], capture_output=True, text=True).stdout.split()
-    if not out:
-        out = subprocess.run(['pgrep', '-fx', f'.*mount.lmcfs {store} .*'], capture_output=True, text=True).stdout.split()
-    return int(out[0]) if out else None
 
 
 def unmount(mnt, store):

@@ -1,0 +1,244 @@
+#!/usr/bin/env python3
+"""Crash run (issue 16, "Fault runs", 1): real writers save a checkpoint
+series into a real mount while the daemon is killed with SIGKILL at random
+moments; after each kill the store must pass lmcfs-fsck, every file whose
+fsync returned must read back byte-identical, and a file that was being
+written must be absent, empty or a prefix of what was written (never other
+bytes). At the end the background rebases must drain and, after
+`lmcfs-gc --threshold 1`, no dead byte may be left in the packs.
+
+Writers (in one child process, round robin): torch.save of a model and its
+AdamW state into an open file, flushed and fsync'd as frameworks do;
+safetensors' save_file, then fsync; transformers' save_pretrained with
+sharding (small shards), then fsync of every file. Each writer records the
+bytes it writes first (the same object serialized into memory), so a
+partial file can be checked against them.
+
+  python3 scripts/crash_run.py --kills 200            # long form
+  python3 scripts/crash_run.py --kills 5 --seed 7     # CI form (tests/fs: MountCrash)
+Prints the seed; the same seed replays the same kill delays.
+"""
+import argparse
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benchutil import daemon_pid, sha256_file as sha  # noqa: E402
+
+WRITER = r'''
+import hashlib, io, json, os, sys, torch
+mnt, ref, log_path, first_step = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+log = open(log_path, 'a')
+def note(kind, name, data=None):
+    rec = {'kind': kind, 'name': name}
+    if data is not None:
+        rec['sha'] = hashlib.sha256(data).hexdigest(); rec['size'] = len(data)
+    log.write(json.dumps(rec) + '\n'); log.flush(); os.fsync(log.fileno())
+def keep(name, data):
+    p = os.path.join(ref, name.replace('/', '__'))
+    with open(p, 'wb') as f: f.write(data)
+torch.manual_seed(first_step)
+model = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.GELU(), torch.nn.Linear(512, 256))
+opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+try:
+    import transformers
+    cfg = transformers.GPT2Config(n_layer=2, n_head=2, n_embd=64, vocab_size=512, n_positions=64)
+    gpt = transformers.GPT2LMHeadModel(cfg)
+except Exception:
+    gpt = None
+from safetensors.torch import save as st_bytes, save_file
+with open(log_path + '.ready', 'w') as f: f.write('1')
+step = first_step
+while True:
+    step += 1
+    loss = model(torch.randn(16, 256)).pow(2).mean(); opt.zero_grad(); loss.backward(); opt.step()
+    kind = step % 3
+    if kind == 0:
+        name = f'step{step}.pt'
+        obj = {'model': model.state_dict(), 'optim': opt.state_dict(), 'step': step}
+        buf = io.BytesIO(); torch.save(obj, buf); data = buf.getvalue()
+        keep(name, data); note('start', name, data)
+        with open(os.path.join(mnt, name), 'wb') as f:
+            torch.save(obj, f); f.flush(); os.fsync(f.fileno())
+        note('done', name, data)
+    elif kind == 1:
+        name = f'step{step}.safetensors'
+        tensors = {k: v.contiguous() for k, v in model.state_dict().items()}
+        data = st_bytes(tensors)
+        keep(name, data); note('start', name, data)
+        save_file(tensors, os.path.join(mnt, name))
+        with open(os.path.join(mnt, name), 'rb+') as f: os.fsync(f.fileno())
+        note('done', name, data)
+    elif gpt is not None:
+        d = f'hf-step{step}'
+        with torch.no_grad():
+            for p in gpt.parameters(): p.add_(0.001 * torch.randn_like(p))
+        tmp = os.path.join(ref, d + '.tmp')
+        gpt.save_pretrained(tmp, max_shard_size='200KB')
+        files = sorted(os.listdir(tmp))
+        for fn in files:
+            data = open(os.path.join(tmp, fn), 'rb').read()
+            keep(f'{d}/{fn}', data); note('start', f'{d}/{fn}', data)
+        gpt.save_pretrained(os.path.join(mnt, d), max_shard_size='200KB')
+        for fn in files:
+            with open(os.path.join(mnt, d, fn), 'rb+') as f: os.fsync(f.fileno())
+        dfd = os.open(os.path.join(mnt, d), os.O_RDONLY); os.fsync(dfd); os.close(dfd)
+        for fn in files:
+            data = open(os.path.join(tmp, fn), 'rb').read()
+            note('done', f'{d}/{fn}', data)
+        import shutil; shutil.rmtree(tmp)
+'''
+
+
+def log(msg):
+    print(msg, file=sys.stderr, flush=True)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument('--build', default='build')
+    ap.add_argument('--kills', type=int, default=5)
+    ap.add_argument('--seed', type=int, default=None)
+    ap.add_argument('--min-delay', type=float, default=0.3)
+    ap.add_argument('--max-delay', type=float, default=4.0)
+    ap.add_argument('--keep', action='store_true', help='keep the work directory')
+    a = ap.parse_args()
+    seed = a.seed if a.seed is not None else random.SystemRandom().randrange(1 << 30)
+    print(f'crash_run: seed {seed} (replay: --seed {seed})', flush=True)
+    rng = random.Random(seed)
+    mount_bin = os.path.join(a.build, 'tools', 'mountlmcfs', 'mount.lmcfs')
+    tools = os.path.join(a.build, 'tools', 'lmcfs')
+    work = tempfile.mkdtemp(prefix='lmcfs_crash_', dir='/var/tmp')
+    store, mnt, ref = (os.path.join(work, x) for x in ('store', 'mnt', 'ref'))
+    for d in (mnt, ref):
+        os.makedirs(d)
+    progress = os.path.join(work, 'progress.jsonl')
+    stats = {'seed': seed, 'kills': 0, 'files_verified': 0, 'bytes_verified': 0, 'partial_files': 0}
+    failures = []
+    writer = None
+    try:
+        step = 0
+        for k in range(a.kills + 1):
+            subprocess.run([mount_bin, store, mnt, '-o', f'log_file={work}/log,log_level=info'], check=True)
+            # Everything the writer saw fsync'd so far must be there, exactly.
+            done, started = {}, {}
+            if os.path.exists(progress):
+                for line in open(progress):
+                    try:
+                        r = json.loads(line)
+                    except ValueError:
+                        continue  # a torn last line of the writer's own log
+                    (done if r['kind'] == 'done' else started)[r['name']] = r
+            for name, r in done.items():
+                p = os.path.join(mnt, name)
+                if not os.path.exists(p) or sha(p) != r['sha']:
+                    failures.append(f'kill {k}: {name} was fsync\'d but reads back '
+                                    f'{"missing" if not os.path.exists(p) else "different"}')
+                else:
+                    stats['files_verified'] += 1
+                    stats['bytes_verified'] += r['size']
+            for name, r in started.items():
+                if name in done:
+                    continue
+                p = os.path.join(mnt, name)
+                if not os.path.exists(p):
+                    continue
+                got = open(p, 'rb').read()
+                want = open(os.path.join(ref, name.replace('/', '__')), 'rb').read()
+                if got and want[:len(got)] != got:
+                    failures.append(f'kill {k}: {name} (being written) holds {len(got)} bytes that are not a '
+                                    f'prefix of what was written')
+                stats['partial_files'] += 1
+                # The series goes on: an unfinished file is removed, as a
+                # framework would overwrite it.
+                os.remove(p) if os.path.isfile(p) else None
+            if failures:
+                break
+            if k > 0:
+                log(f'  after kill {k}: {len(done)} fsync\'d files byte-identical so far, '
+                    f'{sum(1 for n in started if n not in done)} being written')
+            if k == a.kills:
+                break
+            step = max([int(''.join(c for c in n.split('/')[0] if c.isdigit()) or 0) for n in started] + [step])
+            ready = progress + '.ready'
+            if os.path.exists(ready):
+                os.remove(ready)
+            writer = subprocess.Popen([sys.executable, '-c', WRITER, mnt, ref, progress, str(step + 1)],
+                                      stdout=subprocess.DEVNULL, stderr=open(os.path.join(work, 'writer.err'), 'a'))
+            # The kill comes a random time after the writer has started saving
+            # (not while it imports torch).
+            for _ in range(1200):
+                if os.path.exists(ready) or writer.poll() is not None:
+                    break
+                time.sleep(0.05)
+            if writer.poll() is not None:
+                failures.append(f'kill {k}: the writer exited before the kill (see {work}/writer.err)')
+                break
+            time.sleep(rng.uniform(a.min_delay, a.max_delay))
+            pid = daemon_pid(store)
+            if pid is None:
+                failures.append(f'kill {k}: the daemon is gone before the kill (see {work}/log)')
+                break
+            os.kill(pid, signal.SIGKILL)
+            stats['kills'] += 1
+            writer.wait(timeout=60)
+            writer = None
+            subprocess.run(['fusermount3', '-u', '-z', mnt], check=False)
+            for _ in range(100):
+                if not os.path.exists(f'/proc/{pid}'):
+                    break
+                time.sleep(0.05)
+            fsck = subprocess.run([os.path.join(tools, 'lmcfs-fsck'), store], capture_output=True, text=True)
+            if fsck.returncode != 0:
+                failures.append(f'kill {k}: lmcfs-fsck exit {fsck.returncode}: {fsck.stdout[-2000:]}')
+                break
+            log(f'kill {k + 1}/{a.kills}: fsck clean')
+        if not failures:
+            # The end: rebases drain, gc leaves no dead byte.
+            for _ in range(600):
+                if int(os.getxattr(mnt, 'user.lmcfs.pending_rebases')) == 0:
+                    break
+                time.sleep(0.1)
+            else:
+                failures.append('the rebase queue did not drain in 60 s')
+            gc = subprocess.run([os.path.join(tools, 'lmcfs-gc'), '-q', '--threshold', '1', mnt],
+                                capture_output=True, text=True)
+            if gc.returncode != 0:
+                failures.append(f'lmcfs-gc exit {gc.returncode}: {gc.stderr[-1000:]}')
+            # What is left besides live records: the 32-byte header of each
+            # pack (lmcfs-stat counts it as dead).
+            st = json.loads(subprocess.run([os.path.join(tools, 'lmcfs-stat'), '--json', mnt], capture_output=True,
+                                           text=True, check=True).stdout)['totals']
+            dead = st['pack_bytes'] - st['live_bytes'] - 32 * st['packs']
+            stats['dead_bytes_after_gc'] = dead
+            if dead != 0:
+                failures.append(f'{dead} dead bytes (besides pack headers) left in the packs after '
+                                f'lmcfs-gc --threshold 1')
+    finally:
+        if writer:
+            writer.kill()
+        subprocess.run(['fusermount3', '-u', mnt], check=False)
+        pid = daemon_pid(store)
+        for _ in range(300):
+            if pid is None or not os.path.exists(f'/proc/{pid}'):
+                break
+            time.sleep(0.1)
+        if failures or a.keep:
+            log(f'work directory kept: {work}')
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+    print(json.dumps(stats))
+    for f in failures:
+        print('FAIL: ' + f)
+    sys.exit(1 if failures else 0)
+
+
+if __name__ == '__main__':
+    main()
