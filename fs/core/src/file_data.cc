@@ -425,12 +425,18 @@ Status FileData::DropPendingBase(EncodeJob& job) {
   return Status::Ok();
 }
 
+InodeRec FileData::Durable(InodeRec r) const {
+  if (owner_.IsReg()) r.size = std::min(r.size, std::max(size_floor_, data_end_));
+  return r;
+}
+
 int FileData::ApplyJob(EncodeJob& job) {
   if (Status s = DropPendingBase(job); !s.ok()) job.status = s;
   if (!job.status.ok()) {
     Restore(job);
     return shared_.ToErrno(job.status, "encode chunk at offset " + std::to_string(job.begin), owner_.ino);
   }
+  data_end_ = std::max(data_end_, job.end);
   if (job.zero) {
     ReplaceRange(job.begin, job.end, nullptr);
     return 0;
@@ -719,6 +725,8 @@ int FileData::Truncate(uint64_t size) {
     ReplaceRange(size, UINT64_MAX, nullptr);
   }
   owner_.rec.size = size;
+  size_floor_ = size;
+  data_end_ = std::min(data_end_, size);
   owner_.rec.mtime_ns = owner_.rec.ctime_ns = NowNs();
   owner_.rec_dirty = true;
   return 0;
@@ -765,7 +773,7 @@ int FileData::WaitCommits(size_t keep) {
 int FileData::CommitAsync() {
   if (owner_.purged) return 0;
   if (int err = WaitCommits(CommitTicket::kMaxQueuedPerInode - 1)) return err;
-  pending_.Put(store::Cf::kInodes, InodeKey(owner_.ino), EncodeInode(owner_.rec));
+  pending_.Put(store::Cf::kInodes, InodeKey(owner_.ino), EncodeInode(Durable(owner_.rec)));
   auto t = std::make_shared<CommitTicket>();
   t->batch = std::move(pending_);
   pending_.Clear();
@@ -783,7 +791,7 @@ int FileData::Commit(bool sync) {
   // below; its error is reported by the next Finalize all the same.
   if (int err = WaitCommits(); err && !write_error_) write_error_ = err;
   if (pending_.empty() && !owner_.rec_dirty && !sync) return 0;
-  pending_.Put(store::Cf::kInodes, InodeKey(owner_.ino), EncodeInode(owner_.rec));
+  pending_.Put(store::Cf::kInodes, InodeKey(owner_.ino), EncodeInode(Durable(owner_.rec)));
   Status s = shared_.store->Commit(pending_, sync);
   if (!s.ok()) return shared_.ToErrno(s, "commit", owner_.ino);
   shared_.counters.commits++;
@@ -847,6 +855,7 @@ int FileData::CloneFrom(FileData& src, uint64_t soff, uint64_t doff, uint64_t le
     owner_.rec.stored += x.Stored();
   }
   owner_.rec.size = std::max(owner_.rec.size, doff + len);
+  data_end_ = std::max(data_end_, doff + len);
   owner_.rec.mtime_ns = owner_.rec.ctime_ns = NowNs();
   owner_.rec_dirty = true;
   return Commit(false);

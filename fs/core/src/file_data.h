@@ -116,6 +116,15 @@ class FileData {
 
   // A new or non-regular inode has no extents to load.
   void SetEmpty() { extents_loaded_ = true; }
+  // The size of a regular file loaded from the store: durable already.
+  void SetLoadedSize(uint64_t size) { size_floor_ = size; }
+  // `r` (the owner's record) as it may be committed: a regular file's size
+  // no larger than what is durable with it, that is the size set
+  // explicitly (truncate, fallocate, the size it was loaded with) or what
+  // applied chunks cover, never bytes still buffered or at the encoders.
+  // Otherwise a crash would leave the file its full size with a tail of
+  // zeros never written (found by scripts/crash_run.py).
+  InodeRec Durable(InodeRec r) const;
   int Write(uint64_t off, const uint8_t* p, size_t n);
   int Read(uint64_t off, size_t n, std::string* out);
   // Filesystem::ReadPieces.
@@ -222,6 +231,8 @@ class FileData {
   // Committed (or in pending_) extents: file offset -> extent. Loaded on
   // first data access; they never overlap.
   bool extents_loaded_ = false;
+  // Durable(): the size set explicitly, and the end of the applied chunks.
+  uint64_t size_floor_ = 0, data_end_ = 0;
   std::map<uint64_t, ExtentRec> extents_;
 
   // Written bytes not yet cut into chunks: offset -> bytes, non-overlapping.

@@ -179,6 +179,7 @@ InodePtr Filesystem::Impl::Get(uint64_t ino, int* err) {
   }
   auto in = std::make_shared<Inode>(ino, data);
   in->rec = std::move(*rec);
+  in->data.SetLoadedSize(in->rec.size);
   if (!in->IsReg()) in->data.SetEmpty();
   table.emplace(ino, in);
   return in;
@@ -499,7 +500,7 @@ int Filesystem::Link(uint64_t ino, uint64_t newparent, std::string_view newname,
   dr.mtime_ns = dr.ctime_ns = now;
   store::Batch b;
   b.Put(store::Cf::kDirents, DirentKey(newparent, newname), EncodeDirent({ino, r.mode & S_IFMT}));
-  b.Put(store::Cf::kInodes, InodeKey(ino), EncodeInode(r));
+  b.Put(store::Cf::kInodes, InodeKey(ino), EncodeInode(in->data.Durable(r)));
   b.Put(store::Cf::kInodes, InodeKey(newparent), EncodeInode(dr));
   Status s = m.store->Commit(b, false);
   if (!s.ok()) return m.ToErrno(s, "link", ino);
@@ -530,14 +531,14 @@ int DropLink(Inode& in, InodeRec* r, store::Batch* b, bool* purged) {
   }
   r->ctime_ns = NowNs();
   if (r->nlink > 0) {
-    b->Put(store::Cf::kInodes, InodeKey(in.ino), EncodeInode(*r));
+    b->Put(store::Cf::kInodes, InodeKey(in.ino), EncodeInode(in.data.Durable(*r)));
     return 0;
   }
   if (in.nlookup == 0 && in.nopen == 0) {
     *purged = true;
     return in.data.Purge(b);
   }
-  b->Put(store::Cf::kInodes, InodeKey(in.ino), EncodeInode(*r));
+  b->Put(store::Cf::kInodes, InodeKey(in.ino), EncodeInode(in.data.Durable(*r)));
   b->Put(store::Cf::kMeta, OrphanKey(in.ino), "");
   return 0;
 }
@@ -698,7 +699,7 @@ int Filesystem::Rename(uint64_t parent, std::string_view name, uint64_t newparen
   nr.mtime_ns = nr.ctime_ns = now;
   sr.ctime_ns = now;
   if (int e = sin->data.Commit(false)) return e;
-  b.Put(store::Cf::kInodes, InodeKey(src->ino), EncodeInode(sr));
+  b.Put(store::Cf::kInodes, InodeKey(src->ino), EncodeInode(sin->data.Durable(sr)));
   b.Put(store::Cf::kInodes, InodeKey(parent), EncodeInode(pr));
   if (cross) b.Put(store::Cf::kInodes, InodeKey(newparent), EncodeInode(nr));
   Status s = store_->Commit(b, false);
