@@ -299,6 +299,30 @@ TEST_F(FsCore, CrashMidWriteLeavesAPrefixNeverZeros) {
   ExpectFsckClean();
 }
 
+// An atomic save as safetensors' save_file does it: a temporary file
+// ftruncate'd to the full size, written, renamed over the target, closed
+// last. A crash right after the rename (before the close's flush) must not
+// leave the target at full size over bytes never committed.
+TEST_F(FsCore, CrashAfterRenameOverLeavesTheWholeFileNeverAHole) {
+  const std::string model = Bf16Like(6 * (64 << 10) + 999, 41);
+  struct stat st;
+  ASSERT_EQ(fs_->Create(kRootIno, ".tmpSAVE", 0600, {0, 0}, &st), 0);
+  const uint64_t ino = st.st_ino;
+  struct stat sz = {};
+  sz.st_size = static_cast<off_t>(model.size());
+  ASSERT_EQ(fs_->SetAttr(ino, sz, kSetSize, &st), 0);
+  ASSERT_EQ(fs_->Write(ino, 0, model.data(), model.size()), 0);
+  ASSERT_EQ(fs_->Rename(kRootIno, ".tmpSAVE", kRootIno, "model.safetensors", 0), 0);
+  // Crash: no close, no flush, no Shutdown.
+  fs_.reset();
+  store_.reset();
+  Reopen(false);
+  struct stat got_st;
+  ASSERT_EQ(fs_->Lookup(kRootIno, "model.safetensors", &got_st), 0) << "the rename was committed";
+  EXPECT_EQ(ReadAll(got_st.st_ino), model) << "the renamed file holds what was written, not a hole";
+  ExpectFsckClean();
+}
+
 // A batch that reaches batch_limit commits on the committer thread: the
 // pack fdatasync runs there, never on the writer's thread, and the writer,
 // held by nothing else, goes on until kMaxQueuedPerInode of its batches
