@@ -113,7 +113,7 @@ def main():
     ap.add_argument('--keep', action='store_true', help='keep the work directory')
     ap.add_argument('--partial', choices=['fail', 'report'], default='fail',
                     help='a file being written that is not a prefix of its bytes: fail the run (default), or '
-                         'report it and go on (the CI form, while the bug it found is open: issue 16 notes)')
+                         'report it, keep it as evidence and go on (the CI form)')
     a = ap.parse_args()
     seed = a.seed if a.seed is not None else random.SystemRandom().randrange(1 << 30)
     print(f'crash_run: seed {seed} (replay: --seed {seed})', flush=True)
@@ -158,8 +158,8 @@ def main():
                 got = open(p, 'rb').read()
                 want = open(os.path.join(ref, name.replace('/', '__')), 'rb').read()
                 if got and want[:len(got)] != got:
-                    first = next(i for i in range(min(len(got), len(want))) if got[i] != want[i]) \
-                        if any(got[i] != want[i] for i in range(min(len(got), len(want)))) else min(len(got), len(want))
+                    n = min(len(got), len(want))
+                    first = next((i for i in range(n) if got[i] != want[i]), n)
                     what = (f'kill {k}: {name} (being written) holds {len(got)} bytes that are not a prefix of '
                             f'what was written ({len(want)} bytes; first difference at byte {first})')
                     stats['partial_not_prefix'] = stats.get('partial_not_prefix', 0) + 1

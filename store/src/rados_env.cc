@@ -235,6 +235,23 @@ class RadosEnvImpl final : public RadosEnv {
     return Status::FromErrno(e, what + " in " + prefix_);
   }
 
+  // Calls fn(object name, the name after `dir`/) for each object under
+  // `dir` (a scan of the store's namespace).
+  Status ForEachUnder(const std::string& dir,
+                      const std::function<void(const std::string&, const std::string&)>& fn) {
+    LMC_ASSIGN_OR_RETURN(std::string rel, Oid(dir));
+    const std::string prefix = rel.empty() ? "" : rel + "/";
+    try {
+      for (auto it = io_.nobjects_begin(); it != io_.nobjects_end(); ++it) {
+        const std::string& oid = it->get_oid();
+        if (oid.compare(0, prefix.size(), prefix) == 0) fn(oid, oid.substr(prefix.size()));
+      }
+    } catch (const std::exception& e) {
+      return Status::IOError("listing " + dir + ": " + e.what());
+    }
+    return Status::Ok();
+  }
+
   Status CheckLock(const std::string& what) const {
     if (opts_.read_only)
       return Status::Unsupported(what + " in " + prefix_ + ": the store is open read-only (a follower)");
@@ -296,19 +313,10 @@ class RadosEnvImpl final : public RadosEnv {
   Status SyncDir(const std::string&) override { return Status::Ok(); }
 
   Result<std::vector<std::string>> ListDir(const std::string& path) override {
-    LMC_ASSIGN_OR_RETURN(std::string rel, Oid(path));
-    const std::string prefix = rel.empty() ? "" : rel + "/";
     std::set<std::string> names;
-    try {
-      for (auto it = io_.nobjects_begin(); it != io_.nobjects_end(); ++it) {
-        const std::string& oid = it->get_oid();
-        if (oid.compare(0, prefix.size(), prefix) != 0) continue;
-        const std::string rest = oid.substr(prefix.size());
-        names.insert(rest.substr(0, rest.find('/')));
-      }
-    } catch (const std::exception& e) {
-      return Status::IOError("listing " + path + ": " + e.what());
-    }
+    LMC_RETURN_IF_ERROR(ForEachUnder(path, [&](const std::string&, const std::string& rest) {
+      names.insert(rest.substr(0, rest.find('/')));
+    }));
     return std::vector<std::string>(names.begin(), names.end());
   }
 
@@ -364,20 +372,12 @@ class RadosEnvImpl final : public RadosEnv {
   }
 
   Result<uint64_t> DiskBytes(const std::string& dir) override {
-    LMC_ASSIGN_OR_RETURN(std::string rel, Oid(dir));
-    const std::string prefix = rel.empty() ? "" : rel + "/";
     uint64_t total = 0;
-    try {
-      for (auto it = io_.nobjects_begin(); it != io_.nobjects_end(); ++it) {
-        const std::string& oid = it->get_oid();
-        if (oid.compare(0, prefix.size(), prefix) != 0) continue;
-        uint64_t size = 0;
-        time_t mtime = 0;
-        if (io_.stat(oid, &size, &mtime) == 0) total += size;
-      }
-    } catch (const std::exception& e) {
-      return Status::IOError("listing " + dir + ": " + e.what());
-    }
+    LMC_RETURN_IF_ERROR(ForEachUnder(dir, [&](const std::string& oid, const std::string&) {
+      uint64_t size = 0;
+      time_t mtime = 0;
+      if (io_.stat(oid, &size, &mtime) == 0) total += size;
+    }));
     return total;
   }
 

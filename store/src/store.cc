@@ -448,13 +448,24 @@ Status Store::Impl::WriteIndex(rocksdb::WriteBatch& wb, bool sync) {
   // store's journal before the local index applies it; the local index's
   // own WAL is then never synced (docs/ARCHITECTURE.md, "Stores in RADOS").
   std::lock_guard l(journal_mu);
+  if (local_behind)
+    return Status::IOError(
+        "store " + dir +
+        ": an index change reached the journal but not the local index; unmount and remount "
+        "(the open replays it)");
   uint8_t seq[8];
   StoreLE64(seq, journal->next_seq());
   wb.Put(handles[0], fmt::kJournalSeqKey, rocksdb::Slice(reinterpret_cast<const char*>(seq), 8));
   LMC_RETURN_IF_ERROR(journal->Append(std::string_view(wb.Data())));
   wo.sync = false;
   Status st = FromRocks(db->Write(wo, &wb), "writing the local index of " + dir);
-  if (!st.ok()) return st;
+  if (!st.ok()) {
+    // The record is in the journal but not in the local index: later
+    // batches would move the local index's sequence number past it, and it
+    // would never be applied here. Refuse them; the next open replays it.
+    local_behind = true;
+    return st;
+  }
   // Followers on other nodes (Store::Refresh) learn of it at once.
   if (rados) rados->Notify(dir + "/journal/HEAD");
   if (journal->bytes_since_snapshot() >= 16 * opts.journal_snapshot_bytes) {

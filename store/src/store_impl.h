@@ -67,6 +67,7 @@ struct Store::Impl {
   // journal_mu orders journal appends and index writes alike.
   std::unique_ptr<IndexJournal> journal;
   std::mutex journal_mu;
+  bool local_behind = false;  // a journaled batch failed to apply locally (journal_mu)
   rocksdb::DB* db = nullptr;
   std::vector<rocksdb::ColumnFamilyHandle*> handles;
   rocksdb::ColumnFamilyHandle* chunks_cf = nullptr;

@@ -7,11 +7,12 @@
 // file being written is absent, empty or a prefix of what was written; at
 // the end the rebases drain and lmcfs-gc leaves no dead byte.
 //
-// Known open bug (issue 16 notes): in about 2 of 100 kills of the long form,
-// a safetensors file whose save_file had returned (killed at the fsync that
-// follows) came back at its full size but with other bytes. Until it is
-// fixed, this CI form reports such a file (and keeps it as evidence) rather
-// than failing; the long form fails on it.
+// In 2 of about 100 kills of the long form, a safetensors file (temp file,
+// ftruncate, write, rename over the target, close) came back at its full
+// size over a hole; rename now commits its source's data first
+// (FsCore.CrashAfterRenameOverLeavesTheWholeFileNeverAHole). Until a long run
+// confirms that was the only cause, this form reports such a file (keeping
+// it as evidence) instead of failing; the long form fails on it.
 #include <gtest/gtest.h>
 #include <unistd.h>
 

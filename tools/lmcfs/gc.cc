@@ -94,11 +94,20 @@ bool RemoveTree(const fsys::path& p, uint64_t* left, std::string* error) {
       *error = p.string() + ": " + ec.message();
       return false;
     }
+    const uint64_t before = *left;
     for (const auto& c : children)
       if (!RemoveTree(c, left, error)) return false;
+    // A directory that still holds what other nodes write stays too.
+    if (::rmdir(p.c_str()) == 0) return true;
+    if (errno == EROFS || (errno == ENOTEMPTY && *left > before)) {
+      ++*left;
+      return true;
+    }
+    *error = p.string() + ": " + std::strerror(errno);
+    return false;
   }
-  if ((S_ISDIR(st.st_mode) ? ::rmdir(p.c_str()) : ::unlink(p.c_str())) == 0) return true;
-  if (errno == EROFS || (errno == ENOTEMPTY && *left > 0)) {
+  if (::unlink(p.c_str()) == 0) return true;
+  if (errno == EROFS) {
     ++*left;
     return true;
   }
