@@ -432,6 +432,11 @@ def report(argv):
     p(f"| save throughput, mean (apparent bytes / save time) | {pr} | {lr} |")
     p(f"| write amplification (daemon counters, after the drain) | - | {wa_text} |")
     p(f"| daemon's disk writes / bytes written into the mount (/proc/PID/io) | - | {wa_proc} |")
+    if "store_punched_bytes" in daemon:
+        p(f"| given back: holes punched / compaction freed (copied) | - | "
+          f"{mib(daemon['store_punched_bytes'])} in {daemon.get('store_punched_holes', 0)} holes / "
+          f"{mib(daemon.get('store_compact_bytes_reclaimed', 0))} "
+          f"({mib(daemon.get('store_compact_bytes_copied', 0))}) |")
     p("")
 
     # Delete-all and the empty store.

@@ -59,6 +59,11 @@ class Overlay {
     bool present = false;
     bool dirty = false;
     fmt::ChunkEntry e;
+    // The chunk's record in the committed index when the group first read
+    // it (committed false: none): if the group moves or drops the chunk,
+    // that record dies with the commit (hole punching).
+    bool committed = false;
+    uint64_t committed_pack = 0, committed_off = 0, committed_size = 0;
   };
 
   explicit Overlay(Store::Impl& s) : s_(s) {}
@@ -72,6 +77,10 @@ class Overlay {
     if (e.ok()) {
       slot.present = true;
       slot.e = std::move(*e);
+      slot.committed = true;
+      slot.committed_pack = slot.e.pack_id;
+      slot.committed_off = slot.e.offset;
+      slot.committed_size = slot.e.record_size();
     } else if (!e.status().IsNotFound()) {
       return e.status();
     }
@@ -595,8 +604,17 @@ Status Store::Impl::CommitGroup(const std::vector<Writer*>& group) {
     Rollback();
     return st;
   }
-  // 3. Committed: publish the new state.
+  // 3. Committed: publish the new state. Records the group moved or
+  // dropped are dead: queued for punching.
   for (const auto& [id, m] : new_meta) packs[id] = m;
+  {
+    std::vector<DeadRange> dead;
+    for (const auto& [key, slot] : ov.slots())
+      if (slot.committed &&
+          (!slot.present || slot.e.pack_id != slot.committed_pack || slot.e.offset != slot.committed_off))
+        dead.push_back({slot.committed_pack, slot.committed_off, slot.committed_size});
+    QueueDead(std::move(dead));
+  }
   {
     std::lock_guard pl(pin_mu);
     for (const ChunkKey& k : newly_pinned_dead) pinned_dead.insert(k);

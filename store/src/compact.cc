@@ -33,6 +33,7 @@ Status MoveSlice(Store::Impl& s, uint64_t id, std::vector<ReadRecordCopy>& slice
   LMC_RETURN_IF_ERROR(s.EnsureActivePack());
   std::string records;
   std::vector<std::pair<ChunkKey, fmt::ChunkEntry>> moved;
+  std::vector<Store::Impl::DeadRange> dead;  // the old places
   for (ReadRecordCopy& c : slice) {
     auto e = s.LoadEntry(c.key);
     if (!e.ok() && e.status().IsNotFound()) continue;
@@ -43,6 +44,7 @@ Status MoveSlice(Store::Impl& s, uint64_t id, std::vector<ReadRecordCopy>& slice
     ne.offset = s.active_end + records.size();
     records.append(reinterpret_cast<const char*>(c.record.data()), c.record.size());
     moved.emplace_back(c.key, ne);
+    dead.push_back({id, c.offset, c.record.size()});
   }
   if (moved.empty()) return Status::Ok();
   // Copies durable in the active pack first (a crash leaves a tail that
@@ -73,6 +75,7 @@ Status MoveSlice(Store::Impl& s, uint64_t id, std::vector<ReadRecordCopy>& slice
   s.packs[s.active_id] = active_meta;
   s.packs[id] = old_meta;
   s.active_end = end;
+  s.QueueDead(std::move(dead));
   if (seal) s.active.reset();
   report.chunks_moved += moved.size();
   report.bytes_copied += records.size();
@@ -109,7 +112,11 @@ Status CompactPack(Store::Impl& s, uint64_t id, const std::vector<ChunkKey>& key
       // A record that fails verification is never copied and its pack is
       // never deleted: fsck must look at it.
       ReadRecordCopy c{key, e->offset, {}};
-      LMC_RETURN_IF_ERROR(s.ReadRecord(key, *e, *f, c.record));
+      if (Status rs = s.ReadRecord(key, *e, *f, c.record); !rs.ok()) {
+        // Died (and maybe punched) since the entry was read: nothing to copy.
+        if (rs.IsCorruption() && s.Moved(key, *e)) continue;
+        return s.Reported(std::move(rs));
+      }
       slice_bytes += c.record.size();
       slice.push_back(std::move(c));
       if (slice_bytes >= kSliceBytes) LMC_RETURN_IF_ERROR(flush());
@@ -161,12 +168,17 @@ Status CompactPack(Store::Impl& s, uint64_t id, const std::vector<ChunkKey>& key
 // Seals the active pack when it holds at least min_dead dead bytes, so that
 // compaction can take it (one synced index batch; the next commit starts a
 // new pack). commit_mu held.
-Status SealActiveIfDead(Store::Impl& s, uint64_t min_dead) {
+Status SealActiveIfDead(Store::Impl& s, uint64_t min_dead, bool by_disk) {
   if (min_dead == 0 || !s.active) return Status::Ok();
   auto it = s.packs.find(s.active_id);
   if (it == s.packs.end()) return Status::Ok();  // nothing committed to it yet
   fmt::PackMeta m = it->second;
-  const uint64_t record_bytes = m.record_bytes();
+  // Dead bytes still on disk: those punched need no compaction.
+  uint64_t record_bytes = m.record_bytes();
+  if (by_disk && s.punch_enabled) {
+    if (auto d = s.env->FileDiskBytes(s.PackPath(s.active_id)); d.ok())
+      record_bytes = std::min(record_bytes, *d > fmt::kPackHeaderSize ? *d - fmt::kPackHeaderSize : 0);
+  }
   if (record_bytes < m.live || record_bytes - m.live < min_dead) return Status::Ok();
   m.state = fmt::PackState::kSealed;
   rocksdb::WriteBatch wb;
@@ -185,12 +197,21 @@ void SelectPacks(Store::Impl& s, const CompactOptions& options, CompactReport& r
   std::vector<Pack> sealed;
   uint64_t pack_bytes = 0, dead = 0;
   for (const auto& [id, m] : s.packs) {
-    pack_bytes += m.size;
-    const uint64_t record_bytes = m.record_bytes();
-    dead += m.size - std::min(m.size, m.live);
+    // What the pack holds on disk: its committed bytes less the holes
+    // punched in it (hole punching gives dead records back without
+    // compaction; copying a pack whose dead records are already holes would
+    // only write its live ones again).
+    uint64_t size = m.size;
+    if (options.judge_by_disk && s.punch_enabled) {
+      if (auto d = s.env->FileDiskBytes(s.PackPath(id)); d.ok()) size = std::min(size, *d);
+    }
+    pack_bytes += size;
+    const uint64_t record_bytes = size > fmt::kPackHeaderSize ? size - fmt::kPackHeaderSize : 0;
+    dead += size - std::min(size, m.live);
     if (s.active && id == s.active_id) continue;
     report.packs_examined++;
-    sealed.push_back({id, record_bytes, std::min(m.live, record_bytes)});
+    // A pack with no live record is freed without copying, holes or not.
+    sealed.push_back({id, m.live == 0 ? 0 : record_bytes, std::min(m.live, record_bytes)});
   }
   if (options.policy == CompactOptions::Policy::kThreshold) {
     for (const Pack& p : sealed)
@@ -208,7 +229,12 @@ void SelectPacks(Store::Impl& s, const CompactOptions& options, CompactReport& r
   };
   std::sort(sealed.begin(), sealed.end(), [&](const Pack& a, const Pack& b) { return score(a) > score(b); });
   for (const Pack& p : sealed) {
-    if (static_cast<double>(dead) <= options.target_dead_fraction * static_cast<double>(pack_bytes)) break;
+    // Packs without a live record cost nothing to free (no copy): always
+    // taken, even under the target (their holes leave a header and the
+    // blocks shared with records that died at other times).
+    const bool empty = p.record_bytes == 0 || p.live == 0;
+    if (!empty && static_cast<double>(dead) <= options.target_dead_fraction * static_cast<double>(pack_bytes))
+      break;
     if (p.record_bytes > 0 && p.live >= p.record_bytes) break;  // the rest are all live
     report.candidates.push_back(p.id);
     // After: the pack's bytes go, its live records come back in the active pack.
@@ -226,7 +252,8 @@ Result<CompactReport> Store::Compact(const CompactOptions& options, const Compac
   CompactReport report;
   {
     std::lock_guard l(s.commit_mu);
-    if (!options.dry_run) LMC_RETURN_IF_ERROR(SealActiveIfDead(s, options.seal_active_dead_bytes));
+    if (!options.dry_run)
+      LMC_RETURN_IF_ERROR(SealActiveIfDead(s, options.seal_active_dead_bytes, options.judge_by_disk));
     SelectPacks(s, options, report);
   }
   if (options.dry_run || report.candidates.empty()) return report;

@@ -93,7 +93,10 @@ Result<DeadBaseReport> Store::RewriteDeadBases(const DeadBaseOptions& options,
       {
         LMC_ASSIGN_OR_RETURN(std::shared_ptr<File> f, s.PackFile(e->pack_id));
         std::vector<uint8_t> record;
-        LMC_RETURN_IF_ERROR(s.ReadRecord(dep, *e, *f, record));
+        if (Status rs = s.ReadRecord(dep, *e, *f, record); !rs.ok()) {
+          if (rs.IsCorruption() && s.Moved(dep, *e)) continue;  // rewritten meanwhile
+          return s.Reported(std::move(rs));
+        }
         auto info = ReadFrameInfo(record.data() + fmt::kRecordHeaderSize, e->frame_len);
         if (info.ok()) dtype = info->dtype;
       }

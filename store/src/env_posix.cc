@@ -257,6 +257,34 @@ class PosixLock final : public FileLock {
 
 class PosixEnv final : public Env {
  public:
+  Result<uint64_t> FileDiskBytes(const std::string& path) override {
+    struct stat st;
+    if (::lstat(path.c_str(), &st) != 0) {
+      if (errno == ENOENT) return Status::NotFound("no file " + path);
+      return Errno("stat", path);
+    }
+    return static_cast<uint64_t>(st.st_blocks) * 512;
+  }
+
+  Status PunchHole(const std::string& path, uint64_t off, uint64_t len) override {
+    if (len == 0) return Status::Ok();
+    const int fd = OpenNoLinks(path, O_WRONLY | O_CLOEXEC);
+    if (fd < 0) {
+      if (errno == ENOENT) return Status::NotFound("no file " + path);
+      return PathError("open", path);
+    }
+    Status s;
+    if (::fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, static_cast<off_t>(off),
+                    static_cast<off_t>(len)) != 0) {
+      if (errno == EOPNOTSUPP || errno == ENOSYS)
+        s = Status::Unsupported("the filesystem of " + path + " cannot punch holes");
+      else
+        s = Errno("fallocate (punch hole)", path);
+    }
+    ::close(fd);
+    return s;
+  }
+
   Result<std::unique_ptr<File>> OpenFile(const std::string& path, OpenMode mode) override {
     int flags = O_CLOEXEC;
     switch (mode) {
@@ -411,6 +439,15 @@ Result<uint64_t> Env::DiskBytes(const std::string& dir) {
     if (r.ok()) n += *r;
   }
   return n;
+}
+
+Result<uint64_t> Env::FileDiskBytes(const std::string& path) {
+  LMC_ASSIGN_OR_RETURN(std::unique_ptr<File> f, OpenFile(path, OpenMode::kRead));
+  return f->Size();
+}
+
+Status Env::PunchHole(const std::string& path, uint64_t, uint64_t) {
+  return Status::Unsupported("this store's Env cannot punch holes in " + path);
 }
 
 Env* Env::Default() {

@@ -106,7 +106,9 @@ Status Store::Impl::CheckRecord(const ChunkKey& key) {
                                   " missing");
       return f.status();
     }
-    return ReadRecord(key, e, **f, record);
+    Status rs = ReadRecord(key, e, **f, record);
+    if (!rs.ok() && rs.IsCorruption() && attempt < 3 && Moved(key, e)) continue;  // died meanwhile
+    return Reported(std::move(rs));
   }
 }
 

@@ -174,6 +174,7 @@ Store::Store(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Store::~Store() = default;
 
 Store::Impl::~Impl() {
+  StopPuncher();
   if (db && journal && !opts.read_only && journal->bytes_since_snapshot() >= opts.journal_snapshot_bytes &&
       (!rados || rados->LockHeld())) {
     std::lock_guard l(journal_mu);
@@ -274,6 +275,7 @@ Result<std::unique_ptr<Store>> Store::Open(const std::string& dir, const StoreOp
   if (!s->opts.read_only) {
     LMC_RETURN_IF_ERROR(s->EnsureDependantsIndex(fresh));
     LMC_RETURN_IF_ERROR(s->ReapPinnedDead());
+    if (s->opts.punch_dead && !s->rados) s->StartPuncher();
   }
   return std::unique_ptr<Store>(new Store(std::move(s)));
 }
@@ -598,29 +600,45 @@ Result<std::shared_ptr<File>> Store::Impl::PackFile(uint64_t id) {
   return it->second;
 }
 
+Status Store::Impl::CorruptionAt(const std::string& pack_path, const ChunkKey& key, uint64_t off,
+                                 const std::string& what) {
+  return Status::Corruption("chunk " + key.ToHex() + " in " + pack_path + " at offset " +
+                            std::to_string(off) + ": " + what);
+}
+
+Status Store::Impl::Reported(Status st) {
+  if (st.IsCorruption()) {
+    n_corruptions++;
+    spdlog::error("store: {}", st.message());
+  }
+  return st;
+}
+
 Status Store::Impl::Corrupt(const ChunkKey& key, uint64_t pack, uint64_t off, const std::string& what) {
-  n_corruptions++;
-  std::string m =
-      "chunk " + key.ToHex() + " in " + PackPath(pack) + " at offset " + std::to_string(off) + ": " + what;
-  spdlog::error("store: {}", m);
-  return Status::Corruption(m);
+  return Reported(CorruptionAt(PackPath(pack), key, off, what));
+}
+
+bool Store::Impl::Moved(const ChunkKey& key, const fmt::ChunkEntry& e) {
+  auto now = LoadEntry(key);
+  if (!now.ok()) return now.status().IsNotFound();
+  return now->pack_id != e.pack_id || now->offset != e.offset;
 }
 
 Status Store::Impl::ReadRecord(const ChunkKey& key, const fmt::ChunkEntry& e, const File& f,
                                std::vector<uint8_t>& buf) {
+  auto bad = [&](const std::string& what) { return CorruptionAt(PackPath(e.pack_id), key, e.offset, what); };
   const size_t n = e.record_size();
   buf.resize(n);
   LMC_ASSIGN_OR_RETURN(size_t got, f.ReadAt(e.offset, n, buf.data()));
-  if (got < n) return Corrupt(key, e.pack_id, e.offset, "record truncated: pack ends before the index says");
+  if (got < n) return bad("record truncated: pack ends before the index says");
   auto h = fmt::ParseRecordHeader(buf.data());
-  if (!h.ok()) return Corrupt(key, e.pack_id, e.offset, h.status().message());
-  if (h->key != key) return Corrupt(key, e.pack_id, e.offset, "record holds chunk " + h->key.ToHex());
+  if (!h.ok()) return bad(h.status().message());
+  if (h->key != key) return bad("record holds chunk " + h->key.ToHex());
   if (h->frame_len != e.frame_len || h->decoded_len != e.decoded_len)
-    return Corrupt(key, e.pack_id, e.offset, "record lengths differ from the index");
-  if (h->owner != e.owner)
-    return Corrupt(key, e.pack_id, e.offset, "record key owner differs from the index");
+    return bad("record lengths differ from the index");
+  if (h->owner != e.owner) return bad("record key owner differs from the index");
   if (h->checksum != fmt::RecordChecksum(buf.data(), buf.data() + fmt::kRecordHeaderSize, e.frame_len))
-    return Corrupt(key, e.pack_id, e.offset, "record checksum mismatch");
+    return bad("record checksum mismatch");
   return Status::Ok();
 }
 
@@ -659,6 +677,7 @@ Result<size_t> Store::Impl::Read(const ChunkKey& key, uint8_t* dst, size_t cap, 
       } else {
         n_base_misses++;
         auto be = LoadEntry(*e.base);
+        if (!be.ok() && attempt < 3 && Moved(key, e)) continue;
         if (!be.ok())
           return Corrupt(key, e.pack_id, e.offset,
                          "delta base " + e.base->ToHex() + " unreadable: " + be.status().ToString());
@@ -669,6 +688,8 @@ Result<size_t> Store::Impl::Read(const ChunkKey& key, uint8_t* dst, size_t cap, 
         // and the key when verify_hash), and fsck verifies every base as a
         // chunk of its own.
         auto n = Read(*e.base, w, be->decoded_len, ws, false, depth + 1);
+        // This chunk may have been rewritten onto another base meanwhile.
+        if ((!n.ok() || *n != be->decoded_len) && attempt < 3 && Moved(key, e)) continue;
         if (!n.ok() || *n != be->decoded_len)
           return Corrupt(key, e.pack_id, e.offset,
                          "delta base " + e.base->ToHex() + " unreadable: " +
@@ -685,7 +706,13 @@ Result<size_t> Store::Impl::Read(const ChunkKey& key, uint8_t* dst, size_t cap, 
       if (f.status().IsNotFound()) return Corrupt(key, e.pack_id, e.offset, "pack file missing");
       return f.status();
     }
-    LMC_RETURN_IF_ERROR(ReadRecord(key, e, **f, record));
+    if (Status rs = ReadRecord(key, e, **f, record); !rs.ok()) {
+      // The record died (rebased, rewritten, moved, released) after we
+      // read its entry, and its blocks may have been punched: read the
+      // entry again. Only a record still in place that fails is corrupt.
+      if (rs.IsCorruption() && attempt < 3 && Moved(key, e)) continue;
+      return Reported(std::move(rs));
+    }
     auto n = CheckDecoded(key, e,
                           codec->Decode(record.data() + fmt::kRecordHeaderSize, e.frame_len,
                                         base ? base->data() : nullptr, base ? base->size() : 0, dst, cap, ws),
@@ -764,7 +791,7 @@ void Store::ReadChunks(std::span<ChunkRead> reads, Workspace& ws, const FrameBat
     }
     Staged s{&r, *e, {}};
     if (Status rs = m.ReadRecord(r.key, *e, **f, s.record); !rs.ok()) {
-      r.result = rs;
+      one(r);  // ReadChunk's path: a record that died meanwhile is read from its new entry, else reported
       continue;
     }
     staged.push_back(std::move(s));
@@ -872,6 +899,7 @@ Result<bool> Store::DerivedFromTwin(const ChunkKey& key) {
     uint8_t head[kFramePeekBytes];
     LMC_ASSIGN_OR_RETURN(size_t n, (*f)->ReadAt(e.offset + fmt::kRecordHeaderSize, sizeof head, head));
     auto kind = PeekFrame(head, n);
+    if (!kind.ok() && attempt < 3 && s.Moved(key, e)) continue;  // rewritten (and punched) meanwhile
     if (!kind.ok()) return s.Corrupt(key, e.pack_id, e.offset, kind.status().message());
     return kind->widened_base;
   }
@@ -987,6 +1015,7 @@ StoreStats Store::Stats() const {
       st.packs++;
       st.pack_bytes += m.size;
       st.live_bytes += m.live;
+      if (m.live == 0 && !(s.active && id == s.active_id)) st.empty_packs++;
     }
   }
   st.commits = s.n_commits;
@@ -1002,6 +1031,12 @@ StoreStats Store::Stats() const {
   st.pack_bytes_written = s.n_pack_written;
   st.compact_bytes_copied = s.n_compact_copied;
   st.compact_bytes_reclaimed = s.n_compact_reclaimed;
+  st.punched_bytes = s.n_punched;
+  st.punched_holes = s.n_holes;
+  st.pack_disk_bytes = st.pack_bytes;
+  if (s.punch_enabled) {
+    if (auto d = s.env->DiskBytes(s.pack_dir); d.ok()) st.pack_disk_bytes = *d;
+  }
   if (s.rocks_stats) {
     st.index_bytes_written = s.rocks_stats->getTickerCount(rocksdb::WAL_FILE_BYTES) +
                              s.rocks_stats->getTickerCount(rocksdb::FLUSH_WRITE_BYTES) +

@@ -18,6 +18,7 @@
 #include <shared_mutex>
 #include <span>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -125,6 +126,30 @@ struct Store::Impl {
   // Decoded delta bases (StoreOptions::base_cache_bytes); set at Open.
   std::unique_ptr<ChunkCache> base_cache;
 
+  // Hole punching (docs/ARCHITECTURE.md, "Hole punching"). A committed
+  // index batch that kills records (released, rebased, rewritten, moved by
+  // compaction) queues their places; the puncher thread makes the index
+  // durable (SyncWAL) and then punches the whole blocks inside them. Lock
+  // order: commit_mu before punch_mu; punch_mu is held only to queue or
+  // take the queue.
+  struct DeadRange {
+    uint64_t pack = 0, off = 0, len = 0;
+  };
+  std::mutex punch_mu;
+  std::condition_variable punch_cv;
+  std::vector<DeadRange> punch_queue;  // punch_mu
+  bool punch_stop = false;             // punch_mu
+  std::atomic<bool> punch_enabled{false};
+  std::mutex punch_run_mu;  // one PunchDead at a time
+  std::thread puncher;
+  std::atomic<uint64_t> n_punched{0}, n_holes{0};
+  void QueueDead(std::vector<DeadRange> ranges);
+  // Punches what is queued (after making the index durable). Takes no store
+  // lock but punch_mu briefly.
+  void PunchDead();
+  void StartPuncher();
+  void StopPuncher();  // punches what is queued, then joins
+
   ~Impl();
   std::string PackPath(uint64_t id) const { return pack_dir + "/" + fmt::PackFileName(id); }
 
@@ -156,9 +181,20 @@ struct Store::Impl {
   Result<std::shared_ptr<File>> PackFile(uint64_t id);
   // Logs, counts and returns a Corruption naming the chunk and its place.
   Status Corrupt(const ChunkKey& key, uint64_t pack, uint64_t off, const std::string& what);
+  // A Corruption naming the chunk and its place, not yet logged or counted.
+  static Status CorruptionAt(const std::string& pack_path, const ChunkKey& key, uint64_t off,
+                             const std::string& what);
+  // Logs and counts a Corruption (passes other statuses through).
+  Status Reported(Status st);
   // Reads the record of `key` at e into buf and verifies it (header, key,
-  // lengths, checksum).
+  // lengths, checksum). A failure is returned, not yet logged or counted:
+  // the record may have died and been punched after e was read (see
+  // Moved); callers report what stays a failure (Reported).
   Status ReadRecord(const ChunkKey& key, const fmt::ChunkEntry& e, const File& f, std::vector<uint8_t>& buf);
+  // Whether chunk `key` is no longer where entry e says (released, or its
+  // record rewritten or moved since): a read of e's record that failed
+  // verification is then retried from the new entry, not reported.
+  bool Moved(const ChunkKey& key, const fmt::ChunkEntry& e);
   Result<size_t> Read(const ChunkKey& key, uint8_t* dst, size_t cap, Workspace& ws, bool verify_hash,
                       int depth);
   // The checks after a frame of entry e was decoded into dst (n: the

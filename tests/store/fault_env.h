@@ -155,6 +155,34 @@ class FaultEnv final : public Env {
   Result<std::unique_ptr<FileLock>> LockFile(const std::string& path) override {
     return base_->LockFile(path);
   }
+  Result<uint64_t> DiskBytes(const std::string& dir) override { return base_->DiskBytes(dir); }
+  Result<uint64_t> FileDiskBytes(const std::string& path) override { return base_->FileDiskBytes(path); }
+  // Holes are punched by the store's own thread at times no test controls,
+  // so they are not counted as crash points (the store never depends on one
+  // having happened: a hole only frees what the durable index no longer
+  // names); none is punched after the simulated crash, nor with
+  // FailPunches.
+  Status PunchHole(const std::string& path, uint64_t off, uint64_t len) override {
+    {
+      std::lock_guard l(mu_);
+      punch_calls_++;
+      if (crashed_) return Status::IOError("simulated crash (punch " + path + ")");
+      if (punch_fault_ == PunchFault::kIOError) return Status::IOError("injected fallocate error on " + path);
+      if (punch_fault_ == PunchFault::kUnsupported)
+        return Status::Unsupported("the filesystem of " + path + " cannot punch holes");
+    }
+    return base_->PunchHole(path, off, len);
+  }
+  // What every later PunchHole does instead of punching.
+  enum class PunchFault { kNone, kIOError, kUnsupported };
+  void FailPunches(PunchFault f) {
+    std::lock_guard l(mu_);
+    punch_fault_ = f;
+  }
+  uint64_t punch_calls() const {
+    std::lock_guard l(mu_);
+    return punch_calls_;
+  }
 
  private:
   class FaultFile final : public File {
@@ -274,6 +302,8 @@ class FaultEnv final : public Env {
   int fail_syncs_ = 0;
   int fail_writes_ = 0;
   bool crashed_ = false;
+  PunchFault punch_fault_ = PunchFault::kNone;
+  uint64_t punch_calls_ = 0;
 };
 
 }  // namespace lmc::store::testing

@@ -41,6 +41,12 @@ void DeleteFile(Store& s, std::map<uint64_t, std::vector<uint8_t>>& files, uint6
   files.erase(ino);
 }
 
+StoreOptions NoPunch() {
+  auto o = TestOptions();
+  o.punch_dead = false;  // compaction alone (as on RADOS)
+  return o;
+}
+
 double DeadFraction(const StoreStats& st) {
   return st.pack_bytes ? static_cast<double>(st.dead_bytes()) / static_cast<double>(st.pack_bytes) : 0;
 }
@@ -48,6 +54,7 @@ double DeadFraction(const StoreStats& st) {
 TEST(ReclaimTest, CostBenefitCompactsEmptiestPacksFirstUntilTheTarget) {
   TempDir t;
   auto o = TestOptions();
+  o.punch_dead = false;      // compaction alone (as on RADOS): holes would change what it finds
   o.pack_size_limit = 8192;  // about 4 records of 2000 bytes per pack
   auto s = OpenOrDie(t.store(), o);
   auto files = WriteFiles(*s, 40, 2000, 100);
@@ -93,6 +100,7 @@ TEST(ReclaimTest, CostBenefitCompactsEmptiestPacksFirstUntilTheTarget) {
 TEST(ReclaimTest, ActivePackFullOfDeadRecordsIsSealedAndReclaimed) {
   TempDir t;
   auto o = TestOptions();  // 256 MiB packs: everything stays in the active pack
+  o.punch_dead = false;    // compaction alone (as on RADOS)
   auto s = OpenOrDie(t.store(), o);
   auto files = WriteFiles(*s, 20, 50000, 300);
   for (uint64_t i = 1; i <= 20; ++i) DeleteFile(*s, files, i);
@@ -129,7 +137,7 @@ TEST(ReclaimTest, ActivePackFullOfDeadRecordsIsSealedAndReclaimed) {
 
 TEST(ReclaimTest, SealingNeedsTheDeadBytesThreshold) {
   TempDir t;
-  auto s = OpenOrDie(t.store(), TestOptions());
+  auto s = OpenOrDie(t.store(), NoPunch());
   auto files = WriteFiles(*s, 4, 10000, 500);
   DeleteFile(*s, files, 1);  // 10 KB dead: under the bound below
   CompactOptions seal;
@@ -144,7 +152,7 @@ TEST(ReclaimTest, SealingNeedsTheDeadBytesThreshold) {
 
 TEST(ReclaimTest, EmptyIndexStaysSmallAndWritesAreCounted) {
   TempDir t;
-  auto s = OpenOrDie(t.store(), TestOptions());
+  auto s = OpenOrDie(t.store(), NoPunch());
   auto files = WriteFiles(*s, 10, 4000, 700);
   // While open, with the WAL live: no preallocated megabytes.
   EXPECT_LT(DiskBytes(t.store()), uint64_t{1} << 20);

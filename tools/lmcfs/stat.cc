@@ -101,6 +101,9 @@ void PrintTable(const json& doc, const std::string& sort, bool reverse, bool byt
   out << "  packs " << t["packs"].get<uint64_t>() << ", pack bytes " << Size(t["pack_bytes"], bytes)
       << ", live " << Size(t["live_bytes"], bytes) << " (" << lf << "), dead "
       << Size(t.value("dead_bytes", json(0)), bytes);
+  if (t.contains("pack_disk_bytes"))
+    out << " (on disk: packs " << Size(t["pack_disk_bytes"], bytes) << ", dead "
+        << Size(t["dead_disk_bytes"], bytes) << ")";
   if (t.contains("index_bytes")) out << ", index " << Size(t["index_bytes"], bytes);
   out << "\n";
   if (t.contains("disk_bytes")) out << "  on disk " << Size(t["disk_bytes"], bytes) << " (store directory)\n";
@@ -146,6 +149,9 @@ void PrintTable(const json& doc, const std::string& sort, bool reverse, bool byt
       if (last > 0) out << ", last pass " << static_cast<int64_t>(std::time(nullptr)) - last << " s ago";
       out << (d.value("reclaim_enabled", uint64_t{1}) ? "" : " (gc=off)") << "\n";
     }
+    if (d.contains("store_punched_bytes"))
+      out << "  holes punched: " << Size(d["store_punched_bytes"], bytes) << " of dead records given back in "
+          << d["store_punched_holes"].get<uint64_t>() << " holes, without copying\n";
     if (d.contains("write_amplification")) {
       char wa[32];
       std::snprintf(wa, sizeof wa, "%.3f", d["write_amplification"].get<double>());

@@ -128,6 +128,11 @@ once it is installed as /sbin/mount.lmcfs (cmake --install puts it there).
                         rewritten; it stops for reads and writes. off: only
                         lmcfs-gc reclaims
      gc_dead=PCT        the bound on dead pack bytes, 1-90 (default 10)
+     punch=on|off       on (default): the disk blocks of a dead record (a
+                        file deleted or overwritten, a save rebased as a
+                        delta) go back to the filesystem as soon as the change
+                        is durable (fallocate PUNCH_HOLE), without copying;
+                        off: only compaction gives them back
      allow_other        let other users access the mount (needs user_allow_other
                         in /etc/fuse.conf for non-root); permissions are then
                         checked by the kernel (default_permissions). Chunks
@@ -177,6 +182,7 @@ struct Options {
   bool foreground = false, allow_other = false, ro = false, nonempty = false;
   bool unsafe_store_perms = false;  // mount a store other users can access
   bool dedup_per_owner = false;     // dedup=uid
+  bool punch = true;                // punch=on|off
   store::RadosOptions rados;
   std::string local_dir;
   // A union (STORE = rados:POOL/A,B,...): the pool, the stores in priority
@@ -331,6 +337,12 @@ int ParseArgs(int argc, char** argv, Options* o) {
           std::fprintf(stderr, "mount.lmcfs: %s\n", r.status().message().c_str());
           return false;
         }
+      } else if (k == "punch") {
+        if (v != "on" && v != "off") {
+          std::fprintf(stderr, "mount.lmcfs: bad punch '%s' (expected on or off)\n", v.c_str());
+          return false;
+        }
+        o->punch = v == "on";
       } else if (k == "nonempty")
         o->nonempty = true;
       else if (k == "rw" || k == "defaults" || k == "auto" || k == "noauto" || k == "user" || k == "nouser" ||
@@ -757,6 +769,7 @@ int Serve(const Options& o, int report_fd) {
   store::StoreOptions so;
   so.chunk_size = static_cast<uint32_t>(o.chunk_size);
   so.base_cache_bytes = o.base_cache;
+  so.punch_dead = o.punch;
   const bool is_union = !o.union_names.empty();
   // A RADOS store mounted read-only, and a union's stores but the writable
   // one, are followers: no lock, the writer's commits applied as they come.
@@ -841,6 +854,9 @@ int Serve(const Options& o, int report_fd) {
     const ReclaimStats rs = reclaimer.Stats();
     a.emplace_back("dead_bytes", std::to_string(ss.dead_bytes()));
     a.emplace_back("pack_bytes", std::to_string(ss.pack_bytes));
+    a.emplace_back("dead_disk_bytes", std::to_string(ss.dead_disk_bytes()));
+    a.emplace_back("pack_disk_bytes", std::to_string(ss.pack_disk_bytes));
+    a.emplace_back("punched_bytes", std::to_string(ss.punched_bytes));
     if (auto u = f->store()->GetDiskUsage(); u.ok()) a.emplace_back("disk_bytes", std::to_string(u->total));
     a.emplace_back("reclaimed_bytes", std::to_string(rs.bytes_reclaimed));
     a.emplace_back("reclaim_copied_bytes", std::to_string(rs.bytes_copied));

@@ -417,6 +417,10 @@ Result<std::string> RunStat(store::Store& st, const std::string& store_dir,
     if (auto u = st.GetDiskUsage(); u.ok()) {
       totals["disk_bytes"] = u->total;
       totals["index_bytes"] = u->index;
+      // The packs as du counts them: holes punched for dead records take
+      // no space; dead_disk_bytes is what dead records still hold.
+      totals["pack_disk_bytes"] = u->packs;
+      totals["dead_disk_bytes"] = u->packs > t.live_bytes ? u->packs - t.live_bytes : 0;
     }
   }
   json j = {{"entries", entries}, {"totals", totals}};
@@ -434,7 +438,9 @@ Result<std::string> RunStat(store::Store& st, const std::string& store_dir,
               {"store_pack_bytes_written", ss.pack_bytes_written},
               {"store_index_bytes_written", ss.index_bytes_written},
               {"store_compact_bytes_copied", ss.compact_bytes_copied},
-              {"store_compact_bytes_reclaimed", ss.compact_bytes_reclaimed}};
+              {"store_compact_bytes_reclaimed", ss.compact_bytes_reclaimed},
+              {"store_punched_bytes", ss.punched_bytes},
+              {"store_punched_holes", ss.punched_holes}};
     for (const auto& [k, v] : daemon->counters) d[k] = v;
     d["write_amplification"] = WriteAmplification(ss, d.value("write_bytes", uint64_t{0}));
     json delta = json::object();

@@ -56,10 +56,13 @@ ReclaimStats Reclaimer::Stats() const {
   return stats_;
 }
 
+// Dead bytes on disk: hole punching gives most back at once (the store's
+// own thread); what stays (blocks shared with live records, stores that
+// cannot punch) is compaction's.
 bool Reclaimer::OverBound(const store::StoreStats& st) const {
-  const uint64_t dead = st.dead_bytes();
+  const uint64_t dead = st.dead_disk_bytes();
   return dead >= opts_.min_dead_bytes &&
-         static_cast<double>(dead) > opts_.max_dead_fraction * static_cast<double>(st.pack_bytes);
+         static_cast<double>(dead) > opts_.max_dead_fraction * static_cast<double>(st.pack_disk_bytes);
 }
 
 Result<uint64_t> Reclaimer::Pass(const std::function<bool()>& busy, bool idle) {
@@ -84,10 +87,12 @@ Result<uint64_t> Reclaimer::Pass(const std::function<bool()>& busy, bool idle) {
         removals_seen_ = act.removals;
     }
   }
-  if (status.ok() && !stopped && OverBound(store_->Stats())) {
+  if (const store::StoreStats now = store_->Stats();
+      status.ok() && !stopped && (OverBound(now) || (idle && now.empty_packs > 0))) {
     store::CompactOptions co;
     co.policy = store::CompactOptions::Policy::kCostBenefit;
     co.target_dead_fraction = opts_.max_dead_fraction / 2;  // hysteresis: not a pass per save
+    co.judge_by_disk = true;                                // dead records already punched need no copy
     if (!idle) {
       // While saves run, only packs that cost little to free (mostly dead:
       // little to copy), so that the save's own writes come first.
@@ -170,10 +175,13 @@ void Reclaimer::Loop() {
     const store::StoreStats st = store_->Stats();
     // Under pressure (dead bytes far over the bound: saves come faster than
     // idle moments), one pack per poll even while busy.
-    const bool pressure =
-        st.dead_bytes() >= opts_.min_dead_bytes &&
-        static_cast<double>(st.dead_bytes()) > opts_.pressure_fraction * static_cast<double>(st.pack_bytes);
-    const bool due = idle ? (now.removals != removals_seen_ || OverBound(st)) : pressure;
+    const bool pressure = st.dead_disk_bytes() >= opts_.min_dead_bytes &&
+                          static_cast<double>(st.dead_disk_bytes()) >
+                              opts_.pressure_fraction * static_cast<double>(st.pack_disk_bytes);
+    // Sealed packs left without a live record (their dead records already
+    // holes) are deleted at the next idle moment: no copy, one file less.
+    const bool due =
+        idle ? (now.removals != removals_seen_ || OverBound(st) || st.empty_packs > 0) : pressure;
     if (!due) continue;
     if (now.removals == removals_seen_ && st.packs == unchanged_packs && st.pack_bytes == unchanged_bytes &&
         (unchanged_by_idle || !idle))

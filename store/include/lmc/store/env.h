@@ -73,6 +73,16 @@ class Env {
   // allocated blocks, as du counts them. Entries that vanish meanwhile are
   // skipped.
   virtual Result<uint64_t> DiskBytes(const std::string& dir);
+  // Bytes one file occupies on disk (allocated blocks, st_blocks * 512).
+  // The default: its size.
+  virtual Result<uint64_t> FileDiskBytes(const std::string& path);
+  // Gives the blocks of [off, off + len) of an existing file back to the
+  // filesystem (fallocate PUNCH_HOLE | KEEP_SIZE): the range then reads as
+  // zeros and the file keeps its size. The store punches only whole
+  // 4 KiB-aligned blocks of records no index entry names any more
+  // (docs/ARCHITECTURE.md, "Hole punching"). kUnsupported where the
+  // filesystem or the Env cannot (the default); kNotFound for no file.
+  virtual Status PunchHole(const std::string& path, uint64_t off, uint64_t len);
 
   // The POSIX implementation; lives for the whole process.
   static Env* Default();

@@ -89,6 +89,11 @@ struct StoreOptions {
   // with at least this many journal bytes since the last one, and while it
   // runs every 16 times as many.
   uint64_t journal_snapshot_bytes = uint64_t{16} << 20;
+  // Give the disk blocks of dead records back to the filesystem as soon as
+  // the index change that killed them is durable (fallocate PUNCH_HOLE;
+  // docs/ARCHITECTURE.md, "Hole punching"), instead of only when
+  // compaction frees a whole pack. Ignored where the Env cannot (RADOS).
+  bool punch_dead = true;
 };
 
 // One atomic unit of change. Operations apply in the order they were added.
@@ -202,6 +207,7 @@ struct ChunkInfo {
 
 struct StoreStats {
   uint64_t packs = 0;
+  uint64_t empty_packs = 0;    // sealed packs with no live record (free to delete)
   uint64_t pack_bytes = 0;     // committed bytes of all packs
   uint64_t live_bytes = 0;     // record bytes of indexed chunks
   uint64_t commits = 0;        // successful Commit calls
@@ -221,8 +227,19 @@ struct StoreStats {
   uint64_t index_bytes_written = 0;
   uint64_t compact_bytes_copied = 0;     // live records compaction moved, since Open
   uint64_t compact_bytes_reclaimed = 0;  // pack bytes compaction gave back, since Open
+  // Hole punching (StoreOptions::punch_dead), since Open: bytes of dead
+  // records given back (whole blocks) and the holes punched for them.
+  uint64_t punched_bytes = 0;
+  uint64_t punched_holes = 0;
+  // Bytes the pack files occupy on disk (allocated blocks, as du counts
+  // them): pack_bytes less the holes punched. pack_bytes where the Env
+  // cannot tell.
+  uint64_t pack_disk_bytes = 0;
   // Pack bytes that hold no live record (dead records, headers).
   uint64_t dead_bytes() const { return pack_bytes > live_bytes ? pack_bytes - live_bytes : 0; }
+  // The same on disk: dead bytes not yet given back (by punching or by
+  // compaction).
+  uint64_t dead_disk_bytes() const { return pack_disk_bytes > live_bytes ? pack_disk_bytes - live_bytes : 0; }
 };
 
 struct CompactOptions {
@@ -246,6 +263,13 @@ struct CompactOptions {
   // (0: never), so that it can be compacted too (after deletes, its dead
   // records would otherwise stay until it fills up).
   uint64_t seal_active_dead_bytes = 0;
+  // Judge packs (and the active pack's sealing) by what they hold on disk:
+  // committed bytes less the holes punched for dead records
+  // (StoreOptions::punch_dead), so that a pack whose dead records are
+  // already holes is not copied for nothing (the daemon's reclamation).
+  // false: by committed bytes, as an explicit lmcfs-gc does (which then
+  // also rewrites packs full of holes into dense ones).
+  bool judge_by_disk = false;
   // Stop after copying this many bytes (checked between packs).
   uint64_t max_bytes_to_copy = UINT64_MAX;
   bool dry_run = false;  // only report what would be done
@@ -487,6 +511,11 @@ class Store {
                                           const DeadBaseProgressFn& progress = {});
 
   Result<CompactReport> Compact(const CompactOptions& options, const CompactProgressFn& progress = {});
+  // Punches the dead records queued so far now, after making the index
+  // durable (StoreOptions::punch_dead). The store's own thread does this
+  // within 50 ms of a commit that kills records; tests and tools that need
+  // the space back at a known moment call it.
+  void PunchDeadRecords();
   Result<FsckReport> Fsck(const FsckOptions& options);
 
   struct Impl;
