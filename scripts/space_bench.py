@@ -150,6 +150,21 @@ def train(argv):
             events.write(json.dumps({"event": "save", "step": state.global_step, "t0": self.t0, "t1": t1,
                                      "bytes": apparent}) + "\n")
 
+    # Each save's peak: the new checkpoint written, just before rotation
+    # deletes the oldest (the plain dir's largest moment of the save, too
+    # brief for a once-a-second sampler to catch): the backing dir's
+    # allocated bytes there, in both runs (run passes the backing dir).
+    backing = os.environ.get("SPACE_BENCH_BACKING")
+    if backing:
+        import transformers.trainer as trainer_module
+        rotate = trainer_module.rotate_checkpoints
+
+        def rotate_after_peak(*args, **kw):
+            events.write(json.dumps({"event": "peak", "t": time.time(), "backing": du(Path(backing))[0]}) + "\n")
+            return rotate(*args, **kw)
+
+        trainer_module.rotate_checkpoints = rotate_after_peak
+
     args = TrainingArguments(
         output_dir=a.out, max_steps=a.saves * a.save_steps, save_strategy="steps",
         save_steps=a.save_steps, save_total_limit=a.limit or None, per_device_train_batch_size=8,
@@ -181,6 +196,7 @@ def run(argv):
     ap.add_argument("--events", required=True)
     ap.add_argument("--drain", type=float, default=30)
     ap.add_argument("--delete-wait", type=float, default=0)
+    ap.add_argument("--sample", type=float, default=1.0, help="seconds between samples")
     ap.add_argument("--stat-cmd", help="lmcfs-stat binary: its --json document is kept after the drain")
     ap.add_argument("--stat-json")
     ap.add_argument("train_args", nargs=argparse.REMAINDER)
@@ -207,11 +223,12 @@ def run(argv):
         f.flush()
 
     def sampler():
-        # Once a second on a fixed grid, whatever a sample costs.
+        # Every --sample seconds (once a second by default) on a fixed
+        # grid, whatever a sample costs.
         nxt = time.time()
         while not stop.is_set():
             sample()
-            nxt += 1.0
+            nxt += a.sample
             stop.wait(max(0.0, nxt - time.time()))
 
     new = not os.path.exists(a.csv) or os.path.getsize(a.csv) == 0
@@ -224,7 +241,7 @@ def run(argv):
         load0 = loadavg()
         cmd = [sys.executable, __file__, "train", a.out, "--events", a.events] + \
             [x for x in a.train_args if x != "--"]
-        child = subprocess.Popen(cmd)
+        child = subprocess.Popen(cmd, env=dict(os.environ, SPACE_BENCH_BACKING=str(backing)))
         try:
             rc = child.wait()
         finally:
@@ -292,12 +309,24 @@ def load_rows(path):
     return rows
 
 
-def load_saves(path):
+def load_saves(path, event="save"):
     out = []
     for line in open(path):
         e = json.loads(line)
-        if e["event"] == "save":
+        if e["event"] == event:
             out.append(e)
+    return out
+
+
+def peaks_by_interval(path):
+    """{k: backing bytes at the peak of the save that ends interval k}: a
+    save's peak comes before its on_save, so it lies in the interval after
+    the k-th save."""
+    saves = [e["t1"] for e in load_saves(path)]
+    out = {}
+    for e in load_saves(path, "peak"):
+        k = sum(1 for t in saves if t < e["t"])
+        out[k] = max(out.get(k, 0), e["backing"])
     return out
 
 
@@ -349,18 +378,26 @@ def report(argv):
     # before rotation deletes the oldest); drain samples against the plain
     # dir after its drain. Elapsed time would compare different steps
     # wherever one run is slower.
-    plain_at = {}
+    # Each run's peak events (the new checkpoint written, before rotation)
+    # count as samples of their interval: the plain dir's would otherwise
+    # be missed (its saves take a few tens of ms), and the lmcfs run's are
+    # compared too.
+    peaks = {run: peaks_by_interval(w / a.label / f"events-{run}.jsonl") for run in ("plain", "lmcfs")}
+    plain_at = dict(peaks["plain"])
     for r in plain:
         if r["phase"] == "train":
             plain_at[r["saves"]] = max(plain_at.get(r["saves"], 0), r["backing_bytes"])
     plain_final = plain[-1]["backing_bytes"]
     vs_plain = []
-    for r in lm:
-        if r["phase"] == "train" and r["saves"] >= 1 and plain_at:
-            k = min(plain_at, key=lambda s: (abs(s - r["saves"]), -s))
-            vs_plain.append(r["backing_bytes"] / plain_at[k])
-        elif r["phase"] == "drain":
-            vs_plain.append(r["backing_bytes"] / plain_final)
+    lm_samples = [(r["saves"], r["backing_bytes"]) for r in lm if r["phase"] == "train"]
+    lm_samples += list(peaks["lmcfs"].items())
+    for saves_k, b in lm_samples:
+        if saves_k >= 1 and plain_at:
+            k = min(plain_at, key=lambda s: (abs(s - saves_k), -s))
+            vs_plain.append(b / plain_at[k])
+    vs_plain += [r["backing_bytes"] / plain_final for r in lm if r["phase"] == "drain"]
+    # The same moment of the same save in both runs: each save's peak.
+    vs_peak = [peaks["lmcfs"][k] / peaks["plain"][k] for k in peaks["lmcfs"] if peaks["plain"].get(k)]
     # Store / stored bytes of the live files, from the first save on (before
     # it the live files are nothing and the ratio means nothing).
     vs_live = [r["backing_bytes"] / r["live_stored"] for r in lm
@@ -428,6 +465,9 @@ def report(argv):
     p(f"| store / plain dir at the same save: max, final | - | "
       f"{max(vs_plain):.2f}, {lm_end['backing_bytes'] / plain_final:.2f} |" if vs_plain else
       "| store / plain dir | - | - |")
+    if vs_peak:
+        p(f"| store / plain dir at each save's peak (checkpoint written, before rotation): max, mean | - | "
+          f"{max(vs_peak):.2f}, {sum(vs_peak) / len(vs_peak):.2f} ({len(vs_peak)} saves) |")
     p(f"| save time, mean | {ps} | {ls} |")
     p(f"| save throughput, mean (apparent bytes / save time) | {pr} | {lr} |")
     p(f"| write amplification (daemon counters, after the drain) | - | {wa_text} |")

@@ -23,7 +23,7 @@
 # comma-separated, default none), LIMIT (save_total_limit, default 2; 0
 # keeps every save: a checkpoint series), SAVES (default 20), SAVE_STEPS (default
 # 2), DRAIN (default 30), DELETE_WAIT (default 60), THREADS (torch threads,
-# default 2), WORK (default /var/tmp/lmcfs-space-bench), KEEP=1 keeps the
+# default 2), SAMPLE (seconds between samples, default 1), WORK (default /var/tmp/lmcfs-space-bench), KEEP=1 keeps the
 # data dirs. Needs: scripts/install-deps.sh --bench (transformers,
 # accelerate, matplotlib).
 set -euo pipefail
@@ -38,6 +38,7 @@ LIMIT=${LIMIT:-2}
 DRAIN=${DRAIN:-30}
 DELETE_WAIT=${DELETE_WAIT:-60}
 THREADS=${THREADS:-2}
+SAMPLE=${SAMPLE:-1}
 MOUNT_BIN=$BUILD_DIR/tools/mountlmcfs/mount.lmcfs
 STAT_BIN=$BUILD_DIR/tools/lmcfs/lmcfs-stat
 PY=${PYTHON:-python3}
@@ -108,13 +109,13 @@ cat "$D/empty-mounted.json" "$D/empty-unmounted.json"
 train_args=(-- --saves "$SAVES" --save-steps "$SAVE_STEPS" --limit "$LIMIT" --threads "$THREADS")
 echo "== 1a. rotation run, plain dir $D/plain"
 "$PY" scripts/space_bench.py run --run plain --out "$D/plain/out" --backing "$D/plain" \
-  --csv "$OUT.csv" --events "$D/events-plain.jsonl" --drain "$DRAIN" "${train_args[@]}"
+  --csv "$OUT.csv" --events "$D/events-plain.jsonl" --drain "$DRAIN" --sample "$SAMPLE" "${train_args[@]}"
 
 echo "== 1b. rotation run, lmcfs $D/mnt (store $D/store)"
 mount_it "$D/store" "$D/mnt"
 "$PY" scripts/space_bench.py run --run lmcfs --out "$D/mnt/out" --backing "$D/store" --mount "$D/mnt" \
   --daemon-pid "${PIDS[$D/mnt]}" --stat-cmd "$STAT_BIN" --stat-json "$OUT-stat.json" \
-  --csv "$OUT.csv" --events "$D/events-lmcfs.jsonl" --drain "$DRAIN" --delete-wait "$DELETE_WAIT" \
+  --csv "$OUT.csv" --events "$D/events-lmcfs.jsonl" --drain "$DRAIN" --delete-wait "$DELETE_WAIT" --sample "$SAMPLE" \
   "${train_args[@]}"
 echo "== 2. after unmount"
 umount_it "$D/mnt"

@@ -18,7 +18,7 @@ namespace {
 constexpr uint64_t kBlock = 4096;
 // After the first dead record is queued, the puncher waits this long for
 // more: the next commits' records share its index sync and its holes.
-constexpr auto kGather = std::chrono::milliseconds(50);
+constexpr auto kGather = std::chrono::milliseconds(20);
 
 }  // namespace
 

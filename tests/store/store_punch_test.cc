@@ -111,7 +111,7 @@ TEST(PunchTest, AdjacentDeadRecordsMakeOneHoleOnTheStoresOwnThread) {
     files.erase(i);
   }
   ASSERT_TRUE(s->Commit(d).ok());
-  // Within the puncher's gathering delay (50 ms), with room for a slow machine.
+  // Within the puncher's gathering delay (20 ms), with room for a slow machine.
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
   while (s->Stats().punched_holes == 0 && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(10));

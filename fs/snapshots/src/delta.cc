@@ -18,8 +18,12 @@ namespace {
 // How long a queued rebase waits for its new chunk to be committed before
 // it is dropped (the file was deleted or its commit failed).
 constexpr int64_t kRebaseWaitNs = int64_t{30} * 1000 * 1000 * 1000;
-// Frame bytes per rebase commit.
-constexpr size_t kRebaseBatchBytes = size_t{32} << 20;
+// Frame bytes per rebase commit. Small: a commit's new delta records and
+// the standalone records they replace are both on disk until the store
+// punches the old ones (docs/ARCHITECTURE.md, "Hole punching"), so this
+// bounds what a rebase adds to the store's peak; each commit costs one
+// pack sync and one index write.
+constexpr size_t kRebaseBatchBytes = size_t{4} << 20;
 }  // namespace
 
 SnapshotDeltaPolicy::SnapshotDeltaPolicy(store::Store* store, DeltaOptions opts)

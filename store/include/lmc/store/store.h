@@ -513,7 +513,7 @@ class Store {
   Result<CompactReport> Compact(const CompactOptions& options, const CompactProgressFn& progress = {});
   // Punches the dead records queued so far now, after making the index
   // durable (StoreOptions::punch_dead). The store's own thread does this
-  // within 50 ms of a commit that kills records; tests and tools that need
+  // within 20 ms of a commit that kills records; tests and tools that need
   // the space back at a known moment call it.
   void PunchDeadRecords();
   Result<FsckReport> Fsck(const FsckOptions& options);
