@@ -150,7 +150,13 @@ Status CompactPack(Store::Impl& s, uint64_t id, const std::vector<ChunkKey>& key
   wb.Put(s.packs_cf, fmt::PackKey(id), fmt::EncodePackMeta(id, retired));
   LMC_RETURN_IF_ERROR(s.WriteIndex(wb, true));
   s.packs.erase(id);
-  report.bytes_reclaimed += old_size;
+  // What deleting the file gives back: its committed bytes, less the holes
+  // already punched in it (those were given back when punched).
+  uint64_t freed = old_size;
+  if (s.punch_enabled) {
+    if (auto d = s.env->FileDiskBytes(s.PackPath(id)); d.ok()) freed = std::min(freed, *d);
+  }
+  report.bytes_reclaimed += freed;
   report.packs_compacted++;
   {
     std::unique_lock fl(s.files_mu);

@@ -225,8 +225,9 @@ struct StoreStats {
   // flushes and compactions).
   uint64_t pack_bytes_written = 0;
   uint64_t index_bytes_written = 0;
-  uint64_t compact_bytes_copied = 0;     // live records compaction moved, since Open
-  uint64_t compact_bytes_reclaimed = 0;  // pack bytes compaction gave back, since Open
+  uint64_t compact_bytes_copied = 0;  // live records compaction moved, since Open
+  uint64_t compact_bytes_reclaimed =
+      0;  // bytes on disk compaction gave back (holes punched before not counted), since Open
   // Hole punching (StoreOptions::punch_dead), since Open: bytes of dead
   // records given back (whole blocks) and the holes punched for them.
   uint64_t punched_bytes = 0;
@@ -291,7 +292,7 @@ struct CompactReport {
   size_t packs_compacted = 0;  // retired (copied out or entirely dead)
   uint64_t chunks_moved = 0;
   uint64_t bytes_copied = 0;
-  uint64_t bytes_reclaimed = 0;      // pack bytes freed
+  uint64_t bytes_reclaimed = 0;      // bytes on disk freed (a pack's holes were freed when punched)
   std::vector<uint64_t> candidates;  // pack ids selected (dry run too)
 };
 
