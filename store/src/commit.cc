@@ -8,6 +8,7 @@
 #include <rocksdb/write_batch.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <array>
 #include <cstring>
 #include <deque>
@@ -466,8 +467,22 @@ Status Store::Impl::AppendDurably(const std::string& records) {
   return AppendDurably({&one, 1}, records.size());
 }
 
+Status Store::Impl::CheckRoom(uint64_t bytes) {
+  if (opts.space_reserve == 0) return Status::Ok();
+  uint64_t total = 0, avail = 0;
+  if (!env->SpaceOf(pack_dir, &total, &avail).ok()) return Status::Ok();  // cannot tell
+  const uint64_t reserve = std::min(opts.space_reserve, total / 16);
+  if (avail >= bytes + reserve) return Status::Ok();
+  return Status::NoSpace("store " + dir + ": its filesystem has " + std::to_string(avail) +
+                         " bytes free; writing " + std::to_string(bytes) +
+                         " more would leave less than the " + std::to_string(reserve) +
+                         " kept for deletes and the index. Delete files (their space comes back at once) or "
+                         "free space on that filesystem");
+}
+
 Status Store::Impl::AppendDurably(std::span<const std::span<const uint8_t>> pieces, size_t bytes) {
   if (bytes == 0) return Status::Ok();
+  LMC_RETURN_IF_ERROR(CheckRoom(bytes));
   Status st = active->AppendV(pieces);
   if (st.ok()) n_pack_written += bytes;
   if (st.ok()) st = active->Sync();

@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -266,6 +267,14 @@ class PosixEnv final : public Env {
     return static_cast<uint64_t>(st.st_blocks) * 512;
   }
 
+  Status SpaceOf(const std::string& dir, uint64_t* total, uint64_t* avail) override {
+    struct statvfs st;
+    if (::statvfs(dir.c_str(), &st) != 0) return Errno("statvfs", dir);
+    *total = uint64_t{st.f_blocks} * st.f_frsize;
+    *avail = uint64_t{st.f_bavail} * st.f_frsize;
+    return Status::Ok();
+  }
+
   Status PunchHole(const std::string& path, uint64_t off, uint64_t len) override {
     if (len == 0) return Status::Ok();
     const int fd = OpenNoLinks(path, O_WRONLY | O_CLOEXEC);
@@ -448,6 +457,10 @@ Result<uint64_t> Env::FileDiskBytes(const std::string& path) {
 
 Status Env::PunchHole(const std::string& path, uint64_t, uint64_t) {
   return Status::Unsupported("this store's Env cannot punch holes in " + path);
+}
+
+Status Env::SpaceOf(const std::string& dir, uint64_t*, uint64_t*) {
+  return Status::Unsupported("this store's Env cannot tell the free space of " + dir);
 }
 
 Env* Env::Default() {

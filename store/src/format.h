@@ -52,6 +52,9 @@ inline std::string PinnedDeadKey(const ChunkKey& k) {
 // (u64 LE; every journaled batch carries it).
 inline constexpr char kJournalIdKey[] = "journal-id";
 inline constexpr char kJournalSeqKey[] = "journal-seq";
+// Never present: deleted with a synced write as the durability barrier
+// before holes are punched (ARCHITECTURE.md, "Hole punching").
+inline constexpr char kPunchBarrierKey[] = "punch-barrier";
 
 // Dependants index ("Dependants index", default column family): prefix +
 // base key + dependant key (32 bytes each), empty value, one per chunk entry

@@ -43,8 +43,15 @@ void Store::Impl::PunchDead() {
   // without sync): punching before a crash that loses them would take
   // records the recovered index still names. A journaled store's batches
   // are durable in its journal before the local index applies them.
+  // The barrier is a synced write (a delete of a key never present), not
+  // SyncWAL: after a failed WAL append (a full disk) RocksDB answers a
+  // write with its error, while SyncWAL trips an assertion.
   if (!journal) {
-    if (rocksdb::Status rs = db->SyncWAL(); !rs.ok()) {
+    rocksdb::WriteBatch barrier;
+    barrier.Delete(handles[0], fmt::kPunchBarrierKey);
+    rocksdb::WriteOptions wo;
+    wo.sync = true;
+    if (rocksdb::Status rs = db->Write(wo, &barrier); !rs.ok()) {
       spdlog::warn(
           "store {}: syncing the index before punching {} dead records failed ({}); compaction gives their "
           "space back instead",

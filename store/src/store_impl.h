@@ -227,6 +227,9 @@ struct Store::Impl {
   uint64_t PackLimit() const;
   // Appends records to the active pack and makes them durable; on failure
   // the pack is cut back to active_end (or abandoned if that fails too).
+  // kNoSpace (writing nothing) if appending `bytes` would leave less than
+  // the reserve free on the backing filesystem (StoreOptions::space_reserve).
+  Status CheckRoom(uint64_t bytes);
   Status AppendDurably(const std::string& records);
   Status AppendDurably(std::span<const std::span<const uint8_t>> pieces, size_t bytes);
   void Rollback();

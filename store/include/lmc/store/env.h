@@ -83,6 +83,10 @@ class Env {
   // (docs/ARCHITECTURE.md, "Hole punching"). kUnsupported where the
   // filesystem or the Env cannot (the default); kNotFound for no file.
   virtual Status PunchHole(const std::string& path, uint64_t off, uint64_t len);
+  // The size of the filesystem that holds `dir` and the bytes free on it
+  // for this process (statvfs: f_blocks and f_bavail). kUnsupported where
+  // the Env cannot tell (the default).
+  virtual Status SpaceOf(const std::string& dir, uint64_t* total, uint64_t* avail);
 
   // The POSIX implementation; lives for the whole process.
   static Env* Default();

@@ -94,6 +94,13 @@ struct StoreOptions {
   // docs/ARCHITECTURE.md, "Hole punching"), instead of only when
   // compaction frees a whole pack. Ignored where the Env cannot (RADOS).
   bool punch_dead = true;
+  // Space kept free on the backing filesystem: a commit whose records would
+  // leave less than min(space_reserve, filesystem size / 16) free fails
+  // with kNoSpace before writing anything, so that the index's own writes
+  // (deletes, renames, their commits) still find room on a full disk, and
+  // deleting files can make room again (their blocks come back at once,
+  // punch_dead). 0: none. Ignored where the Env cannot tell (RADOS).
+  uint64_t space_reserve = uint64_t{16} << 20;
 };
 
 // One atomic unit of change. Operations apply in the order they were added.
