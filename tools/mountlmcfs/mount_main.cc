@@ -126,7 +126,8 @@ once it is installed as /sbin/mount.lmcfs (cmake --install puts it there).
                         dead and the mount has been idle for a moment, packs
                         are compacted, emptiest first, and dead delta bases
                         rewritten; it stops for reads and writes. off: only
-                        lmcfs-gc reclaims
+                        lmcfs-gc compacts (holes are still punched unless
+                        punch=off)
      gc_dead=PCT        the bound on dead pack bytes, 1-90 (default 10)
      punch=on|off       on (default): the disk blocks of a dead record (a
                         file deleted or overwritten, a save rebased as a
