@@ -15,7 +15,7 @@ bytes it writes first (the same object serialized into memory), so a
 partial file can be checked against them.
 
   python3 scripts/crash_run.py --kills 200                              # long form
-  python3 scripts/crash_run.py --kills 4 --seed 16 --partial report     # CI form (MountCrashRun)
+  python3 scripts/crash_run.py --kills 4 --seed 16                      # CI form (MountCrashRun)
 A failure keeps the work directory (store, daemon log, the writer's log,
 and evidence/KILL/{got,want}.bin for a file that is not a prefix).
 Prints the seed; the same seed replays the same kill delays. Files
