@@ -22,6 +22,15 @@ struct ReadRecordCopy {
   std::vector<uint8_t> record;
 };
 
+// What pack `id` (committed size `size`) holds on disk: its committed
+// bytes less the holes punched in it (hole punching; `size` where the Env
+// cannot tell or punching is off).
+uint64_t OnDisk(Store::Impl& s, uint64_t id, uint64_t size) {
+  if (!s.punch_enabled) return size;
+  auto d = s.env->FileDiskBytes(s.PackPath(id));
+  return d.ok() ? std::min(size, *d) : size;
+}
+
 // Appends a slice of copied records to the active pack and points their
 // chunks at it, in one synced index batch that also moves their live bytes
 // from the old pack to the active one. commit_mu held. A chunk whose entry
@@ -152,11 +161,7 @@ Status CompactPack(Store::Impl& s, uint64_t id, const std::vector<ChunkKey>& key
   s.packs.erase(id);
   // What deleting the file gives back: its committed bytes, less the holes
   // already punched in it (those were given back when punched).
-  uint64_t freed = old_size;
-  if (s.punch_enabled) {
-    if (auto d = s.env->FileDiskBytes(s.PackPath(id)); d.ok()) freed = std::min(freed, *d);
-  }
-  report.bytes_reclaimed += freed;
+  report.bytes_reclaimed += OnDisk(s, id, old_size);
   report.packs_compacted++;
   {
     std::unique_lock fl(s.files_mu);
@@ -180,11 +185,8 @@ Status SealActiveIfDead(Store::Impl& s, uint64_t min_dead, bool by_disk) {
   if (it == s.packs.end()) return Status::Ok();  // nothing committed to it yet
   fmt::PackMeta m = it->second;
   // Dead bytes still on disk: those punched need no compaction.
-  uint64_t record_bytes = m.record_bytes();
-  if (by_disk && s.punch_enabled) {
-    if (auto d = s.env->FileDiskBytes(s.PackPath(s.active_id)); d.ok())
-      record_bytes = std::min(record_bytes, *d > fmt::kPackHeaderSize ? *d - fmt::kPackHeaderSize : 0);
-  }
+  const uint64_t size = by_disk ? OnDisk(s, s.active_id, m.size) : m.size;
+  const uint64_t record_bytes = size > fmt::kPackHeaderSize ? size - fmt::kPackHeaderSize : 0;
   if (record_bytes < m.live || record_bytes - m.live < min_dead) return Status::Ok();
   m.state = fmt::PackState::kSealed;
   rocksdb::WriteBatch wb;
@@ -207,10 +209,7 @@ void SelectPacks(Store::Impl& s, const CompactOptions& options, CompactReport& r
     // punched in it (hole punching gives dead records back without
     // compaction; copying a pack whose dead records are already holes would
     // only write its live ones again).
-    uint64_t size = m.size;
-    if (options.judge_by_disk && s.punch_enabled) {
-      if (auto d = s.env->FileDiskBytes(s.PackPath(id)); d.ok()) size = std::min(size, *d);
-    }
+    const uint64_t size = options.judge_by_disk ? OnDisk(s, id, m.size) : m.size;
     pack_bytes += size;
     const uint64_t record_bytes = size > fmt::kPackHeaderSize ? size - fmt::kPackHeaderSize : 0;
     dead += size - std::min(size, m.live);
