@@ -14,7 +14,11 @@
 # (checkpoint data made on the GPU, default 1024), BENCH_MIB (what the codec
 # benchmarks take of it, default 1024), SKIP_ANCHORS=1, SKIP_SANITIZER=1,
 # LMC_MOUNT_BIN (a mount.lmcfs: also torch.save through the mount with
-# gpu=on against gpu=off; LMC_MOUNT_LIBS: a folder of its shared libraries).
+# gpu=on against gpu=off; LMC_MOUNT_LIBS: a folder of its shared libraries),
+# LMC_BASELINE_BENCH (an lmc_gpu_bench built from an earlier commit: run on
+# the same data right after this one's, for an A-B on the same card),
+# NCU=1 (Nsight Compute's counters for the main encode and decode kernels,
+# on 256 MiB of the data, into ncu-*.txt).
 # The anchors need their wheels installed first (docs/BENCHMARKS.md, "GPU codec").
 # Each step has its own time limit; the script goes on after a failed step
 # and exits non-zero if any failed.
@@ -59,6 +63,16 @@ if [ -s "$DATA" ]; then
 else
   step bench 150 "$BIN/lmc_gpu_bench" --mib "$BENCH_MIB" --reps 5 --json "$OUT/lmc_gpu_bench.json"
 fi
+if [ -n "${LMC_BASELINE_BENCH:-}" ] && [ -s "$DATA" ]; then
+  step baseline 150 "$LMC_BASELINE_BENCH" --data "$DATA" --mib "$BENCH_MIB" --reps 5 --json "$OUT/baseline_gpu_bench.json"
+fi
+if [ "${NCU:-0}" = 1 ] && [ -s "$DATA" ] && command -v ncu >/dev/null; then
+  for k in decode:'HuffDecodeKernel|MergeBody' encode:'SplitBody|BlockBitsBody|HuffEncodeBody'; do
+    step "ncu-${k%%:*}" 150 ncu --clock-control none --kernel-name-base demangled -k "regex:${k#*:}" -c 3 \
+      --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy --section WarpStateStats \
+      --section LaunchStats "$BIN/lmc_gpu_bench" --data "$DATA" --mib 256 --reps 1 --skip-host
+  done
+fi
 if [ "${SKIP_ANCHORS:-0}" != 1 ] && [ -s "$DATA" ]; then
   step anchors 200 python3 scripts/gpu_anchors.py --data "$DATA" --limit-mib "$BENCH_MIB" \
     --out "$OUT/gpu_anchors.json"
@@ -69,7 +83,7 @@ if [ -n "${LMC_MOUNT_BIN:-}" ] && [ -s "$DATA" ]; then
 fi
 if [ "${SKIP_SANITIZER:-0}" != 1 ]; then
   step memcheck 150 compute-sanitizer --tool memcheck --error-exitcode 9 "$BIN/lmc_gpu_tests" \
-    --gtest_filter='GpuCodec.DeviceEntryPointsTakeTheSamePaths:GpuCodec.DecodesEveryCpuFrame*'
+    --gtest_filter='GpuCodec.DeviceEntryPointsTakeTheSamePaths:GpuCodec.LanesRun*'
   step racecheck 90 compute-sanitizer --tool racecheck --error-exitcode 9 "$BIN/lmc_gpu_tests" \
     --gtest_filter='GpuCodec.DeviceEntryPointsTakeTheSamePaths'
 fi

@@ -6,8 +6,10 @@ gpu=off, and to the plain disk, in one run (docs/BENCHMARKS.md, "GPU codec",
 The checkpoint: the bf16 weights of a small transformer trained on the GPU
 (scripts/gpu_anchors.py --make-data writes them, snapshot after snapshot),
 as a state dict of 64 MiB tensors, saved with torch.save. Order: plain,
-off, on, on, off (A-B-B-A), each into a fresh store; page cache dropped
-before each save where /proc/sys/vm/drop_caches is writable.
+off, on, auto, on, off, each into a fresh store; page cache dropped before
+each save where /proc/sys/vm/drop_caches is writable. Besides the time, the
+daemon's CPU seconds during the save (/proc/PID/stat): what the GPU takes
+off the node's cores.
 
   python3 scripts/gpu_mount_bench.py --mount build/tools/mountlmcfs/mount.lmcfs \
       --data CKPT.bf16 --work /tmp/gmb --out results.json
@@ -42,6 +44,25 @@ def du_bytes(path):
     return total
 
 
+def daemon_pid(store):
+    """The serving mount.lmcfs process of this store (None if not found)."""
+    r = subprocess.run(["pgrep", "-f", "-n", f"mount.lmcfs {store} "], capture_output=True, text=True)
+    try:
+        return int(r.stdout.split()[0])
+    except (IndexError, ValueError):
+        return None
+
+
+def cpu_seconds(pid):
+    """User + system CPU seconds of a process and its threads so far."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 def save(sd, path):
     import torch
 
@@ -59,7 +80,7 @@ def main():
     ap.add_argument("--data", required=True, help="raw bf16 file (gpu_anchors.py --make-data)")
     ap.add_argument("--work", required=True, help="scratch folder on the disk under test")
     ap.add_argument("--out", help="JSON results")
-    ap.add_argument("--order", default="plain,off,on,on,off")
+    ap.add_argument("--order", default="plain,off,on,auto,on,off")
     ap.add_argument("--libs", default="", help="folder of mount.lmcfs's shared libraries (LD_LIBRARY_PATH for it alone)")
     a = ap.parse_args()
 
@@ -99,8 +120,11 @@ def main():
                 results.append({"mode": mode, "error": r.stderr.strip()})
                 print(f"{mode}: mount failed: {r.stderr.strip()}", flush=True)
                 continue
+            pid = daemon_pid(store)
+            cpu0 = cpu_seconds(pid) if pid else None
             try:
                 secs = save(sd, os.path.join(mnt, "ckpt.pt"))
+                cpu1 = cpu_seconds(pid) if pid else None
                 gpu = None
                 try:
                     gpu = os.getxattr(mnt, "user.lmcfs.gpu").decode()
@@ -110,14 +134,18 @@ def main():
                 subprocess.run(["umount", mnt])
             stored = du_bytes(store)
             with open(log) as f:
-                lines = [l.strip() for l in f if "codec" in l or "GPU" in l or "gpu" in l][:4]
+                found = [l.strip() for l in f if "codec" in l or "GPU" in l or "gpu" in l]
+                lines = found[:2] + found[2:][-3:]  # the mount's codec path, and the summary at unmount
+            daemon_cpu = cpu1 - cpu0 if cpu0 is not None and cpu1 is not None else None
             results.append({"mode": f"gpu={mode}", "seconds": secs, "stored": stored, "gpu": gpu,
-                            "log": lines, "caches_dropped": dropped})
+                            "daemon_cpu_s": daemon_cpu, "log": lines, "caches_dropped": dropped})
             shutil.rmtree(store, ignore_errors=True)
         r = results[-1]
         if "seconds" in r:
             print(f"{r['mode']:>8}: {r['seconds']:.2f} s, {logical / r['seconds'] / 1e6:.0f} MB/s, "
-                  f"stored {r['stored'] / 2**30:.2f} GiB ({100 * r['stored'] / logical:.1f}%)", flush=True)
+                  f"stored {r['stored'] / 2**30:.2f} GiB ({100 * r['stored'] / logical:.1f}%)"
+                  + (f", daemon CPU {r['daemon_cpu_s']:.1f} s ({r['daemon_cpu_s'] / (logical / 2**30):.2f} s/GiB)"
+                     if r.get("daemon_cpu_s") is not None else ""), flush=True)
             if r.get("gpu"):
                 print(f"          gpu: {r['gpu']}", flush=True)
             for l in r.get("log", []):

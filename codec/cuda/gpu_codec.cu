@@ -176,6 +176,8 @@ class CudaBackend {
     std::swap(times_, o.times_);
     std::swap(staging_, o.staging_);
     std::swap(staging_size_, o.staging_size_);
+    std::swap(device_, o.device_);
+    std::swap(turn_, o.turn_);
     return *this;
   }
   ~CudaBackend() {
@@ -189,6 +191,7 @@ class CudaBackend {
   }
 
   Status Init(int device) {
+    device_ = device;
     LMC_RETURN_IF_ERROR(CudaStatus(cudaSetDevice(device), "set device"));
     LMC_RETURN_IF_ERROR(CudaStatus(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "stream"));
     for (int k = 0; k < 2; ++k) {
@@ -348,6 +351,8 @@ class CudaBackend {
     return Status::Ok();
   }
 
+  // Lanes run on threads of their own; the current device is per thread.
+  Status Bind() { return CudaStatus(cudaSetDevice(device_), "set device"); }
   Status Sync() {
     LMC_RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(stream_), "kernel"));
     return CudaStatus(cudaGetLastError(), "kernel");
@@ -381,6 +386,7 @@ class CudaBackend {
   uint8_t* pinned_[2] = {nullptr, nullptr};
   cudaEvent_t events_[2] = {nullptr, nullptr};
   int turn_ = 0;
+  int device_ = 0;
   std::string name_;
   bool profile_ = false;
   cudaEvent_t prof_[2] = {nullptr, nullptr};
@@ -394,10 +400,12 @@ class CudaBackend {
 
 Result<std::unique_ptr<GpuCodec>> GpuCodec::Open(const GpuCodecOptions& o) {
   if (!GpuAvailable()) return Status::Unsupported("no usable CUDA device: " + GpuDescription());
-  gpu::CudaBackend be;
-  LMC_RETURN_IF_ERROR(be.Init(o.device));
-  if (o.profile) be.EnableProfile();
-  return std::unique_ptr<GpuCodec>(std::make_unique<gpu::BatchCodec<gpu::CudaBackend>>(std::move(be), o));
+  std::vector<gpu::CudaBackend> lanes(static_cast<size_t>(std::max(1, o.lanes)));
+  for (auto& be : lanes) {
+    LMC_RETURN_IF_ERROR(be.Init(o.device));
+    if (o.profile) be.EnableProfile();
+  }
+  return std::unique_ptr<GpuCodec>(std::make_unique<gpu::BatchCodec<gpu::CudaBackend>>(std::move(lanes), o));
 }
 
 }  // namespace lmc

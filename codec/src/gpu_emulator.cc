@@ -1,6 +1,7 @@
 // The GPU pipeline on a host backend (gpu_pipeline.h): every kernel body run
 // in a loop on the CPU, so that tests without a GPU run the same planning,
 // tables and bodies as the CUDA backend.
+#include <algorithm>
 #include <memory>
 #include <vector>
 
@@ -47,6 +48,7 @@ class HostBackend {
     return Status::Ok();
   }
   Status Sync() { return Status::Ok(); }
+  Status Bind() { return Status::Ok(); }
   void HostTime(const char*, std::chrono::steady_clock::time_point) {}
   std::string Describe() const { return "host emulation of the GPU pipeline"; }
   std::string Profile() const { return ""; }
@@ -59,7 +61,8 @@ class HostBackend {
 }  // namespace
 
 std::unique_ptr<GpuCodec> OpenHostEmulatedCodec(const GpuCodecOptions& o) {
-  return std::make_unique<BatchCodec<HostBackend>>(HostBackend{}, o);
+  std::vector<HostBackend> lanes(static_cast<size_t>(std::max(1, o.lanes)));
+  return std::make_unique<BatchCodec<HostBackend>>(std::move(lanes), o);
 }
 
 }  // namespace lmc::gpu

@@ -11,9 +11,12 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -162,36 +165,75 @@ LMC_HD TilePos TileOf(const uint32_t* tile_owner, const uint64_t* owner_tile0, s
   return t;
 }
 
+// Bytes of a and b picked by the nibbles of sel (0-3: a's, 4-7: b's), as
+// CUDA's __byte_perm (one instruction there).
+LMC_HD uint32_t BytePerm(uint32_t a, uint32_t b, uint32_t sel) {
+#if defined(__CUDA_ARCH__)
+  return __byte_perm(a, b, sel);
+#else
+  const uint64_t x = static_cast<uint64_t>(b) << 32 | a;
+  uint32_t r = 0;
+  for (uint32_t k = 0; k < 4; ++k)
+    r |= static_cast<uint32_t>((x >> (8 * ((sel >> (4 * k)) & 7))) & 0xff) << (8 * k);
+  return r;
+#endif
+}
+// Each 16-bit lane rotated left (Rotl16) or right (Rotr16) by one bit: the
+// float rotation (hd::SplitElement, hd::MergeElement) of two bf16 or f16
+// elements at once.
+LMC_HD uint32_t Rotl16(uint32_t x) { return ((x << 1) & 0xfffefffeu) | ((x >> 15) & 0x00010001u); }
+LMC_HD uint32_t Rotr16(uint32_t x) { return ((x >> 1) & 0x7fff7fffu) | ((x << 15) & 0x80008000u); }
+
 struct SplitBody {  // i: tile * (kTileElems / kPerThread) + j: elements 8j .. 8j+7 of the tile
   static LMC_HD void Run(const EncArgs& a, size_t i) {
     const TilePos t = TileOf(a.tile_chunk, a.chunk_tile0, i);
     const EncChunk c = a.chunks[t.owner];  // by value: stores below cannot change it
     const uint64_t first = t.first, e0 = t.e0;
     const uint32_t j = t.j;
-    uint64_t buf[frame::kMaxStreams];
-    for (uint32_t b = 0; b < c.nstreams; ++b) buf[b] = a.streams[c.stream0 + b].buf;
-    if (e0 < c.elems) {
-      const uint32_t k = c.elems - e0 < kPerThread ? static_cast<uint32_t>(c.elems - e0) : kPerThread;
-      uint64_t v[kPerThread];
-      for (uint32_t q = 0; q < k; ++q)
-        v[q] = hd::SplitElement(c.src + (e0 + q) * c.w, c.base ? c.base + (e0 + q) * c.w : nullptr, c.w,
-                                c.rot != 0, c.aligned != 0);
-      for (uint32_t b = 0; b < c.w; ++b) {
-        const uint32_t shift = 8 * (c.w - 1 - b);
-        uint8_t* out = a.sbuf + buf[b] + e0;  // buf is 16-aligned, e0 a multiple of 8
-        if (k == kPerThread) {
-          uint64_t word = 0;
-          for (uint32_t q = 0; q < kPerThread; ++q) word |= ((v[q] >> shift) & 0xff) << (8 * q);
-          StoreAligned64(out, word);
-        } else {
-          for (uint32_t q = 0; q < k; ++q) out[q] = static_cast<uint8_t>(v[q] >> shift);
-        }
-      }
+    if (c.w == 2 && !c.base && e0 + kPerThread <= c.elems &&
+        (reinterpret_cast<uintptr_t>(c.src + 2 * e0) & 7) == 0) {
+      // bf16 and f16, eight whole elements: two 8-byte loads, byte
+      // permutes, two 8-byte stores; no arrays (they would live in local
+      // memory on a GPU).
+      const uint64_t x0 = LoadAligned64(c.src + 2 * e0), x1 = LoadAligned64(c.src + 2 * e0 + 8);
+      uint32_t w[4] = {static_cast<uint32_t>(x0), static_cast<uint32_t>(x0 >> 32), static_cast<uint32_t>(x1),
+                       static_cast<uint32_t>(x1 >> 32)};
+      if (c.rot)
+        for (uint32_t q = 0; q < 4; ++q) w[q] = Rotl16(w[q]);
+      const uint32_t hi0 = BytePerm(w[0], w[1], 0x7531), hi1 = BytePerm(w[2], w[3], 0x7531);
+      const uint32_t lo0 = BytePerm(w[0], w[1], 0x6420), lo1 = BytePerm(w[2], w[3], 0x6420);
+      StoreAligned64(a.sbuf + a.streams[c.stream0].buf + e0, static_cast<uint64_t>(hi1) << 32 | hi0);
+      StoreAligned64(a.sbuf + a.streams[c.stream0 + 1].buf + e0, static_cast<uint64_t>(lo1) << 32 | lo0);
+    } else if (e0 < c.elems) {
+      General(a, t.owner, e0);
     }
     // The tail (n % w bytes, XOR only) by the first threads of tile 0.
     if (first == 0 && j < c.tail) {
       const uint64_t at = c.w * c.elems + j;
-      a.sbuf[buf[c.w] + j] = c.base ? (c.src[at] ^ c.base[at]) : c.src[at];
+      a.sbuf[a.streams[c.stream0 + c.w].buf + j] = c.base ? (c.src[at] ^ c.base[at]) : c.src[at];
+    }
+  }
+  // Any width, base or alignment. Its arrays live in local memory on a
+  // GPU; the fast path above uses none.
+  static LMC_HD void General(const EncArgs& a, uint32_t chunk, uint64_t e0) {
+    const EncChunk c = a.chunks[chunk];  // by value: stores below cannot change it
+    uint64_t buf[frame::kMaxStreams];
+    for (uint32_t b = 0; b < c.w; ++b) buf[b] = a.streams[c.stream0 + b].buf;
+    const uint32_t k = c.elems - e0 < kPerThread ? static_cast<uint32_t>(c.elems - e0) : kPerThread;
+    uint64_t v[kPerThread];
+    for (uint32_t q = 0; q < k; ++q)
+      v[q] = hd::SplitElement(c.src + (e0 + q) * c.w, c.base ? c.base + (e0 + q) * c.w : nullptr, c.w,
+                              c.rot != 0, c.aligned != 0);
+    for (uint32_t b = 0; b < c.w; ++b) {
+      const uint32_t shift = 8 * (c.w - 1 - b);
+      uint8_t* out = a.sbuf + buf[b] + e0;  // buf is 16-aligned, e0 a multiple of 8
+      if (k == kPerThread) {
+        uint64_t word = 0;
+        for (uint32_t q = 0; q < kPerThread; ++q) word |= ((v[q] >> shift) & 0xff) << (8 * q);
+        StoreAligned64(out, word);
+      } else {
+        for (uint32_t q = 0; q < k; ++q) out[q] = static_cast<uint8_t>(v[q] >> shift);
+      }
     }
   }
 };
@@ -553,6 +595,16 @@ LMC_HD uint8_t StreamByte1(const MergeStream& s, uint64_t k) {
   return s.coder == hd::kCoderConst ? s.p[0] : s.p[k];
 }
 
+// Stream b of frame f, for MergeBody.
+LMC_HD MergeStream MergeStreamOf(const DecArgs& a, const DecFrame& f, uint32_t b) {
+  const DecStream& d = a.streams[f.stream0 + b];
+  MergeStream m;
+  m.coder = d.coder;
+  m.p = d.coder == hd::kCoderRaw || d.coder == hd::kCoderConst ? f.frame + d.off : a.dbuf + d.buf;
+  m.end = f.frame + f.size;
+  return m;
+}
+
 struct MergeBody {  // i: tile * (kTileElems / kPerThread) + j: elements 8j .. 8j+7 of the tile
   static LMC_HD void Run(const DecArgs& a, size_t i) {
     const TilePos t = TileOf(a.tile_frame, a.frame_tile0, i);
@@ -560,48 +612,50 @@ struct MergeBody {  // i: tile * (kTileElems / kPerThread) + j: elements 8j .. 8
     if (f.bad) return;
     const uint64_t first = t.first, e0 = t.e0;
     const uint32_t j = t.j;
-    MergeStream s[frame::kMaxStreams];
-    for (uint32_t b = 0; b < f.nstreams; ++b) {
-      const DecStream& d = a.streams[f.stream0 + b];
-      s[b].coder = d.coder;
-      s[b].p = d.coder == hd::kCoderRaw || d.coder == hd::kCoderConst ? f.frame + d.off : a.dbuf + d.buf;
-      s[b].end = f.frame + f.size;
-    }
-    if (e0 < f.elems) {
-      const uint32_t k = f.elems - e0 < kPerThread ? static_cast<uint32_t>(f.elems - e0) : kPerThread;
-      uint64_t v[kPerThread];
-      for (uint32_t q = 0; q < kPerThread; ++q) v[q] = 0;
-      for (uint32_t b = 0; b < f.w; ++b) {
-        const uint32_t shift = 8 * (f.w - 1 - b);
-        if (k == kPerThread) {
-          const uint64_t w8 = StreamWord8(s[b], e0);
-          for (uint32_t q = 0; q < kPerThread; ++q) v[q] |= ((w8 >> (8 * q)) & 0xff) << shift;
-        } else {
-          for (uint32_t q = 0; q < k; ++q) v[q] |= uint64_t{StreamByte1(s[b], e0 + q)} << shift;
-        }
-      }
-      uint8_t* out = f.out + e0 * f.w;
-      if (f.w == 2 && k == kPerThread && !f.base && (reinterpret_cast<uintptr_t>(out) & 7) == 0) {
-        // bf16 and f16: eight elements in two 8-byte stores.
-        uint64_t w[2] = {0, 0};
-        for (uint32_t q = 0; q < kPerThread; ++q) {
-          uint64_t x = v[q];
-          if (f.rot) x = ((x >> 1) | (x << 15)) & 0xffff;
-          w[q / 4] |= x << (16 * (q % 4));
-        }
-        StoreAligned64(out, w[0]);
-        StoreAligned64(out + 8, w[1]);
-      } else {
-        for (uint32_t q = 0; q < k; ++q)
-          hd::MergeElement(v[q], f.base ? f.base + (e0 + q) * f.w : nullptr, f.w, f.rot != 0,
-                           f.out + (e0 + q) * f.w, f.aligned != 0);
-      }
+    uint8_t* out = f.out + e0 * f.w;
+    if (f.w == 2 && !f.base && e0 + kPerThread <= f.elems && (reinterpret_cast<uintptr_t>(out) & 7) == 0) {
+      // bf16 and f16, eight whole elements: the high and low bytes as two
+      // words, interleaved by byte permutes into two 8-byte stores; no
+      // arrays (they would live in local memory on a GPU).
+      const uint64_t hi = StreamWord8(MergeStreamOf(a, f, 0), e0),
+                     lo = StreamWord8(MergeStreamOf(a, f, 1), e0);
+      const uint32_t h0 = static_cast<uint32_t>(hi), h1 = static_cast<uint32_t>(hi >> 32);
+      const uint32_t l0 = static_cast<uint32_t>(lo), l1 = static_cast<uint32_t>(lo >> 32);
+      uint32_t w[4] = {BytePerm(l0, h0, 0x5140), BytePerm(l0, h0, 0x7362), BytePerm(l1, h1, 0x5140),
+                       BytePerm(l1, h1, 0x7362)};
+      if (f.rot)
+        for (uint32_t q = 0; q < 4; ++q) w[q] = Rotr16(w[q]);
+      StoreAligned64(out, static_cast<uint64_t>(w[1]) << 32 | w[0]);
+      StoreAligned64(out + 8, static_cast<uint64_t>(w[3]) << 32 | w[2]);
+    } else if (e0 < f.elems) {
+      General(a, t.owner, e0);
     }
     if (first == 0 && j < f.tail) {
       const uint64_t at = f.w * f.elems + j;
-      const uint8_t x = StreamByte1(s[f.w], j);
+      const uint8_t x = StreamByte1(MergeStreamOf(a, f, f.w), j);
       f.out[at] = f.base ? static_cast<uint8_t>(x ^ f.base[at]) : x;
     }
+  }
+  // Any width, base or alignment (as SplitBody::General).
+  static LMC_HD void General(const DecArgs& a, uint32_t frame, uint64_t e0) {
+    const DecFrame f = a.frames[frame];  // by value: stores below cannot change it
+    MergeStream s[frame::kMaxStreams];
+    for (uint32_t b = 0; b < f.w; ++b) s[b] = MergeStreamOf(a, f, b);
+    const uint32_t k = f.elems - e0 < kPerThread ? static_cast<uint32_t>(f.elems - e0) : kPerThread;
+    uint64_t v[kPerThread];
+    for (uint32_t q = 0; q < kPerThread; ++q) v[q] = 0;
+    for (uint32_t b = 0; b < f.w; ++b) {
+      const uint32_t shift = 8 * (f.w - 1 - b);
+      if (k == kPerThread) {
+        const uint64_t w8 = StreamWord8(s[b], e0);
+        for (uint32_t q = 0; q < kPerThread; ++q) v[q] |= ((w8 >> (8 * q)) & 0xff) << shift;
+      } else {
+        for (uint32_t q = 0; q < k; ++q) v[q] |= uint64_t{StreamByte1(s[b], e0 + q)} << shift;
+      }
+    }
+    for (uint32_t q = 0; q < k; ++q)
+      hd::MergeElement(v[q], f.base ? f.base + (e0 + q) * f.w : nullptr, f.w, f.rot != 0,
+                       f.out + (e0 + q) * f.w, f.aligned != 0);
   }
 };
 
@@ -656,6 +710,8 @@ struct GatherBody {  // i: frame * head + byte
 // sbuf):
 //   256 counts a stream into hist (zeroed).
 // - Status Sync().
+// - Status Bind(): makes the backend's device current on the calling thread (lanes run on threads of
+//   their own).
 // - void HostTime(const char* what, steady_clock::time_point since): host time, when profiling.
 template <typename T, typename B>
 T* AllocArray(B& backend, size_t count) {
@@ -909,24 +965,54 @@ Status DecodeOnDevice(B& be, GpuDecodeItem* items, const std::vector<DecPlanItem
 
 // ---------------------------------------------------------------- GpuCodec
 
-// GpuCodec over a backend: cuts calls into batches, stages host memory,
+// GpuCodec over backends: cuts calls into batches, stages host memory,
 // sends what the device path does not take (small chunks, coders it does not
 // decode, anything malformed) to the CPU codec, so that every item gets
 // exactly the CPU's frame or Status.
+//
+// Lanes. Each backend is a lane with its own stream, device memory and
+// pinned staging. A host-memory call is cut into pieces that the lanes take
+// in turn, lane 0 on the caller's thread and the others on threads of their
+// own, so that one piece's host copies and transfers overlap another's
+// kernels (one lane would run copy in, kernels and copy out one after
+// another). Device-memory calls run on lane 0 alone.
 template <typename B>
 class BatchCodec final : public GpuCodec {
  public:
-  BatchCodec(B backend, GpuCodecOptions o) : be_(std::move(backend)), o_(o) {}
+  BatchCodec(std::vector<B> backends, GpuCodecOptions o) : o_(o) {
+    for (B& b : backends) {
+      lanes_.push_back(std::make_unique<Lane>());
+      lanes_.back()->be = std::move(b);
+    }
+  }
 
   Status EncodeBatch(GpuEncodeItem* items, size_t count) override { return Encode(items, count, false); }
   Status DecodeBatch(GpuDecodeItem* items, size_t count) override { return Decode(items, count, false); }
   Status EncodeBatchDevice(GpuEncodeItem* items, size_t count) override { return Encode(items, count, true); }
   Status DecodeBatchDevice(GpuDecodeItem* items, size_t count) override { return Decode(items, count, true); }
-  GpuCodecStats stats() const override { return stats_; }
-  std::string description() const override { return be_.Describe(); }
-  std::string profile() const override { return be_.Profile(); }
+  GpuCodecStats stats() const override {
+    std::lock_guard<std::mutex> l(stats_mu_);
+    return stats_;
+  }
+  std::string description() const override { return lanes_[0]->be.Describe(); }
+  std::string profile() const override {
+    std::string r;
+    for (const auto& l : lanes_) r += l->be.Profile();
+    return r;
+  }
 
  private:
+  struct Lane {
+    B be;
+    Workspace ws;
+  };
+  // A unit of work of one call: a batch for the device, or the items the
+  // device does not take (cpu set).
+  struct Unit {
+    std::vector<size_t> items;
+    bool cpu = false;
+  };
+
   // Staged buffers start 256-byte aligned, so that kernels use wide loads.
   static size_t Align(size_t n) { return (n + 255) & ~size_t{255}; }
 
@@ -935,24 +1021,72 @@ class BatchCodec final : public GpuCodec {
            it.src && it.dst && it.cap >= MaxEncodedSize(it.n);
   }
 
+  // The most bytes of a host-memory batch for a call of `total` bytes:
+  // enough pieces for every lane to have two (so that copies overlap
+  // kernels), none below min_piece_bytes nor above batch_bytes.
+  size_t PieceBytes(size_t total, bool device) const {
+    if (device || lanes_.size() < 2) return o_.batch_bytes;
+    const size_t want = (total + 2 * lanes_.size() - 1) / (2 * lanes_.size());
+    return std::max<size_t>(1, std::min(o_.batch_bytes, std::max(o_.min_piece_bytes, want)));
+  }
+
+  // Runs units 0..count-1 on the lanes (lane 0 on this thread), each lane
+  // taking the next unit when it is free. The first failure stops the
+  // others from taking more and is returned.
+  template <typename Fn>
+  Status RunLanes(size_t count, bool device, Fn&& fn) {
+    const size_t n = device ? 1 : std::min(lanes_.size(), count);
+    if (n <= 1) {
+      for (size_t u = 0; u < count; ++u) LMC_RETURN_IF_ERROR(fn(*lanes_[0], u));
+      return Status::Ok();
+    }
+    std::atomic<size_t> next{0};
+    std::atomic<bool> failed{false};
+    std::vector<Status> st(n);
+    auto work = [&](size_t l) {
+      Status s = lanes_[l]->be.Bind();
+      for (size_t u; s.ok() && !failed.load() && (u = next.fetch_add(1)) < count;) s = fn(*lanes_[l], u);
+      if (!s.ok()) failed = true;
+      st[l] = s;
+    };
+    std::vector<std::thread> threads;
+    for (size_t l = 1; l < n; ++l) threads.emplace_back(work, l);
+    work(0);
+    for (auto& t : threads) t.join();
+    for (const Status& s : st) LMC_RETURN_IF_ERROR(s);
+    return Status::Ok();
+  }
+
+  void Count(bool encode, size_t chunks, uint64_t bytes, bool batch) {
+    std::lock_guard<std::mutex> l(stats_mu_);
+    if (encode) {
+      stats_.encode_chunks += chunks;
+      stats_.encode_bytes += bytes;
+    } else {
+      stats_.decode_chunks += chunks;
+      stats_.decode_bytes += bytes;
+    }
+    if (batch) stats_.batches++;
+  }
+
   // The CPU codec on host copies of a device item (or the item itself).
-  void EncodeOnCpu(GpuEncodeItem& it, bool device) {
+  void EncodeOnCpu(Lane& l, GpuEncodeItem& it, bool device) {
     EncodeParams p{it.dtype, it.base, EncodeProfile::kGpu};
     if (!device) {
-      auto r = EncodeChunk(it.src, it.n, p, it.dst, it.cap, ws_);
+      auto r = EncodeChunk(it.src, it.n, p, it.dst, it.cap, l.ws);
       it.status = r.status();
       it.len = r.ok() ? *r : 0;
       return;
     }
     std::vector<uint8_t> src(it.n), base(it.base ? it.n : 0), out(MaxEncodedSize(it.n));
-    Status st = it.n ? be_.ToHostSync(src.data(), it.src, it.n) : Status::Ok();
-    if (st.ok() && it.base && it.n) st = be_.ToHostSync(base.data(), it.base, it.n);
+    Status st = it.n ? l.be.ToHostSync(src.data(), it.src, it.n) : Status::Ok();
+    if (st.ok() && it.base && it.n) st = l.be.ToHostSync(base.data(), it.base, it.n);
     if (!st.ok()) {
       it.status = st;
       return;
     }
     p.base = it.base ? base.data() : nullptr;
-    auto r = EncodeChunk(src.data(), it.n, p, out.data(), out.size(), ws_);
+    auto r = EncodeChunk(src.data(), it.n, p, out.data(), out.size(), l.ws);
     it.status = r.status();
     it.len = 0;
     if (!r.ok()) return;
@@ -961,271 +1095,333 @@ class BatchCodec final : public GpuCodec {
       return;
     }
     it.len = *r;
-    it.status = be_.ToDeviceSync(it.dst, out.data(), *r);
+    it.status = l.be.ToDeviceSync(it.dst, out.data(), *r);
   }
 
   Status Encode(GpuEncodeItem* items, size_t count, bool device) {
-    size_t i = 0;
-    while (i < count) {
-      // One batch: items until batch_bytes of input.
-      std::vector<size_t> gpu;
-      size_t bytes = 0;
-      for (; i < count && (gpu.empty() || bytes + items[i].n <= o_.batch_bytes); ++i) {
-        GpuEncodeItem& it = items[i];
-        if (!GpuEncodable(it)) {
-          EncodeOnCpu(it, device);
-          continue;
-        }
-        gpu.push_back(i);
-        bytes += it.n;
+    // Units: batches of items the device takes, in order, up to a piece's
+    // bytes; the others in one CPU unit.
+    size_t total = 0;
+    for (size_t i = 0; i < count; ++i)
+      if (GpuEncodable(items[i])) total += items[i].n;
+    const size_t piece = PieceBytes(total, device);
+    std::vector<Unit> units(1);
+    units[0].cpu = true;
+    size_t bytes = 0;
+    for (size_t i = 0; i < count; ++i) {
+      if (!GpuEncodable(items[i])) {
+        units[0].items.push_back(i);
+        continue;
       }
-      if (gpu.empty()) continue;
-      be_.Reset();
-      std::vector<uint8_t*> outs(gpu.size());
-      std::vector<GpuEncodeItem> staged;
-      std::vector<size_t> out_off(gpu.size());
-      if (device) {
-        for (size_t c = 0; c < gpu.size(); ++c) outs[c] = items[gpu[c]].dst;
-        LMC_RETURN_IF_ERROR(EncodeOnDevice(be_, items, gpu, outs));
-      } else {
-        // Host memory: the batch is gathered into one pinned buffer (host
-        // copies in parallel), sent with one copy, and the frames come back
-        // the same way.
-        std::vector<size_t> in_off(gpu.size()), base_off(gpu.size()), out_off(gpu.size());
-        size_t in_bytes = 0, out_bytes = 0;
-        for (size_t c = 0; c < gpu.size(); ++c) {
-          const GpuEncodeItem& it = items[gpu[c]];
-          in_off[c] = in_bytes;
-          in_bytes += Align(it.n);
-          base_off[c] = in_bytes;
-          if (it.base) in_bytes += Align(it.n);
-          out_off[c] = out_bytes;
-          out_bytes += Align(MaxEncodedSize(it.n));
-        }
-        uint8_t* pin = be_.Pinned(in_bytes + out_bytes);
-        uint8_t* din = be_.Alloc(in_bytes);
-        uint8_t* dout = be_.Alloc(out_bytes);
-        if (!pin || !din || !dout) return Status::IOError("GPU: out of memory for an encode batch");
-        Pool().ParallelFor(gpu.size(), 0, [&](size_t c, size_t) {
-          const GpuEncodeItem& it = items[gpu[c]];
-          std::memcpy(pin + in_off[c], it.src, it.n);
-          if (it.base) std::memcpy(pin + base_off[c], it.base, it.n);
-        });
-        LMC_RETURN_IF_ERROR(be_.ToDeviceAsync(din, pin, in_bytes));
-        staged.resize(gpu.size());
-        std::vector<size_t> idx(gpu.size());
-        for (size_t c = 0; c < gpu.size(); ++c) {
-          const GpuEncodeItem& it = items[gpu[c]];
-          staged[c] = it;
-          staged[c].src = din + in_off[c];
-          staged[c].base = it.base ? din + base_off[c] : nullptr;
-          staged[c].dst = outs[c] = dout + out_off[c];
-          idx[c] = c;
-        }
-        LMC_RETURN_IF_ERROR(EncodeOnDevice(be_, staged.data(), idx, outs));
-        size_t end = 0;
-        for (size_t c = 0; c < gpu.size(); ++c) end = std::max(end, out_off[c] + staged[c].len);
-        uint8_t* pout = pin + in_bytes;
-        LMC_RETURN_IF_ERROR(be_.ToHostAsync(pout, dout, end));
-        LMC_RETURN_IF_ERROR(be_.Sync());
-        Pool().ParallelFor(gpu.size(), 0, [&](size_t c, size_t) {
-          GpuEncodeItem& it = items[gpu[c]];
-          it.status = staged[c].status;
-          it.len = staged[c].len;
-          if (it.status.ok()) std::memcpy(it.dst, pout + out_off[c], it.len);
-        });
+      if (units.size() == 1 || (!units.back().items.empty() && bytes + items[i].n > piece)) {
+        units.emplace_back();
+        bytes = 0;
       }
-      LMC_RETURN_IF_ERROR(be_.Sync());
-      stats_.batches++;
-      for (size_t g : gpu) {
-        stats_.encode_chunks++;
-        stats_.encode_bytes += items[g].n;
-      }
+      units.back().items.push_back(i);
+      bytes += items[i].n;
     }
+    return RunLanes(units.size(), device, [&](Lane& l, size_t u) -> Status {
+      if (units[u].cpu) {
+        for (size_t i : units[u].items) EncodeOnCpu(l, items[i], device);
+        return Status::Ok();
+      }
+      return EncodeOneBatch(l, items, units[u].items, device);
+    });
+  }
+
+  Status EncodeOneBatch(Lane& l, GpuEncodeItem* items, const std::vector<size_t>& gpu, bool device) {
+    B& be = l.be;
+    be.Reset();
+    std::vector<uint8_t*> outs(gpu.size());
+    if (device) {
+      for (size_t c = 0; c < gpu.size(); ++c) outs[c] = items[gpu[c]].dst;
+      LMC_RETURN_IF_ERROR(EncodeOnDevice(be, items, gpu, outs));
+    } else {
+      // Host memory: the batch is gathered into one pinned buffer (host
+      // copies in parallel), sent with one copy, and the frames come back
+      // the same way.
+      std::vector<size_t> in_off(gpu.size()), base_off(gpu.size()), out_off(gpu.size());
+      size_t in_bytes = 0, out_bytes = 0;
+      for (size_t c = 0; c < gpu.size(); ++c) {
+        const GpuEncodeItem& it = items[gpu[c]];
+        in_off[c] = in_bytes;
+        in_bytes += Align(it.n);
+        base_off[c] = in_bytes;
+        if (it.base) in_bytes += Align(it.n);
+        out_off[c] = out_bytes;
+        out_bytes += Align(MaxEncodedSize(it.n));
+      }
+      uint8_t* pin = be.Pinned(in_bytes + out_bytes);
+      uint8_t* din = be.Alloc(in_bytes);
+      uint8_t* dout = be.Alloc(out_bytes);
+      if (!pin || !din || !dout) return Status::IOError("GPU: out of memory for an encode batch");
+      Pool().ParallelFor(gpu.size(), 0, [&](size_t c, size_t) {
+        const GpuEncodeItem& it = items[gpu[c]];
+        std::memcpy(pin + in_off[c], it.src, it.n);
+        if (it.base) std::memcpy(pin + base_off[c], it.base, it.n);
+      });
+      LMC_RETURN_IF_ERROR(be.ToDeviceAsync(din, pin, in_bytes));
+      std::vector<GpuEncodeItem> staged(gpu.size());
+      std::vector<size_t> idx(gpu.size());
+      for (size_t c = 0; c < gpu.size(); ++c) {
+        const GpuEncodeItem& it = items[gpu[c]];
+        staged[c] = it;
+        staged[c].src = din + in_off[c];
+        staged[c].base = it.base ? din + base_off[c] : nullptr;
+        staged[c].dst = outs[c] = dout + out_off[c];
+        idx[c] = c;
+      }
+      LMC_RETURN_IF_ERROR(EncodeOnDevice(be, staged.data(), idx, outs));
+      size_t end = 0;
+      for (size_t c = 0; c < gpu.size(); ++c) end = std::max(end, out_off[c] + staged[c].len);
+      uint8_t* pout = pin + in_bytes;
+      LMC_RETURN_IF_ERROR(be.ToHostAsync(pout, dout, end));
+      LMC_RETURN_IF_ERROR(be.Sync());
+      Pool().ParallelFor(gpu.size(), 0, [&](size_t c, size_t) {
+        GpuEncodeItem& it = items[gpu[c]];
+        it.status = staged[c].status;
+        it.len = staged[c].len;
+        if (it.status.ok()) std::memcpy(it.dst, pout + out_off[c], it.len);
+      });
+    }
+    LMC_RETURN_IF_ERROR(be.Sync());
+    uint64_t bytes = 0;
+    for (size_t g : gpu) bytes += items[g].n;
+    Count(true, gpu.size(), bytes, true);
     return Status::Ok();
   }
 
-  void DecodeOnCpu(GpuDecodeItem& it, bool device) {
+  void DecodeOnCpu(Lane& l, GpuDecodeItem& it, bool device) {
     if (!device) {
-      auto r = DecodeChunk(it.frame, it.len, it.base, it.base_len, it.dst, it.cap, ws_);
+      auto r = DecodeChunk(it.frame, it.len, it.base, it.base_len, it.dst, it.cap, l.ws);
       it.status = r.status();
       it.out_len = r.ok() ? *r : 0;
       return;
     }
     std::vector<uint8_t> frame(it.len), base(it.base ? it.base_len : 0);
-    Status st = it.len ? be_.ToHostSync(frame.data(), it.frame, it.len) : Status::Ok();
-    if (st.ok() && it.base && it.base_len) st = be_.ToHostSync(base.data(), it.base, it.base_len);
+    Status st = it.len ? l.be.ToHostSync(frame.data(), it.frame, it.len) : Status::Ok();
+    if (st.ok() && it.base && it.base_len) st = l.be.ToHostSync(base.data(), it.base, it.base_len);
     if (!st.ok()) {
       it.status = st;
       return;
     }
     std::vector<uint8_t> out(it.cap);
     auto r = DecodeChunk(frame.data(), frame.size(), it.base ? base.data() : nullptr, it.base_len, out.data(),
-                         out.size(), ws_);
+                         out.size(), l.ws);
     it.status = r.status();
     it.out_len = r.ok() ? *r : 0;
-    if (r.ok() && *r) it.status = be_.ToDeviceSync(it.dst, out.data(), *r);
+    if (r.ok() && *r) it.status = l.be.ToDeviceSync(it.dst, out.data(), *r);
+  }
+
+  // The header, read on the host, decides the path: the plan entry of a
+  // frame the device decodes, or nothing (the CPU decodes it).
+  static std::optional<DecPlanItem> PlanDecode(const GpuDecodeItem& it, size_t i, const uint8_t* head) {
+    if (!it.frame) return std::nullopt;
+    Result<FrameInfo> fi = ReadFrameInfo(head, it.len);
+    bool ok = fi.ok() && fi->decoded_size >= kMinGpuChunk && it.dst && it.cap >= fi->decoded_size &&
+              (!fi->xor_delta || (it.base && it.base_len == fi->decoded_size));
+    if (ok) {
+      for (const StreamInfo& s : fi->streams) ok &= s.coder != Coder::kRans;
+      // A raw stream's size is checked here, as the CPU does.
+      for (const StreamInfo& s : fi->streams)
+        ok &= s.coder != Coder::kRaw || s.encoded_size == s.decoded_size;
+      for (const StreamInfo& s : fi->streams) ok &= s.coder != Coder::kConst || s.encoded_size == 1;
+    }
+    if (!ok) return std::nullopt;
+    return DecPlanItem{i, *fi};
   }
 
   Status Decode(GpuDecodeItem* items, size_t count, bool device) {
+    if (device) return DecodeDevice(items, count);
+    // Host memory: plan every frame, then the lanes take the batches.
+    std::vector<std::optional<DecPlanItem>> plans(count);
+    size_t total = 0;
+    for (size_t i = 0; i < count; ++i) {
+      plans[i] = PlanDecode(items[i], i, items[i].frame);
+      if (plans[i]) total += plans[i]->fi.decoded_size;
+    }
+    const size_t piece = PieceBytes(total, false);
+    std::vector<Unit> units(1);
+    units[0].cpu = true;
+    std::vector<std::vector<DecPlanItem>> batches(1);
+    size_t bytes = 0;
+    for (size_t i = 0; i < count; ++i) {
+      if (!plans[i]) {
+        units[0].items.push_back(i);
+        continue;
+      }
+      if (units.size() == 1 || (!batches.back().empty() && bytes + plans[i]->fi.decoded_size > piece)) {
+        units.emplace_back();
+        batches.emplace_back();
+        bytes = 0;
+      }
+      batches.back().push_back(std::move(*plans[i]));
+      bytes += batches.back().back().fi.decoded_size;
+    }
+    return RunLanes(units.size(), false, [&](Lane& l, size_t u) -> Status {
+      if (units[u].cpu) {
+        for (size_t i : units[u].items) DecodeOnCpu(l, items[i], false);
+        return Status::Ok();
+      }
+      return DecodeOneBatch(l, items, batches[u], false);
+    });
+  }
+
+  // Device frames, on lane 0: the headers of each batch come over in one
+  // gather and one copy.
+  Status DecodeDevice(GpuDecodeItem* items, size_t count) {
+    Lane& l = *lanes_[0];
+    constexpr size_t kHead = frame::HeaderSize(frame::kMaxStreams);
     size_t i = 0;
     while (i < count) {
       std::vector<DecPlanItem> plan;
       size_t bytes = 0;
-      // Device frames: every header of the batch in one gather and one copy.
-      constexpr size_t kHead = frame::HeaderSize(frame::kMaxStreams);
       std::vector<uint8_t> heads;
       const size_t first = i;
-      if (device) {
-        size_t last = i, sum = 0;
-        while (last < count && (last == i || sum <= o_.batch_bytes)) sum += items[last++].cap;
-        LMC_RETURN_IF_ERROR(GatherHeads(items + i, last - i, kHead, &heads));
-      }
+      size_t last = i, sum = 0;
+      while (last < count && (last == i || sum <= o_.batch_bytes)) sum += items[last++].cap;
+      LMC_RETURN_IF_ERROR(GatherHeads(l, items + i, last - i, kHead, &heads));
       for (; i < count && (plan.empty() || bytes <= o_.batch_bytes); ++i) {
-        GpuDecodeItem& it = items[i];
-        if (device && (i - first + 1) * kHead > heads.size()) break;  // beyond the gathered heads
-        // The header, on the host, decides the path.
-        const uint8_t* hp = device ? heads.data() + (i - first) * kHead : it.frame;
-        if (!it.frame) {
-          DecodeOnCpu(it, device);
+        if ((i - first + 1) * kHead > heads.size()) break;  // beyond the gathered heads
+        auto p = PlanDecode(items[i], i, heads.data() + (i - first) * kHead);
+        if (!p) {
+          DecodeOnCpu(l, items[i], true);
           continue;
         }
-        Result<FrameInfo> fi =
-            it.frame ? ReadFrameInfo(hp, it.len) : Result<FrameInfo>(Status::InvalidArgument("null frame"));
-        bool ok = fi.ok() && fi->decoded_size >= kMinGpuChunk && it.dst && it.cap >= fi->decoded_size &&
-                  (!fi->xor_delta || (it.base && it.base_len == fi->decoded_size));
-        if (ok) {
-          for (const StreamInfo& s : fi->streams) ok &= s.coder != Coder::kRans;
-          // A raw stream's size is checked here, as the CPU does.
-          for (const StreamInfo& s : fi->streams)
-            ok &= s.coder != Coder::kRaw || s.encoded_size == s.decoded_size;
-          for (const StreamInfo& s : fi->streams) ok &= s.coder != Coder::kConst || s.encoded_size == 1;
-        }
-        if (!ok) {
-          DecodeOnCpu(it, device);
-          continue;
-        }
-        plan.push_back({i, *fi});
-        bytes += fi->decoded_size;
+        bytes += p->fi.decoded_size;
+        plan.push_back(std::move(*p));
       }
-      if (plan.empty()) continue;
-      be_.Reset();
-      std::vector<const uint8_t*> frames(plan.size());
-      std::vector<uint8_t*> outs(plan.size());
-      std::vector<GpuDecodeItem> staged;
-      uint8_t *pin = nullptr, *pout = nullptr, *dout = nullptr;
-      std::vector<size_t> host_out_off;
-      size_t host_out_bytes = 0;
-      if (device) {
-        for (size_t f = 0; f < plan.size(); ++f) {
-          frames[f] = items[plan[f].item].frame;
-          outs[f] = items[plan[f].item].dst;
-        }
-      } else {
-        std::vector<size_t> in_off(plan.size()), base_off(plan.size()), out_off(plan.size());
-        size_t in_bytes = 0, out_bytes = 0;
-        for (size_t f = 0; f < plan.size(); ++f) {
-          in_off[f] = in_bytes;
-          in_bytes += Align(plan[f].fi.frame_size);
-          base_off[f] = in_bytes;
-          if (plan[f].fi.xor_delta) in_bytes += Align(plan[f].fi.decoded_size);
-          out_off[f] = out_bytes;
-          out_bytes += Align(plan[f].fi.decoded_size);
-        }
-        pin = be_.Pinned(in_bytes + out_bytes);
-        uint8_t* din = be_.Alloc(in_bytes);
-        dout = be_.Alloc(out_bytes);
-        if (!pin || !din || !dout) return Status::IOError("GPU: out of memory for a decode batch");
-        pout = pin + in_bytes;
-        Pool().ParallelFor(plan.size(), 0, [&](size_t f, size_t) {
-          const GpuDecodeItem& it = items[plan[f].item];
-          std::memcpy(pin + in_off[f], it.frame, plan[f].fi.frame_size);
-          if (plan[f].fi.xor_delta) std::memcpy(pin + base_off[f], it.base, plan[f].fi.decoded_size);
-        });
-        LMC_RETURN_IF_ERROR(be_.ToDeviceAsync(din, pin, in_bytes));
-        staged.resize(plan.size());
-        for (size_t f = 0; f < plan.size(); ++f) {
-          staged[f] = items[plan[f].item];
-          frames[f] = din + in_off[f];
-          if (plan[f].fi.xor_delta) staged[f].base = din + base_off[f];
-          outs[f] = dout + out_off[f];
-        }
-        host_out_off = std::move(out_off);
-        host_out_bytes = out_bytes;
-      }
-      // DecodeOnDevice reads base pointers from the items it is given.
-      std::vector<DecPlanItem> local(plan.size());
-      std::vector<GpuDecodeItem> tmp(plan.size());
-      for (size_t f = 0; f < plan.size(); ++f) {
-        tmp[f] = device ? items[plan[f].item] : staged[f];
-        local[f] = {f, plan[f].fi};
-      }
-      std::vector<bool> bad;
-      LMC_RETURN_IF_ERROR(DecodeOnDevice(be_, tmp.data(), local, frames, outs, bad));
-      if (!device) {
-        LMC_RETURN_IF_ERROR(be_.ToHostAsync(pout, dout, host_out_bytes));
-        LMC_RETURN_IF_ERROR(be_.Sync());
-        Pool().ParallelFor(plan.size(), 0, [&](size_t f, size_t) {
-          if (!bad[f]) std::memcpy(items[plan[f].item].dst, pout + host_out_off[f], plan[f].fi.decoded_size);
-        });
-      }
-      for (size_t f = 0; f < plan.size(); ++f) {
-        GpuDecodeItem& it = items[plan[f].item];
-        if (bad[f]) {
-          // The CPU decoder gives the exact reason (or, were the device
-          // wrong, the right bytes).
-          DecodeOnCpu(it, device);
-          continue;
-        }
-        it.out_len = plan[f].fi.decoded_size;
-        it.status = Status::Ok();
-        stats_.decode_chunks++;
-        stats_.decode_bytes += it.out_len;
-      }
-      LMC_RETURN_IF_ERROR(be_.Sync());
-      stats_.batches++;
+      if (!plan.empty()) LMC_RETURN_IF_ERROR(DecodeOneBatch(l, items, plan, true));
     }
+    return Status::Ok();
+  }
+
+  Status DecodeOneBatch(Lane& l, GpuDecodeItem* items, const std::vector<DecPlanItem>& plan, bool device) {
+    B& be = l.be;
+    be.Reset();
+    std::vector<const uint8_t*> frames(plan.size());
+    std::vector<uint8_t*> outs(plan.size());
+    std::vector<GpuDecodeItem> staged;
+    uint8_t *pin = nullptr, *pout = nullptr, *dout = nullptr;
+    std::vector<size_t> host_out_off;
+    size_t host_out_bytes = 0;
+    if (device) {
+      for (size_t f = 0; f < plan.size(); ++f) {
+        frames[f] = items[plan[f].item].frame;
+        outs[f] = items[plan[f].item].dst;
+      }
+    } else {
+      std::vector<size_t> in_off(plan.size()), base_off(plan.size()), out_off(plan.size());
+      size_t in_bytes = 0, out_bytes = 0;
+      for (size_t f = 0; f < plan.size(); ++f) {
+        in_off[f] = in_bytes;
+        in_bytes += Align(plan[f].fi.frame_size);
+        base_off[f] = in_bytes;
+        if (plan[f].fi.xor_delta) in_bytes += Align(plan[f].fi.decoded_size);
+        out_off[f] = out_bytes;
+        out_bytes += Align(plan[f].fi.decoded_size);
+      }
+      pin = be.Pinned(in_bytes + out_bytes);
+      uint8_t* din = be.Alloc(in_bytes);
+      dout = be.Alloc(out_bytes);
+      if (!pin || !din || !dout) return Status::IOError("GPU: out of memory for a decode batch");
+      pout = pin + in_bytes;
+      Pool().ParallelFor(plan.size(), 0, [&](size_t f, size_t) {
+        const GpuDecodeItem& it = items[plan[f].item];
+        std::memcpy(pin + in_off[f], it.frame, plan[f].fi.frame_size);
+        if (plan[f].fi.xor_delta) std::memcpy(pin + base_off[f], it.base, plan[f].fi.decoded_size);
+      });
+      LMC_RETURN_IF_ERROR(be.ToDeviceAsync(din, pin, in_bytes));
+      staged.resize(plan.size());
+      for (size_t f = 0; f < plan.size(); ++f) {
+        staged[f] = items[plan[f].item];
+        frames[f] = din + in_off[f];
+        if (plan[f].fi.xor_delta) staged[f].base = din + base_off[f];
+        outs[f] = dout + out_off[f];
+      }
+      host_out_off = std::move(out_off);
+      host_out_bytes = out_bytes;
+    }
+    // DecodeOnDevice reads base pointers from the items it is given.
+    std::vector<DecPlanItem> local(plan.size());
+    std::vector<GpuDecodeItem> tmp(plan.size());
+    for (size_t f = 0; f < plan.size(); ++f) {
+      tmp[f] = device ? items[plan[f].item] : staged[f];
+      local[f] = {f, plan[f].fi};
+    }
+    std::vector<bool> bad;
+    LMC_RETURN_IF_ERROR(DecodeOnDevice(be, tmp.data(), local, frames, outs, bad));
+    if (!device) {
+      LMC_RETURN_IF_ERROR(be.ToHostAsync(pout, dout, host_out_bytes));
+      LMC_RETURN_IF_ERROR(be.Sync());
+      Pool().ParallelFor(plan.size(), 0, [&](size_t f, size_t) {
+        if (!bad[f]) std::memcpy(items[plan[f].item].dst, pout + host_out_off[f], plan[f].fi.decoded_size);
+      });
+    }
+    size_t chunks = 0;
+    uint64_t bytes = 0;
+    for (size_t f = 0; f < plan.size(); ++f) {
+      GpuDecodeItem& it = items[plan[f].item];
+      if (bad[f]) {
+        // The CPU decoder gives the exact reason (or, were the device
+        // wrong, the right bytes).
+        DecodeOnCpu(l, it, device);
+        continue;
+      }
+      it.out_len = plan[f].fi.decoded_size;
+      it.status = Status::Ok();
+      chunks++;
+      bytes += it.out_len;
+    }
+    LMC_RETURN_IF_ERROR(be.Sync());
+    Count(false, chunks, bytes, true);
     return Status::Ok();
   }
 
   // Copies the first `head` bytes (fewer where len is shorter) of each
   // device frame into `out`, head bytes a frame.
-  Status GatherHeads(const GpuDecodeItem* items, size_t count, size_t head, std::vector<uint8_t>* out) {
-    be_.Reset();
+  Status GatherHeads(Lane& l, const GpuDecodeItem* items, size_t count, size_t head,
+                     std::vector<uint8_t>* out) {
+    B& be = l.be;
+    be.Reset();
     std::vector<const uint8_t*> ptr(count);
     std::vector<uint64_t> len(count);
     for (size_t k = 0; k < count; ++k) ptr[k] = items[k].frame, len[k] = items[k].frame ? items[k].len : 0;
     GatherArgs g;
-    g.frames = AllocArray<const uint8_t*>(be_, count);
-    g.lens = AllocArray<uint64_t>(be_, count);
-    g.out = AllocArray<uint8_t>(be_, count * head);
+    g.frames = AllocArray<const uint8_t*>(be, count);
+    g.lens = AllocArray<uint64_t>(be, count);
+    g.out = AllocArray<uint8_t>(be, count * head);
     g.head = head;
     if (!g.frames || !g.lens || !g.out) return Status::IOError("GPU: out of device memory for frame headers");
-    LMC_RETURN_IF_ERROR(be_.ToDevice(g.frames, ptr.data(), sizeof(void*) * count));
-    LMC_RETURN_IF_ERROR(be_.ToDevice(g.lens, len.data(), 8 * count));
-    LMC_RETURN_IF_ERROR(be_.template Launch<GatherBody>(count * head, g));
+    LMC_RETURN_IF_ERROR(be.ToDevice(g.frames, ptr.data(), sizeof(void*) * count));
+    LMC_RETURN_IF_ERROR(be.ToDevice(g.lens, len.data(), 8 * count));
+    LMC_RETURN_IF_ERROR(be.template Launch<GatherBody>(count * head, g));
     out->assign(count * head, 0);
-    LMC_RETURN_IF_ERROR(be_.ToHost(out->data(), g.out, count * head));
-    return be_.Sync();
+    LMC_RETURN_IF_ERROR(be.ToHost(out->data(), g.out, count * head));
+    return be.Sync();
   }
 
-  // Host copies in and out of the pinned staging buffer.
+  // Host copies in and out of the pinned staging buffers (shared by the
+  // lanes: ParallelFor may be called from several threads at once).
   ThreadPool& Pool() {
-    if (!pool_)
+    std::call_once(pool_once_, [this] {
       pool_ = std::make_unique<ThreadPool>(std::min(8u, std::max(1u, std::thread::hardware_concurrency())));
+    });
     return *pool_;
   }
 
-  B be_;
+  std::vector<std::unique_ptr<Lane>> lanes_;
   GpuCodecOptions o_;
+  std::once_flag pool_once_;
   std::unique_ptr<ThreadPool> pool_;
+  mutable std::mutex stats_mu_;
   GpuCodecStats stats_;
-  Workspace ws_;
 };
 
 // The pipeline on a host backend (every kernel body run in a loop on the
 // CPU): for tests of the pipeline's logic where no GPU is present. Same
-// frames and results as the CUDA backend, at CPU speed.
+// frames and results as the CUDA backend, at CPU speed, with
+// GpuCodecOptions::lanes lanes.
 std::unique_ptr<GpuCodec> OpenHostEmulatedCodec(const GpuCodecOptions& o = {});
 
 }  // namespace lmc::gpu

@@ -122,8 +122,8 @@ TEST(BlockedHuffman, HostDeviceWriterAndReaderMatchTheCpuCoder) {
 
 TEST(BlockedHuffman, CanonicalEntriesAndWordReaderMatchTheTables) {
   // The GPU builds its tables one entry per thread from the canonical code,
-  // and decodes with aligned word loads and 4-byte stores: the same results
-  // for every payload and output alignment.
+  // and decodes with aligned 16-byte loads and 16- or 4-byte stores: the
+  // same results for every payload and output alignment.
   for (int spread : {1, 3, 40}) {
     auto s = Skewed(30001, static_cast<uint32_t>(spread), spread);
     s[1] = 3;
@@ -142,13 +142,13 @@ TEST(BlockedHuffman, CanonicalEntriesAndWordReaderMatchTheTables) {
     auto enc = EncodeBlockedOrDie(s, 12);
     const uint32_t blocks = hd::HuffBlocks(s.size(), 12);
     const size_t header = 2 + (enc[1] - enc[0] + 2) / 2 + 1 + 2 * blocks;
-    for (size_t shift = 0; shift < 4; ++shift) {
+    for (size_t shift = 0; shift < 16; ++shift) {
       // The payload at every alignment, the stream header before it.
       std::vector<uint8_t> moved(shift + enc.size() + 8, 0xCC);
       std::memcpy(moved.data() + shift, enc.data(), enc.size());
       const uint8_t* payload = moved.data() + shift + header;
       const size_t plen = enc.size() - header;
-      for (size_t out_shift : {size_t{0}, size_t{1}}) {
+      for (size_t out_shift : {size_t{0}, size_t{1}, size_t{4}, size_t{8}}) {
         std::vector<uint8_t> back(s.size() + 8, 0);
         uint64_t start = 0;
         for (uint32_t b = 0; b < blocks; ++b) {

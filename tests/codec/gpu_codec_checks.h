@@ -155,6 +155,24 @@ inline void CheckDecodeMatchesCpu(GpuCodec* codec) {
   EXPECT_GT(codec->stats().decode_chunks, 0u);
 }
 
+// A codec with several lanes and small pieces (GpuCodecOptions): host calls
+// cut into many batches that the lanes run at once give the same frames and
+// the same decoded bytes and statuses.
+inline GpuCodecOptions ManyLanes() {
+  GpuCodecOptions o;
+  o.batch_bytes = size_t{1} << 20;
+  o.lanes = 3;
+  o.min_piece_bytes = size_t{256} << 10;
+  return o;
+}
+inline void CheckLanes(GpuCodec* codec) {
+  CheckEncodeMatchesCpu(codec);
+  const uint64_t after_encode = codec->stats().batches;
+  EXPECT_GE(after_encode, 6u) << "the encode call was not cut into pieces";
+  CheckDecodeMatchesCpu(codec);
+  EXPECT_GE(codec->stats().batches - after_encode, 6u) << "the decode call was not cut into pieces";
+}
+
 // The device-memory entry points on a real checkpoint-sized batch: encode
 // on the device, decode on the device, bytes back equal, frames equal to
 // the CPU's.

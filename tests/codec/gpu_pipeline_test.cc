@@ -37,6 +37,18 @@ TEST(GpuPipeline, DecodesEveryCpuFrameAndRejectsWhatTheCpuRejects) {
   testing::CheckDecodeMatchesCpu(codec.get());
 }
 
+TEST(GpuPipeline, LanesRunPiecesOfOneCallAtOnceWithTheSameResults) {
+  auto codec = gpu::OpenHostEmulatedCodec(testing::ManyLanes());
+  testing::CheckLanes(codec.get());
+}
+
+TEST(GpuPipeline, OneLaneRunsTheSameCalls) {
+  GpuCodecOptions o = testing::ManyLanes();
+  o.lanes = 1;
+  auto codec = gpu::OpenHostEmulatedCodec(o);
+  testing::CheckLanes(codec.get());
+}
+
 TEST(GpuPipeline, DeviceEntryPointsTakeTheSamePaths) {
   auto codec = gpu::OpenHostEmulatedCodec();
   HostMemory mem;

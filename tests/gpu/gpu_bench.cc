@@ -4,7 +4,9 @@
 // writes JSON.
 //
 //   lmc_gpu_bench [--data FILE] [--mib N] [--dtype bf16|f32|bytes]
-//                 [--chunk-mib 1] [--reps 5] [--threads N] [--json OUT]
+//                 [--chunk-mib 1] [--reps 5] [--threads N] [--json OUT] [--skip-host]
+//
+// --skip-host leaves out the host-to-host passes (for a profiler run).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -74,6 +76,7 @@ int main(int argc, char** argv) {
   std::string data_path, json_path, dtype_name = "bf16";
   size_t mib = 512, chunk_mib = 1;
   int reps = 5;
+  bool skip_host = false;
   unsigned threads = std::max(1u, std::thread::hardware_concurrency());
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -92,10 +95,12 @@ int main(int argc, char** argv) {
       json_path = next();
     else if (a == "--dtype")
       dtype_name = next();
+    else if (a == "--skip-host")
+      skip_host = true;
     else {
       std::fprintf(stderr,
                    "usage: lmc_gpu_bench [--data FILE] [--mib N] [--dtype bf16|f32|bytes] "
-                   "[--chunk-mib 1] [--reps 5] [--threads N] [--json OUT]\n");
+                   "[--chunk-mib 1] [--reps 5] [--threads N] [--json OUT] [--skip-host]\n");
       return 2;
     }
   }
@@ -239,42 +244,82 @@ int main(int argc, char** argv) {
   bool dev_ok = back == data;
   for (auto& d : dec) dev_ok &= d.status.ok();
 
-  // ---- Host to host (the mount's case), in batches of 128 MiB.
-  auto hopened = lmc::GpuCodec::Open({0, size_t{128} << 20});
-  auto& hcodec = *hopened;
+  // ---- Host to host (the mount's case): calls of call_mib MiB (0: all the
+  // data in one call) on a codec with `lanes` lanes; the frames checked
+  // against the CPU's GPU profile and the bytes back against the data.
+  struct HostRun {
+    int lanes = 0;
+    size_t call_mib = 0;
+    double enc = 0, dec = 0;  // GB/s
+    bool ok = false;
+    size_t identical = 0;
+  };
   std::vector<std::vector<uint8_t>> hframes(nchunks);
-  std::vector<double> t_host_enc, t_host_dec;
-  for (int r = 0; r < reps; ++r) {
-    for (size_t c = 0; c < nchunks; ++c) {
-      hframes[c].resize(lmc::MaxEncodedSize(csize(c)));
-      set_enc(c, data.data() + c * chunk, hframes[c].data(), hframes[c].size());
+  auto host_pass = [&](int lanes, size_t call_mib, int rounds) {
+    HostRun h;
+    h.lanes = lanes;
+    h.call_mib = call_mib;
+    lmc::GpuCodecOptions o;
+    o.batch_bytes = size_t{128} << 20;
+    o.lanes = lanes;
+    auto hopened = lmc::GpuCodec::Open(o);
+    if (!hopened.ok()) return h;
+    auto& hcodec = *hopened;
+    const size_t per_call = call_mib ? std::max<size_t>(1, (call_mib << 20) / chunk) : nchunks;
+    std::vector<double> te, td;
+    bool ok = true;
+    for (int r = 0; r < rounds + 1; ++r) {  // the first round warms up
+      for (size_t c = 0; c < nchunks; ++c) {
+        hframes[c].resize(lmc::MaxEncodedSize(csize(c)));
+        set_enc(c, data.data() + c * chunk, hframes[c].data(), hframes[c].size());
+      }
+      auto t0 = Clock::now();
+      for (size_t c = 0; c < nchunks; c += per_call)
+        ok &= hcodec->EncodeBatch(enc.data() + c, std::min(per_call, nchunks - c)).ok();
+      if (r) te.push_back(Seconds(t0));
     }
-    auto t0 = Clock::now();
-    auto st = hcodec->EncodeBatch(enc.data(), enc.size());
-    t_host_enc.push_back(Seconds(t0));
-    if (!st.ok()) {
-      std::fprintf(stderr, "GPU host encode failed: %s\n", st.ToString().c_str());
-      return 1;
+    for (size_t c = 0; c < nchunks; ++c)
+      h.identical +=
+          enc[c].len == ref_len[c] && std::memcmp(hframes[c].data(), gpu_ref[c].data(), enc[c].len) == 0;
+    for (int r = 0; r < rounds + 1; ++r) {
+      std::fill(back.begin(), back.end(), 0);
+      for (size_t c = 0; c < nchunks; ++c) set_dec(c, hframes[c].data(), back.data() + c * chunk);
+      auto t0 = Clock::now();
+      for (size_t c = 0; c < nchunks; c += per_call)
+        ok &= hcodec->DecodeBatch(dec.data() + c, std::min(per_call, nchunks - c)).ok();
+      if (r) td.push_back(Seconds(t0));
     }
+    for (auto& d : dec) ok &= d.status.ok();
+    h.ok = ok && back == data;
+    h.enc = total / 1e9 / Median(te);
+    h.dec = total / 1e9 / Median(td);
+    return h;
+  };
+  // Whole-data calls with 1, 2 and 3 lanes; then the default (2 lanes) at
+  // the call sizes the mount makes, against the CPU on calls of the same
+  // size (the crossover for gpu=auto).
+  const double rate_cpu_enc = total / 1e9 / Median(t_cpu_enc), rate_cpu_dec = total / 1e9 / Median(t_cpu_dec);
+  std::vector<HostRun> lane_runs;
+  const int default_lanes = lmc::GpuCodecOptions{}.lanes;
+  for (int lanes : {1, 2, 3, 4, 6})
+    if (!skip_host) lane_runs.push_back(host_pass(lanes, 0, reps));
+  HostRun host_default;
+  for (const HostRun& h : lane_runs)
+    if (h.lanes == default_lanes) host_default = h;
+  const bool host_ok = skip_host || host_default.ok;
+  const size_t host_identical = host_default.identical;
+  struct Cross {
+    size_t mib;
+    double cpu_enc, cpu_dec;
+    HostRun gpu;
+  };
+  std::vector<Cross> cross;
+  // The CPU's figure is its throughput on all threads (above): the mount's
+  // encoder threads run steadily, whatever the GPU's call size.
+  for (size_t call : {1, 2, 4, 8, 16, 32, 64}) {
+    if (skip_host || (call << 20) > total) break;
+    cross.push_back({call, rate_cpu_enc, rate_cpu_dec, host_pass(default_lanes, call, 2)});
   }
-  size_t host_identical = 0;
-  for (size_t c = 0; c < nchunks; ++c)
-    host_identical +=
-        enc[c].len == ref_len[c] && std::memcmp(hframes[c].data(), gpu_ref[c].data(), enc[c].len) == 0;
-  for (int r = 0; r < reps; ++r) {
-    std::fill(back.begin(), back.end(), 0);
-    for (size_t c = 0; c < nchunks; ++c) {
-      set_dec(c, hframes[c].data(), back.data() + c * chunk);
-    }
-    auto t0 = Clock::now();
-    auto st = hcodec->DecodeBatch(dec.data(), dec.size());
-    t_host_dec.push_back(Seconds(t0));
-    if (!st.ok()) {
-      std::fprintf(stderr, "GPU host decode failed: %s\n", st.ToString().c_str());
-      return 1;
-    }
-  }
-  const bool host_ok = back == data;
 
   // One more pass of each device-to-device call with every kernel timed.
   {
@@ -304,9 +349,28 @@ int main(int argc, char** argv) {
   std::printf("%-34s %10s %10s %8.3f %s\n", "CPU, GPU profile (reference)", "-", "-", ref_ratio, "");
   std::printf("%-34s %10.2f %10.2f %8.3f %s, frames identical %zu/%zu\n", "GPU device->device",
               rate(t_dev_enc), rate(t_dev_dec), gpu_ratio, dev_ok ? "exact" : "MISMATCH", identical, nchunks);
-  std::printf("%-34s %10.2f %10.2f %8.3f %s, frames identical %zu/%zu\n", "GPU host->host (128 MiB batches)",
-              rate(t_host_enc), rate(t_host_dec), gpu_ratio, host_ok ? "exact" : "MISMATCH", host_identical,
-              nchunks);
+  for (const HostRun& h : lane_runs)
+    std::printf("%-34s %10.2f %10.2f %8.3f %s, frames identical %zu/%zu\n",
+                ("GPU host->host, " + std::to_string(h.lanes) + " lane" + (h.lanes > 1 ? "s" : "")).c_str(),
+                h.enc, h.dec, gpu_ratio, h.ok ? "exact" : "MISMATCH", h.identical, nchunks);
+  std::printf(
+      "\nhost calls of N MiB (the mount's batches), GPU host->host (%d lanes), against the CPU's throughput "
+      "on %u threads\n",
+      default_lanes, threads);
+  std::printf("%8s %10s %10s %10s %10s %s\n", "MiB", "CPU enc", "GPU enc", "CPU dec", "GPU dec", "check");
+  size_t enc_cross = 0, dec_cross = 0;
+  bool cross_ok = true;
+  for (const Cross& x : cross) {
+    std::printf("%8zu %10.2f %10.2f %10.2f %10.2f %s\n", x.mib, x.cpu_enc, x.gpu.enc, x.cpu_dec, x.gpu.dec,
+                x.gpu.ok ? "exact" : "MISMATCH");
+    cross_ok &= x.gpu.ok && x.gpu.identical == nchunks;
+    if (!enc_cross && x.gpu.enc > x.cpu_enc) enc_cross = x.mib;
+    if (!dec_cross && x.gpu.dec > x.cpu_dec) dec_cross = x.mib;
+  }
+  std::printf(
+      "crossover (smallest call where the GPU beats all CPU threads): encode %zu MiB, decode %zu MiB "
+      "(0: none)\n",
+      enc_cross, dec_cross);
   std::printf("device copy bandwidth (read+write): %.1f GB/s; GPU decode moves %.1f%% of it, encode %.1f%%\n",
               copy_bw, 100.0 * (gb * (1 + gpu_ratio / 100)) / Median(t_dev_dec) / copy_bw,
               100.0 * (gb * (1 + gpu_ratio / 100)) / Median(t_dev_enc) / copy_bw);
@@ -323,16 +387,31 @@ int main(int argc, char** argv) {
           "\"frames_identical\": %zu},\n"
           " \"gpu_h2h\": {\"enc_gbps\": %.3f, \"dec_gbps\": %.3f, \"exact\": %s, \"frames_identical\": "
           "%zu},\n"
-          " \"copy_bw_gbps\": %.3f}\n",
+          " \"copy_bw_gbps\": %.3f,\n",
           lmc::GpuDescription().c_str(), total, nchunks, chunk, dtype_name.c_str(), threads, rate(t_cpu_enc),
           rate(t_cpu_dec), cpu_ratio, cpu_exact ? "true" : "false", ref_ratio, rate(t_dev_enc),
-          rate(t_dev_dec), gpu_ratio, dev_ok ? "true" : "false", identical, rate(t_host_enc),
-          rate(t_host_dec), host_ok ? "true" : "false", host_identical, copy_bw);
+          rate(t_dev_dec), gpu_ratio, dev_ok ? "true" : "false", identical, host_default.enc,
+          host_default.dec, host_ok ? "true" : "false", host_identical, copy_bw);
+      std::fprintf(f, " \"gpu_h2h_lanes\": [");
+      for (size_t k = 0; k < lane_runs.size(); ++k)
+        std::fprintf(f, "%s{\"lanes\": %d, \"enc_gbps\": %.3f, \"dec_gbps\": %.3f, \"exact\": %s}",
+                     k ? ", " : "", lane_runs[k].lanes, lane_runs[k].enc, lane_runs[k].dec,
+                     lane_runs[k].ok ? "true" : "false");
+      std::fprintf(f, "],\n \"host_calls\": [");
+      for (size_t k = 0; k < cross.size(); ++k)
+        std::fprintf(f,
+                     "%s{\"mib\": %zu, \"cpu_enc_gbps\": %.3f, \"gpu_enc_gbps\": %.3f, \"cpu_dec_gbps\": "
+                     "%.3f, \"gpu_dec_gbps\": %.3f, \"exact\": %s}",
+                     k ? ", " : "", cross[k].mib, cross[k].cpu_enc, cross[k].gpu.enc, cross[k].cpu_dec,
+                     cross[k].gpu.dec, cross[k].gpu.ok ? "true" : "false");
+      std::fprintf(f, "],\n \"crossover_mib\": {\"encode\": %zu, \"decode\": %zu}}\n", enc_cross, dec_cross);
       std::fclose(f);
     }
   }
   cudaFree(d_in);
   cudaFree(d_frames);
   cudaFree(d_out);
-  return cpu_exact && dev_ok && host_ok && identical == nchunks ? 0 : 1;
+  bool lanes_ok = true;
+  for (const HostRun& h : lane_runs) lanes_ok &= h.ok && h.identical == nchunks;
+  return cpu_exact && dev_ok && lanes_ok && cross_ok && identical == nchunks ? 0 : 1;
 }

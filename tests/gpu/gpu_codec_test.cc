@@ -56,6 +56,12 @@ TEST(GpuCodec, DecodesEveryCpuFrameAndRejectsWhatTheCpuRejects) {
   testing::CheckDecodeMatchesCpu(codec.get());
 }
 
+TEST(GpuCodec, LanesRunPiecesOfOneCallAtOnceWithTheSameResults) {
+  auto c = GpuCodec::Open(testing::ManyLanes());
+  if (!c.ok()) GTEST_SKIP() << "no usable GPU: " << c.status().ToString();
+  testing::CheckLanes(c->get());
+}
+
 TEST(GpuCodec, DeviceEntryPointsTakeTheSamePaths) {
   LMC_OPEN_OR_SKIP(codec, size_t{128} << 20);
   CudaMemory mem;

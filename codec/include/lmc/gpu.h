@@ -71,6 +71,13 @@ struct GpuCodecOptions {
   size_t batch_bytes = size_t{128} << 20;
   // Time every kernel (synchronising after each): for profile() only.
   bool profile = false;
+  // Host-memory calls: lanes (each a stream with its own device memory and
+  // pinned staging) that take pieces of a call in turn, so that one piece's
+  // host copies and transfers overlap another's kernels; and the smallest
+  // piece a call is cut into for that (docs/ARCHITECTURE.md, "GPU codec").
+  // Device-memory calls use one lane.
+  int lanes = 4;
+  size_t min_piece_bytes = size_t{8} << 20;
 };
 
 // Batched LMC codec on one CUDA device. Not thread-safe: one caller at a
@@ -85,9 +92,9 @@ class GpuCodec {
   static Result<std::unique_ptr<GpuCodec>> Open(const GpuCodecOptions& o = {});
   virtual ~GpuCodec() = default;
 
-  // Host memory in and out: each batch is gathered into one pinned buffer,
-  // copied in, coded and copied out before the next starts (no overlap
-  // between batches yet: docs/BENCHMARKS.md, "GPU codec").
+  // Host memory in and out: each piece of a call is gathered into one
+  // pinned buffer, copied in, coded and copied out by one lane while the
+  // other lanes do the same with other pieces.
   virtual Status EncodeBatch(GpuEncodeItem* items, size_t count) = 0;
   virtual Status DecodeBatch(GpuDecodeItem* items, size_t count) = 0;
   // Device memory in and out (a checkpoint still on the GPU): no host copy.

@@ -33,6 +33,44 @@ LMC_HD void StoreAligned32(uint8_t* p, uint32_t v) {
 #endif
 }
 LMC_HD bool Aligned4(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 3) == 0; }
+// An aligned 16-byte little-endian load and store (p % 16 == 0), as two
+// 64-bit halves: one vector access on a GPU.
+LMC_HD void LoadAligned128(const uint8_t* p, uint64_t* lo, uint64_t* hi) {
+#if defined(__CUDA_ARCH__)
+  const uint4 v = *reinterpret_cast<const uint4*>(p);
+  *lo = static_cast<uint64_t>(v.y) << 32 | v.x;
+  *hi = static_cast<uint64_t>(v.w) << 32 | v.z;
+#else
+  *lo = static_cast<uint64_t>(LoadAligned32(p + 4)) << 32 | LoadAligned32(p);
+  *hi = static_cast<uint64_t>(LoadAligned32(p + 12)) << 32 | LoadAligned32(p + 8);
+#endif
+}
+LMC_HD void StoreAligned128(uint8_t* p, uint32_t a, uint32_t b, uint32_t c, uint32_t d) {
+#if defined(__CUDA_ARCH__)
+  *reinterpret_cast<uint4*>(p) = make_uint4(a, b, c, d);
+#else
+  StoreAligned32(p, a);
+  StoreAligned32(p + 4, b);
+  StoreAligned32(p + 8, c);
+  StoreAligned32(p + 12, d);
+#endif
+}
+// The low 32 bits of hi:lo shifted right by sh, and the high 32 bits of
+// hi:lo shifted left by sh (sh < 32): one funnel shift on a GPU.
+LMC_HD uint32_t FunnelRight(uint32_t lo, uint32_t hi, uint32_t sh) {
+#if defined(__CUDA_ARCH__)
+  return __funnelshift_r(lo, hi, sh);
+#else
+  return static_cast<uint32_t>((static_cast<uint64_t>(hi) << 32 | lo) >> sh);
+#endif
+}
+LMC_HD uint32_t FunnelLeft(uint32_t lo, uint32_t hi, uint32_t sh) {
+#if defined(__CUDA_ARCH__)
+  return __funnelshift_l(lo, hi, sh);
+#else
+  return static_cast<uint32_t>((static_cast<uint64_t>(hi) << 32 | lo) << sh >> 32);
+#endif
+}
 
 // Optimal code lengths limited to kHuffMaxLen bits by package-merge
 // (Larmore and Hirschberg). Symbols with hist 0 get length 0; a lone symbol
@@ -331,81 +369,115 @@ LMC_HD uint16_t HuffSingleEntryAt(const HuffCanonical& c, uint32_t x) {
   return kHuffMaxLen;  // no code: the filler of HuffBuildDecodeTable
 }
 
-// Decodes `count` symbols starting at bit `start` of payload[0, plen) into
-// out with the multi-symbol table; true when the reader stops exactly at
-// `end` (the check that catches every malformed range). Aligned 32-bit
-// loads into a 64-bit bit buffer and, when out is 4-byte aligned, 4-byte
-// stores: what one GPU thread runs per block. The bytes of the payload's first aligned word that precede it
-// are read (they are the stream's own header, always present) and ignored; nothing at or past payload + plen
-// is read.
+// Decodes `count` symbols from bits [start, end) of a payload of `plen`
+// bytes with the multi-symbol table, as one GPU thread decodes a block: the
+// payload read 16 aligned bytes at a time and the symbols stored 16 bytes
+// at a time where `out` is 16-aligned (4 at a time where it is 4-aligned).
+// A warp's threads each touch their own cache lines, so fewer, wider
+// accesses are what count. Nothing outside payload[0, plen) is read (the
+// first and last groups byte by byte).
+// True when the reader stops exactly at `end` (the check that catches every
+// malformed range).
 LMC_HD bool HuffDecodeRangeWords(const uint8_t* payload, size_t plen, uint64_t start, uint64_t end,
                                  const uint32_t* multi, const uint16_t* single, uint8_t* out,
                                  uint32_t count) {
-  const uint32_t mis = static_cast<uint32_t>(reinterpret_cast<uintptr_t>(payload) & 3);
+  if (end < start || end - start > 0xffffffffu) return false;
+  uint32_t left = static_cast<uint32_t>(end - start);  // bits still to read
+  const uint32_t mis = static_cast<uint32_t>(reinterpret_cast<uintptr_t>(payload) & 15);
   const uint8_t* base = payload - mis;
   const uint8_t* limit = payload + plen;
-  auto word = [&](uint64_t k) -> uint32_t {
-    const uint8_t* p = base + 4 * k;
-    if (p + 4 <= limit) return LoadAligned32(p);
-    uint32_t v = 0;
-    for (uint32_t b = 0; b < 4; ++b)
-      if (p + b < limit) v |= static_cast<uint32_t>(p[b]) << (8 * b);
-    return v;
-  };
-  uint64_t pos = start + 8 * mis;
-  const uint64_t stop = end + 8 * mis;
-  uint64_t k = pos >> 5;
-  uint64_t buf = word(k++) >> (pos & 31);
-  uint32_t nb = 32 - static_cast<uint32_t>(pos & 31);
-  buf |= static_cast<uint64_t>(word(k++)) << nb;
-  nb += 32;
-  const bool aligned = Aligned4(out);
-  uint64_t pack = 0;
-  uint32_t pk = 0, written = 0, i = 0;
-  auto emit = [&](uint32_t syms, uint32_t n) {
-    if (aligned) {
-      pack |= static_cast<uint64_t>(syms) << (8 * pk);
-      pk += n;
-      if (pk >= 4) {
-        StoreAligned32(out + written, static_cast<uint32_t>(pack));
-        written += 4;
-        pack >>= 32;
-        pk -= 4;
+  // The words not yet in the bit window: up to four, the next lowest.
+  uint64_t qlo = 0, qhi = 0;
+  uint32_t qn = 0;
+  const uint64_t pos = start + 8 * mis;
+  uint64_t g = pos >> 7;  // the next 16-byte group of the payload to load
+  auto pop = [&]() -> uint32_t {
+    if (qn == 0) {
+      const uint8_t* p = base + 16 * g++;
+      if (p >= payload && p + 16 <= limit) {
+        LoadAligned128(p, &qlo, &qhi);
+      } else {  // the first or the last group: only the payload's bytes
+        qlo = qhi = 0;
+        for (uint32_t b = 0; b < 16; ++b)
+          if (p + b >= payload && p + b < limit)
+            (b < 8 ? qlo : qhi) |= static_cast<uint64_t>(p[b]) << (8 * (b & 7));
       }
-    } else {
+      qn = 4;
+    }
+    const uint32_t w = static_cast<uint32_t>(qlo);
+    qlo = (qlo >> 32) | (qhi << 32);
+    qhi >>= 32;
+    --qn;
+    return w;
+  };
+  for (uint32_t skip = (pos >> 5) & 3; skip; --skip) pop();
+  // The bit window: bits `off` .. of cur:nxt (32-bit operations only: one
+  // funnel shift a symbol group on a GPU).
+  uint32_t cur = pop(), nxt = pop(), off = static_cast<uint32_t>(pos & 31);
+  const bool wide = (reinterpret_cast<uintptr_t>(out) & 15) == 0;
+  const bool aligned = Aligned4(out);
+  uint32_t pack = 0;                        // symbols not yet in a word, oldest lowest
+  uint32_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;  // whole words not yet stored (wide), newest in s3
+  uint32_t pk = 0, sw = 0, written = 0, i = 0;
+  auto emit = [&](uint32_t syms, uint32_t n) {
+    if (!aligned) {
       for (uint32_t j = 0; j < n; ++j) out[written++] = static_cast<uint8_t>(syms >> (8 * j));
+      return;
+    }
+    const uint32_t sh = 8 * pk;  // < 32
+    const uint32_t word = pack | (syms << sh);
+    pk += n;
+    if (pk < 4) {
+      pack = word;
+      return;
+    }
+    pack = FunnelLeft(syms, 0, sh);  // the symbols' bytes past the word
+    pk -= 4;
+    if (!wide) {
+      StoreAligned32(out + written, word);
+      written += 4;
+      return;
+    }
+    s0 = s1, s1 = s2, s2 = s3, s3 = word;
+    if (++sw == 4) {
+      StoreAligned128(out + written, s0, s1, s2, s3);
+      written += 16;
+      sw = 0;
+    }
+  };
+  auto consume = [&](uint32_t used) {
+    off += used;  // off < 32 and used <= kHuffMaxLen before
+    if (off >= 32) {
+      cur = nxt;
+      nxt = pop();
+      off -= 32;
     }
   };
   while (i + 3 <= count) {
-    if (nb < 32) {
-      buf |= static_cast<uint64_t>(word(k++)) << nb;
-      nb += 32;
-    }
-    const uint32_t e = multi[buf & (kHuffTableSize - 1)];
+    const uint32_t e = multi[FunnelRight(cur, nxt, off) & (kHuffTableSize - 1)];
     const uint32_t n = (e >> 24) & 3, used = e >> 26;
-    buf >>= used;
-    nb -= used;
-    pos += used;
-    if (pos > stop) return false;
+    if (used > left) return false;
+    left -= used;
+    consume(used);
     emit(e & 0xffffff, n);
     i += n;
   }
   while (i < count) {
-    if (nb < 32) {
-      buf |= static_cast<uint64_t>(word(k++)) << nb;
-      nb += 32;
-    }
-    const uint16_t e = single[buf & (kHuffTableSize - 1)];
+    const uint16_t e = single[FunnelRight(cur, nxt, off) & (kHuffTableSize - 1)];
     const uint32_t used = e & 0xff;
-    buf >>= used;
-    nb -= used;
-    pos += used;
-    if (pos > stop) return false;
+    if (used > left) return false;
+    left -= used;
+    consume(used);
     emit(e >> 8, 1);
     ++i;
   }
+  // Words staged for a 16-byte store (the last sw of s0..s3), then the bytes.
+  for (uint32_t j = 4 - sw; j < 4; ++j) {
+    StoreAligned32(out + written, j == 0 ? s0 : j == 1 ? s1 : j == 2 ? s2 : s3);
+    written += 4;
+  }
   for (uint32_t j = 0; j < pk; ++j) out[written++] = static_cast<uint8_t>(pack >> (8 * j));
-  return pos == stop;
+  return left == 0;
 }
 
 }  // namespace lmc::hd
