@@ -105,22 +105,17 @@ __global__ void ChainKernel(Args a, size_t count) {
 // CUDA block, all of one stream: the stream's tables are loaded into shared
 // memory once. Same result as HuffDecodeBody::Run.
 __global__ void HuffDecodeKernel(DecArgs a) {
-  __shared__ uint32_t multi[hd::kHuffTableSize];
   __shared__ uint16_t single[hd::kHuffTableSize];
   const size_t i = blockIdx.x * static_cast<size_t>(kDecodeGroup) + threadIdx.x;
   const uint32_t t = a.task_huff[blockIdx.x * static_cast<uint64_t>(kDecodeGroup)];
   const DecStream& s = a.streams[a.huff_streams[t]];
   const bool bad = a.frames[s.frame].bad != 0;
   if (!bad) {
-    const uint32_t* gm = a.multi + uint64_t{t} * hd::kHuffTableSize;
     const uint16_t* gs = a.single + uint64_t{t} * hd::kHuffTableSize;
-    for (int t = threadIdx.x; t < hd::kHuffTableSize; t += blockDim.x) {
-      multi[t] = gm[t];
-      single[t] = gs[t];
-    }
+    for (int t = threadIdx.x; t < hd::kHuffTableSize; t += blockDim.x) single[t] = gs[t];
   }
   __syncthreads();
-  if (!bad) DecodeTask(a, i, multi, single);
+  if (!bad) DecodeTask(a, i, single);
 }
 
 constexpr uint32_t kHistTile = 1 << 16;

@@ -446,10 +446,9 @@ struct DecArgs {
   uint64_t* starts;          // per Huffman stream: the start bit of each block, and the end
   hd::HuffCanonical* canon;  // per Huffman stream
   uint16_t* single;          // kHuffTableSize per Huffman stream
-  uint32_t* multi;
-  uint8_t* dbuf;          // decoded Huffman streams
-  uint64_t* frame_tile0;  // first merge tile of each frame
-  uint64_t* frame_hash0;  // first hash block of each frame
+  uint8_t* dbuf;             // decoded Huffman streams
+  uint64_t* frame_tile0;     // first merge tile of each frame
+  uint64_t* frame_hash0;     // first hash block of each frame
   uint64_t* deltas;
 };
 
@@ -524,20 +523,10 @@ struct SingleTableBody {  // i: table * kHuffTableSize + window
   }
 };
 
-struct MultiTableBody {  // i: table * kHuffTableSize + window
-  static LMC_HD void Run(const DecArgs& a, size_t i) {
-    const size_t t = i / hd::kHuffTableSize;
-    const DecStream& s = a.streams[a.huff_streams[t]];
-    if (a.frames[s.frame].bad) return;
-    a.multi[i] =
-        hd::HuffMultiEntry(a.single + t * hd::kHuffTableSize, static_cast<uint32_t>(i % hd::kHuffTableSize));
-  }
-};
-
 // One task: block j of a stream (or quarter j of a version-1 stream), with
 // the stream's tables wherever they are (global memory here, shared memory
 // in the CUDA kernel).
-LMC_HD void DecodeTask(const DecArgs& a, size_t i, const uint32_t* multi, const uint16_t* single) {
+LMC_HD void DecodeTask(const DecArgs& a, size_t i, const uint16_t* single) {
   const DecStream& s = a.streams[a.huff_streams[a.task_huff[i]]];
   DecFrame& f = a.frames[s.frame];
   if (f.bad) return;
@@ -555,15 +544,15 @@ LMC_HD void DecodeTask(const DecArgs& a, size_t i, const uint32_t* multi, const 
   }
   const uint64_t* st = a.starts + s.start0;
   const uint8_t* payload = f.frame + s.off + s.payload;
-  if (!hd::HuffDecodeRangeWords(payload, s.len - s.payload, st[j], st[j + 1], multi, single,
-                                a.dbuf + s.buf + first, static_cast<uint32_t>(count)))
+  if (!hd::HuffDecodeRangeWords(payload, s.len - s.payload, st[j], st[j + 1], single, a.dbuf + s.buf + first,
+                                static_cast<uint32_t>(count)))
     MarkBad(f);
 }
 
 struct HuffDecodeBody {  // i: task
   static LMC_HD void Run(const DecArgs& a, size_t i) {
     const uint64_t t = a.task_huff[i];
-    DecodeTask(a, i, a.multi + t * hd::kHuffTableSize, a.single + t * hd::kHuffTableSize);
+    DecodeTask(a, i, a.single + t * hd::kHuffTableSize);
   }
 };
 
@@ -926,7 +915,6 @@ Status DecodeOnDevice(B& be, GpuDecodeItem* items, const std::vector<DecPlanItem
   a.starts = AllocArray<uint64_t>(be, nstarts);
   a.canon = AllocArray<hd::HuffCanonical>(be, tables);
   a.single = AllocArray<uint16_t>(be, tables * hd::kHuffTableSize);
-  a.multi = AllocArray<uint32_t>(be, tables * hd::kHuffTableSize);
   a.dbuf = AllocArray<uint8_t>(be, dbytes);
   a.frame_tile0 = AllocArray<uint64_t>(be, nf + 1);
   a.frame_hash0 = AllocArray<uint64_t>(be, nf + 1);
@@ -935,7 +923,7 @@ Status DecodeOnDevice(B& be, GpuDecodeItem* items, const std::vector<DecPlanItem
   a.hash_frame = AllocArray<uint32_t>(be, hashes);
   a.deltas = AllocArray<uint64_t>(be, 8 * hashes);
   if (!a.frames || !a.streams || !a.huff_streams || !a.huff_task0 || !a.starts || !a.canon || !a.single ||
-      !a.multi || !a.dbuf || !a.frame_tile0 || !a.frame_hash0 || !a.deltas || !a.task_huff || !a.tile_frame ||
+      !a.dbuf || !a.frame_tile0 || !a.frame_hash0 || !a.deltas || !a.task_huff || !a.tile_frame ||
       !a.hash_frame)
     return Status::IOError("GPU: out of device memory for a decode batch");
   LMC_RETURN_IF_ERROR(be.ToDevice(a.frames, fr.data(), sizeof(DecFrame) * nf));
@@ -952,7 +940,6 @@ Status DecodeOnDevice(B& be, GpuDecodeItem* items, const std::vector<DecPlanItem
       be.template Launch<OwnerFillBody>(hashes, OwnerArgs{a.frame_hash0, a.nf, a.hash_frame}));
   LMC_RETURN_IF_ERROR(be.template Launch<ParseBody>(huff.size(), a));
   LMC_RETURN_IF_ERROR(be.template Launch<SingleTableBody>(tables * hd::kHuffTableSize, a));
-  LMC_RETURN_IF_ERROR(be.template Launch<MultiTableBody>(tables * hd::kHuffTableSize, a));
   LMC_RETURN_IF_ERROR(be.template Launch<HuffDecodeBody>(tasks, a));
   LMC_RETURN_IF_ERROR(be.template Launch<MergeBody>(tiles * (kTileElems / kPerThread), a));
   LMC_RETURN_IF_ERROR(be.template Launch<HashBlocksDecBody>(hashes, a));

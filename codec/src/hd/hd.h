@@ -13,7 +13,13 @@
 #if defined(__CUDACC__)
 #define LMC_HD __host__ __device__ __forceinline__
 #define LMC_HD_NOINLINE __host__ __device__
+#if defined(__CUDA_ARCH__)
+#define LMC_UNROLL _Pragma("unroll")
 #else
+#define LMC_UNROLL
+#endif
+#else
+#define LMC_UNROLL
 #define LMC_HD inline
 #define LMC_HD_NOINLINE inline
 #endif

@@ -370,114 +370,85 @@ LMC_HD uint16_t HuffSingleEntryAt(const HuffCanonical& c, uint32_t x) {
 }
 
 // Decodes `count` symbols from bits [start, end) of a payload of `plen`
-// bytes with the multi-symbol table, as one GPU thread decodes a block: the
-// payload read 16 aligned bytes at a time and the symbols stored 16 bytes
-// at a time where `out` is 16-aligned (4 at a time where it is 4-aligned).
-// A warp's threads each touch their own cache lines, so fewer, wider
-// accesses are what count. Nothing outside payload[0, plen) is read (the
-// first and last groups byte by byte).
-// True when the reader stops exactly at `end` (the check that catches every
-// malformed range).
+// bytes with the single-symbol table, as one GPU thread decodes a block.
+// Built for a warp whose threads each decode their own block: every step is
+// the same instructions in every thread (one symbol a step, no branch on
+// how many symbols a lookup gave), the payload is read 16 aligned bytes at
+// a time one group ahead of use (its load latency hidden), and where `out`
+// is 16-aligned the symbols go out 16 at a time, in unrolled groups with
+// fixed byte positions. Nothing outside payload[0, plen) is read (the first
+// and last groups byte by byte) and nothing past out[count) written. True
+// when the code words take exactly end - start bits (the check that catches
+// every malformed range).
 LMC_HD bool HuffDecodeRangeWords(const uint8_t* payload, size_t plen, uint64_t start, uint64_t end,
-                                 const uint32_t* multi, const uint16_t* single, uint8_t* out,
-                                 uint32_t count) {
+                                 const uint16_t* single, uint8_t* out, uint32_t count) {
   if (end < start || end - start > 0xffffffffu) return false;
-  uint32_t left = static_cast<uint32_t>(end - start);  // bits still to read
   const uint32_t mis = static_cast<uint32_t>(reinterpret_cast<uintptr_t>(payload) & 15);
   const uint8_t* base = payload - mis;
   const uint8_t* limit = payload + plen;
-  // The words not yet in the bit window: up to four, the next lowest.
-  uint64_t qlo = 0, qhi = 0;
-  uint32_t qn = 0;
-  const uint64_t pos = start + 8 * mis;
-  uint64_t g = pos >> 7;  // the next 16-byte group of the payload to load
-  auto pop = [&]() -> uint32_t {
-    if (qn == 0) {
-      const uint8_t* p = base + 16 * g++;
-      if (p >= payload && p + 16 <= limit) {
-        LoadAligned128(p, &qlo, &qhi);
-      } else {  // the first or the last group: only the payload's bytes
-        qlo = qhi = 0;
-        for (uint32_t b = 0; b < 16; ++b)
-          if (p + b >= payload && p + b < limit)
-            (b < 8 ? qlo : qhi) |= static_cast<uint64_t>(p[b]) << (8 * (b & 7));
-      }
-      qn = 4;
+  auto load = [&](uint64_t g, uint64_t* lo, uint64_t* hi) {
+    const uint8_t* p = base + 16 * g;
+    if (p >= payload && p + 16 <= limit) {
+      LoadAligned128(p, lo, hi);
+      return;
     }
+    *lo = *hi = 0;  // the first or the last group: only the payload's bytes
+    for (uint32_t b = 0; b < 16; ++b)
+      if (p + b >= payload && p + b < limit)
+        (b < 8 ? *lo : *hi) |= static_cast<uint64_t>(p[b]) << (8 * (b & 7));
+  };
+  const uint64_t pos = start + 8 * mis;
+  uint64_t g = pos >> 7;        // the group in (qlo, qhi)
+  uint64_t qlo, qhi, nlo, nhi;  // the words after nxt in this group (qn of them), and the next group
+  load(g, &qlo, &qhi);
+  load(g + 1, &nlo, &nhi);
+  uint32_t qn = 4;  // never 0 between steps
+  auto refill = [&] {
+    if (qn == 0) {  // on to the loaded group; the one after it starts loading
+      qlo = nlo, qhi = nhi, qn = 4;
+      load(++g + 1, &nlo, &nhi);
+    }
+  };
+  auto pop = [&]() -> uint32_t {
     const uint32_t w = static_cast<uint32_t>(qlo);
     qlo = (qlo >> 32) | (qhi << 32);
     qhi >>= 32;
     --qn;
+    refill();
     return w;
   };
   for (uint32_t skip = (pos >> 5) & 3; skip; --skip) pop();
-  // The bit window: bits `off` .. of cur:nxt (32-bit operations only: one
-  // funnel shift a symbol group on a GPU).
+  // The bit window: bits `off` (< 32) onwards of nxt:cur.
   uint32_t cur = pop(), nxt = pop(), off = static_cast<uint32_t>(pos & 31);
-  const bool wide = (reinterpret_cast<uintptr_t>(out) & 15) == 0;
-  const bool aligned = Aligned4(out);
-  uint32_t pack = 0;                        // symbols not yet in a word, oldest lowest
-  uint32_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;  // whole words not yet stored (wide), newest in s3
-  uint32_t pk = 0, sw = 0, written = 0, i = 0;
-  auto emit = [&](uint32_t syms, uint32_t n) {
-    if (!aligned) {
-      for (uint32_t j = 0; j < n; ++j) out[written++] = static_cast<uint8_t>(syms >> (8 * j));
-      return;
-    }
-    const uint32_t sh = 8 * pk;  // < 32
-    const uint32_t word = pack | (syms << sh);
-    pk += n;
-    if (pk < 4) {
-      pack = word;
-      return;
-    }
-    pack = FunnelLeft(syms, 0, sh);  // the symbols' bytes past the word
-    pk -= 4;
-    if (!wide) {
-      StoreAligned32(out + written, word);
-      written += 4;
-      return;
-    }
-    s0 = s1, s1 = s2, s2 = s3, s3 = word;
-    if (++sw == 4) {
-      StoreAligned128(out + written, s0, s1, s2, s3);
-      written += 16;
-      sw = 0;
-    }
-  };
-  auto consume = [&](uint32_t used) {
-    off += used;  // off < 32 and used <= kHuffMaxLen before
-    if (off >= 32) {
-      cur = nxt;
-      nxt = pop();
-      off -= 32;
-    }
-  };
-  while (i + 3 <= count) {
-    const uint32_t e = multi[FunnelRight(cur, nxt, off) & (kHuffTableSize - 1)];
-    const uint32_t n = (e >> 24) & 3, used = e >> 26;
-    if (used > left) return false;
-    left -= used;
-    consume(used);
-    emit(e & 0xffffff, n);
-    i += n;
-  }
-  while (i < count) {
+  uint32_t bits = 0;  // bits the code words took
+  auto next = [&]() -> uint32_t {
     const uint16_t e = single[FunnelRight(cur, nxt, off) & (kHuffTableSize - 1)];
     const uint32_t used = e & 0xff;
-    if (used > left) return false;
-    left -= used;
-    consume(used);
-    emit(e >> 8, 1);
-    ++i;
+    bits += used;
+    off += used;  // < 32 + kHuffMaxLen
+    // Past cur: the window moves one word on, with selects rather than a
+    // branch (threads of a warp cross words at different steps).
+    const bool adv = off >= 32;
+    off &= 31;
+    cur = adv ? nxt : cur;
+    nxt = adv ? static_cast<uint32_t>(qlo) : nxt;
+    qlo = adv ? (qlo >> 32) | (qhi << 32) : qlo;
+    qhi = adv ? qhi >> 32 : qhi;
+    qn -= adv ? 1 : 0;
+    refill();
+    return e >> 8;
+  };
+  uint32_t i = 0;
+  if ((reinterpret_cast<uintptr_t>(out) & 15) == 0) {
+    for (; i + 16 <= count; i += 16) {
+      uint32_t w[4] = {0, 0, 0, 0};
+      LMC_UNROLL
+      for (uint32_t q = 0; q < 16; ++q) w[q / 4] |= next() << (8 * (q % 4));
+      StoreAligned128(out + i, w[0], w[1], w[2], w[3]);
+    }
   }
-  // Words staged for a 16-byte store (the last sw of s0..s3), then the bytes.
-  for (uint32_t j = 4 - sw; j < 4; ++j) {
-    StoreAligned32(out + written, j == 0 ? s0 : j == 1 ? s1 : j == 2 ? s2 : s3);
-    written += 4;
-  }
-  for (uint32_t j = 0; j < pk; ++j) out[written++] = static_cast<uint8_t>(pack >> (8 * j));
-  return left == 0;
+  for (; i < count; ++i) out[i] = static_cast<uint8_t>(next());
+  return bits == end - start;
 }
 
 }  // namespace lmc::hd
