@@ -132,6 +132,12 @@ def main():
                     pass
             finally:
                 subprocess.run(["umount", mnt])
+                # The daemon logs its codec-path summary as it exits: wait
+                # for it before the log is read.
+                for _ in range(200):
+                    if not pid or not os.path.exists(f"/proc/{pid}"):
+                        break
+                    time.sleep(0.05)
             stored = du_bytes(store)
             with open(log) as f:
                 found = [l.strip() for l in f if "codec" in l or "GPU" in l or "gpu" in l]

@@ -448,11 +448,21 @@ TEST_F(FsGpu, WritesGoThroughGpuBatchesAndReadBackByteIdentical) {
   EXPECT_FALSE(fake.overlapped());
   EXPECT_EQ(ReadAll("model.bin"), model);
 
-  // A plain file, then a fresh mount: read-ahead decodes batches on the GPU.
+  // A plain file, then a fresh mount with gpu=auto: read-ahead decodes on
+  // the CPU (the measured crossover: docs/BENCHMARKS.md, "GPU codec").
   gate->SetBase(std::nullopt);
   std::string plain = Bf16Like(40 * kChunk, 52);
   CloseFile(WriteFile("plain.bin", plain));
   Close();
+  FakeGpuCodec& auto_fake = NewFake();
+  Open(&auto_fake);
+  EXPECT_EQ(ReadAll("plain.bin"), plain);
+  EXPECT_EQ(C(fs_->counters().gpu_decode_chunks), 0u);
+  EXPECT_EQ(auto_fake.stats().decode_chunks, 0u);
+  EXPECT_EQ(C(fs_->counters().cpu_decode_chunks), 40u);
+  // And with gpu=on (GPU first): read-ahead decodes batches on the GPU.
+  Close();
+  opts_.gpu_first = true;
   FakeGpuCodec& fake2 = NewFake();
   Open(&fake2);
   EXPECT_EQ(ReadAll("plain.bin"), plain);
@@ -510,6 +520,7 @@ TEST_F(FsGpu, DeviceFailureWhileReadingAheadFallsBackToTheCpu) {
   CloseFile(WriteFile("data.bin", data));
   Close();
   FakeGpuCodec& fake = NewFake(/*fail_batch=*/1);
+  opts_.gpu_first = true;  // gpu=on: read-ahead batches go to the GPU
   Open(&fake);
   EXPECT_EQ(ReadAll("data.bin"), data);
   const FsCounters& c = fs_->counters();

@@ -92,13 +92,14 @@ once it is installed as /sbin/mount.lmcfs (cmake --install puts it there).
      gpu=auto|on|off    the GPU codec path (docs/ARCHITECTURE.md, "GPU codec
                         in the mount"). auto (default): when a usable CUDA GPU
                         is there, written chunks are also encoded in batches
-                        on it, beside the encoder threads, and read-ahead
-                        decodes batches on it; otherwise everything runs on
-                        the CPU (the log says which, and why). on: refuse to
+                        on it, beside the encoder threads, once 32 MiB of
+                        them wait; otherwise everything runs on the CPU
+                        (the log says which, and why). on: refuse to
                         mount without a usable GPU, and the GPU comes first:
                         it encodes every written chunk while it keeps up,
                         the encoder threads only help when it falls a batch
-                        behind. off: CPU only. A GPU
+                        behind, and read-ahead decodes batches on it.
+                        off: CPU only. A GPU
                         failure while mounted moves the work to the CPU and
                         loses nothing; lmcfs-stat shows what each path did
      delta=on|forward|off

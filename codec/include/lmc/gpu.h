@@ -109,10 +109,11 @@ class GpuCodec {
 };
 
 // The mount's GPU feeder takes a batch once this many bytes of chunks wait
-// in the encoder queue (docs/ARCHITECTURE.md, "GPU codec in the mount"); CPU
-// encoder threads take the rest. A guess, not a measured crossover: on the
-// one GPU machine measured (docs/BENCHMARKS.md, "GPU codec"), the CPU
-// threads kept the queue below it and the GPU took no chunk.
-inline constexpr size_t kGpuMinBatchBytes = size_t{4} << 20;
+// in the encoder queue with gpu=auto (docs/ARCHITECTURE.md, "GPU codec in
+// the mount"); CPU encoder threads take the rest. The measured crossover:
+// on an H100 with 16 CPU cores, host-memory encode calls of 32 MiB (4
+// lanes) were the smallest to run faster than all the cores
+// (docs/BENCHMARKS.md, "GPU codec", lmc_gpu_bench's "host calls" table).
+inline constexpr size_t kGpuMinBatchBytes = size_t{32} << 20;
 
 }  // namespace lmc

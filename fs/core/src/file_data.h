@@ -11,9 +11,10 @@
 //
 // Codec paths (docs/ARCHITECTURE.md, "GPU codec in the mount"): chunks are
 // encoded by the encoder pool (CPU threads, and batches on the GPU when
-// FsOptions::gpu is set); reads decode single chunks on the CPU, and
-// read-ahead decodes its batch of standalone frames on the GPU when one is
-// active and the batch holds at least gpu_min_batch_bytes.
+// FsOptions::gpu is set); reads decode single chunks on the CPU, and with
+// gpu=on (FsOptions::gpu_first) read-ahead decodes its batch of standalone
+// frames on the GPU when one is active and the batch holds at least
+// gpu_min_batch_bytes.
 #pragma once
 
 #include <atomic>
@@ -216,6 +217,8 @@ class FileData {
   // What Read does before View: clamps n to the size, reads ahead when
   // sequential. Returns the clamped length.
   size_t PrepareRead(uint64_t off, size_t n);
+  // Read-ahead batches go to the GPU (gpu=on and the GPU active).
+  bool GpuReads() const;
   int GetChunk(const ExtentRec& e, store::ChunkBytes* out);
   // Decodes the chunks under [a, b) that are not cached, in parallel on the
   // shared pool, into the cache, once there are enough of them or one lies

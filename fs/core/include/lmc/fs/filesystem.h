@@ -55,8 +55,9 @@ struct FsOptions {
   // Why gpu is nullptr, for lmcfs-stat and the log ("gpu=off", Open's error).
   std::string gpu_none_reason = "not requested";
   // Queued chunk bytes the GPU feeder waits for before it takes a batch
-  // (default lmc::kGpuMinBatchBytes, 4 MiB), and the most it takes at once
-  // (default 64 MiB). Read-ahead batches below the first go to the CPU too.
+  // (default lmc::kGpuMinBatchBytes, 32 MiB, the measured crossover), and
+  // the most it takes at once (default 64 MiB). Read-ahead batches (gpu=on
+  // only) below the first go to the CPU too.
   size_t gpu_min_batch_bytes = kGpuMinBatchBytes;
   size_t gpu_batch_bytes = size_t{64} << 20;
   // GPU first (gpu=on): the feeder takes whatever is queued whenever it is
