@@ -3,7 +3,9 @@ scripts/pair_bench.py, scripts/rados_bench.py, scripts/crash_run.py): mount
 and unmount a store, find its daemon, wait for the background rebases,
 measure a directory as du does, hash a file."""
 import hashlib
+import json
 import os
+import shutil
 import subprocess
 import time
 
@@ -59,3 +61,17 @@ def sha256_file(path):
         for b in iter(lambda: f.read(1 << 20), b''):
             h.update(b)
     return h.hexdigest()
+
+
+def finish(prog, stats, failures, work, keep=False):
+    """Ends a fault run: prints its figures as one JSON line and each failure,
+    keeps the work directory when it failed (or with keep), and returns the
+    exit code."""
+    print(f'{prog}: ' + json.dumps(stats), flush=True)
+    if failures or keep:
+        print(f'{prog}: work directory kept: {work}', flush=True)
+    else:
+        shutil.rmtree(work, ignore_errors=True)
+    for f in failures:
+        print('FAILED: ' + f, flush=True)
+    return 1 if failures else 0

@@ -41,7 +41,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchutil import daemon_pid  # noqa: E402
+from benchutil import daemon_pid, finish  # noqa: E402
 
 WRITER = r'''
 import io, os, sys, torch, numpy as np
@@ -286,15 +286,8 @@ def main():
                 + (f'mount refused ({err[:120]})' if err else f'{len(got) - len([1 for v in got.values() if v != "ok"])}'
                    f'/{len(got)} read back, the rest EIO'))
     finally:
-        print('rot_run: ' + json.dumps(stats), flush=True)
         subprocess.run(['fusermount3', '-u', mnt], capture_output=True)
-        if failures or a.keep:
-            print(f'rot_run: work directory kept: {work}', flush=True)
-        else:
-            shutil.rmtree(work, ignore_errors=True)
-    for f in failures:
-        print('FAILED: ' + f, flush=True)
-    return 1 if failures else 0
+    return finish('rot_run', stats, failures, work, a.keep)
 
 
 if __name__ == '__main__':

@@ -1,3 +1,6 @@
+// The fault runs' bounded CI forms (issue 16, "Fault runs"): crashes, rot,
+// many writers.
+//
 // The daemon killed with SIGKILL at random moments while real writers
 // (torch.save with fsync, safetensors' save_file, transformers'
 // save_pretrained with sharding) save a checkpoint series into the mount:
@@ -54,6 +57,18 @@ TEST(MountCrashRun, KilledAtRandomMomentsLosesNothingFsyncd) {
 TEST(MountRotRun, FlippedBytesNeverReadBackWrong) {
   if (const std::string why = Unrunnable(); !why.empty()) GTEST_SKIP() << why;
   const std::string cmd = RunCommand("rot_run.py", "--flips 9 --seed 7");
+  EXPECT_EQ(lmc::testing::Shell(cmd), 0) << cmd << " (its output above says what failed)";
+}
+
+// Eight data-parallel ranks save a checkpoint series into one mount while
+// readers read it back, online lmcfs-gc deletes old steps (retention) and
+// compacts, and rebases run: the bounded CI form of
+// scripts/many_writers_run.py (issue 16, "Fault runs", 6; the long form is
+// `--seconds 3600`). No shard reads back different, nothing stalls for 60 s,
+// the daemon stays within its memory budget, fsck is clean at the end.
+TEST(MountManyWriters, RanksReadersRetentionAndGcTogether) {
+  if (const std::string why = Unrunnable(); !why.empty()) GTEST_SKIP() << why;
+  const std::string cmd = RunCommand("many_writers_run.py", "--seconds 30 --seed 5");
   EXPECT_EQ(lmc::testing::Shell(cmd), 0) << cmd << " (its output above says what failed)";
 }
 
