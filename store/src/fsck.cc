@@ -578,6 +578,8 @@ class FsckRun {
 
 Result<FsckReport> Store::Fsck(const FsckOptions& options) {
   Impl& s = *impl_;
+  // The index's own files first, as raw bytes (their blocks are parsed below).
+  LMC_RETURN_IF_ERROR(s.VerifyIndexFiles());
   // 0. Every record read and decoded (and hashed), before taking the commit
   // lock: this is nearly all of fsck's time, and a mounted store keeps
   // committing meanwhile. Records are immutable once indexed; a chunk

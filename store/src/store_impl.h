@@ -158,6 +158,7 @@ struct Store::Impl {
   // finding owner-scoped records it would call corrupt. Under commit_mu.
   Status UpgradeFormat();
   Status OpenIndex(bool fresh);
+  Status VerifyIndexFiles();  // whole-file checksums of the index's table files
   void CloseIndex();
   // A journaled store's Open after the lock: the journal, then the local
   // index brought up to it (rebuilt from the snapshot when it is missing,
