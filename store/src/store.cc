@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <unordered_map>
 
+#include "env_rocks_fs.h"
 #include "lmc/bytes.h"
 #include "owner_only_fs.h"
 #include "store_impl.h"
@@ -312,6 +313,10 @@ Status Store::Impl::OpenIndex(bool fresh) {
   // Owner-only files and directories, as the rest of the store
   // (docs/ARCHITECTURE.md, "Store permissions").
   dbo.env = OwnerOnlyRocksEnv();
+  if (opts.index_on_env && opts.env) {
+    if (!index_env) index_env = NewRocksEnvOverStoreEnv(opts.env);
+    dbo.env = index_env.get();
+  }
   // Sized for a metadata store, not for RocksDB's defaults (a large
   // database): the index directory stays proportional to the metadata
   // (docs/ARCHITECTURE.md, "Index size"). No preallocation (RocksDB would
@@ -354,9 +359,7 @@ Status Store::Impl::OpenIndex(bool fresh) {
     return FromRocks(rs, "opening index " + index_dir);
   }
   if (Status v = VerifyIndexFiles(); !v.ok()) {
-    for (auto* h : handles) db->DestroyColumnFamilyHandle(h);
-    delete db;
-    db = nullptr;
+    CloseIndex();
     return v;
   }
   chunks_cf = handles[1];

@@ -69,6 +69,9 @@ struct Store::Impl {
   std::unique_ptr<IndexJournal> journal;
   std::mutex journal_mu;
   bool local_behind = false;  // a journaled batch failed to apply locally (journal_mu)
+  // StoreOptions::index_on_env: RocksDB's Env over the store's (closed with
+  // the index, in ~Impl, before it goes).
+  std::unique_ptr<rocksdb::Env> index_env;
   rocksdb::DB* db = nullptr;
   std::vector<rocksdb::ColumnFamilyHandle*> handles;
   rocksdb::ColumnFamilyHandle* chunks_cf = nullptr;

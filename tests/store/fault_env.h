@@ -76,6 +76,11 @@ class FaultEnv final : public Env {
     std::lock_guard l(mu_);
     return crashed_;
   }
+  // The operation the simulated crash failed ("write PATH", "sync PATH"...).
+  std::string crash_point() const {
+    std::lock_guard l(mu_);
+    return crash_point_;
+  }
   int64_t ops() const {
     std::lock_guard l(mu_);
     return ops_;
@@ -236,6 +241,7 @@ class FaultEnv final : public Env {
     ops_++;
     if (ops_left_ == 0) {
       crashed_ = true;
+      crash_point_ = what;
       return Status::IOError("simulated crash at " + what);
     }
     if (ops_left_ > 0) ops_left_--;
@@ -302,6 +308,7 @@ class FaultEnv final : public Env {
   int fail_syncs_ = 0;
   int fail_writes_ = 0;
   bool crashed_ = false;
+  std::string crash_point_;
   PunchFault punch_fault_ = PunchFault::kNone;
   uint64_t punch_calls_ = 0;
 };

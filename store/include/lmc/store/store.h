@@ -101,6 +101,10 @@ struct StoreOptions {
   // deleting files can make room again (their blocks come back at once,
   // punch_dead). 0: none. Ignored where the Env cannot tell (RADOS).
   uint64_t space_reserve = uint64_t{16} << 20;
+  // RocksDB's own files go through `env` too (tests: a fault Env then
+  // counts them among its crash points and drops what RocksDB had not
+  // synced). Default: RocksDB's POSIX files, owner-only.
+  bool index_on_env = false;
 };
 
 // One atomic unit of change. Operations apply in the order they were added.
