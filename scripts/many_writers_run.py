@@ -29,6 +29,7 @@ A failure keeps the work directory (store, daemon log, stacks.txt).
 """
 import argparse
 import hashlib
+import json
 import multiprocessing as mp
 import os
 import random
@@ -150,6 +151,7 @@ def main():
     stats = {'seed': seed, 'ranks': a.ranks, 'readers': a.readers, 'shards_saved': 0, 'bytes_saved': 0,
              'gc_runs': 0, 'retention_deleted_dirs': 0, 'peak_rss_mib': 0, 'budget_mib': budget_kib // 1024}
     failures = []
+    rss_samples = []  # (seconds, MiB) every 10 s: the daemon's memory over the run
     t0 = last_progress = time.time()
     last_reads, next_gc = 0, t0 + a.gc_every
     try:
@@ -164,6 +166,8 @@ def main():
                 last_reads, last_progress = counts.get('reads', 0), time.time()
             rss = rss_kib(pid)
             stats['peak_rss_mib'] = max(stats['peak_rss_mib'], rss // 1024)
+            if not rss_samples or time.time() - rss_samples[-1][0] - t0 >= 10:
+                rss_samples.append((round(time.time() - t0, 1), rss // 1024))
             if rss > budget_kib:
                 failures.append(f'daemon RSS {rss // 1024} MiB over its budget {budget_kib // 1024} MiB')
             if time.time() - last_progress > a.stall:
@@ -229,6 +233,13 @@ def main():
         if r.returncode != 0:
             failures.append(f'lmcfs-fsck (offline) exit {r.returncode}: {r.stdout.strip()[-300:]}')
     stats['seconds'] = round(time.time() - t0, 1)
+    # The daemon's memory early and late in the run (a leak shows as growth).
+    if rss_samples:
+        tenth = max(1, len(rss_samples) // 10)
+        stats['rss_mib_first_tenth_max'] = max(m for _, m in rss_samples[:tenth])
+        stats['rss_mib_last_tenth_max'] = max(m for _, m in rss_samples[-tenth:])
+    with open(os.path.join(work, 'rss.json'), 'w') as f:
+        json.dump(rss_samples, f)
     return finish('many_writers_run', stats, failures, work, a.keep)
 
 
