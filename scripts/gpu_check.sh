@@ -20,6 +20,7 @@
 # NCU=1 (Nsight Compute's counters for the main encode and decode kernels,
 # on 256 MiB of the data, into ncu-*.txt).
 # The anchors need their wheels installed first (docs/BENCHMARKS.md, "GPU codec").
+# The step logs end up in $OUT/logs.tgz (the device tool returns 8 files).
 # Each step has its own time limit; the script goes on after a failed step
 # and exits non-zero if any failed.
 set -uo pipefail
@@ -88,6 +89,12 @@ if [ "${SKIP_SANITIZER:-0}" != 1 ]; then
     --gtest_filter='GpuCodec.DeviceEntryPointsTakeTheSamePaths'
 fi
 rm -f "$DATA"
+# The step logs in one archive: the device tool brings back at most 8 files.
+logs=()
+for f in "$OUT"/*.log; do [ -e "$f" ] && [ "$(basename "$f")" != gpu_check.log ] && logs+=("$(basename "$f")"); done
+if [ ${#logs[@]} -gt 0 ] && tar czf "$OUT/logs.tgz" -C "$OUT" "${logs[@]}"; then
+  (cd "$OUT" && rm -f "${logs[@]}")
+fi
 if [ ${#failed[@]} -gt 0 ]; then
   echo "gpu_check: FAILED: ${failed[*]}"
   exit 1
