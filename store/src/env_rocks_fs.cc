@@ -96,7 +96,8 @@ class EnvFileSystem final : public rocksdb::FileSystemWrapper {
     return NewWritableFile(f, o, r, dbg);
   }
   rocksdb::IOStatus NewDirectory(const std::string& d, const rocksdb::IOOptions&,
-                                 std::unique_ptr<rocksdb::FSDirectory>* r, rocksdb::IODebugContext*) override {
+                                 std::unique_ptr<rocksdb::FSDirectory>* r,
+                                 rocksdb::IODebugContext*) override {
     r->reset(new EnvDirectory(env_, d));
     return rocksdb::IOStatus::OK();
   }
@@ -118,7 +119,8 @@ class EnvFileSystem final : public rocksdb::FileSystemWrapper {
   }
 
  private:
-  static rocksdb::IOStatus Wrap(Result<std::unique_ptr<File>> f, std::unique_ptr<rocksdb::FSWritableFile>* r) {
+  static rocksdb::IOStatus Wrap(Result<std::unique_ptr<File>> f,
+                                std::unique_ptr<rocksdb::FSWritableFile>* r) {
     if (!f.ok()) return ToIO(f.status());
     r->reset(new EnvWritableFile(std::move(f).value()));
     return rocksdb::IOStatus::OK();
