@@ -787,7 +787,10 @@ int Serve(const Options& o, int report_fd) {
             ? "store " + o.store + " is in use by another mount or process (" + st.status().message() + ")"
         : st.status().code() == Code::kUnsupported
             ? "store " + o.store + " was written by a newer lmcfs: " + st.status().message()
-            : "cannot open store " + o.store + ": " + st.status().ToString();
+            : "cannot open store " + o.store + ": " + st.status().ToString() +
+                  (st.status().IsCorruption()
+                       ? "; run lmcfs-fsck " + o.store + " for what is damaged and what to do"
+                       : "");
     Report(report_fd, 32, m);
     return 32;
   }
