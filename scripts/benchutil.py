@@ -55,6 +55,17 @@ def daemon_pid(store):
     return int(out[0]) if out else None
 
 
+def wait_exit(pid, seconds=30):
+    """Waits until process pid (None: none) has exited; False if it has not
+    after `seconds`."""
+    end = time.time() + seconds
+    while pid and os.path.exists(f'/proc/{pid}'):
+        if time.time() > end:
+            return False
+        time.sleep(0.05)
+    return True
+
+
 def sha256_file(path):
     h = hashlib.sha256()
     with open(path, 'rb') as f:

@@ -34,7 +34,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchutil import daemon_pid, sha256_file as sha  # noqa: E402
+from benchutil import daemon_pid, sha256_file as sha, wait_exit  # noqa: E402
 
 WRITER = r'''
 import hashlib, io, json, os, sys, torch
@@ -256,11 +256,7 @@ def main():
         if writer:
             writer.kill()
         subprocess.run(['fusermount3', '-u', mnt], check=False)
-        pid = daemon_pid(store)
-        for _ in range(300):
-            if pid is None or not os.path.exists(f'/proc/{pid}'):
-                break
-            time.sleep(0.1)
+        wait_exit(daemon_pid(store))
         if failures or a.keep:
             log(f'work directory kept: {work}')
         else:

@@ -22,6 +22,9 @@ import subprocess
 import sys
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benchutil import daemon_pid, wait_exit  # noqa: E402
+
 
 def drop_caches():
     try:
@@ -42,15 +45,6 @@ def du_bytes(path):
             except OSError:
                 pass
     return total
-
-
-def daemon_pid(store):
-    """The serving mount.lmcfs process of this store (None if not found)."""
-    r = subprocess.run(["pgrep", "-f", "-n", f"mount.lmcfs {store} "], capture_output=True, text=True)
-    try:
-        return int(r.stdout.split()[0])
-    except (IndexError, ValueError):
-        return None
 
 
 def cpu_seconds(pid):
@@ -134,10 +128,7 @@ def main():
                 subprocess.run(["umount", mnt])
                 # The daemon logs its codec-path summary as it exits: wait
                 # for it before the log is read.
-                for _ in range(200):
-                    if not pid or not os.path.exists(f"/proc/{pid}"):
-                        break
-                    time.sleep(0.05)
+                wait_exit(pid, 10)
             stored = du_bytes(store)
             with open(log) as f:
                 found = [l.strip() for l in f if "codec" in l or "GPU" in l or "gpu" in l]

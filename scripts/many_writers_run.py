@@ -40,13 +40,13 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchutil import daemon_pid, finish, wait_rebases  # noqa: E402
+from benchutil import daemon_pid, finish, wait_exit, wait_rebases  # noqa: E402
 
 # Budget the daemon is mounted with (the mount's own defaults are larger).
 WRITE_BUFFER_MIB, CACHE_MIB, BASE_CACHE_MIB = 128, 64, 128
 
 
-def writer(rank, ranks, mnt, steps_done, barrier, stop, seed, shard_kib):
+def writer(rank, mnt, steps_done, barrier, stop, seed, shard_kib):
     import io
     import torch
     torch.manual_seed(seed + rank)
@@ -147,7 +147,7 @@ def main():
     barrier = ctx.Barrier(a.ranks)
     manager = ctx.Manager()
     known, counts, rfail = manager.dict(), manager.dict(), manager.list()
-    procs = [ctx.Process(target=writer, args=(r, a.ranks, mnt, steps_done, barrier, stop, seed, a.shard_kib))
+    procs = [ctx.Process(target=writer, args=(r, mnt, steps_done, barrier, stop, seed, a.shard_kib))
              for r in range(a.ranks)]
     procs += [ctx.Process(target=reader, args=(mnt, known, stop, seed + 1000 + i, counts, rfail))
               for i in range(a.readers)]
@@ -229,10 +229,7 @@ def main():
                 failures.append(f'lmcfs-fsck (online) exit {r.returncode}: {r.stdout.strip()[-300:]}')
     finally:
         subprocess.run(['fusermount3', '-u', mnt], capture_output=True)
-        for _ in range(600):
-            if not pid or not os.path.exists(f'/proc/{pid}'):
-                break
-            time.sleep(0.05)
+        wait_exit(pid)
     if not failures:
         r = subprocess.run([os.path.join(tools, 'lmcfs-fsck'), '-q', store], capture_output=True, text=True)
         if r.returncode != 0:

@@ -35,7 +35,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchutil import daemon_pid  # noqa: E402
+from benchutil import daemon_pid, wait_exit  # noqa: E402
 
 RANKS = 4
 
@@ -108,10 +108,7 @@ def mount(build, store, mnt, local, extra=''):
 def unmount(mnt, store):
     pid = daemon_pid(store)
     subprocess.run(['fusermount3', '-u', mnt], check=True)
-    for _ in range(600):
-        if pid is None or not os.path.exists(f'/proc/{pid}'):
-            return
-        time.sleep(0.05)
+    wait_exit(pid)
 
 
 def drop_caches():

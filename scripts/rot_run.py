@@ -30,7 +30,6 @@ the bytes read where they differ).
 """
 import argparse
 import errno
-import hashlib
 import json
 import os
 import random
@@ -38,13 +37,12 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchutil import daemon_pid, finish  # noqa: E402
+from benchutil import daemon_pid, finish, wait_exit  # noqa: E402
 
 WRITER = r'''
-import io, os, sys, torch, numpy as np
+import os, sys, torch, numpy as np
 from safetensors.torch import save_file
 mnt = sys.argv[1]
 torch.manual_seed(1)
@@ -71,10 +69,6 @@ def log(msg):
     print(msg, file=sys.stderr, flush=True)
 
 
-def sha(data):
-    return hashlib.sha256(data).hexdigest()
-
-
 def tree(root):
     """Relative paths of the regular files under root."""
     out = []
@@ -97,11 +91,8 @@ class Mount:
     def down(self):
         pid = daemon_pid(self.store)
         subprocess.run(['fusermount3', '-u', self.mnt], capture_output=True)
-        for _ in range(600):
-            if not pid or not os.path.exists(f'/proc/{pid}'):
-                return
-            time.sleep(0.05)
-        raise RuntimeError(f'the daemon (pid {pid}) did not exit 30 s after the unmount')
+        if not wait_exit(pid):
+            raise RuntimeError(f'the daemon (pid {pid}) did not exit 30 s after the unmount')
 
 
 def fsck(tools, store, repair=False):
@@ -282,9 +273,9 @@ def main():
                 stats['repaired_rounds'] += 1
                 stats['files_lost'] += len(lost)
             stats['rounds'] += 1
-            log(f'  {what}: fsck exit {rc}, {len(listed)} listed; '
-                + (f'mount refused ({err[:120]})' if err else f'{len(got) - len([1 for v in got.values() if v != "ok"])}'
-                   f'/{len(got)} read back, the rest EIO'))
+            outcome = (f'mount refused ({err[:120]})' if err else
+                       f'{sum(v == "ok" for v in got.values())}/{len(got)} read back, the rest EIO')
+            log(f'  {what}: fsck exit {rc}, {len(listed)} listed; {outcome}')
     finally:
         subprocess.run(['fusermount3', '-u', mnt], capture_output=True)
     return finish('rot_run', stats, failures, work, a.keep)

@@ -102,7 +102,7 @@ __global__ void ChainKernel(Args a, size_t count) {
 }
 
 // Huffman decoding, one thread per block of symbols, kDecodeGroup threads a
-// CUDA block, all of one stream: the stream's tables are loaded into shared
+// CUDA block, all of one stream: the stream's table is loaded into shared
 // memory once. Same result as HuffDecodeBody::Run.
 __global__ void HuffDecodeKernel(DecArgs a) {
   __shared__ uint16_t single[hd::kHuffTableSize];

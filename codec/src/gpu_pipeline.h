@@ -455,7 +455,7 @@ struct DecArgs {
 LMC_HD void MarkBad(DecFrame& f) { AtomicOr32(&f.bad, 1); }
 
 // Huffman task slots come in groups of kDecodeGroup (one CUDA block), each
-// group within one stream, so that a block can hold its stream's tables in
+// group within one stream, so that a block can hold its stream's table in
 // shared memory.
 inline constexpr uint32_t kDecodeGroup = 128;
 
@@ -524,7 +524,7 @@ struct SingleTableBody {  // i: table * kHuffTableSize + window
 };
 
 // One task: block j of a stream (or quarter j of a version-1 stream), with
-// the stream's tables wherever they are (global memory here, shared memory
+// the stream's table wherever it is (global memory here, shared memory
 // in the CUDA kernel).
 LMC_HD void DecodeTask(const DecArgs& a, size_t i, const uint16_t* single) {
   const DecStream& s = a.streams[a.huff_streams[a.task_huff[i]]];
@@ -993,12 +993,6 @@ class BatchCodec final : public GpuCodec {
     B be;
     Workspace ws;
   };
-  // A unit of work of one call: a batch for the device, or the items the
-  // device does not take (cpu set).
-  struct Unit {
-    std::vector<size_t> items;
-    bool cpu = false;
-  };
 
   // Staged buffers start 256-byte aligned, so that kernels use wide loads.
   static size_t Align(size_t n) { return (n + 255) & ~size_t{255}; }
@@ -1044,7 +1038,8 @@ class BatchCodec final : public GpuCodec {
     return Status::Ok();
   }
 
-  void Count(bool encode, size_t chunks, uint64_t bytes, bool batch) {
+  // One batch's chunks and bytes in the stats.
+  void Count(bool encode, size_t chunks, uint64_t bytes) {
     std::lock_guard<std::mutex> l(stats_mu_);
     if (encode) {
       stats_.encode_chunks += chunks;
@@ -1053,7 +1048,7 @@ class BatchCodec final : public GpuCodec {
       stats_.decode_chunks += chunks;
       stats_.decode_bytes += bytes;
     }
-    if (batch) stats_.batches++;
+    stats_.batches++;
   }
 
   // The CPU codec on host copies of a device item (or the item itself).
@@ -1085,35 +1080,52 @@ class BatchCodec final : public GpuCodec {
     it.status = l.be.ToDeviceSync(it.dst, out.data(), *r);
   }
 
-  Status Encode(GpuEncodeItem* items, size_t count, bool device) {
-    // Units: batches of items the device takes, in order, up to a piece's
-    // bytes; the others in one CPU unit.
-    size_t total = 0;
-    for (size_t i = 0; i < count; ++i)
-      if (GpuEncodable(items[i])) total += items[i].n;
-    const size_t piece = PieceBytes(total, device);
-    std::vector<Unit> units(1);
-    units[0].cpu = true;
+  // Cuts the items the device takes (size(i) > 0: their decoded bytes)
+  // into batches, in order, of at most `piece` bytes; *cpu gets the others.
+  template <typename SizeFn>
+  static std::vector<std::vector<size_t>> Batches(size_t count, size_t piece, SizeFn size,
+                                                  std::vector<size_t>* cpu) {
+    std::vector<std::vector<size_t>> batches;
     size_t bytes = 0;
     for (size_t i = 0; i < count; ++i) {
-      if (!GpuEncodable(items[i])) {
-        units[0].items.push_back(i);
+      const size_t n = size(i);
+      if (n == 0) {
+        cpu->push_back(i);
         continue;
       }
-      if (units.size() == 1 || (!units.back().items.empty() && bytes + items[i].n > piece)) {
-        units.emplace_back();
+      if (batches.empty() || bytes + n > piece) {
+        batches.emplace_back();
         bytes = 0;
       }
-      units.back().items.push_back(i);
-      bytes += items[i].n;
+      batches.back().push_back(i);
+      bytes += n;
     }
-    return RunLanes(units.size(), device, [&](Lane& l, size_t u) -> Status {
-      if (units[u].cpu) {
-        for (size_t i : units[u].items) EncodeOnCpu(l, items[i], device);
-        return Status::Ok();
-      }
-      return EncodeOneBatch(l, items, units[u].items, device);
+    return batches;
+  }
+
+  // The device batches and the CPU's items of one call on the lanes: unit
+  // u < batches.size() is batch u, the one after it (when there are CPU
+  // items) the CPU's.
+  template <typename BatchFn, typename CpuFn>
+  Status RunUnits(const std::vector<std::vector<size_t>>& batches, const std::vector<size_t>& cpu,
+                  bool device, BatchFn&& batch, CpuFn&& on_cpu) {
+    return RunLanes(batches.size() + (cpu.empty() ? 0 : 1), device, [&](Lane& l, size_t u) -> Status {
+      if (u < batches.size()) return batch(l, batches[u]);
+      for (size_t i : cpu) on_cpu(l, i);
+      return Status::Ok();
     });
+  }
+
+  Status Encode(GpuEncodeItem* items, size_t count, bool device) {
+    auto size = [&](size_t i) { return GpuEncodable(items[i]) ? items[i].n : size_t{0}; };
+    size_t total = 0;
+    for (size_t i = 0; i < count; ++i) total += size(i);
+    std::vector<size_t> cpu;
+    const auto batches = Batches(count, PieceBytes(total, device), size, &cpu);
+    return RunUnits(
+        batches, cpu, device,
+        [&](Lane& l, const std::vector<size_t>& b) { return EncodeOneBatch(l, items, b, device); },
+        [&](Lane& l, size_t i) { EncodeOnCpu(l, items[i], device); });
   }
 
   Status EncodeOneBatch(Lane& l, GpuEncodeItem* items, const std::vector<size_t>& gpu, bool device) {
@@ -1174,7 +1186,7 @@ class BatchCodec final : public GpuCodec {
     LMC_RETURN_IF_ERROR(be.Sync());
     uint64_t bytes = 0;
     for (size_t g : gpu) bytes += items[g].n;
-    Count(true, gpu.size(), bytes, true);
+    Count(true, gpu.size(), bytes);
     return Status::Ok();
   }
 
@@ -1227,31 +1239,20 @@ class BatchCodec final : public GpuCodec {
       plans[i] = PlanDecode(items[i], i, items[i].frame);
       if (plans[i]) total += plans[i]->fi.decoded_size;
     }
-    const size_t piece = PieceBytes(total, false);
-    std::vector<Unit> units(1);
-    units[0].cpu = true;
-    std::vector<std::vector<DecPlanItem>> batches(1);
-    size_t bytes = 0;
-    for (size_t i = 0; i < count; ++i) {
-      if (!plans[i]) {
-        units[0].items.push_back(i);
-        continue;
-      }
-      if (units.size() == 1 || (!batches.back().empty() && bytes + plans[i]->fi.decoded_size > piece)) {
-        units.emplace_back();
-        batches.emplace_back();
-        bytes = 0;
-      }
-      batches.back().push_back(std::move(*plans[i]));
-      bytes += batches.back().back().fi.decoded_size;
-    }
-    return RunLanes(units.size(), false, [&](Lane& l, size_t u) -> Status {
-      if (units[u].cpu) {
-        for (size_t i : units[u].items) DecodeOnCpu(l, items[i], false);
-        return Status::Ok();
-      }
-      return DecodeOneBatch(l, items, batches[u], false);
-    });
+    auto size = [&](size_t i) {
+      return plans[i] ? static_cast<size_t>(plans[i]->fi.decoded_size) : size_t{0};
+    };
+    std::vector<size_t> cpu;
+    const auto batches = Batches(count, PieceBytes(total, false), size, &cpu);
+    return RunUnits(
+        batches, cpu, false,
+        [&](Lane& l, const std::vector<size_t>& b) {
+          std::vector<DecPlanItem> plan;
+          plan.reserve(b.size());
+          for (size_t i : b) plan.push_back(std::move(*plans[i]));
+          return DecodeOneBatch(l, items, plan, false);
+        },
+        [&](Lane& l, size_t i) { DecodeOnCpu(l, items[i], false); });
   }
 
   // Device frames, on lane 0: the headers of each batch come over in one
@@ -1361,7 +1362,7 @@ class BatchCodec final : public GpuCodec {
       bytes += it.out_len;
     }
     LMC_RETURN_IF_ERROR(be.Sync());
-    Count(false, chunks, bytes, true);
+    Count(false, chunks, bytes);
     return Status::Ok();
   }
 

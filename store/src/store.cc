@@ -355,7 +355,7 @@ Status Store::Impl::OpenIndex(bool fresh) {
   rocksdb::Status rs = rocksdb::DB::Open(dbo, index_dir, cfs, &handles, &db);
   if (!rs.ok()) {
     db = nullptr;
-    if (rs.IsCorruption()) return Status::Corruption("index " + index_dir + " is damaged: " + rs.ToString());
+    if (rs.IsCorruption()) return IndexDamaged(rs);
     return FromRocks(rs, "opening index " + index_dir);
   }
   if (Status v = VerifyIndexFiles(); !v.ok()) {
@@ -376,6 +376,11 @@ Status Store::Impl::VerifyIndexFiles() {
   ro.fill_cache = false;
   rocksdb::Status rs = db->VerifyFileChecksums(ro);
   if (rs.ok() || rs.IsNotSupported()) return Status::Ok();
+  return IndexDamaged(rs);
+}
+
+// RocksDB found its own files damaged (lmcfs-fsck recognises " is damaged").
+Status Store::Impl::IndexDamaged(const rocksdb::Status& rs) const {
   return Status::Corruption("index " + index_dir + " is damaged: " + rs.ToString());
 }
 

@@ -162,6 +162,7 @@ struct Store::Impl {
   Status UpgradeFormat();
   Status OpenIndex(bool fresh);
   Status VerifyIndexFiles();  // whole-file checksums of the index's table files
+  Status IndexDamaged(const rocksdb::Status& rs) const;
   void CloseIndex();
   // A journaled store's Open after the lock: the journal, then the local
   // index brought up to it (rebuilt from the snapshot when it is missing,

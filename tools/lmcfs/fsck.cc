@@ -58,14 +58,14 @@ void PrintReport(const json& r, std::ostream& out) {
   }
 }
 
-// What to do when RocksDB itself finds the index damaged (a checksum of
-// its own files): fsck cannot list or repair what the damaged blocks held.
-std::string IndexDamageHint(const Status& st, const std::string& store) {
-  if (!st.IsCorruption() || st.message().find("index") == std::string::npos) return "";
-  return "\nlmcfs-fsck: the store's index (" + store +
-         "/index) is damaged: lmcfs-fsck cannot rebuild it, and cannot tell which files the damaged part "
-         "described. The pack files are untouched; restore index/ from a copy of the store taken while "
-         "it was unmounted, or copy the files that still read back through a mount";
+// What to do when the store's index is damaged (Store::Open and Fsck say
+// "index ... is damaged" when RocksDB's checksums of its own files fail):
+// fsck cannot list or repair what the damaged part held.
+std::string IndexDamageHint(const Status& st) {
+  if (!st.IsCorruption() || st.message().find(" is damaged") == std::string::npos) return "";
+  return "\nlmcfs-fsck: lmcfs-fsck cannot rebuild a damaged index, nor tell which files the damaged part "
+         "described; the pack files are untouched. Copy out the files that still read back through a "
+         "mount, or restore the whole store from a copy taken while it was unmounted";
 }
 
 }  // namespace
@@ -116,7 +116,7 @@ int FsckMain(int argc, char** argv, std::ostream& out, std::ostream& err) {
   } else {
     auto st = OpenOffline(t->store, "lmcfs-fsck");
     if (!st.ok()) {
-      err << "lmcfs-fsck: " << st.status().message() << IndexDamageHint(st.status(), t->store) << "\n";
+      err << "lmcfs-fsck: " << st.status().message() << IndexDamageHint(st.status()) << "\n";
       return store::kFsckOperationalError;
     }
     fs::control::FsckRunOptions o;
@@ -134,8 +134,8 @@ int FsckMain(int argc, char** argv, std::ostream& out, std::ostream& err) {
     auto r = fs::control::RunFsck(**st, o, [&](const std::string& e) { on_event(e); });
     if (!r.ok()) {
       bar.Finish();
-      err << "lmcfs-fsck: " << t->store << ": " << r.status().message()
-          << IndexDamageHint(r.status(), t->store) << "\n";
+      err << "lmcfs-fsck: " << t->store << ": " << r.status().message() << IndexDamageHint(r.status())
+          << "\n";
       return store::FsckExitCode(r.status());
     }
     doc_text = *r;

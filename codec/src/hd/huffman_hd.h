@@ -33,8 +33,8 @@ LMC_HD void StoreAligned32(uint8_t* p, uint32_t v) {
 #endif
 }
 LMC_HD bool Aligned4(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 3) == 0; }
-// An aligned 16-byte little-endian load and store (p % 16 == 0), as two
-// 64-bit halves: one vector access on a GPU.
+// An aligned 16-byte little-endian load (into two 64-bit halves) and store
+// (of four 32-bit words), p % 16 == 0: one vector access each on a GPU.
 LMC_HD void LoadAligned128(const uint8_t* p, uint64_t* lo, uint64_t* hi) {
 #if defined(__CUDA_ARCH__)
   const uint4 v = *reinterpret_cast<const uint4*>(p);
@@ -55,20 +55,13 @@ LMC_HD void StoreAligned128(uint8_t* p, uint32_t a, uint32_t b, uint32_t c, uint
   StoreAligned32(p + 12, d);
 #endif
 }
-// The low 32 bits of hi:lo shifted right by sh, and the high 32 bits of
-// hi:lo shifted left by sh (sh < 32): one funnel shift on a GPU.
+// The low 32 bits of hi:lo shifted right by sh (sh < 32): one funnel shift
+// on a GPU.
 LMC_HD uint32_t FunnelRight(uint32_t lo, uint32_t hi, uint32_t sh) {
 #if defined(__CUDA_ARCH__)
   return __funnelshift_r(lo, hi, sh);
 #else
   return static_cast<uint32_t>((static_cast<uint64_t>(hi) << 32 | lo) >> sh);
-#endif
-}
-LMC_HD uint32_t FunnelLeft(uint32_t lo, uint32_t hi, uint32_t sh) {
-#if defined(__CUDA_ARCH__)
-  return __funnelshift_l(lo, hi, sh);
-#else
-  return static_cast<uint32_t>((static_cast<uint64_t>(hi) << 32 | lo) << sh >> 32);
 #endif
 }
 

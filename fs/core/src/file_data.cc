@@ -594,7 +594,7 @@ void FileData::Prefetch(uint64_t a, uint64_t b, uint64_t need_end) {
   // each round runs in parallel.
   uint64_t todo_bytes = 0;
   for (const ExtentRec& e : todo) todo_bytes += e.decoded_len;
-  const bool gpu_reads = GpuReads();
+  const bool gpu_reads = shared_.gpu.reads();
   const bool gpu_batch = gpu_reads && todo_bytes >= shared_.gpu.min_batch_bytes();
   const size_t k = std::max<size_t>(2, ThreadPool::Shared().size());
   const bool enough = gpu_reads ? gpu_batch : todo.size() >= k;
@@ -658,11 +658,6 @@ std::vector<ExtentRec> FileData::PrefetchOnGpu(const std::vector<ExtentRec>& tod
   return rest;
 }
 
-// Read-ahead decodes on the GPU with gpu=on only: on the one GPU machine
-// measured, host-memory decode calls of up to 64 MiB ran below all its CPU
-// cores (docs/BENCHMARKS.md, "GPU codec"), so gpu=auto reads on the CPU.
-bool FileData::GpuReads() const { return shared_.gpu.active() && shared_.gpu.first(); }
-
 size_t FileData::PrepareRead(uint64_t off, size_t n) {
   if (off >= owner_.rec.size) return 0;
   n = static_cast<size_t>(std::min<uint64_t>(n, owner_.rec.size - off));
@@ -673,7 +668,7 @@ size_t FileData::PrepareRead(uint64_t off, size_t n) {
   if (sequential) {
     uint64_t ahead = uint64_t{shared_.opts.chunk_size} * 2 * std::max<size_t>(2, ThreadPool::Shared().size());
     // With the GPU, room for a batch of at least gpu_min_batch_bytes ahead.
-    if (GpuReads()) ahead = std::max<uint64_t>(ahead, 2 * uint64_t{shared_.gpu.min_batch_bytes()});
+    if (shared_.gpu.reads()) ahead = std::max<uint64_t>(ahead, 2 * uint64_t{shared_.gpu.min_batch_bytes()});
     Prefetch(off, std::min(owner_.rec.size, off + n + ahead), off + n);
   }
   return n;

@@ -217,8 +217,6 @@ class FileData {
   // What Read does before View: clamps n to the size, reads ahead when
   // sequential. Returns the clamped length.
   size_t PrepareRead(uint64_t off, size_t n);
-  // Read-ahead batches go to the GPU (gpu=on and the GPU active).
-  bool GpuReads() const;
   int GetChunk(const ExtentRec& e, store::ChunkBytes* out);
   // Decodes the chunks under [a, b) that are not cached, in parallel on the
   // shared pool, into the cache, once there are enough of them or one lies

@@ -29,6 +29,11 @@ class GpuPath {
   size_t min_batch_bytes() const { return min_batch_bytes_; }
   size_t batch_bytes() const { return batch_bytes_; }
   bool first() const { return first_; }  // FsOptions::gpu_first
+  // Read-ahead decodes its batches here: with gpu=on (first) only, as on the
+  // one GPU machine measured no host-memory decode call of up to 64 MiB beat
+  // all its CPU cores (docs/BENCHMARKS.md, "GPU codec"); gpu=auto reads on
+  // the CPU.
+  bool reads() const { return active() && first_; }
 
   // One batch on the device, one caller at a time (the codec is not
   // thread-safe). OK: per-item results are in the items. Not OK: nothing
