@@ -108,8 +108,11 @@ class Lmcfs:
 
 
 class Btrfs:
-    def __init__(self, work, size_mib):
-        self.work, self.size_mib = work, size_mib
+    """A fresh btrfs on a loop file in work, mounted with `options`; the
+    image is sparse, sized size_mib * 3 + 1 GiB."""
+
+    def __init__(self, work, size_mib, options='compress-force=zstd:1'):
+        self.work, self.size_mib, self.options = work, size_mib, options
 
     def __enter__(self):
         self.img = os.path.join(self.work, 'btrfs.img')
@@ -118,7 +121,7 @@ class Btrfs:
         with open(self.img, 'wb') as f:
             f.truncate((self.size_mib * 3 + 1024) << 20)
         subprocess.run(['mkfs.btrfs', '-q', '-f', self.img], check=True, stdout=subprocess.DEVNULL)
-        subprocess.run(['mount', '-o', 'loop,compress-force=zstd:1', self.img, self.mnt], check=True)
+        subprocess.run(['mount', '-o', 'loop,' + self.options, self.img, self.mnt], check=True)
         return self
 
     def __exit__(self, *exc):

@@ -31,8 +31,10 @@ DEB_PACKAGES=(
   # single-host test cluster (scripts/ceph-dev.sh).
   librados-dev libradospp-dev ceph-mon ceph-osd ceph-common
 )
-# The filesystem benchmark compares with btrfs compress-force=zstd:1.
-if [ $want_bench -eq 1 ]; then DEB_PACKAGES+=(btrfs-progs); fi
+# The filesystem benchmarks compare with btrfs (compress-force=zstd:1,
+# compress=zstd); compsize measures what btrfs's compressed extents occupy
+# (scripts/e2e_bench.py).
+if [ $want_bench -eq 1 ]; then DEB_PACKAGES+=(btrfs-progs btrfs-compsize); fi
 
 missing=()
 for p in "${DEB_PACKAGES[@]}"; do

@@ -7,7 +7,9 @@ Subcommands:
                             from its config (random init, CPU) trained on the
                             stdlib's .py sources, saving every --save-steps
                             steps with save_total_limit=2; one JSON line per
-                            save (start, end, bytes) goes to FILE
+                            save (start, end, bytes) goes to FILE; with
+                            --gc-bin, lmcfs-gc runs on --gc-mount after each
+                            save (scripts/e2e_bench.py)
   run                       one rotation run: starts `train`, samples the
                             backing directory and the live files once a
                             second into a CSV, then keeps sampling for
@@ -102,6 +104,9 @@ def train(argv):
     ap.add_argument("--limit", type=int, default=2, help="save_total_limit; 0: keep every save")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--vocab", type=int, default=8192)
+    ap.add_argument("--gc-bin", help="lmcfs-gc: run on --gc-mount after each save (and its rotation), "
+                                     "once the mount's background rebases are done")
+    ap.add_argument("--gc-mount", help="the lmcfs mountpoint for --gc-bin")
     a = ap.parse_args(argv)
 
     # Nothing comes from a model hub: the model is built from its config.
@@ -147,13 +152,21 @@ def train(argv):
             t1 = time.time()
             ckpt = os.path.join(args.output_dir, f"checkpoint-{state.global_step}")
             _, apparent, _ = du(ckpt)
-            events.write(json.dumps({"event": "save", "step": state.global_step, "t0": self.t0, "t1": t1,
-                                     "bytes": apparent}) + "\n")
+            ev = {"event": "save", "step": state.global_step, "t0": self.t0, "t1": t1, "bytes": apparent}
+            if a.gc_bin:
+                from benchutil import wait_rebases
+                wait_rebases(a.gc_mount)
+                subprocess.run([a.gc_bin, "-q", a.gc_mount], check=True, stdout=subprocess.DEVNULL)
+                ev["gc_s"] = time.time() - t1
+            if backing:  # what the disk holds once this save (and any gc) is done
+                ev["backing_after"] = du(Path(backing))[0]
+            events.write(json.dumps(ev) + "\n")
 
     # Each save's peak: the new checkpoint written, just before rotation
     # deletes the oldest (the plain dir's largest moment of the save, too
     # brief for a once-a-second sampler to catch): the backing dir's
     # allocated bytes there, in both runs (run passes the backing dir).
+    # Read by SaveTimes.on_save too, which runs later.
     backing = os.environ.get("SPACE_BENCH_BACKING")
     if backing:
         import transformers.trainer as trainer_module
