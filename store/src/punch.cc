@@ -27,6 +27,8 @@ void Store::Impl::QueueDead(std::vector<DeadRange> ranges) {
   {
     std::lock_guard l(punch_mu);
     punch_queue.insert(punch_queue.end(), ranges.begin(), ranges.end());
+    punch_queue.insert(punch_queue.end(), punch_deferred.begin(), punch_deferred.end());
+    punch_deferred.clear();
   }
   punch_cv.notify_one();
 }
@@ -45,17 +47,20 @@ void Store::Impl::PunchDead() {
   // are durable in its journal before the local index applies them.
   // The barrier is a synced write (a delete of a key never present), not
   // SyncWAL: after a failed WAL append (a full disk) RocksDB answers a
-  // write with its error, while SyncWAL trips an assertion.
+  // write with its error, while SyncWAL trips an assertion. When the index
+  // refuses it, the ranges wait for the next commit that kills records
+  // (the index takes writes again then), not for compaction: on a full
+  // disk they are the space that lets writing resume.
   if (!journal) {
     rocksdb::WriteBatch barrier;
     barrier.Delete(handles[0], fmt::kPunchBarrierKey);
-    rocksdb::WriteOptions wo;
-    wo.sync = true;
-    if (rocksdb::Status rs = db->Write(wo, &barrier); !rs.ok()) {
+    if (Status st = WriteIndex(barrier, true); !st.ok()) {
       spdlog::warn(
-          "store {}: syncing the index before punching {} dead records failed ({}); compaction gives their "
-          "space back instead",
-          dir, q.size(), rs.ToString());
+          "store {}: syncing the index before punching {} dead records failed ({}); they are punched after "
+          "the next delete that commits",
+          dir, q.size(), st.ToString());
+      std::lock_guard l(punch_mu);
+      punch_deferred.insert(punch_deferred.end(), q.begin(), q.end());
       return;
     }
   }

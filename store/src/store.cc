@@ -1,14 +1,19 @@
 // Store: open and recovery, group commit, verified reads.
 // docs/ARCHITECTURE.md, "The chunk store" describes the protocol this file implements.
+#include <rocksdb/env.h>
 #include <rocksdb/file_checksum.h>
 #include <rocksdb/filter_policy.h>
+#include <rocksdb/listener.h>
 #include <rocksdb/options.h>
 #include <rocksdb/table.h>
 #include <rocksdb/write_batch.h>
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 
 #include <cerrno>
+#include <cstdarg>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -305,6 +310,56 @@ Status Store::Impl::UpgradeFormat() {
   return Status::Ok();
 }
 
+namespace {
+
+// RocksDB's background errors (a failed WAL append, memtable flush or
+// compaction: on a full disk, NoSpace) stop every later index write. They
+// are logged here, and RocksDB's own recovery is turned off: it polls the
+// free space every 5 s and makes DB::Resume answer Busy meanwhile. The
+// store resumes the index itself at the next write, once its reserve is
+// free again (Store::Impl::ResumeIndex).
+// RocksDB's info log goes to the daemon's log at debug level (fatal lines
+// at error level), not to its own LOG file in index/: on a full disk a
+// failed append leaves that file's writer in an error state, and the next
+// line RocksDB logs (the one reporting the error) trips an assertion of
+// the library (WritableFileWriter::AssertFalseAndGetStatusForPrevError):
+// the daemon aborted on its first full-disk index write.
+class RocksToSpdlog : public rocksdb::Logger {
+ public:
+  RocksToSpdlog() : rocksdb::Logger(rocksdb::InfoLogLevel::DEBUG_LEVEL) {}
+  using rocksdb::Logger::Logv;
+  void Logv(const rocksdb::InfoLogLevel level, const char* format, va_list ap) override {
+    if (level == rocksdb::InfoLogLevel::HEADER_LEVEL) return;  // the options, at every open
+    const bool fatal = level == rocksdb::InfoLogLevel::FATAL_LEVEL;
+    if (!fatal && !spdlog::should_log(spdlog::level::debug)) return;
+    char line[1024];
+    std::vsnprintf(line, sizeof line, format, ap);
+    spdlog::log(fatal ? spdlog::level::err : spdlog::level::debug, "rocksdb: {}", line);
+  }
+  void Logv(const char* format, va_list ap) override { Logv(rocksdb::InfoLogLevel::INFO_LEVEL, format, ap); }
+};
+
+class IndexErrorListener : public rocksdb::EventListener {
+ public:
+  explicit IndexErrorListener(std::string dir) : dir_(std::move(dir)) {}
+  void OnBackgroundError(rocksdb::BackgroundErrorReason, rocksdb::Status* bg_error) override {
+    spdlog::error(
+        "store {}: the index (RocksDB) stopped accepting writes: {}; lmcfs resumes it at the next write "
+        "once there is room (or, after another error, at the next mount)",
+        dir_, bg_error->ToString());
+  }
+  void OnErrorRecoveryBegin(rocksdb::BackgroundErrorReason, rocksdb::Status bg_error,
+                            bool* auto_recovery) override {
+    bg_error.PermitUncheckedError();
+    *auto_recovery = false;
+  }
+
+ private:
+  const std::string dir_;
+};
+
+}  // namespace
+
 Status Store::Impl::OpenIndex(bool fresh) {
   rocksdb::DBOptions dbo;
   dbo.create_if_missing = fresh;
@@ -322,17 +377,17 @@ Status Store::Impl::OpenIndex(bool fresh) {
   // (docs/ARCHITECTURE.md, "Index size"). No preallocation (RocksDB would
   // fallocate each WAL to 1.1 x write_buffer_size and the MANIFEST to 4
   // MiB); small memtables, and at most kMaxWalBytes of WAL before the
-  // column families holding it are flushed; two info logs of at most 1 MiB.
+  // column families holding it are flushed; the info log in the daemon's.
   dbo.allow_fallocate = false;
   dbo.manifest_preallocation_size = 64 << 10;
   dbo.max_total_wal_size = kMaxWalBytes;
-  dbo.keep_log_file_num = 2;
-  dbo.max_log_file_size = 1 << 20;
+  dbo.info_log = std::make_shared<RocksToSpdlog>();
   // A whole-file checksum of every table file RocksDB writes (in its
   // MANIFEST), verified at open before any block of it is parsed: a damaged
   // index file is an error that names it, never a parser's assertion
   // (docs/ARCHITECTURE.md, "Recovery"; scripts/rot_run.py found one).
   dbo.file_checksum_gen_factory = rocksdb::GetFileChecksumGenCrc32cFactory();
+  dbo.listeners.push_back(std::make_shared<IndexErrorListener>(dir));
   dbo.statistics = rocksdb::CreateDBStatistics();
   dbo.statistics->set_stats_level(rocksdb::StatsLevel::kExceptDetailedTimers);
   rocks_stats = dbo.statistics;
@@ -473,11 +528,72 @@ Status Store::Impl::ReapPinnedDead() {
   return CommitGroup({});
 }
 
+bool Store::Impl::IndexReadOnly(const rocksdb::Status& rs) const {
+  // RocksDB keeps errno's text only; ext4 forced read-only after an error
+  // (emergency_ro) does not set ST_RDONLY.
+  if (rs.ToString().find(std::strerror(EROFS)) != std::string::npos) return true;
+  struct statvfs v {};
+  return ::statvfs(index_dir.c_str(), &v) == 0 && (v.f_flag & ST_RDONLY) != 0;
+}
+
+Status Store::Impl::IndexWriteResult(const rocksdb::Status& rs, const std::string& what) {
+  if (rs.ok()) return Status::Ok();
+  index_stopped = true;
+  Status st = FromRocks(rs, what);
+  if (st.IsNoSpace())
+    return Status::NoSpace(st.message() +
+                           "; the index takes writes again once its filesystem has room: delete files or "
+                           "free space on it");
+  if (IndexReadOnly(rs))
+    return Status::ReadOnly(what + ": " + rs.ToString() + " (the filesystem holding " + index_dir +
+                            " is mounted read-only)");
+  return st;
+}
+
+Status Store::Impl::ResumeIndex() {
+  std::lock_guard l(resume_mu);
+  if (!index_stopped) return Status::Ok();
+  // A resume flushes the memtables: tried only with the reserve free.
+  struct statvfs v {};
+  if (::statvfs(index_dir.c_str(), &v) == 0 && opts.space_reserve > 0) {
+    const uint64_t total = uint64_t{v.f_blocks} * v.f_frsize, avail = uint64_t{v.f_bavail} * v.f_frsize;
+    if (avail < std::min(opts.space_reserve, total / 16))
+      return Status::NoSpace("store " + dir +
+                             ": the index stopped after its filesystem filled up, and it has " +
+                             std::to_string(avail) +
+                             " bytes free; the index takes writes again once there is room: delete files or "
+                             "free space on that filesystem");
+  }
+  // A resume starts a new WAL only by flushing a memtable: with all of
+  // them empty (a failure on the first write after the open) it would go
+  // on with the failed WAL writer, whose next append trips an assertion
+  // of the library.
+  uint64_t active = 0, immutable = 0;
+  if (db->GetAggregatedIntProperty("rocksdb.num-entries-active-mem-table", &active) &&
+      db->GetAggregatedIntProperty("rocksdb.num-entries-imm-mem-tables", &immutable) &&
+      active + immutable == 0)
+    return Status::IOError("store " + dir +
+                           ": the index stopped on its first write after the open and cannot resume; unmount "
+                           "and mount the store again once its filesystem has room");
+  rocksdb::Status rs = db->Resume();
+  if (rs.ok()) {
+    index_stopped = false;
+    spdlog::info("store {}: the index takes writes again (resumed after its error)", dir);
+    return Status::Ok();
+  }
+  if (rs.IsNoSpace()) return FromRocks(rs, "store " + dir + ": resuming the index (still no room)");
+  const std::string m = "store " + dir + ": the index stopped after an error it cannot resume from (" +
+                        rs.ToString() + "); unmount and mount the store again (the open replays its log)";
+  if (IndexReadOnly(rs)) return Status::ReadOnly(m + "; the filesystem holding it is mounted read-only");
+  return Status::IOError(m);
+}
+
 Status Store::Impl::WriteIndex(rocksdb::WriteBatch& wb, bool sync) {
   rocksdb::WriteOptions wo;
   wo.sync = sync;
   if (opts.read_only) return Status::Unsupported("store " + dir + " is open read-only");
-  if (!journal) return FromRocks(db->Write(wo, &wb), "writing index of " + dir);
+  if (index_stopped) LMC_RETURN_IF_ERROR(ResumeIndex());
+  if (!journal) return IndexWriteResult(db->Write(wo, &wb), "writing index of " + dir);
   // Journaled: the batch, with the number of its record, is durable in the
   // store's journal before the local index applies it; the local index's
   // own WAL is then never synced (docs/ARCHITECTURE.md, "Stores in RADOS").
@@ -492,7 +608,7 @@ Status Store::Impl::WriteIndex(rocksdb::WriteBatch& wb, bool sync) {
   wb.Put(handles[0], fmt::kJournalSeqKey, rocksdb::Slice(reinterpret_cast<const char*>(seq), 8));
   LMC_RETURN_IF_ERROR(journal->Append(std::string_view(wb.Data())));
   wo.sync = false;
-  Status st = FromRocks(db->Write(wo, &wb), "writing the local index of " + dir);
+  Status st = IndexWriteResult(db->Write(wo, &wb), "writing the local index of " + dir);
   if (!st.ok()) {
     // The record is in the journal but not in the local index: later
     // batches would move the local index's sequence number past it, and it

@@ -73,6 +73,11 @@ struct Store::Impl {
   // the index, in ~Impl, before it goes).
   std::unique_ptr<rocksdb::Env> index_env;
   rocksdb::DB* db = nullptr;
+  // A write to the index failed (RocksDB may be in its background error
+  // state, refusing every write): the next WriteIndex resumes it first
+  // (ResumeIndex), one at a time (resume_mu).
+  std::atomic<bool> index_stopped{false};
+  std::mutex resume_mu;
   std::vector<rocksdb::ColumnFamilyHandle*> handles;
   rocksdb::ColumnFamilyHandle* chunks_cf = nullptr;
   rocksdb::ColumnFamilyHandle* packs_cf = nullptr;
@@ -141,7 +146,11 @@ struct Store::Impl {
   std::mutex punch_mu;
   std::condition_variable punch_cv;
   std::vector<DeadRange> punch_queue;  // punch_mu
-  bool punch_stop = false;             // punch_mu
+  // Ranges whose round could not sync the index (it stopped: a full disk);
+  // queued again with the next ranges, which a commit killed once the
+  // index took writes again.
+  std::vector<DeadRange> punch_deferred;  // punch_mu
+  bool punch_stop = false;                // punch_mu
   std::atomic<bool> punch_enabled{false};
   std::mutex punch_run_mu;  // one PunchDead at a time
   std::thread puncher;
@@ -240,6 +249,16 @@ struct Store::Impl {
   void Rollback();
   Status CommitGroup(const std::vector<Writer*>& group);
   Status WriteIndex(rocksdb::WriteBatch& wb, bool sync);
+  // The result of an index write `what`: a failure marks the index stopped
+  // and, on a filesystem now mounted read-only, is kReadOnly.
+  Status IndexWriteResult(const rocksdb::Status& rs, const std::string& what);
+  // DB::Resume after a failed index write, once the index's filesystem has
+  // the reserve free again (a resume flushes the memtables); an error that
+  // says what to do otherwise.
+  Status ResumeIndex();
+  // Whether the index's write failed (`rs`) because its filesystem is
+  // read-only.
+  bool IndexReadOnly(const rocksdb::Status& rs) const;
   // Loads the markers of pinned dead chunks left by a previous run (no pin
   // survives a restart) and drops them with one commit group.
   Status ReapPinnedDead();

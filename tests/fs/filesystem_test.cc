@@ -383,6 +383,50 @@ TEST_F(FsCore, PipelineFailedBackgroundCommitIsRetriedAndReported) {
   CloseFaultEnv();
 }
 
+// Files whose data hit a full disk (issue 16, "Full disk"): once a commit
+// failed with ENOSPC the next write is refused with ENOSPC (not buffered);
+// truncating one to 0 and unlinking the other (open, then closed) drop
+// what they could not commit instead of committing it first, so both work
+// on the still-full disk, and only committed extents are released.
+TEST_F(FsCore, FilesThatHitAFullDiskCanBeTruncatedAndUnlinked) {
+  store::testing::FaultEnv env;
+  env_ = &env;
+  opts_.batch_limit = 1 << 20;
+  opts_.write_budget = 2 << 20;  // jobs applied (and batches handed off) as it writes
+  Reopen();
+  const uint64_t a = CreateFile(kRootIno, "a.bin"), b = CreateFile(kRootIno, "b.bin");
+  const std::string model = Bf16Like(32 << 20, 41);
+  for (uint64_t ino : {a, b}) {
+    ASSERT_EQ(fs_->Write(ino, 0, model.data(), 2 << 20), 0);
+    ASSERT_EQ(fs_->Flush(ino), 0);
+  }
+  env.NoSpaceAfter(0);
+  for (uint64_t ino : {a, b}) {
+    int err = 0;
+    for (size_t off = 2 << 20; off < model.size() && err == 0; off += 64 << 10)
+      err = fs_->Write(ino, off, model.data() + off, 64 << 10);
+    EXPECT_EQ(err, ENOSPC) << "a write after the failed commit was taken";
+    EXPECT_EQ(fs_->Flush(ino), ENOSPC);
+  }
+  ASSERT_GT(ExtentCount(a), 0u);
+  ASSERT_EQ(fs_->Open(a, O_WRONLY | O_TRUNC), 0);
+  EXPECT_EQ(ExtentCount(a), 0u);
+  EXPECT_EQ(ReadAll(a), "");
+  ASSERT_EQ(fs_->Unlink(kRootIno, "b.bin"), 0);
+  EXPECT_EQ(fs_->Flush(b), 0);  // unlinked: nothing to make durable
+  ASSERT_EQ(fs_->Release(b), 0);
+  fs_->Forget(b, 1);
+  EXPECT_EQ(ExtentCount(b), 0u);
+  ExpectFsckClean();
+  env.NoSpaceAfter(-1);
+  ASSERT_EQ(fs_->Write(a, 0, model.data(), model.size()), 0);
+  ASSERT_EQ(fs_->Flush(a), 0);
+  EXPECT_EQ(ReadAll(a), model);
+  ExpectFsckClean();
+  for (int i = 0; i < 2; ++i) ASSERT_EQ(fs_->Release(a), 0);
+  CloseFaultEnv();
+}
+
 // Written bytes land in 8 MiB blocks that chunks are sliced from: writes of
 // odd sizes across block boundaries, overwrites of bytes already sliced
 // into chunks at the encoders, and a hole, read back exactly.

@@ -111,7 +111,7 @@ TEST_P(StorePermissionsUmask, NothingTheStoreCreatesHasGroupOrOtherBits) {
   EXPECT_EQ(ModeOf(t.store() + "/" + fmt::kPackDir), 0700u);
   EXPECT_EQ(ModeOf(t.store() + "/" + fmt::kConfigName), 0600u);
   // RocksDB's own files are there and were checked.
-  for (const char* f : {"CURRENT", "LOCK", "LOG", "IDENTITY"})
+  for (const char* f : {"CURRENT", "LOCK", "IDENTITY"})
     EXPECT_TRUE(fsys::exists(t.store() + "/" + fmt::kIndexDir + "/" + f)) << f;
   auto loose = FindLoosePaths(t.store(), ::geteuid());
   ASSERT_TRUE(loose.ok());

@@ -25,6 +25,8 @@ const char* CodeName(Code c) {
       return "Busy";
     case Code::kAborted:
       return "Aborted";
+    case Code::kReadOnly:
+      return "Read-only filesystem";
   }
   return "Unknown";
 }
@@ -34,6 +36,7 @@ Status Status::FromErrno(int err, std::string_view context) {
   m += ": ";
   m += std::strerror(err);
   if (err == ENOSPC || err == EDQUOT) return NoSpace(m);
+  if (err == EROFS) return ReadOnly(m);
   return IOError(m);
 }
 

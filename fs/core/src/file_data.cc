@@ -121,6 +121,17 @@ FileDataShared::FileDataShared(store::Store* st, const FsOptions& o, FsCounters*
       committer(st),
       encoders(o.encode_threads, &gpu, c) {}
 
+namespace {
+// Whether a line about a full or read-only store may be logged now: one
+// every 10 s at most, since such a store fails every write.
+bool LogNow() {
+  static std::atomic<int64_t> last_ns{0};
+  const int64_t now = NowNs();
+  int64_t last = last_ns.load();
+  return now - last >= int64_t{10'000'000'000} && last_ns.compare_exchange_strong(last, now);
+}
+}  // namespace
+
 int FileDataShared::ToErrno(const Status& s, std::string_view what, uint64_t ino) {
   switch (s.code()) {
     case Code::kOk:
@@ -128,7 +139,17 @@ int FileDataShared::ToErrno(const Status& s, std::string_view what, uint64_t ino
     case Code::kNotFound:
       return ENOENT;
     case Code::kNoSpace:
+      // The store's message says what to do (delete files, free space).
+      if (LogNow()) spdlog::warn("lmcfs: {} (inode {}): {}", what, ino, s.ToString());
       return ENOSPC;
+    case Code::kReadOnly:
+      if (LogNow())
+        spdlog::error(
+            "lmcfs: {} (inode {}): {}. The filesystem holding the store went read-only (an error, or "
+            "a remount): files read as before, nothing can be written. Unmount lmcfs, check and repair "
+            "that filesystem (fsck), mount it read-write, then mount lmcfs again",
+            what, ino, s.ToString());
+      return EROFS;
     case Code::kInvalidArgument:
     case Code::kCorruption:
     case Code::kIOError:
@@ -548,6 +569,13 @@ int FileData::Write(uint64_t off, const uint8_t* p, size_t n) {
   if (n == 0) return 0;
   if (off + n < off || off + n > (uint64_t{1} << 62)) return EFBIG;
   if (int err = LoadExtents()) return err;
+  // A commit of this file's data failed for want of space: this write is
+  // refused unless what is pending commits now, so that a writer on a full
+  // disk learns it at once and its bytes do not pile up in memory.
+  if (write_error_ == ENOSPC) {
+    if (int err = Commit(false)) return err;
+    write_error_ = 0;
+  }
   // An encoder error of an earlier chunk: this write's bytes are buffered
   // (and the failed chunk's are back in dirty); the next flush reports it.
   if (int err = ApplyDone()) write_error_ = err;
@@ -717,6 +745,10 @@ int FileData::ReadPieces(uint64_t off, size_t n, std::vector<Filesystem::ReadPie
 
 int FileData::Truncate(uint64_t size) {
   if (size > (uint64_t{1} << 62)) return EFBIG;
+  if (size == 0) {
+    KillStream();
+    if (int err = DropUncommitted()) return err;
+  }
   if (int err = LoadExtents()) return err;
   // Jobs at the encoders replace ranges when applied: apply them first.
   if (int err = Drain()) return err;
@@ -786,11 +818,15 @@ int FileData::CommitAsync() {
   return 0;
 }
 
+void FileData::SettleQueued() {
+  if (int err = WaitCommits(); err && !write_error_) write_error_ = err;
+}
+
 int FileData::Commit(bool sync) {
   if (owner_.purged) return 0;
   // A batch that failed at the committer is back in pending_ and committed
   // below; its error is reported by the next Finalize all the same.
-  if (int err = WaitCommits(); err && !write_error_) write_error_ = err;
+  SettleQueued();
   if (pending_.empty() && !owner_.rec_dirty && !sync) return 0;
   pending_.Put(store::Cf::kInodes, InodeKey(owner_.ino), EncodeInode(Durable(owner_.rec)));
   Status s = shared_.store->Commit(pending_, sync);
@@ -862,12 +898,7 @@ int FileData::CloneFrom(FileData& src, uint64_t soff, uint64_t doff, uint64_t le
   return Commit(false);
 }
 
-int FileData::Purge(store::Batch* b) {
-  if (owner_.purged) return 0;
-  shared_.counters.removals++;
-  KillStream();
-  dirty_.clear();
-  dirty_bytes_ = 0;
+void FileData::DropJobs() {
   // Jobs still at the encoders are dropped (the encoder keeps its
   // reference until it finishes; nothing of them is applied). A delta base
   // the policy gave one is released: here if it is done, else by the
@@ -884,15 +915,70 @@ int FileData::Purge(store::Batch* b) {
     }
   }
   inflight_.clear();
-  if (int err = Commit(false)) return err;
+}
+
+int FileData::DropUncommitted() {
+  dirty_.clear();
+  dirty_bytes_ = 0;
+  DropJobs();
+  SettleQueued();
+  store::Batch keep;
+  bool dropped = false;
+  for (const store::Batch::Op& op : pending_.ops()) {
+    using Kind = store::Batch::OpKind;
+    const bool data = op.kind == Kind::kAdd || op.kind == Kind::kRef || op.kind == Kind::kUnref ||
+                      op.cf == store::Cf::kExtents || op.cf == store::Cf::kInodes;
+    if (op.kind == Kind::kUnpin)
+      keep.Unpin(op.key);
+    else if (op.kind == Kind::kPut && !data)
+      keep.Put(op.cf, op.cf_key, op.value);
+    else if (op.kind == Kind::kDelete && !data)
+      keep.Delete(op.cf, op.cf_key);
+    else
+      dropped = true;
+  }
+  if (dropped) {
+    spdlog::info(
+        "lmcfs: inode {}: dropping its uncommitted data ({} bytes of frames), discarded by a "
+        "truncate or delete",
+        owner_.ino, pending_.frame_bytes());
+  }
+  pending_ = std::move(keep);
+  pending_chunks_ = false;
+  write_error_ = 0;
+  if (!dropped) return 0;
+  // Extents as committed (the pending ones named chunks never committed),
+  // and the stored bytes they hold.
+  extents_.clear();
+  extents_loaded_ = false;
   if (int err = LoadExtents()) return err;
+  owner_.rec.stored = 0;
+  for (const auto& [off, e] : extents_) owner_.rec.stored += e.Stored();
+  owner_.rec_dirty = true;
+  return 0;
+}
+
+int FileData::Purge(store::Batch* b) {
+  if (owner_.purged) return 0;
+  shared_.counters.removals++;
+  KillStream();
+  if (int err = DropUncommitted()) return err;
+  if (int err = LoadExtents()) return err;
+  // What the pending batch kept (xattrs, lineage, pin ends) commits with
+  // the purge; this inode's xattrs among it are deleted below.
+  const std::string xp = XattrPrefix(owner_.ino);
+  std::vector<std::string> pending_xattrs;
+  for (const store::Batch::Op& op : pending_.ops())
+    if (op.cf == store::Cf::kMeta && op.cf_key.starts_with(xp)) pending_xattrs.push_back(op.cf_key);
+  b->Absorb(std::move(pending_));
+  pending_.Clear();
+  for (const std::string& k : pending_xattrs) b->Delete(store::Cf::kMeta, k);
   for (auto& [off, e] : extents_) {
     b->Unref(e.key);
     b->Delete(store::Cf::kExtents, store::ExtentKey(owner_.ino, off));
   }
   b->Delete(store::Cf::kInodes, InodeKey(owner_.ino));
   b->Delete(store::Cf::kMeta, OrphanKey(owner_.ino));
-  std::string xp = XattrPrefix(owner_.ino);
   Status s = shared_.store->Scan(store::Cf::kMeta, xp, [&](std::string_view k, std::string_view) {
     b->Delete(store::Cf::kMeta, k);
     return true;

@@ -130,6 +130,9 @@ class FileData {
   int Read(uint64_t off, size_t n, std::string* out);
   // Filesystem::ReadPieces.
   int ReadPieces(uint64_t off, size_t n, std::vector<Filesystem::ReadPiece>* pieces);
+  // Truncate to 0 drops what is not committed yet instead of committing it
+  // (DropUncommitted), so that a file whose data hit a full disk can be
+  // emptied.
   int Truncate(uint64_t size);
   // The bytes of [a, b) inside the file become a hole (zeros, stored as
   // nothing); the size is unchanged.
@@ -141,9 +144,16 @@ class FileData {
   // Commits the pending batch with the owner's record (after the batch at
   // the committer, if any).
   int Commit(bool sync);
-  // Adds to `b` the removal of every extent, the owner's record, its orphan
-  // mark and xattrs (after committing the pending batch); drops whatever is
-  // at the encoders. The caller commits b, then calls DropExtents.
+  // Waits for this inode's batches at the committer (a failed one goes back
+  // in front of the pending batch, its error to the next Finalize), so that
+  // a record of the owner that the caller commits lands after them.
+  void SettleQueued();
+  // Adds to `b` the removal of every committed extent, the owner's record,
+  // its orphan mark and xattrs. What is not committed (written bytes, chunks
+  // at the encoders or in the pending batch) is dropped, not committed
+  // (DropUncommitted): a file whose data hit a full disk can be deleted, and
+  // its committed bytes give their space back. The caller commits b, then
+  // calls DropExtents.
   int Purge(store::Batch* b);
   void DropExtents() { extents_.clear(); }
   // This file's [doff, doff+len) := src's [soff, soff+len) by chunk
@@ -164,6 +174,15 @@ class FileData {
 
  private:
   int LoadExtents();
+  // Drops the chunks at the encoders (their bytes and delta bases released).
+  void DropJobs();
+  // Forgets every change to the file's data that is not committed: written
+  // bytes, chunks at the encoders, and the pending batch's chunk adds,
+  // references, extents and owner record (after waiting for the committer);
+  // the extents are loaded again from the store. The pending batch keeps
+  // its metadata (xattrs, lineage) and the ends of its pins. For callers
+  // that discard all the file's data anyway (truncate to 0, purge).
+  int DropUncommitted();
   void KillStream();
   int AdvanceStream();
   int FinishStream();

@@ -523,7 +523,6 @@ namespace {
 // Returns errno; *purged tells the caller to mark it after the commit.
 int DropLink(Inode& in, InodeRec* r, store::Batch* b, bool* purged) {
   *purged = false;
-  if (int e = in.data.Commit(false)) return e;
   if (S_ISDIR(r->mode)) {
     r->nlink = 0;
   } else if (r->nlink > 0) {
@@ -531,9 +530,18 @@ int DropLink(Inode& in, InodeRec* r, store::Batch* b, bool* purged) {
   }
   r->ctime_ns = NowNs();
   if (r->nlink > 0) {
+    // Another name still reaches the data: committed first, so that the
+    // record names only durable bytes.
+    if (int e = in.data.Commit(false)) return e;
     b->Put(store::Cf::kInodes, InodeKey(in.ino), EncodeInode(in.data.Durable(*r)));
     return 0;
   }
+  // The last link: the data not committed yet is not committed now (it
+  // dies with the file, or lives in memory for the open handles until the
+  // last release purges it), so that a file whose data hit a full disk can
+  // be deleted. Its batches at the committer go first, so that none of
+  // their records lands after this one.
+  in.data.SettleQueued();
   if (in.nlookup == 0 && in.nopen == 0) {
     *purged = true;
     return in.data.Purge(b);
@@ -787,6 +795,9 @@ int Filesystem::Release(uint64_t ino) {
     m.Erase(ino);
     return 0;
   }
+  // Unlinked but still looked up: purged at the last forget (what it did
+  // not commit is dropped then).
+  if (in->rec.nlink == 0) return 0;
   // flush normally did this already; release's error is discarded by the
   // kernel, so this is only a safety net.
   return in->data.Finalize(false);
@@ -838,14 +849,20 @@ int Filesystem::Fallocate(uint64_t ino, int mode, uint64_t off, uint64_t len) {
   });
 }
 
+// A regular file unlinked while open has no name to make durable: its
+// bytes stay in memory for its open handles (the pipeline still commits
+// full batches) until the purge drops them, so that closing it on a full
+// disk succeeds.
+static bool Unnamed(const Inode& in) { return in.IsReg() && in.rec.nlink == 0; }
+
 int Filesystem::Flush(uint64_t ino) {
   if (opts_.read_only) return 0;
-  return WithInode(*impl_, ino, [&](Inode& in) { return in.data.Finalize(false); });
+  return WithInode(*impl_, ino, [&](Inode& in) { return Unnamed(in) ? 0 : in.data.Finalize(false); });
 }
 
 int Filesystem::Fsync(uint64_t ino, bool /*datasync*/) {
   if (opts_.read_only) return 0;
-  return WithInode(*impl_, ino, [&](Inode& in) { return in.data.Finalize(true); });
+  return WithInode(*impl_, ino, [&](Inode& in) { return Unnamed(in) ? 0 : in.data.Finalize(true); });
 }
 
 int Filesystem::FsyncDir(uint64_t ino) {

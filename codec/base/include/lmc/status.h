@@ -21,6 +21,7 @@ enum class Code : int {
   kUnsupported,      // valid but not handled by this version (newer format)
   kBusy,             // resource held by someone else (lock, mounted store)
   kAborted,          // cancelled by the caller
+  kReadOnly,         // EROFS: the filesystem written to is mounted read-only
 };
 
 const char* CodeName(Code c);
@@ -37,7 +38,9 @@ class [[nodiscard]] Status {
   static Status Unsupported(std::string_view m) { return {Code::kUnsupported, m}; }
   static Status Busy(std::string_view m) { return {Code::kBusy, m}; }
   static Status Aborted(std::string_view m) { return {Code::kAborted, m}; }
-  // An I/O failure from errno `err`: ENOSPC/EDQUOT become kNoSpace.
+  static Status ReadOnly(std::string_view m) { return {Code::kReadOnly, m}; }
+  // An I/O failure from errno `err`: ENOSPC/EDQUOT become kNoSpace, EROFS
+  // kReadOnly.
   static Status FromErrno(int err, std::string_view context);
 
   bool ok() const { return code_ == Code::kOk; }
