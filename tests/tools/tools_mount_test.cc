@@ -282,12 +282,13 @@ TEST_F(MountReclaim, ReclaimsBetweenBurstsOfWritesReadsAndDeletes) {
     for (int w = 0; w < 2; ++w)
       threads.emplace_back([&, w] {
         for (int i = 0; i < 4; ++i) {
-          std::string name;
+          int n;
           {
             std::lock_guard l(mu);
-            name = "f" + std::to_string(next++);
+            n = next++;
           }
-          const std::string data = RandomData((1 << 20) + 4099 * i + w, 1000 + next * 7 + w);
+          const std::string name = "f" + std::to_string(n);
+          const std::string data = RandomData((1 << 20) + 4099 * i + w, 1000 + (n + 1) * 7 + w);
           WriteFile(P(name), data);
           std::lock_guard l(mu);
           files[name] = data;
