@@ -363,8 +363,19 @@ class IndexErrorListener : public rocksdb::EventListener {
 Status Store::Impl::OpenIndex(bool fresh) {
   rocksdb::DBOptions dbo;
   dbo.create_if_missing = fresh;
-  dbo.create_missing_column_families = true;
+  // Every column family exists from a store's first open on: one missing
+  // later means a damaged MANIFEST (a flipped length makes its last records
+  // read as a torn tail, which RocksDB drops), and creating it empty would
+  // serve the files that it described as holes.
+  dbo.create_missing_column_families = fresh;
   dbo.paranoid_checks = true;
+  // A write-ahead log damaged before its last record fails the open (an
+  // "index ... is damaged" error): RocksDB's default replays up to the
+  // damage and opens without a word, and Recover would then cut the packs
+  // back to that shorter index, losing every later commit for good. Only
+  // a torn last record, what a crash mid-append leaves, is dropped (its
+  // commit never returned).
+  dbo.wal_recovery_mode = rocksdb::WALRecoveryMode::kTolerateCorruptedTailRecords;
   // Owner-only files and directories, as the rest of the store
   // (docs/ARCHITECTURE.md, "Store permissions").
   dbo.env = OwnerOnlyRocksEnv();
@@ -411,6 +422,8 @@ Status Store::Impl::OpenIndex(bool fresh) {
   if (!rs.ok()) {
     db = nullptr;
     if (rs.IsCorruption()) return IndexDamaged(rs);
+    if (!fresh && rs.IsInvalidArgument() && rs.ToString().find("olumn famil") != std::string::npos)
+      return IndexDamaged(rs);
     return FromRocks(rs, "opening index " + index_dir);
   }
   if (Status v = VerifyIndexFiles(); !v.ok()) {

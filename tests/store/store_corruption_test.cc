@@ -6,6 +6,8 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
+#include <map>
 
 #include "format.h"
 #include "store_test_util.h"
@@ -213,6 +215,85 @@ TEST(IndexRot, AFlippedTableFileByteStopsTheOpenAndFsckNamingIt) {
   ASSERT_FALSE(f.ok());
   EXPECT_TRUE(f.status().IsCorruption()) << f.status().ToString();
   EXPECT_NE(f.status().message().find("is damaged"), std::string::npos) << f.status().ToString();
+}
+
+// A byte flipped in the middle of the index's write-ahead log (what the
+// store committed since the index last wrote table files): the open stops
+// naming the index, and the packs keep every byte. RocksDB's default
+// recovery (point in time) replayed the log up to the damaged record and
+// opened without a word; Recover then cut the packs back to the index's
+// shorter idea of them, so every commit after the damaged one was gone from
+// the index and from the packs, and fsck said clean.
+TEST(IndexRot, AFlippedLogByteStopsTheOpenAndKeepsThePacks) {
+  TempDir t;
+  std::vector<std::vector<uint8_t>> chunks;
+  {
+    auto s = OpenOrDie(t.store(), TestOptions());
+    for (uint64_t i = 0; i < 40; ++i) {
+      Batch b;
+      chunks.push_back(RandomBytes(1000, static_cast<uint32_t>(i)));
+      AddFileChunk(b, i + 1, chunks.back());
+      ASSERT_TRUE(s->Commit(b).ok());
+    }
+  }
+  std::string log;
+  for (const auto& e : std::filesystem::directory_iterator(t.store() + "/index"))
+    if (e.path().extension() == ".log" && e.file_size() > 0) log = e.path().string();
+  ASSERT_FALSE(log.empty()) << "no write-ahead log holding the commits";
+  std::map<std::string, uint64_t> pack_sizes;
+  for (const auto& e : std::filesystem::directory_iterator(t.store() + "/packs"))
+    pack_sizes[e.path().string()] = e.file_size();
+  const uint64_t mid = std::filesystem::file_size(log) / 2;
+  FlipByte(log, mid, 0x40);
+  auto r = Store::Open(t.store(), TestOptions());
+  ASSERT_FALSE(r.ok()) << "the open replayed a damaged log without an error";
+  EXPECT_TRUE(r.status().IsCorruption()) << r.status().ToString();
+  EXPECT_NE(r.status().message().find("is damaged"), std::string::npos) << r.status().ToString();
+  for (const auto& [path, size] : pack_sizes) EXPECT_EQ(std::filesystem::file_size(path), size) << path;
+  // The byte put back (a copy of the store from before the damage): every
+  // chunk is there.
+  FlipByte(log, mid, 0x40);
+  auto s = OpenOrDie(t.store(), TestOptions());
+  ASSERT_TRUE(s);
+  for (const auto& c : chunks) {
+    auto got = ReadAll(*s, KeyOf(c));
+    ASSERT_TRUE(got.ok()) << got.status().ToString();
+    EXPECT_EQ(*got, c);
+  }
+}
+
+// The index's MANIFEST with the length of one of its last records flipped
+// past the end of the file: RocksDB reads that as a torn tail and drops the
+// records after it, here the creation of column families. The open stops
+// naming the index; it created them empty, and the files they described
+// read back as zeros.
+TEST(IndexRot, AManifestThatLostColumnFamiliesStopsTheOpen) {
+  TempDir t;
+  { ASSERT_TRUE(OpenOrDie(t.store(), TestOptions())); }
+  std::string manifest;
+  for (const auto& e : std::filesystem::directory_iterator(t.store() + "/index"))
+    if (e.path().filename().string().rfind("MANIFEST-", 0) == 0) manifest = e.path().string();
+  ASSERT_FALSE(manifest.empty());
+  // The records (RocksDB's log format: crc32c 4, length 2, type 1, data);
+  // the one that adds the column family "extents" gets a length past the end.
+  std::string m;
+  {
+    std::ifstream f(manifest, std::ios::binary);
+    m.assign(std::istreambuf_iterator<char>(f), {});
+  }
+  size_t off = 0, target = std::string::npos;
+  while (off + 7 <= m.size()) {
+    const size_t len =
+        static_cast<uint8_t>(m[off + 4]) | static_cast<size_t>(static_cast<uint8_t>(m[off + 5])) << 8;
+    if (m.substr(off + 7, len).find("extents") != std::string::npos) target = off;
+    off += 7 + len;
+  }
+  ASSERT_NE(target, std::string::npos) << "no record adding the column family extents in " << manifest;
+  FlipByte(manifest, target + 5, 0x40);
+  auto r = Store::Open(t.store(), TestOptions());
+  ASSERT_FALSE(r.ok()) << "the open made the lost column families again, empty";
+  EXPECT_TRUE(r.status().IsCorruption()) << r.status().ToString();
+  EXPECT_NE(r.status().message().find("is damaged"), std::string::npos) << r.status().ToString();
 }
 
 }  // namespace
