@@ -471,7 +471,7 @@ Status Store::Impl::CheckRoom(uint64_t bytes) {
   if (opts.space_reserve == 0) return Status::Ok();
   uint64_t total = 0, avail = 0;
   if (!env->SpaceOf(pack_dir, &total, &avail).ok()) return Status::Ok();  // cannot tell
-  const uint64_t reserve = std::min(opts.space_reserve, total / 16);
+  const uint64_t reserve = ReserveOf(total);
   if (avail >= bytes + reserve) return Status::Ok();
   return Status::NoSpace("store " + dir + ": its filesystem has " + std::to_string(avail) +
                          " bytes free; writing " + std::to_string(bytes) +

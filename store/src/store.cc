@@ -570,7 +570,7 @@ Status Store::Impl::ResumeIndex() {
   struct statvfs v {};
   if (::statvfs(index_dir.c_str(), &v) == 0 && opts.space_reserve > 0) {
     const uint64_t total = uint64_t{v.f_blocks} * v.f_frsize, avail = uint64_t{v.f_bavail} * v.f_frsize;
-    if (avail < std::min(opts.space_reserve, total / 16))
+    if (avail < ReserveOf(total))
       return Status::NoSpace("store " + dir +
                              ": the index stopped after its filesystem filled up, and it has " +
                              std::to_string(avail) +

@@ -5,6 +5,7 @@
 #include <rocksdb/db.h>
 #include <rocksdb/statistics.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <condition_variable>
@@ -244,6 +245,9 @@ struct Store::Impl {
   // kNoSpace (writing nothing) if appending `bytes` would leave less than
   // the reserve free on the backing filesystem (StoreOptions::space_reserve).
   Status CheckRoom(uint64_t bytes);
+  // The bytes kept free on a filesystem of `total` bytes:
+  // min(StoreOptions::space_reserve, total / 16).
+  uint64_t ReserveOf(uint64_t total) const { return std::min(opts.space_reserve, total / 16); }
   Status AppendDurably(const std::string& records);
   Status AppendDurably(std::span<const std::span<const uint8_t>> pieces, size_t bytes);
   void Rollback();
