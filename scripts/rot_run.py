@@ -4,8 +4,9 @@ files (two rounds in three) and in RocksDB's files (the third) of a
 populated store, many times. After each flip:
 
 - `lmcfs-fsck --json` of the store (offline) runs to the end, or, where
-  RocksDB's own checksums find its files damaged, stops with a message that
-  names the index and says what to do;
+  RocksDB's own checksums find its files damaged (or the index journal's
+  HEAD is), stops with a message that names the index (or the journal) and
+  says to run `lmcfs-fsck --repair`;
 - the store is mounted, or (a damaged index RocksDB cannot open) the mount
   refuses with a message naming the index;
 - every file reads back either byte-identical or fails with EIO, never
@@ -14,7 +15,12 @@ populated store, many times. After each flip:
   files it listed as affected; then `lmcfs-fsck --repair` and a mount:
   every file it did not list reads back byte-identical, and a second fsck
   finds nothing it can repair.
-lmcfs cannot rebuild a damaged index (the gap the index rounds show).
+- where the index (or the journal's HEAD) was damaged: `lmcfs-fsck
+  --repair` rebuilds the index from the store's index journal (or writes
+  the journal again from the index), and then every file reads back
+  byte-identical: nothing is lost.
+The third of the rounds that flip the index flip RocksDB's files or the
+index journal's (`journal/`: HEAD, segments, snapshot parts).
 
 The store is populated once through a real mount: a series of torch.save
 checkpoints of a small model and its AdamW state (fsync'd; the series makes
@@ -129,6 +135,8 @@ def flip(rng, store, index_turn):
     packs = [os.path.join('packs', f) for f in os.listdir(os.path.join(store, 'packs'))]
     index = [os.path.join('index', f) for f in os.listdir(os.path.join(store, 'index'))
              if f not in ('LOCK', 'LOG') and not f.startswith('LOG.old')]
+    if os.path.isdir(os.path.join(store, 'journal')):
+        index += [os.path.join('journal', f) for f in os.listdir(os.path.join(store, 'journal'))]
     index = [f for f in index if os.path.getsize(os.path.join(store, f)) > 0]
     rel = rng.choice(index if index_turn and index else packs)
     path = os.path.join(store, rel)
@@ -186,24 +194,25 @@ def main():
             stats['pack_flips' if rel.startswith('packs') else 'index_flips'] += 1
             what = f'round {r}: {rel} bytes {offs}'
             rc, doc, ferr = fsck(tools, store)
-            if doc is None and (rc != 8 or 'index' not in ferr):
+            if doc is None and (rc != 8 or 'index' not in ferr and 'journal' not in ferr):
                 failures.append(f'{what}: lmcfs-fsck exit {rc} without a report, not naming the index: {ferr}')
                 break
-            index_damaged = doc is None  # RocksDB found the damage: fsck cannot list files
+            if doc is None and 'lmcfs-fsck --repair' not in ferr:
+                failures.append(f'{what}: lmcfs-fsck stopped at the damage without saying what repairs it: {ferr}')
+                break
+            index_damaged = doc is None  # found at the open: fsck cannot list files
             listed = set(doc['affected_files']) if doc else set()
             listed = {p.lstrip('/') for p in listed}
             m = Mount(a.build, store, mnt, logf)
             err = m.up()
             got = None
             if err and index_damaged:
-                if 'index' not in err:
+                if 'index' not in err and 'journal' not in err:
                     failures.append(f'{what}: the mount refused without naming the index: {err}')
                     break
                 stats['index_refused'] = stats.get('index_refused', 0) + 1
-                stats['rounds'] += 1
                 log(f'  {what}: the index does not open; mount and fsck refuse: {err[:160]}')
-                continue
-            if err:
+            elif err:
                 stats['refused_mounts'] += 1
                 if rc == 0:
                     failures.append(f'{what}: the mount refused ({err}) a store fsck called clean')
@@ -237,11 +246,9 @@ def main():
                     # fsck stopped at the damage (it names the index and
                     # says what to do); the mount served what it could read.
                     stats['index_damaged'] = stats.get('index_damaged', 0) + 1
-                    stats['rounds'] += 1
                     log(f'  {what}: the index is damaged (fsck: {ferr[:100]}); '
                         f'{len(got) - len(bad)}/{len(got)} read back, the rest EIO')
-                    continue
-                if bad != listed:
+                elif bad != listed:
                     failures.append(f'{what}: reads failed for {sorted(bad)} but fsck listed {sorted(listed)}')
                     break
                 if not bad and rc == 0:
@@ -253,6 +260,14 @@ def main():
                     failures.append(f'{what}: lmcfs-fsck --repair exit {rrc} without a report: {rerr}')
                     break
                 lost = {p.lstrip('/') for p in rdoc['affected_files']} | listed
+                if index_damaged:
+                    # The journal holds every index change (or the index
+                    # every journal record): nothing may be lost.
+                    if rrc != 1 or lost:
+                        failures.append(f'{what}: lmcfs-fsck --repair of a damaged index exit {rrc}, '
+                                        f'{sorted(lost)} lost: {rdoc["store"]["messages"][:3]}')
+                        break
+                    stats['index_rebuilt'] = stats.get('index_rebuilt', 0) + 1
                 err2 = m.up()
                 if err2:
                     failures.append(f'{what}: after --repair the store does not mount: {err2}')
@@ -279,6 +294,8 @@ def main():
             stats['rounds'] += 1
             outcome = (f'mount refused ({err[:120]})' if err else
                        f'{sum(v == "ok" for v in got.values())}/{len(got)} read back, the rest EIO')
+            if index_damaged:
+                outcome += '; --repair made it whole, every file read back'
             log(f'  {what}: fsck exit {rc}, {len(listed)} listed; {outcome}')
     finally:
         subprocess.run(['fusermount3', '-u', mnt], capture_output=True)

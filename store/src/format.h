@@ -16,11 +16,15 @@
 namespace lmc::store::fmt {
 
 // Store config file ("Config file").
-// The newest format this lmcfs reads and writes. 2 adds owner-scoped chunk
-// keys (dedup=uid); a store is created as 1, which older lmcfs read too,
-// and raised to 2 by the commit that first writes an owner-scoped key
-// (Store::Impl::UpgradeFormat).
-inline constexpr uint32_t kFormatVersion = 2;
+// The newest format this lmcfs reads and writes (docs/FORMAT.md, "Config
+// file"). A store is created as 1 (older lmcfs read it too), or as 3 when
+// its index is journaled (the default for a new POSIX store).
+inline constexpr uint32_t kFormatVersion = 3;
+// 2: owner-scoped chunk keys (dedup=uid); a store below is raised to it by
+// the first commit that writes one.
+inline constexpr uint32_t kFormatVersionOwnerKeys = 2;
+// 3: the index is journaled (CONFIG index_journal=1; a new POSIX store).
+inline constexpr uint32_t kFormatVersionJournal = 3;
 inline constexpr uint32_t kFormatVersionFirst = 1;
 inline constexpr char kConfigName[] = "CONFIG";
 inline constexpr char kLockName[] = "LOCK";

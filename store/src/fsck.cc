@@ -44,6 +44,8 @@ const char* FsckProblemKindName(FsckProblem::Kind kind) {
       return "depth_mismatch";
     case K::kLoosePermissions:
       return "loose_permissions";
+    case K::kJournal:
+      return "journal";
   }
   return "unknown";
 }
@@ -588,7 +590,29 @@ Result<FsckReport> Store::Fsck(const FsckOptions& options) {
   Impl::BadRecords bad;
   LMC_RETURN_IF_ERROR(s.VerifyRecords(options, &bad));
   std::lock_guard l(s.commit_mu);  // no commit or compaction while we count
-  return FsckRun(s, options).Run(bad);
+  LMC_ASSIGN_OR_RETURN(FsckReport r, FsckRun(s, options).Run(bad));
+  // The index journal (a journaled store): every record and snapshot part
+  // read back. Damage there loses nothing while the index is good, but the
+  // journal could no longer rebuild it: repair writes it again from the
+  // index (a snapshot; the old segments go).
+  if (s.journal && !s.opts.read_only) {
+    std::lock_guard jl(s.journal_mu);
+    Status v = s.journal->Verify();
+    if (!v.ok() && !v.IsCorruption()) return v;
+    if (!v.ok()) {
+      bool fixed = false;
+      if (options.repair) {
+        LMC_RETURN_IF_ERROR(
+            s.journal->Heal([&](const IndexJournal::SinkFn& sink) { return s.ScanIndex(sink); }));
+        fixed = true;
+      }
+      std::string m = v.message() + (fixed ? "; written again from the index"
+                                           : " (the index is intact; lmcfs-fsck --repair writes the journal "
+                                             "again from it)");
+      Checker{r, s.dir}.Problem({.kind = Kind::kJournal, .repaired = fixed, .message = m});
+    }
+  }
+  return r;
 }
 
 }  // namespace lmc::store

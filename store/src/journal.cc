@@ -75,8 +75,10 @@ Result<std::unique_ptr<IndexJournal>> IndexJournal::Open(Env* env, const std::st
 }
 
 Status IndexJournal::WriteHead(uint64_t seq, uint32_t parts) {
-  const std::string text = std::string(kHeadMagic) + "\nid=" + id_ + "\nsnapshot=" + std::to_string(seq) +
-                           "\nparts=" + std::to_string(parts) + "\n";
+  std::string text = std::string(kHeadMagic) + "\nid=" + id_ + "\nsnapshot=" + std::to_string(seq) +
+                     "\nparts=" + std::to_string(parts) + "\n";
+  // The lines above, checksummed (a reader without this line skips it).
+  text += "check=" + Hex16(XXH3_64bits(text.data(), text.size())) + "\n";
   LMC_RETURN_IF_ERROR(WriteFileAtomic(env_, dir_, kHeadName, text));
   snapshot_seq_ = seq;
   snapshot_parts_ = parts;
@@ -101,6 +103,11 @@ Status IndexJournal::ReadHead() {
     const std::string line = text->substr(pos, nl - pos);
     pos = nl + 1;
     try {
+      if (line.rfind("check=", 0) == 0) {
+        if (line.substr(6) != Hex16(XXH3_64bits(text->data(), pos - line.size() - 1)))
+          return Status::Corruption(dir_ + "/HEAD is damaged (its checksum fails)");
+        continue;
+      }
       if (line.rfind("id=", 0) == 0) {
         id_ = line.substr(3);
         have_id = id_.size() == 32;
@@ -210,6 +217,44 @@ Status IndexJournal::Replay(uint64_t after, const std::function<Status(uint64_t,
         ok = LoadLE64(p + pos + 16) == RecordHash(seq, p + pos + kRecordHeader, len);
       }
       if (!ok && !writable && last) break;  // being written, or torn: not a reader's to judge
+      if (!ok && writable && prev < after) {
+        // Record prev + 1 is in the local index, so it was whole when it
+        // was appended (the index applies a record only after the journal
+        // took it): this is rot, not a torn write. Cut nothing; go on from
+        // the next whole record, and heal the journal afterwards.
+        size_t q = pos + 1;
+        uint64_t qseq = 0;
+        for (; q + kRecordHeader <= data.size(); ++q) {
+          if (LoadLE32(p + q) != kRecordMagic) continue;
+          const uint32_t qlen = LoadLE32(p + q + 4);
+          if (qlen > data.size() - q - kRecordHeader) continue;
+          qseq = LoadLE64(p + q + 8);
+          if (qseq > prev && LoadLE64(p + q + 16) == RecordHash(qseq, p + q + kRecordHeader, qlen)) break;
+        }
+        const bool found = q + kRecordHeader <= data.size();
+        spdlog::warn(
+            "{}: journal record after {} damaged at offset {}; the local index holds it (it is at "
+            "record {}), so nothing is lost: {}",
+            path, prev, pos, after,
+            found ? "going on at record " + std::to_string(qseq) : "no whole record follows");
+        damaged_ = true;
+        if (!found) {
+          // Everything after the damage is unreadable; the local index is
+          // where the journal ends (Heal rewrites it from there).
+          prev = after;
+          last_seq = after;
+          expected = std::max(expected, after + 1);
+          break;
+        }
+        if (qseq > after + 1)
+          return Status::Corruption(path + ": journal records " + std::to_string(after + 1) + " to " +
+                                    std::to_string(qseq - 1) +
+                                    " are damaged and not in the local index; the index records they held "
+                                    "cannot be replayed (restore the store from a copy)");
+        prev = qseq - 1;
+        pos = q;
+        continue;
+      }
       if (!ok) {
         if (!last)
           return Status::Corruption(path + ": journal record damaged at offset " + std::to_string(pos) +
@@ -251,6 +296,7 @@ Status IndexJournal::Replay(uint64_t after, const std::function<Status(uint64_t,
       LMC_RETURN_IF_ERROR(env_->SyncDir(dir_));
     }
   }
+  if (damaged_) last_seq = std::max(last_seq, after);
   if (last_seq != 0 && last_seq < after)
     return Status::Aborted("the local index is at journal record " + std::to_string(after) +
                            " but the journal ends at " + std::to_string(last_seq));
@@ -270,6 +316,10 @@ Status IndexJournal::Replay(uint64_t after, const std::function<Status(uint64_t,
 }
 
 Status IndexJournal::StartSegment() {
+  // A later synced append makes only its own segment durable: the one
+  // before goes to disk first.
+  if (seg_ && unsynced_) LMC_RETURN_IF_ERROR(seg_->Sync());
+  unsynced_ = false;
   seg_.reset();
   const std::string path = dir_ + "/" + SegmentName(next_seq_);
   auto f = env_->OpenFile(path, Env::OpenMode::kCreate);
@@ -278,7 +328,7 @@ Status IndexJournal::StartSegment() {
   return env_->SyncDir(dir_);
 }
 
-Status IndexJournal::Append(std::string_view data) {
+Status IndexJournal::Append(std::string_view data, bool sync) {
   if (!replayed_) return Status::InvalidArgument("journal append before replay");
   if (broken_)
     return Status::IOError(dir_ +
@@ -301,13 +351,31 @@ Status IndexJournal::Append(std::string_view data) {
   const std::span<const uint8_t> pieces[2] = {{h, kRecordHeader},
                                               {reinterpret_cast<const uint8_t*>(data.data()), data.size()}};
   Status st = seg_->AppendV(pieces);
-  if (st.ok()) st = seg_->Sync();
+  if (st.ok() && sync) st = seg_->Sync();
   if (!st.ok()) {
     if (seg_->Size() != before && !seg_->Truncate(before).ok()) broken_ = true;
     return st;
   }
+  unsynced_ = !sync;  // a synced append makes every earlier one durable too
+  last_append_at_ = before;
   next_seq_++;
   since_snapshot_ += kRecordHeader + data.size();
+  return Status::Ok();
+}
+
+Status IndexJournal::Unappend() {
+  if (!seg_ || last_append_at_ == UINT64_MAX || broken_)
+    return Status::InvalidArgument("journal: no append to take back");
+  const uint64_t size = seg_->Size();
+  Status st = seg_->Truncate(last_append_at_);
+  if (st.ok()) st = seg_->Sync();
+  if (!st.ok()) {
+    broken_ = true;
+    return st;
+  }
+  next_seq_--;
+  since_snapshot_ -= std::min(since_snapshot_, size - last_append_at_);
+  last_append_at_ = UINT64_MAX;
   return Status::Ok();
 }
 
@@ -362,6 +430,81 @@ Status IndexJournal::WriteSnapshot(uint64_t seq, const std::function<Status(cons
     LMC_RETURN_IF_ERROR(env_->DeleteFile(dir_ + "/" + segs[i].name));
   }
   return env_->SyncDir(dir_);
+}
+
+Result<std::unique_ptr<IndexJournal>> IndexJournal::Recreate(
+    Env* env, const std::string& dir, std::string id, uint64_t seq,
+    const std::function<Status(const SinkFn&)>& scan) {
+  std::unique_ptr<IndexJournal> j(new IndexJournal(env, dir + "/journal"));
+  j->id_ = std::move(id);
+  LMC_ASSIGN_OR_RETURN(std::vector<std::string> before, env->ListDir(j->dir_));
+  LMC_RETURN_IF_ERROR(j->WriteSnapshot(seq, scan));
+  // Whatever HEAD named before is unknown: every other segment and part goes.
+  const std::string keep = PartName(seq, 0).substr(0, 5 + 16);
+  for (const std::string& n : before)
+    if (n.rfind("seg-", 0) == 0 || (n.rfind("snap-", 0) == 0 && n.rfind(keep, 0) != 0))
+      LMC_RETURN_IF_ERROR(env->DeleteFile(j->dir_ + "/" + n));
+  LMC_RETURN_IF_ERROR(env->SyncDir(j->dir_));
+  j->next_seq_ = seq + 1;
+  j->replayed_ = true;
+  spdlog::warn("{}: journal written again from the local index (a snapshot at record {})", j->dir_, seq);
+  return j;
+}
+
+Status IndexJournal::Heal(const std::function<Status(const SinkFn&)>& scan) {
+  if (!replayed_) return Status::InvalidArgument("journal heal before replay");
+  const uint64_t seq = next_seq_ - 1;
+  if (seg_ && unsynced_) LMC_RETURN_IF_ERROR(seg_->Sync());
+  LMC_RETURN_IF_ERROR(WriteSnapshot(seq, scan));
+  // Every record is at most seq: the snapshot holds them all, and the
+  // damaged segment goes with the others.
+  seg_.reset();
+  unsynced_ = false;
+  LMC_ASSIGN_OR_RETURN(std::vector<Segment> segs, Segments());
+  for (const Segment& g : segs) LMC_RETURN_IF_ERROR(env_->DeleteFile(dir_ + "/" + g.name));
+  LMC_RETURN_IF_ERROR(env_->SyncDir(dir_));
+  damaged_ = false;
+  spdlog::info(
+      "{}: journal rewritten from the local index (a snapshot at record {}; its damaged segments "
+      "removed)",
+      dir_, seq);
+  return Status::Ok();
+}
+
+Status IndexJournal::Verify() {
+  for (uint32_t i = 0; i < snapshot_parts_; ++i) {
+    const std::string path = dir_ + "/" + PartName(snapshot_seq_, i);
+    LMC_ASSIGN_OR_RETURN(std::string data, ReadAll(env_, path));
+    if (data.size() < kSnapshotHeader + 8 || LoadLE32(data.data()) != kSnapshotMagic ||
+        LoadLE64(data.data() + data.size() - 8) != XXH3_64bits(data.data(), data.size() - 8))
+      return Status::Corruption(path + ": index snapshot part damaged (its checksum fails)");
+  }
+  LMC_ASSIGN_OR_RETURN(std::vector<Segment> segs, Segments());
+  uint64_t prev = 0;
+  for (const Segment& g : segs) {
+    const std::string path = dir_ + "/" + g.name;
+    LMC_ASSIGN_OR_RETURN(std::string data, ReadAll(env_, path));
+    const auto* p = reinterpret_cast<const uint8_t*>(data.data());
+    size_t pos = 0;
+    if (prev != 0 && g.first != prev + 1)
+      return Status::Corruption(path + ": starts at record " + std::to_string(g.first) + " after record " +
+                                std::to_string(prev) + " (a gap in the index journal)");
+    prev = g.first - 1;
+    while (pos < data.size()) {
+      const size_t left = data.size() - pos;
+      bool ok = left >= kRecordHeader && LoadLE32(p + pos) == kRecordMagic &&
+                LoadLE32(p + pos + 4) <= left - kRecordHeader;
+      const uint32_t len = ok ? LoadLE32(p + pos + 4) : 0;
+      const uint64_t seq = ok ? LoadLE64(p + pos + 8) : 0;
+      ok = ok && seq == prev + 1 && LoadLE64(p + pos + 16) == RecordHash(seq, p + pos + kRecordHeader, len);
+      if (!ok)
+        return Status::Corruption(path + ": journal record after " + std::to_string(prev) +
+                                  " damaged at offset " + std::to_string(pos));
+      prev = seq;
+      pos += kRecordHeader + len;
+    }
+  }
+  return Status::Ok();
 }
 
 }  // namespace lmc::store

@@ -38,6 +38,7 @@ class IndexJournal {
   // The sequence number of the last snapshot (0: none).
   uint64_t snapshot_seq() const { return snapshot_seq_; }
 
+  using SinkFn = std::function<Status(uint32_t cf, std::string_view key, std::string_view value)>;
   // Calls put(cf, key, value) for every entry of the last snapshot.
   using PutFn = std::function<Status(uint32_t cf, std::string_view key, std::string_view value)>;
   Status LoadSnapshot(const PutFn& put);
@@ -52,6 +53,10 @@ class IndexJournal {
   // where the last one stopped, reading only what was appended since.
   // Aborted: `after` is not in the journal (the local index is ahead of
   // it, or behind its snapshot): rebuild it.
+  // A damaged record the local index already holds (its number is at most
+  // `after`: it was whole when appended, so rot, not a torn write) cuts
+  // nothing: the replay goes on from the next whole record and damaged()
+  // says so; the writer then heals the journal from its index (Heal).
   Status Replay(uint64_t after, const std::function<Status(uint64_t seq, std::string_view data)>& apply,
                 uint64_t* replayed, bool writable = true);
   // Reads HEAD again (a reader: the writer may have written a snapshot).
@@ -59,17 +64,37 @@ class IndexJournal {
 
   // The sequence number the next Append gets.
   uint64_t next_seq() const { return next_seq_; }
-  // Appends the record of next_seq() durably (a new segment after a
-  // replay and every kSegmentBytes). On failure the record is cut off again
-  // if possible; if not, the journal refuses every later append.
-  Status Append(std::string_view data);
+  // Appends the record of next_seq() (a new segment after a replay and
+  // every kSegmentBytes), durably when `sync` (which also makes every
+  // earlier append durable). On failure the record is cut off again if
+  // possible; if not, the journal refuses every later append.
+  Status Append(std::string_view data, bool sync = true);
+  // Takes the last Append back (the local index refused it, so it must
+  // not reach the index at a later replay either): the segment is cut back
+  // and synced. On failure the journal refuses every later append.
+  Status Unappend();
+  // The last Replay met a damaged record below the local index's.
+  bool damaged() const { return damaged_; }
+  // Writes a snapshot at next_seq() - 1 (the local index, all of the
+  // journal applied) and deletes every segment, the damaged ones with the
+  // rest: the journal is whole again. Appends then start a new segment.
+  Status Heal(const std::function<Status(const SinkFn&)>& scan);
+  // A journal whose HEAD is damaged, made again from a whole local index:
+  // journal `id` (the index's journal-id), a snapshot at `seq` (its
+  // journal-seq) from scan; every old segment and part is deleted.
+  // Positioned for appending, like a replayed journal.
+  static Result<std::unique_ptr<IndexJournal>> Recreate(Env* env, const std::string& dir, std::string id,
+                                                        uint64_t seq,
+                                                        const std::function<Status(const SinkFn&)>& scan);
+  // Reads every segment and snapshot part and checks each checksum, record
+  // numbers in order (fsck). Corruption names the first damage.
+  Status Verify();
   // Journal bytes since the last snapshot.
   uint64_t bytes_since_snapshot() const { return since_snapshot_; }
 
   // Writes a snapshot of the index at `seq` (the caller's scan calls the
   // sink for every entry of a consistent view at seq), points HEAD at it,
   // and deletes the segments and snapshots it makes unnecessary.
-  using SinkFn = std::function<Status(uint32_t cf, std::string_view key, std::string_view value)>;
   Status WriteSnapshot(uint64_t seq, const std::function<Status(const SinkFn&)>& scan);
 
   static constexpr uint64_t kSegmentBytes = uint64_t{64} << 20;
@@ -93,7 +118,10 @@ class IndexJournal {
   uint64_t next_seq_ = 1;
   uint64_t since_snapshot_ = 0;
   bool replayed_ = false, broken_ = false;
-  std::unique_ptr<File> seg_;  // the segment appended to; nullptr: start one
+  bool damaged_ = false;                  // Replay skipped a damaged record the local index holds
+  bool unsynced_ = false;                 // seg_ has appends not yet synced
+  uint64_t last_append_at_ = UINT64_MAX;  // where the last Append began in seg_ (Unappend)
+  std::unique_ptr<File> seg_;             // the segment appended to; nullptr: start one
   // A reader's position: the segment it read last and where its next
   // record starts (after the record numbered cursor_seq_).
   std::string cursor_seg_;

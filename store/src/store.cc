@@ -10,12 +10,14 @@
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <unordered_map>
 
@@ -115,19 +117,24 @@ constexpr const char* kFsCfNames[4] = {"inodes", "dirents", "extents", "meta"};
 constexpr size_t kMemtableBytes = size_t{1} << 20;
 constexpr uint64_t kMaxWalBytes = uint64_t{4} << 20;
 
-std::string ConfigText(const StoreOptions& o) {
+// A new store's CONFIG: format 1 (an older lmcfs reads it), or 3 with
+// index_journal=1 (an lmcfs that would write the index without appending
+// to the journal must refuse it).
+std::string ConfigText(const StoreOptions& o, bool journaled) {
   return "# lmcfs chunk store (docs/FORMAT.md, section Chunk store). Do not edit.\n"
          "format_version=" +
-         std::to_string(fmt::kFormatVersionFirst) +
+         std::to_string(journaled ? fmt::kFormatVersionJournal : fmt::kFormatVersionFirst) +
          "\n"
          "hash=sha256\n"
          "chunk_size=" +
-         std::to_string(o.chunk_size) + "\n";
+         std::to_string(o.chunk_size) + "\n" + (journaled ? "index_journal=1\n" : "");
 }
 
-Status CheckConfig(const std::string& text, const std::string& path, uint32_t* version_out) {
+Status CheckConfig(const std::string& text, const std::string& path, uint32_t* version_out,
+                   bool* journal_out) {
   int version = -1;
   std::string hash;
+  *journal_out = false;
   size_t pos = 0;
   while (pos < text.size()) {
     size_t nl = text.find('\n', pos);
@@ -140,6 +147,7 @@ Status CheckConfig(const std::string& text, const std::string& path, uint32_t* v
     std::string k = line.substr(0, eq), v = line.substr(eq + 1);
     if (k == "format_version") version = std::atoi(v.c_str());
     if (k == "hash") hash = v;
+    if (k == "index_journal") *journal_out = v == "1";
   }
   if (version < 1) return Status::Corruption(path + ": no format_version");
   if (version > static_cast<int>(fmt::kFormatVersion))
@@ -147,6 +155,8 @@ Status CheckConfig(const std::string& text, const std::string& path, uint32_t* v
                                " is newer than this lmcfs reads (" + std::to_string(fmt::kFormatVersion) +
                                "); upgrade lmcfs");
   if (hash != "sha256") return Status::Unsupported(path + ": unknown chunk hash '" + hash + "'");
+  if (*journal_out && version < static_cast<int>(fmt::kFormatVersionJournal))
+    return Status::Corruption(path + ": index_journal=1 in a store of format " + std::to_string(version));
   *version_out = static_cast<uint32_t>(version);
   return Status::Ok();
 }
@@ -236,12 +246,8 @@ Result<std::unique_ptr<Store>> Store::Open(const std::string& dir, const StoreOp
   Env* env = s->env;
   s->pack_dir = s->dir + "/" + fmt::kPackDir;
   s->local_dir = s->opts.local_dir.empty() ? LocalDirOf(s->dir) : s->opts.local_dir;
-  s->index_dir = (s->opts.journal ? s->local_dir : s->dir) + "/" + fmt::kIndexDir;
   if (s->opts.read_only) {
     // A follower: no lock (the writer holds it), no change to the store.
-    if (!s->opts.journal)
-      return Status::InvalidArgument("store " + s->dir +
-                                     ": read-only opens are for journaled (RADOS) stores");
     if (!env->FileExists(s->dir + "/" + fmt::kConfigName)) return Status::NotFound("no store at " + s->dir);
   } else {
     if (!env->FileExists(s->dir)) LMC_RETURN_IF_ERROR(env->CreateDir(s->dir));
@@ -250,6 +256,19 @@ Result<std::unique_ptr<Store>> Store::Open(const std::string& dir, const StoreOp
 
   const std::string config_path = s->dir + "/" + fmt::kConfigName;
   const bool fresh = !env->FileExists(config_path);
+  std::string config_text;
+  bool config_journal = false;
+  if (!fresh) {
+    LMC_ASSIGN_OR_RETURN(config_text, ReadFileToString(env, config_path));
+    LMC_RETURN_IF_ERROR(CheckConfig(config_text, config_path, &s->format_version, &config_journal));
+  }
+  // A POSIX store is journaled when its CONFIG says so, or when it is new
+  // and journal_new_stores (the default); RADOS stores always are.
+  if (config_journal || (fresh && s->opts.journal_new_stores)) s->opts.journal = true;
+  const bool write_journal_key = fresh && s->opts.journal && !IsRadosSpec(dir);
+  s->index_dir = (s->opts.journal ? s->local_dir : s->dir) + "/" + fmt::kIndexDir;
+  if (s->opts.read_only && !s->opts.journal)
+    return Status::InvalidArgument("store " + s->dir + ": read-only opens are for journaled stores");
   if (fresh) {
     if (!options.create_if_missing) return Status::NotFound("no store at " + s->dir + " (no CONFIG)");
     // CONFIG is written last when creating: a directory with packs but no
@@ -263,8 +282,6 @@ Result<std::unique_ptr<Store>> Store::Open(const std::string& dir, const StoreOp
     }
     LMC_RETURN_IF_ERROR(env->CreateDir(s->pack_dir));
   } else {
-    LMC_ASSIGN_OR_RETURN(std::string text, ReadFileToString(env, config_path));
-    LMC_RETURN_IF_ERROR(CheckConfig(text, config_path, &s->format_version));
     if (!s->opts.journal && !env->FileExists(s->index_dir + "/CURRENT"))
       return Status::Corruption(s->dir + ": the index (" + fmt::kIndexDir +
                                 "/) is missing; refusing to open a store whose packs have no index");
@@ -275,8 +292,9 @@ Result<std::unique_ptr<Store>> Store::Open(const std::string& dir, const StoreOp
     LMC_RETURN_IF_ERROR(s->OpenIndex(fresh));
   }
   if (fresh) {
-    LMC_RETURN_IF_ERROR(WriteFileAtomic(env, s->dir, fmt::kConfigName, ConfigText(options)));
-    s->format_version = fmt::kFormatVersionFirst;
+    LMC_RETURN_IF_ERROR(
+        WriteFileAtomic(env, s->dir, fmt::kConfigName, ConfigText(options, write_journal_key)));
+    s->format_version = write_journal_key ? fmt::kFormatVersionJournal : fmt::kFormatVersionFirst;
   }
   LMC_RETURN_IF_ERROR(s->Recover());
   if (!s->opts.read_only) {
@@ -296,8 +314,9 @@ Status Store::Impl::UpgradeFormat() {
     size_t nl = text.find('\n', pos);
     if (nl == std::string::npos) nl = text.size();
     const std::string line = text.substr(pos, nl - pos);
-    out += line.rfind("format_version=", 0) == 0 ? "format_version=" + std::to_string(fmt::kFormatVersion)
-                                                 : line;
+    out += line.rfind("format_version=", 0) == 0
+               ? "format_version=" + std::to_string(fmt::kFormatVersionOwnerKeys)
+               : line;
     out += '\n';
     pos = nl + 1;
   }
@@ -305,8 +324,8 @@ Status Store::Impl::UpgradeFormat() {
   spdlog::info(
       "store {}: format {} -> {} (owner-scoped chunk keys, dedup=uid); lmcfs before this version "
       "refuses it",
-      dir, format_version, fmt::kFormatVersion);
-  format_version = fmt::kFormatVersion;
+      dir, format_version, fmt::kFormatVersionOwnerKeys);
+  format_version = fmt::kFormatVersionOwnerKeys;
   return Status::Ok();
 }
 
@@ -424,6 +443,11 @@ Status Store::Impl::OpenIndex(bool fresh) {
     if (rs.IsCorruption()) return IndexDamaged(rs);
     if (!fresh && rs.IsInvalidArgument() && rs.ToString().find("olumn famil") != std::string::npos)
       return IndexDamaged(rs);
+    // CURRENT naming a MANIFEST that is not there: RocksDB never leaves
+    // that behind by itself (a flipped byte in CURRENT's file name).
+    if (!fresh && (rs.IsPathNotFound() || rs.IsIOError()) &&
+        rs.ToString().find("MANIFEST") != std::string::npos)
+      return IndexDamaged(rs);
     return FromRocks(rs, "opening index " + index_dir);
   }
   if (Status v = VerifyIndexFiles(); !v.ok()) {
@@ -449,6 +473,10 @@ Status Store::Impl::VerifyIndexFiles() {
 
 // RocksDB found its own files damaged (lmcfs-fsck recognises " is damaged").
 Status Store::Impl::IndexDamaged(const rocksdb::Status& rs) const {
+  if (journal)
+    return Status::Corruption("index " + index_dir + " is damaged: " + rs.ToString() +
+                              "; the store's journal holds every index change: lmcfs-fsck --repair " + dir +
+                              " rebuilds the index from it");
   return Status::Corruption("index " + index_dir + " is damaged: " + rs.ToString());
 }
 
@@ -619,14 +647,24 @@ Status Store::Impl::WriteIndex(rocksdb::WriteBatch& wb, bool sync) {
   uint8_t seq[8];
   StoreLE64(seq, journal->next_seq());
   wb.Put(handles[0], fmt::kJournalSeqKey, rocksdb::Slice(reinterpret_cast<const char*>(seq), 8));
-  LMC_RETURN_IF_ERROR(journal->Append(std::string_view(wb.Data())));
+  // Synced when the commit is (a RADOS append is durable when it returns).
+  LMC_RETURN_IF_ERROR(journal->Append(std::string_view(wb.Data()), sync || rados));
   wo.sync = false;
   Status st = IndexWriteResult(db->Write(wo, &wb), "writing the local index of " + dir);
   if (!st.ok()) {
-    // The record is in the journal but not in the local index: later
-    // batches would move the local index's sequence number past it, and it
-    // would never be applied here. Refuse them; the next open replays it.
-    local_behind = true;
+    // The record is in the journal but not in the local index (its disk is
+    // full, say): take it back from the journal, so that the commit failed
+    // everywhere and the next one may go on once RocksDB resumes. If that
+    // fails too, later batches would move the local index's sequence number
+    // past the record and it would never be applied here: refuse them; the
+    // next open replays it.
+    if (Status u = journal->Unappend(); !u.ok()) {
+      spdlog::error(
+          "store {}: taking an index record back from the journal failed ({}); no index change "
+          "is accepted until the store is mounted again",
+          dir, u.ToString());
+      local_behind = true;
+    }
     return st;
   }
   // Followers on other nodes (Store::Refresh) learn of it at once.
@@ -645,7 +683,20 @@ uint64_t Store::Impl::LocalJournalSeq() {
 }
 
 Status Store::Impl::OpenJournaled(bool fresh) {
-  LMC_ASSIGN_OR_RETURN(journal, IndexJournal::Open(env, dir, fresh));
+  auto opened_journal = IndexJournal::Open(env, dir, fresh);
+  std::string journal_damage;  // HEAD damaged: the journal is made again from the index below
+  if (opened_journal.ok()) {
+    journal = std::move(opened_journal).value();
+  } else if (opened_journal.status().IsCorruption() && opts.rebuild_damaged_index && !opts.read_only &&
+             !rados) {
+    journal_damage = opened_journal.status().message();
+  } else if (opened_journal.status().IsCorruption() && !rados) {
+    return Status::Corruption(opened_journal.status().message() +
+                              "; if the store's index is whole, lmcfs-fsck --repair " + dir +
+                              " writes the journal again from it");
+  } else {
+    return opened_journal.status();
+  }
   // The local directory, owner-only like a store directory.
   if (Status st = Env::Default()->CreateDir(local_dir); !st.ok()) {
     std::error_code ec;
@@ -653,10 +704,48 @@ Status Store::Impl::OpenJournaled(bool fresh) {
     if (ec) return Status::IOError("creating the local index directory " + local_dir + ": " + ec.message());
     ::chmod(local_dir.c_str(), 0700);
   }
-  LMC_RETURN_IF_ERROR(OpenIndex(true));
+  // Missing column families are created only in a new local index: one
+  // that lost them in its MANIFEST is damaged, not new.
+  const bool local_exists = ::access((index_dir + "/CURRENT").c_str(), F_OK) == 0;
+  Status opened = OpenIndex(!local_exists);
+  if (!opened.ok() && opened.IsCorruption() && opts.rebuild_damaged_index && !opts.read_only && journal) {
+    // The journal holds every index change: the damaged RocksDB files are
+    // moved aside, evidence for the user, and the index is made again.
+    char ts[32];
+    const std::time_t now = std::time(nullptr);
+    std::strftime(ts, sizeof ts, "%Y%m%dT%H%M%SZ", std::gmtime(&now));
+    const std::string aside = index_dir + ".damaged-" + ts;
+    spdlog::warn("store {}: {}; moving it to {} and rebuilding the index from the journal", dir,
+                 opened.message(), aside);
+    std::error_code ec;
+    std::filesystem::rename(index_dir, aside, ec);
+    if (ec) return Status::IOError("moving the damaged index " + index_dir + " aside: " + ec.message());
+    rebuilt_index_aside = aside;
+    open_repairs.push_back("the index was damaged (" + opened.message() +
+                           "); rebuilt from the store's journal (the damaged copy is in " + aside +
+                           ": delete it once the store checks out)");
+    opened = OpenIndex(true);
+  }
+  if (!opened.ok() && !journal)
+    return Status::Corruption(journal_damage + "; and the index cannot be opened either (" +
+                              opened.message() + "): restore the store from a copy");
+  LMC_RETURN_IF_ERROR(opened);
   std::string id;
   const bool have_local = db->Get(rocksdb::ReadOptions(), handles[0], fmt::kJournalIdKey, &id).ok();
   uint64_t at = LocalJournalSeq();
+  if (!journal) {
+    if (!have_local)
+      return Status::Corruption(journal_damage +
+                                "; and there is no index to write it again from: restore the "
+                                "store from a copy");
+    LMC_ASSIGN_OR_RETURN(
+        journal, IndexJournal::Recreate(env, dir, id, at,
+                                        [&](const IndexJournal::SinkFn& sink) { return ScanIndex(sink); }));
+    open_repairs.push_back(journal_damage +
+                           "; the journal was written again from the index (a snapshot at record " +
+                           std::to_string(at) + ")");
+    return Status::Ok();
+  }
   auto rebuild = [&](const std::string& why) -> Status {
     spdlog::info("store {}: rebuilding the local index {} from the journal ({})", dir, index_dir, why);
     CloseIndex();
@@ -707,6 +796,15 @@ Status Store::Impl::OpenJournaled(bool fresh) {
   }
   LMC_RETURN_IF_ERROR(st);
   if (!writable) return Status::Ok();
+  if (journal->damaged()) {
+    // Rot in journal records the local index holds: nothing is lost, but
+    // the journal could no longer rebuild the index; write it again.
+    std::lock_guard l(journal_mu);
+    LMC_RETURN_IF_ERROR(journal->Heal([&](const IndexJournal::SinkFn& sink) { return ScanIndex(sink); }));
+    open_repairs.push_back(
+        "journal records the index holds were damaged; the journal was written again from "
+        "the index");
+  }
   if (replayed > 0)
     spdlog::info("store {}: applied {} bytes of index journal to the local index (now at record {})", dir,
                  replayed, journal->next_seq() - 1);
@@ -718,17 +816,20 @@ Status Store::Impl::OpenJournaled(bool fresh) {
   return Status::Ok();
 }
 
+Status Store::Impl::ScanIndex(const IndexJournal::SinkFn& sink) {
+  for (auto* h : handles) {
+    std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(rocksdb::ReadOptions(), h));
+    for (it->SeekToFirst(); it->Valid(); it->Next())
+      LMC_RETURN_IF_ERROR(sink(h->GetID(), it->key().ToStringView(), it->value().ToStringView()));
+    LMC_RETURN_IF_ERROR(FromRocks(it->status(), "reading the index for a snapshot"));
+  }
+  return Status::Ok();
+}
+
 Status Store::Impl::SnapshotIndex() {
   const uint64_t seq = LocalJournalSeq();
-  return journal->WriteSnapshot(seq, [&](const IndexJournal::SinkFn& sink) -> Status {
-    for (auto* h : handles) {
-      std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(rocksdb::ReadOptions(), h));
-      for (it->SeekToFirst(); it->Valid(); it->Next())
-        LMC_RETURN_IF_ERROR(sink(h->GetID(), it->key().ToStringView(), it->value().ToStringView()));
-      LMC_RETURN_IF_ERROR(FromRocks(it->status(), "reading the index for a snapshot"));
-    }
-    return Status::Ok();
-  });
+  return journal->WriteSnapshot(seq,
+                                [&](const IndexJournal::SinkFn& sink) -> Status { return ScanIndex(sink); });
 }
 
 // ---------------------------------------------------------------- reads
@@ -1166,6 +1267,8 @@ Result<std::unique_ptr<FileLock>> Store::WatchChanges(std::function<void()> fn) 
   return s.rados->Watch(s.dir + "/journal/HEAD", std::move(fn));
 }
 const std::string& Store::LocalDir() const { return impl_->local_dir; }
+const std::string& Store::RebuiltIndex() const { return impl_->rebuilt_index_aside; }
+const std::vector<std::string>& Store::OpenRepairs() const { return impl_->open_repairs; }
 
 StoreStats Store::Stats() const {
   Impl& s = *impl_;

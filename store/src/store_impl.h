@@ -70,6 +70,10 @@ struct Store::Impl {
   std::unique_ptr<IndexJournal> journal;
   std::mutex journal_mu;
   bool local_behind = false;  // a journaled batch failed to apply locally (journal_mu)
+  // Where Open moved a damaged index before rebuilding it from the journal
+  // (StoreOptions::rebuild_damaged_index); "" if it did not.
+  std::string rebuilt_index_aside;
+  std::vector<std::string> open_repairs;  // what Open repaired (Store::OpenRepairs)
   // StoreOptions::index_on_env: RocksDB's Env over the store's (closed with
   // the index, in ~Impl, before it goes).
   std::unique_ptr<rocksdb::Env> index_env;
@@ -178,6 +182,8 @@ struct Store::Impl {
   // index brought up to it (rebuilt from the snapshot when it is missing,
   // of another journal, or behind the snapshot).
   Status OpenJournaled(bool fresh);
+  // Calls sink for every entry of every column family (a snapshot's scan).
+  Status ScanIndex(const IndexJournal::SinkFn& sink);
   // Writes a snapshot of the index to the journal. journal_mu held.
   Status SnapshotIndex();
   uint64_t LocalJournalSeq();

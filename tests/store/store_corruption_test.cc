@@ -188,6 +188,15 @@ std::vector<std::vector<uint8_t>> CommitFortyChunks(const std::string& dir, uint
   return chunks;
 }
 
+// Every chunk of `chunks` reads back from `s`, byte for byte.
+void ExpectEveryChunk(Store& s, const std::vector<std::vector<uint8_t>>& chunks) {
+  for (const auto& c : chunks) {
+    auto got = ReadAll(s, KeyOf(c));
+    ASSERT_TRUE(got.ok()) << got.status().ToString();
+    EXPECT_EQ(*got, c);
+  }
+}
+
 // A byte flipped in one of RocksDB's table files of the index: the open
 // stops with an error that names the index and the file (their whole-file
 // checksums are verified before any block is parsed: scripts/rot_run.py
@@ -293,11 +302,7 @@ TEST(IndexRot, AFlippedLogByteStopsTheOpenAndKeepsThePacks) {
   FlipByte(log, mid, 0x40);
   auto s = OpenOrDie(t.store(), TestOptions());
   ASSERT_TRUE(s);
-  for (const auto& c : chunks) {
-    auto got = ReadAll(*s, KeyOf(c));
-    ASSERT_TRUE(got.ok()) << got.status().ToString();
-    EXPECT_EQ(*got, c);
-  }
+  ExpectEveryChunk(*s, chunks);
 }
 
 // The index's MANIFEST with the length of one of its last records flipped
@@ -332,6 +337,206 @@ TEST(IndexRot, AManifestThatLostColumnFamiliesStopsTheOpen) {
   ASSERT_FALSE(r.ok()) << "the open made the lost column families again, empty";
   EXPECT_TRUE(r.status().IsCorruption()) << r.status().ToString();
   EXPECT_NE(r.status().message().find("is damaged"), std::string::npos) << r.status().ToString();
+}
+
+// The index's own files damaged in each way above, in a store whose index
+// is journaled (the default for a new store): the open stops and says how
+// to rebuild it; the open of lmcfs-fsck --repair (rebuild_damaged_index)
+// moves the damaged index aside and makes it again from the journal, and
+// every chunk and every index value is back, fsck clean.
+TEST(IndexRot, RepairRebuildsADamagedIndexFromTheJournal) {
+  for (const std::string what : {"log", "table", "manifest", "current"}) {
+    SCOPED_TRACE(what);
+    TempDir t;
+    const auto chunks = CommitFortyChunks(t.store(), 7);
+    if (what != "log") {
+      ASSERT_TRUE(OpenOrDie(t.store(), TestOptions()));  // the log into table files
+    }
+    std::string target;
+    for (const auto& e : std::filesystem::directory_iterator(t.store() + "/index")) {
+      const std::string name = e.path().filename().string();
+      if ((what == "log" && e.path().extension() == ".log" && e.file_size() > 0) ||
+          (what == "table" && e.path().extension() == ".sst") ||
+          (what == "manifest" && name.rfind("MANIFEST-", 0) == 0) || (what == "current" && name == "CURRENT"))
+        target = e.path().string();
+    }
+    ASSERT_FALSE(target.empty());
+    // CURRENT: a digit of the MANIFEST's number; else the middle.
+    FlipByte(target, what == "current" ? 12 : std::filesystem::file_size(target) / 2,
+             what == "current" ? 0x02 : 0x40);
+    auto r = Store::Open(t.store(), TestOptions());
+    ASSERT_FALSE(r.ok()) << "the open took a damaged index";
+    EXPECT_TRUE(r.status().IsCorruption()) << r.status().ToString();
+    EXPECT_NE(r.status().message().find("rebuilds the index"), std::string::npos) << r.status().ToString();
+
+    StoreOptions o = TestOptions();
+    o.rebuild_damaged_index = true;
+    auto s = OpenOrDie(t.store(), o);
+    ASSERT_TRUE(s);
+    ASSERT_FALSE(s->RebuiltIndex().empty());
+    EXPECT_TRUE(
+        std::filesystem::exists(s->RebuiltIndex() + "/" + std::filesystem::path(target).filename().string()))
+        << "the damaged index is kept aside";
+    for (uint64_t i = 0; i < chunks.size(); ++i) {
+      auto got = ReadAll(*s, KeyOf(chunks[i]));
+      ASSERT_TRUE(got.ok()) << got.status().ToString();
+      EXPECT_EQ(*got, chunks[i]);
+      auto v = s->Get(Cf::kExtents, ExtentKey(i + 1, 0));
+      ASSERT_TRUE(v.ok()) << "inode " << i + 1;
+      EXPECT_EQ(DecodeExtent(*v)->chunk, KeyOf(chunks[i]));
+    }
+    auto f = s->Fsck({});
+    ASSERT_TRUE(f.ok()) << f.status().ToString();
+    EXPECT_EQ(f->errors(), 0u) << (f->Messages().empty() ? "" : f->Messages()[0]);
+    s.reset();
+    auto again = OpenOrDie(t.store(), TestOptions());  // an ordinary open takes the rebuilt index
+    EXPECT_TRUE(again && again->RebuiltIndex().empty());
+  }
+}
+
+std::string JournalFile(const std::string& store, const std::string& prefix) {
+  std::string out;
+  for (const auto& e : std::filesystem::directory_iterator(store + "/journal"))
+    if (e.path().filename().string().rfind(prefix, 0) == 0) out = e.path().string();
+  return out;
+}
+
+// A byte flipped in a journal record that the index already holds: rot,
+// not a torn write, since the index applies a record only after the journal
+// took it whole. The open used to cut the journal there as a torn tail: the
+// records after it were gone from the journal while the index kept them,
+// and the next open, finding the index ahead of the journal, rebuilt the
+// index from the journal without them. Now nothing is cut: the open writes
+// the journal again from the index, and an index rebuilt from that journal
+// still has every chunk.
+TEST(JournalRot, ADamagedRecordTheIndexHoldsIsHealedNotCut) {
+  TempDir t;
+  const auto chunks = CommitFortyChunks(t.store(), 21);
+  const std::string seg = JournalFile(t.store(), "seg-");
+  ASSERT_FALSE(seg.empty());
+  FlipByte(seg, std::filesystem::file_size(seg) / 2, 0x08);
+  {
+    auto s = OpenOrDie(t.store(), TestOptions());
+    ASSERT_TRUE(s);
+    for (const auto& c : chunks) EXPECT_EQ(*ReadAll(*s, KeyOf(c)), c);
+    auto f = s->Fsck({});
+    ASSERT_TRUE(f.ok()) << f.status().ToString();
+    EXPECT_EQ(f->errors(), 0u) << (f->Messages().empty() ? "" : f->Messages()[0]);
+  }
+  EXPECT_FALSE(std::filesystem::exists(seg)) << "the damaged segment is still there";
+  // The index lost: made again from the journal alone.
+  std::filesystem::remove_all(t.store() + "/index");
+  auto s = OpenOrDie(t.store(), TestOptions());
+  ASSERT_TRUE(s);
+  ExpectEveryChunk(*s, chunks);
+}
+
+// Damage to the journal that no open reads (a snapshot part, while the
+// index is whole): fsck reports it, --repair writes the journal again from
+// the index, and the journal alone then rebuilds the index.
+TEST(JournalRot, FsckFindsADamagedSnapshotAndRepairWritesItAgain) {
+  TempDir t;
+  StoreOptions o = TestOptions();
+  o.journal_snapshot_bytes = 1;  // a snapshot at every close
+  std::vector<std::vector<uint8_t>> chunks;
+  {
+    auto s = OpenOrDie(t.store(), o);
+    for (uint64_t i = 0; i < 10; ++i) {
+      Batch b;
+      chunks.push_back(RandomBytes(3000, 500 + static_cast<uint32_t>(i)));
+      AddFileChunk(b, i + 1, chunks.back());
+      ASSERT_TRUE(s->Commit(b).ok());
+    }
+  }
+  const std::string part = JournalFile(t.store(), "snap-");
+  ASSERT_FALSE(part.empty());
+  FlipByte(part, std::filesystem::file_size(part) / 2, 0x10);
+  {
+    auto s = OpenOrDie(t.store(), o);
+    auto f = s->Fsck({});
+    ASSERT_TRUE(f.ok()) << f.status().ToString();
+    ASSERT_EQ(f->Count(FsckProblem::Kind::kJournal), 1u);
+    EXPECT_EQ(f->fixed(), 0u);
+    FsckOptions repair;
+    repair.repair = true;
+    f = s->Fsck(repair);
+    ASSERT_TRUE(f.ok()) << f.status().ToString();
+    EXPECT_EQ(f->Count(FsckProblem::Kind::kJournal), 1u);
+    EXPECT_EQ(f->fixed(), 1u);
+    EXPECT_EQ(s->Fsck({})->errors(), 0u);
+  }
+  std::filesystem::remove_all(t.store() + "/index");
+  auto s = OpenOrDie(t.store(), o);
+  for (const auto& c : chunks) EXPECT_EQ(*ReadAll(*s, KeyOf(c)), c);
+}
+
+// A byte flipped in the journal's HEAD (which names the journal and its
+// snapshot): the open stops and says what to do; lmcfs-fsck --repair's open
+// writes the journal again from the whole index, and the journal alone then
+// rebuilds the index.
+TEST(JournalRot, ADamagedHeadIsWrittenAgainFromTheIndex) {
+  TempDir t;
+  const auto chunks = CommitFortyChunks(t.store(), 61);
+  FlipByte(t.store() + "/journal/HEAD", 20, 0x01);  // a digit of the journal's id
+  auto r = Store::Open(t.store(), TestOptions());
+  ASSERT_FALSE(r.ok());
+  EXPECT_TRUE(r.status().IsCorruption()) << r.status().ToString();
+  EXPECT_NE(r.status().message().find("lmcfs-fsck --repair"), std::string::npos) << r.status().ToString();
+  StoreOptions o = TestOptions();
+  o.rebuild_damaged_index = true;
+  {
+    auto s = OpenOrDie(t.store(), o);
+    ASSERT_TRUE(s);
+    EXPECT_EQ(s->OpenRepairs().size(), 1u);
+    EXPECT_TRUE(s->RebuiltIndex().empty());
+    for (const auto& c : chunks) EXPECT_EQ(*ReadAll(*s, KeyOf(c)), c);
+    Batch b;  // and it takes commits
+    AddFileChunk(b, 100, RandomBytes(500, 1));
+    ASSERT_TRUE(s->Commit(b).ok());
+  }
+  std::filesystem::remove_all(t.store() + "/index");
+  auto s = OpenOrDie(t.store(), TestOptions());
+  ASSERT_TRUE(s);
+  for (const auto& c : chunks) EXPECT_EQ(*ReadAll(*s, KeyOf(c)), c);
+  EXPECT_TRUE(s->Get(Cf::kExtents, ExtentKey(100, 0)).ok());
+  EXPECT_EQ(s->Fsck({})->errors(), 0u);
+}
+
+// A new store journals its index (CONFIG index_journal=1, format 3, which
+// an lmcfs that would not append to the journal refuses), and stays
+// journaled whatever a later open asks for; journal_new_stores=false makes
+// a store as before (format 1, no journal).
+TEST(JournalConfig, NewStoresAreJournaledAndStaySo) {
+  TempDir t;
+  { ASSERT_TRUE(OpenOrDie(t.store(), TestOptions())); }
+  std::string config;
+  {
+    std::ifstream f(t.store() + "/CONFIG");
+    config.assign(std::istreambuf_iterator<char>(f), {});
+  }
+  EXPECT_NE(config.find("format_version=3\n"), std::string::npos) << config;
+  EXPECT_NE(config.find("index_journal=1\n"), std::string::npos) << config;
+  StoreOptions o = TestOptions();
+  o.journal_new_stores = false;
+  {
+    auto s = OpenOrDie(t.store(), o);
+    Batch b;
+    AddFileChunk(b, 1, RandomBytes(100, 1));
+    ASSERT_TRUE(s->Commit(b).ok());
+  }
+  std::filesystem::remove_all(t.store() + "/index");
+  {
+    auto s = OpenOrDie(t.store(), o);  // rebuilt from the journal: the commit above went there too
+    ASSERT_TRUE(s);
+    EXPECT_TRUE(s->Get(Cf::kExtents, ExtentKey(1, 0)).ok());
+  }
+  TempDir plain;
+  { ASSERT_TRUE(OpenOrDie(plain.store(), o)); }
+  EXPECT_FALSE(std::filesystem::exists(plain.store() + "/journal"));
+  std::ifstream f(plain.store() + "/CONFIG");
+  config.assign(std::istreambuf_iterator<char>(f), {});
+  EXPECT_NE(config.find("format_version=1\n"), std::string::npos) << config;
+  EXPECT_EQ(config.find("index_journal"), std::string::npos) << config;
 }
 
 }  // namespace

@@ -73,7 +73,7 @@ class CrashTest : public ::testing::TestWithParam<bool> {
 };
 
 TEST_P(CrashTest, EveryStepOfCommit) {
-  int steps = 0, index_crashes = 0;
+  int steps = 0, index_crashes = 0, journal_crashes = 0;
   for (int64_t k = 0;; ++k) {
     TempDir t;
     FaultEnv env;
@@ -112,12 +112,15 @@ TEST_P(CrashTest, EveryStepOfCommit) {
         Status st = s->Commit(b);
         if (!st.ok()) {
           for (auto& [ino, d] : next) maybe[ino] = d;
+          for (auto& [ino, d] : acked)
+            if (!next.count(ino)) maybe[ino] = {};  // deleted by the failed commit
           break;
         }
         acked = next;
       }
       finished = !env.crashed();
       index_crashes += env.crash_point().find("/index/") != std::string::npos;
+      journal_crashes += env.crash_point().find("/journal/") != std::string::npos;
     }
     env.DropUnsynced();
     env.Heal();
@@ -128,11 +131,13 @@ TEST_P(CrashTest, EveryStepOfCommit) {
     if (finished) break;
   }
   EXPECT_GT(steps, 10);
-  // On the fault Env, RocksDB's log writes and syncs are crash points too.
+  // On the fault Env, RocksDB's log writes are crash points too (the
+  // journal's always are: it is written through the store's Env).
   if (index())
-    EXPECT_GT(index_crashes, 4);
+    EXPECT_GE(index_crashes, 4);
   else
     EXPECT_EQ(index_crashes, 0);
+  EXPECT_GT(journal_crashes, 4);
 }
 
 TEST_P(CrashTest, EveryStepOfCompaction) {
@@ -295,6 +300,50 @@ TEST(FaultTest, SyncAndWriteErrorsFailTheCommitOnly) {
   auto r = OpenOrDie(t.store(), TestOptions(&env));
   EXPECT_EQ(r->Fsck({})->errors(), 0u);
   EXPECT_EQ(*ReadAll(*r, KeyOf(RandomBytes(3000, 2))), RandomBytes(3000, 2));
+}
+
+// The journal took an index record and then RocksDB refused it (its own
+// disk full: the WAL append fails). The record is taken back from the
+// journal: the commit failed everywhere, later commits go on once there is
+// room (without a remount), and neither a reopen nor an index rebuilt from
+// the journal alone brings the failed commit back.
+TEST(FaultTest, ARecordTheIndexRefusedIsTakenBackFromTheJournal) {
+  TempDir t;
+  FaultEnv env;
+  StoreOptions o = TestOptions(&env);
+  o.index_on_env = true;  // RocksDB's files on the fault Env: its writes run out of space
+  const std::vector<uint8_t> a = RandomBytes(3000, 1), b = RandomBytes(3000, 2), c = RandomBytes(3000, 3);
+  {
+    auto s = OpenOrDie(t.store(), o);
+    Batch ba;
+    AddFileChunk(ba, 1, a);
+    ASSERT_TRUE(s->Commit(ba).ok());
+    env.NoSpaceAfter(0);  // the journal's appends are in the reserve; RocksDB's are not
+    Batch meta;
+    meta.Put(Cf::kMeta, "test/refused", "x");
+    Status st = s->Commit(meta);
+    EXPECT_TRUE(st.IsNoSpace()) << st.ToString();
+    EXPECT_TRUE(s->Get(Cf::kMeta, "test/refused").status().IsNotFound());
+    env.Heal();  // room again
+    Batch bb;
+    AddFileChunk(bb, 2, b);
+    st = s->Commit(bb);
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    Batch bc;
+    AddFileChunk(bc, 3, c);
+    ASSERT_TRUE(s->Commit(bc).ok());
+  }
+  for (int round = 0; round < 2; ++round) {
+    SCOPED_TRACE(round == 0 ? "reopened" : "rebuilt from the journal");
+    if (round == 1) std::filesystem::remove_all(t.store() + "/index");
+    auto s = OpenOrDie(t.store(), TestOptions());
+    ASSERT_TRUE(s);
+    EXPECT_TRUE(s->Get(Cf::kMeta, "test/refused").status().IsNotFound());
+    EXPECT_EQ(*ReadAll(*s, KeyOf(a)), a);
+    EXPECT_EQ(*ReadAll(*s, KeyOf(b)), b);
+    EXPECT_EQ(*ReadAll(*s, KeyOf(c)), c);
+    EXPECT_EQ(s->Fsck({})->errors(), 0u);
+  }
 }
 
 }  // namespace

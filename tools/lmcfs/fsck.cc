@@ -60,9 +60,11 @@ void PrintReport(const json& r, std::ostream& out) {
 
 // What to do when the store's index is damaged (Store::Open and Fsck say
 // "index ... is damaged" when RocksDB's checksums of its own files fail):
-// fsck cannot list or repair what the damaged part held.
+// a journaled store's message says how it is rebuilt; for a store without
+// a journal, fsck cannot list or repair what the damaged part held.
 std::string IndexDamageHint(const Status& st) {
   if (!st.IsCorruption() || st.message().find(" is damaged") == std::string::npos) return "";
+  if (st.message().find("rebuilds the index") != std::string::npos) return "";
   return "\nlmcfs-fsck: lmcfs-fsck cannot rebuild a damaged index, nor tell which files the damaged part "
          "described; the pack files are untouched. Copy out the files that still read back through a "
          "mount, or restore the whole store from a copy taken while it was unmounted";
@@ -100,7 +102,8 @@ int FsckMain(int argc, char** argv, std::ostream& out, std::ostream& err) {
     if (j.is_object() && j.value("event", "") == "progress")
       bar.Update(j.value("done", 0ull), j.value("total", 0ull));
   };
-  std::string doc_text;
+  std::string doc_text, rebuilt;
+  std::vector<std::string> open_repairs;
   if (t->online) {
     if (repair) {
       err << "lmcfs-fsck: " << t->store << " is mounted at " << t->mountpoint
@@ -114,7 +117,7 @@ int FsckMain(int argc, char** argv, std::ostream& out, std::ostream& err) {
     }
     doc_text = *r;
   } else {
-    auto st = OpenOffline(t->store, "lmcfs-fsck");
+    auto st = OpenOffline(t->store, "lmcfs-fsck", repair);
     if (!st.ok()) {
       err << "lmcfs-fsck: " << st.status().message() << IndexDamageHint(st.status()) << "\n";
       return store::kFsckOperationalError;
@@ -139,9 +142,22 @@ int FsckMain(int argc, char** argv, std::ostream& out, std::ostream& err) {
       return store::FsckExitCode(r.status());
     }
     doc_text = *r;
+    rebuilt = (*st)->RebuiltIndex();
+    open_repairs = (*st)->OpenRepairs();
   }
   bar.Finish();
   json doc = json::parse(doc_text);
+  // What the open repaired (an index rebuilt from the journal, a journal
+  // written again from the index): problems found and repaired, so the
+  // exit code is 1 at least.
+  for (const std::string& m : open_repairs) {
+    doc["store"]["messages"].push_back(m + " (repaired)");
+    doc["errors"] = doc["errors"].get<uint64_t>() + 1;
+    doc["fixed"] = doc["fixed"].get<uint64_t>() + 1;
+    if (doc["exit_code"].get<int>() == store::kFsckOk)
+      doc["exit_code"] = static_cast<int>(store::kFsckCorrected);
+  }
+  if (!rebuilt.empty()) doc["index_rebuilt_from_journal"] = rebuilt;
   doc["store_dir"] = t->store;
   if (as_json) {
     out << doc.dump(2) << "\n";

@@ -80,11 +80,22 @@ struct StoreOptions {
   // A store named "rados:POOL/NAME" lives in Ceph RADOS (lmc/store/rados.h):
   // how to reach the cluster, the lease of its lock, takeover.
   RadosOptions rados;
-  // Journal the index in the store (always for RADOS stores; tests may
-  // turn it on for a POSIX store): docs/ARCHITECTURE.md, "Stores in RADOS".
+  // Journal the index in the store (always for RADOS stores; a POSIX
+  // store whose CONFIG says index_journal=1 is journaled whatever this
+  // says): docs/ARCHITECTURE.md, "The index journal".
   bool journal = false;
-  // Where a journaled store's local index lives ("": LocalDirOf(store)).
+  // A new POSIX store journals its index (CONFIG index_journal=1, format
+  // 3), so that lmcfs-fsck --repair can rebuild an index whose RocksDB
+  // files are damaged. false: a new store as before (format 1, no
+  // journal; older lmcfs reads it).
+  bool journal_new_stores = true;
+  // Where a journaled store's local index lives ("": STORE itself for a
+  // POSIX store, LocalDirOf(store) for a RADOS store).
   std::string local_dir;
+  // A journaled store whose index RocksDB finds damaged at open: move the
+  // index aside (index.damaged-TIME) and rebuild it from the journal,
+  // instead of refusing the open (lmcfs-fsck --repair; Store::RebuiltIndex).
+  bool rebuild_damaged_index = false;
   // A snapshot of the index is written when the store closes or is opened
   // with at least this many journal bytes since the last one, and while it
   // runs every 16 times as many.
@@ -371,6 +382,7 @@ struct FsckProblem {
     kDependantIndex,     // dep/ record missing or naming no such dependant
     kDepth,              // entry's depth != its chain's
     kLoosePermissions,   // a store path other users can access, or owned by another user (path set)
+    kJournal,            // the index journal fails its checks (repair: written again from the index)
   };
   Kind kind = Kind::kBadRecord;
   std::optional<ChunkKey> key = std::nullopt;      // the chunk concerned
@@ -481,6 +493,12 @@ class Store {
   // a journaled store's local index directory).
   const std::string& Name() const;
   const std::string& LocalDir() const;
+  // Where this open moved a damaged index before rebuilding it from the
+  // journal (StoreOptions::rebuild_damaged_index), or "".
+  const std::string& RebuiltIndex() const;
+  // What this open repaired, one line each, for people (an index rebuilt
+  // from the journal; a journal written again from the index).
+  const std::vector<std::string>& OpenRepairs() const;
 
   // A follower (StoreOptions::read_only, a journaled store another node
   // writes): applies the journal records the writer appended since the
