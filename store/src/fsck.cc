@@ -46,6 +46,8 @@ const char* FsckProblemKindName(FsckProblem::Kind kind) {
       return "loose_permissions";
     case K::kJournal:
       return "journal";
+    case K::kIndexJournalMismatch:
+      return "index_journal_mismatch";
   }
   return "unknown";
 }
@@ -578,10 +580,22 @@ class FsckRun {
 
 }  // namespace
 
-Result<FsckReport> Store::Fsck(const FsckOptions& options) {
+Result<FsckReport> Store::Fsck(const FsckOptions& given) {
   Impl& s = *impl_;
+  FsckOptions options = given;
   // The index's own files first, as raw bytes (their blocks are parsed below).
   LMC_RETURN_IF_ERROR(s.VerifyIndexFiles());
+  // Then the index against its journal: an index that lost entries without
+  // an error would have fsck "repair" the counts of chunks whose extents it
+  // lost, deleting them. Where they differ, nothing is repaired from it.
+  std::vector<std::string> mismatches;
+  if (options.compare_journal && s.journal) {
+    std::lock_guard jl(s.journal_mu);
+    Result<std::vector<std::string>> m = s.CompareWithJournal();
+    if (!m.ok() && !m.status().IsCorruption()) return m.status();
+    if (m.ok()) mismatches = std::move(m).value();  // a damaged journal is reported below
+    if (!mismatches.empty()) options.repair = false;
+  }
   // 0. Every record read and decoded (and hashed), before taking the commit
   // lock: this is nearly all of fsck's time, and a mounted store keeps
   // committing meanwhile. Records are immutable once indexed; a chunk
@@ -591,6 +605,12 @@ Result<FsckReport> Store::Fsck(const FsckOptions& options) {
   LMC_RETURN_IF_ERROR(s.VerifyRecords(options, &bad));
   std::lock_guard l(s.commit_mu);  // no commit or compaction while we count
   LMC_ASSIGN_OR_RETURN(FsckReport r, FsckRun(s, options).Run(bad));
+  for (const std::string& m : mismatches)
+    Checker{r, s.dir}.Problem(
+        {.kind = Kind::kIndexJournalMismatch,
+         .message = m + (given.repair ? "; nothing was repaired from this index: lmcfs-fsck --repair STORE "
+                                        "rebuilds it from the journal first"
+                                      : " (lmcfs-fsck --repair rebuilds the index from the journal)")});
   // The index journal (a journaled store): every record and snapshot part
   // read back. Damage there loses nothing while the index is good, but the
   // journal could no longer rebuild it: repair writes it again from the

@@ -472,6 +472,10 @@ Status IndexJournal::Heal(const std::function<Status(const SinkFn&)>& scan) {
 }
 
 Status IndexJournal::Verify() {
+  return ForEachRecord([](uint64_t, std::string_view) { return Status::Ok(); });
+}
+
+Status IndexJournal::ForEachRecord(const std::function<Status(uint64_t seq, std::string_view data)>& fn) {
   for (uint32_t i = 0; i < snapshot_parts_; ++i) {
     const std::string path = dir_ + "/" + PartName(snapshot_seq_, i);
     LMC_ASSIGN_OR_RETURN(std::string data, ReadAll(env_, path));
@@ -500,10 +504,15 @@ Status IndexJournal::Verify() {
       if (!ok)
         return Status::Corruption(path + ": journal record after " + std::to_string(prev) +
                                   " damaged at offset " + std::to_string(pos));
+      if (seq > snapshot_seq_)
+        LMC_RETURN_IF_ERROR(fn(seq, std::string_view(data.data() + pos + kRecordHeader, len)));
       prev = seq;
       pos += kRecordHeader + len;
     }
   }
+  if (prev != 0 && prev < snapshot_seq_)
+    return Status::Corruption(dir_ + ": the journal ends at record " + std::to_string(prev) +
+                              ", before its snapshot at " + std::to_string(snapshot_seq_));
   return Status::Ok();
 }
 

@@ -26,6 +26,9 @@
 #include "owner_only_fs.h"
 #include "store_impl.h"
 
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
 namespace lmc::store {
 
 Status FromRocks(const rocksdb::Status& s, const std::string& what) {
@@ -206,10 +209,63 @@ void Store::Impl::CloseIndex() {
   if (db) {
     for (auto* h : handles) db->DestroyColumnFamilyHandle(h).PermitUncheckedError();
     handles.clear();
-    db->Close().PermitUncheckedError();
+    const bool clean = db->Close().ok();
     delete db;
     db = nullptr;
+    if (clean && !opts.read_only) WriteManifestSum();
   }
+}
+
+// RocksDB reads a MANIFEST whose last record's header rotted (a length past
+// the end) as a torn tail: it drops those edits, a flush say, and opens
+// without an error, short of what it acknowledged (the files of a column
+// family read as holes). A torn tail is only a crash's, so a clean close
+// records the MANIFEST's name, size and XXH3 beside the index (index.sum),
+// and the next open checks them before RocksDB reads it, then removes the
+// record (RocksDB writes a new MANIFEST at every open). After a crash there
+// is no record and nothing to check.
+namespace {
+std::string IndexSumPath(const std::string& index_dir) { return index_dir + ".sum"; }
+Result<std::string> ManifestSumText(Env* env, const std::string& index_dir) {
+  LMC_ASSIGN_OR_RETURN(std::string current, ReadFileToString(env, index_dir + "/CURRENT"));
+  while (!current.empty() && (current.back() == '\n' || current.back() == '\r')) current.pop_back();
+  if (current.rfind("MANIFEST-", 0) != 0 || current.find('/') != std::string::npos)
+    return Status::Corruption(index_dir + "/CURRENT does not name a MANIFEST");
+  LMC_ASSIGN_OR_RETURN(std::string m, ReadFileToString(env, index_dir + "/" + current));
+  char sum[17];
+  std::snprintf(sum, sizeof sum, "%016llx", static_cast<unsigned long long>(XXH3_64bits(m.data(), m.size())));
+  return current + " " + std::to_string(m.size()) + " " + sum + "\n";
+}
+}  // namespace
+
+Env* Store::Impl::IndexFileEnv() const { return opts.index_on_env && opts.env ? opts.env : Env::Default(); }
+
+void Store::Impl::WriteManifestSum() {
+  Env* e = IndexFileEnv();
+  auto text = ManifestSumText(e, index_dir);
+  const size_t slash = index_dir.rfind('/');
+  Status st =
+      text.ok() ? WriteFileAtomic(e, index_dir.substr(0, slash), index_dir.substr(slash + 1) + ".sum", *text)
+                : text.status();
+  if (!st.ok())
+    spdlog::warn(
+        "store {}: recording the index's MANIFEST checksum at close failed ({}); the next open "
+        "cannot check it",
+        dir, st.ToString());
+}
+
+Status Store::Impl::CheckManifestSum() {
+  Env* e = IndexFileEnv();
+  const std::string path = IndexSumPath(index_dir);
+  if (!e->FileExists(path)) return Status::Ok();
+  LMC_ASSIGN_OR_RETURN(std::string want, ReadFileToString(e, path));
+  auto have = ManifestSumText(e, index_dir);
+  // CURRENT naming another MANIFEST: RocksDB's own checks decide.
+  if (!have.ok() || have->substr(0, have->find(' ')) != want.substr(0, want.find(' '))) return Status::Ok();
+  if (*have == want) return Status::Ok();
+  return IndexDamaged(rocksdb::Status::Corruption(
+      "its MANIFEST changed after the store was last closed (recorded " + want.substr(0, want.size() - 1) +
+      ", now " + have->substr(0, have->size() - 1) + ")"));
 }
 
 Result<std::unique_ptr<Store>> Store::Open(const std::string& dir, const StoreOptions& options) {
@@ -296,7 +352,17 @@ Result<std::unique_ptr<Store>> Store::Open(const std::string& dir, const StoreOp
         WriteFileAtomic(env, s->dir, fmt::kConfigName, ConfigText(options, write_journal_key)));
     s->format_version = write_journal_key ? fmt::kFormatVersionJournal : fmt::kFormatVersionFirst;
   }
-  LMC_RETURN_IF_ERROR(s->Recover());
+  Status recovered = s->Recover();
+  if (!recovered.ok() && recovered.IsCorruption() && s->journal && s->opts.rebuild_damaged_index &&
+      !s->opts.read_only && recovered.message().find("differs from its journal") != std::string::npos) {
+    // lmcfs-fsck --repair: make the index again from the journal, then recover.
+    s->CloseIndex();
+    s->journal.reset();
+    s->opts.rebuild_index = true;
+    LMC_RETURN_IF_ERROR(s->OpenJournaled(false));
+    recovered = s->Recover();
+  }
+  LMC_RETURN_IF_ERROR(recovered);
   if (!s->opts.read_only) {
     LMC_RETURN_IF_ERROR(s->EnsureDependantsIndex(fresh));
     LMC_RETURN_IF_ERROR(s->ReapPinnedDead());
@@ -437,7 +503,23 @@ Status Store::Impl::OpenIndex(bool fresh) {
   cfs.emplace_back("chunks", chunk_cfo);
   cfs.emplace_back("packs", cfo);
   for (const char* n : kFsCfNames) cfs.emplace_back(n, cfo);
+  if (!fresh) {
+    LMC_RETURN_IF_ERROR(CheckManifestSum());
+  } else if (IndexFileEnv()->FileExists(IndexSumPath(index_dir))) {
+    // A record of an index that is gone (destroyed, moved aside).
+    LMC_RETURN_IF_ERROR(IndexFileEnv()->DeleteFile(IndexSumPath(index_dir)));
+  }
   rocksdb::Status rs = rocksdb::DB::Open(dbo, index_dir, cfs, &handles, &db);
+  if (rs.ok() && IndexFileEnv()->FileExists(IndexSumPath(index_dir))) {
+    // RocksDB has written a new MANIFEST: the record of the old one goes.
+    const size_t slash = index_dir.rfind('/');
+    Status del = IndexFileEnv()->DeleteFile(IndexSumPath(index_dir));
+    if (del.ok()) del = IndexFileEnv()->SyncDir(index_dir.substr(0, slash));
+    if (!del.ok()) {
+      CloseIndex();
+      return del;
+    }
+  }
   if (!rs.ok()) {
     db = nullptr;
     if (rs.IsCorruption()) return IndexDamaged(rs);
@@ -508,6 +590,23 @@ Status Store::Impl::Recover() {
   // A reader of another node's store changes nothing in it.
   if (opts.read_only) return Status::Ok();
   LMC_ASSIGN_OR_RETURN(std::vector<std::string> names, env->ListDir(pack_dir));
+  // Deleting or cutting pack bytes is what this step does, on the index's
+  // word. An index that lost entries without an error (RocksDB dropping a
+  // MANIFEST edit it read as a torn tail) would have it delete packs that
+  // hold live chunks: the index's packs must first agree with its journal.
+  bool destructive = !to_delete.empty();
+  for (const auto& n : names) {
+    auto id = fmt::ParsePackFileName(n);
+    if (!id || destructive) continue;
+    auto pm = packs.find(*id);
+    if (pm == packs.end()) {
+      destructive = true;
+    } else {
+      LMC_ASSIGN_OR_RETURN(std::unique_ptr<File> f, env->OpenFile(pack_dir + "/" + n, Env::OpenMode::kRead));
+      destructive = f->Size() > pm->second.size;
+    }
+  }
+  if (destructive && journal) LMC_RETURN_IF_ERROR(CheckPacksAgainstJournal());
   bool dir_changed = false;
   for (const auto& n : names) {
     auto id = fmt::ParsePackFileName(n);
@@ -546,6 +645,72 @@ Status Store::Impl::Recover() {
   if (fixes.Count() > 0) LMC_RETURN_IF_ERROR(WriteIndex(fixes, true));
   next_pack_id = max_id + 1;
   return Status::Ok();
+}
+
+namespace {
+
+// The puts and deletes one journal record makes in one column family.
+class FamilyCollector : public rocksdb::WriteBatch::Handler {
+ public:
+  FamilyCollector(uint32_t cf, std::map<std::string, std::string>* out) : cf_(cf), out_(out) {}
+  rocksdb::Status PutCF(uint32_t cf, const rocksdb::Slice& k, const rocksdb::Slice& v) override {
+    if (cf == cf_) (*out_)[k.ToString()] = v.ToString();
+    return rocksdb::Status::OK();
+  }
+  rocksdb::Status DeleteCF(uint32_t cf, const rocksdb::Slice& k) override {
+    if (cf == cf_) out_->erase(k.ToString());
+    return rocksdb::Status::OK();
+  }
+  rocksdb::Status SingleDeleteCF(uint32_t cf, const rocksdb::Slice& k) override { return DeleteCF(cf, k); }
+  rocksdb::Status MergeCF(uint32_t cf, const rocksdb::Slice&, const rocksdb::Slice&) override {
+    return cf == cf_ ? rocksdb::Status::NotSupported("a merge in the index journal") : rocksdb::Status::OK();
+  }
+  rocksdb::Status DeleteRangeCF(uint32_t cf, const rocksdb::Slice&, const rocksdb::Slice&) override {
+    return cf == cf_ ? rocksdb::Status::NotSupported("a range delete in the index journal")
+                     : rocksdb::Status::OK();
+  }
+
+ private:
+  uint32_t cf_;
+  std::map<std::string, std::string>* out_;
+};
+
+}  // namespace
+
+Status Store::Impl::CheckPacksAgainstJournal() {
+  std::map<std::string, std::string> want;
+  const uint32_t cf = packs_cf->GetID();
+  Status st = journal->LoadSnapshot([&](uint32_t c, std::string_view k, std::string_view v) -> Status {
+    if (c == cf) want[std::string(k)] = std::string(v);
+    return Status::Ok();
+  });
+  if (st.ok())
+    st = journal->ForEachRecord([&](uint64_t, std::string_view data) -> Status {
+      rocksdb::WriteBatch wb{std::string(data)};
+      FamilyCollector c(cf, &want);
+      return FromRocks(wb.Iterate(&c), "reading the index journal");
+    });
+  if (!st.ok()) {
+    // A damaged journal cannot say; the index is all there is.
+    spdlog::warn(
+        "store {}: the index journal cannot be read to check the packs the index names ({}); "
+        "trusting the index",
+        dir, st.ToString());
+    return Status::Ok();
+  }
+  std::map<std::string, std::string> have;
+  std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(rocksdb::ReadOptions(), packs_cf));
+  for (it->SeekToFirst(); it->Valid(); it->Next()) have[it->key().ToString()] = it->value().ToString();
+  LMC_RETURN_IF_ERROR(FromRocks(it->status(), "reading pack index"));
+  if (have == want) return Status::Ok();
+  size_t differ = 0;
+  for (const auto& [k, v] : want) differ += !have.count(k) || have[k] != v;
+  for (const auto& [k, v] : have) differ += !want.count(k);
+  return Status::Corruption("index " + index_dir + " differs from its journal in the packs it names (" +
+                            std::to_string(differ) +
+                            " entries; RocksDB lost entries without an error): nothing was deleted; "
+                            "lmcfs-fsck --repair " +
+                            dir + " rebuilds the index from the journal");
 }
 
 Status Store::Impl::ReapPinnedDead() {
@@ -707,23 +872,28 @@ Status Store::Impl::OpenJournaled(bool fresh) {
   // Missing column families are created only in a new local index: one
   // that lost them in its MANIFEST is damaged, not new.
   const bool local_exists = ::access((index_dir + "/CURRENT").c_str(), F_OK) == 0;
-  Status opened = OpenIndex(!local_exists);
-  if (!opened.ok() && opened.IsCorruption() && opts.rebuild_damaged_index && !opts.read_only && journal) {
-    // The journal holds every index change: the damaged RocksDB files are
-    // moved aside, evidence for the user, and the index is made again.
+  // The journal holds every index change: a damaged index (or one that
+  // differs from the journal) is moved aside, evidence for the user, and
+  // made again.
+  auto move_aside = [&](const std::string& why) -> Status {
     char ts[32];
     const std::time_t now = std::time(nullptr);
     std::strftime(ts, sizeof ts, "%Y%m%dT%H%M%SZ", std::gmtime(&now));
     const std::string aside = index_dir + ".damaged-" + ts;
-    spdlog::warn("store {}: {}; moving it to {} and rebuilding the index from the journal", dir,
-                 opened.message(), aside);
+    spdlog::warn("store {}: {}; moving it to {} and rebuilding the index from the journal", dir, why, aside);
     std::error_code ec;
     std::filesystem::rename(index_dir, aside, ec);
-    if (ec) return Status::IOError("moving the damaged index " + index_dir + " aside: " + ec.message());
+    if (ec) return Status::IOError("moving the index " + index_dir + " aside: " + ec.message());
     rebuilt_index_aside = aside;
-    open_repairs.push_back("the index was damaged (" + opened.message() +
-                           "); rebuilt from the store's journal (the damaged copy is in " + aside +
-                           ": delete it once the store checks out)");
+    open_repairs.push_back(why + "; the index was rebuilt from the store's journal (the old copy is in " +
+                           aside + ": delete it once the store checks out)");
+    return Status::Ok();
+  };
+  if (opts.rebuild_index && local_exists && journal && !opts.read_only)
+    LMC_RETURN_IF_ERROR(move_aside("the index differed from its journal"));
+  Status opened = OpenIndex(!local_exists || !rebuilt_index_aside.empty());
+  if (!opened.ok() && opened.IsCorruption() && opts.rebuild_damaged_index && !opts.read_only && journal) {
+    LMC_RETURN_IF_ERROR(move_aside("the index was damaged (" + opened.message() + ")"));
     opened = OpenIndex(true);
   }
   if (!opened.ok() && !journal)
@@ -814,6 +984,125 @@ Status Store::Impl::OpenJournaled(bool fresh) {
       spdlog::warn("store {}: index snapshot failed ({})", dir, ss.ToString());
   }
   return Status::Ok();
+}
+
+// The index as the journal makes it (its snapshot, then its records), in a
+// scratch RocksDB beside the index, compared entry by entry with the index
+// (journal_mu held: no index write meanwhile). One line per column family
+// that differs. RocksDB can lose entries without an error (a MANIFEST whose
+// last edit reads as a torn tail drops a flush); the journal, checked
+// record by record, is then the truth.
+Result<std::vector<std::string>> Store::Impl::CompareWithJournal() {
+  const std::string tmp = index_dir + ".fsck-" + std::to_string(::getpid());
+  rocksdb::Options o;
+  o.env = OwnerOnlyRocksEnv();
+  o.create_if_missing = true;
+  o.create_missing_column_families = true;
+  o.info_log = std::make_shared<RocksToSpdlog>();
+  rocksdb::DestroyDB(tmp, o).PermitUncheckedError();
+  std::vector<rocksdb::ColumnFamilyDescriptor> cfs;
+  for (auto* h : handles) cfs.emplace_back(h->GetName(), rocksdb::ColumnFamilyOptions());
+  std::vector<rocksdb::ColumnFamilyHandle*> th;
+  rocksdb::DB* raw = nullptr;
+  LMC_RETURN_IF_ERROR(FromRocks(rocksdb::DB::Open(o, tmp, cfs, &th, &raw), "opening a scratch index " + tmp));
+  std::unique_ptr<rocksdb::DB> t(raw);
+  struct Cleanup {
+    std::unique_ptr<rocksdb::DB>& db;
+    std::vector<rocksdb::ColumnFamilyHandle*>& h;
+    const std::string& dir;
+    rocksdb::Options& o;
+    ~Cleanup() {
+      for (auto* x : h) db->DestroyColumnFamilyHandle(x).PermitUncheckedError();
+      db->Close().PermitUncheckedError();
+      db.reset();
+      rocksdb::DestroyDB(dir, o).PermitUncheckedError();
+    }
+  } cleanup{t, th, tmp, o};
+  std::unordered_map<uint32_t, rocksdb::ColumnFamilyHandle*> by_id;
+  for (size_t i = 0; i < handles.size(); ++i) {
+    // Records name column families by id: the scratch index must agree.
+    if (th[i]->GetID() != handles[i]->GetID())
+      return Status::Unsupported("index column family " + handles[i]->GetName() + " has id " +
+                                 std::to_string(handles[i]->GetID()) + ", a new index " +
+                                 std::to_string(th[i]->GetID()));
+    by_id[th[i]->GetID()] = th[i];
+  }
+  rocksdb::WriteOptions wo;
+  wo.disableWAL = true;
+  rocksdb::WriteBatch wb;
+  LMC_RETURN_IF_ERROR(
+      journal->LoadSnapshot([&](uint32_t cf, std::string_view k, std::string_view v) -> Status {
+        auto it = by_id.find(cf);
+        if (it == by_id.end())
+          return Status::Corruption("index snapshot names column family " + std::to_string(cf));
+        wb.Put(it->second, rocksdb::Slice(k.data(), k.size()), rocksdb::Slice(v.data(), v.size()));
+        if (wb.GetDataSize() >= (size_t{4} << 20)) {
+          LMC_RETURN_IF_ERROR(FromRocks(t->Write(wo, &wb), "loading the index snapshot"));
+          wb.Clear();
+        }
+        return Status::Ok();
+      }));
+  LMC_RETURN_IF_ERROR(FromRocks(t->Write(wo, &wb), "loading the index snapshot"));
+  LMC_RETURN_IF_ERROR(journal->ForEachRecord([&](uint64_t, std::string_view data) -> Status {
+    rocksdb::WriteBatch rec{std::string(data)};
+    return FromRocks(t->Write(wo, &rec), "applying the index journal");
+  }));
+  std::vector<std::string> out;
+  for (size_t i = 0; i < handles.size(); ++i) {
+    std::unique_ptr<rocksdb::Iterator> a(db->NewIterator(rocksdb::ReadOptions(), handles[i]));
+    std::unique_ptr<rocksdb::Iterator> b(t->NewIterator(rocksdb::ReadOptions(), th[i]));
+    uint64_t missing = 0, extra = 0, other = 0;
+    std::string first;
+    auto note = [&](const rocksdb::Slice& k, const char* what) {
+      if (first.empty()) first = std::string(what) + " key " + k.ToString(/*hex=*/true);
+    };
+    a->SeekToFirst();
+    b->SeekToFirst();
+    while (a->Valid() || b->Valid()) {
+      // The journal's own id is written to the local index, not journaled
+      // (a snapshot, which scans the index, may hold it).
+      if (i == 0 && a->Valid() && a->key() == rocksdb::Slice(fmt::kJournalIdKey)) {
+        a->Next();
+        continue;
+      }
+      if (i == 0 && b->Valid() && b->key() == rocksdb::Slice(fmt::kJournalIdKey)) {
+        b->Next();
+        continue;
+      }
+      const int c = !a->Valid() ? 1 : !b->Valid() ? -1 : a->key().compare(b->key());
+      if (c < 0) {
+        ++extra;
+        note(a->key(), "not in the journal:");
+        a->Next();
+      } else if (c > 0) {
+        ++missing;
+        note(b->key(), "missing from the index:");
+        b->Next();
+      } else {
+        if (a->value() != b->value()) {
+          ++other;
+          note(a->key(), "another value:");
+        }
+        a->Next();
+        b->Next();
+      }
+    }
+    LMC_RETURN_IF_ERROR(FromRocks(a->status(), "reading the index"));
+    LMC_RETURN_IF_ERROR(FromRocks(b->status(), "reading the scratch index"));
+    if (missing + extra + other > 0)
+      out.push_back("index column family " + handles[i]->GetName() +
+                    " differs from the journal: " + std::to_string(missing) +
+                    " entries missing from the index, " + std::to_string(extra) + " not in the journal, " +
+                    std::to_string(other) + " with other values (first: " + first + ")");
+  }
+  return out;
+}
+
+Result<std::vector<std::string>> Store::CompareIndexWithJournal() {
+  Impl& s = *impl_;
+  if (!s.journal) return Status::Unsupported("store " + s.dir + " has no index journal");
+  std::lock_guard l(s.journal_mu);
+  return s.CompareWithJournal();
 }
 
 Status Store::Impl::ScanIndex(const IndexJournal::SinkFn& sink) {

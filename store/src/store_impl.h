@@ -182,6 +182,17 @@ struct Store::Impl {
   // index brought up to it (rebuilt from the snapshot when it is missing,
   // of another journal, or behind the snapshot).
   Status OpenJournaled(bool fresh);
+  // The Env that holds the index's files (the store's, for index_on_env).
+  Env* IndexFileEnv() const;
+  // index.sum: the MANIFEST as a clean close left it (CloseIndex), checked
+  // by the next open before RocksDB reads it.
+  void WriteManifestSum();
+  Status CheckManifestSum();
+  // Recover's guard in a journaled store: the index's packs column family
+  // equals the journal's (Corruption "differs from its journal" if not).
+  Status CheckPacksAgainstJournal();
+  // The index against the one its journal makes (Store::CompareIndexWithJournal). journal_mu held.
+  Result<std::vector<std::string>> CompareWithJournal();
   // Calls sink for every entry of every column family (a snapshot's scan).
   Status ScanIndex(const IndexJournal::SinkFn& sink);
   // Writes a snapshot of the index to the journal. journal_mu held.

@@ -394,6 +394,94 @@ TEST(IndexRot, RepairRebuildsADamagedIndexFromTheJournal) {
   }
 }
 
+// A record of the index's MANIFEST with its length flipped past the end of
+// the file: RocksDB reads a torn tail and drops the edits from there (a
+// flush, whose table file it then deletes as obsolete) and opens without an
+// error, short of what it acknowledged. fsck had nothing to compare with
+// and said clean; Recover then deleted the packs that the lost entries
+// named, and the files read as holes. Every record is tried in turn, on a
+// copy of the store:
+// - as a clean close left it (index.sum records the MANIFEST): the open
+//   refuses, the index is damaged;
+// - without that record (rot after a crash): the open refuses (damaged,
+//   or the index's packs differ from its journal, so nothing is deleted),
+//   or it opens, and then CompareIndexWithJournal reports a difference
+//   whenever an entry is gone, and fsck names it.
+// Either way an index rebuilt from the journal has every chunk.
+TEST(IndexRot, AManifestThatLostItsLastEditsIsCaught) {
+  TempDir t;
+  const auto chunks = CommitFortyChunks(t.store(), 81);
+  { ASSERT_TRUE(OpenOrDie(t.store(), TestOptions())); }  // the log into a table file
+  std::string manifest_name;
+  for (const auto& e : std::filesystem::directory_iterator(t.store() + "/index"))
+    if (e.path().filename().string().rfind("MANIFEST-", 0) == 0) manifest_name = e.path().filename().string();
+  ASSERT_FALSE(manifest_name.empty());
+  ASSERT_TRUE(std::filesystem::exists(t.store() + "/index.sum"));
+  std::string m;
+  {
+    std::ifstream f(t.store() + "/index/" + manifest_name, std::ios::binary);
+    m.assign(std::istreambuf_iterator<char>(f), {});
+  }
+  std::vector<size_t> records;
+  for (size_t off = 0; off + 7 <= m.size();) {
+    const size_t len =
+        static_cast<uint8_t>(m[off + 4]) | static_cast<size_t>(static_cast<uint8_t>(m[off + 5])) << 8;
+    if (off + 7 + len > m.size()) break;
+    records.push_back(off);
+    off += 7 + len;
+  }
+  ASSERT_GE(records.size(), 4u);
+  for (const bool with_sum : {true, false}) {
+    size_t refused = 0, lost = 0;
+    for (size_t n = 0; n < records.size(); ++n) {
+      SCOPED_TRACE(std::string(with_sum ? "after a clean close" : "without index.sum") +
+                   ", MANIFEST record " + std::to_string(n) + " of " + std::to_string(records.size()));
+      const std::string work = t.path() + "/copy";
+      std::filesystem::remove_all(work);
+      std::filesystem::copy(t.store(), work, std::filesystem::copy_options::recursive);
+      if (!with_sum) std::filesystem::remove(work + "/index.sum");
+      FlipByte(work + "/index/" + manifest_name, records[n] + 5, 0x40);  // its length past the end
+      auto r = Store::Open(work, TestOptions());
+      if (r.ok()) {
+        EXPECT_FALSE(with_sum) << "a MANIFEST changed since the clean close was taken";
+        auto diff = (*r)->CompareIndexWithJournal();
+        ASSERT_TRUE(diff.ok()) << diff.status().ToString();
+        size_t missing = 0;
+        for (const auto& c : chunks) missing += !(*r)->GetChunkInfo(KeyOf(c)).ok();
+        uint64_t extents = 0;
+        for (uint64_t i = 0; i < chunks.size(); ++i)
+          extents += (*r)->Get(Cf::kExtents, ExtentKey(i + 1, 0)).ok();
+        if (missing > 0 || extents < chunks.size()) {
+          ++lost;
+          EXPECT_FALSE(diff->empty()) << "entries gone from the index, and it matches its journal";
+        }
+        auto f = (*r)->Fsck({});
+        ASSERT_TRUE(f.ok()) << f.status().ToString();
+        EXPECT_EQ(f->Count(FsckProblem::Kind::kIndexJournalMismatch), diff->size());
+        r->reset();
+      } else {
+        ++refused;
+        const std::string& msg = r.status().message();
+        EXPECT_TRUE(msg.find("is damaged") != std::string::npos ||
+                    msg.find("differs from its journal") != std::string::npos)
+            << r.status().ToString();
+      }
+      StoreOptions o = TestOptions();
+      o.rebuild_damaged_index = true;
+      o.rebuild_index = true;
+      auto s = OpenOrDie(work, o);
+      ASSERT_TRUE(s);
+      ExpectEveryChunk(*s, chunks);
+      EXPECT_TRUE(s->CompareIndexWithJournal()->empty());
+    }
+    if (with_sum) {
+      EXPECT_EQ(refused, records.size());
+    } else {
+      EXPECT_GT(refused + lost, 0u) << "no flip did any harm: the test checks nothing";
+    }
+  }
+}
+
 std::string JournalFile(const std::string& store, const std::string& prefix) {
   std::string out;
   for (const auto& e : std::filesystem::directory_iterator(store + "/journal"))

@@ -187,10 +187,11 @@ nlohmann::json UnionReport(const std::string& mountpoint) {
 void LogToStderr() { spdlog::set_default_logger(spdlog::stderr_color_mt("lmcfs")); }
 
 Result<std::unique_ptr<store::Store>> OpenOffline(const std::string& store_dir, const std::string& tool,
-                                                  bool rebuild_damaged_index) {
+                                                  bool rebuild_damaged_index, bool rebuild_index) {
   store::StoreOptions so;
   so.create_if_missing = false;
   so.rebuild_damaged_index = rebuild_damaged_index;
+  so.rebuild_index = rebuild_index;
   auto s = store::Store::Open(store_dir, so);
   if (s.ok() || s.status().code() != Code::kBusy) return s;
   if (store::IsRadosSpec(store_dir))

@@ -70,9 +70,10 @@ nlohmann::json UnionReport(const std::string& mountpoint);
 // Opens a store for offline work. A store held by a mount gives kBusy with
 // "STORE is mounted at M; run TOOL on the mountpoint instead" (or a generic
 // message when no mount lists it).
-// rebuild_damaged_index: StoreOptions::rebuild_damaged_index (fsck --repair).
+// rebuild_damaged_index, rebuild_index: the StoreOptions (fsck --repair).
 Result<std::unique_ptr<store::Store>> OpenOffline(const std::string& store_dir, const std::string& tool,
-                                                  bool rebuild_damaged_index = false);
+                                                  bool rebuild_damaged_index = false,
+                                                  bool rebuild_index = false);
 
 // Sends a request to the daemon; progress events go to on_event. Returns
 // the "result" document, or the daemon's error.

@@ -122,6 +122,28 @@ int FsckMain(int argc, char** argv, std::ostream& out, std::ostream& err) {
       err << "lmcfs-fsck: " << st.status().message() << IndexDamageHint(st.status()) << "\n";
       return store::kFsckOperationalError;
     }
+    if (repair) {
+      // Before anything is repaired from the index: if it differs from its
+      // journal (entries RocksDB lost without an error), make it again
+      // from the journal. A store without a journal: Unsupported, skipped.
+      auto diff = (*st)->CompareIndexWithJournal();
+      if (diff.ok() && !diff->empty()) {
+        const std::vector<std::string> before = (*st)->OpenRepairs();
+        st->reset();
+        st = OpenOffline(t->store, "lmcfs-fsck", true, true);
+        if (!st.ok()) {
+          err << "lmcfs-fsck: rebuilding the index of " << t->store
+              << " from its journal: " << st.status().message() << "\n";
+          return store::kFsckOperationalError;
+        }
+        for (const std::string& d : *diff) err << "lmcfs-fsck: " << d << "\n";
+        open_repairs = before;
+      } else if (!diff.ok() && diff.status().code() != Code::kUnsupported && !diff.status().IsCorruption()) {
+        err << "lmcfs-fsck: comparing the index of " << t->store
+            << " with its journal: " << diff.status().message() << "\n";
+        return store::kFsckOperationalError;
+      }
+    }
     fs::control::FsckRunOptions o;
     o.repair = repair;
     o.deep = deep;
@@ -143,7 +165,7 @@ int FsckMain(int argc, char** argv, std::ostream& out, std::ostream& err) {
     }
     doc_text = *r;
     rebuilt = (*st)->RebuiltIndex();
-    open_repairs = (*st)->OpenRepairs();
+    for (const std::string& m : (*st)->OpenRepairs()) open_repairs.push_back(m);
   }
   bar.Finish();
   json doc = json::parse(doc_text);

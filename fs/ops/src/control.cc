@@ -247,6 +247,7 @@ Result<std::string> RunFsck(store::Store& st, const FsckRunOptions& o, const Eve
   fo.repair = o.repair && !o.online;
   fo.decode = o.deep;
   fo.verify_content_hash = o.deep;
+  fo.compare_journal = o.deep || o.repair;
   auto last = Clock::now();
   fo.progress = [&](uint64_t done, uint64_t total) {
     if (!events || (done != total && Since(last) < 0.2)) return;
@@ -295,7 +296,10 @@ Result<std::string> CompleteFsck(store::Store& st, const store::FsckReport& r, c
 
   uint64_t tree_fixed = 0;
   json quarantine = json::array();
-  if (o.repair && !o.online) {
+  // An index that differs from its journal is not repaired from (the store
+  // repaired nothing either): rebuild it from the journal first.
+  const bool trusted = r.Count(store::FsckProblem::Kind::kIndexJournalMismatch) == 0;
+  if (o.repair && !o.online && trusted) {
     for (const auto& p : tc.problems)
       if (p.repairable && p.kind != TreeProblem::kLinkCount)
         quarantine.push_back({{"what", p.message}, {"key_hex", p.key_hex}, {"value_hex", p.value_hex}});

@@ -96,6 +96,10 @@ struct StoreOptions {
   // index aside (index.damaged-TIME) and rebuild it from the journal,
   // instead of refusing the open (lmcfs-fsck --repair; Store::RebuiltIndex).
   bool rebuild_damaged_index = false;
+  // A journaled store: move the index aside and rebuild it from the journal
+  // whatever its state (lmcfs-fsck --repair, when the index differs from
+  // the journal: CompareIndexWithJournal).
+  bool rebuild_index = false;
   // A snapshot of the index is written when the store closes or is opened
   // with at least this many journal bytes since the last one, and while it
   // runs every 16 times as many.
@@ -354,6 +358,10 @@ struct FsckOptions {
   // true: also decode every frame (its own checksum of the decoded bytes).
   bool decode = true;
   bool verify_content_hash = true;  // with decode: SHA-256 of every decoded chunk == its key
+  // A journaled store: first compare the index with the one its journal
+  // makes (CompareIndexWithJournal). Where they differ the index is not
+  // trusted: nothing is repaired from it (rebuild it from the journal).
+  bool compare_journal = true;
   std::function<void(uint64_t done, uint64_t total)> progress;  // chunks verified
 };
 
@@ -371,18 +379,19 @@ enum FsckExit : int {
 // message is for people and may be reworded at any time.
 struct FsckProblem {
   enum class Kind : uint8_t {
-    kBadRecord,          // record, frame or pack header fails verification; entry names an unknown pack
-    kBadIndexValue,      // chunk/pack/extent key or value fails its checks
-    kMissingChunk,       // referenced (extent or delta base) but not indexed
-    kRefcountMismatch,   // stored count != references (including leaks)
-    kLiveBytesMismatch,  // pack's live bytes != its chunks' record bytes
-    kOrphanPack,         // pack file the index does not know
-    kUncommittedTail,    // pack file longer than its committed size
-    kMissingPack,        // indexed pack file absent or short
-    kDependantIndex,     // dep/ record missing or naming no such dependant
-    kDepth,              // entry's depth != its chain's
-    kLoosePermissions,   // a store path other users can access, or owned by another user (path set)
-    kJournal,            // the index journal fails its checks (repair: written again from the index)
+    kBadRecord,             // record, frame or pack header fails verification; entry names an unknown pack
+    kBadIndexValue,         // chunk/pack/extent key or value fails its checks
+    kMissingChunk,          // referenced (extent or delta base) but not indexed
+    kRefcountMismatch,      // stored count != references (including leaks)
+    kLiveBytesMismatch,     // pack's live bytes != its chunks' record bytes
+    kOrphanPack,            // pack file the index does not know
+    kUncommittedTail,       // pack file longer than its committed size
+    kMissingPack,           // indexed pack file absent or short
+    kDependantIndex,        // dep/ record missing or naming no such dependant
+    kDepth,                 // entry's depth != its chain's
+    kLoosePermissions,      // a store path other users can access, or owned by another user (path set)
+    kJournal,               // the index journal fails its checks (repair: written again from the index)
+    kIndexJournalMismatch,  // the index differs from the one its journal makes (compare_journal)
   };
   Kind kind = Kind::kBadRecord;
   std::optional<ChunkKey> key = std::nullopt;      // the chunk concerned
@@ -496,6 +505,11 @@ class Store {
   // Where this open moved a damaged index before rebuilding it from the
   // journal (StoreOptions::rebuild_damaged_index), or "".
   const std::string& RebuiltIndex() const;
+  // A journaled store: builds the index its journal describes (snapshot,
+  // then records) in a scratch RocksDB and compares it with the index, entry
+  // by entry; one line per column family that differs (empty: the same).
+  // Commits wait meanwhile. Unsupported without a journal.
+  Result<std::vector<std::string>> CompareIndexWithJournal();
   // What this open repaired, one line each, for people (an index rebuilt
   // from the journal; a journal written again from the index).
   const std::vector<std::string>& OpenRepairs() const;
