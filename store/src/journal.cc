@@ -95,7 +95,7 @@ Status IndexJournal::ReadHead() {
     return text.status();
   }
   if (text->rfind(kHeadMagic, 0) != 0) return Status::Corruption(dir_ + "/HEAD is not an lmcfs journal head");
-  bool have_id = false, have_snap = false, have_parts = false;
+  bool have_id = false, have_snap = false, have_parts = false, have_check = false, unknown = false;
   size_t pos = 0;
   while (pos < text->size()) {
     size_t nl = text->find('\n', pos);
@@ -106,23 +106,34 @@ Status IndexJournal::ReadHead() {
       if (line.rfind("check=", 0) == 0) {
         if (line.substr(6) != Hex16(XXH3_64bits(text->data(), pos - line.size() - 1)))
           return Status::Corruption(dir_ + "/HEAD is damaged (its checksum fails)");
+        have_check = true;
         continue;
       }
       if (line.rfind("id=", 0) == 0) {
         id_ = line.substr(3);
         have_id = id_.size() == 32;
       } else if (line.rfind("snapshot=", 0) == 0) {
-        snapshot_seq_ = std::stoull(line.substr(9));
-        have_snap = true;
+        size_t used = 0;
+        snapshot_seq_ = std::stoull(line.substr(9), &used);
+        have_snap = used == line.size() - 9;
+        unknown |= !have_snap;
       } else if (line.rfind("parts=", 0) == 0) {
-        snapshot_parts_ = static_cast<uint32_t>(std::stoul(line.substr(6)));
-        have_parts = true;
+        size_t used = 0;
+        snapshot_parts_ = static_cast<uint32_t>(std::stoul(line.substr(6), &used));
+        have_parts = used == line.size() - 6;
+        unknown |= !have_parts;
+      } else if (!line.empty() && line != kHeadMagic) {
+        unknown = true;
       }
     } catch (const std::exception&) {
       return Status::Corruption(dir_ + "/HEAD: bad line '" + line + "'");
     }
   }
   if (!have_id || !have_snap || !have_parts) return Status::Corruption(dir_ + "/HEAD is incomplete");
+  // Every HEAD this lmcfs writes has the check line; one without it is an
+  // older writer's, which has only the lines above: a line of neither kind
+  // is a damaged check line (its name flipped, so nothing checked it).
+  if (!have_check && unknown) return Status::Corruption(dir_ + "/HEAD is damaged (a line it cannot read)");
   return Status::Ok();
 }
 
