@@ -130,6 +130,11 @@ Status IndexJournal::ReadHead() {
     }
   }
   if (!have_id || !have_snap || !have_parts) return Status::Corruption(dir_ + "/HEAD is incomplete");
+  snapshot_bytes_ = 0;
+  for (uint32_t i = 0; i < snapshot_parts_; ++i) {
+    auto f = env_->OpenFile(dir_ + "/" + PartName(snapshot_seq_, i), Env::OpenMode::kRead);
+    if (f.ok()) snapshot_bytes_ += (*f)->Size();
+  }
   // Every HEAD this lmcfs writes has the check line; one without it is an
   // older writer's, which has only the lines above: a line of neither kind
   // is a damaged check line (its name flipped, so nothing checked it).
@@ -392,6 +397,7 @@ Status IndexJournal::Unappend() {
 
 Status IndexJournal::WriteSnapshot(uint64_t seq, const std::function<Status(const SinkFn&)>& scan) {
   uint32_t part = 0;
+  uint64_t written = 0;
   std::string buf;
   auto flush = [&]() -> Status {
     std::string out(kSnapshotHeader, '\0');
@@ -407,6 +413,7 @@ Status IndexJournal::WriteSnapshot(uint64_t seq, const std::function<Status(cons
     LMC_ASSIGN_OR_RETURN(std::unique_ptr<File> f, env_->OpenFile(path, Env::OpenMode::kCreate));
     LMC_RETURN_IF_ERROR(f->Append(reinterpret_cast<const uint8_t*>(out.data()), out.size()));
     LMC_RETURN_IF_ERROR(f->Sync());
+    written += out.size();
     part++;
     buf.clear();
     return Status::Ok();
@@ -428,6 +435,7 @@ Status IndexJournal::WriteSnapshot(uint64_t seq, const std::function<Status(cons
   const uint32_t old_parts = snapshot_parts_;
   LMC_RETURN_IF_ERROR(WriteHead(seq, part));
   since_snapshot_ = 0;
+  snapshot_bytes_ = written;
   // What the new snapshot makes unnecessary: the old one's parts, and every
   // segment whose records all precede it (its successor starts at or
   // before seq + 1). The last segment always stays.
@@ -439,6 +447,15 @@ Status IndexJournal::WriteSnapshot(uint64_t seq, const std::function<Status(cons
   for (size_t i = 0; i + 1 < segs.size(); ++i) {
     if (segs[i + 1].first > seq + 1) break;
     LMC_RETURN_IF_ERROR(env_->DeleteFile(dir_ + "/" + segs[i].name));
+  }
+  // The writer's snapshot of everything it appended: the last segment goes
+  // too (the next append starts a new one), so that the journal of a store
+  // is its snapshot plus what came after, not a 64 MiB segment kept whole.
+  if (replayed_ && seq + 1 == next_seq_ && !segs.empty()) {
+    seg_.reset();
+    unsynced_ = false;
+    last_append_at_ = UINT64_MAX;
+    LMC_RETURN_IF_ERROR(env_->DeleteFile(dir_ + "/" + segs.back().name));
   }
   return env_->SyncDir(dir_);
 }
@@ -466,14 +483,9 @@ Status IndexJournal::Heal(const std::function<Status(const SinkFn&)>& scan) {
   if (!replayed_) return Status::InvalidArgument("journal heal before replay");
   const uint64_t seq = next_seq_ - 1;
   if (seg_ && unsynced_) LMC_RETURN_IF_ERROR(seg_->Sync());
+  // A writer's snapshot of every record deletes every segment, the damaged
+  // ones with the rest.
   LMC_RETURN_IF_ERROR(WriteSnapshot(seq, scan));
-  // Every record is at most seq: the snapshot holds them all, and the
-  // damaged segment goes with the others.
-  seg_.reset();
-  unsynced_ = false;
-  LMC_ASSIGN_OR_RETURN(std::vector<Segment> segs, Segments());
-  for (const Segment& g : segs) LMC_RETURN_IF_ERROR(env_->DeleteFile(dir_ + "/" + g.name));
-  LMC_RETURN_IF_ERROR(env_->SyncDir(dir_));
   damaged_ = false;
   spdlog::info(
       "{}: journal rewritten from the local index (a snapshot at record {}; its damaged segments "

@@ -94,6 +94,8 @@ class IndexJournal {
   Status ForEachRecord(const std::function<Status(uint64_t seq, std::string_view data)>& fn);
   // Journal bytes since the last snapshot.
   uint64_t bytes_since_snapshot() const { return since_snapshot_; }
+  // Bytes of the last snapshot's parts (0: none, or not known).
+  uint64_t snapshot_bytes() const { return snapshot_bytes_; }
 
   // Writes a snapshot of the index at `seq` (the caller's scan calls the
   // sink for every entry of a consistent view at seq), points HEAD at it,
@@ -120,6 +122,7 @@ class IndexJournal {
   uint32_t snapshot_parts_ = 0;
   uint64_t next_seq_ = 1;
   uint64_t since_snapshot_ = 0;
+  uint64_t snapshot_bytes_ = 0;
   bool replayed_ = false, broken_ = false;
   bool damaged_ = false;                  // Replay skipped a damaged record the local index holds
   bool unsynced_ = false;                 // seg_ has appends not yet synced

@@ -834,7 +834,13 @@ Status Store::Impl::WriteIndex(rocksdb::WriteBatch& wb, bool sync) {
   }
   // Followers on other nodes (Store::Refresh) learn of it at once.
   if (rados) rados->Notify(dir + "/journal/HEAD");
-  if (journal->bytes_since_snapshot() >= 16 * opts.journal_snapshot_bytes) {
+  // A snapshot while running once the records since the last one reach
+  // four times its size (at least journal_snapshot_bytes): writing
+  // snapshots then costs at most a quarter of the journal's own writes, and
+  // the journal stays within a few times the index (docs/ARCHITECTURE.md,
+  // "The index journal").
+  if (journal->bytes_since_snapshot() >=
+      std::max(opts.journal_snapshot_bytes, 4 * journal->snapshot_bytes())) {
     if (Status ss = SnapshotIndex(); !ss.ok())
       spdlog::warn("store {}: index snapshot failed ({}); retried after more commits", dir, ss.ToString());
   }

@@ -102,7 +102,7 @@ struct StoreOptions {
   bool rebuild_index = false;
   // A snapshot of the index is written when the store closes or is opened
   // with at least this many journal bytes since the last one, and while it
-  // runs every 16 times as many.
+  // runs once the bytes since reach max(this, 4 x the last snapshot).
   uint64_t journal_snapshot_bytes = uint64_t{16} << 20;
   // Give the disk blocks of dead records back to the filesystem as soon as
   // the index change that killed them is durable (fallocate PUNCH_HOLE;
