@@ -89,8 +89,9 @@ class IndexJournal {
   // Reads every segment and snapshot part and checks each checksum, record
   // numbers in order (fsck). Corruption names the first damage.
   Status Verify();
-  // Verify, calling fn(seq, data) for every record after the snapshot, in
-  // order (what LoadSnapshot then these make is the index; fsck compares).
+  // Reads every segment, checking each record as Verify does, and calls
+  // fn(seq, data) for every record after the snapshot, in order (what
+  // LoadSnapshot then these make is the index; fsck compares).
   Status ForEachRecord(const std::function<Status(uint64_t seq, std::string_view data)>& fn);
   // Journal bytes since the last snapshot.
   uint64_t bytes_since_snapshot() const { return since_snapshot_; }

@@ -312,11 +312,10 @@ Result<std::unique_ptr<Store>> Store::Open(const std::string& dir, const StoreOp
 
   const std::string config_path = s->dir + "/" + fmt::kConfigName;
   const bool fresh = !env->FileExists(config_path);
-  std::string config_text;
   bool config_journal = false;
   if (!fresh) {
-    LMC_ASSIGN_OR_RETURN(config_text, ReadFileToString(env, config_path));
-    LMC_RETURN_IF_ERROR(CheckConfig(config_text, config_path, &s->format_version, &config_journal));
+    LMC_ASSIGN_OR_RETURN(std::string text, ReadFileToString(env, config_path));
+    LMC_RETURN_IF_ERROR(CheckConfig(text, config_path, &s->format_version, &config_journal));
   }
   // A POSIX store is journaled when its CONFIG says so, or when it is new
   // and journal_new_stores (the default); RADOS stores always are.
@@ -353,12 +352,12 @@ Result<std::unique_ptr<Store>> Store::Open(const std::string& dir, const StoreOp
     s->format_version = write_journal_key ? fmt::kFormatVersionJournal : fmt::kFormatVersionFirst;
   }
   Status recovered = s->Recover();
-  if (!recovered.ok() && recovered.IsCorruption() && s->journal && s->opts.rebuild_damaged_index &&
-      !s->opts.read_only && recovered.message().find("differs from its journal") != std::string::npos) {
+  if (!recovered.ok() && s->index_differs && s->opts.rebuild_damaged_index && !s->opts.read_only) {
     // lmcfs-fsck --repair: make the index again from the journal, then recover.
     s->CloseIndex();
     s->journal.reset();
     s->opts.rebuild_index = true;
+    s->index_differs = false;
     LMC_RETURN_IF_ERROR(s->OpenJournaled(false));
     recovered = s->Recover();
   }
@@ -706,6 +705,7 @@ Status Store::Impl::CheckPacksAgainstJournal() {
   size_t differ = 0;
   for (const auto& [k, v] : want) differ += !have.count(k) || have[k] != v;
   for (const auto& [k, v] : have) differ += !want.count(k);
+  index_differs = true;
   return Status::Corruption("index " + index_dir + " differs from its journal in the packs it names (" +
                             std::to_string(differ) +
                             " entries; RocksDB lost entries without an error): nothing was deleted; "
@@ -853,6 +853,32 @@ uint64_t Store::Impl::LocalJournalSeq() {
   return LoadLE64(v.data());
 }
 
+namespace {
+
+// Writes the journal's last snapshot into `target` (whose column families,
+// `handles`, have the ids the journal names) through `wb`, writing it out
+// every 4 MiB; what is left in `wb` is the caller's to write (with what it
+// adds: the rebuild's journal-id and journal-seq).
+Status LoadSnapshotInto(IndexJournal& journal, rocksdb::DB* target,
+                        const std::vector<rocksdb::ColumnFamilyHandle*>& handles,
+                        const rocksdb::WriteOptions& wo, rocksdb::WriteBatch& wb) {
+  std::unordered_map<uint32_t, rocksdb::ColumnFamilyHandle*> by_id;
+  for (auto* h : handles) by_id[h->GetID()] = h;
+  return journal.LoadSnapshot([&](uint32_t cf, std::string_view k, std::string_view v) -> Status {
+    auto it = by_id.find(cf);
+    if (it == by_id.end())
+      return Status::Corruption("index snapshot names column family " + std::to_string(cf));
+    wb.Put(it->second, rocksdb::Slice(k.data(), k.size()), rocksdb::Slice(v.data(), v.size()));
+    if (wb.GetDataSize() >= (size_t{4} << 20)) {
+      LMC_RETURN_IF_ERROR(FromRocks(target->Write(wo, &wb), "loading the index snapshot"));
+      wb.Clear();
+    }
+    return Status::Ok();
+  });
+}
+
+}  // namespace
+
 Status Store::Impl::OpenJournaled(bool fresh) {
   auto opened_journal = IndexJournal::Open(env, dir, fresh);
   std::string journal_damage;  // HEAD damaged: the journal is made again from the index below
@@ -931,20 +957,7 @@ Status Store::Impl::OpenJournaled(bool fresh) {
     LMC_RETURN_IF_ERROR(OpenIndex(true));
     rocksdb::WriteBatch wb;
     wb.Put(handles[0], fmt::kJournalIdKey, journal->id());
-    std::unordered_map<uint32_t, rocksdb::ColumnFamilyHandle*> by_id;
-    for (auto* h : handles) by_id[h->GetID()] = h;
-    LMC_RETURN_IF_ERROR(journal->LoadSnapshot([&](uint32_t cf, std::string_view k,
-                                                  std::string_view v) -> Status {
-      auto it = by_id.find(cf);
-      if (it == by_id.end())
-        return Status::Corruption("index snapshot names column family " + std::to_string(cf));
-      wb.Put(it->second, rocksdb::Slice(k.data(), k.size()), rocksdb::Slice(v.data(), v.size()));
-      if (wb.GetDataSize() >= (size_t{4} << 20)) {
-        LMC_RETURN_IF_ERROR(FromRocks(db->Write(rocksdb::WriteOptions(), &wb), "loading the index snapshot"));
-        wb.Clear();
-      }
-      return Status::Ok();
-    }));
+    LMC_RETURN_IF_ERROR(LoadSnapshotInto(*journal, db, handles, rocksdb::WriteOptions(), wb));
     uint8_t seq[8];
     StoreLE64(seq, journal->snapshot_seq());
     wb.Put(handles[0], fmt::kJournalSeqKey, rocksdb::Slice(reinterpret_cast<const char*>(seq), 8));
@@ -1024,30 +1037,17 @@ Result<std::vector<std::string>> Store::Impl::CompareWithJournal() {
       rocksdb::DestroyDB(dir, o).PermitUncheckedError();
     }
   } cleanup{t, th, tmp, o};
-  std::unordered_map<uint32_t, rocksdb::ColumnFamilyHandle*> by_id;
   for (size_t i = 0; i < handles.size(); ++i) {
     // Records name column families by id: the scratch index must agree.
     if (th[i]->GetID() != handles[i]->GetID())
       return Status::Unsupported("index column family " + handles[i]->GetName() + " has id " +
                                  std::to_string(handles[i]->GetID()) + ", a new index " +
                                  std::to_string(th[i]->GetID()));
-    by_id[th[i]->GetID()] = th[i];
   }
   rocksdb::WriteOptions wo;
   wo.disableWAL = true;
   rocksdb::WriteBatch wb;
-  LMC_RETURN_IF_ERROR(
-      journal->LoadSnapshot([&](uint32_t cf, std::string_view k, std::string_view v) -> Status {
-        auto it = by_id.find(cf);
-        if (it == by_id.end())
-          return Status::Corruption("index snapshot names column family " + std::to_string(cf));
-        wb.Put(it->second, rocksdb::Slice(k.data(), k.size()), rocksdb::Slice(v.data(), v.size()));
-        if (wb.GetDataSize() >= (size_t{4} << 20)) {
-          LMC_RETURN_IF_ERROR(FromRocks(t->Write(wo, &wb), "loading the index snapshot"));
-          wb.Clear();
-        }
-        return Status::Ok();
-      }));
+  LMC_RETURN_IF_ERROR(LoadSnapshotInto(*journal, t.get(), th, wo, wb));
   LMC_RETURN_IF_ERROR(FromRocks(t->Write(wo, &wb), "loading the index snapshot"));
   LMC_RETURN_IF_ERROR(journal->ForEachRecord([&](uint64_t, std::string_view data) -> Status {
     rocksdb::WriteBatch rec{std::string(data)};

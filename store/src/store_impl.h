@@ -74,6 +74,7 @@ struct Store::Impl {
   // (StoreOptions::rebuild_damaged_index); "" if it did not.
   std::string rebuilt_index_aside;
   std::vector<std::string> open_repairs;  // what Open repaired (Store::OpenRepairs)
+  bool index_differs = false;             // CheckPacksAgainstJournal found the index short
   // StoreOptions::index_on_env: RocksDB's Env over the store's (closed with
   // the index, in ~Impl, before it goes).
   std::unique_ptr<rocksdb::Env> index_env;

@@ -122,11 +122,13 @@ int FsckMain(int argc, char** argv, std::ostream& out, std::ostream& err) {
       err << "lmcfs-fsck: " << st.status().message() << IndexDamageHint(st.status()) << "\n";
       return store::kFsckOperationalError;
     }
+    fs::control::FsckRunOptions o;
     if (repair) {
       // Before anything is repaired from the index: if it differs from its
       // journal (entries RocksDB lost without an error), make it again
       // from the journal. A store without a journal: Unsupported, skipped.
       auto diff = (*st)->CompareIndexWithJournal();
+      o.journal_compared = diff.ok();
       if (diff.ok() && !diff->empty()) {
         const std::vector<std::string> before = (*st)->OpenRepairs();
         st->reset();
@@ -144,7 +146,6 @@ int FsckMain(int argc, char** argv, std::ostream& out, std::ostream& err) {
         return store::kFsckOperationalError;
       }
     }
-    fs::control::FsckRunOptions o;
     o.repair = repair;
     o.deep = deep;
     if (repair) {

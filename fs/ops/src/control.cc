@@ -247,7 +247,7 @@ Result<std::string> RunFsck(store::Store& st, const FsckRunOptions& o, const Eve
   fo.repair = o.repair && !o.online;
   fo.decode = o.deep;
   fo.verify_content_hash = o.deep;
-  fo.compare_journal = o.deep || o.repair;
+  fo.compare_journal = (o.deep || o.repair) && !o.journal_compared;
   auto last = Clock::now();
   fo.progress = [&](uint64_t done, uint64_t total) {
     if (!events || (done != total && Since(last) < 0.2)) return;

@@ -55,9 +55,12 @@ struct GcOptions {
 Result<std::string> RunGc(store::Store& store, const GcOptions& options, const EventFn& events);
 
 struct FsckRunOptions {
-  bool repair = false;          // only on an unmounted store
-  bool online = false;          // the store is in use: tree checks need two passes to agree
-  bool deep = false;            // also decode every frame and check SHA-256(bytes) == key
+  bool repair = false;  // only on an unmounted store
+  bool online = false;  // the store is in use: tree checks need two passes to agree
+  bool deep = false;    // also decode every frame and check SHA-256(bytes) == key
+  // The caller already compared the index with its journal (lmcfs-fsck
+  // --repair does, before anything is repaired): Store::Fsck does not again.
+  bool journal_compared = false;
   std::string quarantine_path;  // when repairing: where removed records' metadata is written
   store::Env* env = nullptr;    // writes the quarantine report; nullptr: store::Env::Default()
   std::function<bool()> cancelled;
