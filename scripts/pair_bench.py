@@ -155,7 +155,9 @@ def run_once(args, mode, stage, files, read_last=False):
         stat = json.loads(subprocess.run([os.path.join(args.build, 'tools', 'lmcfs', 'lmcfs-stat'), '--json', mnt],
                                          capture_output=True, text=True, check=True).stdout)
         r['live'] = stat['totals']['live_bytes']
-        r['paired'] = stat.get('daemon', {}).get('delta', {}).get('paired', 0)
+        delta = stat.get('daemon', {}).get('delta', {})
+        # As written (the twin first), and afterwards (the master first).
+        r['paired'] = delta.get('paired', 0) + delta.get('paired_later', 0)
     finally:
         unmount(mnt, store)
     r['packs'] = du(os.path.join(store, 'packs'))

@@ -47,10 +47,11 @@ bool TwinsMatch(const uint8_t* f32, size_t n, const uint8_t* bf16, size_t offset
   return close * 100 >= samples * 95;
 }
 
-size_t TwinOffsets(size_t elems, size_t out[2]) {
+size_t TwinOffsets(size_t elems, size_t chunk_size, size_t out[2]) {
   size_t k = 0;
   if (elems >= kFingerprintElems) out[k++] = 0;
-  if (elems % 2 == 0 && elems / 2 >= kFingerprintElems) out[k++] = elems / 2;
+  const size_t second = chunk_size / 4;
+  if (chunk_size % 4 == 0 && second > 0 && elems >= second + kFingerprintElems) out[k++] = second;
   return k;
 }
 

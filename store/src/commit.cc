@@ -295,7 +295,18 @@ Result<bool> CanRebase(Overlay& ov, const Batch::Op& op) {
   if (!slot->present || slot->e.base) return false;
   const uint32_t decoded_len = slot->e.decoded_len;
   LMC_ASSIGN_OR_RETURN(Overlay::Slot * bslot, ov.Find(base));
-  if (!bslot->present || bslot->e.decoded_len != decoded_len) return false;
+  if (!bslot->present) return false;
+  // An LMC frame with a widened base (an fp32 master on its bf16 twin)
+  // needs the twin's values from its base offset on; any other delta (of
+  // whatever FrameCodec), a base of its own size.
+  auto info = ReadFrameInfo(reinterpret_cast<const uint8_t*>(op.frame.data()), op.frame.size());
+  if (info.ok() && info->xor_delta && info->widened_base) {
+    if (info->decoded_size != decoded_len ||
+        bslot->e.decoded_len < 2 * (uint64_t{info->base_offset} + decoded_len / 4))
+      return false;
+  } else if (bslot->e.decoded_len != decoded_len) {
+    return false;
+  }
   const int depth = bslot->e.depth + 1;
   const int limit = std::min<int>(op.max_depth, fmt::kMaxDeltaDepth);
   if (depth > limit) return false;

@@ -59,14 +59,22 @@ TEST(Twin, MatchNeedsMostValuesWithinOneStep) {
   EXPECT_FALSE(TwinsMatch(f32.data(), kN, bf16.data(), 0));
 }
 
-TEST(Twin, OffsetsAreTheStartAndTheMiddle) {
+TEST(Twin, OffsetsAreWhereTheTwinTensorsChunksStart) {
+  constexpr size_t kMiB = 1 << 20;
   size_t o[2];
-  ASSERT_EQ(TwinOffsets(1 << 19, o), 2u);
+  ASSERT_EQ(TwinOffsets(1 << 19, kMiB, o), 2u);  // a whole chunk: its start and middle
   EXPECT_EQ(o[0], 0u);
   EXPECT_EQ(o[1], size_t{1} << 18);
-  EXPECT_EQ(TwinOffsets(100, o), 1u);  // the middle leaves too few values
-  EXPECT_EQ(TwinOffsets(129, o), 1u);  // odd: no middle
-  EXPECT_EQ(TwinOffsets(63, o), 0u);
+  // A tensor's last, shorter chunk: the second fp32 chunk still starts a
+  // quarter of the chunk size in, not at its middle.
+  ASSERT_EQ(TwinOffsets(3 << 17, kMiB, o), 2u);
+  EXPECT_EQ(o[1], size_t{1} << 18);
+  EXPECT_EQ(TwinOffsets((1 << 18) + 63, kMiB, o), 1u);  // too few values after it
+  EXPECT_EQ(TwinOffsets((1 << 18) + 64, kMiB, o), 2u);
+  EXPECT_EQ(TwinOffsets(128, 256, o), 2u);  // small chunks: at 64
+  EXPECT_EQ(o[1], 64u);
+  EXPECT_EQ(TwinOffsets(100, kMiB, o), 1u);
+  EXPECT_EQ(TwinOffsets(63, kMiB, o), 0u);
 }
 
 }  // namespace

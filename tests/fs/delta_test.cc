@@ -18,6 +18,7 @@
 #include "lmc/fs/snapshots.h"
 #include "lmc/store/extent.h"
 #include "lmc/store/store.h"
+#include "lmc/twin.h"
 
 namespace lmc::fs {
 namespace {
@@ -71,6 +72,10 @@ TEST(LineageTest, KeysSeparateTensorsDtypesOffsetsAndRoles) {
   EXPECT_EQ(km.rfind(kLineagePrefix, 0), 0u);
 }
 
+// The fixture's chunk size and chunks per tensor.
+constexpr uint32_t kTestChunk = 64 << 10;
+constexpr int kTestChunks = 4;
+
 // f32 weights that drift a little per step, like an optimizer update.
 std::vector<uint8_t> Weights(size_t n_floats, int step, uint32_t tensor_seed) {
   std::mt19937 rng(tensor_seed);
@@ -88,8 +93,8 @@ std::vector<uint8_t> Weights(size_t n_floats, int step, uint32_t tensor_seed) {
 
 class DeltaPolicyTest : public ::testing::Test {
  protected:
-  static constexpr uint32_t kChunk = 64 << 10;
-  static constexpr int kChunks = 4;
+  static constexpr uint32_t kChunk = kTestChunk;
+  static constexpr int kChunks = kTestChunks;
 
   void SetUp() override {
     char tmpl[] = "/tmp/lmcfs_delta_XXXXXX";
@@ -106,7 +111,10 @@ class DeltaPolicyTest : public ::testing::Test {
     store_.reset();
     std::filesystem::remove_all(dir_);
   }
-  void MakePolicy(DeltaOptions o) { policy_ = std::make_unique<SnapshotDeltaPolicy>(store_.get(), o); }
+  void MakePolicy(DeltaOptions o) {
+    o.chunk_size = kChunk;  // as the chunker cut (WriteTensor)
+    policy_ = std::make_unique<SnapshotDeltaPolicy>(store_.get(), o);
+  }
   static DeltaOptions Forward() {
     DeltaOptions o;
     o.mode = DeltaMode::kForward;
@@ -116,46 +124,59 @@ class DeltaPolicyTest : public ::testing::Test {
   struct Written {
     std::vector<store::ChunkKey> keys;
     std::vector<std::vector<uint8_t>> data;
+    std::vector<uint64_t> offsets;  // file offsets of the chunks
   };
   // Writes "file" `name` (inode ino): one tensor of kChunks chunks, as the
   // pipeline would; `between` runs after ChooseBase and before the commit.
   Written WriteFile(uint64_t ino, const std::string& name, int step,
                     const std::function<void()>& between = {}, bool commit = true, uint64_t parent = 0) {
+    return WriteTensor(ino, name, DType::kF32, Weights(kChunks * kChunk / 4, step, 42), between, commit,
+                       parent);
+  }
+  // The same for any tensor: `bytes` of `dtype` at file offset 128, cut
+  // into chunks of kChunk bytes (the last one shorter).
+  Written WriteTensor(uint64_t ino, const std::string& name, DType dtype, const std::vector<uint8_t>& bytes,
+                      const std::function<void()>& between = {}, bool commit = true, uint64_t parent = 0) {
     Written w;
-    auto bytes = Weights(kChunks * kChunk / 4, step, 42);
     store::Batch batch;
     Workspace ws;
-    for (int i = 0; i < kChunks; ++i) {
+    for (size_t at = 0; at < bytes.size(); at += kChunk) {
+      const size_t len = std::min<size_t>(kChunk, bytes.size() - at);
       ChunkSpec spec;
-      spec.offset = 128 + static_cast<uint64_t>(i) * kChunk;
-      spec.length = kChunk;
-      spec.dtype = DType::kF32;
+      spec.offset = 128 + at;
+      spec.length = static_cast<uint32_t>(len);
+      spec.dtype = dtype;
       spec.tensor_chunk = true;
       spec.region_name = "w";
       spec.region_length = bytes.size();
-      spec.region_offset = static_cast<uint64_t>(i) * kChunk;
-      std::vector<uint8_t> d(bytes.begin() + i * kChunk, bytes.begin() + (i + 1) * kChunk);
+      spec.region_offset = at;
+      std::vector<uint8_t> d(bytes.begin() + at, bytes.begin() + at + len);
       ChunkOrigin origin{ino, name, &spec, parent};
       auto base = policy_->ChooseBase(origin, d.data(), d.size());
       if (between) between();
       std::vector<uint8_t> frame(MaxEncodedSize(d.size()));
       EncodeParams p;
       p.dtype = spec.dtype;
-      p.base = base ? base->bytes->data() : nullptr;
+      if (base) {
+        p.base = base->bytes->data();
+        p.widened_base_offset = base->widened_offset;
+        p.base_len = base->bytes->size();
+      }
       auto n = EncodeChunk(d.data(), d.size(), p, frame.data(), frame.size(), ws);
       EXPECT_TRUE(n.ok());
       frame.resize(*n);
       const store::ChunkKey key = store::ChunkKey::Of(d.data(), d.size());
       std::optional<store::ChunkKey> bk;
       if (base) bk = base->key;
-      batch.AddChunk(key, frame, kChunk, bk);
+      batch.AddChunk(key, frame, static_cast<uint32_t>(len), bk);
       store::Extent e;
-      e.length = kChunk;
+      e.length = len;
       e.chunk = key;
       batch.Put(store::Cf::kExtents, store::ExtentKey(ino, spec.offset), store::EncodeExtent(e));
       policy_->Record(origin, key, bk, store::CopyChunkBytes(d.data(), d.size()), &batch);
       w.keys.push_back(key);
       w.data.push_back(std::move(d));
+      w.offsets.push_back(spec.offset);
     }
     if (!commit) return w;
     Status st = store_->Commit(batch);
@@ -164,20 +185,32 @@ class DeltaPolicyTest : public ::testing::Test {
   }
   void DeleteFile(uint64_t ino, const Written& w) {
     store::Batch b;
-    for (int i = 0; i < kChunks; ++i) {
+    for (size_t i = 0; i < w.keys.size(); ++i) {
       b.Unref(w.keys[i]);
-      b.Delete(store::Cf::kExtents, store::ExtentKey(ino, 128 + static_cast<uint64_t>(i) * kChunk));
+      b.Delete(store::Cf::kExtents, store::ExtentKey(ino, w.offsets[i]));
     }
     ASSERT_TRUE(store_->Commit(b).ok());
   }
   void ExpectReads(const Written& w) {
     Workspace ws;
     for (size_t i = 0; i < w.keys.size(); ++i) {
-      std::vector<uint8_t> out(kChunk);
+      std::vector<uint8_t> out(w.data[i].size());
       auto n = store_->ReadChunk(w.keys[i], out.data(), out.size(), ws);
       ASSERT_TRUE(n.ok()) << n.status().ToString();
       EXPECT_EQ(out, w.data[i]);
     }
+  }
+  // Records of the meta column family under `prefix`.
+  int MetaRecords(std::string_view prefix) {
+    int n = 0;
+    EXPECT_TRUE(store_
+                    ->Scan(store::Cf::kMeta, prefix,
+                           [&](std::string_view, std::string_view) {
+                             n++;
+                             return true;
+                           })
+                    .ok());
+    return n;
   }
   void ExpectFsckClean() {
     auto f = store_->Fsck({});
@@ -339,17 +372,7 @@ TEST_F(DeltaPolicyTest, ReverseKeepsTheNewestStandaloneAndRebasesThePriorVersion
 }
 
 TEST_F(DeltaPolicyTest, ReverseRebasesQueuedAtACrashAreDoneByTheNextMount) {
-  auto queued = [&] {
-    int n = 0;
-    EXPECT_TRUE(store_
-                    ->Scan(store::Cf::kMeta, "rebase/",
-                           [&](std::string_view, std::string_view) {
-                             n++;
-                             return true;
-                           })
-                    .ok());
-    return n;
-  };
+  auto queued = [&] { return MetaRecords("rebase/"); };
   DeltaOptions o;
   o.background = false;  // the mount goes away before its rebase thread gets to the work
   MakePolicy(o);
@@ -405,6 +428,99 @@ TEST_F(DeltaPolicyTest, ReversePriorVersionDeletedBeforeTheRebaseIsSkipped) {
   for (const auto& k : second.keys) EXPECT_FALSE(store_->GetChunkInfo(k)->base.has_value());
   EXPECT_EQ(policy_->counters().rebased.load(), 0u);
   ExpectReads(second);
+  ExpectFsckClean();
+}
+
+// bf16 values of fp32 values (round to nearest even, as torch does).
+std::vector<uint8_t> RoundedToBf16(const std::vector<uint8_t>& f32) {
+  std::vector<uint8_t> out(f32.size() / 2);
+  for (size_t i = 0; i < f32.size() / 4; ++i) {
+    uint32_t u;
+    std::memcpy(&u, &f32[4 * i], 4);
+    const uint16_t h = RoundToBf16(u);
+    std::memcpy(&out[2 * i], &h, 2);
+  }
+  return out;
+}
+
+// An fp32 master tensor with a few special values past its fingerprint
+// (NaN with a payload, -0, infinity, a subnormal): 3.5 chunks, so that
+// its last chunk is shorter and starts inside its twin's shorter last
+// chunk (4 chunks, and 2 of its bf16 twin).
+std::vector<uint8_t> Master(uint32_t seed) {
+  auto m = Weights((kTestChunks - 1) * kTestChunk / 4 + kTestChunk / 8, 0, seed);
+  const uint32_t special[] = {0x7fc01234u, 0x80000000u, 0x7f800000u, 0x00000005u};
+  for (size_t i = 0; i < 4; ++i) std::memcpy(&m[4 * (100 + 997 * i)], &special[i], 4);
+  return m;
+}
+
+TEST_F(DeltaPolicyTest, MasterWrittenBeforeItsTwinIsReencodedAgainstIt) {
+  MakePolicy({});  // reverse deltas (the rebaser), pair=on: the defaults
+  // optimizer.pt first (the fp32 master: 4 chunks), then model.safetensors
+  // (its bf16 twin: 2 chunks of twice as many values).
+  const auto master_bytes = Master(7);
+  auto master = WriteTensor(1, "optimizer.pt", DType::kF32, master_bytes);
+  std::vector<uint32_t> alone;
+  for (const auto& k : master.keys) alone.push_back(store_->GetChunkInfo(k)->frame_len);
+  auto twin = WriteTensor(2, "model.safetensors", DType::kBF16, RoundedToBf16(master_bytes));
+  ASSERT_EQ(twin.keys.size(), 2u);
+  policy_->Flush();
+  EXPECT_EQ(policy_->counters().pair_later_queued.load(), static_cast<uint64_t>(kChunks));
+  EXPECT_EQ(policy_->counters().paired_later.load(), static_cast<uint64_t>(kChunks));
+  for (int i = 0; i < kChunks; ++i) {
+    auto info = store_->GetChunkInfo(master.keys[i]);
+    ASSERT_TRUE(info.ok());
+    EXPECT_EQ(info->base, twin.keys[i / 2]) << i;
+    EXPECT_TRUE(*store_->DerivedFromTwin(master.keys[i])) << i;
+    // The master's upper half is given by the twin: its frame shrinks by
+    // at least a fifth.
+    EXPECT_LT(info->frame_len, alone[i] * 4 / 5) << i;
+  }
+  for (const auto& k : twin.keys) EXPECT_FALSE(store_->GetChunkInfo(k)->base.has_value());
+  EXPECT_EQ(MetaRecords("rebase-pair/"), 0);  // done: the queued items' records are gone
+  ExpectReads(master);
+  ExpectReads(twin);
+  ExpectFsckClean();
+  // The twin's file goes: the master still reads (its base stays).
+  DeleteFile(2, twin);
+  ExpectReads(master);
+  ExpectFsckClean();
+}
+
+TEST_F(DeltaPolicyTest, PairRebasesQueuedAtACrashAreDoneByTheNextMount) {
+  DeltaOptions o;
+  o.background = false;
+  MakePolicy(o);
+  const auto master_bytes = Master(11);
+  auto master = WriteTensor(1, "optimizer.pt", DType::kF32, master_bytes);
+  auto twin = WriteTensor(2, "model.safetensors", DType::kBF16, RoundedToBf16(master_bytes));
+  for (const auto& k : master.keys) EXPECT_FALSE(store_->GetChunkInfo(k)->base.has_value());
+  MakePolicy({});
+  policy_->Flush();
+  EXPECT_EQ(policy_->counters().paired_later.load(), static_cast<uint64_t>(kChunks));
+  for (int i = 0; i < kChunks; ++i) EXPECT_EQ(store_->GetChunkInfo(master.keys[i])->base, twin.keys[i / 2]);
+  ExpectReads(master);
+  ExpectFsckClean();
+}
+
+TEST_F(DeltaPolicyTest, AMasterWhoseValuesDoNotMatchItsFingerprintsTwinStaysStandalone) {
+  MakePolicy({});
+  const auto master_bytes = Master(13);
+  auto master = WriteTensor(1, "optimizer.pt", DType::kF32, master_bytes);
+  // The bf16 tensor starts with the master's values (the fingerprints
+  // match) and goes on with other values.
+  auto other = RoundedToBf16(Master(14));
+  const auto lead = RoundedToBf16(master_bytes);
+  for (size_t c = 0; c < other.size(); c += kChunk / 2)
+    std::memcpy(&other[c], &lead[c], 2 * kFingerprintElems);
+  auto twin = WriteTensor(2, "model.safetensors", DType::kBF16, other);
+  policy_->Flush();
+  EXPECT_EQ(policy_->counters().pair_later_queued.load(), static_cast<uint64_t>(kChunks));
+  EXPECT_EQ(policy_->counters().paired_later.load(), 0u);
+  EXPECT_EQ(policy_->counters().pair_refused.load(), static_cast<uint64_t>(kChunks));
+  for (const auto& k : master.keys) EXPECT_FALSE(store_->GetChunkInfo(k)->base.has_value());
+  ExpectReads(master);
+  ExpectReads(twin);
   ExpectFsckClean();
 }
 

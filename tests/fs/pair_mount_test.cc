@@ -3,7 +3,8 @@
 // with their bf16 twins"). A small MLP trained with AdamW is saved the way
 // mixed-precision trainers save: one torch.save of {bf16 model, fp32
 // master, AdamW state}, and the same tensors split over model.safetensors
-// (bf16) and optimizer.pt (fp32 master + AdamW). With pair=on both store
+// (bf16) and optimizer.pt (fp32 master + AdamW), in either order. With
+// pair=on each stores
 // less than with pair=off; every file is byte-identical to the same save
 // in a plain directory, after a remount, after deleting the bf16 twin, and
 // after gc re-encodes what depended on it; fsck finds the store clean.
@@ -34,6 +35,11 @@ for _ in range(3):
     opt.step()
 bf16 = {k: v.detach().to(torch.bfloat16).contiguous() for k, v in m.state_dict().items()}
 master = [p.detach().clone() for p in m.parameters()]
+if sys.argv[2:] == ['optimizer_first']:
+    os.makedirs(f'{out}/rev', exist_ok=True)
+    torch.save({'fp32_from_fp16_params': master, 'state': opt.state_dict()}, f'{out}/rev/optimizer.pt')
+    save_file(bf16, f'{out}/rev/model.safetensors')
+    sys.exit(0)
 torch.save({'model': bf16, 'optimizer': {'fp32_from_fp16_params': master, 'state': opt.state_dict()}},
            f'{out}/model_optim_rng.pt')
 os.makedirs(f'{out}/split', exist_ok=True)
@@ -61,6 +67,11 @@ class MountPair : public lmc::testing::MountTest {
   uint64_t PairedCounter() { return StatNumber("paired"); }
   // The root's saved_derived (the first entry is the root).
   uint64_t SavedDerived() { return StatNumber("saved_derived"); }
+  // Waits (up to a minute) until the daemon's background rebases are done.
+  void WaitForRebases() {
+    for (int i = 0; i < 600 && StatNumber("rebase_pending") > 0; ++i) usleep(100 * 1000);
+    EXPECT_EQ(StatNumber("rebase_pending"), 0u);
+  }
 
   void SetUp() override {
     if (!PythonHas("torch, safetensors"))
@@ -129,6 +140,40 @@ TEST_F(MountPair, MastersCostLessWithTheirTwinsAndSurviveTheirDeletion) {
   Mount();
   EXPECT_TRUE(FileEquals(P("split/optimizer.pt"), ReadFile(plain_ + "/split/optimizer.pt")));
   EXPECT_EQ(Xattr(P("split/optimizer.pt"), "delta_bytes"), 0u);
+}
+
+// optimizer.pt first, model.safetensors after it: the masters are stored
+// alone, then re-encoded against their twins once those are written.
+TEST_F(MountPair, MastersWrittenBeforeTheirTwinsAreReencodedAgainstThem) {
+  ASSERT_EQ(Python(script_, plain_ + " optimizer_first"), 0);
+  auto save = [&](const std::string& options) {
+    if (IsMounted(mnt_)) Unmount();
+    fsys::remove_all(store_);
+    options_.mount_options = options;
+    Mount();
+    EXPECT_EQ(Python(script_, mnt_ + " optimizer_first"), 0);
+    WaitForRebases();
+    ExpectSame("rev");
+    return Xattr(P("rev/optimizer.pt"), "stored_bytes") + Xattr(P("rev/model.safetensors"), "stored_bytes");
+  };
+  const uint64_t off = save("pair=off");
+  EXPECT_EQ(StatNumber("paired_later"), 0u);
+  const uint64_t on = save("pair=on,gc=off");
+  EXPECT_EQ(PairedCounter(), 0u);             // nothing was paired as it was written
+  EXPECT_GE(StatNumber("paired_later"), 4u);  // the two weight matrices' masters, at least
+  const uint64_t derived = Xattr(P("rev/optimizer.pt"), "derived_bytes");
+  EXPECT_GT(derived, 0u);
+  EXPECT_LE(derived, Xattr(P("rev/optimizer.pt"), "delta_bytes"));
+  EXPECT_LT(on, off * 95 / 100) << on << " vs " << off;
+
+  Remount();
+  ExpectSame("rev");
+  ASSERT_EQ(Sh("rm " + P("rev/model.safetensors")), 0);
+  EXPECT_TRUE(FileEquals(P("rev/optimizer.pt"), ReadFile(plain_ + "/rev/optimizer.pt")));
+  Unmount();
+  auto s = OpenStore();
+  ASSERT_TRUE(s);
+  ExpectFsckClean(*s);
 }
 
 }  // namespace

@@ -133,5 +133,65 @@ TEST(StorePaired, Fp32HalvesOnTheirBf16TwinThroughDeleteRewriteAndCompaction) {
   expect_all(false);
 }
 
+// A master written standalone first, rebased on its twin afterwards (the
+// master written before the model): RebaseChunk takes a widened frame on a
+// base of another size when the base holds the values the frame names,
+// and skips it when it does not.
+TEST(StorePaired, StandaloneHalvesAreRebasedOnTheirTwinWhenItHoldsTheirValues) {
+  TempDir t;
+  const Twins tw = MakeTwins(21);
+  auto s = OpenOrDie(t.store(), LmcOptions());
+  ASSERT_TRUE(s);
+  // The twin as a tensor's last chunk with 100 more values (of another
+  // size than the halves), and its first half alone (the second half's
+  // values are not in it).
+  std::vector<uint8_t> twin = tw.bf16;
+  for (int i = 0; i < 100; ++i) twin.insert(twin.end(), {static_cast<uint8_t>(i), 0x3c});
+  const std::vector<uint8_t> short_twin(tw.bf16.begin(), tw.bf16.begin() + 2 * kF32Elems);
+  const ChunkKey kb = KeyOf(twin), ks = KeyOf(short_twin);
+  std::vector<ChunkKey> kf;
+  {
+    Batch b;
+    for (uint32_t h = 0; h < 2; ++h) {
+      kf.push_back(KeyOf(tw.f32[h]));
+      b.AddChunk(kf.back(), Frame(tw.f32[h], DType::kF32), static_cast<uint32_t>(tw.f32[h].size()));
+      b.Put(Cf::kExtents, ExtentKey(2, h * tw.f32[h].size()), ExtentOf(kf.back(), tw.f32[h].size()));
+    }
+    b.AddChunk(kb, Frame(twin, DType::kBF16), static_cast<uint32_t>(twin.size()));
+    b.Put(Cf::kExtents, ExtentKey(1, 0), ExtentOf(kb, twin.size()));
+    b.AddChunk(ks, Frame(short_twin, DType::kBF16), static_cast<uint32_t>(short_twin.size()));
+    b.Put(Cf::kExtents, ExtentKey(3, 0), ExtentOf(ks, short_twin.size()));
+    ASSERT_TRUE(s->Commit(b).ok());
+  }
+  {
+    // The second half against the short twin: its values are not there.
+    Batch r;
+    r.RebaseChunk(kf[1], Frame(tw.f32[1], DType::kF32, &tw.bf16, kF32Elems), ks, 8);
+    ASSERT_TRUE(s->Commit(r).ok());
+    EXPECT_EQ(s->Stats().rebase_skipped, 1u);
+    EXPECT_FALSE(s->GetChunkInfo(kf[1])->base.has_value());
+  }
+  {
+    Batch r;
+    for (uint32_t h = 0; h < 2; ++h)
+      r.RebaseChunk(kf[h], Frame(tw.f32[h], DType::kF32, &twin, h * kF32Elems), kb, 8);
+    ASSERT_TRUE(s->Commit(r).ok());
+  }
+  EXPECT_EQ(s->Stats().rebased, 2u);
+  for (uint32_t h = 0; h < 2; ++h) {
+    auto info = s->GetChunkInfo(kf[h]);
+    ASSERT_TRUE(info.ok());
+    EXPECT_EQ(info->base, kb);
+    EXPECT_TRUE(*s->DerivedFromTwin(kf[h]));
+    auto got = ReadAll(*s, kf[h]);
+    ASSERT_TRUE(got.ok()) << got.status().ToString();
+    EXPECT_EQ(*got, tw.f32[h]) << h;
+  }
+  EXPECT_EQ(s->GetChunkInfo(kb)->refcount, 3u);  // its file and the two halves
+  auto f = s->Fsck({});
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  EXPECT_EQ(f->errors(), 0u);
+}
+
 }  // namespace
 }  // namespace lmc::store::testing

@@ -66,7 +66,7 @@ int RunBound(const BoundOptions& o) {
     for (const ChunkSpec& c : chunks) {
       if (!c.tensor_chunk || c.dtype != DType::kBF16) continue;
       size_t offs[2];
-      const size_t k = TwinOffsets(c.length / 2, offs);
+      const size_t k = TwinOffsets(c.length / 2, co.chunk_size, offs);
       for (size_t i = 0; i < k; ++i)
         if (auto fp = Bf16Fingerprint(data->data() + c.offset + 2 * offs[i])) twins[*fp] = {&c, offs[i]};
     }

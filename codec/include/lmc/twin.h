@@ -32,9 +32,12 @@ std::optional<uint64_t> Fp32Fingerprint(const uint8_t* p);
 // truncation all qualify).
 bool TwinsMatch(const uint8_t* f32, size_t n, const uint8_t* bf16, size_t offset);
 
-// The element offsets of a bf16 chunk of `elems` values at which an fp32
-// chunk of the same byte size may start (tensor-aligned chunking: 0 and the
-// middle), as many as fit a fingerprint; returns how many (0 to 2).
-size_t TwinOffsets(size_t elems, size_t out[2]);
+// The element offsets of a bf16 tensor chunk of `elems` values at which an
+// fp32 chunk of the twin tensor starts, as many as leave room for a
+// fingerprint; returns how many (0 to 2). Tensor-aligned chunking cuts both
+// tensors every chunk_size bytes from their first value: fp32 chunks start
+// every chunk_size / 4 values, so in a bf16 chunk at 0 and chunk_size / 4
+// (its middle when it is whole; a shorter last chunk too).
+size_t TwinOffsets(size_t elems, size_t chunk_size, size_t out[2]);
 
 }  // namespace lmc

@@ -31,6 +31,7 @@ SnapshotDeltaPolicy::SnapshotDeltaPolicy(store::Store* store, DeltaOptions opts)
       opts_(opts),
       lineage_(store, opts.lineage_cached),
       pairs_(store, opts.pairs_cached),
+      masters_(store, opts.pairs_cached, PairIndex::Kind::kMasters),
       cache_(opts.base_cache_bytes) {
   if (opts_.mode == DeltaMode::kReverse && opts_.background) {
     LoadQueuedRebases();
@@ -40,10 +41,11 @@ SnapshotDeltaPolicy::SnapshotDeltaPolicy(store::Store* store, DeltaOptions opts)
 
 namespace {
 constexpr std::string_view kRebasePrefix = "rebase/";
+constexpr std::string_view kPairRebasePrefix = "rebase-pair/";
 }  // namespace
 
 std::string SnapshotDeltaPolicy::RebaseRecordKey(const RebaseItem& it) {
-  std::string k(kRebasePrefix);
+  std::string k(it.paired ? kPairRebasePrefix : kRebasePrefix);
   k.append(it.prev.view());
   k.append(it.next.view());
   return k;
@@ -51,8 +53,12 @@ std::string SnapshotDeltaPolicy::RebaseRecordKey(const RebaseItem& it) {
 
 std::string SnapshotDeltaPolicy::EncodeRebaseItem(const RebaseItem& it) {
   std::string v;
-  v.push_back(static_cast<char>(it.dtype));
-  AppendBEBytes(&v, it.n, 4);
+  if (it.paired) {
+    AppendBEBytes(&v, it.base_offset, 4);
+  } else {
+    v.push_back(static_cast<char>(it.dtype));
+    AppendBEBytes(&v, it.n, 4);
+  }
   AppendBEBytes(&v, it.prev_ino, 8);
   AppendBEBytes(&v, it.prev_offset, 8);
   return v;
@@ -62,24 +68,34 @@ void SnapshotDeltaPolicy::LoadQueuedRebases() {
   constexpr size_t kKey = store::ChunkKey::kSize;
   const int64_t now = NowNs();
   size_t bad = 0;
-  Status st = store_->Scan(store::Cf::kMeta, kRebasePrefix, [&](std::string_view k, std::string_view v) {
-    if (k.size() != kRebasePrefix.size() + 2 * kKey || v.size() != 21 ||
-        static_cast<uint8_t>(v[0]) >= kNumDTypes) {
-      bad++;
+  auto scan = [&](std::string_view prefix, bool paired) {
+    const size_t head = paired ? 4 : 5;  // what precedes the inode and offset
+    return store_->Scan(store::Cf::kMeta, prefix, [&](std::string_view k, std::string_view v) {
+      if (k.size() != prefix.size() + 2 * kKey || v.size() != head + 16 ||
+          (!paired && static_cast<uint8_t>(v[0]) >= kNumDTypes)) {
+        bad++;
+        return true;
+      }
+      RebaseItem it;
+      it.prev = store::ChunkKey::FromBytes(reinterpret_cast<const uint8_t*>(k.data() + prefix.size()));
+      it.next = store::ChunkKey::FromBytes(reinterpret_cast<const uint8_t*>(k.data() + prefix.size() + kKey));
+      it.paired = paired;
+      if (paired) {
+        it.dtype = DType::kF32;
+        it.base_offset = static_cast<uint32_t>(LoadBEBytes(v.data(), 4));
+      } else {
+        it.dtype = static_cast<DType>(static_cast<uint8_t>(v[0]));
+        it.n = static_cast<uint32_t>(LoadBEBytes(v.data() + 1, 4));
+      }
+      it.prev_ino = LoadBEBytes(v.data() + head, 8);
+      it.prev_offset = LoadBEBytes(v.data() + head + 8, 8);
+      it.queued_ns = now;
+      rq_.push_back(it);
       return true;
-    }
-    RebaseItem it;
-    it.prev = store::ChunkKey::FromBytes(reinterpret_cast<const uint8_t*>(k.data() + kRebasePrefix.size()));
-    it.next =
-        store::ChunkKey::FromBytes(reinterpret_cast<const uint8_t*>(k.data() + kRebasePrefix.size() + kKey));
-    it.dtype = static_cast<DType>(static_cast<uint8_t>(v[0]));
-    it.n = static_cast<uint32_t>(LoadBEBytes(v.data() + 1, 4));
-    it.prev_ino = LoadBEBytes(v.data() + 5, 8);
-    it.prev_offset = LoadBEBytes(v.data() + 13, 8);
-    it.queued_ns = now;
-    rq_.push_back(it);
-    return true;
-  });
+    });
+  };
+  Status st = scan(kRebasePrefix, false);
+  if (st.ok()) st = scan(kPairRebasePrefix, true);
   if (!st.ok())
     spdlog::warn("delta: reading the queued rebases failed ({}); those prior versions stay standalone",
                  st.ToString());
@@ -259,12 +275,57 @@ void SnapshotDeltaPolicy::RecordPairs(const ChunkOrigin& origin, const store::Ch
   // An fp32 chunk of the same byte size covers half as many values: those
   // of the twin tensor start at this chunk's first value and at its middle.
   size_t offs[2];
-  const size_t k = TwinOffsets(bytes->size() / 2, offs);
+  const size_t k = TwinOffsets(bytes->size() / 2, opts_.chunk_size, offs);
   for (size_t i = 0; i < k; ++i) {
     const size_t off = offs[i];
-    if (auto fp = Bf16Fingerprint(bytes->data() + 2 * off))
-      pairs_.Record(*fp, origin.owner, PairEntry{key, static_cast<uint32_t>(off), origin.ino}, batch);
+    auto fp = Bf16Fingerprint(bytes->data() + 2 * off);
+    if (!fp) continue;
+    pairs_.Record(*fp, origin.owner, PairEntry{key, static_cast<uint32_t>(off), origin.ino}, batch);
+    // A master written before this chunk: the rebaser re-encodes it against
+    // this chunk (reverse mode runs the rebaser). The candidate is checked
+    // there, on the committed bytes of both.
+    if (opts_.mode != DeltaMode::kReverse) continue;
+    auto master = masters_.Lookup(*fp, origin.owner);
+    if (!master || master->key == key) continue;
+    RebaseItem item;
+    item.prev = master->key;
+    item.next = key;
+    item.dtype = DType::kF32;
+    item.queued_ns = NowNs();
+    item.prev_ino = master->ino;
+    item.prev_offset = master->file_offset;
+    item.paired = true;
+    item.base_offset = static_cast<uint32_t>(off);
+    counters_.pair_later_queued++;
+    spdlog::debug(
+        "delta: ino {} offset {} '{}': bf16 chunk {} at element {} may be the twin of fp32 chunk {}",
+        origin.ino, spec.offset, spec.region_name, key.ToHex(), off, master->key.ToHex());
+    QueueRebase(item, batch);
   }
+}
+
+void SnapshotDeltaPolicy::RecordMaster(const ChunkOrigin& origin, const store::ChunkKey& key,
+                                       const std::optional<store::ChunkKey>& base,
+                                       const store::ChunkBytes& bytes, store::Batch* batch) {
+  const ChunkSpec& spec = *origin.spec;
+  if (!opts_.pair || opts_.mode != DeltaMode::kReverse || base || !bytes || !spec.tensor_chunk ||
+      spec.dtype != DType::kF32 || bytes->size() % 4 != 0 || bytes->size() / 4 < kFingerprintElems)
+    return;
+  if (auto fp = Fp32Fingerprint(bytes->data()))
+    masters_.Record(*fp, origin.owner, PairEntry{key, 0, origin.ino, spec.offset}, batch);
+}
+
+void SnapshotDeltaPolicy::QueueRebase(const RebaseItem& item, store::Batch* batch) {
+  // Persisted with the new chunk: a crash or unmount before the rebase
+  // leaves it for the next mount.
+  batch->Put(store::Cf::kMeta, RebaseRecordKey(item), EncodeRebaseItem(item));
+  if (!opts_.background) return;
+  {
+    std::lock_guard l(rq_mu_);
+    rq_.push_back(item);
+  }
+  counters_.rebase_queued++;
+  rq_cv_.notify_one();
 }
 
 std::optional<uint64_t> SnapshotDeltaPolicy::BaseDirIno() {
@@ -332,25 +393,16 @@ void SnapshotDeltaPolicy::Record(const ChunkOrigin& origin, const store::ChunkKe
   if (bytes && bytes->size() == origin.spec->length && bytes->size() >= opts_.min_chunk)
     cache_.Put(key, bytes);
   RecordPairs(origin, key, bytes, batch);
+  RecordMaster(origin, key, base, bytes, batch);
   const std::string lk = LineageKey(origin.file_name, *origin.spec, origin.owner);
   if (lk.empty() || origin.spec->length < opts_.min_chunk) return;
   // A chunk written as a delta (against delta_base) has its base already:
   // its prior version in the series is left as it is.
   if (opts_.mode == DeltaMode::kReverse && !base) {
     if (auto prev = lineage_.Lookup(lk); prev && prev->key != key) {
-      RebaseItem item{prev->key, key,       origin.spec->dtype, origin.spec->length,
-                      NowNs(),   prev->ino, prev->offset};
-      // Persisted with the new chunk: a crash or unmount before the rebase
-      // leaves it for the next mount.
-      batch->Put(store::Cf::kMeta, RebaseRecordKey(item), EncodeRebaseItem(item));
-      if (opts_.background) {
-        {
-          std::lock_guard l(rq_mu_);
-          rq_.push_back(item);
-        }
-        counters_.rebase_queued++;
-        rq_cv_.notify_one();
-      }
+      QueueRebase(RebaseItem{prev->key, key, origin.spec->dtype, origin.spec->length, NowNs(), prev->ino,
+                             prev->offset},
+                  batch);
     }
   }
   const LineageEntry entry{key, origin.ino, origin.spec->offset};
@@ -375,6 +427,8 @@ std::vector<std::pair<std::string, uint64_t>> SnapshotDeltaPolicy::Counters() co
           {"explicit_base", c.explicit_base.load()},
           {"paired", c.paired.load()},
           {"pair_refused", c.pair_refused.load()},
+          {"pair_later_queued", c.pair_later_queued.load()},
+          {"paired_later", c.paired_later.load()},
           {"rebase_queued", c.rebase_queued.load()},
           {"rebase_pending", Pending()},
           {"rebased", c.rebased.load()},
@@ -395,11 +449,16 @@ void SnapshotDeltaPolicy::Flush() {
 }
 
 SnapshotDeltaPolicy::Outcome SnapshotDeltaPolicy::PrepareRebase(const RebaseItem& it, store::Batch* batch) {
-  const size_t n = it.n;
   auto next = store_->GetChunkInfo(it.next);
   if (next.status().IsNotFound()) return Outcome::kWaiting;  // not committed yet (or gone)
   auto prev = store_->GetChunkInfo(it.prev);
-  if (!next.ok() || !prev.ok() || prev->base || prev->decoded_len != n || next->decoded_len != n) {
+  // A paired item's master is as long as it was written (4-byte values); its
+  // twin holds the bf16 values from base_offset on.
+  const size_t n = it.paired && prev.ok() ? prev->decoded_len : it.n;
+  const bool fits =
+      it.paired ? n % 4 == 0 && next.ok() && next->decoded_len >= 2 * (uint64_t{it.base_offset} + n / 4)
+                : next.ok() && next->decoded_len == n;
+  if (!next.ok() || !prev.ok() || prev->base || prev->decoded_len != n || !fits) {
     counters_.rebase_skipped++;  // gone, already a delta, or another length
     return Outcome::kSkipped;
   }
@@ -417,7 +476,7 @@ SnapshotDeltaPolicy::Outcome SnapshotDeltaPolicy::PrepareRebase(const RebaseItem
   // Decoded bytes: the new chunk is usually in the cache (Record put it
   // there); the prior version too when it was written by this process.
   thread_local Workspace ws;
-  Bytes nb = BaseBytes(it.next, n);
+  Bytes nb = BaseBytes(it.next, next->decoded_len);
   Bytes pb = cache_.Get(it.prev);
   if (!pb) {
     uint8_t* w;
@@ -429,15 +488,32 @@ SnapshotDeltaPolicy::Outcome SnapshotDeltaPolicy::PrepareRebase(const RebaseItem
     counters_.rebase_skipped++;
     return Outcome::kSkipped;
   }
-  const DType dtype = it.dtype != DType::kBytes ? it.dtype : DetectDType(pb->data(), n);
-  const DeltaEstimate est = EstimateDelta(dtype, pb->data(), nb->data(), n, opts_.estimate);
+  EncodeParams params;
+  params.base = nb->data();
+  DeltaEstimate est;
+  if (it.paired) {
+    // A fingerprint found the pair: the values must check out too.
+    if (!TwinsMatch(pb->data(), n / 4, nb->data(), it.base_offset)) {
+      counters_.pair_refused++;
+      spdlog::debug("delta: fp32 chunk {} is not the master of bf16 chunk {} (values do not match)",
+                    it.prev.ToHex(), it.next.ToHex());
+      return Outcome::kSkipped;
+    }
+    thread_local std::vector<uint8_t> widened;
+    if (widened.size() < n) widened.resize(n);
+    WidenBf16(nb->data(), it.base_offset, n / 4, widened.data());
+    params.dtype = DType::kF32;
+    params.widened_base_offset = it.base_offset;
+    params.base_len = nb->size();
+    est = EstimateDelta(DType::kF32, pb->data(), widened.data(), n, opts_.estimate);
+  } else {
+    params.dtype = it.dtype != DType::kBytes ? it.dtype : DetectDType(pb->data(), n);
+    est = EstimateDelta(params.dtype, pb->data(), nb->data(), n, opts_.estimate);
+  }
   if (!est.prefer_delta) {
     counters_.rebase_not_smaller++;
     return Outcome::kSkipped;
   }
-  EncodeParams params;
-  params.dtype = dtype;
-  params.base = nb->data();
   // Buffers reused from chunk to chunk (one rebase thread); the batch
   // copies the frame.
   thread_local std::vector<uint8_t> frame, check;
@@ -453,7 +529,7 @@ SnapshotDeltaPolicy::Outcome SnapshotDeltaPolicy::PrepareRebase(const RebaseItem
   // The stored bytes of an older checkpoint are about to be replaced:
   // decode the new frame and compare before it goes anywhere.
   check.resize(n);
-  auto back = DecodeChunk(frame.data(), frame.size(), nb->data(), n, check.data(), n, ws);
+  auto back = DecodeChunk(frame.data(), frame.size(), nb->data(), nb->size(), check.data(), n, ws);
   if (!back.ok() || *back != n || std::memcmp(check.data(), pb->data(), n) != 0) {
     counters_.rebase_errors++;
     spdlog::error(
@@ -498,12 +574,12 @@ void SnapshotDeltaPolicy::RebaseLoop() {
         if (done < added) counters_.rebase_skipped += added - done;  // refused under the commit lock
         // The files' extents still carry the old frame length (st_blocks):
         // the filesystem refreshes them.
-        if (listener_) {
-          for (const RebaseItem* it : in_batch) {
-            auto info = store_->GetChunkInfo(it->prev);
-            if (info.ok() && info->base && *info->base == it->next && it->prev_ino != 0)
-              listener_(it->prev_ino, it->prev_offset, it->prev, info->frame_len);
-          }
+        for (const RebaseItem* it : in_batch) {
+          auto info = store_->GetChunkInfo(it->prev);
+          const bool done = info.ok() && info->base && *info->base == it->next;
+          if (done && it->paired) counters_.paired_later++;
+          if (done && listener_ && it->prev_ino != 0)
+            listener_(it->prev_ino, it->prev_offset, it->prev, info->frame_len);
         }
       }
       batch.Clear();

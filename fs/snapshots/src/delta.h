@@ -20,8 +20,10 @@
 // when the estimate says it is smaller and the store's chain limit allows
 // (Batch::RebaseChunk, checked again under the commit lock). The new frame
 // is decoded and compared with the prior version's bytes before it is
-// committed. Each queued item is also a rebase/ record, written in the
-// batch that commits the new chunk and deleted in the batch that rebases
+// committed. The same thread re-encodes an fp32 master against its bf16
+// twin when the twin is written after it (pairing.h). Each queued item is
+// also a rebase/ (or rebase-pair/) record, written in the batch that
+// commits the new chunk and deleted in the batch that rebases
 // the prior version (or gives up on it), so work still queued at a crash
 // survives: the next mount reloads the records (LoadQueuedRebases) and
 // works them off; until then the prior version stays standalone (space,
@@ -59,6 +61,10 @@ struct DeltaCounters {
   // out (values, size, chain limit or estimate).
   std::atomic<uint64_t> paired{0};
   std::atomic<uint64_t> pair_refused{0};
+  // fp32 masters written before their bf16 twin, re-encoded against it by
+  // the rebaser (queued, and done; the rest went to rebase_* below).
+  std::atomic<uint64_t> pair_later_queued{0};
+  std::atomic<uint64_t> paired_later{0};
   // Reverse deltas (background).
   std::atomic<uint64_t> rebase_queued{0};
   std::atomic<uint64_t> rebased{0};             // prior versions re-encoded against the new chunk
@@ -101,9 +107,15 @@ class SnapshotDeltaPolicy final : public DeltaPolicy {
   // fingerprint of its leading values, as a widened base; nullopt when
   // there is none or it does not pay.
   std::optional<BaseChoice> TryPair(const ChunkOrigin& origin, const uint8_t* data, size_t n, double* bits);
-  // Records the fingerprints of a bf16 tensor chunk.
+  // Records the fingerprints of a bf16 tensor chunk, and queues the
+  // rebase of each standalone fp32 master they find (written before it).
   void RecordPairs(const ChunkOrigin& origin, const store::ChunkKey& key, const store::ChunkBytes& bytes,
                    store::Batch* batch);
+  // Records the fingerprint of a standalone fp32 tensor chunk, for a bf16
+  // twin written after it (master records, pairing.h).
+  void RecordMaster(const ChunkOrigin& origin, const store::ChunkKey& key,
+                    const std::optional<store::ChunkKey>& base, const store::ChunkBytes& bytes,
+                    store::Batch* batch);
   // The explicit base directory's inode (delta_base), resolved at most once
   // a second; nullopt when unset or absent.
   std::optional<uint64_t> BaseDirIno();
@@ -112,9 +124,13 @@ class SnapshotDeltaPolicy final : public DeltaPolicy {
   struct RebaseItem {
     store::ChunkKey prev, next;  // re-encode prev as a delta against next
     DType dtype = DType::kBytes;
-    uint32_t n = 0;
+    uint32_t n = 0;  // prev's length (paired: 0, read from the index)
     int64_t queued_ns = 0;
     uint64_t prev_ino = 0, prev_offset = 0;  // where prev was written (0: unknown)
+    // prev is an fp32 master and next its bf16 twin, from element
+    // base_offset on: a frame with a widened base.
+    bool paired = false;
+    uint32_t base_offset = 0;
   };
   enum class Outcome { kAdded, kWaiting, kSkipped };
   void RebaseLoop();
@@ -124,6 +140,8 @@ class SnapshotDeltaPolicy final : public DeltaPolicy {
   static std::string RebaseRecordKey(const RebaseItem& it);
   static std::string EncodeRebaseItem(const RebaseItem& it);
   void LoadQueuedRebases();
+  // Persists `item` in `batch` and, with the background thread, queues it.
+  void QueueRebase(const RebaseItem& item, store::Batch* batch);
   // Adds the rebase of item.prev to `batch` when it pays; kWaiting: the new
   // chunk is not committed yet.
   Outcome PrepareRebase(const RebaseItem& item, store::Batch* batch);
@@ -131,7 +149,8 @@ class SnapshotDeltaPolicy final : public DeltaPolicy {
   store::Store* const store_;
   const DeltaOptions opts_;
   LineageIndex lineage_;
-  PairIndex pairs_;
+  PairIndex pairs_;    // bf16 twins
+  PairIndex masters_;  // standalone fp32 masters
   DeltaCounters counters_;
 
   // Decoded chunks, LRU bounded by base_cache_bytes: bases read from the

@@ -3,7 +3,7 @@
 // in mixed-precision training the bf16 weights are the fp32 master weights
 // rounded to nearest even, and checkpoints often hold both. Pairs are found
 // by content, not by name: each bf16 tensor chunk records a fingerprint of
-// its leading values (at element 0 and at its middle, where an fp32 chunk
+// its leading values (at element 0 and a quarter of the chunk size in, where an fp32 chunk
 // of the same byte size starts), and an fp32 chunk looks up the fingerprint
 // of its own leading values rounded to bf16. A candidate is accepted only
 // after a sample of the values checks out (TwinsMatch), so a false match
@@ -30,31 +30,41 @@ namespace lmc::fs {
 // the element offset of the fingerprinted values in it (u32 BE).
 inline constexpr char kPairPrefix[] = "pair/";
 inline constexpr char kOwnerPairPrefix[] = "pair-uid/";
+// Master records: the same key layout under these prefixes. Value: the fp32
+// chunk's key (32 bytes), then the inode (u64 BE) and file offset (u64 BE)
+// of the extent it was written to.
+inline constexpr char kMasterPrefix[] = "pair32/";
+inline constexpr char kOwnerMasterPrefix[] = "pair32-uid/";
 
 struct PairEntry {
-  store::ChunkKey key;  // the bf16 chunk
-  uint32_t offset = 0;  // element offset of the fingerprinted values in it
-  // In memory only: the inode the chunk was written to by this process (0:
-  // read from the index). A twin not committed yet may serve the same
-  // inode's later chunks, which commit after it.
+  store::ChunkKey key;  // the bf16 chunk (master records: the fp32 chunk)
+  uint32_t offset = 0;  // element offset of the fingerprinted values in it (master records: 0)
+  // Twin records: in memory only, the inode the chunk was written to by
+  // this process (0: read from the index); a twin not committed yet may
+  // serve the same inode's later chunks, which commit after it. Master
+  // records: persisted, the inode and file offset of the master's extent
+  // (the rebaser refreshes its frame length there).
   uint64_t ino = 0;
+  uint64_t file_offset = 0;
 };
 
-// The fingerprint -> bf16 chunk records: persistent (Cf::kMeta) with a
-// bounded in-memory cache. Thread-safe. A record whose chunk is gone is
-// ignored by its reader and overwritten by the next chunk with the same
-// fingerprint.
+// The fingerprint -> chunk records: persistent (Cf::kMeta) with a bounded
+// in-memory cache. Thread-safe. A record whose chunk is gone is ignored by
+// its reader and overwritten by the next chunk with the same fingerprint.
 class PairIndex {
  public:
-  PairIndex(store::Store* store, size_t max_cached) : store_(store), max_(max_cached) {}
+  enum class Kind { kTwins, kMasters };  // pair/ records, pair32/ records
+  PairIndex(store::Store* store, size_t max_cached, Kind kind = Kind::kTwins)
+      : store_(store), max_(max_cached), kind_(kind) {}
   std::optional<PairEntry> Lookup(uint64_t fingerprint, store::KeyOwner owner);
   // Adds the record to `batch` and to the cache.
   void Record(uint64_t fingerprint, store::KeyOwner owner, const PairEntry& entry, store::Batch* batch);
-  static std::string Key(uint64_t fingerprint, store::KeyOwner owner);
+  std::string Key(uint64_t fingerprint, store::KeyOwner owner) const;
 
  private:
   store::Store* const store_;
   const size_t max_;
+  const Kind kind_;
   std::mutex mu_;
   std::unordered_map<std::string, PairEntry> cache_;  // guarded by mu_; cleared when full
 };

@@ -7,7 +7,9 @@
 namespace lmc::fs {
 
 void InstallSnapshotPolicy(Filesystem* fs, const DeltaOptions& options) {
-  fs->SetDeltaPolicy(MakeSnapshotDeltaPolicy(fs->store(), options));
+  DeltaOptions o = options;
+  o.chunk_size = fs->options().chunk_size;
+  fs->SetDeltaPolicy(MakeSnapshotDeltaPolicy(fs->store(), o));
 }
 
 }  // namespace lmc::fs

@@ -164,7 +164,9 @@ class Batch {
   // version of a chunk becomes a delta on the newest one). Applies at commit
   // only if all hold: `key` is indexed and has no base; `base` is indexed
   // (a pinned chunk at refcount 0 counts), differs from `key`, has the same
-  // decoded size and does not have `key` in its own chain; and afterwards
+  // decoded size (for an LMC frame with a widened base: holds the bf16
+  // values the frame names) and does not have `key` in its own chain; and
+  // afterwards
   // every chunk of key's subtree (key and its transitive dependants) has a
   // delta depth <= min(max_depth, kMaxDeltaDepth). Otherwise the op is
   // skipped (not an error: the rest of the batch applies); StoreStats counts

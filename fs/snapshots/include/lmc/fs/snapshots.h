@@ -10,6 +10,7 @@
 #include <string>
 #include <string_view>
 
+#include "lmc/chunker.h"
 #include "lmc/delta_estimate.h"
 #include "lmc/status.h"
 #include "lmc/store/store.h"
@@ -40,6 +41,10 @@ struct DeltaOptions {
   // chunk's is stored as a delta on that twin (pairing.h) when smaller.
   bool pair = true;
   size_t pairs_cached = size_t{1} << 18;  // pair records kept in memory
+  // The chunker's chunk size (FsOptions::chunk_size; InstallSnapshotPolicy
+  // sets it): an fp32 tensor's chunks start every chunk_size / 4 values, a
+  // bf16 tensor's every chunk_size / 2.
+  uint32_t chunk_size = kDefaultChunkSize;
   // delta_base=DIR: a directory of the mount (path from the mount root)
   // holding the explicit bases: a chunk written outside it is a forward
   // delta against the chunk with the same tensor name, dtype, length and
