@@ -120,6 +120,11 @@ def drop_caches():
         f.write('3\n')
 
 
+def stat_json(args, mnt):
+    return json.loads(subprocess.run([os.path.join(args.build, 'tools', 'lmcfs', 'lmcfs-stat'), '--json', mnt],
+                                     capture_output=True, text=True, check=True).stdout)
+
+
 def run_once(args, mode, stage, files, read_last=False):
     """Copies `files` (paths under stage) into a fresh store mounted with
     pair=MODE, in order; waits for the background rebases. Returns the
@@ -140,6 +145,10 @@ def run_once(args, mode, stage, files, read_last=False):
             nbytes += os.path.getsize(os.path.join(stage, f))
         wait_rebases(mnt)
         r['save_mbps'] = nbytes / secs / 1e6
+        # The daemon's counters, before a remount resets them.
+        delta = stat_json(args, mnt).get('daemon', {}).get('delta', {})
+        # As written (the twin first), and afterwards (the master first).
+        r['paired'] = delta.get('paired', 0) + delta.get('paired_later', 0)
         if read_last:
             # Cold: a fresh daemon (no decoded chunks kept from the writes)
             # and no page cache.
@@ -152,12 +161,7 @@ def run_once(args, mode, stage, files, read_last=False):
                 while f.read(8 << 20):
                     pass
             r['read_mbps'] = os.path.getsize(last) / (time.perf_counter() - t) / 1e6
-        stat = json.loads(subprocess.run([os.path.join(args.build, 'tools', 'lmcfs', 'lmcfs-stat'), '--json', mnt],
-                                         capture_output=True, text=True, check=True).stdout)
-        r['live'] = stat['totals']['live_bytes']
-        delta = stat.get('daemon', {}).get('delta', {})
-        # As written (the twin first), and afterwards (the master first).
-        r['paired'] = delta.get('paired', 0) + delta.get('paired_later', 0)
+        r['live'] = stat_json(args, mnt)['totals']['live_bytes']
     finally:
         unmount(mnt, store)
     r['packs'] = du(os.path.join(store, 'packs'))
