@@ -1276,11 +1276,20 @@ Result<size_t> Store::Impl::Read(const ChunkKey& key, uint8_t* dst, size_t cap, 
                           dst, verify_hash);
     if (!n.ok()) return n.status();
     // A delta read directly is likely the base of the next save in a series
-    // read in order (forward deltas): keep it.
-    if (depth == 0 && base_cache && e.base) base_cache->Put(key, CopyChunkBytes(dst, *n));
+    // read in order (forward deltas): keep it. Not an fp32 master on its
+    // bf16 twin: a master is a base only in forward mode, when its next
+    // save's master found the lineage delta smaller than its own twin
+    // (rare); the copy would cost every read of a paired file.
+    if (depth == 0 && base_cache && e.base && !WidenedFrame(record.data() + fmt::kRecordHeaderSize))
+      base_cache->Put(key, CopyChunkBytes(dst, *n));
     if (depth == 0 && !e.base) KeepIfPairedBase(key, record.data() + fmt::kRecordHeaderSize, dst, *n);
     return *n;
   }
+}
+
+bool Store::Impl::WidenedFrame(const uint8_t* frame) {
+  auto kind = PeekFrame(frame, kFramePeekBytes);  // the frame was read and checked whole
+  return kind.ok() && kind->widened_base;
 }
 
 void Store::Impl::KeepIfPairedBase(const ChunkKey& key, const uint8_t* frame, const uint8_t* dst, size_t n) {

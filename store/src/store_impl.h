@@ -249,6 +249,9 @@ struct Store::Impl {
   // fp32 masters paired with it, read next in the same file, then find it
   // there instead of decoding it again.
   void KeepIfPairedBase(const ChunkKey& key, const uint8_t* frame, const uint8_t* dst, size_t n);
+  // Whether a frame (read and checked whole) is an fp32 chunk on a widened
+  // bf16 base.
+  static bool WidenedFrame(const uint8_t* frame);
   // At Open, before any commit: a new store gets the marker; a store
   // without it gets its index built from one scan of the chunk index (and
   // its entries' depths made exact), then the marker, in one write.
