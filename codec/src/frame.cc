@@ -63,14 +63,46 @@ namespace {
 // The XOR operand of an fp32 chunk of n bytes against bf16[base_len] from
 // element `offset`: widened into this thread's buffer. InvalidArgument when
 // the range is not inside the base.
-Result<const uint8_t*> WidenedOperand(const uint8_t* bf16, size_t base_len, uint64_t offset, size_t n) {
+Status CheckTwinRange(const uint8_t* bf16, size_t base_len, uint64_t offset, size_t n) {
   if (bf16 == nullptr || n % 4 != 0 || offset + n / 4 > base_len / 2)
     return Status::InvalidArgument("a widened-base frame needs a bf16 base chunk holding elements [" +
                                    std::to_string(offset) + ", " + std::to_string(offset + n / 4) + ")");
+  return Status::Ok();
+}
+
+Result<const uint8_t*> WidenedOperand(const uint8_t* bf16, size_t base_len, uint64_t offset, size_t n) {
+  LMC_RETURN_IF_ERROR(CheckTwinRange(bf16, base_len, offset, n));
   thread_local std::vector<uint8_t> widened;
   if (widened.size() < n) widened.resize(n);
   WidenBf16(bf16, offset, n / 4, widened.data());
   return widened.data();
+}
+
+// The fp32 values of a rounding-predicted frame: see below.
+void UndoPrediction(const uint8_t* tw, size_t n, uint8_t* dst);
+}  // namespace
+
+bool PredictedTwinOperand(const uint8_t* src, size_t n, const uint8_t* tw, uint8_t* operand) {
+  size_t predicted_misses = 0, plain_misses = 0;
+  for (size_t i = 0; i < n / 4; ++i) {
+    const uint32_t v = LoadLE32(src + 4 * i), b = LoadLE16(tw + 2 * i);
+    const uint32_t p = PredictedUpper(b, v & 0xffffu);
+    predicted_misses += (v >> 16) != p;
+    plain_misses += (v >> 16) != b;
+    StoreLE32(operand + 4 * i, p << 16);
+  }
+  return predicted_misses < plain_misses;
+}
+
+namespace {
+// The fp32 values of a rounding-predicted frame: dst holds the merged
+// planes (the values XOR the operand); their upper halves are XORed with
+// the prediction from the bf16 twins tw and their own lower halves.
+void UndoPrediction(const uint8_t* tw, size_t n, uint8_t* dst) {
+  for (size_t i = 0; i < n / 4; ++i) {
+    const uint32_t v = LoadLE32(dst + 4 * i);
+    StoreLE32(dst + 4 * i, v ^ (PredictedUpper(LoadLE16(tw + 2 * i), v & 0xffffu) << 16));
+  }
 }
 }  // namespace
 
@@ -82,9 +114,17 @@ Result<size_t> EncodeChunk(const uint8_t* src, size_t n, const EncodeParams& par
   if (widened && (params.dtype != DType::kF32 || n % 4 != 0))
     return Status::InvalidArgument("a widened bf16 base needs an fp32 chunk");
   const uint8_t* operand = params.base;
+  bool predicted = false;
   if (widened) {
     LMC_ASSIGN_OR_RETURN(operand,
                          WidenedOperand(params.base, params.base_len, *params.widened_base_offset, n));
+    if (params.predict_rounding) {
+      thread_local std::vector<uint8_t> op;
+      if (op.size() < n) op.resize(n);
+      predicted =
+          PredictedTwinOperand(src, n, params.base + 2 * uint64_t{*params.widened_base_offset}, op.data());
+      if (predicted) operand = op.data();
+    }
   }
   StreamShape shape = ShapeFor(params.dtype, n);
   const size_t ns = shape.count();
@@ -92,7 +132,9 @@ Result<size_t> EncodeChunk(const uint8_t* src, size_t n, const EncodeParams& par
   if (cap < hsize) return Status::InvalidArgument("output buffer too small for a frame header");
 
   uint8_t* streams = ws.Scratch(n);
-  SplitStreams(params.dtype, src, n, operand, streams);
+  // Predicted: the planes of the 32-bit words as they are (no float
+  // rotation), so that the zero upper halves make zero planes.
+  SplitStreams(predicted ? DType::kU32 : params.dtype, src, n, operand, streams);
 
   uint8_t coders[kMaxStreams];
   uint64_t sizes[kMaxStreams];
@@ -123,7 +165,7 @@ Result<size_t> EncodeChunk(const uint8_t* src, size_t n, const EncodeParams& par
   }
   WriteHeader(dst, static_cast<uint8_t>(params.dtype), params.base != nullptr, static_cast<uint32_t>(n),
               Checksum64(src, n), static_cast<uint32_t>(ns), coders, sizes, widened,
-              widened ? *params.widened_base_offset : 0);
+              widened ? *params.widened_base_offset : 0, predicted);
   return pos;
 }
 
@@ -143,7 +185,7 @@ Result<FrameInfo> ReadFrameInfo(const uint8_t* p, size_t len) {
   if (fi.version == 0) return Status::Corruption("frame has version 0");
   if (fi.version > kVersion)
     return Status::Unsupported("frame version " + std::to_string(fi.version) +
-                               " is newer than this lmc (reads versions 1-3); upgrade lmcfs");
+                               " is newer than this lmc (reads versions 1-4); upgrade lmcfs");
   if (!DTypeValid(p[5])) return Status::Corruption("frame has an invalid dtype");
   fi.dtype = static_cast<DType>(p[5]);
   if (p[6] & ~kKnownFlags) return Status::Corruption("frame has unknown flags");
@@ -151,6 +193,10 @@ Result<FrameInfo> ReadFrameInfo(const uint8_t* p, size_t len) {
   fi.widened_base = p[6] & kFlagWidenedBase;
   if (fi.widened_base && (!fi.xor_delta || fi.version < 3 || fi.dtype != DType::kF32))
     return Status::Corruption("frame has a widened base but is not an fp32 delta of version 3");
+  fi.predicted = p[6] & kFlagRoundingPredicted;
+  if (fi.predicted && (!fi.widened_base || fi.version < 4))
+    return Status::Corruption(
+        "frame predicts the rounding but has no widened base or is older than version 4");
   size_t ns = p[7];
   if (ns == 0 || ns > kMaxStreams) return Status::Corruption("frame has a bad stream count");
   size_t hsize = HeaderSize(ns, fi.widened_base);
@@ -184,7 +230,12 @@ Result<size_t> DecodeChunk(const uint8_t* p, size_t len, const uint8_t* base, si
   LMC_ASSIGN_OR_RETURN(FrameInfo fi, ReadFrameInfo(p, len));
   const size_t n = fi.decoded_size;
   if (dst_cap < n) return Status::InvalidArgument("output buffer smaller than the chunk");
-  if (fi.widened_base) {
+  const uint8_t* twin = nullptr;  // predicted: the bf16 values from the base offset
+  if (fi.predicted) {
+    LMC_RETURN_IF_ERROR(CheckTwinRange(base, base_len, fi.base_offset, n));
+    twin = base + 2 * uint64_t{fi.base_offset};
+    base_len = n;  // (the operand is made while merging)
+  } else if (fi.widened_base) {
     LMC_ASSIGN_OR_RETURN(base, WidenedOperand(base, base_len, fi.base_offset, n));
     base_len = n;
   }
@@ -209,7 +260,12 @@ Result<size_t> DecodeChunk(const uint8_t* p, size_t len, const uint8_t* base, si
     }
     pos += s.encoded_size;
   }
-  MergeStreams(fi.dtype, streams, n, fi.xor_delta ? base : nullptr, dst);
+  if (fi.predicted) {
+    MergeStreams(DType::kU32, streams, n, nullptr, dst);
+    UndoPrediction(twin, n, dst);
+  } else {
+    MergeStreams(fi.dtype, streams, n, fi.xor_delta ? base : nullptr, dst);
+  }
   if (Checksum64(dst, n) != fi.checksum) return Status::Corruption("decoded chunk checksum mismatch");
   return n;
 }

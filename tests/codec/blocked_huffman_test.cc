@@ -254,10 +254,10 @@ TEST(GpuProfile, OldReadersAreToldToUpgradeAndVersionOneRejectsCoderFour) {
   auto r = ReadFrameInfo(v1.data(), *len);
   EXPECT_EQ(r.status().code(), Code::kCorruption);
   // A version from the future is Unsupported.
-  auto v4 = f;
-  v4[4] = 4;
-  StoreLE32(v4.data() + hsize - 4, static_cast<uint32_t>(Checksum64(v4.data(), hsize - 4)));
-  EXPECT_EQ(ReadFrameInfo(v4.data(), *len).status().code(), Code::kUnsupported);
+  auto v5 = f;
+  v5[4] = 5;
+  StoreLE32(v5.data() + hsize - 4, static_cast<uint32_t>(Checksum64(v5.data(), hsize - 4)));
+  EXPECT_EQ(ReadFrameInfo(v5.data(), *len).status().code(), Code::kUnsupported);
 }
 
 }  // namespace

@@ -1,5 +1,7 @@
 // Frames of an fp32 chunk against its bf16 twin (docs/FORMAT.md, "Frame",
-// flag 0x02): the XOR operand is a range of the bf16 chunk widened to fp32.
+// flags 0x02 and 0x04): the XOR operand is a range of the bf16 chunk
+// widened to fp32, or (version 4) with each upper half predicted from the
+// value's own lower half as round to nearest even would have rounded it.
 // Every kind of value round-trips, whether the bf16 values are the fp32
 // ones rounded to nearest even or not (stochastic rounding, NaN payloads,
 // -0.0, subnormals, infinities, unrelated values): losslessness never
@@ -60,12 +62,14 @@ std::vector<uint8_t> Bytes16(const std::vector<uint16_t>& v) {
   return b;
 }
 
-// Encodes `master` against bf16[offset, ...) widened; the frame.
+// Encodes `master` against bf16[offset, ...) widened (predicting the
+// rounding where the encoder finds it pays, with `predict`); the frame.
 std::vector<uint8_t> EncodePaired(const std::vector<uint8_t>& master, const std::vector<uint8_t>& bf16,
-                                  uint32_t offset) {
+                                  uint32_t offset, bool predict = true) {
   EncodeParams p{DType::kF32, bf16.data()};
   p.widened_base_offset = offset;
   p.base_len = bf16.size();
+  p.predict_rounding = predict;
   std::vector<uint8_t> out(MaxEncodedSize(master.size()));
   Workspace ws;
   auto n = EncodeChunk(master.data(), master.size(), p, out.data(), out.size(), ws);
@@ -103,14 +107,28 @@ TEST(PairedFrame, RoundTripsAtEveryOffsetAndCostsLessThanStandalone) {
     auto fi = ReadFrameInfo(frame.data(), frame.size());
     ASSERT_TRUE(fi.ok());
     EXPECT_TRUE(fi->widened_base);
+    EXPECT_TRUE(fi->predicted);
     EXPECT_EQ(fi->base_offset, offset);
-    EXPECT_EQ(fi->version, 3);
+    EXPECT_EQ(fi->version, 4);
     auto back = DecodeWith(frame, bf16);
     ASSERT_TRUE(back.ok()) << back.status().ToString();
     EXPECT_EQ(*back, master) << "offset " << offset;
-    // The upper half of each value is (nearly) free given its twin.
-    EXPECT_LT(frame.size(), StandaloneSize(master) * 3 / 4)
-        << frame.size() << " vs " << StandaloneSize(master);
+    // The plain widened base (version 3) round-trips too.
+    const auto plain = EncodePaired(master, bf16, offset, /*predict=*/false);
+    fi = ReadFrameInfo(plain.data(), plain.size());
+    ASSERT_TRUE(fi.ok());
+    EXPECT_FALSE(fi->predicted);
+    EXPECT_EQ(fi->version, 3);
+    back = DecodeWith(plain, bf16);
+    ASSERT_TRUE(back.ok()) << back.status().ToString();
+    EXPECT_EQ(*back, master) << "offset " << offset;
+    // The upper half of each value is (nearly) free given its twin; with
+    // the rounding predicted, so is the rounding: the frame is the lower
+    // halves (2 bytes a value) and little else.
+    EXPECT_LT(plain.size(), StandaloneSize(master) * 3 / 4)
+        << plain.size() << " vs " << StandaloneSize(master);
+    EXPECT_LT(frame.size(), plain.size() * 95 / 100) << frame.size() << " vs " << plain.size();
+    EXPECT_LT(frame.size(), 2 * kN + 2048);
   }
 }
 
@@ -128,9 +146,15 @@ TEST(PairedFrame, LosslessWhateverTheBf16ValuesAre) {
                          : static_cast<uint16_t>(rng());
     }
     const auto master = Bytes32(m), bf16 = Bytes16(b);
-    auto back = DecodeWith(EncodePaired(master, bf16, 0), bf16);
-    ASSERT_TRUE(back.ok()) << back.status().ToString();
-    EXPECT_EQ(*back, master) << "kind " << kind;
+    for (bool predict : {true, false}) {
+      const auto frame = EncodePaired(master, bf16, 0, predict);
+      auto back = DecodeWith(frame, bf16);
+      ASSERT_TRUE(back.ok()) << back.status().ToString();
+      EXPECT_EQ(*back, master) << "kind " << kind << " predict " << predict;
+      // Truncated twins are exact without the prediction: the encoder
+      // keeps the plain widened base.
+      if (kind == 1) EXPECT_FALSE(ReadFrameInfo(frame.data(), frame.size())->predicted);
+    }
   }
 }
 
@@ -150,6 +174,17 @@ TEST(PairedFrame, ShortBaseAndInconsistentHeadersAreRefused) {
   const size_t crc_at = frame::HeaderSize(ns, true) - frame::kHeaderCrc;
   StoreLE32(lie.data() + crc_at, static_cast<uint32_t>(hd::Xxh3_64(lie.data(), crc_at)));
   EXPECT_EQ(DecodeWith(lie, bf16).status().code(), Code::kInvalidArgument);
+  // The prediction flag without the widened one is corruption, and so is a
+  // predicting frame that says it is of version 3.
+  ASSERT_TRUE(ReadFrameInfo(frame.data(), frame.size())->predicted);
+  auto no_widened = frame;
+  no_widened[6] = frame::kFlagXorDelta | frame::kFlagRoundingPredicted;
+  StoreLE32(no_widened.data() + crc_at, static_cast<uint32_t>(hd::Xxh3_64(no_widened.data(), crc_at)));
+  EXPECT_EQ(ReadFrameInfo(no_widened.data(), no_widened.size()).status().code(), Code::kCorruption);
+  auto v3 = frame;
+  v3[4] = 3;
+  StoreLE32(v3.data() + crc_at, static_cast<uint32_t>(hd::Xxh3_64(v3.data(), crc_at)));
+  EXPECT_EQ(ReadFrameInfo(v3.data(), v3.size()).status().code(), Code::kCorruption);
   // The widened flag without the delta flag is corruption.
   auto no_delta = frame;
   no_delta[6] = frame::kFlagWidenedBase;

@@ -6,9 +6,10 @@
 // chunks the same file offset and length: docs/ARCHITECTURE.md,
 // "Incremental snapshots", "Lineage"). With --pair, an fp32 tensor chunk
 // may also take the order-0 bound of its XOR against the bf16 twin it has
-// in FILE, widened (docs/ARCHITECTURE.md, "Pairing fp32 masters with their
-// bf16 twins"): the twin found by fingerprint and checked on a sample, as
-// the mount does, in either order in the file.
+// in FILE, widened, or with the rounding predicted where the encoder would
+// predict it (docs/ARCHITECTURE.md, "Pairing fp32 masters with their bf16
+// twins"): the twin found by fingerprint and checked on a sample, as the
+// mount does, in either order in the file.
 #include <cmath>
 #include <cstdio>
 #include <map>
@@ -71,7 +72,8 @@ int RunBound(const BoundOptions& o) {
         if (auto fp = Bf16Fingerprint(data->data() + c.offset + 2 * offs[i])) twins[*fp] = {&c, offs[i]};
     }
   }
-  std::vector<uint8_t> widened;
+  std::vector<uint8_t> widened, predicted;
+  bool use_predicted = false;  // the encoder's choice for the last twin_of
   // The widened twin range of fp32 chunk c, or nullptr.
   auto twin_of = [&](const ChunkSpec& c) -> const uint8_t* {
     if (!o.pair || !c.tensor_chunk || c.dtype != DType::kF32 || c.length % 4 ||
@@ -87,6 +89,8 @@ int RunBound(const BoundOptions& o) {
     if (!TwinsMatch(p, c.length / 4, bf16, t.offset)) return nullptr;
     widened.resize(c.length);
     WidenBf16(bf16, t.offset, c.length / 4, widened.data());
+    predicted.resize(c.length);
+    use_predicted = PredictedTwinOperand(p, c.length, bf16 + 2 * t.offset, predicted.data());
     return widened.data();
   };
 
@@ -120,8 +124,13 @@ int RunBound(const BoundOptions& o) {
     double mp = m;
     if (const uint8_t* tw = twin_of(c)) {
       paired++;
-      mp = std::min(m,
-                    std::ceil(ChunkEntropyBound(c.dtype, data->data() + c.offset, tw, c.length).delta_bytes));
+      // As the encoder codes it: against the widened twin (float planes),
+      // or with the rounding predicted (the 32-bit words' planes).
+      const uint8_t* p = data->data() + c.offset;
+      mp = std::min(
+          m,
+          std::ceil(use_predicted ? ChunkEntropyBound(DType::kU32, p, predicted.data(), c.length).delta_bytes
+                                  : ChunkEntropyBound(c.dtype, p, tw, c.length).delta_bytes));
     }
     best_paired += mp;
     if (o.encode) {

@@ -69,6 +69,11 @@ struct EncodeParams {
   // the frame records the offset, and the decoder is given the same chunk.
   std::optional<uint32_t> widened_base_offset{};
   size_t base_len = 0;  // with widened_base_offset
+  // With widened_base_offset: may the encoder predict the rounding
+  // (docs/FORMAT.md, "Frame", flag 0x04)? It does when that mispredicts
+  // fewer upper halves than the plain widened base (round to nearest:
+  // almost none; truncation: the plain base is exact). Off: tests.
+  bool predict_rounding = true;
 };
 
 // Worst-case frame size for a chunk of n bytes; EncodeChunk never needs
@@ -108,6 +113,7 @@ struct FrameInfo {
   DType dtype = DType::kBytes;
   bool xor_delta = false;     // needs the base buffer to decode
   bool widened_base = false;  // with xor_delta: the base is a bf16 chunk, widened from base_offset
+  bool predicted = false;     // with widened_base: the rounding is predicted (version 4)
   uint32_t base_offset = 0;   // first bf16 element of the base range
   uint32_t decoded_size = 0;  // bytes of the chunk
   uint32_t frame_size = 0;    // bytes of the whole frame
@@ -135,6 +141,14 @@ Result<FrameInfo> ReadFrameInfo(const uint8_t* frame, size_t len);
 // n_out fp32 values, the bf16 value at bf16[offset + i] as the fp32 bit
 // pattern (bf16 << 16). out holds 4 * n_out bytes.
 void WidenBf16(const uint8_t* bf16, size_t offset, size_t n_out, uint8_t* out);
+
+// The rounding-predicted XOR operand (docs/FORMAT.md, "Frame", flag 0x04)
+// of the fp32 values f32[0, n) (n bytes) against their bf16 twins bf16[0,
+// n / 4): for each value, the upper half that round to nearest even gives
+// the twin from the value's own lower half, shifted up 16 bits, into out (n
+// bytes). Returns whether it mispredicts fewer upper halves than the plain
+// widened twins do (the encoder's choice).
+bool PredictedTwinOperand(const uint8_t* f32, size_t n, const uint8_t* bf16, uint8_t* out);
 
 // Decodes a frame into dst (dst_cap >= decoded_size). `base` must be the
 // base used to encode when the frame is a delta (base_len == decoded_size),
