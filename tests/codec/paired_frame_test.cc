@@ -153,7 +153,9 @@ TEST(PairedFrame, LosslessWhateverTheBf16ValuesAre) {
       EXPECT_EQ(*back, master) << "kind " << kind << " predict " << predict;
       // Truncated twins are exact without the prediction: the encoder
       // keeps the plain widened base.
-      if (kind == 1) EXPECT_FALSE(ReadFrameInfo(frame.data(), frame.size())->predicted);
+      if (kind == 1) {
+        EXPECT_FALSE(ReadFrameInfo(frame.data(), frame.size())->predicted);
+      }
     }
   }
 }
