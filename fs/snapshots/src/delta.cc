@@ -273,7 +273,8 @@ void SnapshotDeltaPolicy::RecordPairs(const ChunkOrigin& origin, const store::Ch
   const ChunkSpec& spec = *origin.spec;
   if (!opts_.pair || !bytes || !spec.tensor_chunk || spec.dtype != DType::kBF16) return;
   // An fp32 chunk of the same byte size covers half as many values: those
-  // of the twin tensor start at this chunk's first value and at its middle.
+  // of the twin tensor start at this chunk's first value and a quarter of
+  // the chunk size in (TwinOffsets).
   size_t offs[2];
   const size_t k = TwinOffsets(bytes->size() / 2, opts_.chunk_size, offs);
   for (size_t i = 0; i < k; ++i) {
