@@ -78,8 +78,15 @@ Result<const uint8_t*> WidenedOperand(const uint8_t* bf16, size_t base_len, uint
   return widened.data();
 }
 
-// The fp32 values of a rounding-predicted frame: see below.
-void UndoPrediction(const uint8_t* tw, size_t n, uint8_t* dst);
+// The fp32 values of a rounding-predicted frame: dst holds the merged
+// planes (the values XOR the operand); their upper halves are XORed with
+// the prediction from the bf16 twins tw and their own lower halves.
+void UndoPrediction(const uint8_t* tw, size_t n, uint8_t* dst) {
+  for (size_t i = 0; i < n / 4; ++i) {
+    const uint32_t v = LoadLE32(dst + 4 * i);
+    StoreLE32(dst + 4 * i, v ^ (PredictedUpper(LoadLE16(tw + 2 * i), v & 0xffffu) << 16));
+  }
+}
 }  // namespace
 
 bool PredictedTwinOperand(const uint8_t* src, size_t n, const uint8_t* tw, uint8_t* operand) {
@@ -94,18 +101,6 @@ bool PredictedTwinOperand(const uint8_t* src, size_t n, const uint8_t* tw, uint8
   return predicted_misses < plain_misses;
 }
 
-namespace {
-// The fp32 values of a rounding-predicted frame: dst holds the merged
-// planes (the values XOR the operand); their upper halves are XORed with
-// the prediction from the bf16 twins tw and their own lower halves.
-void UndoPrediction(const uint8_t* tw, size_t n, uint8_t* dst) {
-  for (size_t i = 0; i < n / 4; ++i) {
-    const uint32_t v = LoadLE32(dst + 4 * i);
-    StoreLE32(dst + 4 * i, v ^ (PredictedUpper(LoadLE16(tw + 2 * i), v & 0xffffu) << 16));
-  }
-}
-}  // namespace
-
 Result<size_t> EncodeChunk(const uint8_t* src, size_t n, const EncodeParams& params, uint8_t* dst, size_t cap,
                            Workspace& ws) {
   if (n > kMaxChunkSize) return Status::InvalidArgument("chunk larger than 1 GiB");
@@ -116,14 +111,17 @@ Result<size_t> EncodeChunk(const uint8_t* src, size_t n, const EncodeParams& par
   const uint8_t* operand = params.base;
   bool predicted = false;
   if (widened) {
-    LMC_ASSIGN_OR_RETURN(operand,
-                         WidenedOperand(params.base, params.base_len, *params.widened_base_offset, n));
+    const uint32_t offset = *params.widened_base_offset;
+    LMC_RETURN_IF_ERROR(CheckTwinRange(params.base, params.base_len, offset, n));
     if (params.predict_rounding) {
       thread_local std::vector<uint8_t> op;
       if (op.size() < n) op.resize(n);
-      predicted =
-          PredictedTwinOperand(src, n, params.base + 2 * uint64_t{*params.widened_base_offset}, op.data());
+      predicted = PredictedTwinOperand(src, n, params.base + 2 * uint64_t{offset}, op.data());
       if (predicted) operand = op.data();
+    }
+    // The plain widened base only when the prediction is not taken.
+    if (!predicted) {
+      LMC_ASSIGN_OR_RETURN(operand, WidenedOperand(params.base, params.base_len, offset, n));
     }
   }
   StreamShape shape = ShapeFor(params.dtype, n);
@@ -232,9 +230,10 @@ Result<size_t> DecodeChunk(const uint8_t* p, size_t len, const uint8_t* base, si
   if (dst_cap < n) return Status::InvalidArgument("output buffer smaller than the chunk");
   const uint8_t* twin = nullptr;  // predicted: the bf16 values from the base offset
   if (fi.predicted) {
+    // No operand up front: it needs the decoded lower halves (UndoPrediction).
     LMC_RETURN_IF_ERROR(CheckTwinRange(base, base_len, fi.base_offset, n));
     twin = base + 2 * uint64_t{fi.base_offset};
-    base_len = n;  // (the operand is made while merging)
+    base_len = n;
   } else if (fi.widened_base) {
     LMC_ASSIGN_OR_RETURN(base, WidenedOperand(base, base_len, fi.base_offset, n));
     base_len = n;

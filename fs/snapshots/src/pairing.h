@@ -3,9 +3,9 @@
 // in mixed-precision training the bf16 weights are the fp32 master weights
 // rounded to nearest even, and checkpoints often hold both. Pairs are found
 // by content, not by name: each bf16 tensor chunk records a fingerprint of
-// its leading values (at element 0 and a quarter of the chunk size in, where an fp32 chunk
-// of the same byte size starts), and an fp32 chunk looks up the fingerprint
-// of its own leading values rounded to bf16. A candidate is accepted only
+// its leading values (at element 0 and a quarter of the chunk size in,
+// where the twin tensor's fp32 chunks start), and an fp32 chunk looks up
+// the fingerprint of its own leading values rounded to bf16. A candidate is accepted only
 // after a sample of the values checks out (TwinsMatch), so a false match
 // costs a lookup, never bytes; the codec's own delta is lossless whatever
 // the values (frames with a widened base, docs/FORMAT.md, "Frame").
