@@ -539,6 +539,40 @@ TEST_F(FsGpu, DeviceFailureWhileReadingAheadFallsBackToTheCpu) {
   ExpectFsckClean();
 }
 
+// Read-ahead on the CPU decodes the chunks after a sequential read in the
+// background (ReadAhead): each chunk is decoded once, the reads that need a
+// chunk being decoded wait for it, and readers of one file at once, each
+// on its own thread, all get its bytes.
+TEST_F(FsGpu, ReadAheadDecodesEachChunkOnceAndConcurrentReadersGetTheBytes) {
+  Open(nullptr);
+  std::string data = Bf16Like(48 * kChunk, 91);
+  CloseFile(WriteFile("data.bin", data));
+  Close();
+  Open(nullptr);
+  EXPECT_EQ(ReadAll("data.bin"), data);
+  EXPECT_EQ(C(fs_->counters().cpu_decode_chunks), 48u);
+  EXPECT_EQ(C(fs_->counters().cpu_decode_bytes), 48 * kChunk);
+  Close();
+  Open(nullptr);
+  std::vector<std::string> got(4);
+  std::vector<std::thread> readers;
+  for (size_t i = 0; i < got.size(); ++i) readers.emplace_back([&, i] { got[i] = ReadAll("data.bin"); });
+  for (auto& t : readers) t.join();
+  for (const std::string& g : got) EXPECT_TRUE(g == data);
+  EXPECT_GE(C(fs_->counters().cpu_decode_chunks), 48u);
+  EXPECT_EQ(C(fs_->counters().cpu_decode_bytes) % kChunk, 0u);
+  Close();  // with nothing left in flight
+  Open(nullptr);
+  // Closed while decodes ahead are in flight: it waits for them.
+  struct stat st;
+  ASSERT_EQ(fs_->Lookup(kRootIno, "data.bin", &st), 0);
+  std::string part;
+  EXPECT_EQ(fs_->Read(st.st_ino, 0, 128 << 10, &part), 0);
+  EXPECT_EQ(part, data.substr(0, 128 << 10));
+  fs_->Forget(st.st_ino, 1);
+  Close();
+}
+
 TEST_F(FsGpu, WithoutAGpuEverythingRunsOnTheCpuAndTheStateSaysWhy) {
   opts_.gpu_none_reason = "gpu=off";
   Open(nullptr);

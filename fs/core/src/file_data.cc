@@ -117,9 +117,60 @@ FileDataShared::FileDataShared(store::Store* st, const FsOptions& o, FsCounters*
       opts(o),
       counters(*c),
       cache(o.cache_bytes),
+      readahead(st, &cache, c),
       gpu(o.gpu, o.gpu_none_reason, o.gpu_min_batch_bytes, o.gpu_batch_bytes, c, o.gpu_first),
       committer(st),
       encoders(o.encode_threads, &gpu, c) {}
+
+ReadAhead::~ReadAhead() {
+  std::unique_lock lk(mu_);
+  cv_.wait(lk, [&] { return inflight_.empty(); });
+}
+
+bool ReadAhead::InFlight(const store::ChunkKey& key) {
+  std::lock_guard lk(mu_);
+  return inflight_.count(key) != 0;
+}
+
+void ReadAhead::Wait(const store::ChunkKey& key) {
+  std::unique_lock lk(mu_);
+  cv_.wait(lk, [&] { return inflight_.count(key) == 0; });
+}
+
+void ReadAhead::Start(const store::ChunkKey& key, uint32_t decoded_len) {
+  {
+    std::lock_guard lk(mu_);
+    if (!inflight_.insert(key).second) return;
+  }
+  // Decoded since the caller looked (a decode puts its chunk in the cache
+  // before it ends).
+  if (cache_->Get(key)) {
+    Finish(key);
+    return;
+  }
+  ThreadPool::Shared().Submit([this, key, decoded_len](size_t) {
+    try {
+      uint8_t* w;
+      store::ChunkBytes buf = store::NewChunkBytes(decoded_len, &w);
+      auto r = store_->ReadChunk(key, w, buf->size(), Scratch().ws);
+      if (r.ok() && *r == buf->size()) {
+        counters_->cpu_decode_chunks++;
+        counters_->cpu_decode_bytes += *r;
+        cache_->Put(key, std::move(buf));
+      }
+    } catch (...) {
+      // best effort: the read decodes (and reports) on its own
+    }
+    Finish(key);
+  });
+}
+
+void ReadAhead::Finish(const store::ChunkKey& key) {
+  // Notified under the lock: once it is released, the destructor may run.
+  std::lock_guard lk(mu_);
+  inflight_.erase(key);
+  cv_.notify_all();
+}
 
 namespace {
 // Whether a line about a full or read-only store may be logged now: one
@@ -273,6 +324,13 @@ void FileData::ReplaceRange(uint64_t a, uint64_t b, const ExtentRec* nw) {
 }
 
 int FileData::GetChunk(const ExtentRec& e, store::ChunkBytes* out) {
+  if ((*out = shared_.cache.Get(e.key))) {
+    shared_.counters.cache_hits++;
+    return 0;
+  }
+  // Being decoded ahead (or just decoded): wait for it rather than decode
+  // it twice. A decode put its chunk in the cache before it ended.
+  shared_.readahead.Wait(e.key);
   if ((*out = shared_.cache.Get(e.key))) {
     shared_.counters.cache_hits++;
     return 0;
@@ -607,31 +665,45 @@ int FileData::Write(uint64_t off, const uint8_t* p, size_t n) {
 
 void FileData::Prefetch(uint64_t a, uint64_t b, uint64_t need_end) {
   if (LoadExtents()) return;
-  std::vector<ExtentRec> todo;
-  bool needed_now = false;  // an uncached chunk under the read itself
+  // Uncached chunks under the read itself (now) and after it (ahead).
+  std::vector<ExtentRec> now, ahead;
   auto it = FirstExtentAfter(extents_, a);
   for (; it != extents_.end() && it->first < b; ++it) {
     const ExtentRec& e = it->second;
-    if (!todo.empty() && todo.back().key == e.key) continue;
+    std::vector<ExtentRec>& list = it->first < need_end ? now : ahead;
+    if (!list.empty() && list.back().key == e.key) continue;
     if (shared_.cache.Get(e.key)) continue;
-    if (it->first < need_end) needed_now = true;
-    todo.push_back(e);
+    list.push_back(e);
   }
-  // Decode once there is a chunk per pool thread to decode (or, with the
-  // GPU, a batch worth its transfers), or the read needs one now, so that
-  // each round runs in parallel.
-  uint64_t todo_bytes = 0;
-  for (const ExtentRec& e : todo) todo_bytes += e.decoded_len;
-  const bool gpu_reads = shared_.gpu.reads();
-  const bool gpu_batch = gpu_reads && todo_bytes >= shared_.gpu.min_batch_bytes();
-  const size_t k = std::max<size_t>(2, ThreadPool::Shared().size());
-  const bool enough = gpu_reads ? gpu_batch : todo.size() >= k;
-  if (todo.empty() || (!enough && !needed_now)) return;
+  if (now.empty() && ahead.empty()) return;
+  if (shared_.gpu.reads()) {
+    // With the GPU: one batch once it is worth its transfers, or the read
+    // needs a chunk now; the rest on the CPU, in parallel.
+    std::vector<ExtentRec> todo = now;
+    todo.insert(todo.end(), ahead.begin(), ahead.end());
+    uint64_t todo_bytes = 0;
+    for (const ExtentRec& e : todo) todo_bytes += e.decoded_len;
+    const bool gpu_batch = todo_bytes >= shared_.gpu.min_batch_bytes();
+    if (!gpu_batch && now.empty()) return;
+    if ((pending_chunks_ || !committing_.empty()) && Commit(false)) return;
+    if (gpu_batch) todo = PrefetchOnGpu(todo);
+    DecodeNow(todo);
+    return;
+  }
+  // The chunks may be only in this inode's pending batch, or the one at the
+  // committer.
   if ((pending_chunks_ || !committing_.empty()) && Commit(false)) return;
-  if (gpu_batch) todo = PrefetchOnGpu(todo);
+  for (const ExtentRec& e : ahead) shared_.readahead.Start(e.key, e.decoded_len);
+  // Those being decoded ahead already, GetChunk waits for.
+  std::erase_if(now, [&](const ExtentRec& e) { return shared_.readahead.InFlight(e.key); });
+  DecodeNow(now);
+}
+
+void FileData::DecodeNow(const std::vector<ExtentRec>& todo) {
   if (todo.empty()) return;
   ThreadPool::Shared().ParallelFor(todo.size(), 0, [&](size_t i, size_t) {
     try {
+      if (shared_.cache.Get(todo[i].key)) return;  // decoded ahead meanwhile
       uint8_t* w;
       store::ChunkBytes buf = store::NewChunkBytes(todo[i].decoded_len, &w);
       auto r = shared_.store->ReadChunk(todo[i].key, w, buf->size(), Scratch().ws);

@@ -18,13 +18,16 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_set>
 #include <vector>
 
 #include "committer.h"
@@ -41,6 +44,39 @@ namespace lmc::fs {
 
 struct Inode;
 
+// Chunks decoded ahead of a sequential reader on the shared pool, without
+// the inode's lock, into the chunk cache (FileData::Prefetch): the reader's
+// reply, the kernel's copy and the next pack reads overlap with their
+// decode. Each key is decoded at most once at a time; a read that needs a
+// chunk being decoded waits for it (Wait) rather than decoding it again.
+// Best effort: a decode that fails leaves nothing in the cache, and the
+// read decodes the chunk itself and reports the error.
+class ReadAhead {
+ public:
+  ReadAhead(store::Store* store, store::ChunkCache* cache, FsCounters* counters)
+      : store_(store), cache_(cache), counters_(counters) {}
+  ~ReadAhead();  // waits for the decodes in flight
+  ReadAhead(const ReadAhead&) = delete;
+  ReadAhead& operator=(const ReadAhead&) = delete;
+
+  // Queues the decode of chunk `key` (decoded_len bytes) unless one is in flight.
+  void Start(const store::ChunkKey& key, uint32_t decoded_len);
+  // Whether a decode of `key` is in flight.
+  bool InFlight(const store::ChunkKey& key);
+  // Returns once no decode of `key` is in flight.
+  void Wait(const store::ChunkKey& key);
+
+ private:
+  void Finish(const store::ChunkKey& key);
+
+  store::Store* const store_;
+  store::ChunkCache* const cache_;
+  FsCounters* const counters_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::unordered_set<store::ChunkKey, store::ChunkKeyHash> inflight_;  // guarded by mu_
+};
+
 // What the data pipelines of all files share; owned by Filesystem::Impl.
 // Members are destroyed in reverse order: the encoders are joined first,
 // while the delta policy and the cache their jobs use still live.
@@ -51,6 +87,9 @@ struct FileDataShared {
   const FsOptions& opts;
   FsCounters& counters;
   store::ChunkCache cache;
+  // Decodes ahead of sequential readers into `cache`; destroyed (waiting
+  // for its decodes) before the cache.
+  ReadAhead readahead;
   // The incremental-snapshot policy (lmc/fs/delta_policy.h); nullptr: every
   // chunk standalone. Installed before use (Filesystem::SetDeltaPolicy).
   std::unique_ptr<DeltaPolicy> delta;
@@ -237,10 +276,15 @@ class FileData {
   // sequential. Returns the clamped length.
   size_t PrepareRead(uint64_t off, size_t n);
   int GetChunk(const ExtentRec& e, store::ChunkBytes* out);
-  // Decodes the chunks under [a, b) that are not cached, in parallel on the
-  // shared pool, into the cache, once there are enough of them or one lies
-  // under [a, need_end). Best effort: errors surface on the read.
+  // Decodes the chunks under [a, b) that are not cached into the cache:
+  // those under [a, need_end) at once, in parallel on the shared pool (a
+  // chunk already being decoded ahead is waited for); those after it in the
+  // background (ReadAhead), the read not waiting for them. With the GPU,
+  // as one batch once there are enough of them. Best effort: errors
+  // surface on the read.
   void Prefetch(uint64_t a, uint64_t b, uint64_t need_end);
+  // Decodes `todo` into the cache at once, in parallel on the shared pool.
+  void DecodeNow(const std::vector<ExtentRec>& todo);
   // Prefetch's decode of `todo` as one batch through the GPU path; returns
   // the chunks that cannot go to the GPU (deltas, ...), for the CPU.
   std::vector<ExtentRec> PrefetchOnGpu(const std::vector<ExtentRec>& todo);
