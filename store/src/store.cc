@@ -1183,18 +1183,47 @@ bool Store::Impl::Moved(const ChunkKey& key, const fmt::ChunkEntry& e) {
 
 Status Store::Impl::ReadRecord(const ChunkKey& key, const fmt::ChunkEntry& e, const File& f,
                                std::vector<uint8_t>& buf) {
-  auto bad = [&](const std::string& what) { return CorruptionAt(PackPath(e.pack_id), key, e.offset, what); };
   const size_t n = e.record_size();
   buf.resize(n);
   LMC_ASSIGN_OR_RETURN(size_t got, f.ReadAt(e.offset, n, buf.data()));
-  if (got < n) return bad("record truncated: pack ends before the index says");
-  auto h = fmt::ParseRecordHeader(buf.data());
+  if (got < n)
+    return CorruptionAt(PackPath(e.pack_id), key, e.offset,
+                        "record truncated: pack ends before the index says");
+  return CheckRecord(key, e, buf.data());
+}
+
+Result<const uint8_t*> Store::Impl::ReadRecordForDecode(const ChunkKey& key, const fmt::ChunkEntry& e,
+                                                        const File& f, std::vector<uint8_t>& buf) {
+  constexpr size_t kDirectRecordBytes = size_t{64} << 10;
+  const size_t n = e.record_size();
+  const size_t align = n >= kDirectRecordBytes ? f.DirectReadAlign() : 0;
+  if (align == 0) {
+    LMC_RETURN_IF_ERROR(ReadRecord(key, e, f, buf));
+    return buf.data();
+  }
+  const uint64_t first = e.offset & ~(uint64_t{align} - 1);
+  const size_t skip = static_cast<size_t>(e.offset - first);
+  const size_t len = (skip + n + align - 1) & ~(align - 1);
+  if (buf.size() < len + align) buf.resize(len + align);  // never shrunk here: no zero fill per read
+  const auto base = reinterpret_cast<uintptr_t>(buf.data());
+  uint8_t* dst = buf.data() + (((base + align - 1) & ~(uintptr_t{align} - 1)) - base);
+  LMC_ASSIGN_OR_RETURN(size_t got, f.ReadDirect(first, len, dst));
+  if (got < skip + n)
+    return CorruptionAt(PackPath(e.pack_id), key, e.offset,
+                        "record truncated: pack ends before the index says");
+  LMC_RETURN_IF_ERROR(CheckRecord(key, e, dst + skip));
+  return dst + skip;
+}
+
+Status Store::Impl::CheckRecord(const ChunkKey& key, const fmt::ChunkEntry& e, const uint8_t* rec) {
+  auto bad = [&](const std::string& what) { return CorruptionAt(PackPath(e.pack_id), key, e.offset, what); };
+  auto h = fmt::ParseRecordHeader(rec);
   if (!h.ok()) return bad(h.status().message());
   if (h->key != key) return bad("record holds chunk " + h->key.ToHex());
   if (h->frame_len != e.frame_len || h->decoded_len != e.decoded_len)
     return bad("record lengths differ from the index");
   if (h->owner != e.owner) return bad("record key owner differs from the index");
-  if (h->checksum != fmt::RecordChecksum(buf.data(), buf.data() + fmt::kRecordHeaderSize, e.frame_len))
+  if (h->checksum != fmt::RecordChecksum(rec, rec + fmt::kRecordHeaderSize, e.frame_len))
     return bad("record checksum mismatch");
   return Status::Ok();
 }
@@ -1263,16 +1292,18 @@ Result<size_t> Store::Impl::Read(const ChunkKey& key, uint8_t* dst, size_t cap, 
       if (f.status().IsNotFound()) return Corrupt(key, e.pack_id, e.offset, "pack file missing");
       return f.status();
     }
-    if (Status rs = ReadRecord(key, e, **f, record); !rs.ok()) {
+    auto rec = ReadRecordForDecode(key, e, **f, record);
+    if (!rec.ok()) {
       // The record died (rebased, rewritten, moved, released) after we
       // read its entry, and its blocks may have been punched: read the
       // entry again. Only a record still in place that fails is corrupt.
-      if (rs.IsCorruption() && attempt < 3 && Moved(key, e)) continue;
-      return Reported(std::move(rs));
+      if (rec.status().IsCorruption() && attempt < 3 && Moved(key, e)) continue;
+      return Reported(rec.status());
     }
+    const uint8_t* frame = *rec + fmt::kRecordHeaderSize;
     auto n = CheckDecoded(key, e,
-                          codec->Decode(record.data() + fmt::kRecordHeaderSize, e.frame_len,
-                                        base ? base->data() : nullptr, base ? base->size() : 0, dst, cap, ws),
+                          codec->Decode(frame, e.frame_len, base ? base->data() : nullptr,
+                                        base ? base->size() : 0, dst, cap, ws),
                           dst, verify_hash);
     if (!n.ok()) return n.status();
     // A delta read directly is likely the base of the next save in a series
@@ -1280,9 +1311,9 @@ Result<size_t> Store::Impl::Read(const ChunkKey& key, uint8_t* dst, size_t cap, 
     // bf16 twin: a master is a base only in forward mode, when its next
     // save's master found the lineage delta smaller than its own twin
     // (rare); the copy would cost every read of a paired file.
-    if (depth == 0 && base_cache && e.base && !WidenedFrame(record.data() + fmt::kRecordHeaderSize))
+    if (depth == 0 && base_cache && e.base && !WidenedFrame(frame))
       base_cache->Put(key, CopyChunkBytes(dst, *n));
-    if (depth == 0 && !e.base) KeepIfPairedBase(key, record.data() + fmt::kRecordHeaderSize, dst, *n);
+    if (depth == 0 && !e.base) KeepIfPairedBase(key, frame, dst, *n);
     return *n;
   }
 }

@@ -224,6 +224,14 @@ struct Store::Impl {
   // the record may have died and been punched after e was read (see
   // Moved); callers report what stays a failure (Reported).
   Status ReadRecord(const ChunkKey& key, const fmt::ChunkEntry& e, const File& f, std::vector<uint8_t>& buf);
+  // ReadRecord for the read path: a record of kDirectRecordBytes or more is
+  // read with the file's direct read (File::ReadDirect: the aligned blocks
+  // around it, no copy out of the page cache) into buf. Returns where the
+  // record starts in buf.
+  Result<const uint8_t*> ReadRecordForDecode(const ChunkKey& key, const fmt::ChunkEntry& e, const File& f,
+                                             std::vector<uint8_t>& buf);
+  // ReadRecord's checks of the record at `rec`.
+  Status CheckRecord(const ChunkKey& key, const fmt::ChunkEntry& e, const uint8_t* rec);
   // Whether chunk `key` is no longer where entry e says (released, or its
   // record rewritten or moved since): a read of e's record that failed
   // verification is then retried from the new entry, not reported.

@@ -28,6 +28,15 @@ class File {
   // Reads up to n bytes at off (pread). Returns the bytes read: fewer than
   // n only at end of file.
   virtual Result<size_t> ReadAt(uint64_t off, size_t n, uint8_t* dst) const = 0;
+  // The alignment of offset, length and buffer with which ReadDirect reads
+  // past the page cache (O_DIRECT); 0 when this file has no such read (the
+  // default). Large records are read so: no copy out of the page cache.
+  virtual size_t DirectReadAlign() const { return 0; }
+  // ReadAt of [off, off + n), off, n and dst aligned to DirectReadAlign(),
+  // past the page cache. The default: ReadAt.
+  virtual Result<size_t> ReadDirect(uint64_t off, size_t n, uint8_t* dst) const {
+    return ReadAt(off, n, dst);
+  }
   // Writes n bytes at the current end. On error some prefix of the bytes
   // may have been written; Size() tells how many.
   virtual Status Append(const uint8_t* p, size_t n) = 0;
