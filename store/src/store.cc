@@ -1204,9 +1204,12 @@ Result<const uint8_t*> Store::Impl::ReadRecordForDecode(const ChunkKey& key, con
   const uint64_t first = e.offset & ~(uint64_t{align} - 1);
   const size_t skip = static_cast<size_t>(e.offset - first);
   const size_t len = (skip + n + align - 1) & ~(align - 1);
-  if (buf.size() < len + align) buf.resize(len + align);  // never shrunk here: no zero fill per read
-  const auto base = reinterpret_cast<uintptr_t>(buf.data());
-  uint8_t* dst = buf.data() + (((base + align - 1) & ~(uintptr_t{align} - 1)) - base);
+  // Its own buffer, grown and never shrunk (buf is sized to each record by
+  // ReadRecord): no zero fill per read.
+  thread_local std::vector<uint8_t> direct;
+  if (direct.size() < len + align) direct.resize(len + align);
+  const auto base = reinterpret_cast<uintptr_t>(direct.data());
+  uint8_t* dst = direct.data() + (((base + align - 1) & ~(uintptr_t{align} - 1)) - base);
   LMC_ASSIGN_OR_RETURN(size_t got, f.ReadDirect(first, len, dst));
   if (got < skip + n)
     return CorruptionAt(PackPath(e.pack_id), key, e.offset,

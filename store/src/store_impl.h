@@ -226,8 +226,9 @@ struct Store::Impl {
   Status ReadRecord(const ChunkKey& key, const fmt::ChunkEntry& e, const File& f, std::vector<uint8_t>& buf);
   // ReadRecord for the read path: a record of kDirectRecordBytes or more is
   // read with the file's direct read (File::ReadDirect: the aligned blocks
-  // around it, no copy out of the page cache) into buf. Returns where the
-  // record starts in buf.
+  // around it, no copy out of the page cache) into a buffer of the
+  // thread's, others into buf. Returns where the record starts, valid
+  // until the thread's next call.
   Result<const uint8_t*> ReadRecordForDecode(const ChunkKey& key, const fmt::ChunkEntry& e, const File& f,
                                              std::vector<uint8_t>& buf);
   // ReadRecord's checks of the record at `rec`.
