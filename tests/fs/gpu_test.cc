@@ -563,7 +563,8 @@ TEST_F(FsGpu, ReadAheadDecodesEachChunkOnceAndConcurrentReadersGetTheBytes) {
   EXPECT_EQ(C(fs_->counters().cpu_decode_bytes) % kChunk, 0u);
   Close();  // with nothing left in flight
   Open(nullptr);
-  // Closed while decodes ahead are in flight: it waits for them.
+  // Closed right after a read that queued decodes ahead, which may still be
+  // in flight (the sanitizer builds catch a decode outliving the cache).
   struct stat st;
   ASSERT_EQ(fs_->Lookup(kRootIno, "data.bin", &st), 0);
   std::string part;

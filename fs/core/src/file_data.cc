@@ -122,6 +122,26 @@ FileDataShared::FileDataShared(store::Store* st, const FsOptions& o, FsCounters*
       committer(st),
       encoders(o.encode_threads, &gpu, c) {}
 
+namespace {
+// Decodes chunk `key` on the CPU into the cache, counted. Best effort: a
+// chunk that fails is left out, and the read decodes (and reports) it on
+// its own.
+void DecodeIntoCache(store::Store* store, store::ChunkCache* cache, FsCounters* counters,
+                     const store::ChunkKey& key, uint32_t decoded_len) {
+  try {
+    uint8_t* w;
+    store::ChunkBytes buf = store::NewChunkBytes(decoded_len, &w);
+    auto r = store->ReadChunk(key, w, buf->size(), Scratch().ws);
+    if (r.ok() && *r == buf->size()) {
+      counters->cpu_decode_chunks++;
+      counters->cpu_decode_bytes += *r;
+      cache->Put(key, std::move(buf));
+    }
+  } catch (...) {
+  }
+}
+}  // namespace
+
 ReadAhead::~ReadAhead() {
   std::unique_lock lk(mu_);
   cv_.wait(lk, [&] { return inflight_.empty(); });
@@ -149,18 +169,7 @@ void ReadAhead::Start(const store::ChunkKey& key, uint32_t decoded_len) {
     return;
   }
   ThreadPool::Shared().Submit([this, key, decoded_len](size_t) {
-    try {
-      uint8_t* w;
-      store::ChunkBytes buf = store::NewChunkBytes(decoded_len, &w);
-      auto r = store_->ReadChunk(key, w, buf->size(), Scratch().ws);
-      if (r.ok() && *r == buf->size()) {
-        counters_->cpu_decode_chunks++;
-        counters_->cpu_decode_bytes += *r;
-        cache_->Put(key, std::move(buf));
-      }
-    } catch (...) {
-      // best effort: the read decodes (and reports) on its own
-    }
+    DecodeIntoCache(store_, cache_, counters_, key, decoded_len);
     Finish(key);
   });
 }
@@ -702,19 +711,8 @@ void FileData::Prefetch(uint64_t a, uint64_t b, uint64_t need_end) {
 void FileData::DecodeNow(const std::vector<ExtentRec>& todo) {
   if (todo.empty()) return;
   ThreadPool::Shared().ParallelFor(todo.size(), 0, [&](size_t i, size_t) {
-    try {
-      if (shared_.cache.Get(todo[i].key)) return;  // decoded ahead meanwhile
-      uint8_t* w;
-      store::ChunkBytes buf = store::NewChunkBytes(todo[i].decoded_len, &w);
-      auto r = shared_.store->ReadChunk(todo[i].key, w, buf->size(), Scratch().ws);
-      if (r.ok() && *r == buf->size()) {
-        shared_.counters.cpu_decode_chunks++;
-        shared_.counters.cpu_decode_bytes += *r;
-        shared_.cache.Put(todo[i].key, std::move(buf));
-      }
-    } catch (...) {
-      // best effort: the read decodes (and reports) on its own
-    }
+    if (shared_.cache.Get(todo[i].key)) return;  // decoded ahead meanwhile
+    DecodeIntoCache(shared_.store, &shared_.cache, &shared_.counters, todo[i].key, todo[i].decoded_len);
   });
 }
 
