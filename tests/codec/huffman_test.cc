@@ -114,7 +114,7 @@ TEST(HuffmanTest, RoundTripsAllSourcesAndSizes) {
   const size_t sizes[] = {1, 2, 3, 4, 5, 7, 8, 9, 13, 19, 20, 21, 39, 41, 63, 64, 65, 101, 1000, 4097, 65537};
   for (Source src : sources) {
     for (size_t n : sizes) {
-      SCOPED_TRACE(testing::Message() << "source " << static_cast<int>(src) << " n " << n);
+      SCOPED_TRACE(::testing::Message() << "source " << static_cast<int>(src) << " n " << n);
       ExpectRoundTrip(Make(src, n, static_cast<uint32_t>(n)));
     }
   }

@@ -54,15 +54,15 @@ Bytes OneInAMillion(size_t n) {
   return v;
 }
 
-struct Encoded {
+struct RansEncoded {
   Bytes bytes;
   size_t estimate = 0;
 };
 
-Encoded EncodeOrDie(const Bytes& in) {
+RansEncoded RansEncodeOrDie(const Bytes& in) {
   uint32_t hist[256];
   Histogram(in.data(), in.size(), hist);
-  Encoded e;
+  RansEncoded e;
   e.estimate = rans::EstimatedSize(hist, in.size());
   e.bytes.resize(rans::MaxEncodedSize(in.size()));
   auto r = rans::Encode(in.data(), in.size(), hist, e.bytes.data(), e.bytes.size());
@@ -71,8 +71,8 @@ Encoded EncodeOrDie(const Bytes& in) {
   return e;
 }
 
-void ExpectRoundTrip(const Bytes& in) {
-  const Encoded e = EncodeOrDie(in);
+void ExpectRansRoundTrip(const Bytes& in) {
+  const RansEncoded e = RansEncodeOrDie(in);
   const double actual = static_cast<double>(e.bytes.size());
   EXPECT_NEAR(static_cast<double>(e.estimate), actual, actual * 0.01 + 24) << "n " << in.size();
   Bytes exact(e.bytes);  // exactly sized, so ASan sees any over-read
@@ -84,29 +84,29 @@ void ExpectRoundTrip(const Bytes& in) {
 }
 
 double BitsPerSymbol(const Bytes& in) {
-  return 8.0 * static_cast<double>(EncodeOrDie(in).bytes.size()) / static_cast<double>(in.size());
+  return 8.0 * static_cast<double>(RansEncodeOrDie(in).bytes.size()) / static_cast<double>(in.size());
 }
 
 TEST(RansTest, RoundTripsAllSourcesAndSizes) {
   const size_t sizes[] = {1, 2, 3, 4, 5, 7, 8, 9, 13, 17, 31, 33, 64, 65, 101, 1000, 4097, 65537};
   for (size_t n : sizes) {
-    SCOPED_TRACE(testing::Message() << "n " << n);
+    SCOPED_TRACE(::testing::Message() << "n " << n);
     const auto seed = static_cast<uint32_t>(n);
-    ExpectRoundTrip(Uniform(n, 2, seed));
-    ExpectRoundTrip(Uniform(n, 256, seed));
-    ExpectRoundTrip(Uniform(n, 1, seed));
-    ExpectRoundTrip(Skewed(n, 0.99, seed));
-    ExpectRoundTrip(Exponents(n, seed));
-    ExpectRoundTrip(OneInAMillion(n));
+    ExpectRansRoundTrip(Uniform(n, 2, seed));
+    ExpectRansRoundTrip(Uniform(n, 256, seed));
+    ExpectRansRoundTrip(Uniform(n, 1, seed));
+    ExpectRansRoundTrip(Skewed(n, 0.99, seed));
+    ExpectRansRoundTrip(Exponents(n, seed));
+    ExpectRansRoundTrip(OneInAMillion(n));
   }
 }
 
 TEST(RansTest, RoundTripsOneMebibyte) {
   const size_t n = (1 << 20) + 1;
-  ExpectRoundTrip(Uniform(n, 256, 1));
-  ExpectRoundTrip(Skewed(n, 0.995, 2));
-  ExpectRoundTrip(Exponents(n, 3));
-  ExpectRoundTrip(OneInAMillion(n));
+  ExpectRansRoundTrip(Uniform(n, 256, 1));
+  ExpectRansRoundTrip(Skewed(n, 0.995, 2));
+  ExpectRansRoundTrip(Exponents(n, 3));
+  ExpectRansRoundTrip(OneInAMillion(n));
 }
 
 TEST(RansTest, SkewedStreamsCostLittle) {
@@ -129,7 +129,7 @@ TEST(RansTest, CloseToEntropy) {
     uint32_t hist[256];
     Histogram(in.data(), in.size(), hist);
     const double entropy_bytes = EntropyBits(hist, n) / 8;
-    const double size = static_cast<double>(EncodeOrDie(in).bytes.size());
+    const double size = static_cast<double>(RansEncodeOrDie(in).bytes.size());
     EXPECT_LE(size, entropy_bytes * 1.005 + 600);
   }
 }
@@ -138,7 +138,7 @@ TEST(RansTest, SmallCapacityIsInvalidArgument) {
   const Bytes in = Exponents(1000, 9);
   uint32_t hist[256];
   Histogram(in.data(), in.size(), hist);
-  const size_t need = EncodeOrDie(in).bytes.size();
+  const size_t need = RansEncodeOrDie(in).bytes.size();
   for (size_t cap : {size_t{0}, size_t{3}, need / 2, need - 1}) {
     Bytes out(cap + 1);
     auto r = rans::Encode(in.data(), in.size(), hist, out.data(), cap);
@@ -161,7 +161,7 @@ TEST(RansTest, HistogramMismatchIsInvalidArgument) {
 
 TEST(RansTest, RejectsEveryTruncation) {
   for (const Bytes& in : {Exponents(300, 11), Skewed(300, 0.9, 12)}) {
-    const Bytes enc = EncodeOrDie(in).bytes;
+    const Bytes enc = RansEncodeOrDie(in).bytes;
     Bytes out(in.size());
     for (size_t len = 0; len < enc.size(); ++len) {
       Bytes cut(enc.begin(), enc.begin() + static_cast<std::ptrdiff_t>(len));
@@ -173,7 +173,7 @@ TEST(RansTest, RejectsEveryTruncation) {
 
 TEST(RansTest, SurvivesBitFlips) {
   const Bytes in = Exponents(3000, 13);
-  const Bytes enc = EncodeOrDie(in).bytes;
+  const Bytes enc = RansEncodeOrDie(in).bytes;
   std::mt19937 rng(1);
   Bytes out(in.size());
   int detected = 0;
@@ -216,7 +216,7 @@ TEST(RansTest, SurvivesRandomInput) {
 
 TEST(RansTest, RejectsBadFrequencyTables) {
   const Bytes in = Uniform(500, 2, 14);
-  const Bytes enc = EncodeOrDie(in).bytes;
+  const Bytes enc = RansEncodeOrDie(in).bytes;
   Bytes out(in.size());
   ASSERT_EQ(enc[0], 1);  // two symbols, listed, then two 2-byte varints
   Bytes bad = enc;

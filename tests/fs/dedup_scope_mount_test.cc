@@ -25,7 +25,7 @@ namespace {
 constexpr uid_t kUserA = 1000, kUserB = 1001;
 
 // Two saves of a small MLP trained with AdamW (lr 1e-4), safetensors' save_file.
-constexpr char kSaveScript[] = R"(
+constexpr char kDedupSaveScript[] = R"(
 import sys, torch
 from safetensors.torch import save_file
 torch.manual_seed(5)
@@ -80,7 +80,7 @@ class MountDedupScope : public lmc::testing::MountTest, public ::testing::WithPa
 };
 
 TEST_P(MountDedupScope, SharingAcrossUsersFollowsTheMode) {
-  ASSERT_EQ(Python(WriteScript("save.py", kSaveScript), plain_), 0);
+  ASSERT_EQ(Python(WriteScript("save.py", kDedupSaveScript), plain_), 0);
   const std::string v100 = ReadFile(plain_ + "/model_step_100.safetensors");
   const std::string v200 = ReadFile(plain_ + "/model_step_200.safetensors");
   ASSERT_GT(v100.size(), 2u << 20);

@@ -21,7 +21,7 @@ namespace {
 
 namespace fsys = std::filesystem;
 
-constexpr char kSaveScript[] = R"(
+constexpr char kPairSaveScript[] = R"(
 import os, sys, torch
 from safetensors.torch import save_file
 out = sys.argv[1]
@@ -78,7 +78,7 @@ class MountPair : public lmc::testing::MountTest {
       GTEST_SKIP() << "python3 with torch and safetensors is not installed";
     MountTest::SetUp();
     if (IsSkipped() || HasFatalFailure()) return;
-    script_ = WriteScript("save.py", kSaveScript);
+    script_ = WriteScript("save.py", kPairSaveScript);
     ASSERT_EQ(Python(script_, plain_), 0);
   }
 

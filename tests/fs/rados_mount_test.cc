@@ -29,7 +29,7 @@ using lmc::testing::Shell;
 using lmc::testing::StartMount;
 using lmc::testing::StopMount;
 
-constexpr char kSaveScript[] = R"(
+constexpr char kRadosSaveScript[] = R"(
 import os, sys, torch
 torch.manual_seed(3)
 m = torch.nn.Sequential(torch.nn.Linear(512, 1024), torch.nn.GELU(), torch.nn.Linear(1024, 512))
@@ -99,7 +99,7 @@ TEST_F(RadosMount, NodeKilledMidSeriesAnotherTakesOverByteIdentical) {
   {
     FILE* f = std::fopen(script.c_str(), "w");
     ASSERT_TRUE(f);
-    std::fputs(kSaveScript, f);
+    std::fputs(kRadosSaveScript, f);
     std::fclose(f);
   }
   ASSERT_EQ(Shell("python3 " + script + " " + mnt_a + " " + plain), 0);

@@ -22,7 +22,8 @@ uint64_t DiskBytes(const std::string& dir) {
 }
 
 // Writes `count` one-chunk files (inodes 1..count) of `size` bytes each.
-std::map<uint64_t, std::vector<uint8_t>> WriteFiles(Store& s, uint64_t count, size_t size, uint64_t seed) {
+std::map<uint64_t, std::vector<uint8_t>> WriteReclaimFiles(Store& s, uint64_t count, size_t size,
+                                                           uint64_t seed) {
   std::map<uint64_t, std::vector<uint8_t>> files;
   for (uint64_t i = 1; i <= count; ++i) {
     files[i] = RandomBytes(size, seed + i);
@@ -57,7 +58,7 @@ TEST(ReclaimTest, CostBenefitCompactsEmptiestPacksFirstUntilTheTarget) {
   o.punch_dead = false;      // compaction alone (as on RADOS): holes would change what it finds
   o.pack_size_limit = 8192;  // about 4 records of 2000 bytes per pack
   auto s = OpenOrDie(t.store(), o);
-  auto files = WriteFiles(*s, 40, 2000, 100);
+  auto files = WriteReclaimFiles(*s, 40, 2000, 100);
   // Packs of mixed fullness: files 1-12 all deleted (three empty packs),
   // then every second file of 13-40.
   for (uint64_t i = 1; i <= 40; ++i)
@@ -102,7 +103,7 @@ TEST(ReclaimTest, ActivePackFullOfDeadRecordsIsSealedAndReclaimed) {
   auto o = TestOptions();  // 256 MiB packs: everything stays in the active pack
   o.punch_dead = false;    // compaction alone (as on RADOS)
   auto s = OpenOrDie(t.store(), o);
-  auto files = WriteFiles(*s, 20, 50000, 300);
+  auto files = WriteReclaimFiles(*s, 20, 50000, 300);
   for (uint64_t i = 1; i <= 20; ++i) DeleteFile(*s, files, i);
   const StoreStats before = s->Stats();
   ASSERT_EQ(before.packs, 1u);
@@ -125,7 +126,7 @@ TEST(ReclaimTest, ActivePackFullOfDeadRecordsIsSealedAndReclaimed) {
   EXPECT_EQ(r->bytes_copied, 0u);
 
   // The store keeps working: the next commit starts a new pack.
-  auto more = WriteFiles(*s, 3, 1000, 900);
+  auto more = WriteReclaimFiles(*s, 3, 1000, 900);
   for (auto& [ino, data] : more) EXPECT_EQ(*ReadAll(*s, KeyOf(data)), data);
   s.reset();
   s = OpenOrDie(t.store(), o);
@@ -138,7 +139,7 @@ TEST(ReclaimTest, ActivePackFullOfDeadRecordsIsSealedAndReclaimed) {
 TEST(ReclaimTest, SealingNeedsTheDeadBytesThreshold) {
   TempDir t;
   auto s = OpenOrDie(t.store(), NoPunch());
-  auto files = WriteFiles(*s, 4, 10000, 500);
+  auto files = WriteReclaimFiles(*s, 4, 10000, 500);
   DeleteFile(*s, files, 1);  // 10 KB dead: under the bound below
   CompactOptions seal;
   seal.policy = CompactOptions::Policy::kCostBenefit;
@@ -153,7 +154,7 @@ TEST(ReclaimTest, SealingNeedsTheDeadBytesThreshold) {
 TEST(ReclaimTest, EmptyIndexStaysSmallAndWritesAreCounted) {
   TempDir t;
   auto s = OpenOrDie(t.store(), NoPunch());
-  auto files = WriteFiles(*s, 10, 4000, 700);
+  auto files = WriteReclaimFiles(*s, 10, 4000, 700);
   // While open, with the WAL live: no preallocated megabytes.
   EXPECT_LT(DiskBytes(t.store()), uint64_t{1} << 20);
   const StoreStats st = s->Stats();

@@ -13,7 +13,7 @@ namespace {
 
 using json = nlohmann::json;
 
-constexpr const char* kDescription =
+constexpr const char* kFsckDescription =
     "Verifies an lmcfs store: every pack and record checksum (with --deep also every chunk "
     "decoded and checked against its SHA-256 key), the index, reference counts, delta bases, "
     "and the filesystem's directory entries, link counts and extents. Lists the files any "
@@ -73,7 +73,7 @@ std::string IndexDamageHint(const Status& st) {
 }  // namespace
 
 int FsckMain(int argc, char** argv, std::ostream& out, std::ostream& err) {
-  CLI::App app(kDescription, "lmcfs-fsck");
+  CLI::App app(kFsckDescription, "lmcfs-fsck");
   std::string target, quarantine;
   bool repair = false, as_json = false, quiet = false, deep = false;
   app.add_option("TARGET", target, "store directory (or mountpoint: verify only)")->required();

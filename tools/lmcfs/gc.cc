@@ -22,7 +22,7 @@ namespace {
 using json = nlohmann::json;
 namespace fsys = std::filesystem;
 
-constexpr const char* kDescription =
+constexpr const char* kGcDescription =
     "Reclaims the space of deleted data in an lmcfs store: packs whose live fraction is "
     "below --threshold are rewritten without their dead records. TARGET is a mountpoint "
     "(the daemon does it while the mount keeps serving; --rate bounds the impact) or an "
@@ -118,7 +118,7 @@ bool RemoveTree(const fsys::path& p, uint64_t* left, std::string* error) {
 }  // namespace
 
 int GcMain(int argc, char** argv, std::ostream& out, std::ostream& err) {
-  CLI::App app(kDescription, "lmcfs-gc");
+  CLI::App app(kGcDescription, "lmcfs-gc");
   std::string target, rate_s, pattern, dir;
   double threshold = 0.5;
   bool dry_run = false, as_json = false, quiet = false, yes = false;

@@ -15,7 +15,7 @@ namespace {
 
 using json = nlohmann::json;
 
-constexpr const char* kDescription =
+constexpr const char* kStatDescription =
     "Shows how much space files on lmcfs take: logical bytes (what `du --apparent-size` "
     "says), stored bytes (what `du` says), the ratio logical/stored, and what was saved by "
     "the codec, by deltas against earlier checkpoints (an estimate) and by deduplication; "
@@ -173,7 +173,7 @@ void PrintStat(const std::string& doc, bool bytes, std::ostream& out) {
 }
 
 int StatMain(int argc, char** argv, std::ostream& out, std::ostream& err) {
-  CLI::App app(kDescription, "lmcfs-stat");
+  CLI::App app(kStatDescription, "lmcfs-stat");
   std::string target, sort = "name";
   std::vector<std::string> paths;
   bool as_json = false, bytes = false, reverse = false, files_only = false;
