@@ -2,9 +2,14 @@
 
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
+#include <sys/random.h>
 
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
 
 namespace lmc::store {
 
@@ -39,6 +44,52 @@ ChunkKey ChunkKey::Of(const uint8_t* p, size_t n, KeyOwner owner) {
       EVP_DigestFinal_ex(ctx, k.bytes.data(), &len) != 1 || len != kSize)
     std::abort();
   EVP_MD_CTX_free(ctx);
+  return k;
+}
+
+KeyScheme KeyScheme::Xxh3(const std::array<uint8_t, kSecretSize>& secret) {
+  KeyScheme k;
+  k.hash_ = Hash::kXxh3;
+  k.secret_ = secret;
+  return k;
+}
+
+std::array<uint8_t, KeyScheme::kSecretSize> KeyScheme::NewSecret() {
+  static_assert(kSecretSize == XXH3_SECRET_DEFAULT_SIZE);
+  std::array<uint8_t, kSecretSize> s{};
+  size_t got = 0;
+  while (got < s.size()) {
+    const ssize_t r = ::getrandom(s.data() + got, s.size() - got, 0);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) std::abort();  // the kernel's generator cannot fail once seeded
+    got += static_cast<size_t>(r);
+  }
+  return s;
+}
+
+ChunkKey KeyScheme::Of(const uint8_t* p, size_t n, KeyOwner owner) const {
+  if (hash_ == Hash::kSha256) return ChunkKey::Of(p, n, owner);
+  XXH128_hash_t h;
+  if (!owner) {
+    h = XXH3_128bits_withSecret(p, n, secret_.data(), secret_.size());
+  } else {
+    uint8_t prefix[sizeof kOwnerKeyTag + 4];
+    std::memcpy(prefix, kOwnerKeyTag, sizeof kOwnerKeyTag);
+    StoreLE32(prefix + sizeof kOwnerKeyTag, *owner);
+    XXH3_state_t state;
+    XXH3_INITSTATE(&state);
+    if (XXH3_128bits_reset_withSecret(&state, secret_.data(), secret_.size()) != XXH_OK ||
+        XXH3_128bits_update(&state, prefix, sizeof prefix) != XXH_OK ||
+        XXH3_128bits_update(&state, p, n) != XXH_OK)
+      std::abort();  // only for a secret shorter than XXH3's minimum, which kSecretSize is not
+    h = XXH3_128bits_digest(&state);
+  }
+  ChunkKey k;
+  XXH128_canonical_t c;
+  XXH128_canonicalFromHash(&c, h);
+  static_assert(sizeof c.digest == 16);
+  std::memcpy(k.bytes.data(), c.digest, 16);
+  StoreLE64(k.bytes.data() + 16, n);
   return k;
 }
 

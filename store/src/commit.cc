@@ -118,6 +118,14 @@ class Overlay {
     return std::vector<ChunkKey>(deps.begin(), deps.end());
   }
 
+  // The op whose frame this group appended at pack offset `off` (records
+  // cut with an aborted batch are overwritten by the next at that offset).
+  void NoteRecord(uint64_t off, const Batch::Op* op) { records_[off] = op; }
+  const Batch::Op* RecordAt(uint64_t off) const {
+    auto it = records_.find(off);
+    return it == records_.end() ? nullptr : it->second;
+  }
+
   void BeginBatch() {
     undo_.clear();
     live_undo_.clear();
@@ -148,10 +156,12 @@ class Overlay {
   std::vector<std::pair<uint64_t, int64_t>> live_undo_;
   std::map<Edge, bool> edges_;
   std::vector<std::pair<Edge, std::optional<bool>>> edge_undo_;  // previous state; nullopt: committed
+  std::unordered_map<uint64_t, const Batch::Op*> records_;
 };
 
 struct BatchCounts {
   uint64_t stored = 0, dedup = 0, rebased = 0, rebase_skipped = 0;
+  uint64_t verified = 0;  // dedup hits whose bytes were compared (VerifyHit)
 };
 
 // Takes `slot` (chunk `key`, present) out of the index: its record becomes
@@ -223,6 +233,7 @@ void AppendRecord(Store::Impl& s, const Batch::Op& op, fmt::ChunkEntry& e, Overl
   fmt::EncodeRecordHeader(hdr, op.key, reinterpret_cast<const uint8_t*>(op.frame.data()), e.frame_len,
                           e.decoded_len, e.owner);
   records.Add(hdr, op.frame);
+  ov.NoteRecord(e.offset, &op);
   ov.Save(op.key, *slot);
   slot->present = true;
   slot->dirty = true;
@@ -353,6 +364,86 @@ Status ReplaceRecord(Store::Impl& s, const Batch::Op& op, Overlay& ov, PackRecor
   return Status::Ok();
 }
 
+Result<ChunkBytes> ChunkContent(Store::Impl& s, Overlay& ov, const ChunkKey& key, uint64_t records_base,
+                                int depth);
+
+// The bytes op's frame decodes to (decoded_len of them), its base taken as
+// the group sees it.
+Result<ChunkBytes> DecodeOp(Store::Impl& s, Overlay& ov, const Batch::Op& op, uint32_t decoded_len,
+                            uint64_t records_base, int depth) {
+  ChunkBytes base;
+  if (op.base) {
+    LMC_ASSIGN_OR_RETURN(base, ChunkContent(s, ov, *op.base, records_base, depth + 1));
+  }
+  uint8_t* w;
+  ChunkBytes out = NewChunkBytes(decoded_len, &w);
+  Workspace ws;
+  LMC_ASSIGN_OR_RETURN(
+      size_t n, s.codec->Decode(reinterpret_cast<const uint8_t*>(op.frame.data()), op.frame.size(),
+                                base ? base->data() : nullptr, base ? base->size() : 0, w, decoded_len, ws));
+  if (n != decoded_len) return Status::Corruption("frame decodes to another size");
+  return out;
+}
+
+// The decoded bytes of chunk `key` as the group sees it: from its op when
+// this group wrote its record (the caller's raw bytes, or the frame
+// decoded), else read from the store.
+Result<ChunkBytes> ChunkContent(Store::Impl& s, Overlay& ov, const ChunkKey& key, uint64_t records_base,
+                                int depth) {
+  if (depth > fmt::kMaxDeltaDepth) return Status::Corruption("delta chain too deep");
+  LMC_ASSIGN_OR_RETURN(Overlay::Slot * slot, ov.Find(key));
+  if (!slot->present) return Status::InvalidArgument("chunk " + key.ToHex() + " is not in the store");
+  const fmt::ChunkEntry e = slot->e;  // Find may rehash the overlay below
+  if (s.active && e.pack_id == s.active_id && e.offset >= records_base) {
+    const Batch::Op* op = ov.RecordAt(e.offset);
+    if (!op || op->key != key) return Status::Corruption("no op for the group's record of " + key.ToHex());
+    if (op->raw && op->raw->size() == e.decoded_len) return op->raw;
+    return DecodeOp(s, ov, *op, e.decoded_len, records_base, depth);
+  }
+  uint8_t* w;
+  ChunkBytes out = NewChunkBytes(e.decoded_len, &w);
+  Workspace ws;
+  LMC_ASSIGN_OR_RETURN(size_t n, s.Read(key, w, e.decoded_len, ws, false, 0));
+  if (n != e.decoded_len) return Status::Corruption("chunk " + key.ToHex() + " decodes to another size");
+  return out;
+}
+
+// A dedup hit in a store whose keys are a fast hash (KeyScheme::verify_hits):
+// the op's bytes must be the stored chunk's, or the chunk is not shared and
+// the batch fails (InvalidArgument: only this batch). A collision cannot be
+// crafted without the store's secret; an accidental one is as likely as
+// 2^-128 per pair.
+Status VerifyHit(Store::Impl& s, Overlay& ov, const Batch::Op& op, uint64_t records_base) {
+  const std::string head = "AddChunk " + op.key.ToHex() + ": ";
+  LMC_ASSIGN_OR_RETURN(Overlay::Slot * slot, ov.Find(op.key));
+  if (slot->e.decoded_len != op.decoded_len)
+    return Status::InvalidArgument(head + "the store holds a chunk of " +
+                                   std::to_string(slot->e.decoded_len) +
+                                   " bytes under this key, this one has " + std::to_string(op.decoded_len) +
+                                   "; nothing of this batch was stored");
+  auto stored = ChunkContent(s, ov, op.key, records_base, 0);
+  if (!stored.ok())
+    return Status::InvalidArgument(
+        head + "the stored chunk with this key cannot be read to compare (" + stored.status().ToString() +
+        "); nothing of this batch was stored. Run lmcfs-fsck --repair on the store");
+  ChunkBytes mine = op.raw;
+  if (!mine || mine->size() != op.decoded_len) {
+    auto d = DecodeOp(s, ov, op, op.decoded_len, records_base, 0);
+    if (!d.ok()) return Status::InvalidArgument(head + "frame does not decode: " + d.status().ToString());
+    mine = std::move(*d);
+  }
+  if ((*stored)->size() != mine->size() || std::memcmp((*stored)->data(), mine->data(), mine->size()) != 0) {
+    spdlog::error(
+        "store {}: chunk key {} names two different chunks (a hash collision); the new one was "
+        "not stored",
+        s.dir, op.key.ToHex());
+    return Status::InvalidArgument(head +
+                                   "a different chunk of this store has the same key (a hash collision); "
+                                   "nothing of this batch was stored");
+  }
+  return Status::Ok();
+}
+
 Status ApplyChunkOps(Store::Impl& s, const Batch& b, Overlay& ov, PackRecords& records, uint64_t records_base,
                      BatchCounts& counts) {
   for (const Batch::Op& op : b.ops()) {
@@ -360,6 +451,11 @@ Status ApplyChunkOps(Store::Impl& s, const Batch& b, Overlay& ov, PackRecords& r
       case Batch::OpKind::kAdd: {
         LMC_ASSIGN_OR_RETURN(Overlay::Slot * slot, ov.Find(op.key));
         if (slot->present) {
+          if (s.keys.verify_hits()) {
+            LMC_RETURN_IF_ERROR(VerifyHit(s, ov, op, records_base));
+            LMC_ASSIGN_OR_RETURN(slot, ov.Find(op.key));
+            counts.verified++;
+          }
           TakeRef(ov, op.key, slot);
           counts.dedup++;
           break;
@@ -565,6 +661,7 @@ Status Store::Impl::CommitGroup(const std::vector<Writer*>& group) {
     counts.dedup += bc.dedup;
     counts.rebased += bc.rebased;
     counts.rebase_skipped += bc.rebase_skipped;
+    counts.verified += bc.verified;
     for (const Batch::Op& op : w->batch->ops()) {
       if (op.kind == Batch::OpKind::kPut)
         wb.Put(fs_cf[static_cast<size_t>(op.cf)], op.cf_key, op.value);
@@ -668,6 +765,7 @@ Status Store::Impl::CommitGroup(const std::vector<Writer*>& group) {
   n_groups++;
   n_stored += counts.stored;
   n_dedup += counts.dedup;
+  n_dedup_verified += counts.verified;
   n_rebased += counts.rebased;
   n_rebase_skipped += counts.rebase_skipped;
   n_appended += records.size();

@@ -17,14 +17,18 @@ namespace lmc::store::fmt {
 
 // Store config file ("Config file").
 // The newest format this lmcfs reads and writes (docs/FORMAT.md, "Config
-// file"). A store is created as 1 (older lmcfs read it too), or as 3 when
-// its index is journaled (the default for a new POSIX store).
-inline constexpr uint32_t kFormatVersion = 3;
+// file"). A store is created as 4 (XXH3 chunk keys, the default), or with
+// SHA-256 keys as 1 (older lmcfs read it too) or as 3 when its index is
+// journaled.
+inline constexpr uint32_t kFormatVersion = 4;
 // 2: owner-scoped chunk keys (dedup=uid); a store below is raised to it by
 // the first commit that writes one.
 inline constexpr uint32_t kFormatVersionOwnerKeys = 2;
 // 3: the index is journaled (CONFIG index_journal=1; a new POSIX store).
 inline constexpr uint32_t kFormatVersionJournal = 3;
+// 4: chunk keys are XXH3-128 under the store's secret (CONFIG hash=xxh3-128,
+// hash_secret=; KeyScheme), and dedup hits compare bytes.
+inline constexpr uint32_t kFormatVersionFastKeys = 4;
 inline constexpr uint32_t kFormatVersionFirst = 1;
 inline constexpr char kConfigName[] = "CONFIG";
 inline constexpr char kLockName[] = "LOCK";

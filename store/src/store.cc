@@ -65,13 +65,14 @@ void Batch::AddChunk(const ChunkKey& key, std::span<const uint8_t> frame, uint32
 }
 
 void Batch::AddChunk(const ChunkKey& key, std::string&& frame, uint32_t decoded_len,
-                     const std::optional<ChunkKey>& base, KeyOwner owner) {
+                     const std::optional<ChunkKey>& base, KeyOwner owner, ChunkBytes raw) {
   Append({.kind = OpKind::kAdd,
           .key = key,
           .base = base,
           .decoded_len = decoded_len,
           .owner = owner,
-          .frame = std::move(frame)});
+          .frame = std::move(frame),
+          .raw = std::move(raw)});
 }
 
 void Batch::Ref(const ChunkKey& key) { Append({.kind = OpKind::kRef, .key = key}); }
@@ -120,23 +121,35 @@ constexpr const char* kFsCfNames[4] = {"inodes", "dirents", "extents", "meta"};
 constexpr size_t kMemtableBytes = size_t{1} << 20;
 constexpr uint64_t kMaxWalBytes = uint64_t{4} << 20;
 
-// A new store's CONFIG: format 1 (an older lmcfs reads it), or 3 with
+// A new store's CONFIG: format 4 with XXH3 keys and the store's secret;
+// with SHA-256 keys, format 1 (an older lmcfs reads it), or 3 with
 // index_journal=1 (an lmcfs that would write the index without appending
 // to the journal must refuse it).
-std::string ConfigText(const StoreOptions& o, bool journaled) {
+std::string ConfigText(const StoreOptions& o, bool journaled, const KeyScheme& keys) {
+  const bool fast = keys.hash() == KeyScheme::Hash::kXxh3;
+  const uint32_t version = fast        ? fmt::kFormatVersionFastKeys
+                           : journaled ? fmt::kFormatVersionJournal
+                                       : fmt::kFormatVersionFirst;
+  std::string hash = "hash=sha256\n";
+  if (fast) {
+    static const char kDigits[] = "0123456789abcdef";
+    hash = "hash=xxh3-128\nhash_secret=";
+    for (uint8_t b : keys.secret()) {
+      hash += kDigits[b >> 4];
+      hash += kDigits[b & 15];
+    }
+    hash += '\n';
+  }
   return "# lmcfs chunk store (docs/FORMAT.md, section Chunk store). Do not edit.\n"
          "format_version=" +
-         std::to_string(journaled ? fmt::kFormatVersionJournal : fmt::kFormatVersionFirst) +
-         "\n"
-         "hash=sha256\n"
-         "chunk_size=" +
-         std::to_string(o.chunk_size) + "\n" + (journaled ? "index_journal=1\n" : "");
+         std::to_string(version) + "\n" + hash + "chunk_size=" + std::to_string(o.chunk_size) + "\n" +
+         (journaled ? "index_journal=1\n" : "");
 }
 
-Status CheckConfig(const std::string& text, const std::string& path, uint32_t* version_out,
-                   bool* journal_out) {
+Status CheckConfig(const std::string& text, const std::string& path, uint32_t* version_out, bool* journal_out,
+                   KeyScheme* keys_out) {
   int version = -1;
-  std::string hash;
+  std::string hash, secret_hex;
   *journal_out = false;
   size_t pos = 0;
   while (pos < text.size()) {
@@ -150,6 +163,7 @@ Status CheckConfig(const std::string& text, const std::string& path, uint32_t* v
     std::string k = line.substr(0, eq), v = line.substr(eq + 1);
     if (k == "format_version") version = std::atoi(v.c_str());
     if (k == "hash") hash = v;
+    if (k == "hash_secret") secret_hex = v;
     if (k == "index_journal") *journal_out = v == "1";
   }
   if (version < 1) return Status::Corruption(path + ": no format_version");
@@ -157,7 +171,25 @@ Status CheckConfig(const std::string& text, const std::string& path, uint32_t* v
     return Status::Unsupported(path + ": store format " + std::to_string(version) +
                                " is newer than this lmcfs reads (" + std::to_string(fmt::kFormatVersion) +
                                "); upgrade lmcfs");
-  if (hash != "sha256") return Status::Unsupported(path + ": unknown chunk hash '" + hash + "'");
+  if (hash == "sha256") {
+    *keys_out = KeyScheme();
+  } else if (hash == "xxh3-128") {
+    if (version < static_cast<int>(fmt::kFormatVersionFastKeys))
+      return Status::Corruption(path + ": hash=xxh3-128 in a store of format " + std::to_string(version));
+    std::array<uint8_t, KeyScheme::kSecretSize> secret{};
+    if (secret_hex.size() != 2 * secret.size())
+      return Status::Corruption(path + ": hash_secret is not " + std::to_string(2 * secret.size()) +
+                                " hex digits; the store's chunk keys cannot be checked without it");
+    for (size_t i = 0; i < secret_hex.size(); ++i) {
+      const char c = secret_hex[i];
+      const int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+      if (d < 0) return Status::Corruption(path + ": hash_secret has a character that is not a hex digit");
+      secret[i / 2] = static_cast<uint8_t>((secret[i / 2] << 4) | d);
+    }
+    *keys_out = KeyScheme::Xxh3(secret);
+  } else {
+    return Status::Unsupported(path + ": unknown chunk hash '" + hash + "'");
+  }
   if (*journal_out && version < static_cast<int>(fmt::kFormatVersionJournal))
     return Status::Corruption(path + ": index_journal=1 in a store of format " + std::to_string(version));
   *version_out = static_cast<uint32_t>(version);
@@ -315,7 +347,9 @@ Result<std::unique_ptr<Store>> Store::Open(const std::string& dir, const StoreOp
   bool config_journal = false;
   if (!fresh) {
     LMC_ASSIGN_OR_RETURN(std::string text, ReadFileToString(env, config_path));
-    LMC_RETURN_IF_ERROR(CheckConfig(text, config_path, &s->format_version, &config_journal));
+    LMC_RETURN_IF_ERROR(CheckConfig(text, config_path, &s->format_version, &config_journal, &s->keys));
+  } else if (s->opts.fast_keys_new_stores) {
+    s->keys = KeyScheme::Xxh3(KeyScheme::NewSecret());
   }
   // A POSIX store is journaled when its CONFIG says so, or when it is new
   // and journal_new_stores (the default); RADOS stores always are.
@@ -348,8 +382,10 @@ Result<std::unique_ptr<Store>> Store::Open(const std::string& dir, const StoreOp
   }
   if (fresh) {
     LMC_RETURN_IF_ERROR(
-        WriteFileAtomic(env, s->dir, fmt::kConfigName, ConfigText(options, write_journal_key)));
-    s->format_version = write_journal_key ? fmt::kFormatVersionJournal : fmt::kFormatVersionFirst;
+        WriteFileAtomic(env, s->dir, fmt::kConfigName, ConfigText(options, write_journal_key, s->keys)));
+    s->format_version = s->keys.verify_hits() ? fmt::kFormatVersionFastKeys
+                        : write_journal_key   ? fmt::kFormatVersionJournal
+                                              : fmt::kFormatVersionFirst;
   }
   Status recovered = s->Recover();
   if (!recovered.ok() && s->index_differs && s->opts.rebuild_damaged_index && !s->opts.read_only) {
@@ -1249,7 +1285,7 @@ Result<size_t> Store::Impl::Read(const ChunkKey& key, uint8_t* dst, size_t cap, 
       if (ChunkBytes hit = base_cache->Get(key); hit && hit->size() == e.decoded_len) {
         n_base_hits++;
         std::memcpy(dst, hit->data(), hit->size());
-        if (verify_hash && ChunkKey::Of(dst, hit->size(), e.owner) != key)
+        if (verify_hash && keys.Of(dst, hit->size(), e.owner) != key)
           return Corrupt(key, e.pack_id, e.offset, "cached bytes do not hash to the chunk key");
         return hit->size();
       }
@@ -1340,7 +1376,7 @@ Result<size_t> Store::Impl::CheckDecoded(const ChunkKey& key, const fmt::ChunkEn
     return Corrupt(key, e.pack_id, e.offset, "frame: " + n.status().message());
   }
   if (*n != e.decoded_len) return Corrupt(key, e.pack_id, e.offset, "frame decodes to another size");
-  if (verify_hash && ChunkKey::Of(dst, *n, e.owner) != key)
+  if (verify_hash && keys.Of(dst, *n, e.owner) != key)
     return Corrupt(key, e.pack_id, e.offset, "decoded bytes do not hash to the chunk key");
   return *n;
 }
@@ -1412,7 +1448,7 @@ void Store::ReadChunks(std::span<ChunkRead> reads, Workspace& ws, const FrameBat
     ChunkRead& r = *s.read;
     const GpuDecodeItem& it = items[i];
     if (batched && it.status.ok() && it.out_len == s.e.decoded_len &&
-        (!verify || ChunkKey::Of(r.dst, it.out_len, s.e.owner) == r.key)) {
+        (!verify || m.keys.Of(r.dst, it.out_len, s.e.owner) == r.key)) {
       r.result = it.out_len;
       r.batched = true;
       m.KeepIfPairedBase(r.key, it.frame, r.dst, it.out_len);
@@ -1561,6 +1597,7 @@ int Store::BackingSpace(struct statvfs* out) const {
 }
 
 const std::string& Store::Name() const { return impl_->dir; }
+const KeyScheme& Store::keys() const { return impl_->keys; }
 
 Result<uint64_t> Store::Refresh() {
   Impl& s = *impl_;
@@ -1624,6 +1661,7 @@ StoreStats Store::Stats() const {
   st.commit_groups = s.n_groups;
   st.chunks_stored = s.n_stored;
   st.dedup_hits = s.n_dedup;
+  st.dedup_verified = s.n_dedup_verified;
   st.bytes_appended = s.n_appended;
   st.corruptions = s.n_corruptions;
   st.base_cache_hits = s.n_base_hits;

@@ -165,7 +165,7 @@ class DeltaPolicyTest : public ::testing::Test {
       auto n = EncodeChunk(d.data(), d.size(), p, frame.data(), frame.size(), ws);
       EXPECT_TRUE(n.ok());
       frame.resize(*n);
-      const store::ChunkKey key = store::ChunkKey::Of(d.data(), d.size());
+      const store::ChunkKey key = store_->keys().Of(d.data(), d.size());
       std::optional<store::ChunkKey> bk;
       if (base) bk = base->key;
       batch.AddChunk(key, frame, static_cast<uint32_t>(len), bk);

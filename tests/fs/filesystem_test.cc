@@ -504,7 +504,7 @@ TEST_F(FsCore, PipelineEncoderErrorSurfacesOnFlushAndKeepsBytes) {
 TEST_F(FsCore, PipelineChunkDroppedAtTheEncoderReleasesItsBase) {
   GatePolicy* gate = InstallGate(false);
   std::string v1 = Bf16Like(64 << 10, 21);
-  gate->base = BaseChoice{store::ChunkKey::Of(reinterpret_cast<const uint8_t*>(v1.data()), v1.size()),
+  gate->base = BaseChoice{store_->keys().Of(reinterpret_cast<const uint8_t*>(v1.data()), v1.size()),
                           store::CopyChunkBytes(reinterpret_cast<const uint8_t*>(v1.data()), v1.size())};
   uint64_t ino = CreateFile(kRootIno, "dropped.bin");
   // Past the layout parser's detection window, so the stream cuts chunks
@@ -580,7 +580,7 @@ TEST_F(FsCore, PipelineDeltaSeamPassesBaseAndName) {
   // v2 differs from v1 in a few bytes; offer v1's chunk as its base.
   std::string v2 = v1;
   for (size_t i = 0; i < v2.size(); i += 4096) v2[i] ^= 1;
-  gate->base = BaseChoice{store::ChunkKey::Of(reinterpret_cast<const uint8_t*>(v1.data()), v1.size()),
+  gate->base = BaseChoice{store_->keys().Of(reinterpret_cast<const uint8_t*>(v1.data()), v1.size()),
                           store::CopyChunkBytes(reinterpret_cast<const uint8_t*>(v1.data()), v1.size())};
   uint64_t b = CreateFile(kRootIno, "tmp.bin");
   ASSERT_EQ(fs_->Rename(kRootIno, "tmp.bin", kRootIno, "v2.bin", 0), 0);
@@ -687,6 +687,36 @@ TEST_F(FsCore, CreateWriteReadPersist) {
   EXPECT_EQ(st2.st_ino, st.st_ino);  // persistent inode numbers
   EXPECT_EQ(st2.st_blocks, st.st_blocks);
   EXPECT_EQ(ReadAll(ino), data);
+  ExpectFsckClean();
+}
+
+// A new store keys chunks by XXH3 under its own secret: copies of a file
+// share its chunks only after their bytes compared equal (the store's
+// dedup_verified), the same file before and after a remount, in one commit
+// group and across commits.
+TEST_F(FsCore, CopiesShareChunksAfterTheirBytesCompare) {
+  ASSERT_EQ(store_->keys().hash(), store::KeyScheme::Hash::kXxh3);
+  const std::string data = Bf16Like(3 << 20, 7);
+  auto write = [&](const std::string& name) {
+    uint64_t ino = CreateFile(kRootIno, name);
+    EXPECT_EQ(fs_->Write(ino, 0, data.data(), data.size()), 0);
+    EXPECT_EQ(fs_->Fsync(ino, false), 0);
+    EXPECT_EQ(fs_->Release(ino), 0);
+    return ino;
+  };
+  const uint64_t a = write("a.bin");
+  const store::StoreStats before = store_->Stats();
+  const uint64_t b = write("b.bin");
+  const store::StoreStats after = store_->Stats();
+  EXPECT_GT(after.dedup_hits, before.dedup_hits);
+  EXPECT_EQ(after.dedup_verified - before.dedup_verified, after.dedup_hits - before.dedup_hits);
+  EXPECT_EQ(after.chunks_stored, before.chunks_stored);  // nothing new stored
+  Reopen();
+  const uint64_t c = write("c.bin");
+  EXPECT_EQ(ReadAll(a), data);
+  EXPECT_EQ(ReadAll(b), data);
+  EXPECT_EQ(ReadAll(c), data);
+  EXPECT_GT(store_->Stats().dedup_verified, 0u);
   ExpectFsckClean();
 }
 

@@ -87,9 +87,9 @@ class FirstCallGate : public DeltaPolicy {
   bool open_ = false;
 };
 
-// A delta base of these bytes (the policy's choice).
-BaseChoice BaseOf(const std::string& bytes) {
-  return BaseChoice{store::ChunkKey::Of(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()),
+// A delta base of these bytes (the policy's choice), named as `keys` names them.
+BaseChoice BaseOf(const std::string& bytes, const store::KeyScheme& keys = store::KeyScheme()) {
+  return BaseChoice{keys.Of(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()),
                     store::CopyChunkBytes(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size())};
 }
 
@@ -427,7 +427,7 @@ TEST_F(FsGpu, WritesGoThroughGpuBatchesAndReadBackByteIdentical) {
   std::string base = Bf16Like(kChunk, 50);
   CloseFile(WriteFile("base.bin", base));
   FirstCallGate* gate = HoldCpuThread();
-  gate->SetBase(BaseOf(base));
+  gate->SetBase(BaseOf(base, store_->keys()));
   // The stream queues chunks as it goes (1 MiB layout blocks of 16 chunks);
   // the feeder takes them in batches of 4 to 8 chunks.
   std::string model = Bf16Like(48 * kChunk + 1000, 51);

@@ -109,10 +109,10 @@ struct StoreChunk {
   const StoreChunk* base;  // nullptr: standalone
 };
 
-void AddToBatch(const StoreChunk& c, lmc::store::Batch* batch) {
-  const ChunkKey key = ChunkKey::Of(c.data.data(), c.data.size());
+void AddToBatch(const StoreChunk& c, const lmc::store::KeyScheme& keys, lmc::store::Batch* batch) {
+  const ChunkKey key = keys.Of(c.data.data(), c.data.size());
   std::optional<ChunkKey> base;
-  if (c.base) base = ChunkKey::Of(c.base->data.data(), c.base->data.size());
+  if (c.base) base = keys.Of(c.base->data.data(), c.base->data.size());
   auto frame = Encode(c.data, lmc::DType::kBF16, c.base ? &c.base->data : nullptr);
   batch->AddChunk(key, frame, static_cast<uint32_t>(c.data.size()), base);
   lmc::store::Extent e;
@@ -138,17 +138,17 @@ void MakeStore(const fsys::path& dir) {
   if (!store.ok()) Die("open store", store.status());
   for (const auto& group : {std::vector<size_t>{0, 1}, std::vector<size_t>{2}}) {
     lmc::store::Batch batch;
-    for (size_t i : group) AddToBatch(chunks[i], &batch);
+    for (size_t i : group) AddToBatch(chunks[i], (*store)->keys(), &batch);
     if (auto s = (*store)->Commit(batch); !s.ok()) Die("commit", s);
   }
 
   // The manifest the test checks the store against.
   std::ofstream m(dir.parent_path() / "store.manifest");
-  m << "# Written by tests/golden/make_golden.cc. chunk <key = SHA-256 of the decoded bytes>"
+  m << "# Written by tests/golden/make_golden.cc. chunk <key = the store's hash of the decoded bytes>"
        " <decoded bytes> <delta depth> <base key or ->\n"
        "# extent <inode> <file offset> <length> <chunk key>\n";
   for (const auto& c : chunks) {
-    const ChunkKey key = ChunkKey::Of(c.data.data(), c.data.size());
+    const ChunkKey key = (*store)->keys().Of(c.data.data(), c.data.size());
     auto info = (*store)->GetChunkInfo(key);
     if (!info.ok()) Die("chunk info", info.status());
     m << "chunk " << key.ToHex() << ' ' << info->decoded_len << ' ' << static_cast<int>(info->delta_depth)
@@ -156,7 +156,7 @@ void MakeStore(const fsys::path& dir) {
   }
   for (const auto& c : chunks) {
     m << "extent " << c.inode << ' ' << c.offset << ' ' << c.data.size() << ' '
-      << ChunkKey::Of(c.data.data(), c.data.size()).ToHex() << '\n';
+      << (*store)->keys().Of(c.data.data(), c.data.size()).ToHex() << '\n';
   }
   store->reset();  // closes RocksDB cleanly
 

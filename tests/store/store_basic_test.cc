@@ -255,7 +255,7 @@ TEST(StoreTest, ChildOpensAStoreItsParentHolds) {
 TEST(StoreTest, RefusesNewerFormatAndMissingIndex) {
   TempDir t;
   { ASSERT_TRUE(OpenOrDie(t.store(), TestOptions())); }
-  ASSERT_TRUE(WriteFileAtomic(Env::Default(), t.store(), "CONFIG", "format_version=4\nhash=sha256\n").ok());
+  ASSERT_TRUE(WriteFileAtomic(Env::Default(), t.store(), "CONFIG", "format_version=5\nhash=sha256\n").ok());
   EXPECT_EQ(Store::Open(t.store(), TestOptions()).status().code(), Code::kUnsupported);
   ASSERT_TRUE(WriteFileAtomic(Env::Default(), t.store(), "CONFIG", "format_version=1\nhash=sha256\n").ok());
   std::filesystem::remove_all(t.store() + "/index");

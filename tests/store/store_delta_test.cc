@@ -265,7 +265,8 @@ TEST(StoreDeadBaseTest, DeadMiddleOfAChainGoesWithoutRewritingIt) {
 
 TEST(StoreDeadBaseTest, DefaultReencodeUsesTheLmcCodec) {
   TempDir t;
-  StoreOptions o;  // real codec
+  StoreOptions o;                  // real codec
+  o.fast_keys_new_stores = false;  // SHA-256 keys: the chunks are named by KeyOf
   o.verify_content_hash = true;
   auto s = OpenOrDie(t.store(), o);
   std::vector<uint8_t> base(1 << 16), next;

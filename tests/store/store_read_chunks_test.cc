@@ -64,6 +64,7 @@ class StoreReadChunks : public ::testing::Test {
  protected:
   void SetUp() override {
     StoreOptions o;
+    o.fast_keys_new_stores = false;  // SHA-256 keys: the chunks are named by KeyOf
     o.verify_content_hash = true;
     store_ = OpenOrDie(dir_.store(), o);
     ASSERT_TRUE(store_);
@@ -191,6 +192,7 @@ TEST_F(StoreReadChunks, ACorruptRecordIsCorruptionAndCounted) {
   f.write(&c, 1);
   f.close();
   StoreOptions o;
+  o.fast_keys_new_stores = false;  // SHA-256 keys: the chunks are named by KeyOf
   o.verify_content_hash = true;
   store_ = OpenOrDie(dir_.store(), o);
   ASSERT_TRUE(store_);

@@ -24,7 +24,8 @@ using testing::WithRawIndex;
 constexpr uint32_t kLen = 1 << 16;
 
 StoreOptions RealCodec(Env* env = nullptr) {
-  StoreOptions o;  // LMC codec
+  StoreOptions o;                  // LMC codec
+  o.fast_keys_new_stores = false;  // SHA-256 keys: the chunks are named by KeyOf
   o.env = env;
   o.verify_content_hash = true;
   return o;

@@ -89,6 +89,9 @@ inline StoreOptions TestOptions(Env* env = nullptr) {
   o.env = env;
   o.codec = TestCodecInstance();
   o.verify_content_hash = true;
+  // SHA-256 keys (KeyOf): the stores of format 1-3 that older lmcfs made;
+  // store_fast_keys_test.cc covers the XXH3 stores that are the default.
+  o.fast_keys_new_stores = false;
   return o;
 }
 

@@ -115,7 +115,7 @@ void EncodeOnCpu(EncodeJob* job, const Prepared& prep) {
     return;
   }
   SetFrame(job, scratch, *r);
-  job->key = store::ChunkKey::Of(p, n, job->key_owner);
+  job->key = job->keys ? job->keys->Of(p, n, job->key_owner) : store::ChunkKey::Of(p, n, job->key_owner);
 }
 
 // A base chosen for a chunk whose encode failed is never recorded: hand it back.
@@ -312,7 +312,8 @@ void EncoderPool::EncodeBatchOnGpu(const std::vector<std::shared_ptr<EncodeJob>>
     }
     Guarded(job, [&] {
       SetFrame(job, frames[of_item[j]].get(), items[j].len);
-      job->key = store::ChunkKey::Of(job->buf->data(), job->buf->size(), job->key_owner);
+      job->key = job->keys ? job->keys->Of(job->buf->data(), job->buf->size(), job->key_owner)
+                           : store::ChunkKey::Of(job->buf->data(), job->buf->size(), job->key_owner);
     });
     CountEncoded(*job, true, counters_);
   }

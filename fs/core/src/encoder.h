@@ -32,15 +32,16 @@ namespace lmc::fs {
 struct EncodeJob {
   // --- input: set before submission, read-only afterwards ---
   uint64_t ino = 0;
-  std::string name_hint;         // the inode's name_hint at submission
-  uint64_t parent_hint = 0;      // and its parent_hint
-  ChunkSpec spec;                // the chunker's fields (offset, length, dtype, lineage)
-  std::optional<DType> dtype;    // nullopt: detect from the bytes
-  uint64_t begin = 0, end = 0;   // file range [begin, end), end - begin == buf->size()
-  store::ChunkBytes buf;         // the chunk's bytes (later the caches')
-  DeltaPolicy* delta = nullptr;  // Impl::delta at submission, or nullptr
-  store::KeyOwner key_owner;     // dedup=uid: the inode's owner at submission
-  uint64_t charge = 0;           // bytes counted against the write budget
+  std::string name_hint;                   // the inode's name_hint at submission
+  uint64_t parent_hint = 0;                // and its parent_hint
+  ChunkSpec spec;                          // the chunker's fields (offset, length, dtype, lineage)
+  std::optional<DType> dtype;              // nullopt: detect from the bytes
+  uint64_t begin = 0, end = 0;             // file range [begin, end), end - begin == buf->size()
+  store::ChunkBytes buf;                   // the chunk's bytes (later the caches')
+  DeltaPolicy* delta = nullptr;            // Impl::delta at submission, or nullptr
+  store::KeyOwner key_owner;               // dedup=uid: the inode's owner at submission
+  const store::KeyScheme* keys = nullptr;  // the store's (nullptr: SHA-256, ChunkKey::Of)
+  uint64_t charge = 0;                     // bytes counted against the write budget
 
   // --- output: written by the encoder before `done` ---
   bool zero = false;  // all zeros: stores nothing (a hole)
@@ -63,7 +64,7 @@ struct EncodeJob {
 };
 
 // Encodes and hashes one chunk (the encode task): zero check, optional XOR
-// base from the delta policy, EncodeChunk, SHA-256 chunk key. Never throws;
+// base from the delta policy, EncodeChunk, the store's chunk key. Never throws;
 // errors land in job->status (a base chosen for a failed encode is released
 // and base_key reset). Does not set `done`.
 void RunEncodeJob(EncodeJob* job);

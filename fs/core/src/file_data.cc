@@ -441,6 +441,7 @@ int FileData::MaterializeRanges(const std::vector<CutSpec>& specs) {
       if (int err = ChunkInput(s.begin, end, &job->buf)) return err;
       job->delta = shared_.delta.get();
       if (shared_.opts.dedup_per_owner) job->key_owner = owner_.rec.uid;
+      job->keys = &shared_.store->keys();
       // The input, and a frame that is at most about as large.
       job->charge = 2 * (end - s.begin);
       shared_.inflight_bytes += job->charge;
@@ -538,7 +539,11 @@ int FileData::ApplyJob(EncodeJob& job) {
     ChunkOrigin origin{owner_.ino, owner_.name_hint, &job.spec, owner_.parent_hint, job.key_owner};
     shared_.delta->Record(origin, job.key, job.base_key, job.buf, &pending_);
   }
-  pending_.AddChunk(e.key, std::move(job.frame), e.decoded_len, job.base_key, job.key_owner);
+  // A store that compares the bytes of dedup hits (fast-hash keys) is
+  // given them, so that a hit costs a memcmp and a read of the stored
+  // chunk, not a decode of this frame too.
+  pending_.AddChunk(e.key, std::move(job.frame), e.decoded_len, job.base_key, job.key_owner,
+                    job.keys && job.keys->verify_hits() ? job.buf : nullptr);
   pending_chunks_ = true;
   ReplaceRange(job.begin, job.end, &e);
   shared_.cache.Put(e.key, std::move(job.buf));

@@ -1,6 +1,9 @@
-// ChunkKey: the content address of a chunk, SHA-256 of its decoded bytes
-// (docs/FORMAT.md, "Chunk store", "Chunk keys"). 256 bits so that no accidental or
-// crafted collision can make one chunk stand for another.
+// ChunkKey: the content address of a chunk, a hash of its decoded bytes
+// (docs/FORMAT.md, "Chunk store", "Chunk keys"): SHA-256 (stores of format
+// 1-3), or XXH3-128 under the store's own random secret (format 4), where
+// the store compares the bytes of every dedup hit before it shares a chunk
+// (Store, commit), so that no accidental or crafted collision can make one
+// chunk stand for another.
 #pragma once
 
 #include <array>
@@ -48,6 +51,36 @@ struct ChunkKey {
   std::string_view view() const { return {reinterpret_cast<const char*>(bytes.data()), kSize}; }
   bool operator==(const ChunkKey&) const = default;
   auto operator<=>(const ChunkKey&) const = default;
+};
+
+// How a store names chunk contents (CONFIG "hash=", docs/FORMAT.md, "Chunk
+// keys"). Copyable; Of is thread-safe.
+class KeyScheme {
+ public:
+  enum class Hash : uint8_t { kSha256, kXxh3 };
+  static constexpr size_t kSecretSize = 192;  // XXH3's default secret size
+
+  // SHA-256 keys (ChunkKey::Of).
+  KeyScheme() = default;
+  // XXH3-128 keys under `secret` (the store's CONFIG).
+  static KeyScheme Xxh3(const std::array<uint8_t, kSecretSize>& secret);
+  // A fresh random secret (getrandom) for a new store.
+  static std::array<uint8_t, kSecretSize> NewSecret();
+
+  Hash hash() const { return hash_; }
+  // Whether a key may name two contents (a fast hash): a dedup hit must
+  // then compare the bytes before the chunk is shared.
+  bool verify_hits() const { return hash_ != Hash::kSha256; }
+  const std::array<uint8_t, kSecretSize>& secret() const { return secret_; }
+  // The key of p[0, n), owner-scoped as ChunkKey::Of. XXH3 keys: bytes
+  // [0, 16) the XXH3-128 digest (canonical, big-endian) of kOwnerKeyTag,
+  // the owner (u32 LE) and p[0, n) with an owner, of p[0, n) without;
+  // [16, 24) n (u64 LE); [24, 32) zero.
+  ChunkKey Of(const uint8_t* p, size_t n, KeyOwner owner = std::nullopt) const;
+
+ private:
+  Hash hash_ = Hash::kSha256;
+  std::array<uint8_t, kSecretSize> secret_{};
 };
 
 struct ChunkKeyHash {

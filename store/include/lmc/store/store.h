@@ -26,6 +26,7 @@
 #include "lmc/codec.h"
 #include "lmc/gpu.h"
 #include "lmc/status.h"
+#include "lmc/store/chunk_cache.h"
 #include "lmc/store/chunk_key.h"
 #include "lmc/store/env.h"
 #include "lmc/store/extent.h"
@@ -67,7 +68,8 @@ struct StoreOptions {
   uint64_t pack_size_limit = uint64_t{256} << 20;
   uint64_t pack_size_floor = uint64_t{16} << 20;
   uint64_t max_group_bytes = uint64_t{64} << 20;  // frame bytes one commit group gathers at most
-  // Also check SHA-256(decoded bytes) == key on every read (fsck always does).
+  // Also check that the decoded bytes hash to the key on every read (fsck
+  // always does).
   bool verify_content_hash = false;
   uint32_t chunk_size = 4u << 20;  // recorded in the config file for the filesystem; not enforced
   // Decoded delta bases kept in memory (LRU, bytes): a chain read once
@@ -89,6 +91,12 @@ struct StoreOptions {
   // files are damaged. false: a new store as before (format 1, no
   // journal; older lmcfs reads it).
   bool journal_new_stores = true;
+  // A new store names chunks by XXH3-128 under a random secret of its own
+  // (CONFIG format 4, hash=xxh3-128), about 20x cheaper than SHA-256, and
+  // compares the bytes of every dedup hit before it shares a chunk (a
+  // collision fails the batch instead). false: SHA-256 keys (format 1 or
+  // 3; an older lmcfs reads the store). An existing store keeps its hash.
+  bool fast_keys_new_stores = true;
   // Where a journaled store's local index lives ("": STORE itself for a
   // POSIX store, LocalDirOf(store) for a RADOS store).
   std::string local_dir;
@@ -134,9 +142,13 @@ class Batch {
   // index entry say so, so reads verify the key as it was made.
   void AddChunk(const ChunkKey& key, std::span<const uint8_t> frame, uint32_t decoded_len,
                 const std::optional<ChunkKey>& base = std::nullopt, KeyOwner owner = std::nullopt);
-  // The same, taking the frame's buffer instead of copying it.
+  // The same, taking the frame's buffer instead of copying it. `raw`, if
+  // given, is the chunk's decoded bytes (kept until the batch commits): in a
+  // store whose keys are a fast hash (KeyScheme::verify_hits), a dedup hit
+  // compares them with the stored chunk instead of decoding the frame.
   void AddChunk(const ChunkKey& key, std::string&& frame, uint32_t decoded_len,
-                const std::optional<ChunkKey>& base = std::nullopt, KeyOwner owner = std::nullopt);
+                const std::optional<ChunkKey>& base = std::nullopt, KeyOwner owner = std::nullopt,
+                ChunkBytes raw = nullptr);
   // Takes one more reference to an existing chunk.
   void Ref(const ChunkKey& key);
   // Releases one reference. At zero the chunk leaves the index (its record
@@ -192,6 +204,7 @@ class Batch {
     KeyOwner owner{};                // kAdd: the key's owner scope
     uint8_t max_depth = 0;           // kRebase
     std::string frame{};             // kAdd, kRewrite, kRebase: the chunk's encoded frame
+    ChunkBytes raw{};                // kAdd: the decoded bytes, when the caller gave them
     std::string cf_key{};            // kPut, kDelete: key in column family `cf`
     std::string value{};             // kPut
   };
@@ -235,13 +248,14 @@ struct ChunkInfo {
 
 struct StoreStats {
   uint64_t packs = 0;
-  uint64_t empty_packs = 0;    // sealed packs with no live record (free to delete)
-  uint64_t pack_bytes = 0;     // committed bytes of all packs
-  uint64_t live_bytes = 0;     // record bytes of indexed chunks
-  uint64_t commits = 0;        // successful Commit calls
-  uint64_t commit_groups = 0;  // leader rounds (one pack sync + one WAL write each)
-  uint64_t chunks_stored = 0;  // AddChunk that wrote a record
-  uint64_t dedup_hits = 0;     // AddChunk that only took a reference
+  uint64_t empty_packs = 0;     // sealed packs with no live record (free to delete)
+  uint64_t pack_bytes = 0;      // committed bytes of all packs
+  uint64_t live_bytes = 0;      // record bytes of indexed chunks
+  uint64_t commits = 0;         // successful Commit calls
+  uint64_t commit_groups = 0;   // leader rounds (one pack sync + one WAL write each)
+  uint64_t chunks_stored = 0;   // AddChunk that wrote a record
+  uint64_t dedup_hits = 0;      // AddChunk that only took a reference
+  uint64_t dedup_verified = 0;  // of those, hits whose bytes were compared (a fast-hash store)
   uint64_t bytes_appended = 0;
   uint64_t corruptions = 0;        // reads that failed verification
   uint64_t base_cache_hits = 0;    // delta bases found decoded in the cache
@@ -502,6 +516,9 @@ class Store {
   // The store's name ("rados:POOL/NAME" or its real directory) and where
   // what is local to this node lives (its own directory for a POSIX store;
   // a journaled store's local index directory).
+  // How this store names chunks: the key of bytes written to it is
+  // keys().Of(bytes, owner) (ChunkKey::Of for a SHA-256 store).
+  const KeyScheme& keys() const;
   const std::string& Name() const;
   const std::string& LocalDir() const;
   // Where this open moved a damaged index before rebuilding it from the
