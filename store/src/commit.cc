@@ -125,6 +125,9 @@ class Overlay {
     auto it = records_.find(off);
     return it == records_.end() ? nullptr : it->second;
   }
+  // An op the group made (a matched chunk's frame, encoded at commit),
+  // alive as long as the group: its frame is written from here.
+  const Batch::Op& Keep(Batch::Op op) { return kept_.emplace_back(std::move(op)); }
 
   void BeginBatch() {
     undo_.clear();
@@ -157,11 +160,13 @@ class Overlay {
   std::map<Edge, bool> edges_;
   std::vector<std::pair<Edge, std::optional<bool>>> edge_undo_;  // previous state; nullopt: committed
   std::unordered_map<uint64_t, const Batch::Op*> records_;
+  std::deque<Batch::Op> kept_;  // stable addresses
 };
 
 struct BatchCounts {
   uint64_t stored = 0, dedup = 0, rebased = 0, rebase_skipped = 0;
-  uint64_t verified = 0;  // dedup hits whose bytes were compared (VerifyHit)
+  uint64_t verified = 0;           // dedup hits whose bytes were compared (here or by MatchChunk)
+  uint64_t encoded_at_commit = 0;  // matched chunks gone by the commit, encoded here
 };
 
 // Takes `slot` (chunk `key`, present) out of the index: its record becomes
@@ -421,6 +426,12 @@ Status VerifyHit(Store::Impl& s, Overlay& ov, const Batch::Op& op, uint64_t reco
                                    std::to_string(slot->e.decoded_len) +
                                    " bytes under this key, this one has " + std::to_string(op.decoded_len) +
                                    "; nothing of this batch was stored");
+  // A record this group wrote from the same frame on the same base (the
+  // same tensor twice in one save): the same bytes, nothing to decode.
+  if (s.active && slot->e.pack_id == s.active_id && slot->e.offset >= records_base) {
+    const Batch::Op* mine = ov.RecordAt(slot->e.offset);
+    if (mine && !op.frame.empty() && mine->frame == op.frame && mine->base == op.base) return Status::Ok();
+  }
   auto stored = ChunkContent(s, ov, op.key, records_base, 0);
   if (!stored.ok())
     return Status::InvalidArgument(
@@ -450,28 +461,51 @@ Status ApplyChunkOps(Store::Impl& s, const Batch& b, Overlay& ov, PackRecords& r
     switch (op.kind) {
       case Batch::OpKind::kAdd: {
         LMC_ASSIGN_OR_RETURN(Overlay::Slot * slot, ov.Find(op.key));
+        const bool matched = op.frame.empty() && op.raw;  // AddMatchedChunk
         if (slot->present) {
           if (s.keys.verify_hits()) {
-            LMC_RETURN_IF_ERROR(VerifyHit(s, ov, op, records_base));
-            LMC_ASSIGN_OR_RETURN(slot, ov.Find(op.key));
+            // A matched chunk whose record is still the one MatchChunk
+            // compared has the same bytes (records never change in place).
+            if (!matched || slot->e.pack_id != op.match_pack || slot->e.offset != op.match_offset) {
+              LMC_RETURN_IF_ERROR(VerifyHit(s, ov, op, records_base));
+              LMC_ASSIGN_OR_RETURN(slot, ov.Find(op.key));
+            }
             counts.verified++;
           }
           TakeRef(ov, op.key, slot);
           counts.dedup++;
           break;
         }
-        if (op.frame.empty() || op.frame.size() > fmt::kMaxFrameLen || op.decoded_len > kMaxChunkSize)
-          return Status::InvalidArgument("AddChunk " + op.key.ToHex() + ": frame of " +
-                                         std::to_string(op.frame.size()) + " bytes / chunk of " +
-                                         std::to_string(op.decoded_len) + " bytes out of range");
+        const Batch::Op* add = &op;
+        if (matched) {
+          // Matched, then released by others before this commit: store it.
+          Workspace ws;
+          auto f = s.codec->EncodeStandalone(op.raw->data(), op.raw->size(), ws);
+          if (!f.ok())
+            return Status::InvalidArgument("AddChunk " + op.key.ToHex() +
+                                           ": the chunk it matched left the store before the commit, and "
+                                           "encoding it here failed: " +
+                                           f.status().ToString());
+          add = &ov.Keep(Batch::Op{.kind = Batch::OpKind::kAdd,
+                                   .key = op.key,
+                                   .decoded_len = op.decoded_len,
+                                   .owner = op.owner,
+                                   .frame = std::move(*f),
+                                   .raw = op.raw});
+          counts.encoded_at_commit++;
+        }
+        if (add->frame.empty() || add->frame.size() > fmt::kMaxFrameLen || add->decoded_len > kMaxChunkSize)
+          return Status::InvalidArgument("AddChunk " + add->key.ToHex() + ": frame of " +
+                                         std::to_string(add->frame.size()) + " bytes / chunk of " +
+                                         std::to_string(add->decoded_len) + " bytes out of range");
         fmt::ChunkEntry e;
-        if (op.base) LMC_RETURN_IF_ERROR(TakeBase(ov, "AddChunk", op.key, *op.base, &e));
+        if (add->base) LMC_RETURN_IF_ERROR(TakeBase(ov, "AddChunk", add->key, *add->base, &e));
         // Find may have rehashed; re-find the chunk's own slot.
-        LMC_ASSIGN_OR_RETURN(slot, ov.Find(op.key));
-        e.decoded_len = op.decoded_len;
-        e.owner = op.owner;
+        LMC_ASSIGN_OR_RETURN(slot, ov.Find(add->key));
+        e.decoded_len = add->decoded_len;
+        e.owner = add->owner;
         e.refcount = 1;
-        AppendRecord(s, op, e, ov, slot, records, records_base);
+        AppendRecord(s, *add, e, ov, slot, records, records_base);
         counts.stored++;
         break;
       }
@@ -662,6 +696,7 @@ Status Store::Impl::CommitGroup(const std::vector<Writer*>& group) {
     counts.rebased += bc.rebased;
     counts.rebase_skipped += bc.rebase_skipped;
     counts.verified += bc.verified;
+    counts.encoded_at_commit += bc.encoded_at_commit;
     for (const Batch::Op& op : w->batch->ops()) {
       if (op.kind == Batch::OpKind::kPut)
         wb.Put(fs_cf[static_cast<size_t>(op.cf)], op.cf_key, op.value);
@@ -766,6 +801,7 @@ Status Store::Impl::CommitGroup(const std::vector<Writer*>& group) {
   n_stored += counts.stored;
   n_dedup += counts.dedup;
   n_dedup_verified += counts.verified;
+  n_encoded_at_commit += counts.encoded_at_commit;
   n_rebased += counts.rebased;
   n_rebase_skipped += counts.rebase_skipped;
   n_appended += records.size();

@@ -50,7 +50,8 @@ std::string CopyFrame(std::span<const uint8_t> frame) {
 }  // namespace
 
 void Batch::Append(Op op) {
-  frame_bytes_ += op.frame.size();
+  // A matched chunk has no frame; its bytes are held until the commit.
+  frame_bytes_ += op.frame.empty() && op.raw ? op.raw->size() : op.frame.size();
   ops_.push_back(std::move(op));
 }
 
@@ -65,14 +66,24 @@ void Batch::AddChunk(const ChunkKey& key, std::span<const uint8_t> frame, uint32
 }
 
 void Batch::AddChunk(const ChunkKey& key, std::string&& frame, uint32_t decoded_len,
-                     const std::optional<ChunkKey>& base, KeyOwner owner, ChunkBytes raw) {
+                     const std::optional<ChunkKey>& base, KeyOwner owner) {
   Append({.kind = OpKind::kAdd,
           .key = key,
           .base = base,
           .decoded_len = decoded_len,
           .owner = owner,
-          .frame = std::move(frame),
-          .raw = std::move(raw)});
+          .frame = std::move(frame)});
+}
+
+void Batch::AddMatchedChunk(const ChunkKey& key, const ChunkMatch& match, ChunkBytes raw, KeyOwner owner) {
+  const auto len = static_cast<uint32_t>(raw ? raw->size() : 0);
+  Append({.kind = OpKind::kAdd,
+          .key = key,
+          .decoded_len = len,
+          .owner = owner,
+          .raw = std::move(raw),
+          .match_pack = match.pack_id,
+          .match_offset = match.offset});
 }
 
 void Batch::Ref(const ChunkKey& key) { Append({.kind = OpKind::kRef, .key = key}); }
@@ -1381,6 +1392,35 @@ Result<size_t> Store::Impl::CheckDecoded(const ChunkKey& key, const fmt::ChunkEn
   return *n;
 }
 
+Result<ChunkMatch> Store::MatchChunk(const ChunkKey& key, const uint8_t* p, size_t n, Workspace& ws) {
+  Impl& s = *impl_;
+  ChunkMatch m;
+  auto e = s.LoadEntry(key);
+  if (!e.ok()) {
+    if (e.status().IsNotFound()) return m;
+    return e.status();
+  }
+  // The record as the entry named it before the read: if the chunk moves
+  // meanwhile, the commit finds another record and compares again.
+  m.pack_id = e->pack_id;
+  m.offset = e->offset;
+  m.frame_len = e->frame_len;
+  if (e->decoded_len != n) {
+    m.kind = ChunkMatch::Kind::kDiffers;
+    return m;
+  }
+  thread_local std::vector<uint8_t> buf;
+  if (buf.size() < n) buf.resize(n);
+  auto r = s.Read(key, buf.data(), n, ws, false, 0);
+  if (!r.ok()) {
+    if (r.status().IsNotFound()) return ChunkMatch{};
+    return r.status();
+  }
+  m.kind =
+      *r == n && std::memcmp(buf.data(), p, n) == 0 ? ChunkMatch::Kind::kEqual : ChunkMatch::Kind::kDiffers;
+  return m;
+}
+
 Result<size_t> Store::ReadChunk(const ChunkKey& key, uint8_t* dst, size_t cap, Workspace& ws) {
   return impl_->Read(key, dst, cap, ws, impl_->opts.verify_content_hash, 0);
 }
@@ -1662,6 +1702,7 @@ StoreStats Store::Stats() const {
   st.chunks_stored = s.n_stored;
   st.dedup_hits = s.n_dedup;
   st.dedup_verified = s.n_dedup_verified;
+  st.encoded_at_commit = s.n_encoded_at_commit;
   st.bytes_appended = s.n_appended;
   st.corruptions = s.n_corruptions;
   st.base_cache_hits = s.n_base_hits;

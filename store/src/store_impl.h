@@ -128,7 +128,8 @@ struct Store::Impl {
   }
 
   std::atomic<uint64_t> n_commits{0}, n_groups{0}, n_stored{0}, n_dedup{0}, n_dedup_verified{0},
-      n_appended{0}, n_corruptions{0}, n_rebased{0}, n_rebase_skipped{0}, n_base_hits{0}, n_base_misses{0};
+      n_encoded_at_commit{0}, n_appended{0}, n_corruptions{0}, n_rebased{0}, n_rebase_skipped{0},
+      n_base_hits{0}, n_base_misses{0};
   // Bytes written to pack files (records of commits, rebases and compaction
   // copies, and pack headers), and what compaction copied and gave back.
   std::atomic<uint64_t> n_pack_written{0}, n_compact_copied{0}, n_compact_reclaimed{0};

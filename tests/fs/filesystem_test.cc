@@ -692,8 +692,8 @@ TEST_F(FsCore, CreateWriteReadPersist) {
 
 // A new store keys chunks by XXH3 under its own secret: copies of a file
 // share its chunks only after their bytes compared equal (the store's
-// dedup_verified), the same file before and after a remount, in one commit
-// group and across commits.
+// dedup_verified), before and after a remount; a chunk the store holds
+// already is compared and not encoded (matched_chunks).
 TEST_F(FsCore, CopiesShareChunksAfterTheirBytesCompare) {
   ASSERT_EQ(store_->keys().hash(), store::KeyScheme::Hash::kXxh3);
   const std::string data = Bf16Like(3 << 20, 7);
@@ -706,11 +706,20 @@ TEST_F(FsCore, CopiesShareChunksAfterTheirBytesCompare) {
   };
   const uint64_t a = write("a.bin");
   const store::StoreStats before = store_->Stats();
+  const uint64_t encoded = fs_->counters().cpu_encode_chunks.load();
+  EXPECT_EQ(fs_->counters().matched_chunks.load(), 0u);
   const uint64_t b = write("b.bin");
   const store::StoreStats after = store_->Stats();
+  EXPECT_EQ(fs_->counters().cpu_encode_chunks.load(), encoded);  // b's chunks: all a's
+  EXPECT_GT(fs_->counters().matched_chunks.load(), 0u);
+  EXPECT_EQ(fs_->counters().matched_bytes.load(), data.size());
   EXPECT_GT(after.dedup_hits, before.dedup_hits);
   EXPECT_EQ(after.dedup_verified - before.dedup_verified, after.dedup_hits - before.dedup_hits);
   EXPECT_EQ(after.chunks_stored, before.chunks_stored);  // nothing new stored
+  struct stat sa, sb;
+  ASSERT_EQ(fs_->GetAttr(a, &sa), 0);
+  ASSERT_EQ(fs_->GetAttr(b, &sb), 0);
+  EXPECT_EQ(sb.st_blocks, sa.st_blocks);  // charged the stored frames, as any dedup hit
   Reopen();
   const uint64_t c = write("c.bin");
   EXPECT_EQ(ReadAll(a), data);

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "format.h"
+#include "lmc/codec.h"
 #include "lmc/store/store.h"
 #include "store_test_util.h"
 
@@ -28,11 +29,16 @@ std::string ConfigOf(const std::string& store) {
 }
 
 // Adds `data` under `key` (normally s.keys().Of(data)), with an extent of
-// inode `ino` at offset 0; raw: hand the store the decoded bytes too.
-void AddAs(Batch& b, const ChunkKey& key, uint64_t ino, const std::vector<uint8_t>& data, bool raw) {
-  auto f = TestFrame(data);
-  b.AddChunk(key, std::string(f.begin(), f.end()), static_cast<uint32_t>(data.size()), std::nullopt,
-             std::nullopt, raw ? CopyChunkBytes(data.data(), data.size()) : nullptr);
+// inode `ino` at offset 0: as a frame, or, with `match`, as a chunk that
+// MatchChunk found (its bytes, no frame).
+void AddAs(Batch& b, const ChunkKey& key, uint64_t ino, const std::vector<uint8_t>& data,
+           const ChunkMatch* match = nullptr) {
+  if (match) {
+    b.AddMatchedChunk(key, *match, CopyChunkBytes(data.data(), data.size()));
+  } else {
+    auto f = TestFrame(data);
+    b.AddChunk(key, std::string(f.begin(), f.end()), static_cast<uint32_t>(data.size()));
+  }
   Extent e;
   e.length = static_cast<uint32_t>(data.size());
   e.chunk = key;
@@ -117,51 +123,135 @@ TEST(FastKeys, ADamagedSecretOrAHashTheFormatCannotHaveIsRefused) {
   EXPECT_TRUE(s.status().IsCorruption()) << s.status().ToString();
 }
 
+// MatchChunk: absent, equal (with the record's place), or another chunk
+// under the key.
+TEST(FastKeys, MatchChunkComparesTheStoredBytes) {
+  TempDir t;
+  auto s = OpenOrDie(t.store(), FastOptions());
+  ASSERT_TRUE(s);
+  const std::vector<uint8_t> d = RandomBytes(4096, 3), other = RandomBytes(4096, 9);
+  const ChunkKey k = s->keys().Of(d.data(), d.size());
+  Workspace ws;
+  EXPECT_EQ(s->MatchChunk(k, d.data(), d.size(), ws)->kind, ChunkMatch::Kind::kAbsent);
+  Batch b;
+  AddAs(b, k, 1, d);
+  ASSERT_TRUE(s->Commit(b).ok());
+  auto m = s->MatchChunk(k, d.data(), d.size(), ws);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  EXPECT_EQ(m->kind, ChunkMatch::Kind::kEqual);
+  EXPECT_EQ(m->pack_id, s->GetChunkInfo(k)->pack_id);
+  EXPECT_EQ(m->offset, s->GetChunkInfo(k)->offset);
+  EXPECT_EQ(m->frame_len, s->GetChunkInfo(k)->frame_len);
+  EXPECT_EQ(s->MatchChunk(k, other.data(), other.size(), ws)->kind, ChunkMatch::Kind::kDiffers);
+  EXPECT_EQ(s->MatchChunk(k, d.data(), d.size() - 1, ws)->kind, ChunkMatch::Kind::kDiffers);
+}
+
 // Equal bytes: the hit is compared and shared, whether the stored chunk is
-// committed or written by the same group, with or without the raw bytes.
+// committed or written by the same group; a matched chunk whose record is
+// the one compared is shared without another read.
 TEST(FastKeys, EqualBytesAreComparedThenShared) {
-  for (bool raw : {false, true}) {
-    SCOPED_TRACE(raw ? "raw bytes given" : "frames decoded");
+  TempDir t;
+  auto s = OpenOrDie(t.store(), FastOptions());
+  ASSERT_TRUE(s);
+  const std::vector<uint8_t> d = RandomBytes(4096, 3);
+  const ChunkKey k = s->keys().Of(d.data(), d.size());
+  Batch b;
+  AddAs(b, k, 1, d);
+  AddAs(b, k, 2, d);  // a hit on a record of this same batch
+  ASSERT_TRUE(s->Commit(b).ok());
+  Batch b2;
+  AddAs(b2, k, 3, d);  // a hit on a committed record
+  ASSERT_TRUE(s->Commit(b2).ok());
+  Workspace ws;
+  auto m = s->MatchChunk(k, d.data(), d.size(), ws);
+  ASSERT_TRUE(m.ok() && m->kind == ChunkMatch::Kind::kEqual);
+  Batch b3;
+  AddAs(b3, k, 4, d, &*m);
+  ChunkMatch elsewhere = *m;  // a record it no longer is at: compared again, from the bytes
+  elsewhere.offset += 1;
+  AddAs(b3, k, 5, d, &elsewhere);
+  ASSERT_TRUE(s->Commit(b3).ok());
+  EXPECT_EQ(s->GetChunkInfo(k)->refcount, 5u);
+  EXPECT_EQ(s->Stats().dedup_hits, 4u);
+  EXPECT_EQ(s->Stats().dedup_verified, 4u);
+  EXPECT_EQ(s->Stats().chunks_stored, 1u);
+  EXPECT_EQ(*ReadAll(*s, k), d);
+  auto rep = s->Fsck(FsckOptions{});
+  ASSERT_TRUE(rep.ok()) << rep.status().ToString();
+  EXPECT_EQ(rep->errors(), 0u);
+}
+
+// A matched chunk whose every reference went before the commit: the store
+// encodes its bytes (LMC codec) and stores them; a codec that cannot encode
+// fails the batch with a message saying so.
+TEST(FastKeys, AMatchedChunkThatLeftTheStoreIsEncodedAtTheCommit) {
+  for (bool lmc : {true, false}) {
+    SCOPED_TRACE(lmc ? "LMC codec" : "test codec");
     TempDir t;
-    auto s = OpenOrDie(t.store(), FastOptions());
+    StoreOptions o = FastOptions();
+    if (lmc) o.codec = nullptr;
+    auto s = OpenOrDie(t.store(), o);
     ASSERT_TRUE(s);
-    const std::vector<uint8_t> d = RandomBytes(4096, 3);
+    std::vector<uint8_t> d(64 << 10);
+    for (size_t i = 0; i < d.size(); i++) d[i] = static_cast<uint8_t>((i * 2654435761u) >> 11);
     const ChunkKey k = s->keys().Of(d.data(), d.size());
     Batch b;
-    AddAs(b, k, 1, d, raw);
-    AddAs(b, k, 2, d, raw);  // a hit on a record of this same batch
+    if (lmc) {
+      std::vector<uint8_t> frame(MaxEncodedSize(d.size()));
+      Workspace ews;
+      auto n = EncodeChunk(d.data(), d.size(), EncodeParams{}, frame.data(), frame.size(), ews);
+      ASSERT_TRUE(n.ok());
+      frame.resize(*n);
+      b.AddChunk(k, frame, static_cast<uint32_t>(d.size()));
+    } else {
+      AddAs(b, k, 1, d);
+    }
     ASSERT_TRUE(s->Commit(b).ok());
-    Batch b2;
-    AddAs(b2, k, 3, d, raw);  // a hit on a committed record
-    ASSERT_TRUE(s->Commit(b2).ok());
-    EXPECT_EQ(s->GetChunkInfo(k)->refcount, 3u);
-    EXPECT_EQ(s->Stats().dedup_hits, 2u);
-    EXPECT_EQ(s->Stats().dedup_verified, 2u);
+    Workspace ws;
+    auto m = s->MatchChunk(k, d.data(), d.size(), ws);
+    ASSERT_TRUE(m.ok() && m->kind == ChunkMatch::Kind::kEqual);
+    Batch drop;
+    drop.Unref(k);
+    ASSERT_TRUE(s->Commit(drop).ok());
+    ASSERT_FALSE(s->GetChunkInfo(k).ok());
+    Batch again;
+    AddAs(again, k, 2, d, &*m);
+    Status st = s->Commit(again);
+    if (!lmc) {
+      EXPECT_EQ(st.code(), Code::kInvalidArgument) << st.ToString();
+      EXPECT_NE(st.message().find("left the store"), std::string::npos) << st.ToString();
+      continue;
+    }
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    EXPECT_EQ(s->Stats().encoded_at_commit, 1u);
     EXPECT_EQ(*ReadAll(*s, k), d);
-    auto rep = s->Fsck(FsckOptions{});
-    ASSERT_TRUE(rep.ok()) << rep.status().ToString();
-    EXPECT_EQ(rep->errors(), 0u);
   }
 }
 
 // Two contents under one key (a collision, made here by reusing a key):
 // the batch that brings the second fails, nothing of it is stored, and the
-// first still reads back; other batches of the same group commit.
+// first still reads back.
 TEST(FastKeys, ACollisionFailsTheBatchAndSharesNothing) {
-  for (bool raw : {false, true}) {
+  for (bool matched : {false, true}) {
     for (bool same_batch : {false, true}) {
-      SCOPED_TRACE(std::string(raw ? "raw" : "decoded") + (same_batch ? ", same batch" : ", committed"));
+      if (matched && same_batch) continue;  // a match is of a committed record
+      SCOPED_TRACE(std::string(matched ? "matched elsewhere" : "frame") +
+                   (same_batch ? ", same batch" : ", committed"));
       TempDir t;
+      const std::vector<uint8_t> a = RandomBytes(4096, 4), other = RandomBytes(4096, 5);
       auto s = OpenOrDie(t.store(), FastOptions());
       ASSERT_TRUE(s);
-      const std::vector<uint8_t> a = RandomBytes(4096, 4), other = RandomBytes(4096, 5);
       const ChunkKey k = s->keys().Of(a.data(), a.size());
       Batch first;
-      AddAs(first, k, 1, a, raw);
-      if (!same_batch) ASSERT_TRUE(s->Commit(first).ok());
+      AddAs(first, k, 1, a);
+      if (!same_batch) {
+        ASSERT_TRUE(s->Commit(first).ok());
+      }
       Batch second;
       if (same_batch) second = std::move(first);
-      AddAs(second, k, 2, other, raw);
+      ChunkMatch stale;  // a record the chunk is not at
+      stale.kind = ChunkMatch::Kind::kEqual;
+      AddAs(second, k, 2, other, matched ? &stale : nullptr);
       Status st = s->Commit(second);
       ASSERT_EQ(st.code(), Code::kInvalidArgument) << st.ToString();
       EXPECT_NE(st.message().find("hash collision"), std::string::npos) << st.ToString();
@@ -176,7 +266,7 @@ TEST(FastKeys, ACollisionFailsTheBatchAndSharesNothing) {
       std::vector<uint8_t> longer = a;
       longer.push_back(0);
       Batch third;
-      AddAs(third, k, 3, longer, raw);
+      AddAs(third, k, 3, longer);
       st = s->Commit(third);
       EXPECT_EQ(st.code(), Code::kInvalidArgument) << st.ToString();
       EXPECT_EQ(s->GetChunkInfo(k)->refcount, 1u);
@@ -195,8 +285,8 @@ TEST(FastKeys, FsckChecksTheXxh3Keys) {
   ASSERT_TRUE(s);
   const std::vector<uint8_t> a = RandomBytes(3000, 6), b = RandomBytes(3000, 7);
   Batch batch;
-  AddAs(batch, s->keys().Of(a.data(), a.size()), 1, a, false);
-  AddAs(batch, s->keys().Of(a.data(), a.size(), 77u), 2, b, false);  // b under a's key of another scope
+  AddAs(batch, s->keys().Of(a.data(), a.size()), 1, a);
+  AddAs(batch, s->keys().Of(a.data(), a.size(), 77u), 2, b);  // b under a's key of another scope
   ASSERT_TRUE(s->Commit(batch).ok());
   auto rep = s->Fsck(FsckOptions{});
   ASSERT_TRUE(rep.ok()) << rep.status().ToString();

@@ -81,13 +81,23 @@ TEST_F(MountTools, StatShowsTheCodecPaths) {
   EXPECT_STREQ(v, "none (gpu=off)");
   // Writes count too; and gpu=auto without a usable GPU says why.
   Remount("gc=off,punch=off");
-  WriteFile(P("e.bin"), data);
+  const std::string other = RandomData(3 << 20, 8);
+  WriteFile(P("e.bin"), other);
   d = Stat()["daemon"];
   EXPECT_GE(d["cpu_encode_chunks"].get<uint64_t>() + d["gpu_encode_chunks"].get<uint64_t>(), 3u);
   EXPECT_EQ(d["cpu_encode_bytes"].get<uint64_t>() + d["gpu_encode_bytes"].get<uint64_t>(), 3u << 20);
+  EXPECT_EQ(d["matched_chunks"], 0u);
   if (Sh("nvidia-smi >/dev/null 2>&1") != 0) {
     EXPECT_EQ(d["gpu"].get<std::string>().rfind("none (gpu=auto: ", 0), 0u) << d["gpu"];
   }
+  // A copy of a stored file: its chunks are compared with the store's, not encoded.
+  WriteFile(P("copy.bin"), data);
+  d = Stat()["daemon"];
+  EXPECT_EQ(d["cpu_encode_bytes"].get<uint64_t>() + d["gpu_encode_bytes"].get<uint64_t>(), 3u << 20);
+  EXPECT_EQ(d["matched_bytes"].get<uint64_t>(), 3u << 20);
+  ASSERT_EQ(Tool("lmcfs-stat", mnt_, &out, &err), 0) << err;
+  EXPECT_NE(out.find("  already stored: 3.00 MiB in "), std::string::npos) << out;
+  EXPECT_EQ(ReadFile(P("copy.bin")), data);
 }
 
 TEST_F(MountTools, StatAgreesWithDuAndGcReclaimsTheDeletedFile) {

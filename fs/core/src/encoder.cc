@@ -104,6 +104,26 @@ void SetFrame(EncodeJob* job, const uint8_t* frame, size_t len) {
   job->frame.assign(reinterpret_cast<const char*>(frame), len);
 }
 
+// A store whose keys are cheap to compute (XXH3) is asked before anything
+// is encoded whether it holds these bytes already: a copy, a frozen tensor,
+// a checkpoint saved again. Then the job ends with the key and the match
+// (compared byte for byte by the store), without a frame. Returns whether
+// it matched; the key is set either way when it was computed.
+bool MatchStored(EncodeJob* job) {
+  if (!job->store || !job->keys || !job->keys->verify_hits()) return false;
+  const uint8_t* p = job->buf->data();
+  const size_t n = job->buf->size();
+  if (AllZero(p, n)) return false;  // a hole (PrepareJob)
+  job->key = job->keys->Of(p, n, job->key_owner);
+  job->key_ready = true;
+  auto m = job->store->MatchChunk(job->key, p, n, EncoderWorkspace());
+  // An error reading the stored chunk is not this write's: encode it, and
+  // the commit compares again.
+  if (!m.ok() || m->kind != store::ChunkMatch::Kind::kEqual) return false;
+  job->match = *m;
+  return true;
+}
+
 // EncodeChunk on this thread, then the chunk key.
 void EncodeOnCpu(EncodeJob* job, const Prepared& prep) {
   const uint8_t* p = job->buf->data();
@@ -115,6 +135,7 @@ void EncodeOnCpu(EncodeJob* job, const Prepared& prep) {
     return;
   }
   SetFrame(job, scratch, *r);
+  if (job->key_ready) return;  // MatchStored computed it
   job->key = job->keys ? job->keys->Of(p, n, job->key_owner) : store::ChunkKey::Of(p, n, job->key_owner);
 }
 
@@ -144,6 +165,11 @@ void CompleteJob(EncodeJob* job) {
 
 void CountEncoded(const EncodeJob& job, bool gpu, FsCounters& c) {
   if (!job.status.ok() || job.zero) return;
+  if (job.match) {
+    c.matched_chunks++;
+    c.matched_bytes += job.buf->size();
+    return;
+  }
   (gpu ? c.gpu_encode_chunks : c.cpu_encode_chunks)++;
   (gpu ? c.gpu_encode_bytes : c.cpu_encode_bytes) += job.buf->size();
 }
@@ -158,6 +184,7 @@ void EncodeJob::Wait() {
 void RunEncodeJob(EncodeJob* job) {
   Prepared prep;
   Guarded(job, [&] {
+    if (MatchStored(job)) return;
     if (PrepareJob(job, &prep)) EncodeOnCpu(job, prep);
   });
   ReleaseIfFailed(job);

@@ -26,6 +26,7 @@
 #include "lmc/status.h"
 #include "lmc/store/chunk_cache.h"
 #include "lmc/store/chunk_key.h"
+#include "lmc/store/store.h"
 
 namespace lmc::fs {
 
@@ -41,12 +42,19 @@ struct EncodeJob {
   DeltaPolicy* delta = nullptr;            // Impl::delta at submission, or nullptr
   store::KeyOwner key_owner;               // dedup=uid: the inode's owner at submission
   const store::KeyScheme* keys = nullptr;  // the store's (nullptr: SHA-256, ChunkKey::Of)
-  uint64_t charge = 0;                     // bytes counted against the write budget
+  // With a fast-hash KeyScheme: the store, asked first whether it holds the
+  // chunk already (Store::MatchChunk), in which case nothing is encoded.
+  store::Store* store = nullptr;
+  uint64_t charge = 0;  // bytes counted against the write budget
 
   // --- output: written by the encoder before `done` ---
   bool zero = false;  // all zeros: stores nothing (a hole)
   std::string frame;  // the encoded frame (moved into the batch when applied)
   store::ChunkKey key;
+  // The store holds this chunk's bytes already (key, record): no frame, no
+  // base; applied as Batch::AddMatchedChunk.
+  std::optional<store::ChunkMatch> match;
+  bool key_ready = false;                   // `key` computed (MatchStored) before the encode
   std::optional<store::ChunkKey> base_key;  // the XOR base, when the policy chose one
   bool base_pending = false;                // BaseChoice::pending
   Status status;
@@ -63,8 +71,10 @@ struct EncodeJob {
   void Wait();
 };
 
-// Encodes and hashes one chunk (the encode task): zero check, optional XOR
-// base from the delta policy, EncodeChunk, the store's chunk key. Never throws;
+// Encodes and hashes one chunk (the encode task): zero check; with a
+// fast-hash store, the key first and the store asked whether it holds these
+// bytes (then nothing is encoded: job->match); else optional XOR base from
+// the delta policy, EncodeChunk, the store's chunk key. Never throws;
 // errors land in job->status (a base chosen for a failed encode is released
 // and base_key reset). Does not set `done`.
 void RunEncodeJob(EncodeJob* job);

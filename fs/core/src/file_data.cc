@@ -442,6 +442,7 @@ int FileData::MaterializeRanges(const std::vector<CutSpec>& specs) {
       job->delta = shared_.delta.get();
       if (shared_.opts.dedup_per_owner) job->key_owner = owner_.rec.uid;
       job->keys = &shared_.store->keys();
+      job->store = shared_.store;
       // The input, and a frame that is at most about as large.
       job->charge = 2 * (end - s.begin);
       shared_.inflight_bytes += job->charge;
@@ -533,17 +534,17 @@ int FileData::ApplyJob(EncodeJob& job) {
   ExtentRec e;
   e.length = static_cast<uint32_t>(job.end - job.begin);
   e.key = job.key;
-  e.frame_len = static_cast<uint32_t>(job.frame.size());
+  // A chunk the store held already is charged its stored frame, as a dedup hit.
+  e.frame_len = job.match ? job.match->frame_len : static_cast<uint32_t>(job.frame.size());
   e.decoded_len = e.length;
   if (shared_.delta) {
     ChunkOrigin origin{owner_.ino, owner_.name_hint, &job.spec, owner_.parent_hint, job.key_owner};
     shared_.delta->Record(origin, job.key, job.base_key, job.buf, &pending_);
   }
-  // A store that compares the bytes of dedup hits (fast-hash keys) is
-  // given them, so that a hit costs a memcmp and a read of the stored
-  // chunk, not a decode of this frame too.
-  pending_.AddChunk(e.key, std::move(job.frame), e.decoded_len, job.base_key, job.key_owner,
-                    job.keys && job.keys->verify_hits() ? job.buf : nullptr);
+  if (job.match)
+    pending_.AddMatchedChunk(e.key, *job.match, job.buf, job.key_owner);
+  else
+    pending_.AddChunk(e.key, std::move(job.frame), e.decoded_len, job.base_key, job.key_owner);
   pending_chunks_ = true;
   ReplaceRange(job.begin, job.end, &e);
   shared_.cache.Put(e.key, std::move(job.buf));

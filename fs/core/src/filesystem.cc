@@ -107,6 +107,8 @@ std::vector<std::pair<std::string, uint64_t>> Filesystem::NamedCounters() const 
           {"cpu_encode_bytes", c.cpu_encode_bytes.load()},
           {"gpu_encode_chunks", c.gpu_encode_chunks.load()},
           {"gpu_encode_bytes", c.gpu_encode_bytes.load()},
+          {"matched_chunks", c.matched_chunks.load()},
+          {"matched_bytes", c.matched_bytes.load()},
           {"cpu_decode_chunks", c.cpu_decode_chunks.load()},
           {"cpu_decode_bytes", c.cpu_decode_bytes.load()},
           {"gpu_decode_chunks", c.gpu_decode_chunks.load()},

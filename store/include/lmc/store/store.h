@@ -44,6 +44,15 @@ class FrameCodec {
   // frame, or nullptr. Returns the decoded size; Corruption on any mismatch.
   virtual Result<size_t> Decode(const uint8_t* frame, size_t len, const uint8_t* base, size_t base_len,
                                 uint8_t* dst, size_t cap, Workspace& ws) const = 0;
+  // A standalone frame of p[0, n): the store makes one only for a matched
+  // AddChunk whose chunk left the index before the commit (rare). Default:
+  // Unsupported (the batch then fails).
+  virtual Result<std::string> EncodeStandalone(const uint8_t* p, size_t n, Workspace& ws) const {
+    (void)p;
+    (void)n;
+    (void)ws;
+    return Status::Unsupported("this frame codec cannot encode");
+  }
 };
 // lmc::DecodeChunk. Process lifetime.
 const FrameCodec* LmcFrameCodec();
@@ -130,6 +139,14 @@ struct StoreOptions {
   bool index_on_env = false;
 };
 
+// What Store::MatchChunk found.
+struct ChunkMatch {
+  enum class Kind : uint8_t { kAbsent, kEqual, kDiffers };
+  Kind kind = Kind::kAbsent;
+  uint64_t pack_id = 0, offset = 0;  // kEqual: the record compared
+  uint32_t frame_len = 0;            // and its frame's length
+};
+
 // One atomic unit of change. Operations apply in the order they were added.
 // A Batch is filled by one thread and handed to Store::Commit.
 class Batch {
@@ -142,13 +159,18 @@ class Batch {
   // index entry say so, so reads verify the key as it was made.
   void AddChunk(const ChunkKey& key, std::span<const uint8_t> frame, uint32_t decoded_len,
                 const std::optional<ChunkKey>& base = std::nullopt, KeyOwner owner = std::nullopt);
-  // The same, taking the frame's buffer instead of copying it. `raw`, if
-  // given, is the chunk's decoded bytes (kept until the batch commits): in a
-  // store whose keys are a fast hash (KeyScheme::verify_hits), a dedup hit
-  // compares them with the stored chunk instead of decoding the frame.
+  // The same, taking the frame's buffer instead of copying it.
   void AddChunk(const ChunkKey& key, std::string&& frame, uint32_t decoded_len,
-                const std::optional<ChunkKey>& base = std::nullopt, KeyOwner owner = std::nullopt,
-                ChunkBytes raw = nullptr);
+                const std::optional<ChunkKey>& base = std::nullopt, KeyOwner owner = std::nullopt);
+  // A reference to chunk `key`, which Store::MatchChunk found indexed at
+  // `match` with exactly the bytes `raw` (no frame: nothing was encoded).
+  // At commit: if the chunk's record is still the one matched, it takes the
+  // reference; if it moved, raw is compared with it again (a fast-hash
+  // store); if it left the index meanwhile, the store encodes raw itself
+  // (FrameCodec::EncodeStandalone) and stores it. raw is kept until the
+  // batch is cleared, and counts in frame_bytes().
+  void AddMatchedChunk(const ChunkKey& key, const ChunkMatch& match, ChunkBytes raw,
+                       KeyOwner owner = std::nullopt);
   // Takes one more reference to an existing chunk.
   void Ref(const ChunkKey& key);
   // Releases one reference. At zero the chunk leaves the index (its record
@@ -198,15 +220,16 @@ class Batch {
   struct Op {
     OpKind kind = OpKind::kPut;
     Cf cf = Cf::kMeta;
-    ChunkKey key{};                  // chunk ops
-    std::optional<ChunkKey> base{};  // kAdd, kRewrite, kRebase
-    uint32_t decoded_len = 0;        // kAdd
-    KeyOwner owner{};                // kAdd: the key's owner scope
-    uint8_t max_depth = 0;           // kRebase
-    std::string frame{};             // kAdd, kRewrite, kRebase: the chunk's encoded frame
-    ChunkBytes raw{};                // kAdd: the decoded bytes, when the caller gave them
-    std::string cf_key{};            // kPut, kDelete: key in column family `cf`
-    std::string value{};             // kPut
+    ChunkKey key{};                             // chunk ops
+    std::optional<ChunkKey> base{};             // kAdd, kRewrite, kRebase
+    uint32_t decoded_len = 0;                   // kAdd
+    KeyOwner owner{};                           // kAdd: the key's owner scope
+    uint8_t max_depth = 0;                      // kRebase
+    std::string frame{};                        // kAdd, kRewrite, kRebase: the chunk's encoded frame
+    ChunkBytes raw{};                           // kAdd of a matched chunk: its decoded bytes
+    uint64_t match_pack = 0, match_offset = 0;  // kAdd with raw: the record MatchChunk compared
+    std::string cf_key{};                       // kPut, kDelete: key in column family `cf`
+    std::string value{};                        // kPut
   };
   const std::vector<Op>& ops() const { return ops_; }
 
@@ -248,14 +271,15 @@ struct ChunkInfo {
 
 struct StoreStats {
   uint64_t packs = 0;
-  uint64_t empty_packs = 0;     // sealed packs with no live record (free to delete)
-  uint64_t pack_bytes = 0;      // committed bytes of all packs
-  uint64_t live_bytes = 0;      // record bytes of indexed chunks
-  uint64_t commits = 0;         // successful Commit calls
-  uint64_t commit_groups = 0;   // leader rounds (one pack sync + one WAL write each)
-  uint64_t chunks_stored = 0;   // AddChunk that wrote a record
-  uint64_t dedup_hits = 0;      // AddChunk that only took a reference
-  uint64_t dedup_verified = 0;  // of those, hits whose bytes were compared (a fast-hash store)
+  uint64_t empty_packs = 0;        // sealed packs with no live record (free to delete)
+  uint64_t pack_bytes = 0;         // committed bytes of all packs
+  uint64_t live_bytes = 0;         // record bytes of indexed chunks
+  uint64_t commits = 0;            // successful Commit calls
+  uint64_t commit_groups = 0;      // leader rounds (one pack sync + one WAL write each)
+  uint64_t chunks_stored = 0;      // AddChunk that wrote a record
+  uint64_t dedup_hits = 0;         // AddChunk that only took a reference
+  uint64_t dedup_verified = 0;     // of those, hits whose bytes were compared (a fast-hash store)
+  uint64_t encoded_at_commit = 0;  // AddMatchedChunk whose chunk had left: encoded by the store
   uint64_t bytes_appended = 0;
   uint64_t corruptions = 0;        // reads that failed verification
   uint64_t base_cache_hits = 0;    // delta bases found decoded in the cache
@@ -460,6 +484,13 @@ class Store {
   // underflow, oversize frame: nothing of this batch applied), kNoSpace,
   // kIOError. The batch is left as is.
   Status Commit(const Batch& batch, bool sync = true);
+
+  // Whether chunk `key` is indexed with exactly the bytes p[0, n) (read,
+  // decoded and compared): kEqual, with the record compared
+  // (AddMatchedChunk); kAbsent; kDiffers (a key that names other bytes: a
+  // collision, to be stored by AddChunk and refused at commit). Errors:
+  // those of ReadChunk. Thread-safe; takes no store-wide lock.
+  Result<ChunkMatch> MatchChunk(const ChunkKey& key, const uint8_t* p, size_t n, Workspace& ws);
 
   // Decodes chunk `key` into dst (cap >= decoded_len), verifying the
   // record checksum and the frame's decoded checksum (and the key, with

@@ -112,6 +112,9 @@ struct FsCounters {
   // as CPU work and in gpu_fallback_chunks.
   std::atomic<uint64_t> cpu_encode_chunks{0}, cpu_encode_bytes{0};
   std::atomic<uint64_t> gpu_encode_chunks{0}, gpu_encode_bytes{0};
+  // Chunks the store held already (Store::MatchChunk compared their bytes),
+  // so that the write pipeline encoded nothing for them.
+  std::atomic<uint64_t> matched_chunks{0}, matched_bytes{0};
   std::atomic<uint64_t> cpu_decode_chunks{0}, cpu_decode_bytes{0};
   std::atomic<uint64_t> gpu_decode_chunks{0}, gpu_decode_bytes{0};
   std::atomic<uint64_t> gpu_batches{0};         // batch calls the GPU completed
