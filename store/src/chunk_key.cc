@@ -93,11 +93,20 @@ ChunkKey KeyScheme::Of(const uint8_t* p, size_t n, KeyOwner owner) const {
   return k;
 }
 
-std::optional<ChunkKey> ChunkKey::FromHex(std::string_view hex) {
-  if (hex.size() != 2 * kSize) return std::nullopt;
-  ChunkKey k;
-  for (size_t i = 0; i < 2 * kSize; ++i) {
-    char c = hex[i];
+std::string HexOf(const uint8_t* p, size_t n) {
+  static const char kDigits[] = "0123456789abcdef";
+  std::string s(2 * n, '0');
+  for (size_t i = 0; i < n; ++i) {
+    s[2 * i] = kDigits[p[i] >> 4];
+    s[2 * i + 1] = kDigits[p[i] & 15];
+  }
+  return s;
+}
+
+bool ParseHex(std::string_view hex, uint8_t* out, size_t n) {
+  if (hex.size() != 2 * n) return false;
+  for (size_t i = 0; i < 2 * n; ++i) {
+    const char c = hex[i];
     int d;
     if (c >= '0' && c <= '9')
       d = c - '0';
@@ -106,20 +115,18 @@ std::optional<ChunkKey> ChunkKey::FromHex(std::string_view hex) {
     else if (c >= 'A' && c <= 'F')
       d = c - 'A' + 10;
     else
-      return std::nullopt;
-    k.bytes[i / 2] = static_cast<uint8_t>((k.bytes[i / 2] << 4) | d);
+      return false;
+    out[i / 2] = static_cast<uint8_t>((out[i / 2] << 4) | d);
   }
+  return true;
+}
+
+std::optional<ChunkKey> ChunkKey::FromHex(std::string_view hex) {
+  ChunkKey k;
+  if (!ParseHex(hex, k.bytes.data(), kSize)) return std::nullopt;
   return k;
 }
 
-std::string ChunkKey::ToHex() const {
-  static const char kDigits[] = "0123456789abcdef";
-  std::string s(2 * kSize, '0');
-  for (size_t i = 0; i < kSize; ++i) {
-    s[2 * i] = kDigits[bytes[i] >> 4];
-    s[2 * i + 1] = kDigits[bytes[i] & 15];
-  }
-  return s;
-}
+std::string ChunkKey::ToHex() const { return HexOf(bytes.data(), kSize); }
 
 }  // namespace lmc::store

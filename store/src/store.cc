@@ -132,29 +132,24 @@ constexpr const char* kFsCfNames[4] = {"inodes", "dirents", "extents", "meta"};
 constexpr size_t kMemtableBytes = size_t{1} << 20;
 constexpr uint64_t kMaxWalBytes = uint64_t{4} << 20;
 
-// A new store's CONFIG: format 4 with XXH3 keys and the store's secret;
-// with SHA-256 keys, format 1 (an older lmcfs reads it), or 3 with
-// index_journal=1 (an lmcfs that would write the index without appending
-// to the journal must refuse it).
+// The format of a new store: 4 with XXH3 keys; with SHA-256 keys, 1 (an
+// older lmcfs reads it), or 3 with index_journal=1 (an lmcfs that would
+// write the index without appending to the journal must refuse it).
+uint32_t NewStoreVersion(bool journaled, const KeyScheme& keys) {
+  if (keys.verify_hits()) return fmt::kFormatVersionFastKeys;
+  return journaled ? fmt::kFormatVersionJournal : fmt::kFormatVersionFirst;
+}
+
+// A new store's CONFIG.
 std::string ConfigText(const StoreOptions& o, bool journaled, const KeyScheme& keys) {
-  const bool fast = keys.hash() == KeyScheme::Hash::kXxh3;
-  const uint32_t version = fast        ? fmt::kFormatVersionFastKeys
-                           : journaled ? fmt::kFormatVersionJournal
-                                       : fmt::kFormatVersionFirst;
-  std::string hash = "hash=sha256\n";
-  if (fast) {
-    static const char kDigits[] = "0123456789abcdef";
-    hash = "hash=xxh3-128\nhash_secret=";
-    for (uint8_t b : keys.secret()) {
-      hash += kDigits[b >> 4];
-      hash += kDigits[b & 15];
-    }
-    hash += '\n';
-  }
+  const std::string hash =
+      keys.verify_hits()
+          ? "hash=xxh3-128\nhash_secret=" + HexOf(keys.secret().data(), keys.secret().size()) + "\n"
+          : "hash=sha256\n";
   return "# lmcfs chunk store (docs/FORMAT.md, section Chunk store). Do not edit.\n"
          "format_version=" +
-         std::to_string(version) + "\n" + hash + "chunk_size=" + std::to_string(o.chunk_size) + "\n" +
-         (journaled ? "index_journal=1\n" : "");
+         std::to_string(NewStoreVersion(journaled, keys)) + "\n" + hash +
+         "chunk_size=" + std::to_string(o.chunk_size) + "\n" + (journaled ? "index_journal=1\n" : "");
 }
 
 Status CheckConfig(const std::string& text, const std::string& path, uint32_t* version_out, bool* journal_out,
@@ -188,15 +183,10 @@ Status CheckConfig(const std::string& text, const std::string& path, uint32_t* v
     if (version < static_cast<int>(fmt::kFormatVersionFastKeys))
       return Status::Corruption(path + ": hash=xxh3-128 in a store of format " + std::to_string(version));
     std::array<uint8_t, KeyScheme::kSecretSize> secret{};
-    if (secret_hex.size() != 2 * secret.size())
+    if (!ParseHex(secret_hex, secret.data(), secret.size()))
       return Status::Corruption(path + ": hash_secret is not " + std::to_string(2 * secret.size()) +
-                                " hex digits; the store's chunk keys cannot be checked without it");
-    for (size_t i = 0; i < secret_hex.size(); ++i) {
-      const char c = secret_hex[i];
-      const int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
-      if (d < 0) return Status::Corruption(path + ": hash_secret has a character that is not a hex digit");
-      secret[i / 2] = static_cast<uint8_t>((secret[i / 2] << 4) | d);
-    }
+                                " hex digits. Without it no chunk of this store can be written or "
+                                "checked: restore CONFIG from a copy of it");
     *keys_out = KeyScheme::Xxh3(secret);
   } else {
     return Status::Unsupported(path + ": unknown chunk hash '" + hash + "'");
@@ -394,9 +384,7 @@ Result<std::unique_ptr<Store>> Store::Open(const std::string& dir, const StoreOp
   if (fresh) {
     LMC_RETURN_IF_ERROR(
         WriteFileAtomic(env, s->dir, fmt::kConfigName, ConfigText(options, write_journal_key, s->keys)));
-    s->format_version = s->keys.verify_hits() ? fmt::kFormatVersionFastKeys
-                        : write_journal_key   ? fmt::kFormatVersionJournal
-                                              : fmt::kFormatVersionFirst;
+    s->format_version = NewStoreVersion(write_journal_key, s->keys);
   }
   Status recovered = s->Recover();
   if (!recovered.ok() && s->index_differs && s->opts.rebuild_damaged_index && !s->opts.read_only) {

@@ -45,7 +45,7 @@ void PrintCodec(const json& d, bool bytes, std::ostream& out) {
       << " chunks, GPU decoded " << sz("gpu_decode_bytes") << " in " << n("gpu_decode_chunks") << " chunks\n";
   if (n("matched_chunks"))
     out << "  already stored: " << sz("matched_bytes") << " in " << n("matched_chunks")
-        << " chunks written were compared with the store's and not encoded\n";
+        << " chunks (written, found in the store byte for byte, not encoded)\n";
   out << "  GPU: " << d.value("gpu", std::string("none")) << "; batches: " << n("gpu_batches");
   if (n("gpu_failed_batches"))
     out << ", failed: " << n("gpu_failed_batches") << " (" << n("gpu_fallback_chunks")

@@ -104,17 +104,24 @@ void SetFrame(EncodeJob* job, const uint8_t* frame, size_t len) {
   job->frame.assign(reinterpret_cast<const char*>(frame), len);
 }
 
+// The chunk's key as its store names it.
+store::ChunkKey KeyOf(const EncodeJob& job) {
+  const uint8_t* p = job.buf->data();
+  const size_t n = job.buf->size();
+  return job.store ? job.store->keys().Of(p, n, job.key_owner) : store::ChunkKey::Of(p, n, job.key_owner);
+}
+
 // A store whose keys are cheap to compute (XXH3) is asked before anything
 // is encoded whether it holds these bytes already: a copy, a frozen tensor,
 // a checkpoint saved again. Then the job ends with the key and the match
 // (compared byte for byte by the store), without a frame. Returns whether
 // it matched; the key is set either way when it was computed.
 bool MatchStored(EncodeJob* job) {
-  if (!job->store || !job->keys || !job->keys->verify_hits()) return false;
+  if (!job->store || !job->store->keys().verify_hits()) return false;
   const uint8_t* p = job->buf->data();
   const size_t n = job->buf->size();
   if (AllZero(p, n)) return false;  // a hole (PrepareJob)
-  job->key = job->keys->Of(p, n, job->key_owner);
+  job->key = KeyOf(*job);
   job->key_ready = true;
   auto m = job->store->MatchChunk(job->key, p, n, EncoderWorkspace());
   // An error reading the stored chunk is not this write's: encode it, and
@@ -135,8 +142,7 @@ void EncodeOnCpu(EncodeJob* job, const Prepared& prep) {
     return;
   }
   SetFrame(job, scratch, *r);
-  if (job->key_ready) return;  // MatchStored computed it
-  job->key = job->keys ? job->keys->Of(p, n, job->key_owner) : store::ChunkKey::Of(p, n, job->key_owner);
+  if (!job->key_ready) job->key = KeyOf(*job);  // else MatchStored computed it
 }
 
 // A base chosen for a chunk whose encode failed is never recorded: hand it back.
@@ -339,8 +345,7 @@ void EncoderPool::EncodeBatchOnGpu(const std::vector<std::shared_ptr<EncodeJob>>
     }
     Guarded(job, [&] {
       SetFrame(job, frames[of_item[j]].get(), items[j].len);
-      job->key = job->keys ? job->keys->Of(job->buf->data(), job->buf->size(), job->key_owner)
-                           : store::ChunkKey::Of(job->buf->data(), job->buf->size(), job->key_owner);
+      job->key = KeyOf(*job);
     });
     CountEncoded(*job, true, counters_);
   }

@@ -33,16 +33,16 @@ namespace lmc::fs {
 struct EncodeJob {
   // --- input: set before submission, read-only afterwards ---
   uint64_t ino = 0;
-  std::string name_hint;                   // the inode's name_hint at submission
-  uint64_t parent_hint = 0;                // and its parent_hint
-  ChunkSpec spec;                          // the chunker's fields (offset, length, dtype, lineage)
-  std::optional<DType> dtype;              // nullopt: detect from the bytes
-  uint64_t begin = 0, end = 0;             // file range [begin, end), end - begin == buf->size()
-  store::ChunkBytes buf;                   // the chunk's bytes (later the caches')
-  DeltaPolicy* delta = nullptr;            // Impl::delta at submission, or nullptr
-  store::KeyOwner key_owner;               // dedup=uid: the inode's owner at submission
-  const store::KeyScheme* keys = nullptr;  // the store's (nullptr: SHA-256, ChunkKey::Of)
-  // With a fast-hash KeyScheme: the store, asked first whether it holds the
+  std::string name_hint;         // the inode's name_hint at submission
+  uint64_t parent_hint = 0;      // and its parent_hint
+  ChunkSpec spec;                // the chunker's fields (offset, length, dtype, lineage)
+  std::optional<DType> dtype;    // nullopt: detect from the bytes
+  uint64_t begin = 0, end = 0;   // file range [begin, end), end - begin == buf->size()
+  store::ChunkBytes buf;         // the chunk's bytes (later the caches')
+  DeltaPolicy* delta = nullptr;  // Impl::delta at submission, or nullptr
+  store::KeyOwner key_owner;     // dedup=uid: the inode's owner at submission
+  // The store, whose KeyScheme names the chunk (nullptr: SHA-256,
+  // ChunkKey::Of). With a fast hash it is asked first whether it holds the
   // chunk already (Store::MatchChunk), in which case nothing is encoded.
   store::Store* store = nullptr;
   uint64_t charge = 0;  // bytes counted against the write budget

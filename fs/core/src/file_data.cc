@@ -441,7 +441,6 @@ int FileData::MaterializeRanges(const std::vector<CutSpec>& specs) {
       if (int err = ChunkInput(s.begin, end, &job->buf)) return err;
       job->delta = shared_.delta.get();
       if (shared_.opts.dedup_per_owner) job->key_owner = owner_.rec.uid;
-      job->keys = &shared_.store->keys();
       job->store = shared_.store;
       // The input, and a frame that is at most about as large.
       job->charge = 2 * (end - s.begin);

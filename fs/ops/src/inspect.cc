@@ -20,14 +20,7 @@ using store::ChunkKey;
 using store::ChunkKeyHash;
 
 std::string Hex(std::string_view s) {
-  static const char* d = "0123456789abcdef";
-  std::string h;
-  h.reserve(s.size() * 2);
-  for (unsigned char c : s) {
-    h.push_back(d[c >> 4]);
-    h.push_back(d[c & 15]);
-  }
-  return h;
+  return store::HexOf(reinterpret_cast<const uint8_t*>(s.data()), s.size());
 }
 
 struct ExtentRow {

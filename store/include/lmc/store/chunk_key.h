@@ -30,6 +30,12 @@ using KeyOwner = std::optional<uint32_t>;
 inline constexpr uint8_t kOwnerKeyTag[16] = {'l', 'm', 'c', 'f', 's', ' ', 'o', 'w',
                                              'n', 'e', 'r', ' ', 'k', 'e', 'y', 0};
 
+// Lowercase hex of p[0, n), two digits a byte.
+std::string HexOf(const uint8_t* p, size_t n);
+// Parses exactly 2 * n hex digits (either case) into out[0, n); false when
+// the length or a digit is wrong.
+bool ParseHex(std::string_view hex, uint8_t* out, size_t n);
+
 struct ChunkKey {
   static constexpr size_t kSize = 32;
   std::array<uint8_t, kSize> bytes{};

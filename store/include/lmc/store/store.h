@@ -101,9 +101,10 @@ struct StoreOptions {
   // journal; older lmcfs reads it).
   bool journal_new_stores = true;
   // A new store names chunks by XXH3-128 under a random secret of its own
-  // (CONFIG format 4, hash=xxh3-128), about 20x cheaper than SHA-256, and
-  // compares the bytes of every dedup hit before it shares a chunk (a
-  // collision fails the batch instead). false: SHA-256 keys (format 1 or
+  // (CONFIG format 4, hash=xxh3-128), far cheaper than SHA-256
+  // (docs/BENCHMARKS.md, "Chunk keys"), and compares the bytes of every
+  // dedup hit before it shares a chunk (a collision fails the batch
+  // instead). false: SHA-256 keys (format 1 or
   // 3; an older lmcfs reads the store). An existing store keeps its hash.
   bool fast_keys_new_stores = true;
   // Where a journaled store's local index lives ("": STORE itself for a
@@ -544,12 +545,12 @@ class Store {
   // the filesystem of a POSIX store's directory, the Ceph cluster's raw
   // space for a RADOS store. Returns 0 or an errno.
   int BackingSpace(struct statvfs* out) const;
-  // The store's name ("rados:POOL/NAME" or its real directory) and where
-  // what is local to this node lives (its own directory for a POSIX store;
-  // a journaled store's local index directory).
   // How this store names chunks: the key of bytes written to it is
   // keys().Of(bytes, owner) (ChunkKey::Of for a SHA-256 store).
   const KeyScheme& keys() const;
+  // The store's name ("rados:POOL/NAME" or its real directory) and where
+  // what is local to this node lives (its own directory for a POSIX store;
+  // a journaled store's local index directory).
   const std::string& Name() const;
   const std::string& LocalDir() const;
   // Where this open moved a damaged index before rebuilding it from the
