@@ -3,7 +3,8 @@
 # (A B A B ...): for each, a fresh store and mount, torch.save + fsync of the
 # checkpoint, then the page cache dropped and the file read back cold by a
 # new process (1 MiB reads). Prints save and cold-read time and the
-# daemon's CPU-seconds (utime+stime from /proc) for each. Usage:
+# daemon's CPU-seconds (utime+stime from /proc) and minor page faults per
+# GiB saved for each. Usage:
 #   scripts/fs_ab.sh BIN_A BIN_B [CKPT] [ROUNDS]
 # CKPT: SIZE_MIB of bf16 tensors of 64 MiB (default 1024), or "minilm" (the
 # 318 MB training checkpoint of scripts/run.sh: bf16 model + fp32 master +
@@ -40,6 +41,8 @@ else:
 torch.save(st, out)
 PY
 cpu() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+# The daemon's minor page faults so far (fresh pages it touched).
+faults() { awk '{print $10}' "/proc/$1/stat"; }
 # torch.save + fsync of the checkpoint to $1; prints the seconds it took.
 save_to() {
   python3 - "$STATE" "$1" <<'PY'
@@ -61,8 +64,10 @@ for _ in $(seq "$ROUNDS"); do
     pid=$!
     for _ in $(seq 100); do mountpoint -q "$WORK/mnt" && break; sleep 0.1; done
     c0=$(cpu $pid)
+    f0=$(faults $pid)
     save=$(save_to "$WORK/mnt/ckpt.pt")
     c1=$(cpu $pid)
+    f1=$(faults $pid)
     if [ "$(id -u)" = 0 ]; then sync; echo 3 > /proc/sys/vm/drop_caches; fi
     c2=$(cpu $pid)
     read_s=$(python3 - "$WORK/mnt/ckpt.pt" <<'PY'
@@ -85,7 +90,7 @@ PY
     python3 -c "
 s, r, n = $save, $read_s, $size
 print(f'$bin: save {s:.2f} s = {n / 1e6 / s:.0f} MB/s, daemon {($c1 - $c0) / 100:.2f} CPU-s '
-      f'= {($c1 - $c0) / 100 / (n / 2**30):.2f} s/GiB; cold read {r:.2f} s = {n / 1e6 / r:.0f} MB/s, '
+      f'= {($c1 - $c0) / 100 / (n / 2**30):.2f} s/GiB, {($f1 - $f0) / (n / 2**30):.0f} faults/GiB; cold read {r:.2f} s = {n / 1e6 / r:.0f} MB/s, '
       f'daemon {($c3 - $c2) / 100:.2f} CPU-s$again')"
     fusermount3 -u "$WORK/mnt"
     wait $pid

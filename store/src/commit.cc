@@ -235,8 +235,13 @@ void AppendRecord(Store::Impl& s, const Batch::Op& op, fmt::ChunkEntry& e, Overl
   e.offset = records_base + records.size();
   e.frame_len = static_cast<uint32_t>(op.frame.size());
   uint8_t hdr[fmt::kRecordHeaderSize];
+  // The seal only for the record it was computed for.
+  const RecordSeal* seal = op.seal && op.seal->key == op.key && op.seal->frame_len == e.frame_len &&
+                                   op.seal->decoded_len == e.decoded_len && op.seal->owner == e.owner
+                               ? &*op.seal
+                               : nullptr;
   fmt::EncodeRecordHeader(hdr, op.key, reinterpret_cast<const uint8_t*>(op.frame.data()), e.frame_len,
-                          e.decoded_len, e.owner);
+                          e.decoded_len, e.owner, seal ? &seal->checksum : nullptr);
   records.Add(hdr, op.frame);
   ov.NoteRecord(e.offset, &op);
   ov.Save(op.key, *slot);

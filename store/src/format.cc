@@ -66,7 +66,7 @@ uint64_t RecordChecksum(const uint8_t* hdr, const uint8_t* frame, size_t frame_l
 }
 
 void EncodeRecordHeader(uint8_t* h, const ChunkKey& key, const uint8_t* frame, uint32_t frame_len,
-                        uint32_t decoded_len, KeyOwner owner) {
+                        uint32_t decoded_len, KeyOwner owner, const uint64_t* checksum) {
   std::memset(h, 0, kRecordHeaderSize);
   std::memcpy(h, kRecordMagic, 4);
   // h[4..8): flags; bit 0: owner-scoped key.
@@ -76,7 +76,7 @@ void EncodeRecordHeader(uint8_t* h, const ChunkKey& key, const uint8_t* frame, u
   StoreLE32(h + 44, decoded_len);
   // h[48..52): the key's owner (0 without the flag); h[52..56): reserved, 0.
   if (owner) StoreLE32(h + 48, *owner);
-  StoreLE64(h + kRecordChecksumOffset, RecordChecksum(h, frame, frame_len));
+  StoreLE64(h + kRecordChecksumOffset, checksum ? *checksum : RecordChecksum(h, frame, frame_len));
 }
 
 Result<RecordHeader> ParseRecordHeader(const uint8_t* h) {

@@ -99,8 +99,10 @@ struct RecordHeader {
   uint64_t checksum = 0;
 };
 // Writes the 64-byte header of a record for `frame` into hdr.
+// `checksum`: the record's checksum computed already (RecordSeal), or
+// nullptr to compute it here.
 void EncodeRecordHeader(uint8_t* hdr, const ChunkKey& key, const uint8_t* frame, uint32_t frame_len,
-                        uint32_t decoded_len, KeyOwner owner);
+                        uint32_t decoded_len, KeyOwner owner, const uint64_t* checksum = nullptr);
 // Parses and checks magic and flags (not the checksum).
 Result<RecordHeader> ParseRecordHeader(const uint8_t* hdr);
 // XXH3-64 over header bytes [0, 56) followed by the frame.

@@ -20,9 +20,11 @@
 #include <ctime>
 #include <filesystem>
 #include <unordered_map>
+#include <utility>
 
 #include "env_rocks_fs.h"
 #include "lmc/bytes.h"
+#include "lmc/store/frame_pool.h"
 #include "owner_only_fs.h"
 #include "store_impl.h"
 
@@ -66,13 +68,27 @@ void Batch::AddChunk(const ChunkKey& key, std::span<const uint8_t> frame, uint32
 }
 
 void Batch::AddChunk(const ChunkKey& key, std::string&& frame, uint32_t decoded_len,
-                     const std::optional<ChunkKey>& base, KeyOwner owner) {
+                     const std::optional<ChunkKey>& base, KeyOwner owner,
+                     const std::optional<RecordSeal>& seal) {
   Append({.kind = OpKind::kAdd,
           .key = key,
           .base = base,
           .decoded_len = decoded_len,
           .owner = owner,
-          .frame = std::move(frame)});
+          .frame = std::move(frame),
+          .seal = seal});
+}
+
+RecordSeal SealRecord(const ChunkKey& key, std::span<const uint8_t> frame, uint32_t decoded_len,
+                      KeyOwner owner) {
+  RecordSeal s{.key = key,
+               .frame_len = static_cast<uint32_t>(frame.size()),
+               .decoded_len = decoded_len,
+               .owner = owner};
+  uint8_t hdr[fmt::kRecordHeaderSize];
+  fmt::EncodeRecordHeader(hdr, key, frame.data(), s.frame_len, decoded_len, owner);
+  s.checksum = LoadLE64(hdr + fmt::kRecordChecksumOffset);
+  return s;
 }
 
 void Batch::AddMatchedChunk(const ChunkKey& key, const ChunkMatch& match, ChunkBytes raw, KeyOwner owner) {
@@ -111,7 +127,27 @@ void Batch::RebaseChunk(const ChunkKey& key, std::span<const uint8_t> frame, con
       {.kind = OpKind::kRebase, .key = key, .base = base, .max_depth = max_depth, .frame = CopyFrame(frame)});
 }
 
+Batch::~Batch() { Clear(); }
+
+Batch::Batch(Batch&& o) noexcept : ops_(std::move(o.ops_)), frame_bytes_(std::exchange(o.frame_bytes_, 0)) {
+  o.ops_.clear();
+}
+
+Batch& Batch::operator=(Batch&& o) noexcept {
+  if (this != &o) {
+    Clear();
+    ops_ = std::move(o.ops_);
+    frame_bytes_ = o.frame_bytes_;
+    o.ops_.clear();
+    o.frame_bytes_ = 0;
+  }
+  return *this;
+}
+
 void Batch::Clear() {
+  // The frames' buffers go back to the pool for the next encodes.
+  for (Op& op : ops_)
+    if (op.frame.capacity() >= kFramePoolMinBytes) GiveFrameBuffer(std::move(op.frame));
   ops_.clear();
   frame_bytes_ = 0;
 }

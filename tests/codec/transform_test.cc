@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "test_util.h"
+#include "transform_internal.h"
 
 namespace lmc {
 namespace {
@@ -43,6 +44,74 @@ TEST(TransformTest, RoundTripEveryDtypeAndOddLengths) {
         EXPECT_TRUE(std::equal(src.begin(), src.end(), back.begin())) << "dtype " << t << " n " << n;
         EXPECT_EQ(s[n], 0xAA) << "wrote past the end";
         EXPECT_EQ(back[n], 0x55) << "wrote past the end";
+      }
+    }
+  }
+}
+
+// Restores the transforms' AVX2 setting when a test ends.
+class ScalarOnly {
+ public:
+  ScalarOnly() : was_(internal::SetTransformAvx2(false)) {}
+  ~ScalarOnly() { internal::SetTransformAvx2(was_); }
+
+ private:
+  bool was_;
+};
+
+// The vector kernels (where the CPU has them) against the scalar reference,
+// byte for byte: every dtype, lengths around the 32-element steps, with and
+// without a base, and buffers at every offset within a vector.
+TEST(TransformTest, VectorKernelsMatchScalarReference) {
+  for (int t = 0; t < kNumDTypes; ++t) {
+    const DType dt = static_cast<DType>(t);
+    for (size_t n : {0, 1, 63, 64, 65, 127, 128, 129, 255, 256, 257, 1023, 4099, 65536 + 13}) {
+      for (size_t align : {0, 1, 3}) {
+        auto src = testing::RandomBytes(n + align, static_cast<uint32_t>(n * 131 + t + align));
+        auto base = testing::RandomBytes(n + align, static_cast<uint32_t>(n * 17 + t));
+        for (const uint8_t* b :
+             {static_cast<const uint8_t*>(nullptr), static_cast<const uint8_t*>(base.data() + align)}) {
+          std::vector<uint8_t> fast(n + align), slow(n + align), fast_back(n + align), slow_back(n + align);
+          SplitStreams(dt, src.data() + align, n, b, fast.data() + align);
+          MergeStreams(dt, fast.data() + align, n, b, fast_back.data() + align);
+          {
+            ScalarOnly scalar;
+            SplitStreams(dt, src.data() + align, n, b, slow.data() + align);
+            MergeStreams(dt, fast.data() + align, n, b, slow_back.data() + align);
+          }
+          ASSERT_EQ(fast, slow) << "split: dtype " << t << " n " << n << " align " << align;
+          ASSERT_EQ(fast_back, slow_back) << "merge: dtype " << t << " n " << n << " align " << align;
+          ASSERT_TRUE(std::equal(src.begin() + align, src.end(), fast_back.begin() + align));
+        }
+      }
+    }
+  }
+}
+
+// Ranges that cover the chunk between them give the whole-chunk result.
+TEST(TransformTest, RangesComposeToTheWholeChunk) {
+  for (int t = 0; t < kNumDTypes; ++t) {
+    const DType dt = static_cast<DType>(t);
+    for (size_t n : {0, 7, 1000, 4099, 70001}) {
+      auto src = testing::RandomBytes(n, static_cast<uint32_t>(n + t));
+      auto base = testing::RandomBytes(n, static_cast<uint32_t>(n * 3 + t));
+      for (const uint8_t* b :
+           {static_cast<const uint8_t*>(nullptr), static_cast<const uint8_t*>(base.data())}) {
+        std::vector<uint8_t> whole(n), parts(n, 0xAA), back(n, 0x55);
+        SplitStreams(dt, src.data(), n, b, whole.data());
+        const StreamShape sh = ShapeFor(dt, n);
+        const uint8_t* ptrs[9];
+        for (size_t i = 0; i < sh.count(); ++i) ptrs[i] = parts.data() + sh.offset(i);
+        for (size_t step : {size_t{8}, size_t{64}, size_t{4096}}) {
+          std::fill(parts.begin(), parts.end(), 0xAA);
+          std::fill(back.begin(), back.end(), 0x55);
+          for (size_t a = 0; a < n; a += step)
+            SplitStreamsRange(dt, src.data(), n, b, parts.data(), a, std::min(n, a + step));
+          ASSERT_EQ(parts, whole) << "dtype " << t << " n " << n << " step " << step;
+          for (size_t a = 0; a < n; a += step)
+            MergeStreamsRange(dt, ptrs, n, b, back.data(), a, std::min(n, a + step));
+          ASSERT_EQ(back, src) << "dtype " << t << " n " << n << " step " << step;
+        }
       }
     }
   }

@@ -11,6 +11,7 @@
 #include "format.h"
 #include "lmc/codec.h"
 #include "lmc/store/store.h"
+#include "store_config_text.h"
 #include "store_test_util.h"
 
 namespace lmc::store::testing {
@@ -20,12 +21,6 @@ StoreOptions FastOptions() {
   StoreOptions o = TestOptions();
   o.fast_keys_new_stores = true;
   return o;
-}
-
-std::string ConfigOf(const std::string& store) {
-  auto text = ReadFileToString(Env::Default(), store + "/" + fmt::kConfigName);
-  EXPECT_TRUE(text.ok());
-  return text.ok() ? *text : "";
 }
 
 // Adds `data` under `key` (normally s.keys().Of(data)), with an extent of

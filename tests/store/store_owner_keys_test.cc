@@ -10,6 +10,7 @@
 
 #include "format.h"
 #include "lmc/store/store.h"
+#include "store_config_text.h"
 #include "store_test_util.h"
 
 namespace lmc::store::testing {
@@ -22,12 +23,6 @@ void AddOwnedChunk(Batch& b, uint64_t inode, const std::vector<uint8_t>& data, K
   e.length = static_cast<uint32_t>(data.size());
   e.chunk = k;
   b.Put(Cf::kExtents, ExtentKey(inode, 0), EncodeExtent(e));
-}
-
-std::string ConfigOf(const std::string& store) {
-  auto text = ReadFileToString(Env::Default(), store + "/" + fmt::kConfigName);
-  EXPECT_TRUE(text.ok());
-  return text.ok() ? *text : "";
 }
 
 // Computed here with OpenSSL's incremental API, not through ChunkKey::Of.

@@ -38,6 +38,15 @@ void MergeStreams(DType t, const uint8_t* streams, size_t n, const uint8_t* base
 // ShapeFor(t, n).size(i) bytes), so the decoder can merge raw streams
 // straight from the frame without copying them.
 void MergeStreams(DType t, const uint8_t* const* streams, size_t n, const uint8_t* base, uint8_t* dst);
+// Bytes [from, to) of the chunk only: from a multiple of the element
+// width, to a multiple of it or n (the tail stream goes with the range
+// that ends at n). Pointers are the whole chunk's, as above. Ranges that
+// cover [0, n) between them compute what one SplitStreams / MergeStreams
+// computes, so a caller can hash or code each range while it is in cache.
+void SplitStreamsRange(DType t, const uint8_t* src, size_t n, const uint8_t* base, uint8_t* dst, size_t from,
+                       size_t to);
+void MergeStreamsRange(DType t, const uint8_t* const* streams, size_t n, const uint8_t* base, uint8_t* dst,
+                       size_t from, size_t to);
 
 // Histogram of a byte stream.
 void Histogram(const uint8_t* p, size_t n, uint32_t hist[256]);

@@ -11,6 +11,7 @@
 
 #include "lmc/bytes.h"
 #include "lmc/codec.h"
+#include "lmc/store/frame_pool.h"
 
 namespace lmc::fs {
 
@@ -100,8 +101,12 @@ uint8_t* FrameScratch(size_t n) {
   return buf.get();
 }
 
+// The frame's bytes into a pooled buffer (frame_pool.h: pages mapped
+// already), which the batch gives back once the commit wrote them.
 void SetFrame(EncodeJob* job, const uint8_t* frame, size_t len) {
+  if (job->frame.capacity() < len) job->frame = store::TakeFrameBuffer(len);
   job->frame.assign(reinterpret_cast<const char*>(frame), len);
+  job->seal.reset();
 }
 
 // The chunk's key as its store names it.
@@ -143,6 +148,7 @@ void EncodeOnCpu(EncodeJob* job, const Prepared& prep) {
   }
   SetFrame(job, scratch, *r);
   if (!job->key_ready) job->key = KeyOf(*job);  // else MatchStored computed it
+  job->seal = store::SealRecord(job->key, {scratch, *r}, static_cast<uint32_t>(n), job->key_owner);
 }
 
 // A base chosen for a chunk whose encode failed is never recorded: hand it back.

@@ -51,6 +51,9 @@ struct EncodeJob {
   bool zero = false;  // all zeros: stores nothing (a hole)
   std::string frame;  // the encoded frame (moved into the batch when applied)
   store::ChunkKey key;
+  // The frame's pack-record checksum (store::SealRecord), computed on the
+  // encoder thread while the frame is in its cache; reset with the frame.
+  std::optional<store::RecordSeal> seal;
   // The store holds this chunk's bytes already (key, record): no frame, no
   // base; applied as Batch::AddMatchedChunk.
   std::optional<store::ChunkMatch> match;

@@ -508,6 +508,7 @@ Status FileData::DropPendingBase(EncodeJob& job) {
   if (!n.ok()) return n.status();
   frame.resize(*n);
   job.frame = std::move(frame);
+  job.seal.reset();
   job.delta->Release(*job.base_key);
   job.base_key.reset();
   job.base_pending = false;
@@ -543,7 +544,7 @@ int FileData::ApplyJob(EncodeJob& job) {
   if (job.match)
     pending_.AddMatchedChunk(e.key, *job.match, job.buf, job.key_owner);
   else
-    pending_.AddChunk(e.key, std::move(job.frame), e.decoded_len, job.base_key, job.key_owner);
+    pending_.AddChunk(e.key, std::move(job.frame), e.decoded_len, job.base_key, job.key_owner, job.seal);
   pending_chunks_ = true;
   ReplaceRange(job.begin, job.end, &e);
   shared_.cache.Put(e.key, std::move(job.buf));

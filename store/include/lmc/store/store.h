@@ -148,10 +148,34 @@ struct ChunkMatch {
   uint32_t frame_len = 0;            // and its frame's length
 };
 
+// The checksum of the pack record a frame will be stored in (docs/FORMAT.md,
+// "Pack files"), computed by whoever made the frame while its bytes are in
+// that thread's cache, so that the commit, one thread for every writer,
+// does not read every frame again. The commit uses it only for the record
+// it was sealed for (same key, lengths and owner) and computes the checksum
+// itself otherwise.
+struct RecordSeal {
+  ChunkKey key{};
+  uint32_t frame_len = 0;
+  uint32_t decoded_len = 0;
+  KeyOwner owner{};
+  uint64_t checksum = 0;
+};
+RecordSeal SealRecord(const ChunkKey& key, std::span<const uint8_t> frame, uint32_t decoded_len,
+                      KeyOwner owner = std::nullopt);
+
 // One atomic unit of change. Operations apply in the order they were added.
 // A Batch is filled by one thread and handed to Store::Commit.
 class Batch {
  public:
+  Batch() = default;
+  Batch(const Batch&) = default;
+  Batch& operator=(const Batch&) = default;
+  Batch(Batch&& o) noexcept;
+  Batch& operator=(Batch&& o) noexcept;
+  // Gives the frames' buffers back to the frame pool (frame_pool.h).
+  ~Batch();
+
   // Takes one reference to chunk `key`, storing `frame` (decoding to
   // decoded_len bytes) if the chunk is not yet present. When stored, a chunk
   // with a `base` (a delta frame, decoded against the base's decoded bytes)
@@ -160,9 +184,11 @@ class Batch {
   // index entry say so, so reads verify the key as it was made.
   void AddChunk(const ChunkKey& key, std::span<const uint8_t> frame, uint32_t decoded_len,
                 const std::optional<ChunkKey>& base = std::nullopt, KeyOwner owner = std::nullopt);
-  // The same, taking the frame's buffer instead of copying it.
+  // The same, taking the frame's buffer instead of copying it; `seal`:
+  // SealRecord of this frame, if its maker computed it.
   void AddChunk(const ChunkKey& key, std::string&& frame, uint32_t decoded_len,
-                const std::optional<ChunkKey>& base = std::nullopt, KeyOwner owner = std::nullopt);
+                const std::optional<ChunkKey>& base = std::nullopt, KeyOwner owner = std::nullopt,
+                const std::optional<RecordSeal>& seal = std::nullopt);
   // A reference to chunk `key`, which Store::MatchChunk found indexed at
   // `match` with exactly the bytes `raw` (no frame: nothing was encoded).
   // At commit: if the chunk's record is still the one matched, it takes the
@@ -211,6 +237,7 @@ class Batch {
 
   bool empty() const { return ops_.empty(); }
   size_t frame_bytes() const { return frame_bytes_; }
+  // Drops every op; the frames' buffers go back to the frame pool.
   void Clear();
   // Appends the ops of `later` after this batch's (leaving `later` empty).
   void Absorb(Batch&& later);
@@ -229,6 +256,7 @@ class Batch {
     std::string frame{};                        // kAdd, kRewrite, kRebase: the chunk's encoded frame
     ChunkBytes raw{};                           // kAdd of a matched chunk: its decoded bytes
     uint64_t match_pack = 0, match_offset = 0;  // kAdd with raw: the record MatchChunk compared
+    std::optional<RecordSeal> seal{};           // kAdd: the record's checksum, computed already
     std::string cf_key{};                       // kPut, kDelete: key in column family `cf`
     std::string value{};                        // kPut
   };
