@@ -155,7 +155,9 @@ LMC_AVX2 void Merge32Avx2(const uint8_t* const* s, size_t e0, size_t e1, const u
 }
 #undef LMC_AVX2
 
-std::atomic<bool> g_avx2{__builtin_cpu_supports("avx2") != 0};
+// Decided at static initialisation; __builtin_cpu_init first, since this
+// may run before libgcc's own constructor that fills in the CPU features.
+std::atomic<bool> g_avx2{(__builtin_cpu_init(), __builtin_cpu_supports("avx2") != 0)};
 
 template <typename U, bool kRot, bool kXor>
 void SplitPick(const uint8_t* src, size_t e0, size_t e1, const uint8_t* base, uint8_t* const* out) {

@@ -63,6 +63,9 @@ class ScalarOnly {
 // byte for byte: every dtype, lengths around the 32-element steps, with and
 // without a base, and buffers at every offset within a vector.
 TEST(TransformTest, VectorKernelsMatchScalarReference) {
+  if (!__builtin_cpu_supports("avx2")) GTEST_SKIP() << "no AVX2 here: only the scalar kernels run";
+  // The default where the CPU has AVX2 (else this test compares scalar with scalar).
+  ASSERT_TRUE(internal::SetTransformAvx2(true));
   for (int t = 0; t < kNumDTypes; ++t) {
     const DType dt = static_cast<DType>(t);
     for (size_t n : {0, 1, 63, 64, 65, 127, 128, 129, 255, 256, 257, 1023, 4099, 65536 + 13}) {
