@@ -28,8 +28,12 @@ class FramePool {
         return s;
       }
     }
+    // Rounded up to whole kFramePoolMinBytes: frames of same-sized chunks
+    // differ by a few bytes, and a buffer reserved to the byte would be too
+    // small for most of the next ones.
     std::string s;
-    s.reserve(n);
+    s.reserve(
+        n < kFramePoolMinBytes ? n : (n + kFramePoolMinBytes - 1) / kFramePoolMinBytes * kFramePoolMinBytes);
     return s;
   }
 

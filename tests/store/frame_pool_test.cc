@@ -33,6 +33,16 @@ TEST(FramePool, ABufferGivenBackIsTakenAgain) {
   EXPECT_EQ(FramePoolIdleBytes(), idle);
 }
 
+// A new buffer is rounded up, so the next frame a few bytes longer fits it.
+TEST(FramePool, NewBuffersAreRoundedUpForTheNextFrames) {
+  std::string a = TakeFrameBuffer((700 << 10) + 3);
+  EXPECT_GE(a.capacity(), size_t{704} << 10);
+  const char* mem = a.data();
+  GiveFrameBuffer(std::move(a));
+  std::string b = TakeFrameBuffer((700 << 10) + 1000);
+  EXPECT_EQ(b.data(), mem);
+}
+
 TEST(FramePool, SmallBuffersAndOverflowAreFreed) {
   const size_t idle = FramePoolIdleBytes();
   std::string small = TakeFrameBuffer(100);
