@@ -572,6 +572,17 @@ TEST_F(FsGpu, ReadAheadDecodesEachChunkOnceAndConcurrentReadersGetTheBytes) {
   EXPECT_EQ(part, data.substr(0, 128 << 10));
   fs_->Forget(st.st_ino, 1);
   Close();
+  // One read-ahead thread (every pack read waits for the decode before it)
+  // and more threads than chunks in the window: the same bytes, each chunk
+  // decoded once.
+  for (unsigned threads : {1u, 16u}) {
+    opts_.read_threads = threads;
+    Open(nullptr);
+    EXPECT_EQ(ReadAll("data.bin"), data) << threads << " read-ahead threads";
+    EXPECT_EQ(C(fs_->counters().cpu_decode_chunks), 48u) << threads << " read-ahead threads";
+    Close();
+  }
+  opts_.read_threads = 0;
 }
 
 TEST_F(FsGpu, WithoutAGpuEverythingRunsOnTheCpuAndTheStateSaysWhy) {

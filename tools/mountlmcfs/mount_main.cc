@@ -78,6 +78,8 @@ once it is installed as /sbin/mount.lmcfs (cmake --install puts it there).
      encode_threads=N   threads that encode written chunks (default: one per
                         core); threads=N is an older name for it
      fuse_threads=N     FUSE worker threads (default: 2 per core, at least 4)
+     read_threads=N     threads that read and decode chunks ahead of
+                        sequential readers (default: 2 per core, at least 4)
      read_ahead=KIB     the kernel's read-ahead window for the mount, in KiB
                         (default 4096; set as root only; 0 keeps the
                         kernel's 128)
@@ -180,6 +182,7 @@ struct Options {
   uint64_t base_cache = uint64_t{256} << 20;
   uint64_t write_buffer = uint64_t{256} << 20;
   unsigned encode_threads = 0;
+  unsigned read_threads = 0;
   std::string gpu = "auto";
   bool foreground = false, allow_other = false, ro = false, nonempty = false;
   bool unsafe_store_perms = false;  // mount a store other users can access
@@ -247,6 +250,8 @@ int ParseArgs(int argc, char** argv, Options* o) {
         if (!count(&o->encode_threads)) return false;
       } else if (k == "fuse_threads") {
         if (!count(&o->fuse_threads)) return false;
+      } else if (k == "read_threads") {
+        if (!count(&o->read_threads)) return false;
       } else if (k == "read_ahead") {
         char* end = nullptr;
         unsigned long x = std::strtoul(v.c_str(), &end, 10);
@@ -800,6 +805,7 @@ int Serve(const Options& o, int report_fd) {
   fo.cache_bytes = o.cache_size;
   fo.write_budget = o.write_buffer;
   fo.encode_threads = o.encode_threads;
+  fo.read_threads = o.read_threads;
   fo.read_only = o.ro || primary_follows;
   fo.dedup_per_owner = o.dedup_per_owner;
   fo.gpu = gpu.get();

@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstring>
 #include <mutex>
+#include <thread>
 
 #include "inode.h"
 #include "lmc/codec.h"
@@ -117,7 +118,7 @@ FileDataShared::FileDataShared(store::Store* st, const FsOptions& o, FsCounters*
       opts(o),
       counters(*c),
       cache(o.cache_bytes),
-      readahead(st, &cache, c),
+      readahead(st, &cache, c, o.read_threads),
       gpu(o.gpu, o.gpu_none_reason, o.gpu_min_batch_bytes, o.gpu_batch_bytes, c, o.gpu_first),
       committer(st),
       encoders(o.encode_threads, &gpu, c) {}
@@ -141,6 +142,16 @@ void DecodeIntoCache(store::Store* store, store::ChunkCache* cache, FsCounters* 
   }
 }
 }  // namespace
+
+namespace {
+size_t ReadThreads(unsigned want) {
+  if (want) return want;
+  return std::max<size_t>(4, 2 * size_t{std::max(1u, std::thread::hardware_concurrency())});
+}
+}  // namespace
+
+ReadAhead::ReadAhead(store::Store* store, store::ChunkCache* cache, FsCounters* counters, unsigned threads)
+    : store_(store), cache_(cache), counters_(counters), pool_(ReadThreads(threads)) {}
 
 ReadAhead::~ReadAhead() {
   std::unique_lock lk(mu_);
@@ -168,7 +179,7 @@ void ReadAhead::Start(const store::ChunkKey& key, uint32_t decoded_len) {
     Finish(key);
     return;
   }
-  ThreadPool::Shared().Submit([this, key, decoded_len](size_t) {
+  pool_.Submit([this, key, decoded_len](size_t) {
     DecodeIntoCache(store_, cache_, counters_, key, decoded_len);
     Finish(key);
   });
@@ -765,12 +776,17 @@ std::vector<ExtentRec> FileData::PrefetchOnGpu(const std::vector<ExtentRec>& tod
 size_t FileData::PrepareRead(uint64_t off, size_t n) {
   if (off >= owner_.rec.size) return 0;
   n = static_cast<size_t>(std::min<uint64_t>(n, owner_.rec.size - off));
-  // Sequential reads decode this read's chunks and the next few ahead in
-  // parallel (one per pool thread), so cp and torch.load use every core.
+  // Sequential reads decode this read's chunks and the next ones ahead in
+  // parallel (two per read-ahead thread), so cp and torch.load use every
+  // core while pack reads wait for the disk.
   const bool sequential = off == last_read_end_;
   last_read_end_ = off + n;
   if (sequential) {
-    uint64_t ahead = uint64_t{shared_.opts.chunk_size} * 2 * std::max<size_t>(2, ThreadPool::Shared().size());
+    uint64_t ahead = uint64_t{shared_.opts.chunk_size} * 2 * std::max<size_t>(2, shared_.readahead.threads());
+    // Chunks decoded ahead wait in the cache: at most half of it, so that
+    // none is evicted before its read comes.
+    ahead =
+        std::min<uint64_t>(ahead, std::max<uint64_t>(shared_.opts.cache_bytes / 2, shared_.opts.chunk_size));
     // With the GPU, room for a batch of at least gpu_min_batch_bytes ahead.
     if (shared_.gpu.reads()) ahead = std::max<uint64_t>(ahead, 2 * uint64_t{shared_.gpu.min_batch_bytes()});
     Prefetch(off, std::min(owner_.rec.size, off + n + ahead), off + n);

@@ -39,22 +39,24 @@
 #include "lmc/fs/records.h"
 #include "lmc/layout.h"
 #include "lmc/store/chunk_cache.h"
+#include "lmc/thread_pool.h"
 
 namespace lmc::fs {
 
 struct Inode;
 
-// Chunks decoded ahead of a sequential reader on the shared pool, without
-// the inode's lock, into the chunk cache (FileData::Prefetch): the reader's
-// reply, the kernel's copy and the next pack reads overlap with their
-// decode. Each key is decoded at most once at a time; a read that needs a
-// chunk being decoded waits for it (Wait) rather than decoding it again.
-// Best effort: a decode that fails leaves nothing in the cache, and the
-// read decodes the chunk itself and reports the error.
+// Chunks read and decoded ahead of a sequential reader on a pool of their
+// own, without the inode's lock, into the chunk cache (FileData::Prefetch):
+// the reader's reply, the kernel's copy and the next pack reads overlap
+// with their decode. The pool has more threads than the machine has cores,
+// since each task first waits for its pack read (O_DIRECT, synchronous). Each key is decoded at most once at
+// a time; a read that needs a chunk being decoded waits for it (Wait) rather than decoding it again. Best
+// effort: a decode that fails leaves nothing in the cache, and the read decodes the chunk itself and reports
+// the error.
 class ReadAhead {
  public:
-  ReadAhead(store::Store* store, store::ChunkCache* cache, FsCounters* counters)
-      : store_(store), cache_(cache), counters_(counters) {}
+  // threads: the pool's size (FsOptions::read_threads; 0: its default).
+  ReadAhead(store::Store* store, store::ChunkCache* cache, FsCounters* counters, unsigned threads);
   ~ReadAhead();  // waits for the decodes in flight
   ReadAhead(const ReadAhead&) = delete;
   ReadAhead& operator=(const ReadAhead&) = delete;
@@ -63,6 +65,8 @@ class ReadAhead {
   void Start(const store::ChunkKey& key, uint32_t decoded_len);
   // Whether a decode of `key` is in flight.
   bool InFlight(const store::ChunkKey& key);
+  // Decodes that may run at once (the pool's threads).
+  size_t threads() const { return pool_.size(); }
   // Returns once no decode of `key` is in flight.
   void Wait(const store::ChunkKey& key);
 
@@ -75,6 +79,8 @@ class ReadAhead {
   std::mutex mu_;
   std::condition_variable cv_;
   std::unordered_set<store::ChunkKey, store::ChunkKeyHash> inflight_;  // guarded by mu_
+  // Declared last: destroyed (its queue finished, threads joined) first.
+  ThreadPool pool_;
 };
 
 // What the data pipelines of all files share; owned by Filesystem::Impl.

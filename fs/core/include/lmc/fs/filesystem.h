@@ -38,6 +38,11 @@ struct FsOptions {
   // exceed it waits for its own oldest chunk (backpressure).
   uint64_t write_budget = uint64_t{256} << 20;
   unsigned encode_threads = 0;  // encoder threads; 0: one per hardware thread
+  // Threads that read and decode chunks ahead of sequential readers; 0:
+  // two per hardware thread, at least 4. More threads than cores, because
+  // each waits for its pack read before it decodes: the others decode
+  // meanwhile (docs/ARCHITECTURE.md, "Read pipeline").
+  unsigned read_threads = 0;
   bool read_only = false;
   // dedup=uid: a chunk is shared only among files of the same owner (its
   // key is scoped by the owner's uid, ChunkKey::Of), and a delta base is
