@@ -12,7 +12,10 @@
 # default 2. WORK (default /var/tmp/lmcfs-ab) is where the stores live; run
 # as root so that caches can be dropped. AGAIN=1: after the cold read, save
 # the same checkpoint once more under another name (every chunk a dedup
-# hit) and print that save's time and daemon CPU too.
+# hit) and print that save's time and daemon CPU too. READS=N (default 1):
+# read the file back cold N times after the save (caches dropped before
+# each), printing each read's rate, daemon CPU and the share of the
+# machine's CPU time left idle during it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 A=$1
@@ -68,18 +71,33 @@ for _ in $(seq "$ROUNDS"); do
     save=$(save_to "$WORK/mnt/ckpt.pt")
     c1=$(cpu $pid)
     f1=$(faults $pid)
-    if [ "$(id -u)" = 0 ]; then sync; echo 3 > /proc/sys/vm/drop_caches; fi
-    c2=$(cpu $pid)
-    read_s=$(python3 - "$WORK/mnt/ckpt.pt" <<'PY'
+    more=""
+    for r in $(seq "${READS:-1}"); do
+      if [ "$(id -u)" = 0 ]; then sync; echo 3 > /proc/sys/vm/drop_caches; fi
+      c2=$(cpu $pid)
+      read -r read_s idle < <(python3 - "$WORK/mnt/ckpt.pt" <<'PY'
 import sys, time
+def ticks():  # (idle + iowait, all) of the whole machine, from /proc/stat
+    v = [int(x) for x in open('/proc/stat').readline().split()[1:9]]
+    return v[3] + v[4], sum(v)
+i0, a0 = ticks()
 t = time.perf_counter()
 with open(sys.argv[1], 'rb', buffering=0) as f:
     while f.read(1 << 20):
         pass
-print(f'{time.perf_counter() - t:.2f}')
+el = time.perf_counter() - t
+i1, a1 = ticks()
+print(f'{el:.2f} {100 * (i1 - i0) / max(1, a1 - a0):.0f}')
 PY
 )
-    c3=$(cpu $pid)
+      c3=$(cpu $pid)
+      if [ "$r" -gt 1 ]; then
+        more="$more; read $r $(python3 -c "print(f'{$(stat -c %s "$WORK/mnt/ckpt.pt") / 1e6 / $read_s:.0f}')") MB/s, daemon $(python3 -c "print(f'{($c3 - $c2) / 100:.2f}')") CPU-s, idle $idle%"
+      else
+        first_s=$read_s first_idle=$idle first_c=$((c3 - c2))
+      fi
+    done
+    read_s=$first_s
     again=""
     if [ "${AGAIN:-0}" = 1 ]; then
       again_s=$(save_to "$WORK/mnt/again.pt")
@@ -91,7 +109,7 @@ PY
 s, r, n = $save, $read_s, $size
 print(f'$bin: save {s:.2f} s = {n / 1e6 / s:.0f} MB/s, daemon {($c1 - $c0) / 100:.2f} CPU-s '
       f'= {($c1 - $c0) / 100 / (n / 2**30):.2f} s/GiB, {($f1 - $f0) / (n / 2**30):.0f} faults/GiB; cold read {r:.2f} s = {n / 1e6 / r:.0f} MB/s, '
-      f'daemon {($c3 - $c2) / 100:.2f} CPU-s$again')"
+      f'daemon {$first_c / 100:.2f} CPU-s, idle $first_idle%$more$again')"
     fusermount3 -u "$WORK/mnt"
     wait $pid
   done
