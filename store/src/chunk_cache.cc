@@ -40,30 +40,36 @@ ChunkBytes SliceChunkBytes(std::shared_ptr<const void> owner, const uint8_t* p, 
   return ChunkBytes(s, &s->view);
 }
 
-ChunkBytes ChunkCache::Get(const ChunkKey& key) {
+ChunkBytes ChunkCache::Get(const ChunkKey& key, uint32_t tag) {
   std::lock_guard lk(mu_);
-  auto it = map_.find(key);
+  auto it = map_.find(Key{key, tag});
   if (it == map_.end()) return nullptr;
   lru_.splice(lru_.begin(), lru_, it->second);
   return it->second->second;
 }
 
-void ChunkCache::Put(const ChunkKey& key, ChunkBytes bytes) {
+void ChunkCache::Put(const ChunkKey& key, ChunkBytes bytes, uint32_t tag) {
   if (!bytes || bytes->size() > cap_) return;
+  const Key k{key, tag};
   std::lock_guard lk(mu_);
-  auto it = map_.find(key);
+  auto it = map_.find(k);
   if (it != map_.end()) {
     lru_.splice(lru_.begin(), lru_, it->second);
     return;
   }
   bytes_ += bytes->size();
-  lru_.emplace_front(key, std::move(bytes));
-  map_[key] = lru_.begin();
+  lru_.emplace_front(k, std::move(bytes));
+  map_[k] = lru_.begin();
   while (bytes_ > cap_ && !lru_.empty()) {
     bytes_ -= lru_.back().second->size();
     map_.erase(lru_.back().first);
     lru_.pop_back();
   }
+}
+
+uint64_t ChunkCache::bytes() {
+  std::lock_guard lk(mu_);
+  return bytes_;
 }
 
 }  // namespace lmc::store

@@ -24,7 +24,9 @@
 #include "lmc/codec.h"
 #include "lmc/fs/delta_policy.h"
 #include "lmc/fs/filesystem.h"
+#include "lmc/store/chunk_cache.h"
 #include "lmc/store/store.h"
+#include "lmc/thread_pool.h"
 
 namespace lmc::fs {
 namespace {
@@ -583,6 +585,58 @@ TEST_F(FsGpu, ReadAheadDecodesEachChunkOnceAndConcurrentReadersGetTheBytes) {
     Close();
   }
   opts_.read_threads = 0;
+}
+
+// The stores of a union share one decoded-chunk cache and one read-ahead
+// pool (FsOptions::shared_cache, read_pool): two filesystems over two
+// stores, a file of the same name and size but other bytes in each, read
+// in turns; each gets its own bytes, the cache stays within its one
+// capacity, and a store that closes leaves the other reading.
+TEST_F(FsGpu, StoresOfAUnionShareOneCacheAndOneReadAheadPool) {
+  store::ChunkCache cache(2 << 20);
+  ThreadPool pool(3);
+  opts_.shared_cache = &cache;
+  opts_.shared_cache_tag = 0;
+  opts_.read_pool = &pool;
+  Open(nullptr);
+  const std::string dir_b = dir_ + "-b";
+  auto sb = store::Store::Open(dir_b, {});
+  ASSERT_TRUE(sb.ok()) << sb.status().ToString();
+  FsOptions ob = opts_;
+  ob.shared_cache_tag = 1;
+  auto fb = Filesystem::Open(sb->get(), dir_b, ob);
+  ASSERT_TRUE(fb.ok()) << fb.status().ToString();
+  const std::string a = Bf16Like(24 * kChunk, 1), b = Bf16Like(24 * kChunk, 2);
+  CloseFile(WriteFile("same.bin", a));
+  struct stat st;
+  ASSERT_EQ((*fb)->Create(kRootIno, "same.bin", 0644, {1000, 1000}, &st), 0);
+  for (size_t off = 0; off < b.size(); off += 32 << 10)
+    ASSERT_EQ((*fb)->Write(st.st_ino, off, b.data() + off, 32 << 10), 0);
+  ASSERT_EQ((*fb)->Flush(st.st_ino), 0);
+  ASSERT_EQ((*fb)->Release(st.st_ino), 0);
+  struct stat sa, sbs;
+  ASSERT_EQ(fs_->Lookup(kRootIno, "same.bin", &sa), 0);
+  ASSERT_EQ((*fb)->Lookup(kRootIno, "same.bin", &sbs), 0);
+  std::string got_a, got_b, part;
+  for (uint64_t off = 0; off < a.size(); off += 128 << 10) {
+    ASSERT_EQ(fs_->Read(sa.st_ino, off, 128 << 10, &part), 0);
+    got_a += part;
+    ASSERT_EQ((*fb)->Read(sbs.st_ino, off, 128 << 10, &part), 0);
+    got_b += part;
+  }
+  EXPECT_TRUE(got_a == a) << "the first store's file";
+  EXPECT_TRUE(got_b == b) << "the second store's file";
+  EXPECT_LE(cache.bytes(), cache.capacity());
+  (*fb)->Forget(sbs.st_ino, 1);
+  EXPECT_TRUE((*fb)->Shutdown().ok());
+  fb->reset();
+  sb->reset();
+  fs_->Forget(sa.st_ino, 1);
+  EXPECT_TRUE(ReadAll("same.bin") == a) << "after the other store closed";
+  Close();  // before the cache and the pool go
+  opts_.shared_cache = nullptr;
+  opts_.read_pool = nullptr;
+  std::filesystem::remove_all(dir_b);
 }
 
 TEST_F(FsGpu, WithoutAGpuEverythingRunsOnTheCpuAndTheStateSaysWhy) {

@@ -41,6 +41,7 @@
 #include "lmc/store/permissions.h"
 #include "lmc/store/rados.h"
 #include "lmc/store/store.h"
+#include "lmc/thread_pool.h"
 
 namespace lmc::fs {
 namespace {
@@ -800,9 +801,22 @@ int Serve(const Options& o, int report_fd) {
     return 32;
   }
   std::unique_ptr<store::Store> store = std::move(st).value();
+  // A union's stores share one decoded-chunk cache of cache_size (each
+  // store's chunks under its own tag), so that the mount's memory does not
+  // grow with the number of stores; declared before the filesystems that
+  // use it, so that it outlives them.
+  std::unique_ptr<store::ChunkCache> union_cache;
+  if (is_union) union_cache = std::make_unique<store::ChunkCache>(o.cache_size);
+  // And one read-ahead pool: threads of their own per store would each
+  // warm up memory of their own (docs/BENCHMARKS.md, "Stores in RADOS").
+  std::unique_ptr<ThreadPool> union_read_pool;
+  if (is_union) union_read_pool = std::make_unique<ThreadPool>(ReadAheadThreads(o.read_threads));
   FsOptions fo;
   fo.chunk_size = static_cast<uint32_t>(o.chunk_size);
   fo.cache_bytes = o.cache_size;
+  fo.shared_cache = union_cache.get();
+  fo.shared_cache_tag = 0;
+  fo.read_pool = union_read_pool.get();
   fo.write_budget = o.write_buffer;
   fo.encode_threads = o.encode_threads;
   fo.read_threads = o.read_threads;
@@ -828,6 +842,7 @@ int Serve(const Options& o, int report_fd) {
     fso.create_if_missing = false;
     fso.local_dir = o.local_dir.empty() ? "" : o.local_dir + "/" + o.union_names[i];
     FsOptions ffo = fo;
+    ffo.shared_cache_tag = static_cast<uint32_t>(i);
     ffo.read_only = true;
     ffo.gpu = nullptr;
     const std::string spec = "rados:" + o.pool + "/" + o.union_names[i];

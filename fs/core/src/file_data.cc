@@ -117,8 +117,8 @@ FileDataShared::FileDataShared(store::Store* st, const FsOptions& o, FsCounters*
     : store(st),
       opts(o),
       counters(*c),
-      cache(o.cache_bytes),
-      readahead(st, &cache, c, o.read_threads),
+      cache(o),
+      readahead(st, &cache, c, o.read_pool, o.read_threads),
       gpu(o.gpu, o.gpu_none_reason, o.gpu_min_batch_bytes, o.gpu_batch_bytes, c, o.gpu_first),
       committer(st),
       encoders(o.encode_threads, &gpu, c) {}
@@ -127,7 +127,7 @@ namespace {
 // Decodes chunk `key` on the CPU into the cache, counted. Best effort: a
 // chunk that fails is left out, and the read decodes (and reports) it on
 // its own.
-void DecodeIntoCache(store::Store* store, store::ChunkCache* cache, FsCounters* counters,
+void DecodeIntoCache(store::Store* store, FsChunkCache* cache, FsCounters* counters,
                      const store::ChunkKey& key, uint32_t decoded_len) {
   try {
     uint8_t* w;
@@ -143,15 +143,18 @@ void DecodeIntoCache(store::Store* store, store::ChunkCache* cache, FsCounters* 
 }
 }  // namespace
 
-namespace {
-size_t ReadThreads(unsigned want) {
+size_t ReadAheadThreads(unsigned want) {
   if (want) return want;
   return std::max<size_t>(4, 2 * size_t{std::max(1u, std::thread::hardware_concurrency())});
 }
-}  // namespace
 
-ReadAhead::ReadAhead(store::Store* store, store::ChunkCache* cache, FsCounters* counters, unsigned threads)
-    : store_(store), cache_(cache), counters_(counters), pool_(ReadThreads(threads)) {}
+ReadAhead::ReadAhead(store::Store* store, FsChunkCache* cache, FsCounters* counters, ThreadPool* shared,
+                     unsigned threads)
+    : store_(store),
+      cache_(cache),
+      counters_(counters),
+      own_pool_(shared ? nullptr : std::make_unique<ThreadPool>(ReadAheadThreads(threads))),
+      pool_(shared ? shared : own_pool_.get()) {}
 
 ReadAhead::~ReadAhead() {
   std::unique_lock lk(mu_);
@@ -179,7 +182,7 @@ void ReadAhead::Start(const store::ChunkKey& key, uint32_t decoded_len) {
     Finish(key);
     return;
   }
-  pool_.Submit([this, key, decoded_len](size_t) {
+  pool_->Submit([this, key, decoded_len](size_t) {
     DecodeIntoCache(store_, cache_, counters_, key, decoded_len);
     Finish(key);
   });

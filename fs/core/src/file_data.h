@@ -53,10 +53,30 @@ struct Inode;
 // a time; a read that needs a chunk being decoded waits for it (Wait) rather than decoding it again. Best
 // effort: a decode that fails leaves nothing in the cache, and the read decodes the chunk itself and reports
 // the error.
+// The decoded-chunk cache of a filesystem: its own, or the one it shares
+// with the other stores of a union (FsOptions::shared_cache), its chunks
+// kept apart there by its tag.
+class FsChunkCache {
+ public:
+  explicit FsChunkCache(const FsOptions& o)
+      : own_(o.shared_cache ? nullptr : std::make_unique<store::ChunkCache>(o.cache_bytes)),
+        c_(o.shared_cache ? o.shared_cache : own_.get()),
+        tag_(o.shared_cache ? o.shared_cache_tag : 0) {}
+  store::ChunkBytes Get(const store::ChunkKey& key) { return c_->Get(key, tag_); }
+  void Put(const store::ChunkKey& key, store::ChunkBytes bytes) { c_->Put(key, std::move(bytes), tag_); }
+
+ private:
+  std::unique_ptr<store::ChunkCache> own_;
+  store::ChunkCache* const c_;
+  const uint32_t tag_;
+};
+
 class ReadAhead {
  public:
-  // threads: the pool's size (FsOptions::read_threads; 0: its default).
-  ReadAhead(store::Store* store, store::ChunkCache* cache, FsCounters* counters, unsigned threads);
+  // The pool: `shared` (FsOptions::read_pool) or one of its own of
+  // ReadAheadThreads(threads).
+  ReadAhead(store::Store* store, FsChunkCache* cache, FsCounters* counters, ThreadPool* shared,
+            unsigned threads);
   ~ReadAhead();  // waits for the decodes in flight
   ReadAhead(const ReadAhead&) = delete;
   ReadAhead& operator=(const ReadAhead&) = delete;
@@ -66,7 +86,7 @@ class ReadAhead {
   // Whether a decode of `key` is in flight.
   bool InFlight(const store::ChunkKey& key);
   // Decodes that may run at once (the pool's threads).
-  size_t threads() const { return pool_.size(); }
+  size_t threads() const { return pool_->size(); }
   // Returns once no decode of `key` is in flight.
   void Wait(const store::ChunkKey& key);
 
@@ -74,13 +94,15 @@ class ReadAhead {
   void Finish(const store::ChunkKey& key);
 
   store::Store* const store_;
-  store::ChunkCache* const cache_;
+  FsChunkCache* const cache_;
   FsCounters* const counters_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::unordered_set<store::ChunkKey, store::ChunkKeyHash> inflight_;  // guarded by mu_
   // Declared last: destroyed (its queue finished, threads joined) first.
-  ThreadPool pool_;
+  // A shared pool outlives this; the destructor waits for this one's tasks.
+  std::unique_ptr<ThreadPool> own_pool_;
+  ThreadPool* const pool_;
 };
 
 // What the data pipelines of all files share; owned by Filesystem::Impl.
@@ -92,7 +114,7 @@ struct FileDataShared {
   store::Store* const store;
   const FsOptions& opts;
   FsCounters& counters;
-  store::ChunkCache cache;
+  FsChunkCache cache;
   // Decodes ahead of sequential readers into `cache`; destroyed (waiting
   // for its decodes) before the cache.
   ReadAhead readahead;

@@ -1,8 +1,11 @@
 // A bounded LRU cache of decoded chunks by key. Keys name content, so an
 // entry is never stale. Used by the store (decoded delta bases), the
-// filesystem (decoded chunks, shared by all inodes) and its delta policy
-// (bases of the next save). Thread-safe (one mutex, held only for map
-// operations, never for I/O). A chunk larger than the capacity is not kept.
+// filesystem (decoded chunks, shared by all inodes; one cache for all the
+// stores of a union) and its delta policy (bases of the next save).
+// Thread-safe (one mutex, held only for map operations, never for I/O). A
+// chunk larger than the capacity is not kept. `tag` keeps the chunks of
+// different stores sharing one cache apart: a key names content only
+// within its own store (keys are hashed under each store's secret).
 #pragma once
 
 #include <cstdint>
@@ -46,15 +49,26 @@ class ChunkCache {
  public:
   explicit ChunkCache(uint64_t capacity_bytes) : cap_(capacity_bytes) {}
   uint64_t capacity() const { return cap_; }
-  ChunkBytes Get(const ChunkKey& key);
-  void Put(const ChunkKey& key, ChunkBytes bytes);
+  ChunkBytes Get(const ChunkKey& key, uint32_t tag = 0);
+  void Put(const ChunkKey& key, ChunkBytes bytes, uint32_t tag = 0);
+  uint64_t bytes();  // held now (tests)
 
  private:
-  using Lru = std::list<std::pair<ChunkKey, ChunkBytes>>;
+  struct Key {
+    ChunkKey key;
+    uint32_t tag = 0;
+    bool operator==(const Key&) const = default;
+  };
+  struct KeyHash {
+    size_t operator()(const Key& k) const {
+      return ChunkKeyHash()(k.key) ^ (size_t{k.tag} * 0x9E3779B97F4A7C15ull);
+    }
+  };
+  using Lru = std::list<std::pair<Key, ChunkBytes>>;
   const uint64_t cap_;
   std::mutex mu_;  // guards everything below
   Lru lru_;        // most recent first
-  std::unordered_map<ChunkKey, Lru::iterator, ChunkKeyHash> map_;
+  std::unordered_map<Key, Lru::iterator, KeyHash> map_;
   uint64_t bytes_ = 0;
 };
 

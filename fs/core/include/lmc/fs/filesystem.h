@@ -24,15 +24,30 @@
 #include "lmc/fs/records.h"
 #include "lmc/gpu.h"
 #include "lmc/status.h"
+#include "lmc/store/chunk_cache.h"
 #include "lmc/store/store.h"
 
+namespace lmc {
+class ThreadPool;
+}  // namespace lmc
+
 namespace lmc::fs {
+
+// Threads of a read-ahead pool for FsOptions::read_threads = want (0: two
+// per hardware thread, at least 4).
+size_t ReadAheadThreads(unsigned want);
 
 struct FsOptions {
   uint32_t chunk_size = 1u << 20;             // codec chunk size (Chunker); default = lmc::kDefaultChunkSize
   uint64_t dirty_limit = uint64_t{64} << 20;  // unchunked bytes per inode before they are chunked early
   uint64_t batch_limit = uint64_t{16} << 20;  // frame bytes per inode before a (non-sync) commit
   uint64_t cache_bytes = uint64_t{64} << 20;  // decoded-chunk cache
+  // A decoded-chunk cache shared with other filesystems (the stores of a
+  // union: one cache of cache_bytes for the mount, not one per store),
+  // outliving this one; nullptr: a cache of its own. shared_cache_tag
+  // keeps this store's chunks apart from the others' in it.
+  store::ChunkCache* shared_cache = nullptr;
+  uint32_t shared_cache_tag = 0;
   // Write buffer: bytes of chunks handed to the encoders and not yet applied
   // (their input plus their frame), over all inodes. A writer that would
   // exceed it waits for its own oldest chunk (backpressure).
@@ -43,6 +58,12 @@ struct FsOptions {
   // each waits for its pack read before it decodes: the others decode
   // meanwhile (docs/ARCHITECTURE.md, "Read pipeline").
   unsigned read_threads = 0;
+  // A read-ahead pool shared with other filesystems (the stores of a
+  // union), outliving this one; nullptr: a pool of its own of read_threads.
+  // Shared, the threads that decode one store's chunks reuse the memory
+  // the others' decodes left (each new thread warms up allocator arenas
+  // of its own: about 20,000 page faults per store on first reads).
+  ThreadPool* read_pool = nullptr;
   bool read_only = false;
   // dedup=uid: a chunk is shared only among files of the same owner (its
   // key is scoped by the owner's uid, ChunkKey::Of), and a delta base is
