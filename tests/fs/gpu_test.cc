@@ -591,7 +591,10 @@ TEST_F(FsGpu, ReadAheadDecodesEachChunkOnceAndConcurrentReadersGetTheBytes) {
 // pool (FsOptions::shared_cache, read_pool): two filesystems over two
 // stores, a file of the same name and size but other bytes in each, read
 // in turns; each gets its own bytes, the cache stays within its one
-// capacity, and a store that closes leaves the other reading.
+// capacity, and a store that closes (its decodes ahead waited for) leaves
+// the other reading. The two stores' keys differ anyway (each its own
+// secret); that a tag keeps one key of two stores apart is
+// ChunkCache.TagsKeepTheSameKeyOfDifferentStoresApartInOneCapacity.
 TEST_F(FsGpu, StoresOfAUnionShareOneCacheAndOneReadAheadPool) {
   store::ChunkCache cache(2 << 20);
   ThreadPool pool(3);

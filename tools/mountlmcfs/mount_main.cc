@@ -814,8 +814,7 @@ int Serve(const Options& o, int report_fd) {
   FsOptions fo;
   fo.chunk_size = static_cast<uint32_t>(o.chunk_size);
   fo.cache_bytes = o.cache_size;
-  fo.shared_cache = union_cache.get();
-  fo.shared_cache_tag = 0;
+  fo.shared_cache = union_cache.get();  // the writable store's tag is 0
   fo.read_pool = union_read_pool.get();
   fo.write_budget = o.write_buffer;
   fo.encode_threads = o.encode_threads;

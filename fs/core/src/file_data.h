@@ -45,14 +45,6 @@ namespace lmc::fs {
 
 struct Inode;
 
-// Chunks read and decoded ahead of a sequential reader on a pool of their
-// own, without the inode's lock, into the chunk cache (FileData::Prefetch):
-// the reader's reply, the kernel's copy and the next pack reads overlap
-// with their decode. The pool has more threads than the machine has cores,
-// since each task first waits for its pack read (O_DIRECT, synchronous). Each key is decoded at most once at
-// a time; a read that needs a chunk being decoded waits for it (Wait) rather than decoding it again. Best
-// effort: a decode that fails leaves nothing in the cache, and the read decodes the chunk itself and reports
-// the error.
 // The decoded-chunk cache of a filesystem: its own, or the one it shares
 // with the other stores of a union (FsOptions::shared_cache), its chunks
 // kept apart there by its tag.
@@ -71,6 +63,16 @@ class FsChunkCache {
   const uint32_t tag_;
 };
 
+// Chunks read and decoded ahead of a sequential reader, without the
+// inode's lock, into the chunk cache (FileData::Prefetch): the reader's
+// reply, the kernel's copy and the next pack reads overlap with their
+// decode. The pool (its own, or the one the stores of a union share) has
+// more threads than the machine has cores, since each task first waits for
+// its pack read (O_DIRECT, synchronous). Each key is decoded at most once
+// at a time; a read that needs a chunk being decoded waits for it (Wait)
+// rather than decoding it again. Best effort: a decode that fails leaves
+// nothing in the cache, and the read decodes the chunk itself and reports
+// the error.
 class ReadAhead {
  public:
   // The pool: `shared` (FsOptions::read_pool) or one of its own of
