@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <random>
 
@@ -144,26 +145,79 @@ TEST(ContainerTest, StreamingAndInMemoryWriteTheSameBytes) {
 
 TEST(ContainerTest, OneThreadAndManyThreadsWriteTheSameBytes) {
   // One thread encodes straight into the output; several encode batches
-  // into frame buffers. Both must produce the same container.
+  // into frame buffers, emitted by whichever worker finds the next frame
+  // ready while the others keep encoding. Both must produce the same
+  // container; small chunks make many batches of many frames.
   auto file = MakeSafetensors(3 << 20, 123457);
   ThreadPool pool(3);
-  CompressOptions one, many;
-  one.threads = 1;
+  for (uint32_t chunk : {CompressOptions{}.chunk_size, 8192u}) {
+    SCOPED_TRACE(chunk);
+    CompressOptions one, many;
+    one.threads = 1;
+    many.threads = 3;
+    one.pool = many.pool = &pool;
+    one.chunk_size = many.chunk_size = chunk;
+    std::vector<uint8_t> a, b;
+    ASSERT_TRUE(CompressBufferInto(file.data(), file.size(), one, &a).ok());
+    for (int round = 0; round < 3; ++round) {
+      ASSERT_TRUE(CompressBufferInto(file.data(), file.size(), many, &b).ok());
+      EXPECT_EQ(a, b) << "round " << round;
+    }
+    // Reusing the output vector (the benchmark's pattern) gives the same bytes.
+    ASSERT_TRUE(CompressBufferInto(file.data(), file.size(), one, &b).ok());
+    EXPECT_EQ(a, b);
+    std::vector<uint8_t> back;
+    DecompressOptions dopt;
+    dopt.threads = 1;
+    dopt.pool = &pool;
+    ASSERT_TRUE(DecompressBufferInto(a.data(), a.size(), dopt, &back).ok());
+    EXPECT_EQ(back, file);
+  }
+}
+
+TEST(ContainerTest, StreamingWorkersWriteInOrderOneAtATimeAndStopAtAWriteError) {
+  // The streaming compressor calls its WriteFn from the workers: never two
+  // at once, in file order, and the first failure ends the call with it.
+  auto file = MakeSafetensors(1 << 20, 200003);
+  ThreadPool pool(3);
+  CompressOptions many;
   many.threads = 3;
-  one.pool = many.pool = &pool;
-  std::vector<uint8_t> a, b;
-  ASSERT_TRUE(CompressBufferInto(file.data(), file.size(), one, &a).ok());
-  ASSERT_TRUE(CompressBufferInto(file.data(), file.size(), many, &b).ok());
-  EXPECT_EQ(a, b);
-  // Reusing the output vector (the benchmark's pattern) gives the same bytes.
-  ASSERT_TRUE(CompressBufferInto(file.data(), file.size(), one, &b).ok());
-  EXPECT_EQ(a, b);
-  std::vector<uint8_t> back;
-  DecompressOptions dopt;
-  dopt.threads = 1;
-  dopt.pool = &pool;
-  ASSERT_TRUE(DecompressBufferInto(a.data(), a.size(), dopt, &back).ok());
-  EXPECT_EQ(back, file);
+  many.pool = &pool;
+  many.chunk_size = 8192;
+  auto expected = CompressBuffer(file.data(), file.size(), many);
+  ASSERT_TRUE(expected.ok());
+  size_t pos = 0;
+  ReadFn rd = [&](uint8_t* buf, size_t want) -> Result<size_t> {
+    size_t k = std::min(want, file.size() - pos);
+    std::memcpy(buf, file.data() + pos, k);
+    pos += k;
+    return k;
+  };
+  std::atomic<int> inside{0};
+  std::atomic<bool> overlapped{false};
+  std::vector<uint8_t> streamed;
+  WriteFn wr = [&](const uint8_t* b, size_t k) {
+    if (inside.fetch_add(1) != 0) overlapped = true;
+    streamed.insert(streamed.end(), b, b + k);
+    inside.fetch_sub(1);
+    return Status::Ok();
+  };
+  ASSERT_TRUE(CompressStream(rd, wr, many).ok());
+  EXPECT_FALSE(overlapped.load());
+  EXPECT_EQ(streamed, *expected);
+
+  pos = 0;
+  size_t written = 0;
+  const size_t fail_after = expected->size() / 2;
+  WriteFn failing = [&](const uint8_t*, size_t k) {
+    if (written + k > fail_after) return Status::IOError("disk full (test)");
+    written += k;
+    return Status::Ok();
+  };
+  Status st = CompressStream(rd, failing, many);
+  EXPECT_EQ(st.code(), Code::kIOError) << st.ToString();
+  EXPECT_NE(st.ToString().find("disk full (test)"), std::string::npos) << st.ToString();
+  EXPECT_LE(written, fail_after);
 }
 
 TEST(ContainerTest, PlanChunksCoversFile) {

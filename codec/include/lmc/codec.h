@@ -43,6 +43,8 @@ class Workspace {
   Workspace& operator=(const Workspace&) = delete;
   // Returns a buffer of at least n bytes, valid until the next call.
   uint8_t* Scratch(size_t n);
+  // Bytes held (0 before the first Scratch call).
+  size_t capacity() const { return cap_; }
 
  private:
   std::unique_ptr<uint8_t[]> buf_;
