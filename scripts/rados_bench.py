@@ -14,7 +14,8 @@ scripts/ceph-dev.sh (docs/BENCHMARKS.md, "Stores in RADOS").
    in the same run), and against the same n mounts over POSIX stores on the
    local disk. Stored bytes: du of the mounts.
 3. Reading every node's shards on one node, cold: through a union of the
-   stores the largest N wrote, against the same shards in one store.
+   stores the largest N wrote, against the same shards in one store
+   (--before-build DIR: the union also read by DIR's mount.lmcfs, in turn).
 4. Takeover: node A writes the series with fsync, its daemon is killed
    (kill -9), node B mounts with -o takeover: the time until B serves,
    every shard compared byte for byte, lmcfs-fsck of the store.
@@ -131,6 +132,9 @@ def main():
     ap.add_argument('--json', default='')
     ap.add_argument('--read-rounds', type=int, default=3,
                     help='cold reads of every shard through the union and from one store, alternating')
+    ap.add_argument('--before-build', default='',
+                    help='another build directory whose mount.lmcfs also reads the union, in turn with this '
+                         "build's (an A-B of two builds in one run)")
     ap.add_argument('--rebuild-files', type=int, default=3000,
                     help='files of 64 KiB for the index rebuild part')
     a = ap.parse_args()
@@ -246,9 +250,9 @@ def main():
                            check=True)
         unmount(ms, single)
 
-        def read_all(store, mnt, local, path_of):
+        def read_all(store, mnt, local, path_of, build=None):
             """A fresh mount, caches dropped, every shard read by cat: seconds."""
-            mount(a.build, store, mnt, local)
+            mount(build or a.build, store, mnt, local)
             drop_caches()
             t0 = time.time()
             for i, f in files_read:
@@ -259,8 +263,11 @@ def main():
 
         # Alternating, a.read_rounds times each: single reads vary by 10-15%
         # on this machine, more than the difference being measured.
-        t_unions, t_singles = [], []
+        t_unions, t_singles, t_befores = [], [], []
         for _ in range(a.read_rounds):
+            if a.before_build:
+                t_befores.append(read_all(union, mu, os.path.join(work, 'local_union_before'),
+                                          lambda m, i, f: os.path.join(m, f), a.before_build))
             t_unions.append(read_all(union, mu, os.path.join(work, 'local_union'),
                                      lambda m, i, f: os.path.join(m, f)))
             t_singles.append(read_all(single, ms, os.path.join(work, 'local_single'),
@@ -275,6 +282,12 @@ def main():
             f'union of {n} stores {read_bytes / t_union / 1e6:.0f} MB/s, one store {read_bytes / t_single / 1e6:.0f} MB/s '
             f'(runs: union {", ".join(f"{read_bytes / t / 1e6:.0f}" for t in t_unions)}; '
             f'one store {", ".join(f"{read_bytes / t / 1e6:.0f}" for t in t_singles)})')
+        if t_befores:
+            t_before = sorted(t_befores)[len(t_befores) // 2]
+            results['union_read']['before_build_union_runs_s'] = t_befores
+            results['union_read']['before_build_union_MBps'] = read_bytes / t_before / 1e6
+            log(f'the same union read with {a.before_build}: {read_bytes / t_before / 1e6:.0f} MB/s '
+                f'(runs: {", ".join(f"{read_bytes / t / 1e6:.0f}" for t in t_befores)})')
         for s in union_stores + [single]:
             rados_rm_namespace(s.split('/', 1)[1])
             shutil.rmtree(os.path.join('/var/cache/lmcfs/rados/lmcfs', s.split('/', 1)[1]), ignore_errors=True)

@@ -20,6 +20,7 @@
 #include <rados/librados.hpp>
 #include <set>
 #include <thread>
+#include <vector>
 #endif
 
 namespace lmc::store {
@@ -102,6 +103,12 @@ std::string LocalDirOf(const std::string& store) {
 
 #ifndef LMC_HAVE_RADOS
 
+Result<std::shared_ptr<RadosClient>> RadosClient::Connect(const RadosOptions&) {
+  return Status::Unsupported(
+      "this lmcfs was built without Ceph RADOS support; install librados-dev and libradospp-dev "
+      "(scripts/install-deps.sh) and rebuild");
+}
+
 Result<std::unique_ptr<RadosEnv>> RadosEnv::Open(const std::string& store, const RadosOptions&) {
   return Status::Unsupported("store " + store +
                              ": this lmcfs was built without Ceph RADOS support; install librados-dev and "
@@ -155,21 +162,19 @@ class RadosFile final : public File {
   bool writable_;
 };
 
-class RadosEnvImpl final : public RadosEnv {
+// One librados client: its threads, its sessions with the monitors and
+// every OSD. Shut down when the last store using it closes.
+class RadosClientImpl final : public RadosClient {
  public:
-  RadosEnvImpl(std::string prefix, RadosOptions o) : prefix_(std::move(prefix)), opts_(std::move(o)) {}
-  ~RadosEnvImpl() override {
-    io_.close();
-    cluster_.shutdown();
-  }
+  ~RadosClientImpl() override { cluster.shutdown(); }
 
-  Status Connect(const RadosSpec& spec) {
-    spec_ = spec;
-    const std::string id = opts_.client_id.empty() ? "admin" : opts_.client_id;
-    if (int r = cluster_.init2(("client." + id).c_str(), "ceph", 0); r < 0)
+  // Connects as the options' client id, with their ceph.conf and keyring.
+  Status Connect(const RadosOptions& o) {
+    const std::string id = o.client_id.empty() ? "admin" : o.client_id;
+    if (int r = cluster.init2(("client." + id).c_str(), "ceph", 0); r < 0)
       return Status::FromErrno(-r, "initializing the Ceph client");
-    const char* conf = opts_.conf.empty() ? nullptr : opts_.conf.c_str();
-    if (int r = cluster_.conf_read_file(conf); r < 0) {
+    const char* conf = o.conf.empty() ? nullptr : o.conf.c_str();
+    if (int r = cluster.conf_read_file(conf); r < 0) {
       const char* env = std::getenv("CEPH_CONF");
       return Status::FromErrno(-r, std::string("reading the Ceph configuration ") +
                                        (conf  ? conf
@@ -177,18 +182,60 @@ class RadosEnvImpl final : public RadosEnv {
                                               : "(CEPH_CONF unset; /etc/ceph/ceph.conf)") +
                                        ": set CEPH_CONF or -o ceph_conf=PATH");
     }
-    cluster_.conf_parse_env("CEPH_ARGS");
-    if (!opts_.keyring.empty()) cluster_.conf_set("keyring", opts_.keyring.c_str());
+    cluster.conf_parse_env("CEPH_ARGS");
+    if (!o.keyring.empty()) cluster.conf_set("keyring", o.keyring.c_str());
     // Bounded: a cluster that does not answer gives an error, not a hang.
-    cluster_.conf_set("client_mount_timeout", "30");
-    cluster_.conf_set("rados_mon_op_timeout", "30");
-    cluster_.conf_set("rados_osd_op_timeout", "120");
-    if (int r = cluster_.connect(); r < 0)
+    cluster.conf_set("client_mount_timeout", "30");
+    cluster.conf_set("rados_mon_op_timeout", "30");
+    cluster.conf_set("rados_osd_op_timeout", "120");
+    if (int r = cluster.connect(); r < 0)
       return Status::FromErrno(-r,
                                "connecting to the Ceph cluster as client." + id +
                                    " (is it running? is CEPH_CONF right? scripts/ceph-dev.sh start runs one "
                                    "on this host)");
-    if (int r = cluster_.ioctx_create(spec.pool.c_str(), io_); r < 0) {
+    return Status::Ok();
+  }
+
+  librados::Rados cluster;
+};
+
+class RadosEnvImpl final : public RadosEnv {
+ public:
+  RadosEnvImpl(std::string prefix, RadosOptions o) : prefix_(std::move(prefix)), opts_(std::move(o)) {}
+  ~RadosEnvImpl() override {
+    // Notifies still in flight complete (or fail: a fenced client's fail at
+    // once) before the IoCtx and the client go; one that completed after
+    // the shutdown had begun would run into a client half torn down.
+    std::vector<librados::AioCompletion*> pending;
+    {
+      std::lock_guard l(notify_mu_);
+      pending.swap(notifies_);
+    }
+    // Bounded: a notify times out after 2 s on the OSD; one still pending
+    // after 5 s is left allocated rather than freed under librados.
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    for (librados::AioCompletion* c : pending) {
+      while (!c->is_complete() && std::chrono::steady_clock::now() < until)
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      if (c->is_complete()) c->release();
+    }
+    io_.close();
+  }
+
+  Status Connect(const RadosSpec& spec) {
+    spec_ = spec;
+    // A read-only store may use a connection it is given (a union's
+    // followers share one); a writer always has its own, since fencing it
+    // blocklists its client and must not cut the other stores' reads.
+    if (opts_.client && opts_.read_only) {
+      client_ = std::static_pointer_cast<RadosClientImpl>(opts_.client);
+    } else {
+      auto own = std::make_shared<RadosClientImpl>();
+      LMC_RETURN_IF_ERROR(own->Connect(opts_));
+      client_ = std::move(own);
+    }
+    opts_.client.reset();
+    if (int r = client_->cluster.ioctx_create(spec.pool.c_str(), io_); r < 0) {
       if (r == -ENOENT)
         return Status::NotFound("Ceph pool '" + spec.pool +
                                 "' does not exist: create it (ceph osd pool create " + spec.pool +
@@ -362,13 +409,26 @@ class RadosEnvImpl final : public RadosEnv {
 
   Result<std::unique_ptr<FileLock>> LockFile(const std::string& path) override;
   Result<std::unique_ptr<FileLock>> Watch(const std::string& path, std::function<void()> fn) override;
+  // Tells the followers' watches, without waiting for their acks; the
+  // completion is kept until it completes (reaped by the next Notify or
+  // waited for by the destructor), so that none is in flight at shutdown.
   void Notify(const std::string& path) override {
     auto oid = Oid(path);
     if (!oid.ok()) return;
     librados::AioCompletion* c = librados::Rados::aio_create_completion();
     librados::bufferlist bl;
-    if (io_.aio_notify(*oid, c, bl, 2000, nullptr) < 0) spdlog::debug("notify of {} failed", *oid);
-    c->release();  // freed when the notify completes
+    if (io_.aio_notify(*oid, c, bl, 2000, nullptr) < 0) {
+      spdlog::debug("notify of {} failed", *oid);
+      c->release();
+      return;
+    }
+    std::lock_guard l(notify_mu_);
+    std::erase_if(notifies_, [](librados::AioCompletion* done) {
+      if (!done->is_complete()) return false;
+      done->release();
+      return true;
+    });
+    notifies_.push_back(c);
   }
 
   Result<uint64_t> DiskBytes(const std::string& dir) override {
@@ -383,16 +443,16 @@ class RadosEnvImpl final : public RadosEnv {
 
   Status ClusterSpace(uint64_t* total, uint64_t* avail) override {
     librados::cluster_stat_t st;
-    if (int r = cluster_.cluster_stat(st); r < 0) return Error(r, "reading the cluster's space");
+    if (int r = client_->cluster.cluster_stat(st); r < 0) return Error(r, "reading the cluster's space");
     *total = st.kb * 1024;
     *avail = st.kb_avail * 1024;
     return Status::Ok();
   }
 
-  std::string ClientAddress() const override { return cluster_.get_addrs(); }
+  std::string ClientAddress() const override { return client_->cluster.get_addrs(); }
   bool LockHeld() const override { return lock_held_.load() && !lock_lost_.load(); }
 
-  librados::Rados& cluster() { return cluster_; }
+  librados::Rados& cluster() { return client_->cluster; }
   const RadosOptions& opts() const { return opts_; }
   const std::string& prefix() const { return prefix_; }
   std::atomic<bool> lock_lost_{false}, lock_held_{false};
@@ -401,9 +461,11 @@ class RadosEnvImpl final : public RadosEnv {
   std::string prefix_;
   RadosOptions opts_;
   RadosSpec spec_;
-  librados::Rados cluster_;
+  std::shared_ptr<RadosClientImpl> client_;  // released after io_ is closed
   librados::IoCtx io_;
   std::string cookie_;
+  std::mutex notify_mu_;
+  std::vector<librados::AioCompletion*> notifies_;  // notifies not known to be complete
 };
 
 Result<size_t> RadosFile::ReadAt(uint64_t off, size_t n, uint8_t* dst) const {
@@ -646,6 +708,12 @@ Result<std::unique_ptr<FileLock>> RadosEnvImpl::Watch(const std::string& path, s
 }
 
 }  // namespace
+
+Result<std::shared_ptr<RadosClient>> RadosClient::Connect(const RadosOptions& options) {
+  auto c = std::make_shared<RadosClientImpl>();
+  LMC_RETURN_IF_ERROR(c->Connect(options));
+  return std::shared_ptr<RadosClient>(std::move(c));
+}
 
 Result<std::unique_ptr<RadosEnv>> RadosEnv::Open(const std::string& store, const RadosOptions& options) {
   LMC_ASSIGN_OR_RETURN(RadosSpec spec, ParseRadosSpec(store));

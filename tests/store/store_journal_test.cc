@@ -324,6 +324,56 @@ TEST_F(RadosLockTest, ForcedTakeoverFencesTheHolder) {
   EXPECT_FALSE(c->Get(Cf::kExtents, ExtentKey(99, 0)).ok()) << "the fenced commit left no trace";
 }
 
+// A union's followers share one connection: two stores read through it,
+// one closes and the other keeps reading, and fencing a writer that was
+// offered the same connection (a writer keeps its own) cuts neither.
+TEST_F(RadosLockTest, FollowersShareOneClientThatFencingAWriterDoesNotCut) {
+  TestStore t1(Backend::kRados), t2(Backend::kRados);
+  auto shared = RadosClient::Connect(t1.Options().rados);
+  ASSERT_TRUE(shared.ok()) << shared.status().ToString();
+  Model m1, m2;
+  auto wo = t1.Options(nullptr, 0);
+  wo.rados.client = *shared;  // ignored by a writer
+  auto a = OpenOrDie(t1.spec(), wo);
+  ASSERT_TRUE(a);
+  WriteRound(*a, m1, 1);
+  {
+    auto b = OpenOrDie(t2.spec(), t2.Options(nullptr, 0));
+    ASSERT_TRUE(b);
+    WriteRound(*b, m2, 2);
+  }
+  auto follower = [&](TestStore& t) {
+    auto o = t.Options(nullptr, 1);
+    o.read_only = true;
+    o.rados.client = *shared;
+    return OpenOrDie(t.spec(), o);
+  };
+  auto f1 = follower(t1);
+  auto f2 = follower(t2);
+  ASSERT_TRUE(f1 && f2);
+  ExpectModel(*f1, m1, "first follower");
+  ExpectModel(*f2, m2, "second follower");
+
+  auto force = t1.Options(nullptr, 2);
+  force.rados.takeover = Takeover::kForce;
+  auto c = Store::Open(t1.spec(), force);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  Batch batch;
+  AddFileChunk(batch, 99, RandomBytes(5000, 99));
+  EXPECT_FALSE(a->Commit(batch).ok()) << "the fenced writer's commit must fail";
+  WriteRound(**c, m1, 3);
+  auto n = f1->Refresh();
+  ASSERT_TRUE(n.ok()) << "a follower sharing a connection the fenced writer was offered: "
+                      << n.status().ToString();
+  EXPECT_GT(*n, 0u);
+  ExpectModel(*f1, m1, "first follower after the takeover");
+
+  f1.reset();
+  ExpectModel(*f2, m2, "second follower after the first closed");
+  auto again = f2->Refresh();
+  EXPECT_TRUE(again.ok()) << again.status().ToString();
+}
+
 // A holder that stopped renewing (dead): takeover waits out its lease.
 TEST_F(RadosLockTest, TakeoverAfterTheLeaseOfADeadHolder) {
   TestStore t(Backend::kRados);

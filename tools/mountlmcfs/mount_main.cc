@@ -785,6 +785,19 @@ int Serve(const Options& o, int report_fd) {
   so.create_if_missing = !o.ro && !primary_follows;
   so.read_only = primary_follows;
   so.rados = o.rados;
+  // A union's followers share one connection to the cluster (a writable
+  // store keeps its own: fencing it must not cut the others' reads).
+  std::shared_ptr<store::RadosClient> follower_client;
+  if (is_union) {
+    auto c = store::RadosClient::Connect(o.rados);
+    if (!c.ok()) {
+      Report(report_fd, 32,
+             "cannot connect to the Ceph cluster of " + o.store + ": " + c.status().ToString());
+      return 32;
+    }
+    follower_client = std::move(c).value();
+    if (primary_follows) so.rados.client = follower_client;
+  }
   so.local_dir = is_union && !o.local_dir.empty() ? o.local_dir + "/" + o.union_names[0] : o.local_dir;
   auto st = store::Store::Open(o.store, so);
   if (!st.ok()) {
@@ -839,6 +852,7 @@ int Serve(const Options& o, int report_fd) {
     store::StoreOptions fso = so;
     fso.read_only = true;
     fso.create_if_missing = false;
+    fso.rados.client = follower_client;
     fso.local_dir = o.local_dir.empty() ? "" : o.local_dir + "/" + o.union_names[i];
     FsOptions ffo = fo;
     ffo.shared_cache_tag = static_cast<uint32_t>(i);

@@ -28,6 +28,8 @@
 
 namespace lmc::store {
 
+class RadosClient;
+
 // How a read-write opener treats a store another client holds.
 enum class Takeover : uint8_t {
   kNo,     // refuse, naming the holder
@@ -47,6 +49,20 @@ struct RadosOptions {
   uint32_t blocklist_seconds = 24 * 3600;
   // Refuse every change (a follower reading another node's store).
   bool read_only = false;
+  // With read_only: use this connection instead of one of the store's own
+  // (a union's followers share one: each librados client runs about 15
+  // threads and holds sessions with every OSD). Ignored by a writer.
+  std::shared_ptr<RadosClient> client;
+};
+
+// A connection to a Ceph cluster (one librados client), shared by the
+// stores it is given to; shut down when the last of them closes.
+class RadosClient {
+ public:
+  // Connects with the options' ceph.conf, client id and keyring (bounded:
+  // 30 s).
+  static Result<std::shared_ptr<RadosClient>> Connect(const RadosOptions& options);
+  virtual ~RadosClient() = default;
 };
 
 struct RadosSpec {
