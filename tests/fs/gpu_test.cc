@@ -642,6 +642,67 @@ TEST_F(FsGpu, StoresOfAUnionShareOneCacheAndOneReadAheadPool) {
   std::filesystem::remove_all(dir_b);
 }
 
+// The write pipeline's threads (encoders, committer) start with a
+// filesystem's first write: a union's followers, which are never written,
+// run none (about 3 threads each at 2 cores, 65 at 64).
+TEST_F(FsGpu, WriteThreadsStartWithTheFirstWriteAndNeverForAReadOnlyFilesystem) {
+  auto threads = [] {
+    size_t n = 0;
+    for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator("/proc/self/task")) ++n;
+    return n;
+  };
+  (void)ThreadPool::Shared();  // the process's pool (decodes of a read), started on first use
+  ThreadPool pool(2);
+  opts_.read_pool = &pool;
+  opts_.encode_threads = 3;
+  Open(nullptr);
+  const size_t opened = threads();
+  const std::string data = Bf16Like(24 * kChunk, 7);  // past batch_limit: the committer runs
+  CloseFile(WriteFile("first.bin", data));
+  EXPECT_GE(threads(), opened + 3 + 1) << "3 encoders and the committer after the first write";
+  EXPECT_TRUE(ReadAll("first.bin") == data);
+
+  // A read-only filesystem over a second store holding a file.
+  const std::string dir_b = dir_ + "-ro";
+  {
+    auto sw = store::Store::Open(dir_b, {});
+    ASSERT_TRUE(sw.ok()) << sw.status().ToString();
+    auto fw = Filesystem::Open(sw->get(), dir_b, opts_);
+    ASSERT_TRUE(fw.ok()) << fw.status().ToString();
+    struct stat st;
+    ASSERT_EQ((*fw)->Create(kRootIno, "ro.bin", 0644, {1000, 1000}, &st), 0);
+    ASSERT_EQ((*fw)->Write(st.st_ino, 0, data.data(), data.size()), 0);
+    ASSERT_EQ((*fw)->Flush(st.st_ino), 0);
+    ASSERT_EQ((*fw)->Release(st.st_ino), 0);
+    (*fw)->Forget(st.st_ino, 1);
+    EXPECT_TRUE((*fw)->Shutdown().ok());
+  }
+  store::StoreOptions so;
+  auto sr = store::Store::Open(dir_b, so);
+  ASSERT_TRUE(sr.ok()) << sr.status().ToString();
+  FsOptions ro = opts_;
+  ro.read_only = true;
+  const size_t before = threads();
+  auto fr = Filesystem::Open(sr->get(), dir_b, ro);
+  ASSERT_TRUE(fr.ok()) << fr.status().ToString();
+  struct stat st;
+  ASSERT_EQ((*fr)->Lookup(kRootIno, "ro.bin", &st), 0);
+  std::string got, part;
+  for (uint64_t off = 0; off < data.size(); off += 128 << 10) {
+    ASSERT_EQ((*fr)->Read(st.st_ino, off, 128 << 10, &part), 0);
+    got += part;
+  }
+  EXPECT_TRUE(got == data);
+  EXPECT_EQ(threads(), before) << "a read-only filesystem started threads of its own";
+  (*fr)->Forget(st.st_ino, 1);
+  EXPECT_TRUE((*fr)->Shutdown().ok());
+  fr->reset();
+  sr->reset();
+  Close();  // before the pool goes
+  opts_.read_pool = nullptr;
+  std::filesystem::remove_all(dir_b);
+}
+
 TEST_F(FsGpu, WithoutAGpuEverythingRunsOnTheCpuAndTheStateSaysWhy) {
   opts_.gpu_none_reason = "gpu=off";
   Open(nullptr);

@@ -10,9 +10,7 @@ void CommitTicket::Wait() {
   cv.wait(lk, [&] { return done; });
 }
 
-Committer::Committer(store::Store* store) : store_(store) {
-  thread_ = std::thread([this] { Run(); });
-}
+Committer::Committer(store::Store* store) : store_(store) {}
 
 Committer::~Committer() {
   {
@@ -20,12 +18,13 @@ Committer::~Committer() {
     stop_ = true;
   }
   cv_.notify_all();
-  thread_.join();
+  if (thread_.joinable()) thread_.join();
 }
 
 void Committer::Submit(std::shared_ptr<CommitTicket> t) {
   {
     std::lock_guard lk(mu_);
+    if (!thread_.joinable()) thread_ = std::thread([this] { Run(); });
     queue_.push_back(std::move(t));
   }
   cv_.notify_one();

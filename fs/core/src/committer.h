@@ -41,6 +41,8 @@ struct CommitTicket {
 
 class Committer {
  public:
+  // The thread starts with the first Submit (a filesystem that never
+  // writes runs none).
   explicit Committer(store::Store* store);
   ~Committer();  // commits what is queued, then joins
   Committer(const Committer&) = delete;

@@ -203,9 +203,14 @@ void RunEncodeJob(EncodeJob* job) {
 }
 
 EncoderPool::EncoderPool(unsigned threads, GpuPath* gpu, FsCounters* counters)
-    : gpu_(gpu && gpu->active() ? gpu : nullptr), counters_(*counters) {
-  if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
-  for (unsigned i = 0; i < threads; i++) threads_.emplace_back([this] { Run(); });
+    : gpu_(gpu && gpu->active() ? gpu : nullptr),
+      counters_(*counters),
+      want_(threads ? threads : std::max(1u, std::thread::hardware_concurrency())) {}
+
+void EncoderPool::StartLocked() {
+  if (started_) return;
+  started_ = true;
+  for (unsigned i = 0; i < want_; i++) threads_.emplace_back([this] { Run(); });
   if (gpu_) feeder_ = std::thread([this] { RunGpu(); });
 }
 
@@ -224,6 +229,7 @@ void EncoderPool::Submit(std::shared_ptr<EncodeJob> job) {
   bool feed = false;
   {
     std::lock_guard lk(mu_);
+    StartLocked();
     queued_bytes_ += job->buf->size();
     queue_.push_back(std::move(job));
     feed = gpu_ && FeederMayTake();

@@ -97,7 +97,9 @@ void RunEncodeJob(EncodeJob* job);
 class EncoderPool {
  public:
   // threads 0: one per hardware thread. gpu may be nullptr (CPU only);
-  // gpu and counters must outlive the pool.
+  // gpu and counters must outlive the pool. The threads start with the
+  // first Submit: a filesystem that never writes (a union's followers, a
+  // read-only mount) runs none.
   EncoderPool(unsigned threads, GpuPath* gpu, FsCounters* counters);
   ~EncoderPool();  // runs what is queued (on the CPU threads), then joins
   EncoderPool(const EncoderPool&) = delete;
@@ -106,7 +108,7 @@ class EncoderPool {
   // Queues the job; an encoder thread runs RunEncodeJob (or the feeder
   // encodes it in a batch), then marks it done and wakes its waiters.
   void Submit(std::shared_ptr<EncodeJob> job);
-  size_t size() const { return threads_.size(); }  // CPU encoder threads
+  size_t size() const { return want_; }  // CPU encoder threads (once started)
 
  private:
   void Run();     // a CPU encoder thread
@@ -116,6 +118,7 @@ class EncoderPool {
   // the feeder should take a batch (GpuPath::first decides who comes first).
   bool CpuMayTake() const;
   bool FeederMayTake() const;
+  void StartLocked();  // under mu_: starts the threads, once
 
   GpuPath* const gpu_;  // nullptr: no feeder
   FsCounters& counters_;
@@ -126,6 +129,8 @@ class EncoderPool {
   std::deque<std::shared_ptr<EncodeJob>> queue_;
   size_t queued_bytes_ = 0;  // chunk bytes of the jobs in queue_
   bool stop_ = false;
+  const unsigned want_;   // CPU encoder threads to start
+  bool started_ = false;  // guarded by mu_
   std::vector<std::thread> threads_;
   std::thread feeder_;
 };
