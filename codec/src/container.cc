@@ -42,11 +42,12 @@ uint32_t Crc32Of(const uint8_t* p, size_t n) { return static_cast<uint32_t>(XXH3
 
 // Codec scratch kept across calls, process-wide and bounded: a Workspace
 // grows to the chunk size and a frame buffer to a frame's worst case, and
-// fresh ones cost a page fault per 4 KiB on their first use. Two threads
-// compressing 43 MiB with 1 MiB chunks took about 11,000 such faults per
-// call (181,000 in a `lmc bench` run, 41,000 with this cache), a sixth of
-// the call's time on this machine. What is kept is at most kMaxKeptBytes
-// (a 1 GiB chunk's buffers are freed, not kept).
+// fresh ones cost a page fault per 4 KiB on their first use: a `lmc bench
+// -r 10 -T 2` run of a 43 MiB file took 181,000 page faults, and its
+// two-thread compress ran at 3,050 MB/s where a driver making the same
+// calls with memory reused ran at 3,700 (docs/BENCHMARKS.md, "Two
+// threads"). What is kept is at most kMaxKeptBytes (a 1 GiB chunk's
+// buffers are freed, not kept).
 class ScratchCache {
  public:
   static ScratchCache& Instance() {
