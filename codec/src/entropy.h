@@ -13,8 +13,10 @@ namespace lmc {
 // The coder for a stream with histogram `hist` of n symbols, chosen from the
 // histogram alone (never by trying coders): kConst for one symbol; else the
 // smallest of Huffman (exact size) and rANS (estimated; taken only when it
-// saves more than 1/16 over Huffman, since it codes at half the speed); kRaw when that
-// saves less than 1/128 of the stream.
+// saves more than 1/16 over Huffman, since it codes at half the speed; with
+// 32 states from kRansX32MinSymbols on); kRaw when that saves less than
+// 1/128 of the stream.
+inline constexpr size_t kRansX32MinSymbols = 64 << 10;
 Coder ChooseCoder(const uint32_t hist[256], size_t n);
 
 // True when a sample of the stream shows it is so close to uniform that no

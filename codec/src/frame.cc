@@ -30,6 +30,8 @@ const char* CoderName(Coder c) {
       return "rans";
     case Coder::kHuffmanBlocked:
       return "huffman-blocked";
+    case Coder::kRansX32:
+      return "rans-x32";
   }
   return "invalid";
 }
@@ -211,7 +213,7 @@ Result<FrameInfo> ReadFrameInfo(const uint8_t* p, size_t len) {
   if (fi.version == 0) return Status::Corruption("frame has version 0");
   if (fi.version > kVersion)
     return Status::Unsupported("frame version " + std::to_string(fi.version) +
-                               " is newer than this lmc (reads versions 1-4); upgrade lmcfs");
+                               " is newer than this lmc (reads versions 1-5); upgrade lmcfs");
   if (!DTypeValid(p[5])) return Status::Corruption("frame has an invalid dtype");
   fi.dtype = static_cast<DType>(p[5]);
   if (p[6] & ~kKnownFlags) return Status::Corruption("frame has unknown flags");
@@ -239,7 +241,9 @@ Result<FrameInfo> ReadFrameInfo(const uint8_t* p, size_t len) {
   fi.streams.resize(ns);
   for (size_t i = 0; i < ns; ++i) {
     const uint8_t* e = p + kFixedHeader + i * kStreamEntry;
-    const uint8_t last = fi.version >= 2 ? hd::kCoderHuffmanBlocked : hd::kCoderRans;
+    const uint8_t last = fi.version >= 5   ? hd::kCoderRansX32
+                         : fi.version >= 2 ? hd::kCoderHuffmanBlocked
+                                           : hd::kCoderRans;
     if (e[0] > last) return Status::Corruption("frame has an unknown coder");
     fi.streams[i] = {static_cast<Coder>(e[0]), LoadLE32(e + 1), static_cast<uint32_t>(shape.size(i))};
     total += fi.streams[i].encoded_size;

@@ -13,10 +13,11 @@ namespace lmc::frame {
 inline constexpr uint8_t kMagic[4] = {'L', 'M', 'C', 'F'};
 // Version 1: coders raw, const, Huffman, rANS. Version 2 adds blocked
 // Huffman (coder 4); version 3 the widened bf16 base (flag 0x02); version
-// 4 the rounding-predicted widened base (flag 0x04). A frame is written
-// with the lowest version its contents need, so frames without the newer
-// features stay readable by older lmcfs.
-inline constexpr uint8_t kVersion = 4;
+// 4 the rounding-predicted widened base (flag 0x04); version 5 rANS with
+// 32 states (coder 5). A frame is written with the lowest version its
+// contents need, so frames without the newer features stay readable by
+// older lmcfs.
+inline constexpr uint8_t kVersion = 5;
 inline constexpr uint8_t kFlagXorDelta = 0x01;
 // With kFlagXorDelta: the XOR operand is a range of a bf16 chunk, each
 // value widened to the fp32 bit pattern bf16 << 16 (a fp32 master against
@@ -45,9 +46,10 @@ inline constexpr size_t HeaderSize(size_t n_streams, bool widened_base = false) 
 }
 
 // Writes a frame's header (docs/FORMAT.md, "Frame") at o, after its
-// streams are coded: the version is 4 with a rounding-predicted widened
-// base, 3 with a widened base, else 2 when a stream is blocked Huffman,
-// else 1; the header checksum last. The one
+// streams are coded: the version is 5 when a stream is rANS with 32
+// states, else 4 with a rounding-predicted widened base, 3 with a widened
+// base, 2 when a stream is blocked Huffman, else 1; the header checksum
+// last. The one
 // writer of the header, for the CPU encoder (frame.cc) and the GPU's
 // (gpu_pipeline.h, LayoutBody; never with a widened base).
 LMC_HD void WriteHeader(uint8_t* o, uint8_t dtype, bool delta, uint32_t n, uint64_t checksum, uint32_t ns,
@@ -57,8 +59,10 @@ LMC_HD void WriteHeader(uint8_t* o, uint8_t dtype, bool delta, uint32_t n, uint6
     for (int k = 0; k < bytes; ++k) p[k] = static_cast<uint8_t>(v >> (8 * k));
   };
   uint8_t version = 1;
+  bool x32 = false;
   for (uint32_t j = 0; j < ns; ++j) {
     if (coders[j] == 4) version = 2;  // Coder::kHuffmanBlocked
+    x32 |= coders[j] == 5;            // Coder::kRansX32
     uint8_t* e = o + kFixedHeader + j * kStreamEntry;
     e[0] = coders[j];
     le(e + 1, sizes[j], 4);
@@ -67,6 +71,7 @@ LMC_HD void WriteHeader(uint8_t* o, uint8_t dtype, bool delta, uint32_t n, uint6
     version = predicted ? 4 : 3;
     le(o + kFixedHeader + ns * kStreamEntry, base_offset, 4);
   }
+  if (x32) version = 5;
   o[0] = 'L', o[1] = 'M', o[2] = 'C', o[3] = 'F';
   o[4] = version;
   o[5] = dtype;

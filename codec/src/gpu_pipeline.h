@@ -1220,7 +1220,7 @@ class BatchCodec final : public GpuCodec {
     bool ok = fi.ok() && fi->decoded_size >= kMinGpuChunk && it.dst && it.cap >= fi->decoded_size &&
               (!fi->xor_delta || (it.base && it.base_len == fi->decoded_size));
     if (ok) {
-      for (const StreamInfo& s : fi->streams) ok &= s.coder != Coder::kRans;
+      for (const StreamInfo& s : fi->streams) ok &= s.coder != Coder::kRans && s.coder != Coder::kRansX32;
       // A raw stream's size is checked here, as the CPU does.
       for (const StreamInfo& s : fi->streams)
         ok &= s.coder != Coder::kRaw || s.encoded_size == s.decoded_size;

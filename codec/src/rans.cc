@@ -8,22 +8,34 @@
 //             varint (7 bits per byte, low bits first, top bit = more
 //             follows; 2-byte form only for f-1 >= 128). Frequencies are
 //             >= 1 and sum to exactly 4096 (kProbBits = 12).
-//   states    4 x uint32: initial decoder states x[0..3], each >= 2^16
+//   states    K x uint32: initial decoder states x[0..K-1], each >= 2^16
 //   words     16-bit words, read in order by the decoder
 //
-// Symbol i is coded by state i%4. Decoding symbol i with state x:
+// K is 4 (coder 3, kRans) or 32 (coder 5, kRansX32). Symbol i is coded by
+// state i%K. Decoding symbol i with state x:
 //   slot = x & 4095; s = symbol with cum[s] <= slot < cum[s] + f[s]
 //   x = f[s] * (x >> 12) + slot - cum[s]
 //   if x < 2^16: x = x << 16 | next word
 // where cum[s] is the sum of the frequencies of the symbols below s. After
 // the last symbol every state must be 2^16 and every word consumed. With
 // k == 1 (f = 4096) the states never change and there are no words.
+//
+// Why 32 states: each symbol's word position depends on the previous
+// symbol's, so a scalar coder runs at about 3 cycles per symbol whatever
+// K is; 32 states let 8 symbols at a time go through AVX2 registers, their
+// words compressed out of (encoder) or expanded into (decoder) the lanes
+// that renormalise, in lane order, which is exactly the scalar order.
 #include "rans.h"
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <cmath>
 #include <cstring>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 #include "lmc/bytes.h"
 
@@ -32,9 +44,14 @@ namespace {
 
 constexpr uint32_t kProbScale = 1u << kProbBits;
 constexpr uint32_t kLow = 1u << 16;  // states live in [kLow, 2^32)
-constexpr int kStates = 4;
-constexpr size_t kStatesBytes = 4 * kStates;
 constexpr size_t kMaxHeader = 1 + 32 + 2 * 256;
+
+#if defined(__x86_64__)
+std::atomic<bool> g_simd{
+    (__builtin_cpu_init(), __builtin_cpu_supports("avx2") != 0 && __builtin_cpu_supports("fma") != 0)};
+#else
+std::atomic<bool> g_simd{false};
+#endif
 
 // log2(f) for f in [0, 4096]; entry 0 unused.
 struct Log2Values {
@@ -183,26 +200,201 @@ size_t ParseHeader(const uint8_t* src, size_t len, uint32_t freq[256], int* k_ou
   return p;
 }
 
-}  // namespace
+// Encoder tables, by symbol: for the scalar path, x' = x + bias + q * cmpl
+// with q = x / f from a 64-bit reciprocal (below); for the vector path, f
+// and cum packed (f | cum << 13, 0 for absent symbols) and 1/f.
+struct EncSymbol {
+  uint64_t rcp = 0;  // 0: symbol absent from the histogram
+  uint64_t bound = 0;
+  uint32_t bias = 0;
+  uint32_t cmpl = 0;
+};
+struct EncTables {
+  EncSymbol sym[256];
+  uint32_t packed[256];
+  double inv[256];
+};
 
-size_t MaxEncodedSize(size_t n) {
-  // A symbol costs at most 12 + log2(17/16) bits (states stay >= 16 f), so
-  // the words take at most 1.52 n bytes.
-  return kMaxHeader + kStatesBytes + n / 16 * 25 + 32;
+void BuildEncTables(const uint32_t freq[256], EncTables* t) {
+  // Coding x with symbol s is x' = (x / f) * 4096 + x % f + start, computed
+  // without a division as x' = x + bias + q * (4096 - f), q = x / f taken as
+  // the high half of x * rcp with rcp = floor(2^64 / f) + 1 (exact for
+  // x * f < 2^64). f = 1 uses rcp = 2^64 - 1, which gives q = x - 1; bias
+  // adds the missing 4095 back. Before coding, a state >= bound = 2^20 f
+  // shifts out a word, so that x' < 2^32.
+  uint32_t cum = 0;
+  for (int s = 0; s < 256; ++s) {
+    const uint32_t f = freq[s];
+    t->packed[s] = 0;
+    t->inv[s] = 0;
+    t->sym[s] = EncSymbol{};
+    if (!f) continue;
+    EncSymbol& e = t->sym[s];
+    e.rcp = f == 1 ? UINT64_MAX : UINT64_MAX / f + 1;
+    e.bound = (uint64_t{kLow} >> kProbBits << 16) * f;
+    e.bias = f == 1 ? cum + kProbScale - 1 : cum;
+    e.cmpl = kProbScale - f;
+    t->packed[s] = f | cum << 13;
+    t->inv[s] = 1.0 / f;
+    cum += f;
+  }
 }
 
-size_t EstimatedSize(const uint32_t hist[256], size_t /*n*/) {
-  uint32_t freq[256];
-  const int k = Normalize(hist, freq);
-  if (k == 0) return 1 + kStatesBytes;
-  const double* lg = Log2Table();
-  double bits = 0;
-  for (int s = 0; s < 256; ++s)
-    if (hist[s]) bits += hist[s] * (kProbBits - lg[freq[s]]);
-  return HeaderSize(freq, k) + kStatesBytes + 2 * static_cast<size_t>(std::ceil(bits / 16));
+#if defined(__x86_64__)
+#define LMC_RANS_AVX2 [[gnu::target("avx2,fma,bmi2")]]
+
+// For a mask of 8 lanes: the shuffle that gathers the low 16 bits of the
+// chosen lanes (as 8 words in a 128-bit register) into the top words, in
+// lane order (encoder), and the one that spreads the next words to the
+// chosen lanes in order (decoder: word k to the lane of the k-th set bit,
+// as 32-bit lanes of a 256-bit register).
+struct ShuffleTables {
+  alignas(16) uint8_t compress[256][16];
+  alignas(32) uint32_t expand[256][8];
+  ShuffleTables() {
+    for (int m = 0; m < 256; ++m) {
+      const int count = __builtin_popcount(static_cast<unsigned>(m));
+      std::memset(compress[m], 0x80, 16);
+      int k = 8 - count;  // first word slot of the right-aligned result
+      for (int lane = 0; lane < 8; ++lane) {
+        if (!(m >> lane & 1)) continue;
+        compress[m][2 * k] = static_cast<uint8_t>(2 * lane);
+        compress[m][2 * k + 1] = static_cast<uint8_t>(2 * lane + 1);
+        ++k;
+      }
+      int next = 0;
+      for (int lane = 0; lane < 8; ++lane)
+        expand[m][lane] = (m >> lane & 1) ? static_cast<uint32_t>(next++) : 0;
+    }
+  }
+};
+const ShuffleTables& Shuffles() {
+  static const ShuffleTables t;
+  return t;
 }
 
-Result<size_t> Encode(const uint8_t* src, size_t n, const uint32_t hist[256], uint8_t* dst, size_t cap) {
+// Gathers (the masked forms, from zeroed registers: GCC 12 warns that the
+// plain forms read an uninitialised source).
+LMC_RANS_AVX2 inline __m256i Gather32(const uint32_t* base, __m256i idx) {
+  return _mm256_mask_i32gather_epi32(_mm256_setzero_si256(), reinterpret_cast<const int*>(base), idx,
+                                     _mm256_set1_epi32(-1), 4);
+}
+LMC_RANS_AVX2 inline __m256d GatherF64(const double* base, __m128i idx) {
+  return _mm256_mask_i32gather_pd(_mm256_setzero_pd(), base, idx, _mm256_castsi256_pd(_mm256_set1_epi64x(-1)),
+                                  8);
+}
+
+// Encodes whole rounds of 32 symbols, from src[i - 32, i) down, while the
+// room below p holds a round's words plus the 16-byte stores' slack and
+// every symbol is present; returns the i where it stopped. The states and
+// p are updated as the scalar coder would.
+LMC_RANS_AVX2 size_t EncodeRoundsAvx2(const uint8_t* src, size_t i, const EncTables& t, uint32_t* x,
+                                      uint8_t*& p, const uint8_t* lo) {
+  const ShuffleTables& sh = Shuffles();
+  __m256i st[4];
+  for (int g = 0; g < 4; ++g) st[g] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + 8 * g));
+  const __m256i m13 = _mm256_set1_epi32(0x1fff);
+  const __m256i scale = _mm256_set1_epi32(static_cast<int>(kProbScale));
+  const __m256i sign = _mm256_set1_epi32(INT32_MIN);
+  const __m256d two31 = _mm256_set1_pd(2147483648.0);
+  const __m256d eps = _mm256_set1_pd(1.0 / (1 << 20));
+  // Low 16 bits of each 32-bit lane into the low 8 bytes of each 128-bit half.
+  const __m256i pack16 = _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, -1, -1, -1, -1, -1, -1, -1, -1, 0, 1, 4,
+                                          5, 8, 9, 12, 13, -1, -1, -1, -1, -1, -1, -1, -1);
+  while (i >= 32 && p - lo >= 2 * 32 + 16) {
+    const uint8_t* s0 = src + i - 32;
+    __m256i sym[4], e[4];
+    bool absent = false;
+    for (int g = 0; g < 4; ++g) {
+      sym[g] = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(s0 + 8 * g)));
+      e[g] = Gather32(t.packed, sym[g]);
+      absent |=
+          _mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(e[g], _mm256_setzero_si256()))) != 0;
+    }
+    if (absent) break;
+    // States 31..24 first, as the scalar coder goes down from the end.
+    for (int g = 3; g >= 0; --g) {
+      const __m256i f = _mm256_and_si256(e[g], m13);
+      const __m256i cum = _mm256_srli_epi32(e[g], 13);
+      const __m256i bound = _mm256_slli_epi32(f, 20);
+      __m256i x8 = st[g];
+      const __m256i need = _mm256_cmpeq_epi32(_mm256_max_epu32(x8, bound), x8);  // x >= bound
+      const unsigned mask = static_cast<unsigned>(_mm256_movemask_ps(_mm256_castsi256_ps(need)));
+      const __m256i w = _mm256_shuffle_epi8(x8, pack16);
+      const __m128i words = _mm_unpacklo_epi64(_mm256_castsi256_si128(w), _mm256_extracti128_si256(w, 1));
+      const __m128i out =
+          _mm_shuffle_epi8(words, _mm_load_si128(reinterpret_cast<const __m128i*>(sh.compress[mask])));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(p - 16), out);
+      p -= 2 * __builtin_popcount(mask);
+      x8 = _mm256_blendv_epi8(x8, _mm256_srli_epi32(x8, 16), need);
+      // q = floor(x / f) as floor(x * (1/f) + 2^-20) in doubles: x < 2^32 and
+      // q < 2^20, so the product is within 2^-32 of x / f, whose fraction is
+      // 0 or at least 1/4096: the bias keeps exact quotients from rounding
+      // down and cannot carry a fraction to the next integer.
+      const __m256i xs = _mm256_xor_si256(x8, sign);
+      const __m256d xl = _mm256_add_pd(_mm256_cvtepi32_pd(_mm256_castsi256_si128(xs)), two31);
+      const __m256d xh = _mm256_add_pd(_mm256_cvtepi32_pd(_mm256_extracti128_si256(xs, 1)), two31);
+      const __m256d il = GatherF64(t.inv, _mm256_castsi256_si128(sym[g]));
+      const __m256d ih = GatherF64(t.inv, _mm256_extracti128_si256(sym[g], 1));
+      const __m128i ql = _mm256_cvttpd_epi32(_mm256_fmadd_pd(xl, il, eps));
+      const __m128i qh = _mm256_cvttpd_epi32(_mm256_fmadd_pd(xh, ih, eps));
+      const __m256i q = _mm256_inserti128_si256(_mm256_castsi128_si256(ql), qh, 1);
+      const __m256i cmpl = _mm256_sub_epi32(scale, f);
+      x8 = _mm256_add_epi32(_mm256_add_epi32(x8, cum), _mm256_mullo_epi32(q, cmpl));
+      st[g] = x8;
+    }
+    i -= 32;
+  }
+  for (int g = 0; g < 4; ++g) _mm256_storeu_si256(reinterpret_cast<__m256i*>(x + 8 * g), st[g]);
+  return i;
+}
+
+// Decodes whole rounds of 32 symbols into dst[i, i + 32) while n allows
+// and the words left hold a round's worst case plus the 16-byte loads'
+// slack; returns the i where it stopped. States and p are updated as the
+// scalar decoder would.
+LMC_RANS_AVX2 size_t DecodeRoundsAvx2(const uint32_t* table, uint32_t* x, const uint8_t*& p,
+                                      const uint8_t* end, uint8_t* dst, size_t i, size_t n) {
+  const ShuffleTables& sh = Shuffles();
+  __m256i st[4];
+  for (int g = 0; g < 4; ++g) st[g] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + 8 * g));
+  const __m256i m12 = _mm256_set1_epi32(static_cast<int>(kProbScale - 1));
+  const __m256i one = _mm256_set1_epi32(1);
+  const __m256i zero = _mm256_setzero_si256();
+  const __m256i bytes = _mm256_setr_epi8(0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, 0, 4, 8,
+                                         12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1);
+  while (i + 32 <= n && end - p >= 2 * 32 + 16) {
+    for (int g = 0; g < 4; ++g) {
+      __m256i x8 = st[g];
+      // table[slot] = (f - 1) << 20 | (slot - cum) << 8 | symbol
+      const __m256i e = Gather32(table, _mm256_and_si256(x8, m12));
+      const __m256i f = _mm256_add_epi32(_mm256_srli_epi32(e, 20), one);
+      const __m256i r = _mm256_and_si256(_mm256_srli_epi32(e, 8), m12);
+      x8 = _mm256_add_epi32(_mm256_mullo_epi32(f, _mm256_srli_epi32(x8, kProbBits)), r);
+      const __m256i sy = _mm256_shuffle_epi8(e, bytes);
+      const uint32_t lo4 = static_cast<uint32_t>(_mm256_extract_epi32(sy, 0));
+      const uint32_t hi4 = static_cast<uint32_t>(_mm256_extract_epi32(sy, 4));
+      std::memcpy(dst + i + 8 * g, &lo4, 4);
+      std::memcpy(dst + i + 8 * g + 4, &hi4, 4);
+      const __m256i need = _mm256_cmpeq_epi32(_mm256_srli_epi32(x8, 16), zero);  // x < 2^16
+      const unsigned mask = static_cast<unsigned>(_mm256_movemask_ps(_mm256_castsi256_ps(need)));
+      const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+      const __m256i spread = _mm256_permutevar8x32_epi32(
+          w, _mm256_load_si256(reinterpret_cast<const __m256i*>(sh.expand[mask])));
+      x8 = _mm256_blendv_epi8(x8, _mm256_or_si256(_mm256_slli_epi32(x8, 16), spread), need);
+      p += 2 * __builtin_popcount(mask);
+      st[g] = x8;
+    }
+    i += 32;
+  }
+  for (int g = 0; g < 4; ++g) _mm256_storeu_si256(reinterpret_cast<__m256i*>(x + 8 * g), st[g]);
+  return i;
+}
+#endif  // __x86_64__
+
+template <int K>
+Result<size_t> EncodeK(const uint8_t* src, size_t n, const uint32_t hist[256], uint8_t* dst, size_t cap) {
+  constexpr size_t kStatesBytes = 4 * K;
   if (n == 0) return Status::InvalidArgument("rans: no symbols");
   uint64_t total = 0;
   for (int s = 0; s < 256; ++s) total += hist[s];
@@ -212,31 +404,10 @@ Result<size_t> Encode(const uint8_t* src, size_t n, const uint32_t hist[256], ui
   const size_t header = HeaderSize(freq, k);
   if (cap < header + kStatesBytes) return Status::InvalidArgument("rans: output buffer too small");
   WriteHeader(freq, k, dst);
+  EncTables tables;
+  BuildEncTables(freq, &tables);
+  const EncSymbol* sym = tables.sym;
 
-  // Coding x with symbol s is x' = (x / f) * 4096 + x % f + start, computed
-  // without a division as x' = x + bias + q * (4096 - f), q = x / f taken as
-  // the high half of x * rcp with rcp = floor(2^64 / f) + 1 (exact for
-  // x * f < 2^64). f = 1 uses rcp = 2^64 - 1, which gives q = x - 1; bias
-  // adds the missing 4095 back. Before coding, a state >= bound = 2^20 f
-  // shifts out a word, so that x' < 2^32.
-  struct EncSymbol {
-    uint64_t rcp = 0;  // 0: symbol absent from the histogram
-    uint64_t bound = 0;
-    uint32_t bias = 0;
-    uint32_t cmpl = 0;
-  };
-  EncSymbol sym[256];
-  uint32_t cum = 0;
-  for (int s = 0; s < 256; ++s) {
-    const uint32_t f = freq[s];
-    if (!f) continue;
-    EncSymbol& e = sym[s];
-    e.rcp = f == 1 ? UINT64_MAX : UINT64_MAX / f + 1;
-    e.bound = (uint64_t{kLow} >> kProbBits << 16) * f;
-    e.bias = f == 1 ? cum + kProbScale - 1 : cum;
-    e.cmpl = kProbScale - f;
-    cum += f;
-  }
   // Words are written backwards from the end of dst, then moved down.
   uint8_t* const lo = dst + header + kStatesBytes;
   uint8_t* p = dst + cap;
@@ -252,27 +423,51 @@ Result<size_t> Encode(const uint8_t* src, size_t n, const uint32_t hist[256], ui
     x >>= 16 * r;
     code(x, e);
   };
-  uint32_t x[kStates] = {kLow, kLow, kLow, kLow};
+  uint32_t x[K];
+  for (int j = 0; j < K; ++j) x[j] = kLow;
   size_t i = n;
+#if defined(__x86_64__)
+  const bool simd = K == 32 && g_simd.load(std::memory_order_relaxed);
+#endif
   while (i > 0) {
-    if (i % kStates == 0 && p - lo >= 2 * kStates) {
-      // Fast path: a whole round, states 3..0, room checked once.
-      const EncSymbol& e3 = sym[src[i - 1]];
-      const EncSymbol& e2 = sym[src[i - 2]];
-      const EncSymbol& e1 = sym[src[i - 3]];
-      const EncSymbol& e0 = sym[src[i - 4]];
-      if (!(e0.rcp && e1.rcp && e2.rcp && e3.rcp)) break;
-      put(x[3], e3);
-      put(x[2], e2);
-      put(x[1], e1);
-      put(x[0], e0);
-      i -= kStates;
+#if defined(__x86_64__)
+    // (k >= 2: with one symbol, f = 4096 and its bound 2^32 does not fit
+    // the vector path's 32-bit lanes.)
+    if (simd && k >= 2 && i % K == 0 && i >= 32 && p - lo >= 2 * 32 + 16) {
+      const size_t before = i;
+      i = EncodeRoundsAvx2(src, i, tables, x, p, lo);
+      if (i != before) continue;  // else: an absent symbol or no room: the checked path below
+    }
+#endif
+    if (i % K == 0 && p - lo >= 2 * K) {
+      // Fast path: a whole round, states K-1..0, room checked once.
+      if constexpr (K == 4) {
+        const EncSymbol& e3 = sym[src[i - 1]];
+        const EncSymbol& e2 = sym[src[i - 2]];
+        const EncSymbol& e1 = sym[src[i - 3]];
+        const EncSymbol& e0 = sym[src[i - 4]];
+        if (!(e0.rcp && e1.rcp && e2.rcp && e3.rcp)) break;
+        put(x[3], e3);
+        put(x[2], e2);
+        put(x[1], e1);
+        put(x[0], e0);
+      } else {
+        const EncSymbol* e[K];
+        bool present = true;
+        for (int j = 0; j < K; ++j) {
+          e[j] = &sym[src[i - K + j]];
+          present &= e[j]->rcp != 0;
+        }
+        if (!present) break;
+        for (int j = K - 1; j >= 0; --j) put(x[j], *e[j]);
+      }
+      i -= K;
       continue;
     }
     --i;
     const EncSymbol& e = sym[src[i]];
     if (!e.rcp) break;
-    uint32_t& st = x[i % kStates];
+    uint32_t& st = x[i % K];
     if (st >= e.bound) {
       if (p - lo < 2) return Status::InvalidArgument("rans: output buffer too small");
       p -= 2;
@@ -282,33 +477,37 @@ Result<size_t> Encode(const uint8_t* src, size_t n, const uint32_t hist[256], ui
     code(st, e);
   }
   if (i > 0) return Status::InvalidArgument("rans: histogram does not match the data");
-  for (int j = 0; j < kStates; ++j) StoreLE32(dst + header + 4 * j, x[j]);
+  for (int j = 0; j < K; ++j) StoreLE32(dst + header + 4 * j, x[j]);
   const size_t words = static_cast<size_t>(dst + cap - p);
   std::memmove(lo, p, words);
   return header + kStatesBytes + words;
 }
 
-Status Decode(const uint8_t* src, size_t len, uint8_t* dst, size_t n) {
+template <int K>
+Status DecodeK(const uint8_t* src, size_t len, uint8_t* dst, size_t n) {
+  constexpr size_t kStatesBytes = 4 * K;
   uint32_t freq[256];
   int k = 0;
   const size_t header = ParseHeader(src, len, freq, &k);
   if (!header || len - header < kStatesBytes) return Status::Corruption("rans: bad header");
-  uint32_t x0 = LoadLE32(src + header), x1 = LoadLE32(src + header + 4), x2 = LoadLE32(src + header + 8),
-           x3 = LoadLE32(src + header + 12);
+  uint32_t x[K];
+  for (int j = 0; j < K; ++j) x[j] = LoadLE32(src + header + 4 * j);
   const uint8_t* p = src + header + kStatesBytes;
   const uint8_t* const end = src + len;
   if (((end - p) & 1) != 0) return Status::Corruption("rans: odd word stream");
 
   if (k == 1) {
     // f = 4096: coding is the identity, so no words and unchanged states.
-    if (p != end || x0 != kLow || x1 != kLow || x2 != kLow || x3 != kLow)
-      return Status::Corruption("rans: bad single-symbol stream");
+    bool initial = p == end;
+    for (int j = 0; j < K; ++j) initial &= x[j] == kLow;
+    if (!initial) return Status::Corruption("rans: bad single-symbol stream");
     int s = 0;
     while (!freq[s]) ++s;
     std::memset(dst, s, n);
     return Status::Ok();
   }
-  if (x0 < kLow || x1 < kLow || x2 < kLow || x3 < kLow) return Status::Corruption("rans: bad initial state");
+  for (int j = 0; j < K; ++j)
+    if (x[j] < kLow) return Status::Corruption("rans: bad initial state");
 
   // slot -> symbol, and slot -> f << 16 | (slot - cum).
   uint8_t slot_symbol[kProbScale];
@@ -322,45 +521,93 @@ Status Decode(const uint8_t* src, size_t len, uint8_t* dst, size_t n) {
       }
     }
   }
-
-  size_t i = 0;
-  // Fast loop, branch-free (renormalisation is data-dependent): a state
-  // below 2^16 takes the next word, others take nothing.
-  while (i + kStates <= n && end - p >= 8) {
-#define LMC_RANS_STEP(J)                                   \
-  {                                                        \
-    const uint32_t slot = x##J & (kProbScale - 1);         \
-    const uint32_t e = slot_step[slot];                    \
-    dst[i + J] = slot_symbol[slot];                        \
-    x##J = (e >> 16) * (x##J >> kProbBits) + (e & 0xffff); \
-    const uint32_t r = x##J < kLow;                        \
-    x##J = x##J << (16 * r) | (LoadLE16(p) & (0u - r));    \
-    p += 2 * r;                                            \
-  }
-    LMC_RANS_STEP(0)
-    LMC_RANS_STEP(1)
-    LMC_RANS_STEP(2)
-    LMC_RANS_STEP(3)
-#undef LMC_RANS_STEP
-    i += kStates;
-  }
-  // Checked tail, one symbol at a time.
-  uint32_t x[kStates] = {x0, x1, x2, x3};
-  for (; i < n; ++i) {
-    uint32_t& st = x[i & (kStates - 1)];
+  auto step = [&slot_symbol, &slot_step](uint32_t& st, uint8_t* out) {
     const uint32_t slot = st & (kProbScale - 1);
     const uint32_t e = slot_step[slot];
-    dst[i] = slot_symbol[slot];
+    *out = slot_symbol[slot];
     st = (e >> 16) * (st >> kProbBits) + (e & 0xffff);
+  };
+
+  size_t i = 0;
+#if defined(__x86_64__)
+  if (K == 32 && g_simd.load(std::memory_order_relaxed) && n >= 32) {
+    // slot -> (f - 1) << 20 | (slot - cum) << 8 | symbol: one gather a lane.
+    uint32_t packed[kProbScale];
+    for (uint32_t slot = 0; slot < kProbScale; ++slot)
+      packed[slot] =
+          ((slot_step[slot] >> 16) - 1) << 20 | (slot_step[slot] & 0xffff) << 8 | slot_symbol[slot];
+    i = DecodeRoundsAvx2(packed, x, p, end, dst, i, n);
+  }
+#endif
+  // Fast loop, branch-free (renormalisation is data-dependent): a state
+  // below 2^16 takes the next word, others take nothing.
+  while (i + K <= n && end - p >= 2 * K) {
+    for (int j = 0; j < K; ++j) {
+      uint32_t& st = x[j];
+      step(st, dst + i + j);
+      const uint32_t r = st < kLow;
+      st = st << (16 * r) | (LoadLE16(p) & (0u - r));
+      p += 2 * r;
+    }
+    i += K;
+  }
+  // Checked tail, one symbol at a time.
+  for (; i < n; ++i) {
+    uint32_t& st = x[i % K];
+    step(st, dst + i);
     if (st < kLow) {
       if (end - p < 2) return Status::Corruption("rans: truncated word stream");
       st = st << 16 | LoadLE16(p);
       p += 2;
     }
   }
-  if (p != end || x[0] != kLow || x[1] != kLow || x[2] != kLow || x[3] != kLow)
-    return Status::Corruption("rans: final state mismatch");
+  if (p != end) return Status::Corruption("rans: final state mismatch");
+  for (int j = 0; j < K; ++j)
+    if (x[j] != kLow) return Status::Corruption("rans: final state mismatch");
   return Status::Ok();
+}
+
+}  // namespace
+
+size_t MaxEncodedSize(size_t n) {
+  // A symbol costs at most 12 + log2(17/16) bits (states stay >= 16 f), so
+  // the words take at most 1.52 n bytes; the states 4 bytes each, at most 32.
+  return kMaxHeader + 4 * 32 + n / 16 * 25 + 32;
+}
+
+size_t EstimatedSize(const uint32_t hist[256], size_t /*n*/, int states) {
+  uint32_t freq[256];
+  const int k = Normalize(hist, freq);
+  const size_t states_bytes = 4 * static_cast<size_t>(states);
+  if (k == 0) return 1 + states_bytes;
+  const double* lg = Log2Table();
+  double bits = 0;
+  for (int s = 0; s < 256; ++s)
+    if (hist[s]) bits += hist[s] * (kProbBits - lg[freq[s]]);
+  // The final states hold about 8 bits each beyond their 16-bit floor
+  // (they range over [2^16, 2^32)), which no word carries.
+  const double words_bits = std::max(0.0, bits - 8.0 * states);
+  return HeaderSize(freq, k) + states_bytes + 2 * static_cast<size_t>(std::ceil(words_bits / 16));
+}
+
+Result<size_t> Encode(const uint8_t* src, size_t n, const uint32_t hist[256], uint8_t* dst, size_t cap) {
+  return EncodeK<4>(src, n, hist, dst, cap);
+}
+Status Decode(const uint8_t* src, size_t len, uint8_t* dst, size_t n) { return DecodeK<4>(src, len, dst, n); }
+Result<size_t> EncodeX32(const uint8_t* src, size_t n, const uint32_t hist[256], uint8_t* dst, size_t cap) {
+  return EncodeK<32>(src, n, hist, dst, cap);
+}
+Status DecodeX32(const uint8_t* src, size_t len, uint8_t* dst, size_t n) {
+  return DecodeK<32>(src, len, dst, n);
+}
+
+bool SetSimd(bool on) {
+#if defined(__x86_64__)
+  const bool can = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#else
+  const bool can = false;
+#endif
+  return g_simd.exchange(on && can);
 }
 
 }  // namespace lmc::rans

@@ -210,6 +210,7 @@ TEST(GpuProfile, FramesRoundTripAndUseBlockedHuffmanForExponents) {
         for (const auto& s : fi->streams) {
           EXPECT_NE(s.coder, Coder::kHuffman);
           EXPECT_NE(s.coder, Coder::kRans);
+          EXPECT_NE(s.coder, Coder::kRansX32);
           blocked |= s.coder == Coder::kHuffmanBlocked;
         }
         EXPECT_EQ(fi->version, blocked ? 2 : 1);
@@ -254,10 +255,45 @@ TEST(GpuProfile, OldReadersAreToldToUpgradeAndVersionOneRejectsCoderFour) {
   auto r = ReadFrameInfo(v1.data(), *len);
   EXPECT_EQ(r.status().code(), Code::kCorruption);
   // A version from the future is Unsupported.
-  auto v5 = f;
-  v5[4] = 5;
-  StoreLE32(v5.data() + hsize - 4, static_cast<uint32_t>(Checksum64(v5.data(), hsize - 4)));
-  EXPECT_EQ(ReadFrameInfo(v5.data(), *len).status().code(), Code::kUnsupported);
+  auto v6 = f;
+  v6[4] = 6;
+  StoreLE32(v6.data() + hsize - 4, static_cast<uint32_t>(Checksum64(v6.data(), hsize - 4)));
+  EXPECT_EQ(ReadFrameInfo(v6.data(), *len).status().code(), Code::kUnsupported);
+}
+
+// A long skewed stream is rANS with 32 states, in a version-5 frame; the
+// same bytes labelled version 4 are corrupt (coder 5 does not exist there).
+TEST(RansX32Frame, LongSkewedStreamsUseItInVersionFiveAndVersionFourRejectsIt) {
+  std::mt19937 rng(3);
+  std::vector<uint8_t> src(200000, 0);
+  for (auto& b : src)
+    if (rng() % 10 == 0) b = static_cast<uint8_t>(1 + rng() % 8);
+  Workspace ws;
+  std::vector<uint8_t> f(MaxEncodedSize(src.size()));
+  auto len = EncodeChunk(src.data(), src.size(), {DType::kBytes, nullptr}, f.data(), f.size(), ws);
+  ASSERT_TRUE(len.ok()) << len.status().ToString();
+  auto fi = ReadFrameInfo(f.data(), *len);
+  ASSERT_TRUE(fi.ok()) << fi.status().ToString();
+  ASSERT_EQ(fi->streams.size(), 1u);
+  EXPECT_EQ(fi->streams[0].coder, Coder::kRansX32);
+  EXPECT_EQ(fi->version, 5);
+  std::vector<uint8_t> back(src.size());
+  auto n = DecodeChunk(f.data(), *len, nullptr, 0, back.data(), back.size(), ws);
+  ASSERT_TRUE(n.ok()) << n.status().ToString();
+  EXPECT_EQ(back, src);
+  auto v4 = f;
+  v4[4] = 4;
+  const size_t hsize = 24 + 5 * v4[7];
+  StoreLE32(v4.data() + hsize - 4, static_cast<uint32_t>(Checksum64(v4.data(), hsize - 4)));
+  EXPECT_EQ(ReadFrameInfo(v4.data(), *len).status().code(), Code::kCorruption);
+  // A short one keeps the 4-state coder and version 1.
+  src.resize(30000);
+  len = EncodeChunk(src.data(), src.size(), {DType::kBytes, nullptr}, f.data(), f.size(), ws);
+  ASSERT_TRUE(len.ok());
+  fi = ReadFrameInfo(f.data(), *len);
+  ASSERT_TRUE(fi.ok());
+  EXPECT_EQ(fi->streams[0].coder, Coder::kRans);
+  EXPECT_EQ(fi->version, 1);
 }
 
 }  // namespace

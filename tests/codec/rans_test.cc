@@ -54,6 +54,36 @@ Bytes OneInAMillion(size_t n) {
   return v;
 }
 
+// Every test runs on each coder: 4 states (kRans), and 32 states
+// (kRansX32) through the vector paths and through the scalar reference.
+struct Variant {
+  const char* name;
+  bool x32;
+  bool simd;
+};
+
+Variant g_variant{"4 states", false, true};
+const Variant& GetVariant() { return g_variant; }
+
+class RansTest : public ::testing::TestWithParam<Variant> {
+ protected:
+  void SetUp() override {
+    g_variant = GetParam();
+    simd_was_ = rans::SetSimd(GetParam().simd);
+  }
+  void TearDown() override { rans::SetSimd(simd_was_); }
+  bool simd_was_ = false;
+};
+
+Result<size_t> Enc(const Bytes& in, const uint32_t hist[256], uint8_t* dst, size_t cap) {
+  return GetVariant().x32 ? rans::EncodeX32(in.data(), in.size(), hist, dst, cap)
+                          : rans::Encode(in.data(), in.size(), hist, dst, cap);
+}
+
+Status Dec(const uint8_t* src, size_t len, uint8_t* dst, size_t n) {
+  return GetVariant().x32 ? rans::DecodeX32(src, len, dst, n) : rans::Decode(src, len, dst, n);
+}
+
 struct RansEncoded {
   Bytes bytes;
   size_t estimate = 0;
@@ -63,9 +93,9 @@ RansEncoded RansEncodeOrDie(const Bytes& in) {
   uint32_t hist[256];
   Histogram(in.data(), in.size(), hist);
   RansEncoded e;
-  e.estimate = rans::EstimatedSize(hist, in.size());
+  e.estimate = rans::EstimatedSize(hist, in.size(), GetVariant().x32 ? 32 : 4);
   e.bytes.resize(rans::MaxEncodedSize(in.size()));
-  auto r = rans::Encode(in.data(), in.size(), hist, e.bytes.data(), e.bytes.size());
+  auto r = Enc(in, hist, e.bytes.data(), e.bytes.size());
   EXPECT_TRUE(r.ok()) << r.status().ToString();
   if (r.ok()) e.bytes.resize(*r);
   return e;
@@ -77,7 +107,7 @@ void ExpectRansRoundTrip(const Bytes& in) {
   EXPECT_NEAR(static_cast<double>(e.estimate), actual, actual * 0.01 + 24) << "n " << in.size();
   Bytes exact(e.bytes);  // exactly sized, so ASan sees any over-read
   Bytes out(in.size() + 1, 0xAB);
-  ASSERT_TRUE(rans::Decode(exact.data(), exact.size(), out.data(), in.size()).ok());
+  ASSERT_TRUE(Dec(exact.data(), exact.size(), out.data(), in.size()).ok());
   EXPECT_EQ(out.back(), 0xAB);
   out.pop_back();
   EXPECT_EQ(out, in);
@@ -87,7 +117,7 @@ double BitsPerSymbol(const Bytes& in) {
   return 8.0 * static_cast<double>(RansEncodeOrDie(in).bytes.size()) / static_cast<double>(in.size());
 }
 
-TEST(RansTest, RoundTripsAllSourcesAndSizes) {
+TEST_P(RansTest, RoundTripsAllSourcesAndSizes) {
   const size_t sizes[] = {1, 2, 3, 4, 5, 7, 8, 9, 13, 17, 31, 33, 64, 65, 101, 1000, 4097, 65537};
   for (size_t n : sizes) {
     SCOPED_TRACE(::testing::Message() << "n " << n);
@@ -101,7 +131,7 @@ TEST(RansTest, RoundTripsAllSourcesAndSizes) {
   }
 }
 
-TEST(RansTest, RoundTripsOneMebibyte) {
+TEST_P(RansTest, RoundTripsOneMebibyte) {
   const size_t n = (1 << 20) + 1;
   ExpectRansRoundTrip(Uniform(n, 256, 1));
   ExpectRansRoundTrip(Skewed(n, 0.995, 2));
@@ -109,7 +139,7 @@ TEST(RansTest, RoundTripsOneMebibyte) {
   ExpectRansRoundTrip(OneInAMillion(n));
 }
 
-TEST(RansTest, SkewedStreamsCostLittle) {
+TEST_P(RansTest, SkewedStreamsCostLittle) {
   const size_t n = 1 << 20;
   EXPECT_LT(BitsPerSymbol(Skewed(n, 0.995, 4)), 0.2);
   // Near the entropy when the rare values are few. (With 256 of them at
@@ -123,7 +153,7 @@ TEST(RansTest, SkewedStreamsCostLittle) {
   EXPECT_LT(BitsPerSymbol(OneInAMillion(n)), 0.01);
 }
 
-TEST(RansTest, CloseToEntropy) {
+TEST_P(RansTest, CloseToEntropy) {
   const size_t n = 1 << 20;
   for (const Bytes& in : {Exponents(n, 6), Uniform(n, 256, 7), Uniform(n, 3, 8)}) {
     uint32_t hist[256];
@@ -134,44 +164,43 @@ TEST(RansTest, CloseToEntropy) {
   }
 }
 
-TEST(RansTest, SmallCapacityIsInvalidArgument) {
+TEST_P(RansTest, SmallCapacityIsInvalidArgument) {
   const Bytes in = Exponents(1000, 9);
   uint32_t hist[256];
   Histogram(in.data(), in.size(), hist);
   const size_t need = RansEncodeOrDie(in).bytes.size();
   for (size_t cap : {size_t{0}, size_t{3}, need / 2, need - 1}) {
     Bytes out(cap + 1);
-    auto r = rans::Encode(in.data(), in.size(), hist, out.data(), cap);
+    auto r = Enc(in, hist, out.data(), cap);
     ASSERT_FALSE(r.ok());
     EXPECT_EQ(r.status().code(), Code::kInvalidArgument);
   }
   Bytes out(need);
-  EXPECT_TRUE(rans::Encode(in.data(), in.size(), hist, out.data(), need).ok());
+  EXPECT_TRUE(Enc(in, hist, out.data(), need).ok());
 }
 
-TEST(RansTest, HistogramMismatchIsInvalidArgument) {
+TEST_P(RansTest, HistogramMismatchIsInvalidArgument) {
   Bytes in = Exponents(1000, 10);
   uint32_t hist[256];
   Histogram(in.data(), in.size(), hist);
   Bytes out(rans::MaxEncodedSize(in.size()));
   in[3] = 255;  // absent from hist
-  EXPECT_EQ(rans::Encode(in.data(), in.size(), hist, out.data(), out.size()).status().code(),
-            Code::kInvalidArgument);
+  EXPECT_EQ(Enc(in, hist, out.data(), out.size()).status().code(), Code::kInvalidArgument);
 }
 
-TEST(RansTest, RejectsEveryTruncation) {
+TEST_P(RansTest, RejectsEveryTruncation) {
   for (const Bytes& in : {Exponents(300, 11), Skewed(300, 0.9, 12)}) {
     const Bytes enc = RansEncodeOrDie(in).bytes;
     Bytes out(in.size());
     for (size_t len = 0; len < enc.size(); ++len) {
       Bytes cut(enc.begin(), enc.begin() + static_cast<std::ptrdiff_t>(len));
-      Status s = rans::Decode(cut.data(), cut.size(), out.data(), out.size());
+      Status s = Dec(cut.data(), cut.size(), out.data(), out.size());
       EXPECT_TRUE(s.IsCorruption()) << "len " << len;
     }
   }
 }
 
-TEST(RansTest, SurvivesBitFlips) {
+TEST_P(RansTest, SurvivesBitFlips) {
   const Bytes in = Exponents(3000, 13);
   const Bytes enc = RansEncodeOrDie(in).bytes;
   std::mt19937 rng(1);
@@ -182,7 +211,7 @@ TEST(RansTest, SurvivesBitFlips) {
     Bytes bad = enc;
     const int flips = 1 + static_cast<int>(rng() % 3);
     for (int f = 0; f < flips; ++f) bad[rng() % bad.size()] ^= static_cast<uint8_t>(1u << (rng() % 8));
-    Status s = rans::Decode(bad.data(), bad.size(), out.data(), out.size());
+    Status s = Dec(bad.data(), bad.size(), out.data(), out.size());
     if (!s.ok()) {
       EXPECT_TRUE(s.IsCorruption());
       ++detected;
@@ -191,7 +220,7 @@ TEST(RansTest, SurvivesBitFlips) {
   EXPECT_GT(detected, trials * 9 / 10);
 }
 
-TEST(RansTest, SurvivesRandomInput) {
+TEST_P(RansTest, SurvivesRandomInput) {
   std::mt19937 rng(2);
   Bytes out(5000);
   for (int t = 0; t < 20000; ++t) {
@@ -207,25 +236,71 @@ TEST(RansTest, SurvivesRandomInput) {
       junk[5] = 31;
     }
     const size_t n = rng() % out.size();
-    Status s = rans::Decode(junk.data(), junk.size(), out.data(), n);
+    Status s = Dec(junk.data(), junk.size(), out.data(), n);
     if (!s.ok()) {
       EXPECT_TRUE(s.IsCorruption());
     }
   }
 }
 
-TEST(RansTest, RejectsBadFrequencyTables) {
+TEST_P(RansTest, RejectsBadFrequencyTables) {
   const Bytes in = Uniform(500, 2, 14);
   const Bytes enc = RansEncodeOrDie(in).bytes;
   Bytes out(in.size());
   ASSERT_EQ(enc[0], 1);  // two symbols, listed, then two 2-byte varints
   Bytes bad = enc;
   bad[4] ^= 1;  // sum != 4096
-  EXPECT_TRUE(rans::Decode(bad.data(), bad.size(), out.data(), out.size()).IsCorruption());
+  EXPECT_TRUE(Dec(bad.data(), bad.size(), out.data(), out.size()).IsCorruption());
   bad = enc;
   bad[2] = bad[1];  // symbols not increasing
-  EXPECT_TRUE(rans::Decode(bad.data(), bad.size(), out.data(), out.size()).IsCorruption());
+  EXPECT_TRUE(Dec(bad.data(), bad.size(), out.data(), out.size()).IsCorruption());
 }
+
+// The vector paths write and read exactly the scalar reference's bytes,
+// and each decodes what the other encoded.
+TEST(RansX32, VectorAndScalarPathsAgreeByteForByte) {
+  const bool was = rans::SetSimd(true);
+  const size_t sizes[] = {1, 31, 32, 33, 63, 64, 65, 95, 1000, 4096, 4097, 65536 + 17, (1 << 20) + 5};
+  for (size_t n : sizes) {
+    for (int source = 0; source < 5; ++source) {
+      SCOPED_TRACE(::testing::Message() << "n " << n << " source " << source);
+      const auto seed = static_cast<uint32_t>(n * 7 + source);
+      const Bytes in = source == 0   ? Skewed(n, 0.99, seed)
+                       : source == 1 ? Skewed(n, 0.6, seed)
+                       : source == 2 ? Exponents(n, seed)
+                       : source == 3 ? Uniform(n, 256, seed)
+                                     : OneInAMillion(n);
+      uint32_t hist[256];
+      Histogram(in.data(), in.size(), hist);
+      Bytes a(rans::MaxEncodedSize(n)), b(rans::MaxEncodedSize(n));
+      rans::SetSimd(true);
+      auto ra = rans::EncodeX32(in.data(), n, hist, a.data(), a.size());
+      rans::SetSimd(false);
+      auto rb = rans::EncodeX32(in.data(), n, hist, b.data(), b.size());
+      ASSERT_TRUE(ra.ok() && rb.ok());
+      a.resize(*ra);
+      b.resize(*rb);
+      ASSERT_EQ(a, b);
+      Bytes out(n);
+      rans::SetSimd(true);
+      ASSERT_TRUE(rans::DecodeX32(b.data(), b.size(), out.data(), n).ok());
+      EXPECT_EQ(out, in);
+      rans::SetSimd(false);
+      std::fill(out.begin(), out.end(), 0);
+      ASSERT_TRUE(rans::DecodeX32(a.data(), a.size(), out.data(), n).ok());
+      EXPECT_EQ(out, in);
+    }
+  }
+  rans::SetSimd(was);
+}
+
+INSTANTIATE_TEST_SUITE_P(Coders, RansTest,
+                         ::testing::Values(Variant{"4 states", false, true}, Variant{"32 states", true, true},
+                                           Variant{"32 states scalar", true, false}),
+                         [](const auto& info) {
+                           return std::string(info.param.x32 ? (info.param.simd ? "X32" : "X32Scalar")
+                                                             : "Four");
+                         });
 
 }  // namespace
 }  // namespace lmc

@@ -12,7 +12,7 @@ namespace lmc::hd {
 
 // Coder values (lmc::Coder).
 inline constexpr uint8_t kCoderRaw = 0, kCoderConst = 1, kCoderHuffman = 2, kCoderRans = 3,
-                         kCoderHuffmanBlocked = 4;
+                         kCoderHuffmanBlocked = 4, kCoderRansX32 = 5;
 
 // The GPU profile's choice for a stream of n symbols with histogram hist:
 // const for one symbol, else blocked Huffman (2^12-symbol blocks) when it
