@@ -215,7 +215,8 @@ struct EncTables {
   double inv[256];
 };
 
-void BuildEncTables(const uint32_t freq[256], EncTables* t) {
+// `vector`: also the vector path's packed and inv (the 32-state coder).
+void BuildEncTables(const uint32_t freq[256], bool vector, EncTables* t) {
   // Coding x with symbol s is x' = (x / f) * 4096 + x % f + start, computed
   // without a division as x' = x + bias + q * (4096 - f), q = x / f taken as
   // the high half of x * rcp with rcp = floor(2^64 / f) + 1 (exact for
@@ -234,14 +235,16 @@ void BuildEncTables(const uint32_t freq[256], EncTables* t) {
     e.bound = (uint64_t{kLow} >> kProbBits << 16) * f;
     e.bias = f == 1 ? cum + kProbScale - 1 : cum;
     e.cmpl = kProbScale - f;
-    t->packed[s] = f | cum << 13;
-    t->inv[s] = 1.0 / f;
+    if (vector) {
+      t->packed[s] = f | cum << 13;
+      t->inv[s] = 1.0 / f;
+    }
     cum += f;
   }
 }
 
 #if defined(__x86_64__)
-#define LMC_RANS_AVX2 [[gnu::target("avx2,fma,bmi2")]]
+#define LMC_RANS_AVX2 [[gnu::target("avx2,fma")]]
 
 // For a mask of 8 lanes: the shuffle that gathers the low 16 bits of the
 // chosen lanes (as 8 words in a 128-bit register) into the top words, in
@@ -405,7 +408,7 @@ Result<size_t> EncodeK(const uint8_t* src, size_t n, const uint32_t hist[256], u
   if (cap < header + kStatesBytes) return Status::InvalidArgument("rans: output buffer too small");
   WriteHeader(freq, k, dst);
   EncTables tables;
-  BuildEncTables(freq, &tables);
+  BuildEncTables(freq, K == 32, &tables);
   const EncSymbol* sym = tables.sym;
 
   // Words are written backwards from the end of dst, then moved down.

@@ -32,7 +32,8 @@ Status Decode(const uint8_t* src, size_t len, uint8_t* dst, size_t n);
 
 // The same with 32 interleaved states (coder kRansX32): 112 bytes more of
 // initial states, and whole rounds of 32 symbols go through AVX2 registers
-// (where the CPU has AVX2 and FMA), about 1.5-2x the 4-state coder's speed.
+// (where the CPU has AVX2 and FMA): about 1.5x the 4-state coder's speed
+// (docs/BENCHMARKS.md, "rANS with 32 states").
 Result<size_t> EncodeX32(const uint8_t* src, size_t n, const uint32_t hist[256], uint8_t* dst, size_t cap);
 Status DecodeX32(const uint8_t* src, size_t len, uint8_t* dst, size_t n);
 

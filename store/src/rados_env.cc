@@ -103,16 +103,18 @@ std::string LocalDirOf(const std::string& store) {
 
 #ifndef LMC_HAVE_RADOS
 
-Result<std::shared_ptr<RadosClient>> RadosClient::Connect(const RadosOptions&) {
-  return Status::Unsupported(
-      "this lmcfs was built without Ceph RADOS support; install librados-dev and libradospp-dev "
-      "(scripts/install-deps.sh) and rebuild");
+namespace {
+Status NoRados(const std::string& what) {
+  return Status::Unsupported(what +
+                             "this lmcfs was built without Ceph RADOS support; install librados-dev and "
+                             "libradospp-dev (scripts/install-deps.sh) and rebuild");
 }
+}  // namespace
+
+Result<std::shared_ptr<RadosClient>> RadosClient::Connect(const RadosOptions&) { return NoRados(""); }
 
 Result<std::unique_ptr<RadosEnv>> RadosEnv::Open(const std::string& store, const RadosOptions&) {
-  return Status::Unsupported("store " + store +
-                             ": this lmcfs was built without Ceph RADOS support; install librados-dev and "
-                             "libradospp-dev (scripts/install-deps.sh) and rebuild");
+  return NoRados("store " + store + ": ");
 }
 
 #else

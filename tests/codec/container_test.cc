@@ -208,16 +208,23 @@ TEST(ContainerTest, StreamingWorkersWriteInOrderOneAtATimeAndStopAtAWriteError) 
 
   pos = 0;
   size_t written = 0;
+  int calls_after_the_failure = 0;
+  bool failed = false;
   const size_t fail_after = expected->size() / 2;
   WriteFn failing = [&](const uint8_t*, size_t k) {
-    if (written + k > fail_after) return Status::IOError("disk full (test)");
+    if (failed) ++calls_after_the_failure;
+    if (written + k > fail_after) {
+      failed = true;
+      return Status::IOError("disk full (test)");
+    }
     written += k;
     return Status::Ok();
   };
   Status st = CompressStream(rd, failing, many);
   EXPECT_EQ(st.code(), Code::kIOError) << st.ToString();
   EXPECT_NE(st.ToString().find("disk full (test)"), std::string::npos) << st.ToString();
-  EXPECT_LE(written, fail_after);
+  EXPECT_TRUE(failed);
+  EXPECT_EQ(calls_after_the_failure, 0) << "nothing is written after the first failed write";
 }
 
 TEST(ContainerTest, PlanChunksCoversFile) {

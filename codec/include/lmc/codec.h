@@ -30,7 +30,7 @@ enum class Coder : uint8_t {
   // decoders per chunk for GPUs, CPU threads and SIMD lanes.
   kHuffmanBlocked = 4,
   // rANS as kRans with 32 interleaved states (frame version 5): whole
-  // rounds of 32 symbols go through vector registers, 1.5-2x kRans's speed,
+  // rounds of 32 symbols go through vector registers, about 1.5x kRans's speed,
   // for 112 bytes more per stream; chosen for streams of 64 Ki symbols or
   // more.
   kRansX32 = 5,
