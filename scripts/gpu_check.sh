@@ -84,9 +84,9 @@ if [ -n "${LMC_MOUNT_BIN:-}" ] && [ -s "$DATA" ]; then
 fi
 if [ "${SKIP_SANITIZER:-0}" != 1 ]; then
   step memcheck 150 compute-sanitizer --tool memcheck --error-exitcode 9 "$BIN/lmc_gpu_tests" \
-    --gtest_filter='GpuCodec.DeviceEntryPointsTakeTheSamePaths:GpuCodec.LanesRun*'
+    --gtest_filter='GpuCodec.DeviceEntryPointsTakeTheSamePaths:GpuCodec.LanesRun*:GpuCodec.FusedDecoder*'
   step racecheck 90 compute-sanitizer --tool racecheck --error-exitcode 9 "$BIN/lmc_gpu_tests" \
-    --gtest_filter='GpuCodec.DeviceEntryPointsTakeTheSamePaths'
+    --gtest_filter='GpuCodec.DeviceEntryPointsTakeTheSamePaths:GpuCodec.FusedDecoder*'
 fi
 rm -f "$DATA"
 # The step logs in one archive: the device tool brings back at most 8 files.

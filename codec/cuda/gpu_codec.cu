@@ -103,11 +103,13 @@ __global__ void ChainKernel(Args a, size_t count) {
 
 // Huffman decoding, one thread per block of symbols, kDecodeGroup threads a
 // CUDA block, all of one stream: the stream's table is loaded into shared
-// memory once. Same result as HuffDecodeBody::Run.
+// memory once. Same result as HuffDecodeBody<Mode>::Run; one instantiation
+// per DecodeMode, each over its own range of tasks.
+template <int Mode>
 __global__ void HuffDecodeKernel(DecArgs a) {
   __shared__ uint16_t single[hd::kHuffTableSize];
-  const size_t i = blockIdx.x * static_cast<size_t>(kDecodeGroup) + threadIdx.x;
-  const uint32_t t = a.task_huff[blockIdx.x * static_cast<uint64_t>(kDecodeGroup)];
+  const size_t i = a.task_first + blockIdx.x * static_cast<size_t>(kDecodeGroup) + threadIdx.x;
+  const uint32_t t = a.task_huff[a.task_first + blockIdx.x * static_cast<uint64_t>(kDecodeGroup)];
   const DecStream& s = a.streams[a.huff_streams[t]];
   const bool bad = a.frames[s.frame].bad != 0;
   if (!bad) {
@@ -115,8 +117,17 @@ __global__ void HuffDecodeKernel(DecArgs a) {
     for (int t = threadIdx.x; t < hd::kHuffTableSize; t += blockDim.x) single[t] = gs[t];
   }
   __syncthreads();
-  if (!bad) DecodeTask(a, i, single);
+  if (!bad) DecodeTask<Mode>(a, i, single);
 }
+
+template <typename Body>
+struct HuffDecodeMode {
+  static constexpr int value = -1;
+};
+template <int Mode>
+struct HuffDecodeMode<HuffDecodeBody<Mode>> {
+  static constexpr int value = Mode;
+};
 
 constexpr uint32_t kHistTile = 1 << 16;
 constexpr int kHistCopies = 8;
@@ -309,9 +320,10 @@ class CudaBackend {
       const size_t threads = 8 * count;
       ChainKernel<Body, Args>
           <<<static_cast<unsigned>((threads + kThreads - 1) / kThreads), kThreads, 0, stream_>>>(a, count);
-    } else if constexpr (std::is_same_v<Body, HuffDecodeBody>) {
+    } else if constexpr (HuffDecodeMode<Body>::value >= 0) {
       // count is a multiple of kDecodeGroup (DecodeOnDevice's task groups).
-      HuffDecodeKernel<<<static_cast<unsigned>(count / kDecodeGroup), kDecodeGroup, 0, stream_>>>(a);
+      HuffDecodeKernel<HuffDecodeMode<Body>::value>
+          <<<static_cast<unsigned>(count / kDecodeGroup), kDecodeGroup, 0, stream_>>>(a);
     } else {
       BodyKernel<Body, Args><<<static_cast<unsigned>(blocks), kThreads, 0, stream_>>>(a, count);
     }

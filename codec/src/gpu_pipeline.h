@@ -415,9 +415,10 @@ struct DecFrame {
   uint64_t checksum;
   uint64_t hash0;
   uint32_t w, tail, nstreams, stream0;
-  uint64_t size;                 // frame bytes
-  uint32_t bad;                  // set by any stage that finds a problem
-  uint8_t rot, aligned, pad[2];  // aligned: out is aligned to the element width
+  uint64_t size;  // frame bytes
+  uint32_t bad;   // set by any stage that finds a problem
+  // aligned: out is aligned to the element width; fused, fused_hash: see FusedSink.
+  uint8_t rot, aligned, fused, fused_hash;
 };
 
 struct DecStream {
@@ -450,6 +451,7 @@ struct DecArgs {
   uint64_t* frame_tile0;     // first merge tile of each frame
   uint64_t* frame_hash0;     // first hash block of each frame
   uint64_t* deltas;
+  uint64_t task_first;  // HuffDecodeBody: the first task of the launch
 };
 
 LMC_HD void MarkBad(DecFrame& f) { AtomicOr32(&f.bad, 1); }
@@ -523,11 +525,117 @@ struct SingleTableBody {  // i: table * kHuffTableSize + window
   }
 };
 
+// The fused decoder's sink (DecodeOnDevice sets DecFrame::fused): a
+// 2-byte frame without a base whose high bytes (stream 0) are a blocked
+// Huffman stream and whose low bytes (stream 1) are raw, with its output
+// 16-aligned. The thread that decodes a block of high bytes reads the same
+// elements' low bytes from the frame and writes the elements themselves,
+// rotated back, 16 at a time: the decoded stream never goes through memory
+// and MergeBody skips the frame (but for its tail bytes). Same bytes as the
+// decoded stream followed by MergeBody.
+//
+// With DecFrame::fused_hash it also sums the XXH3 block deltas
+// (hd::Xxh3BlockDelta) of the whole 1024-byte blocks it writes, from the
+// words it stores, so that HashBlocksDecBody need not read the output back.
+// A block of 2^kLog2 elements starts on a hash block (2 * 2^12 bytes), and
+// every whole hash block of a 2-byte frame lies below its tail byte and
+// below its last count % 16 elements (Put1's), so Put16 sees all of them.
+static_assert(2 << kLog2 >= hd::kXxh3BlockLen && (2 << kLog2) % hd::kXxh3BlockLen == 0,
+              "a fused block must start on a hash block");
+template <bool kHash>
+struct FusedSink {
+  uint8_t* out;        // element `first` of the frame's output
+  const uint8_t* low;  // its low byte in the raw stream
+  const uint8_t* end;  // the frame's end: aligned words are read only below it
+  bool rot;
+  uint64_t* deltas;      // kHash: the deltas of the hash block `out` starts
+  uint32_t hash_blocks;  // kHash: whole hash blocks of the frame from there that this block holds
+  uint64_t d[8];         // the current hash block's sums
+  // Word j (0-7) of the stripe `stripe` of the current hash block.
+  template <int J>
+  LMC_HD void Acc(uint64_t v, uint32_t stripe) {
+    const uint64_t k = v ^ hd::Xxh3SecretWord(static_cast<int>(stripe) + J);
+    d[J ^ 1] += v;
+    d[J] += (k & 0xffffffffu) * (k >> 32);
+  }
+  // Bytes 2i .. 2i+31 from out (the words v0-v3) into the sums.
+  LMC_HD void Hash(uint32_t i, uint64_t v0, uint64_t v1, uint64_t v2, uint64_t v3) {
+    const uint32_t b = 2 * i, hb = b / hd::kXxh3BlockLen;
+    if (hb >= hash_blocks) return;
+    const uint32_t m = b / 32 % 32, stripe = m / 2;  // 32 bytes a call, 2 calls a stripe
+    if (m == 0) {
+      LMC_UNROLL
+      for (int k = 0; k < 8; ++k) d[k] = 0;
+    }
+    if ((m & 1) == 0) {  // the same in every thread of a warp (same i): no divergence
+      Acc<0>(v0, stripe), Acc<1>(v1, stripe), Acc<2>(v2, stripe), Acc<3>(v3, stripe);
+    } else {
+      Acc<4>(v0, stripe), Acc<5>(v1, stripe), Acc<6>(v2, stripe), Acc<7>(v3, stripe);
+    }
+    if (m == 31) {
+      LMC_UNROLL
+      for (int k = 0; k < 8; ++k) deltas[8 * hb + k] = d[k];
+    }
+  }
+  LMC_HD bool Aligned16() const { return (reinterpret_cast<uintptr_t>(out) & 15) == 0; }
+  // Low bytes i .. i+15 as four words, the first lowest.
+  LMC_HD void Low16(uint32_t i, uint32_t l[4]) const {
+    const uint8_t* q = low + i;
+    const uint32_t mis = static_cast<uint32_t>(reinterpret_cast<uintptr_t>(q) & 3);
+    const uint8_t* w = q - mis;  // the frame's bytes before q are its own (header, stream 0)
+    if (w + 20 <= end) {         // five aligned words hold the 16 bytes
+      uint32_t x[5];
+      LMC_UNROLL
+      for (int k = 0; k < 5; ++k) x[k] = hd::LoadAligned32(w + 4 * k);
+      LMC_UNROLL
+      for (int k = 0; k < 4; ++k) l[k] = hd::FunnelRight(x[k], x[k + 1], 8 * mis);
+      return;
+    }
+    for (int k = 0; k < 4; ++k)
+      l[k] = uint32_t{q[4 * k]} | uint32_t{q[4 * k + 1]} << 8 | uint32_t{q[4 * k + 2]} << 16 |
+             uint32_t{q[4 * k + 3]} << 24;
+  }
+  LMC_HD void Put16(uint32_t i, uint32_t h0, uint32_t h1, uint32_t h2, uint32_t h3) {
+    uint32_t l[4];
+    Low16(i, l);
+    const uint32_t h[4] = {h0, h1, h2, h3};
+    uint32_t w[8];
+    LMC_UNROLL
+    for (int k = 0; k < 4; ++k) {  // elements 4k .. 4k+3: (low, high) byte pairs
+      w[2 * k] = BytePerm(l[k], h[k], 0x5140);
+      w[2 * k + 1] = BytePerm(l[k], h[k], 0x7362);
+    }
+    if (rot) {
+      LMC_UNROLL
+      for (int k = 0; k < 8; ++k) w[k] = Rotr16(w[k]);
+    }
+    hd::StoreAligned128(out + 2 * i, w[0], w[1], w[2], w[3]);
+    hd::StoreAligned128(out + 2 * i + 16, w[4], w[5], w[6], w[7]);
+    if constexpr (kHash)
+      Hash(i, uint64_t{w[1]} << 32 | w[0], uint64_t{w[3]} << 32 | w[2], uint64_t{w[5]} << 32 | w[4],
+           uint64_t{w[7]} << 32 | w[6]);
+  }
+  LMC_HD void Put1(uint32_t i, uint32_t s) const {
+    uint32_t v = s << 8 | low[i];
+    if (rot) v = (v >> 1 | v << 15) & 0xffff;
+    out[2 * i] = static_cast<uint8_t>(v);
+    out[2 * i + 1] = static_cast<uint8_t>(v >> 8);
+  }
+};
+
+// How a Huffman stream's tasks decode: into the decoded-stream buffer, or
+// fused (a fused frame's stream 0: FusedSink), with or without the hash
+// sums. The host groups the tasks by mode and launches a kernel for each,
+// so that the plain decoder does not carry the fused one's registers.
+enum DecodeMode : int { kDecodePlain = 0, kDecodeFused = 1, kDecodeFusedHash = 2, kDecodeModes = 3 };
+
 // One task: block j of a stream (or quarter j of a version-1 stream), with
 // the stream's table wherever it is (global memory here, shared memory
 // in the CUDA kernel).
+template <int Mode>
 LMC_HD void DecodeTask(const DecArgs& a, size_t i, const uint16_t* single) {
-  const DecStream& s = a.streams[a.huff_streams[a.task_huff[i]]];
+  const uint32_t si = a.huff_streams[a.task_huff[i]];
+  const DecStream& s = a.streams[si];
   DecFrame& f = a.frames[s.frame];
   if (f.bad) return;
   const uint64_t j = i - s.task0;
@@ -544,15 +652,38 @@ LMC_HD void DecodeTask(const DecArgs& a, size_t i, const uint16_t* single) {
   }
   const uint64_t* st = a.starts + s.start0;
   const uint8_t* payload = f.frame + s.off + s.payload;
-  if (!hd::HuffDecodeRangeWords(payload, s.len - s.payload, st[j], st[j + 1], single, a.dbuf + s.buf + first,
-                                static_cast<uint32_t>(count)))
-    MarkBad(f);
+  const int mode =
+      f.fused && si == f.stream0 ? (f.fused_hash ? kDecodeFusedHash : kDecodeFused) : kDecodePlain;
+  if (mode != Mode) return MarkBad(f);  // never: the host groups tasks by mode
+  bool ok;
+  if constexpr (Mode == kDecodePlain) {
+    ok = hd::HuffDecodeRangeWords(payload, s.len - s.payload, st[j], st[j + 1], single,
+                                  a.dbuf + s.buf + first, static_cast<uint32_t>(count));
+  } else {
+    FusedSink<Mode == kDecodeFusedHash> sink{f.out + 2 * first,
+                                             f.frame + a.streams[si + 1].off + first,
+                                             f.frame + f.size,
+                                             f.rot != 0,
+                                             nullptr,
+                                             0,
+                                             {}};
+    if constexpr (Mode == kDecodeFusedHash) {
+      const uint64_t k0 = 2 * first / hd::kXxh3BlockLen, full = hd::Xxh3FullBlocks(f.n);
+      const uint64_t held = 2 * count / hd::kXxh3BlockLen;
+      sink.deltas = a.deltas + 8 * (f.hash0 + k0);
+      sink.hash_blocks = static_cast<uint32_t>(k0 >= full ? 0 : (full - k0 < held ? full - k0 : held));
+    }
+    ok = hd::HuffDecodeRange(payload, s.len - s.payload, st[j], st[j + 1], single, sink,
+                             static_cast<uint32_t>(count));
+  }
+  if (!ok) MarkBad(f);
 }
 
-struct HuffDecodeBody {  // i: task
+template <int Mode>
+struct HuffDecodeBody {  // i: task - a.task_first, the tasks of one mode
   static LMC_HD void Run(const DecArgs& a, size_t i) {
-    const uint64_t t = a.task_huff[i];
-    DecodeTask(a, i, a.single + t * hd::kHuffTableSize);
+    const uint64_t t = a.task_huff[a.task_first + i];
+    DecodeTask<Mode>(a, a.task_first + i, a.single + t * hd::kHuffTableSize);
   }
 };
 
@@ -602,7 +733,10 @@ struct MergeBody {  // i: tile * (kTileElems / kPerThread) + j: elements 8j .. 8
     const uint64_t first = t.first, e0 = t.e0;
     const uint32_t j = t.j;
     uint8_t* out = f.out + e0 * f.w;
-    if (f.w == 2 && !f.base && e0 + kPerThread <= f.elems && (reinterpret_cast<uintptr_t>(out) & 7) == 0) {
+    if (f.fused) {
+      // The decoder wrote the elements (FusedSink); only the tail is left.
+    } else if (f.w == 2 && !f.base && e0 + kPerThread <= f.elems &&
+               (reinterpret_cast<uintptr_t>(out) & 7) == 0) {
       // bf16 and f16, eight whole elements: the high and low bytes as two
       // words, interleaved by byte permutes into two 8-byte stores; no
       // arrays (they would live in local memory on a GPU).
@@ -841,19 +975,30 @@ struct DecPlanItem {
   FrameInfo fi;
 };
 
+// Whether the decoder writes frame `fi`'s elements itself (FusedSink).
+inline bool FusesMerge(const FrameInfo& fi, const uint8_t* out) {
+  return !fi.xor_delta && fi.streams.size() >= 2 && hd::DTypeWidthOf(static_cast<uint8_t>(fi.dtype)) == 2 &&
+         fi.streams[0].coder == Coder::kHuffmanBlocked && fi.streams[1].coder == Coder::kRaw &&
+         (reinterpret_cast<uintptr_t>(out) & 15) == 0;
+}
+
+// `fuse`, `fuse_hash`: GpuCodecOptions::fuse_merge and fuse_hash. *fused:
+// the frames it took that way.
 template <typename B>
 Status DecodeOnDevice(B& be, GpuDecodeItem* items, const std::vector<DecPlanItem>& plan,
                       const std::vector<const uint8_t*>& frames, const std::vector<uint8_t*>& outs,
-                      std::vector<bool>& bad) {
+                      std::vector<bool>& bad, bool fuse, bool fuse_hash, std::vector<bool>* fused) {
   const size_t nf = plan.size();
   bad.assign(nf, false);
+  fused->assign(nf, false);
   if (nf == 0) return Status::Ok();
   const auto t_start = std::chrono::steady_clock::now();
   std::vector<DecFrame> fr(nf);
   std::vector<DecStream> streams;
   std::vector<uint32_t> huff;
   std::vector<uint64_t> huff_task0, frame_tile0(nf + 1), frame_hash0(nf + 1);
-  uint64_t dbytes = 0, tasks = 0, tables = 0, nstarts = 0, hashes = 0, tiles = 0;
+  uint64_t dbytes = 0, tasks = 0, tables = 0, nstarts = 0, hashes = 0, tiles = 0, fused_hashes = 0;
+  std::vector<uint32_t> by_mode[kDecodeModes];  // Huffman streams by DecodeMode
   for (size_t f = 0; f < nf; ++f) {
     const FrameInfo& fi = plan[f].fi;
     const GpuDecodeItem& it = items[plan[f].item];
@@ -870,10 +1015,19 @@ Status DecodeOnDevice(B& be, GpuDecodeItem* items, const std::vector<DecPlanItem
     d.stream0 = static_cast<uint32_t>(streams.size());
     d.rot = hd::DTypeIsFloat(static_cast<uint8_t>(fi.dtype));
     d.aligned = (reinterpret_cast<uintptr_t>(outs[f]) % d.w) == 0;
+    d.fused = fuse && FusesMerge(fi, outs[f]);
+    d.fused_hash = d.fused && fuse_hash;
+    (*fused)[f] = d.fused != 0;
+    // Hash blocks: HashBlocksDecBody's first (frame_hash0, its owner map),
+    // then those the fused decoder sums (numbered below, after the loop).
     d.hash0 = frame_hash0[f] = hashes;
-    hashes += hd::Xxh3FullBlocks(d.n);
+    if (d.fused_hash)
+      fused_hashes += hd::Xxh3FullBlocks(d.n);
+    else
+      hashes += hd::Xxh3FullBlocks(d.n);
     frame_tile0[f] = tiles;
-    tiles += (std::max<uint64_t>(d.elems, 1) + kTileElems - 1) / kTileElems;
+    // A fused frame's merge tiles: one for its tail bytes, if any.
+    tiles += d.fused ? (d.tail ? 1 : 0) : (std::max<uint64_t>(d.elems, 1) + kTileElems - 1) / kTileElems;
     uint64_t off = fi.header_size;
     for (uint32_t j = 0; j < d.nstreams; ++j) {
       const StreamInfo& si = fi.streams[j];
@@ -886,26 +1040,46 @@ Status DecodeOnDevice(B& be, GpuDecodeItem* items, const std::vector<DecPlanItem
       s.len = si.encoded_size;
       off += si.encoded_size;
       if (s.coder == hd::kCoderHuffman || s.coder == hd::kCoderHuffmanBlocked) {
-        dbytes = (dbytes + 15) & ~uint64_t{15};  // aligned: 4-byte stores of symbols
-        s.buf = dbytes;
-        dbytes += s.n;
+        const bool direct = d.fused && j == 0;  // a fused frame's stream 0 goes straight to the output
+        if (!direct) {
+          dbytes = (dbytes + 15) & ~uint64_t{15};  // aligned: 4-byte stores of symbols
+          s.buf = dbytes;
+          dbytes += s.n;
+        }
         const uint32_t blocks = s.coder == hd::kCoderHuffman ? 4 : hd::HuffBlocks(s.n, kLog2);
         s.tasks = (blocks + kDecodeGroup - 1) / kDecodeGroup * kDecodeGroup;
-        s.task0 = tasks;
-        huff_task0.push_back(tasks);
-        tasks += s.tasks;
         s.start0 = nstarts;
         nstarts += blocks + 1;
-        s.table = tables++;
-        huff.push_back(static_cast<uint32_t>(streams.size()));
+        by_mode[direct ? (d.fused_hash ? kDecodeFusedHash : kDecodeFused) : kDecodePlain].push_back(
+            static_cast<uint32_t>(streams.size()));
       }
       streams.push_back(s);
     }
   }
+  // Huffman streams (tables, task slots) in mode order: one launch a mode.
+  uint64_t mode_task0[kDecodeModes + 1];
+  for (int m = 0; m < kDecodeModes; ++m) {
+    mode_task0[m] = tasks;
+    for (uint32_t k : by_mode[m]) {
+      DecStream& s = streams[k];
+      s.task0 = tasks;
+      huff_task0.push_back(tasks);
+      tasks += s.tasks;
+      s.table = tables++;
+      huff.push_back(k);
+    }
+  }
+  mode_task0[kDecodeModes] = tasks;
   frame_hash0[nf] = hashes;
   frame_tile0[nf] = tiles;
   huff_task0.push_back(tasks);
+  for (size_t f = 0, next = hashes; f < nf; ++f) {
+    if (!fr[f].fused_hash) continue;
+    fr[f].hash0 = next;
+    next += hd::Xxh3FullBlocks(fr[f].n);
+  }
   DecArgs a;
+  a.task_first = 0;
   a.nf = static_cast<uint32_t>(nf);
   a.nh = static_cast<uint32_t>(huff.size());
   a.frames = AllocArray<DecFrame>(be, nf);
@@ -921,7 +1095,7 @@ Status DecodeOnDevice(B& be, GpuDecodeItem* items, const std::vector<DecPlanItem
   a.task_huff = AllocArray<uint32_t>(be, tasks);
   a.tile_frame = AllocArray<uint32_t>(be, tiles);
   a.hash_frame = AllocArray<uint32_t>(be, hashes);
-  a.deltas = AllocArray<uint64_t>(be, 8 * hashes);
+  a.deltas = AllocArray<uint64_t>(be, 8 * (hashes + fused_hashes));
   if (!a.frames || !a.streams || !a.huff_streams || !a.huff_task0 || !a.starts || !a.canon || !a.single ||
       !a.dbuf || !a.frame_tile0 || !a.frame_hash0 || !a.deltas || !a.task_huff || !a.tile_frame ||
       !a.hash_frame)
@@ -940,7 +1114,14 @@ Status DecodeOnDevice(B& be, GpuDecodeItem* items, const std::vector<DecPlanItem
       be.template Launch<OwnerFillBody>(hashes, OwnerArgs{a.frame_hash0, a.nf, a.hash_frame}));
   LMC_RETURN_IF_ERROR(be.template Launch<ParseBody>(huff.size(), a));
   LMC_RETURN_IF_ERROR(be.template Launch<SingleTableBody>(tables * hd::kHuffTableSize, a));
-  LMC_RETURN_IF_ERROR(be.template Launch<HuffDecodeBody>(tasks, a));
+  for (int m = 0; m < kDecodeModes; ++m) {
+    a.task_first = mode_task0[m];
+    const uint64_t count = mode_task0[m + 1] - mode_task0[m];
+    if (m == kDecodePlain) LMC_RETURN_IF_ERROR(be.template Launch<HuffDecodeBody<kDecodePlain>>(count, a));
+    if (m == kDecodeFused) LMC_RETURN_IF_ERROR(be.template Launch<HuffDecodeBody<kDecodeFused>>(count, a));
+    if (m == kDecodeFusedHash)
+      LMC_RETURN_IF_ERROR(be.template Launch<HuffDecodeBody<kDecodeFusedHash>>(count, a));
+  }
   LMC_RETURN_IF_ERROR(be.template Launch<MergeBody>(tiles * (kTileElems / kPerThread), a));
   LMC_RETURN_IF_ERROR(be.template Launch<HashBlocksDecBody>(hashes, a));
   LMC_RETURN_IF_ERROR(be.template Launch<VerifyBody>(nf, a));
@@ -1039,7 +1220,7 @@ class BatchCodec final : public GpuCodec {
   }
 
   // One batch's chunks and bytes in the stats.
-  void Count(bool encode, size_t chunks, uint64_t bytes) {
+  void Count(bool encode, size_t chunks, uint64_t bytes, size_t fused = 0) {
     std::lock_guard<std::mutex> l(stats_mu_);
     if (encode) {
       stats_.encode_chunks += chunks;
@@ -1047,6 +1228,7 @@ class BatchCodec final : public GpuCodec {
     } else {
       stats_.decode_chunks += chunks;
       stats_.decode_bytes += bytes;
+      stats_.decode_fused_chunks += fused;
     }
     stats_.batches++;
   }
@@ -1337,8 +1519,9 @@ class BatchCodec final : public GpuCodec {
       tmp[f] = device ? items[plan[f].item] : staged[f];
       local[f] = {f, plan[f].fi};
     }
-    std::vector<bool> bad;
-    LMC_RETURN_IF_ERROR(DecodeOnDevice(be, tmp.data(), local, frames, outs, bad));
+    std::vector<bool> bad, fused;
+    LMC_RETURN_IF_ERROR(
+        DecodeOnDevice(be, tmp.data(), local, frames, outs, bad, o_.fuse_merge, o_.fuse_hash, &fused));
     if (!device) {
       LMC_RETURN_IF_ERROR(be.ToHostAsync(pout, dout, host_out_bytes));
       LMC_RETURN_IF_ERROR(be.Sync());
@@ -1346,7 +1529,7 @@ class BatchCodec final : public GpuCodec {
         if (!bad[f]) std::memcpy(items[plan[f].item].dst, pout + host_out_off[f], plan[f].fi.decoded_size);
       });
     }
-    size_t chunks = 0;
+    size_t chunks = 0, fused_chunks = 0;
     uint64_t bytes = 0;
     for (size_t f = 0; f < plan.size(); ++f) {
       GpuDecodeItem& it = items[plan[f].item];
@@ -1359,10 +1542,11 @@ class BatchCodec final : public GpuCodec {
       it.out_len = plan[f].fi.decoded_size;
       it.status = Status::Ok();
       chunks++;
+      fused_chunks += fused[f];
       bytes += it.out_len;
     }
     LMC_RETURN_IF_ERROR(be.Sync());
-    Count(false, chunks, bytes);
+    Count(false, chunks, bytes, fused_chunks);
     return Status::Ok();
   }
 

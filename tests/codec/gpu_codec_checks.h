@@ -6,10 +6,13 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <memory>
 #include <random>
+#include <set>
 #include <vector>
 
 #include "lmc/codec.h"
+#include "lmc/dtype.h"
 #include "lmc/gpu.h"
 #include "test_util.h"
 
@@ -212,6 +215,75 @@ inline void CheckDeviceEntryPoints(GpuCodec* codec, DeviceMemory* mem) {
     std::vector<uint8_t> back(n);
     mem->Get(back.data(), d[c].dst, n);
     EXPECT_EQ(back, src[c]) << "chunk " << c;
+  }
+}
+
+// The fused decoder (GpuCodecOptions::fuse_merge, FusedSink) writes the
+// same bytes as the decoded stream and the merge pass: bf16 and f16 frames
+// with a tail byte, a short last block, a last hash block exactly full, the
+// raw stream at every alignment (the Huffman stream before it has any
+// length), outputs 16-aligned (fused) and not (the merge pass); with
+// fuse_hash its block sums pass the checksum (a frame that failed it would
+// be redone on the CPU and not counted as fused); with the option off no
+// frame is fused.
+template <typename Open>
+inline void CheckFusedDecode(Open open, DeviceMemory* mem) {
+  Workspace ws;
+  std::vector<std::vector<uint8_t>> src, frames;
+  uint32_t seed = 7;
+  for (DType t : {DType::kBF16, DType::kF16})
+    for (size_t n :
+         {size_t{4096}, size_t{4099}, size_t{12346}, size_t{16384}, size_t{70001}, size_t{1} << 20}) {
+      ++seed;
+      src.push_back(lmc::testing::Bf16Weights(n / 2 + 1, seed, 0.002f * static_cast<float>(seed)));
+      src.back().resize(n);
+      std::vector<uint8_t> f(MaxEncodedSize(n));
+      auto r = EncodeChunk(src.back().data(), n, {t, nullptr, EncodeProfile::kGpu}, f.data(), f.size(), ws);
+      ASSERT_TRUE(r.ok());
+      f.resize(*r);
+      frames.push_back(std::move(f));
+    }
+  std::set<size_t> raw_alignments;
+  for (const auto& f : frames) {
+    auto fi = ReadFrameInfo(f.data(), f.size());
+    ASSERT_TRUE(fi.ok());
+    ASSERT_EQ(fi->streams[0].coder, Coder::kHuffmanBlocked);
+    ASSERT_EQ(fi->streams[1].coder, Coder::kRaw);
+    raw_alignments.insert((fi->header_size + fi->streams[0].encoded_size) % 4);
+  }
+  EXPECT_GE(raw_alignments.size(), 3u) << "the raw streams should start at several alignments";
+  for (int mode = 0; mode < 3; ++mode) {
+    const bool fuse = mode < 2, hash = mode == 0;
+    for (size_t shift : {size_t{0}, size_t{2}, size_t{16}}) {
+      SCOPED_TRACE(::testing::Message()
+                   << "fuse " << fuse << " hash " << hash << " output shifted by " << shift);
+      GpuCodecOptions o;
+      o.fuse_merge = fuse;
+      o.fuse_hash = hash;
+      std::unique_ptr<GpuCodec> codec = open(o);
+      ASSERT_TRUE(codec);
+      std::vector<GpuDecodeItem> items(frames.size());
+      std::vector<uint8_t*> outs(frames.size());
+      for (size_t i = 0; i < frames.size(); ++i) {
+        uint8_t* fr = mem->Alloc(frames[i].size());
+        mem->Put(fr, frames[i].data(), frames[i].size());
+        outs[i] = mem->Alloc(src[i].size() + 32) + shift;
+        mem->Put(outs[i], std::vector<uint8_t>(src[i].size(), 0xEE).data(), src[i].size());
+        items[i].frame = fr;
+        items[i].len = frames[i].size();
+        items[i].dst = outs[i];
+        items[i].cap = src[i].size();
+      }
+      ASSERT_TRUE(codec->DecodeBatchDevice(items.data(), items.size()).ok());
+      for (size_t i = 0; i < frames.size(); ++i) {
+        ASSERT_TRUE(items[i].status.ok()) << i << ": " << items[i].status.ToString();
+        std::vector<uint8_t> back(src[i].size());
+        mem->Get(back.data(), outs[i], back.size());
+        EXPECT_EQ(back, src[i]) << "frame " << i;
+      }
+      EXPECT_EQ(codec->stats().decode_chunks, frames.size());
+      EXPECT_EQ(codec->stats().decode_fused_chunks, fuse && shift % 16 == 0 ? frames.size() : 0u);
+    }
   }
 }
 

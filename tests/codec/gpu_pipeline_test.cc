@@ -55,5 +55,10 @@ TEST(GpuPipeline, DeviceEntryPointsTakeTheSamePaths) {
   testing::CheckDeviceEntryPoints(codec.get(), &mem);
 }
 
+TEST(GpuPipeline, FusedDecoderWritesWhatTheMergePassWrites) {
+  HostMemory mem;
+  testing::CheckFusedDecode([](const GpuCodecOptions& o) { return gpu::OpenHostEmulatedCodec(o); }, &mem);
+}
+
 }  // namespace
 }  // namespace lmc

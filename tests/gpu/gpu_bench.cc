@@ -224,25 +224,47 @@ int main(int argc, char** argv) {
     dec[c].dst = out;
     dec[c].cap = csize(c);
   };
+  // The same decode by the fused decoder without its hash sums
+  // (GpuCodecOptions::fuse_hash off) and with the merge pass instead
+  // (fuse_merge off), alternating with the default round by round: an A-B-C
+  // on the same card in the same run.
+  lmc::GpuCodecOptions nohash_options{0, total + 1}, unfused_options{0, total + 1};
+  nohash_options.fuse_hash = false;
+  unfused_options.fuse_merge = false;
+  auto nohash = lmc::GpuCodec::Open(nohash_options);
+  auto unfused = lmc::GpuCodec::Open(unfused_options);
+  if (!nohash.ok() || !unfused.ok()) {
+    std::fprintf(stderr, "lmc_gpu_bench: %s\n", unfused.status().ToString().c_str());
+    return 1;
+  }
+  std::vector<double> t_dev_dec_nohash, t_dev_dec_unfused;
+  bool dev_ok = true;
   for (int r = 0; r < reps + 1; ++r) {
-    for (size_t c = 0; c < nchunks; ++c) {
-      set_dec(c, enc[c].dst, d_out + c * chunk);
-    }
-    CUDA_OK(cudaMemset(d_out, 0, total));
-    CUDA_OK(cudaDeviceSynchronize());
-    auto t0 = Clock::now();
-    auto st = codec->DecodeBatchDevice(dec.data(), dec.size());
-    CUDA_OK(cudaDeviceSynchronize());
-    if (r) t_dev_dec.push_back(Seconds(t0));
-    if (!st.ok()) {
-      std::fprintf(stderr, "GPU decode failed: %s\n", st.ToString().c_str());
-      return 1;
+    for (lmc::GpuCodec* c : {codec.get(), nohash->get(), unfused->get()}) {
+      for (size_t k = 0; k < nchunks; ++k) {
+        set_dec(k, enc[k].dst, d_out + k * chunk);
+      }
+      CUDA_OK(cudaMemset(d_out, 0, total));
+      CUDA_OK(cudaDeviceSynchronize());
+      auto t0 = Clock::now();
+      auto st = c->DecodeBatchDevice(dec.data(), dec.size());
+      CUDA_OK(cudaDeviceSynchronize());
+      if (r)
+        (c == codec.get()     ? t_dev_dec
+         : c == nohash->get() ? t_dev_dec_nohash
+                              : t_dev_dec_unfused)
+            .push_back(Seconds(t0));
+      if (!st.ok()) {
+        std::fprintf(stderr, "GPU decode failed: %s\n", st.ToString().c_str());
+        return 1;
+      }
+      std::fill(back.begin(), back.end(), 0);
+      CUDA_OK(cudaMemcpy(back.data(), d_out, total, cudaMemcpyDeviceToHost));
+      dev_ok &= back == data;
+      for (auto& d : dec) dev_ok &= d.status.ok();
     }
   }
-  std::fill(back.begin(), back.end(), 0);
-  CUDA_OK(cudaMemcpy(back.data(), d_out, total, cudaMemcpyDeviceToHost));
-  bool dev_ok = back == data;
-  for (auto& d : dec) dev_ok &= d.status.ok();
+  const uint64_t fused_chunks = codec->stats().decode_fused_chunks / (reps + 1);
 
   // ---- Host to host (the mount's case): calls of call_mib MiB (0: all the
   // data in one call) on a codec with `lanes` lanes; the frames checked
@@ -344,8 +366,16 @@ int main(int argc, char** argv) {
               ("CPU codec, " + std::to_string(threads) + " threads").c_str(), rate(t_cpu_enc),
               rate(t_cpu_dec), cpu_ratio, cpu_exact ? "exact" : "MISMATCH");
   std::printf("%-34s %10s %10s %8.3f %s\n", "CPU, GPU profile (reference)", "-", "-", ref_ratio, "");
-  std::printf("%-34s %10.2f %10.2f %8.3f %s, frames identical %zu/%zu\n", "GPU device->device",
-              rate(t_dev_enc), rate(t_dev_dec), gpu_ratio, dev_ok ? "exact" : "MISMATCH", identical, nchunks);
+  std::printf("%-34s %10.2f %10.2f %8.3f %s, frames identical %zu/%zu, fused decodes %llu/%zu\n",
+              "GPU device->device", rate(t_dev_enc), rate(t_dev_dec), gpu_ratio,
+              dev_ok ? "exact" : "MISMATCH", identical, nchunks,
+              static_cast<unsigned long long>(fused_chunks), nchunks);
+  std::printf("%-34s %10s %10.2f %8.3f %s (rounds alternating with the line above)\n",
+              "GPU device->device, fused, no hash", "-", rate(t_dev_dec_nohash), gpu_ratio,
+              dev_ok ? "exact" : "MISMATCH");
+  std::printf("%-34s %10s %10.2f %8.3f %s (rounds alternating with the lines above)\n",
+              "GPU device->device, merge pass", "-", rate(t_dev_dec_unfused), gpu_ratio,
+              dev_ok ? "exact" : "MISMATCH");
   for (const HostRun& h : lane_runs)
     std::printf("%-34s %10.2f %10.2f %8.3f %s, frames identical %zu/%zu\n",
                 ("GPU host->host, " + std::to_string(h.lanes) + " lane" + (h.lanes > 1 ? "s" : "")).c_str(),
@@ -381,14 +411,16 @@ int main(int argc, char** argv) {
           "\"cpu_threads\": %u,\n \"cpu\": {\"enc_gbps\": %.3f, \"dec_gbps\": %.3f, \"ratio\": %.4f, "
           "\"exact\": %s},\n \"gpu_profile_cpu_ratio\": %.4f,\n"
           " \"gpu_d2d\": {\"enc_gbps\": %.3f, \"dec_gbps\": %.3f, \"ratio\": %.4f, \"exact\": %s, "
-          "\"frames_identical\": %zu},\n"
+          "\"frames_identical\": %zu, \"fused_chunks\": %llu, \"dec_gbps_fused_no_hash\": %.3f, "
+          "\"dec_gbps_merge_pass\": %.3f},\n"
           " \"gpu_h2h\": {\"enc_gbps\": %.3f, \"dec_gbps\": %.3f, \"exact\": %s, \"frames_identical\": "
           "%zu},\n"
           " \"copy_bw_gbps\": %.3f,\n",
           lmc::GpuDescription().c_str(), total, nchunks, chunk, dtype_name.c_str(), threads, rate(t_cpu_enc),
           rate(t_cpu_dec), cpu_ratio, cpu_exact ? "true" : "false", ref_ratio, rate(t_dev_enc),
-          rate(t_dev_dec), gpu_ratio, dev_ok ? "true" : "false", identical, host_default.enc,
-          host_default.dec, host_ok ? "true" : "false", host_identical, copy_bw);
+          rate(t_dev_dec), gpu_ratio, dev_ok ? "true" : "false", identical,
+          static_cast<unsigned long long>(fused_chunks), rate(t_dev_dec_nohash), rate(t_dev_dec_unfused),
+          host_default.enc, host_default.dec, host_ok ? "true" : "false", host_identical, copy_bw);
       std::fprintf(f, " \"gpu_h2h_lanes\": [");
       for (size_t k = 0; k < lane_runs.size(); ++k)
         std::fprintf(f, "%s{\"lanes\": %d, \"enc_gbps\": %.3f, \"dec_gbps\": %.3f, \"exact\": %s}",

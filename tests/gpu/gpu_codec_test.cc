@@ -68,6 +68,17 @@ TEST(GpuCodec, DeviceEntryPointsTakeTheSamePaths) {
   testing::CheckDeviceEntryPoints(codec.get(), &mem);
 }
 
+TEST(GpuCodec, FusedDecoderWritesWhatTheMergePassWrites) {
+  LMC_OPEN_OR_SKIP(probe, size_t{1} << 20);
+  CudaMemory mem;
+  testing::CheckFusedDecode(
+      [](const GpuCodecOptions& o) -> std::unique_ptr<GpuCodec> {
+        auto c = GpuCodec::Open(o);
+        return c.ok() ? std::move(*c) : nullptr;
+      },
+      &mem);
+}
+
 TEST(GpuCodec, OpenRefusesCleanlyWithoutAGpu) {
   if (GpuAvailable()) GTEST_SKIP() << "a GPU is usable: " << GpuDescription();
   auto c = GpuCodec::Open();

@@ -61,6 +61,7 @@ struct GpuDecodeItem {
 struct GpuCodecStats {
   uint64_t encode_chunks = 0, encode_bytes = 0;  // decoded bytes in
   uint64_t decode_chunks = 0, decode_bytes = 0;  // decoded bytes out
+  uint64_t decode_fused_chunks = 0;              // of decode_chunks: by the fused decoder (fuse_merge)
   uint64_t batches = 0;
 };
 
@@ -78,6 +79,14 @@ struct GpuCodecOptions {
   // Device-memory calls use one lane.
   int lanes = 4;
   size_t min_piece_bytes = size_t{8} << 20;
+  // Decode: where a 2-byte frame's high bytes are a blocked Huffman stream
+  // and its low bytes raw (bf16 weights), the Huffman decoder writes the
+  // elements itself instead of a decoded stream that a merge pass then
+  // reads back (docs/ARCHITECTURE.md, "GPU codec"). Off: for A-B runs.
+  bool fuse_merge = true;
+  // With fuse_merge: that decoder also sums the XXH3 block deltas of what
+  // it writes, so that the checksum pass need not read those bytes back.
+  bool fuse_hash = true;
 };
 
 // Batched LMC codec on one CUDA device. Not thread-safe: one caller at a

@@ -362,6 +362,21 @@ LMC_HD uint16_t HuffSingleEntryAt(const HuffCanonical& c, uint32_t x) {
   return kHuffMaxLen;  // no code: the filler of HuffBuildDecodeTable
 }
 
+// Where HuffDecodeRange puts the symbols it decodes. Put16(i, a, b, c, d):
+// symbols i .. i+15 (i a multiple of 16, called in increasing i), four a
+// word, the first in the low byte of a; called only when Aligned16().
+// Put1(i, s): symbol i alone (the last count % 16, or every symbol when not
+// Aligned16()). This one stores them at out[i]; the GPU's fused decoder
+// (gpu_pipeline.h) writes whole elements instead, and may keep state.
+struct HuffByteSink {
+  uint8_t* out;
+  LMC_HD bool Aligned16() const { return (reinterpret_cast<uintptr_t>(out) & 15) == 0; }
+  LMC_HD void Put16(uint32_t i, uint32_t a, uint32_t b, uint32_t c, uint32_t d) const {
+    StoreAligned128(out + i, a, b, c, d);
+  }
+  LMC_HD void Put1(uint32_t i, uint32_t s) const { out[i] = static_cast<uint8_t>(s); }
+};
+
 // Decodes `count` symbols from bits [start, end) of a payload of `plen`
 // bytes with the single-symbol table, as one GPU thread decodes a block.
 // Built for a warp whose threads each decode their own block: every step is
@@ -370,11 +385,12 @@ LMC_HD uint16_t HuffSingleEntryAt(const HuffCanonical& c, uint32_t x) {
 // a time one group ahead of use (its load latency hidden), and where `out`
 // is 16-aligned the symbols go out 16 at a time, in unrolled groups with
 // fixed byte positions. Nothing outside payload[0, plen) is read (the first
-// and last groups byte by byte) and nothing past out[count) written. True
+// and last groups byte by byte) and nothing past symbol `count` put. True
 // when the code words take exactly end - start bits (the check that catches
 // every malformed range).
-LMC_HD bool HuffDecodeRangeWords(const uint8_t* payload, size_t plen, uint64_t start, uint64_t end,
-                                 const uint16_t* single, uint8_t* out, uint32_t count) {
+template <typename Sink>
+LMC_HD bool HuffDecodeRange(const uint8_t* payload, size_t plen, uint64_t start, uint64_t end,
+                            const uint16_t* single, Sink& sink, uint32_t count) {
   if (end < start || end - start > 0xffffffffu) return false;
   const uint32_t mis = static_cast<uint32_t>(reinterpret_cast<uintptr_t>(payload) & 15);
   const uint8_t* base = payload - mis;
@@ -432,16 +448,22 @@ LMC_HD bool HuffDecodeRangeWords(const uint8_t* payload, size_t plen, uint64_t s
     return e >> 8;
   };
   uint32_t i = 0;
-  if ((reinterpret_cast<uintptr_t>(out) & 15) == 0) {
+  if (sink.Aligned16()) {
     for (; i + 16 <= count; i += 16) {
       uint32_t w[4] = {0, 0, 0, 0};
       LMC_UNROLL
       for (uint32_t q = 0; q < 16; ++q) w[q / 4] |= next() << (8 * (q % 4));
-      StoreAligned128(out + i, w[0], w[1], w[2], w[3]);
+      sink.Put16(i, w[0], w[1], w[2], w[3]);
     }
   }
-  for (; i < count; ++i) out[i] = static_cast<uint8_t>(next());
+  for (; i < count; ++i) sink.Put1(i, next());
   return bits == end - start;
+}
+// HuffDecodeRange into out[0, count).
+LMC_HD bool HuffDecodeRangeWords(const uint8_t* payload, size_t plen, uint64_t start, uint64_t end,
+                                 const uint16_t* single, uint8_t* out, uint32_t count) {
+  HuffByteSink sink{out};
+  return HuffDecodeRange(payload, plen, start, end, single, sink, count);
 }
 
 }  // namespace lmc::hd

@@ -66,7 +66,7 @@ inline constexpr uint64_t kMx2 = 0x9FB21C651E98DF25ull;
 // the same time: a broadcast). static: one copy per translation unit, which
 // links with or without relocatable device code.
 #if defined(__CUDACC__)
-static __constant__ uint8_t kSecretDevice[kSecretLen] = LMC_XXH3_SECRET_BYTES;
+alignas(8) static __constant__ uint8_t kSecretDevice[kSecretLen] = LMC_XXH3_SECRET_BYTES;
 #endif
 inline constexpr uint8_t kSecretHost[kSecretLen] = LMC_XXH3_SECRET_BYTES;
 #undef LMC_XXH3_SECRET_BYTES
@@ -203,6 +203,17 @@ LMC_HD void Stripe(uint64_t acc[8], const uint8_t* p, const uint8_t* s) {
 }
 
 }  // namespace xxh3_detail
+
+// Word k (< kSecretLen / 8) of the secret: Load64(Secret() + 8 * k), one
+// aligned load on a GPU (a broadcast where a warp's threads ask for the
+// same word).
+LMC_HD uint64_t Xxh3SecretWord(int k) {
+#if defined(__CUDA_ARCH__)
+  return reinterpret_cast<const uint64_t*>(xxh3_detail::kSecretDevice)[k];
+#else
+  return xxh3_detail::Load64(xxh3_detail::kSecretHost + 8 * k);
+#endif
+}
 
 // Number of whole 1024-byte blocks of a long input (n > 240) that are each
 // followed by a scramble: (n - 1) / 1024. A final block that is exactly
