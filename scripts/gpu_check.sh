@@ -9,6 +9,8 @@
 #   LMC_GPU_BIN=build/tests scripts/gpu_check.sh
 #                                         # uses lmc_gpu_tests and lmc_gpu_bench built
 #                                         # elsewhere (they link only libc and libstdc++)
+#   LMC_GPU_BIN=.gpubin LMC_MOUNT_BIN=.gpubin/mount.lmcfs LMC_MOUNT_LIBS=.gpulibs \
+#     scripts/gpu_check.sh                # what scripts/gpu_carry.sh prepared elsewhere
 #
 # Environment: OUT (results folder, default /tmp/lmc-gpu-check), DATA_MIB
 # (checkpoint data made on the GPU, default 1024), BENCH_MIB (what the codec
