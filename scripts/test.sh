@@ -80,18 +80,21 @@ if command -v clang++ >/dev/null; then
     -DLMC_FUZZ=ON -DLMC_CUDA=OFF -DBUILD_TESTING=OFF >/dev/null
   cmake --build build-fuzz -j"$(nproc)" --target frame_fuzz layout_fuzz
   # The two fuzzers side by side, one a core.
-  fuzz_one() {
-    local corpus rc=0
+  fuzz_one() {  # fuzz_one TARGET SEED_DIR...
+    local corpus rc=0 target=$1
+    shift
     corpus=$(mktemp -d)
-    build-fuzz/tests/fuzz/$1 -max_total_time=${LMC_FUZZ_SECONDS:-30} -max_len=70000 -rss_limit_mb=2048 \
-      -print_final_stats=1 "$corpus" tests/data >"$corpus.log" 2>&1 || rc=$?
-    grep -E "^stat::number_of_executed_units|^Done" "$corpus.log" | sed "s/^/$1: /" || true
-    [ $rc -eq 0 ] || { echo "fuzz: $1 failed (exit $rc)"; tail -40 "$corpus.log"; }
+    build-fuzz/tests/fuzz/$target -max_total_time=${LMC_FUZZ_SECONDS:-30} -max_len=70000 -rss_limit_mb=2048 \
+      -print_final_stats=1 "$corpus" "$@" >"$corpus.log" 2>&1 || rc=$?
+    grep -E "^stat::number_of_executed_units|^Done" "$corpus.log" | sed "s/^/$target: /" || true
+    [ $rc -eq 0 ] || { echo "fuzz: $target failed (exit $rc)"; tail -40 "$corpus.log"; }
     rm -rf "$corpus" "$corpus.log"
     return $rc
   }
-  fuzz_one frame_fuzz & frame_pid=$!
-  fuzz_one layout_fuzz & layout_pid=$!
+  # frame_fuzz also starts from bf16/f16 weights (tests/fuzz/seeds: the
+  # first byte picks the dtype, the second a base and the GPU checks).
+  fuzz_one frame_fuzz tests/data tests/fuzz/seeds & frame_pid=$!
+  fuzz_one layout_fuzz tests/data & layout_pid=$!
   fuzz_rc=0
   wait $frame_pid || fuzz_rc=1
   wait $layout_pid || fuzz_rc=1

@@ -1,15 +1,50 @@
 // libFuzzer target for the chunk decoder and the .lmc container reader.
 // Any input must decode or fail cleanly (ASan catches out-of-bounds
 // accesses); and any input, encoded as a chunk of any dtype with or without
-// a base, must decode back to itself.
+// a base, must decode back to itself. The GPU codec's pipeline (its host
+// emulation: the planning and kernel bodies the CUDA backend runs) must
+// give the CPU decoder's status and bytes for those frames (half of the
+// inputs), and for the GPU profile's frame of the input with one payload
+// byte changed (a malformed stream behind a valid header, which the device
+// path parses and decodes before any checksum).
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
 
+#include "gpu_pipeline.h"
 #include "lmc/codec.h"
 #include "lmc/container.h"
+#include "lmc/gpu.h"
 #include "lmc/thread_pool.h"
+
+namespace {
+
+// The emulated GPU decoder against the CPU's on one frame: the same status
+// code, and the same bytes when it decodes.
+// Its device entry point reads the frame in place (the host one stages it
+// into padded buffers), from a copy of exactly its size: ASan sees any read
+// past its end.
+void GpuDecodesAsTheCpu(const std::vector<uint8_t>& frame_in, const uint8_t* base, size_t base_len,
+                        size_t cap, lmc::Workspace& ws) {
+  static std::unique_ptr<lmc::GpuCodec> gpu = lmc::gpu::OpenHostEmulatedCodec();
+  const std::vector<uint8_t> frame(frame_in.begin(), frame_in.end());
+  std::vector<uint8_t> out(cap, 0xEE), ref(cap);
+  lmc::GpuDecodeItem it;
+  it.frame = frame.data();
+  it.len = frame.size();
+  it.base = base;
+  it.base_len = base_len;
+  it.dst = out.data();
+  it.cap = out.size();
+  if (!gpu->DecodeBatchDevice(&it, 1).ok()) abort();  // only a device failure fails the call
+  lmc::Result<size_t> r =
+      lmc::DecodeChunk(frame.data(), frame.size(), base, base_len, ref.data(), ref.size(), ws);
+  if (it.status.code() != r.status().code()) abort();
+  if (r.ok() && (it.out_len != *r || std::memcmp(out.data(), ref.data(), *r) != 0)) abort();
+}
+
+}  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static lmc::Workspace ws;
@@ -22,6 +57,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     size_t b = fi.ok() ? std::min<size_t>(fi->decoded_size, blen) : 0;
     (void)lmc::DecodeChunk(frame.data(), frame.size(), blen ? base.data() : nullptr, b, out.data(),
                            out.size(), ws);
+    if (size >= 2 && (data[1] & 2))
+      GpuDecodesAsTheCpu(frame, blen ? base.data() : nullptr, b, out.size(), ws);
   }
   // 2. Arbitrary bytes as a container.
   lmc::DecompressOptions dopt;
@@ -44,6 +81,25 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     lmc::Result<size_t> d = lmc::DecodeChunk(enc.data(), *e, delta ? bbuf.data() : nullptr, delta ? n : 0,
                                              back.data(), back.size(), ws);
     if (!d.ok() || *d != n || std::memcmp(back.data(), src, n) != 0) abort();
+    // The GPU profile's frame (blocked Huffman, fused decoding for 2-byte
+    // dtypes), whole and with one byte of its payload changed; for half of
+    // the inputs (the emulated pipeline is slower than the CPU decoder, and
+    // the fuzz run has a fixed time).
+    if (!(data[1] & 2)) return 0;
+    std::vector<uint8_t> g(lmc::MaxEncodedSize(n));
+    lmc::Result<size_t> ge = lmc::EncodeChunk(
+        src, n, lmc::EncodeParams{t, delta ? bbuf.data() : nullptr, lmc::EncodeProfile::kGpu}, g.data(),
+        g.size(), ws);
+    if (!ge.ok()) abort();
+    g.resize(*ge);
+    const uint8_t* gb = delta ? bbuf.data() : nullptr;
+    GpuDecodesAsTheCpu(g, gb, delta ? n : 0, n, ws);
+    lmc::Result<lmc::FrameInfo> gi = lmc::ReadFrameInfo(g.data(), g.size());
+    if (gi.ok() && g.size() > gi->header_size) {
+      const size_t at = gi->header_size + (size_t{data[1]} << 8 | src[0]) % (g.size() - gi->header_size);
+      g[at] ^= static_cast<uint8_t>(1u << (data[1] >> 5));
+      GpuDecodesAsTheCpu(g, gb, delta ? n : 0, n, ws);
+    }
   }
   return 0;
 }
