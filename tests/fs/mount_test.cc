@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <thread>
 
@@ -783,6 +784,40 @@ TEST_F(MountTool, DaemonKeepsNoneOfTheCallersDescriptors) {
   WaitStoreFree();
   ASSERT_EQ(Sh("timeout 30 sh -c '" + bin + " " + store_ + " " + mnt2_ + " | cat >/dev/null'"), 0);
   EXPECT_TRUE(IsMounted(mnt2_));
+}
+
+// A daemon that crashes (here: SIGSEGV sent to it) leaves the crashing
+// thread's stack and what to do in its log file (its stderr goes there),
+// and the store mounts again with what was fsynced. Not in the sanitizer
+// builds: their own handlers take the signal there (and report it).
+TEST_F(MountTool, ACrashLeavesItsStackAndWhatToDoInTheLog) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "the sanitizer's handler reports a crash in this build";
+#endif
+  const std::string bin = LMC_MOUNT_BIN;
+  const std::string log = root_ + "/mount.log";
+  ASSERT_EQ(Sh(bin + " " + store_ + " " + mnt_ + " -o log_file=" + log + ",log_level=info"), 0);
+  ASSERT_TRUE(IsMounted(mnt_));
+  ASSERT_EQ(Sh("python3 -c \"import os; f=open('" + P("kept.bin") +
+               "','wb'); f.write(bytes(range(256))*4096); f.flush(); os.fsync(f.fileno())\""),
+            0);
+  // The daemon: the process whose command line is this mount's.
+  ASSERT_EQ(Sh("pkill -SEGV -f '^" + bin + " " + store_ + " " + mnt_ + "'"), 0);
+  const bool gone = lmc::testing::WaitUntil(
+      [&] { return Sh("pgrep -f '^" + bin + " " + store_ + " " + mnt_ + "' >/dev/null") != 0; },
+      std::chrono::seconds(10), std::chrono::milliseconds(50));
+  ASSERT_TRUE(gone) << "the daemon outlived its SIGSEGV";
+  std::ifstream in(log);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("*** mount.lmcfs: fatal signal SIGSEGV"), std::string::npos) << text;
+  EXPECT_NE(text.find("mount.lmcfs("), std::string::npos) << "no frame of the daemon in the stack:\n" << text;
+  EXPECT_NE(text.find("fusermount3 -u MOUNTPOINT"), std::string::npos) << text;
+  Sh("fusermount3 -u -z " + mnt_);
+  WaitStoreFree();
+  ASSERT_EQ(Sh(bin + " " + store_ + " " + mnt_), 0);
+  EXPECT_EQ(Sh("python3 -c \"import sys; sys.exit(open('" + P("kept.bin") +
+               "','rb').read() != bytes(range(256))*4096)\""),
+            0);
 }
 
 // The mount(8) helper convention: mount(8) runs /sbin/mount.lmcfs SPEC DIR
