@@ -8,6 +8,8 @@
 #include <initializer_list>
 
 namespace lmc {
+
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
 namespace {
 
 const char* g_who = "";
@@ -42,6 +44,7 @@ void OnFatalSignal(int sig) {
 }
 
 }  // namespace
+#endif
 
 void InstallFatalSignalReport(const char* who, const char* advice) {
 #if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
