@@ -50,6 +50,19 @@ TEST_F(CliTest, CompressDecompressRoundTrip) {
   EXPECT_EQ(Read(P("out.bin")), data);
 }
 
+// The speed a run prints to a file is also given without the final fsync
+// (gzip and zstd do not sync, so that is the figure that compares).
+TEST_F(CliTest, SpeedIsAlsoGivenBeforeTheFinalFsync) {
+  Write(P("w.bin"), testing::Bf16Weights(200000, 7));
+  ::testing::internal::CaptureStderr();
+  EXPECT_EQ(cli::LmcMain({"compress", P("w.bin")}), 0);
+  EXPECT_EQ(cli::LmcMain({"decompress", P("w.bin.lmc"), P("back.bin")}), 0);
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  size_t at = 0, runs = 0;
+  while ((at = err.find(" MB/s before the final fsync)", at)) != std::string::npos) ++runs, ++at;
+  EXPECT_EQ(runs, 2u) << err;
+}
+
 TEST_F(CliTest, DamagedInputLeavesNoOutput) {
   auto data = testing::Bf16Weights(100000, 6);
   Write(P("w.bin"), data);
