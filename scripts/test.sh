@@ -79,12 +79,14 @@ if command -v clang++ >/dev/null; then
   CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DLMC_FUZZ=ON -DLMC_CUDA=OFF -DBUILD_TESTING=OFF >/dev/null
   cmake --build build-fuzz -j"$(nproc)" --target frame_fuzz layout_fuzz
-  # The two fuzzers side by side, one a core.
+  # The two fuzzers side by side, one a core, 60 s each: frame_fuzz's GPU
+  # checks (the emulated pipeline) cut its inputs per second to a quarter,
+  # and 30 s more of CI buys half of that back.
   fuzz_one() {  # fuzz_one TARGET SEED_DIR...
     local corpus rc=0 target=$1
     shift
     corpus=$(mktemp -d)
-    build-fuzz/tests/fuzz/$target -max_total_time=${LMC_FUZZ_SECONDS:-30} -max_len=70000 -rss_limit_mb=2048 \
+    build-fuzz/tests/fuzz/$target -max_total_time=${LMC_FUZZ_SECONDS:-60} -max_len=70000 -rss_limit_mb=2048 \
       -print_final_stats=1 "$corpus" "$@" >"$corpus.log" 2>&1 || rc=$?
     grep -E "^stat::number_of_executed_units|^Done" "$corpus.log" | sed "s/^/$target: /" || true
     [ $rc -eq 0 ] || { echo "fuzz: $target failed (exit $rc)"; tail -40 "$corpus.log"; }
