@@ -234,7 +234,8 @@ int main(int argc, char** argv) {
   auto nohash = lmc::GpuCodec::Open(nohash_options);
   auto unfused = lmc::GpuCodec::Open(unfused_options);
   if (!nohash.ok() || !unfused.ok()) {
-    std::fprintf(stderr, "lmc_gpu_bench: %s\n", unfused.status().ToString().c_str());
+    std::fprintf(stderr, "lmc_gpu_bench: %s\n",
+                 (nohash.ok() ? unfused.status() : nohash.status()).ToString().c_str());
     return 1;
   }
   std::vector<double> t_dev_dec_nohash, t_dev_dec_unfused;
