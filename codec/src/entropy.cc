@@ -9,16 +9,17 @@
 
 namespace lmc {
 
-Coder ChooseCoder(const uint32_t hist[256], size_t n) {
+Coder ChooseCoder(const uint32_t hist[256], size_t n, Coder huffman) {
   if (n == 0) return Coder::kRaw;
   int distinct = 0;
   for (int s = 0; s < 256; ++s) distinct += hist[s] != 0;
   if (distinct == 1) return Coder::kConst;
-  size_t huff = huff::EncodedSize(hist, n);
+  size_t huff = huffman == Coder::kHuffman ? huff::EncodedSize(hist, n)
+                                           : huff::BlockedEncodedSize(hist, n, hd::kDefaultBlockLog2);
   // 32 states for long streams: about 1.5x the speed for 112 bytes more.
   const bool x32 = n >= kRansX32MinSymbols;
   size_t rans = rans::EstimatedSize(hist, n, x32 ? 32 : 4);
-  Coder best = Coder::kHuffman;
+  Coder best = huffman;
   size_t best_size = huff;
   // rANS decodes at about half Huffman's speed: take it only where it pays
   // clearly (skewed streams near or below 1 bit/symbol, where Huffman's
@@ -74,7 +75,8 @@ Result<EncodedStream> EncodeStream(const uint8_t* src, size_t n, const uint32_t 
     }
     case Coder::kHuffmanBlocked: {
       size_t limit = cap < n ? cap : n;
-      Result<size_t> r = huff::EncodeBlocked(src, n, hist, hd::kDefaultBlockLog2, dst, limit);
+      Result<size_t> r = quarters ? huff::EncodeBlocked(src, n, quarters, hd::kDefaultBlockLog2, dst, limit)
+                                  : huff::EncodeBlocked(src, n, hist, hd::kDefaultBlockLog2, dst, limit);
       if (r.ok() && *r < n) return EncodedStream{coder, *r};
       break;
     }

@@ -12,12 +12,13 @@ namespace lmc {
 
 // The coder for a stream with histogram `hist` of n symbols, chosen from the
 // histogram alone (never by trying coders): kConst for one symbol; else the
-// smallest of Huffman (exact size) and rANS (estimated; taken only when it
-// saves more than 1/16 over Huffman, since it codes at half the speed; with
-// 32 states from kRansX32MinSymbols on); kRaw when that saves less than
-// 1/128 of the stream.
+// smallest of Huffman (exact size; blocked, kHuffmanBlocked, or in four
+// sub-streams, kHuffman, as `huffman` says) and rANS (estimated; taken only
+// when it saves more than 1/16 over Huffman, since it codes at half the
+// speed; with 32 states from kRansX32MinSymbols on); kRaw when that saves
+// less than 1/128 of the stream.
 inline constexpr size_t kRansX32MinSymbols = 64 << 10;
-Coder ChooseCoder(const uint32_t hist[256], size_t n);
+Coder ChooseCoder(const uint32_t hist[256], size_t n, Coder huffman = Coder::kHuffmanBlocked);
 
 // True when a sample of the stream shows it is so close to uniform that no
 // coder would beat the raw threshold of ChooseCoder, so the full histogram
@@ -35,8 +36,9 @@ struct EncodedStream {
   Coder coder;
   size_t size;
 };
-// `quarters` (from HistogramQuarters, may be null) saves the Huffman coder
-// a pass over the data.
+// `quarters` (may be null) saves the Huffman coders a pass over the data:
+// for kHuffman the histograms of HistogramQuarters, for kHuffmanBlocked
+// those of HistogramRuns at huff::BlockedCuts (kDefaultBlockLog2).
 Result<EncodedStream> EncodeStream(const uint8_t* src, size_t n, const uint32_t hist[256],
                                    const uint32_t (*quarters)[256], Coder coder, uint8_t* dst, size_t cap);
 

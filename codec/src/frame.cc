@@ -10,6 +10,8 @@
 #include "entropy.h"
 #include "frame_format.h"
 #include "hd/frame_hd.h"
+#include "hd/huffman_hd.h"
+#include "huffman.h"
 #include "lmc/bytes.h"
 #include "lmc/codec.h"
 #include "lmc/transform.h"
@@ -181,9 +183,18 @@ Result<size_t> EncodeChunk(const uint8_t* src, size_t n, const EncodeParams& par
       size_t size = 0;
       want = static_cast<Coder>(hd::GpuProfileCoder(hist, m, len, &size));
     } else if (!SampleSaysRaw(s, m)) {
-      HistogramQuarters(s, m, quarters, hist);
+      // The histograms of the runs the chosen Huffman coder's writers code.
+      const Coder huffman =
+          params.profile == EncodeProfile::kCpuQuarters ? Coder::kHuffman : Coder::kHuffmanBlocked;
+      if (huffman == Coder::kHuffman) {
+        HistogramQuarters(s, m, quarters, hist);
+      } else {
+        size_t cuts[5];
+        huff::BlockedCuts(m, hd::kDefaultBlockLog2, cuts);
+        HistogramRuns(s, cuts, quarters, hist);
+      }
       have_quarters = true;
-      want = ChooseCoder(hist, m);
+      want = ChooseCoder(hist, m, huffman);
     }
     LMC_ASSIGN_OR_RETURN(EncodedStream es, EncodeStream(s, m, hist, have_quarters ? quarters : nullptr, want,
                                                         dst + pos, cap - pos));

@@ -91,21 +91,26 @@ void BuildMultiTable(const Entry single[kTableSize], MultiEntry multi[kTableSize
   for (uint32_t t = 0; t < kTableSize; ++t) multi[t] = hd::HuffMultiEntry(single, t);
 }
 
+// The 11 bits of payload[0, plen) from bit `pos` on; bytes past plen read
+// as zero.
+inline uint32_t Window(const uint8_t* payload, size_t plen, uint64_t pos) {
+  const uint64_t byte = pos >> 3;
+  uint64_t v = 0;
+  if (byte + 8 <= plen) {
+    v = LoadLE64(payload + byte);
+  } else if (byte < plen) {
+    v = LoadLEBytes(payload + byte, static_cast<size_t>(plen - byte));
+  }
+  return static_cast<uint32_t>(v >> (pos & 7)) & (kTableSize - 1);
+}
+
 // Slow, bounds-checked decoding of dst[0, count) for one reader at bit
 // position *bp of payload[0, plen): bytes past plen read as zero.
 void DecodeTail(const Entry* table, const uint8_t* payload, size_t plen, uint64_t* bp, uint8_t* dst,
                 size_t count) {
   uint64_t pos = *bp;
   for (size_t i = 0; i < count; ++i) {
-    const uint64_t byte = pos >> 3;
-    uint64_t v = 0;
-    if (byte + 8 <= plen) {
-      v = LoadLE64(payload + byte);
-    } else if (byte < plen) {
-      v = LoadLEBytes(payload + byte, static_cast<size_t>(plen - byte));
-    }
-    v >>= pos & 7;
-    const Entry e = table[v & (kTableSize - 1)];
+    const Entry e = table[Window(payload, plen, pos)];
     dst[i] = static_cast<uint8_t>(e >> 8);
     pos += e & 0xff;
   }
@@ -135,6 +140,24 @@ struct Lane {
   uint8_t* limit;
   uint64_t acc;  // pending bits, count in `bits` (< 8 between rounds)
   uint64_t bits;
+  // Blocked streams: every `block` symbols (a multiple of kPerRound) the
+  // lane stores the bits of the block it finished in `table` (u16 each) and
+  // starts the next. Null for the 4-sub-stream coder.
+  uint8_t* table = nullptr;
+  const uint8_t* payload = nullptr;  // bit positions count from here
+  size_t block = 0;
+  size_t done = 0;        // symbols coded
+  uint64_t block_at = 0;  // bit position where the current block began
+
+  uint64_t position() const { return static_cast<uint64_t>(out - payload) * 8 + bits; }
+  // Called with `done` symbols coded and `pending` (< 8) bits not yet
+  // stored at `at`: ends the block there if `done` is a block boundary.
+  void Mark(const uint8_t* at, uint64_t pending) {
+    if (table == nullptr || done == 0 || done % block != 0) return;
+    const uint64_t pos = static_cast<uint64_t>(at - payload) * 8 + pending;
+    StoreLE16(table + 2 * (done / block - 1), static_cast<uint16_t>(pos - block_at));
+    block_at = pos;
+  }
 };
 
 // Symbols per round of the fast loop, and the most a round advances out:
@@ -155,7 +178,8 @@ inline size_t SafeRounds(const Lane& l) {
 bool FinishLane(Lane& l, const uint32_t codes[256]) {
   uint64_t acc = l.acc, bits = l.bits;
   uint8_t* out = l.out;
-  for (size_t i = 0; i < l.left; ++i) {
+  for (size_t i = 0; i < l.left; ++i, ++l.done) {
+    if (i > 0) l.Mark(out, bits);  // a boundary at i = 0 is the fast loop's
     const uint32_t e = codes[l.src[i]];
     acc |= static_cast<uint64_t>(e >> 8) << bits;
     bits += e & 0xff;
@@ -181,7 +205,11 @@ bool FinishLane(Lane& l, const uint32_t codes[256]) {
 // bits they never reach bit 13.
 [[gnu::always_inline]] inline void RunPairBody(Lane& x, Lane& y, const uint64_t top[256]) {
   for (;;) {
-    const size_t rounds = std::min(SafeRounds(x), SafeRounds(y));
+    size_t rounds = std::min(SafeRounds(x), SafeRounds(y));
+    // Blocked lanes stop at block boundaries (both lanes began at one and
+    // run in step) to mark them.
+    if (x.table) rounds = std::min(rounds, (x.block - x.done % x.block) / kPerRound);
+    if (y.table) rounds = std::min(rounds, (y.block - y.done % y.block) / kPerRound);
     if (rounds == 0) break;
     const uint8_t *s0 = x.src, *s1 = y.src;
     uint8_t *o0 = x.out, *o1 = y.out;
@@ -220,6 +248,10 @@ bool FinishLane(Lane& l, const uint32_t codes[256]) {
     y.acc = p1 ? a1 >> (64 - p1) : 0;
     x.left -= kPerRound * rounds;
     y.left -= kPerRound * rounds;
+    x.done += kPerRound * rounds;
+    y.done += kPerRound * rounds;
+    if (x.left) x.Mark(x.out, x.bits);  // the lane's last block: by its caller
+    if (y.left) y.Mark(y.out, y.bits);
   }
 }
 
@@ -335,45 +367,76 @@ Result<size_t> Encode(const uint8_t* src, size_t n, const uint32_t hist[256], ui
 
 namespace {
 
-// Four readers at once: reader j decodes out[j]..stop[j] from bit begin[j]
-// of payload[0, plen) and must stop exactly at end[j]. The 4-sub-stream
-// coder runs it once; the blocked coder once per four blocks.
-bool DecodeFour(const MultiEntry multi[kTableSize], const Entry table[kTableSize], const uint8_t* payload,
-                size_t plen, const uint64_t begin[4], const uint64_t end[4], uint8_t* out[4],
-                uint8_t* const stop[4]) {
-  uint64_t bp[4] = {begin[0], begin[1], begin[2], begin[3]};
-  // Fast loop: each round refills the four readers with one 8-byte load and
-  // does 5 lookups on each (5 * 11 = 55 bits <= the 57 a refill guarantees),
-  // writing at most 5 * 3 symbols plus one spare byte of the last 4-byte
-  // store. `limit` is the last bit position at which an 8-byte load stays
-  // inside the payload; kRoom keeps every store inside its own quarter.
-  constexpr size_t kRoom = kSymbolsPerRefill * 3 + 1;
-  if (plen >= 8) {
-    const uint64_t limit = (uint64_t{plen} - 8) * 8 + 7;
-    uint64_t bp0 = bp[0], bp1 = bp[1], bp2 = bp[2], bp3 = bp[3];
-    uint8_t *o0 = out[0], *o1 = out[1], *o2 = out[2], *o3 = out[3];
-    auto room = [&] {
-      return static_cast<size_t>(stop[0] - o0) >= kRoom && static_cast<size_t>(stop[1] - o1) >= kRoom &&
-             static_cast<size_t>(stop[2] - o2) >= kRoom && static_cast<size_t>(stop[3] - o3) >= kRoom &&
-             std::max(std::max(bp0, bp1), std::max(bp2, bp3)) <= limit;
-    };
-    while (room()) {
-      // Rounds that certainly fit, by the worst case of 55 bits and 15
-      // symbols per round, so the inner loop has no checks.
-      uint64_t maxbp = std::max(std::max(bp0, bp1), std::max(bp2, bp3));
-      size_t minroom =
-          std::min(std::min(static_cast<size_t>(stop[0] - o0), static_cast<size_t>(stop[1] - o1)),
-                   std::min(static_cast<size_t>(stop[2] - o2), static_cast<size_t>(stop[3] - o3)));
-      size_t rounds = std::min(static_cast<size_t>((limit - maxbp) / (kSymbolsPerRefill * kMaxCodeLen)) + 1,
-                               (minroom - kRoom) / (kSymbolsPerRefill * 3) + 1);
-      for (size_t r = 0; r < rounds; ++r) {
-        // Bit 63 is a marker: it is never among the <= 55 bits used, and
-        // after the shifts its distance from the top is the bits consumed.
-        constexpr uint64_t kMarker = uint64_t{1} << 63;
-        uint64_t b0 = LoadLE64(payload + (bp0 >> 3)) >> (bp0 & 7) | kMarker;
-        uint64_t b1 = LoadLE64(payload + (bp1 >> 3)) >> (bp1 & 7) | kMarker;
-        uint64_t b2 = LoadLE64(payload + (bp2 >> 3)) >> (bp2 & 7) | kMarker;
-        uint64_t b3 = LoadLE64(payload + (bp3 >> 3)) >> (bp3 & 7) | kMarker;
+// Four bit readers decoding at once: reader j decodes from bit bp[j] of
+// payload[0, plen) into out[j] and must not store at or past stop[j].
+struct Readers {
+  uint64_t bp[4];
+  uint8_t* out[4];
+  uint8_t* stop[4];
+};
+
+// With kLog, each reader records where it was at the start of every fast
+// round (bit position and output offset from `base`) in the slot of the
+// 4096-symbol block its output is in, so that the last round that started
+// in a block lies at most 15 symbols before the block's end (each round
+// decodes 5 to 15 symbols). DecodeBlocked checks the block table with it.
+struct RoundLog {
+  static constexpr int kShift = 12;  // 2^12 symbols a block
+  const uint8_t* base;
+  uint64_t* bit;
+  uint32_t* out;
+};
+
+// The fast loop of the four readers: each round refills every reader with
+// one 8-byte load and does 5 lookups on each (5 * 11 = 55 bits <= the 57 a
+// refill guarantees), writing at most 5 * 3 symbols plus one spare byte of
+// the last 4-byte store. It returns when a reader has fewer than kRoom bytes
+// of room or a reader's next load would leave the payload; the caller
+// finishes from there. Stores stay inside each reader's [out, stop).
+constexpr size_t kRoom = kSymbolsPerRefill * 3 + 1;
+
+template <bool kLog>
+[[gnu::always_inline]] inline void FastRounds(const MultiEntry multi[kTableSize], const uint8_t* payload,
+                                              size_t plen, Readers& rd, const RoundLog& log) {
+  if (plen < 8) return;
+  // The last bit position at which an 8-byte load stays inside the payload.
+  const uint64_t limit = (uint64_t{plen} - 8) * 8 + 7;
+  uint64_t bp0 = rd.bp[0], bp1 = rd.bp[1], bp2 = rd.bp[2], bp3 = rd.bp[3];
+  uint8_t *o0 = rd.out[0], *o1 = rd.out[1], *o2 = rd.out[2], *o3 = rd.out[3];
+  uint8_t* const* stop = rd.stop;
+  auto room = [&] {
+    return static_cast<size_t>(stop[0] - o0) >= kRoom && static_cast<size_t>(stop[1] - o1) >= kRoom &&
+           static_cast<size_t>(stop[2] - o2) >= kRoom && static_cast<size_t>(stop[3] - o3) >= kRoom &&
+           std::max(std::max(bp0, bp1), std::max(bp2, bp3)) <= limit;
+  };
+  while (room()) {
+    // Rounds that certainly fit, by the worst case of 55 bits and 15
+    // symbols per round, so the inner loop has no checks.
+    uint64_t maxbp = std::max(std::max(bp0, bp1), std::max(bp2, bp3));
+    size_t minroom = std::min(std::min(static_cast<size_t>(stop[0] - o0), static_cast<size_t>(stop[1] - o1)),
+                              std::min(static_cast<size_t>(stop[2] - o2), static_cast<size_t>(stop[3] - o3)));
+    size_t rounds = std::min(static_cast<size_t>((limit - maxbp) / (kSymbolsPerRefill * kMaxCodeLen)) + 1,
+                             (minroom - kRoom) / (kSymbolsPerRefill * 3) + 1);
+    for (size_t r = 0; r < rounds; ++r) {
+      if constexpr (kLog) {
+#define LMC_HUFF_LOG(J)                                     \
+  {                                                         \
+    const size_t at = static_cast<size_t>(o##J - log.base); \
+    log.bit[at >> RoundLog::kShift] = bp##J << 20 | at;     \
+  }
+        LMC_HUFF_LOG(0)
+        LMC_HUFF_LOG(1)
+        LMC_HUFF_LOG(2)
+        LMC_HUFF_LOG(3)
+#undef LMC_HUFF_LOG
+      }
+      // Bit 63 is a marker: it is never among the <= 55 bits used, and
+      // after the shifts its distance from the top is the bits consumed.
+      constexpr uint64_t kMarker = uint64_t{1} << 63;
+      uint64_t b0 = LoadLE64(payload + (bp0 >> 3)) >> (bp0 & 7) | kMarker;
+      uint64_t b1 = LoadLE64(payload + (bp1 >> 3)) >> (bp1 & 7) | kMarker;
+      uint64_t b2 = LoadLE64(payload + (bp2 >> 3)) >> (bp2 & 7) | kMarker;
+      uint64_t b3 = LoadLE64(payload + (bp3 >> 3)) >> (bp3 & 7) | kMarker;
 #define LMC_HUFF_STEP(J)                                 \
   {                                                      \
     const MultiEntry e = multi[b##J & (kTableSize - 1)]; \
@@ -386,25 +449,32 @@ bool DecodeFour(const MultiEntry multi[kTableSize], const Entry table[kTableSize
   LMC_HUFF_STEP(1)     \
   LMC_HUFF_STEP(2)     \
   LMC_HUFF_STEP(3)
-        LMC_HUFF_ROUND
-        LMC_HUFF_ROUND
-        LMC_HUFF_ROUND
-        LMC_HUFF_ROUND
-        LMC_HUFF_ROUND
+      LMC_HUFF_ROUND
+      LMC_HUFF_ROUND
+      LMC_HUFF_ROUND
+      LMC_HUFF_ROUND
+      LMC_HUFF_ROUND
 #undef LMC_HUFF_ROUND
 #undef LMC_HUFF_STEP
-        bp0 += static_cast<uint64_t>(std::countl_zero(b0));
-        bp1 += static_cast<uint64_t>(std::countl_zero(b1));
-        bp2 += static_cast<uint64_t>(std::countl_zero(b2));
-        bp3 += static_cast<uint64_t>(std::countl_zero(b3));
-      }
+      bp0 += static_cast<uint64_t>(std::countl_zero(b0));
+      bp1 += static_cast<uint64_t>(std::countl_zero(b1));
+      bp2 += static_cast<uint64_t>(std::countl_zero(b2));
+      bp3 += static_cast<uint64_t>(std::countl_zero(b3));
     }
-    bp[0] = bp0, bp[1] = bp1, bp[2] = bp2, bp[3] = bp3;
-    out[0] = o0, out[1] = o1, out[2] = o2, out[3] = o3;
   }
+  rd.bp[0] = bp0, rd.bp[1] = bp1, rd.bp[2] = bp2, rd.bp[3] = bp3;
+  rd.out[0] = o0, rd.out[1] = o1, rd.out[2] = o2, rd.out[3] = o3;
+}
+
+// Four readers at once, each to its stop, which it must reach exactly at
+// bit end[j]: the 4-sub-stream coder runs it once; the blocked coder once
+// per four blocks where it does not run DecodeRuns.
+bool DecodeFour(const MultiEntry multi[kTableSize], const Entry table[kTableSize], const uint8_t* payload,
+                size_t plen, Readers& rd, const uint64_t end[4]) {
+  FastRounds<false>(multi, payload, plen, rd, RoundLog{});
   for (int j = 0; j < 4; ++j)
-    DecodeTail(table, payload, plen, &bp[j], out[j], static_cast<size_t>(stop[j] - out[j]));
-  const uint64_t bp0 = bp[0], bp1 = bp[1], bp2 = bp[2], bp3 = bp[3];
+    DecodeTail(table, payload, plen, &rd.bp[j], rd.out[j], static_cast<size_t>(rd.stop[j] - rd.out[j]));
+  const uint64_t bp0 = rd.bp[0], bp1 = rd.bp[1], bp2 = rd.bp[2], bp3 = rd.bp[3];
   return bp0 == end[0] && bp1 == end[1] && bp2 == end[2] && bp3 == end[3];
 }
 
@@ -444,10 +514,10 @@ Status Decode(const uint8_t* src, size_t len, uint8_t* dst, size_t n) {
   MultiEntry multi[kTableSize];
   BuildMultiTable(table, multi);
 
-  const uint64_t begin[4] = {0, end[0], end[1], end[2]};
-  uint8_t* out[4] = {dst, dst + q, dst + 2 * q, dst + 3 * q};
-  uint8_t* const stop[4] = {dst + q, dst + 2 * q, dst + 3 * q, dst + n};
-  if (!DecodeFour(multi, table, payload, plen, begin, end, out, stop))
+  Readers rd = {{0, end[0], end[1], end[2]},
+                {dst, dst + q, dst + 2 * q, dst + 3 * q},
+                {dst + q, dst + 2 * q, dst + 3 * q, dst + n}};
+  if (!DecodeFour(multi, table, payload, plen, rd, end))
     return Status::Corruption("huffman: sub-stream does not end where declared");
   return Status::Ok();
 }
@@ -467,11 +537,26 @@ size_t BlockedEncodedSize(const uint32_t hist[256], size_t n, int log2) {
          static_cast<size_t>((bits + 7) / 8);
 }
 
-Result<size_t> EncodeBlocked(const uint8_t* src, size_t n, const uint32_t hist[256], int log2, uint8_t* dst,
-                             size_t cap) {
+void BlockedCuts(size_t n, int log2, size_t cuts[5]) {
+  const uint32_t blocks = hd::HuffBlocks(n, log2);
+  for (uint32_t j = 0; j <= 4; ++j) cuts[j] = std::min(n, size_t{blocks * j / 4} << log2);
+}
+
+Result<size_t> EncodeBlocked(const uint8_t* src, size_t n, const uint32_t runs[4][256], int log2,
+                             uint8_t* dst, size_t cap) {
   if (n == 0 || n > kMaxSymbols) return Status::InvalidArgument("huffman: symbol count out of range");
   if (log2 < hd::kMinBlockLog2 || log2 > hd::kMaxBlockLog2)
     return Status::InvalidArgument("huffman: block size out of range");
+  size_t cuts[5];
+  BlockedCuts(n, log2, cuts);
+  uint32_t hist[256];
+  for (int c = 0; c < 256; ++c) hist[c] = runs[0][c] + runs[1][c] + runs[2][c] + runs[3][c];
+  for (int j = 0; j < 4; ++j) {
+    uint64_t total = 0;
+    for (int c = 0; c < 256; ++c) total += runs[j][c];
+    if (total != cuts[j + 1] - cuts[j])
+      return Status::InvalidArgument("huffman: histogram does not sum to n");
+  }
   uint8_t len[256];
   BuildLengths(hist, len);
   uint32_t codes[256];
@@ -479,50 +564,161 @@ Result<size_t> EncodeBlocked(const uint8_t* src, size_t n, const uint32_t hist[2
   const hd::HuffTableShape shape = hd::HuffShapeOf(len);
   const uint32_t blocks = hd::HuffBlocks(n, log2);
   const size_t header = hd::HuffBlockedHeader(shape.table_bytes, blocks);
-  if (cap < header) return Status::InvalidArgument("huffman: output buffer too small");
-  const size_t per = size_t{1} << log2;
-  // The block table first: it gives the payload size and the start of the
-  // second half, where the second writer begins.
-  uint64_t total = 0, half_bit = 0;
-  const uint32_t half = blocks / 2;
-  uint8_t* table = dst + 2 + shape.table_bytes + 1;
-  for (uint32_t b = 0; b < blocks; ++b) {
-    if (b == half) half_bit = total;
-    const size_t first = size_t{b} << log2;
-    const uint32_t count = static_cast<uint32_t>(std::min(per, n - first));
-    const uint32_t bits = hd::HuffBlockBits(src + first, count, codes);
-    StoreLE16(table + 2 * b, static_cast<uint16_t>(bits));
-    total += bits;
+  // Where each run ends: the four writers start at known bit positions.
+  uint64_t end_bit[4], total = 0;
+  for (int j = 0; j < 4; ++j) {
+    for (int c = 0; c < 256; ++c) total += uint64_t{runs[j][c]} * len[c];
+    end_bit[j] = total;
   }
   const size_t plen = static_cast<size_t>((total + 7) / 8);
-  if (cap < header + plen) return Status::InvalidArgument("huffman: output buffer too small");
+  if (cap < header || cap - header < plen) return Status::InvalidArgument("huffman: output buffer too small");
   hd::HuffWriteLengths(len, shape, dst);
   dst[2 + shape.table_bytes] = static_cast<uint8_t>(log2);
+  uint8_t* const table = dst + 2 + shape.table_bytes + 1;
 
-  // The payload is the codes of all symbols in order: two writers, split at
-  // a block boundary, as Encode's quarters.
+  // The payload is the codes of all symbols in order, coded by four writers
+  // that start at the runs' first blocks, as Encode's quarters; each stores
+  // its blocks' bit counts as it crosses their ends. A byte shared by two
+  // runs is cleared first (see Encode).
   uint8_t* const payload = dst + header;
-  const size_t split = size_t{half} << log2;
-  if (half_bit & 7) payload[half_bit / 8] = 0;
-  Lane lane[2];
-  lane[0] = {src, split, payload, payload + half_bit / 8, 0, 0};
-  lane[1] = {src + split, n - split, payload + half_bit / 8, payload + plen, 0, half_bit & 7};
+  for (int j = 0; j < 3; ++j)
+    if (end_bit[j] & 7) payload[end_bit[j] / 8] = 0;
+  Lane lane[4];
+  for (int j = 0; j < 4; ++j) {
+    const uint64_t start = j == 0 ? 0 : end_bit[j - 1];
+    Lane& l = lane[j];
+    l.src = src + cuts[j];
+    l.left = cuts[j + 1] - cuts[j];
+    l.out = payload + start / 8;
+    l.limit = payload + (j == 3 ? plen : end_bit[j] / 8);
+    l.acc = 0;
+    l.bits = start & 7;
+    l.table = table + 2 * (cuts[j] >> log2);
+    l.payload = payload;
+    l.block = size_t{1} << log2;
+    l.block_at = start;
+  }
   uint64_t top[256];
   for (int c = 0; c < 256; ++c) {
     const uint64_t l = codes[c] & 0xff;
     top[c] = l ? static_cast<uint64_t>(codes[c] >> 8) << (64 - l) | l : 0;
   }
   RunPair(lane[0], lane[1], top);
+  RunPair(lane[2], lane[3], top);
   const Status mismatch = Status::InvalidArgument("huffman: histogram does not match the data");
-  for (int j = 0; j < 2; ++j) {
-    if (!FinishLane(lane[j], codes)) return mismatch;
-    if (static_cast<uint64_t>(lane[j].out - payload) * 8 + lane[j].bits != (j == 0 ? half_bit : total))
-      return mismatch;
+  for (int j = 0; j < 4; ++j) {
+    Lane& l = lane[j];
+    if (!FinishLane(l, codes)) return mismatch;
+    if (l.position() != end_bit[j]) return mismatch;
+    if (l.done == 0) continue;
+    const uint64_t bits = end_bit[j] - l.block_at;  // the run's last block
+    if (bits > 0xffff) return mismatch;
+    StoreLE16(l.table + 2 * ((l.done - 1) >> log2), static_cast<uint16_t>(bits));
   }
-  if (lane[1].bits) *lane[1].out++ = static_cast<uint8_t>(lane[1].acc);
-  if (lane[0].bits) payload[half_bit / 8] |= static_cast<uint8_t>(lane[0].acc);
+  if (lane[3].bits) *lane[3].out++ = static_cast<uint8_t>(lane[3].acc);  // out < limit: bits < end_bit[3]
+  for (int j = 0; j < 3; ++j)
+    if (lane[j].bits) payload[end_bit[j] / 8] |= static_cast<uint8_t>(lane[j].acc);
   return header + plen;
 }
+
+Result<size_t> EncodeBlocked(const uint8_t* src, size_t n, const uint32_t hist[256], int log2, uint8_t* dst,
+                             size_t cap) {
+  if (n == 0 || n > kMaxSymbols) return Status::InvalidArgument("huffman: symbol count out of range");
+  if (log2 < hd::kMinBlockLog2 || log2 > hd::kMaxBlockLog2)
+    return Status::InvalidArgument("huffman: block size out of range");
+  size_t cuts[5];
+  BlockedCuts(n, log2, cuts);
+  uint32_t runs[4][256];
+  uint32_t total[256];
+  HistogramRuns(src, cuts, runs, total);
+  if (std::memcmp(total, hist, sizeof(total)) != 0)
+    return Status::InvalidArgument("huffman: histogram does not match the data");
+  return EncodeBlocked(src, n, runs, log2, dst, cap);
+}
+
+namespace {
+
+// Blocks one DecodeRuns call covers at most (its logs are on the stack).
+constexpr uint32_t kRunBlocks = 256;
+
+// The bit position `count` symbols after bit `pos`, storing nothing: the
+// multi-symbol table while three or more are left, then the single one.
+// Bytes past plen read as zero, as in DecodeTail.
+uint64_t SkipSymbols(const MultiEntry multi[kTableSize], const Entry table[kTableSize],
+                     const uint8_t* payload, size_t plen, uint64_t pos, size_t count) {
+  while (count >= 3) {
+    const MultiEntry e = multi[Window(payload, plen, pos)];
+    count -= (e >> 24) & 3;
+    pos += e >> 26;
+  }
+  for (; count > 0; --count) pos += table[Window(payload, plen, pos)] & 0xff;
+  return pos;
+}
+
+// Decodes nb (<= kRunBlocks) consecutive blocks of 2^12 symbols, n symbols
+// in all, into dst; block b's codes run from bit starts[b] to starts[b + 1].
+// Four readers each decode a run of whole blocks straight through, with the
+// fast loop; the blocks inside a run end where the table says, which the
+// per-block decoders of the GPU rely on, is checked after: from the last
+// round a reader started in block b - 1 (RoundLog), at most 15 symbols are
+// decoded again to the start of block b. A reader whose run is done copies
+// one still running (the same bits into the same bytes), so the fast loop
+// always has four. True when every run and block ends where declared.
+bool DecodeRuns(const MultiEntry multi[kTableSize], const Entry table[kTableSize], const uint8_t* payload,
+                size_t plen, const uint64_t* starts, uint32_t nb, uint8_t* dst, size_t n) {
+  constexpr int kShift = RoundLog::kShift;
+  constexpr uint64_t kNone = ~uint64_t{0};
+  uint64_t log_bit[kRunBlocks];
+  uint32_t log_out[kRunBlocks];
+  std::fill_n(log_bit, nb, kNone);
+  uint32_t first[5];
+  Readers rd;
+  uint64_t end[4];
+  bool done[4] = {};
+  for (uint32_t j = 0; j <= 4; ++j) first[j] = nb * j / 4;
+  for (uint32_t j = 0; j < 4; ++j) {
+    rd.bp[j] = starts[first[j]];
+    rd.out[j] = dst + std::min(n, size_t{first[j]} << kShift);
+    rd.stop[j] = dst + std::min(n, size_t{first[j + 1]} << kShift);
+    end[j] = starts[first[j + 1]];
+  }
+  const uint64_t limit = plen >= 8 ? (uint64_t{plen} - 8) * 8 + 7 : 0;
+  const RoundLog log{dst, log_bit, log_out};
+  for (;;) {
+    FastRounds<true>(multi, payload, plen, rd, log);
+    int live = -1;
+    for (int j = 0; j < 4; ++j) {
+      if (done[j]) continue;
+      const size_t left = static_cast<size_t>(rd.stop[j] - rd.out[j]);
+      if (left >= kRoom && rd.bp[j] <= limit && plen >= 8) {
+        live = j;
+        continue;
+      }
+      DecodeTail(table, payload, plen, &rd.bp[j], rd.out[j], left);
+      rd.out[j] += left;
+      if (rd.bp[j] != end[j]) return false;
+      done[j] = true;
+    }
+    if (live < 0) break;
+    for (int j = 0; j < 4; ++j) {
+      if (!done[j]) continue;
+      rd.bp[j] = rd.bp[live], rd.out[j] = rd.out[live], rd.stop[j] = rd.stop[live], end[j] = end[live];
+      done[j] = false;
+    }
+  }
+  for (uint32_t b = 1, j = 1; b < nb; ++b) {
+    while (j < 4 && first[j] < b) ++j;
+    if (j < 4 && first[j] == b) continue;  // a run began here: checked by the run before ending here
+    uint64_t at_bit = starts[b - 1];
+    size_t at_out = size_t{b - 1} << kShift;
+    if (log_bit[b - 1] != kNone) at_bit = log_bit[b - 1] >> 20, at_out = log_bit[b - 1] & 0xfffff;
+    if (SkipSymbols(multi, table, payload, plen, at_bit, (size_t{b} << kShift) - at_out) != starts[b])
+      return false;
+  }
+  return true;
+}
+
+}  // namespace
 
 Status DecodeBlocked(const uint8_t* src, size_t len, uint8_t* dst, size_t n) {
   if (n > kMaxSymbols) return Status::InvalidArgument("huffman: symbol count out of range");
@@ -559,23 +755,39 @@ Status DecodeBlocked(const uint8_t* src, size_t len, uint8_t* dst, size_t n) {
   BuildDecodeTable(lens, table);
   MultiEntry multi[kTableSize];
   BuildMultiTable(table, multi);
+  const Status bad_block = Status::Corruption("huffman: block does not end where declared");
   uint64_t pos = 0;
+  if (log2 == RoundLog::kShift) {
+    // Runs of up to kRunBlocks blocks, each decoded as four runs of whole
+    // blocks with the boundaries between checked after (DecodeRuns).
+    uint64_t starts[kRunBlocks + 1];
+    for (uint32_t first = 0; first < blocks; first += kRunBlocks) {
+      const uint32_t nb = std::min(blocks - first, kRunBlocks);
+      starts[0] = pos;
+      for (uint32_t b = 0; b < nb; ++b) starts[b + 1] = starts[b] + LoadLE16(table_bytes + 2 * (first + b));
+      const size_t at = size_t{first} << log2;
+      if (!DecodeRuns(multi, table, payload, plen, starts, nb, dst + at,
+                      std::min(n - at, size_t{nb} << log2)))
+        return bad_block;
+      pos = starts[nb];
+    }
+    return Status::Ok();
+  }
+  // Other block sizes (no lmc writes them): four blocks at a time.
   for (uint32_t b = 0; b < blocks; b += 4) {
-    uint64_t begin[4], end[4];
-    uint8_t* out[4];
-    uint8_t* stop[4];
+    Readers rd;
+    uint64_t end[4];
     for (uint32_t j = 0; j < 4; ++j) {
-      begin[j] = pos;
-      out[j] = stop[j] = dst + n;  // an empty reader past the last block
+      rd.bp[j] = pos;
+      rd.out[j] = rd.stop[j] = dst + n;  // an empty reader past the last block
       if (b + j < blocks) {
-        out[j] = dst + (size_t{b + j} << log2);
-        stop[j] = dst + std::min(n, size_t{b + j + 1} << log2);
+        rd.out[j] = dst + (size_t{b + j} << log2);
+        rd.stop[j] = dst + std::min(n, size_t{b + j + 1} << log2);
         pos += LoadLE16(table_bytes + 2 * (b + j));
       }
       end[j] = pos;
     }
-    if (!DecodeFour(multi, table, payload, plen, begin, end, out, stop))
-      return Status::Corruption("huffman: block does not end where declared");
+    if (!DecodeFour(multi, table, payload, plen, rd, end)) return bad_block;
   }
   return Status::Ok();
 }

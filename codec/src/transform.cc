@@ -286,11 +286,18 @@ void Histogram(const uint8_t* p, size_t n, uint32_t hist[256]) {
 }
 
 void HistogramQuarters(const uint8_t* p, size_t n, uint32_t quarters[4][256], uint32_t hist[256]) {
-  // Eight tables, two per quarter, so that runs of one symbol do not
-  // serialise on one counter.
-  uint32_t h[8][256] = {};
   const size_t q = n / 4;
-  const uint8_t *a = p, *b = p + q, *c = p + 2 * q, *d = p + 3 * q;
+  const size_t cuts[5] = {0, q, 2 * q, 3 * q, n};  // quarter 3 holds the rest
+  HistogramRuns(p, cuts, quarters, hist);
+}
+
+void HistogramRuns(const uint8_t* p, const size_t cuts[5], uint32_t runs[4][256], uint32_t hist[256]) {
+  // Eight tables, two per run, so that runs of one symbol do not serialise
+  // on one counter; the four runs interleaved over their common length.
+  uint32_t h[8][256] = {};
+  const uint8_t *a = p + cuts[0], *b = p + cuts[1], *c = p + cuts[2], *d = p + cuts[3];
+  size_t q = cuts[4] - cuts[3];
+  for (int j = 0; j < 3; ++j) q = std::min(q, cuts[j + 1] - cuts[j]);
   size_t i = 0;
   for (; i + 2 <= q; i += 2) {
     ++h[0][a[i]];
@@ -302,16 +309,11 @@ void HistogramQuarters(const uint8_t* p, size_t n, uint32_t quarters[4][256], ui
     ++h[6][c[i + 1]];
     ++h[7][d[i + 1]];
   }
-  for (; i < q; ++i) {
-    ++h[0][a[i]];
-    ++h[1][b[i]];
-    ++h[2][c[i]];
-    ++h[3][d[i]];
-  }
-  for (size_t k = 4 * q; k < n; ++k) ++h[3][p[k]];  // quarter 3 holds the rest
+  for (int j = 0; j < 4; ++j)  // what is left of each run
+    for (size_t k = cuts[j] + i; k < cuts[j + 1]; ++k) ++h[j][p[k]];
   for (int s = 0; s < 256; ++s) {
-    for (int j = 0; j < 4; ++j) quarters[j][s] = h[j][s] + h[j + 4][s];
-    hist[s] = quarters[0][s] + quarters[1][s] + quarters[2][s] + quarters[3][s];
+    for (int j = 0; j < 4; ++j) runs[j][s] = h[j][s] + h[j + 4][s];
+    hist[s] = runs[0][s] + runs[1][s] + runs[2][s] + runs[3][s];
   }
 }
 

@@ -1,7 +1,8 @@
-// The CPU codec on the two encode profiles (docs/FORMAT.md 5.4): ratio and
-// one-thread encode and decode speed of the same bf16 chunks as version-1
-// frames (Huffman in 4 sub-streams) and as the GPU profile's blocked
-// Huffman, in one run, A-B-A-B. docs/BENCHMARKS.md, "GPU codec".
+// The CPU codec on the encode profiles (docs/FORMAT.md, "Encode profiles"):
+// ratio and one-thread encode and decode speed of the same bf16 chunks as
+// the frames lmc wrote before blocked Huffman (4 sub-streams), as the CPU
+// profile's and as the GPU profile's, in one run, A-B-C-A-B-C.
+// docs/BENCHMARKS.md, "GPU codec".
 //
 //   lmc_profile_bench FILE   (the first 256 MiB, as 1 MiB bf16 chunks)
 #include <algorithm>
@@ -27,8 +28,9 @@ int main(int argc, char** argv) {
   data.resize(std::min<size_t>(data.size(), size_t{256} << 20));
   const size_t chunk = 1 << 20, nc = data.size() / chunk;
   lmc::Workspace ws;
-  for (auto prof : {lmc::EncodeProfile::kCpu, lmc::EncodeProfile::kGpu, lmc::EncodeProfile::kCpu,
-                    lmc::EncodeProfile::kGpu}) {
+  using lmc::EncodeProfile;
+  for (auto prof : {EncodeProfile::kCpuQuarters, EncodeProfile::kCpu, EncodeProfile::kGpu,
+                    EncodeProfile::kCpuQuarters, EncodeProfile::kCpu, EncodeProfile::kGpu}) {
     std::vector<std::vector<uint8_t>> fr(nc);
     size_t total = 0;
     auto t0 = std::chrono::steady_clock::now();
@@ -58,10 +60,11 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "decoded bytes differ\n");
       return 1;
     }
-    std::printf(
-        "%s ratio %.3f%%  encode %5.0f MB/s  decode %5.0f MB/s  (one thread, %zu chunks of 1 MiB)\n",
-        prof == lmc::EncodeProfile::kCpu ? "cpu profile (4 sub-streams):" : "gpu profile (blocked):      ",
-        100.0 * total / (nc * chunk), nc * chunk / te / 1e6, nc * chunk / td / 1e6, nc);
+    std::printf("%s ratio %.3f%%  encode %5.0f MB/s  decode %5.0f MB/s  (one thread, %zu chunks of 1 MiB)\n",
+                prof == EncodeProfile::kCpuQuarters ? "cpu, 4 sub-streams (before):"
+                : prof == EncodeProfile::kCpu       ? "cpu profile (blocked):       "
+                                                    : "gpu profile (blocked):       ",
+                100.0 * total / (nc * chunk), nc * chunk / te / 1e6, nc * chunk / td / 1e6, nc);
   }
   return 0;
 }

@@ -41,7 +41,7 @@ std::vector<uint8_t> EncodeBlockedOrDie(const std::vector<uint8_t>& s, int log2)
 TEST(BlockedHuffman, RoundTripsEverySizeAndBlockSize) {
   for (int log2 : {8, 10, 12}) {
     for (size_t n : {size_t{2}, size_t{3}, size_t{255}, size_t{256}, size_t{257}, size_t{4095}, size_t{4096},
-                     size_t{4097}, size_t{12345}, size_t{1} << 20}) {
+                     size_t{4097}, size_t{12345}, size_t{1} << 20, (size_t{513} << 12) + 7}) {
       SCOPED_TRACE(::testing::Message() << "log2 " << log2 << " n " << n);
       auto s = Skewed(n, static_cast<uint32_t>(n + log2), 3);
       s[0] = 7;  // at least two symbols
@@ -74,7 +74,7 @@ TEST(BlockedHuffman, PayloadIsTheSingleStreamOfAllCodes) {
 TEST(BlockedHuffman, HostDeviceWriterAndReaderMatchTheCpuCoder) {
   // What a GPU thread per block does, run here block by block in reverse
   // order: the same payload as the CPU coder, and each block decodes alone.
-  for (size_t n : {size_t{5000}, size_t{1} << 18, (size_t{1} << 18) + 77}) {
+  for (size_t n : {size_t{5000}, size_t{1} << 18, (size_t{1} << 18) + 77, size_t{130} * 4096 + 5}) {
     auto s = Skewed(n, 11, 5);
     auto enc = EncodeBlockedOrDie(s, 12);
     uint8_t len[256];
@@ -190,6 +190,123 @@ TEST(BlockedHuffman, CorruptStreamsNeverDecodeWrongOrOutOfBounds) {
   }
 }
 
+// The CPU decoder reads a run of blocks straight through and checks the
+// block table after (DecodeRuns); a table whose entries still add up but
+// put a boundary in the wrong place decodes the same symbols on the CPU
+// and garbage on a GPU, which starts a thread at every entry. So the CPU
+// must reject it, like the GPU, at every kind of boundary: inside a run,
+// at a run's start, in the second run of 256 blocks, before a short last
+// block, in a stream of fewer blocks than readers.
+TEST(BlockedHuffman, ATableThatMovesABoundaryIsCorruptEvenWhenItsSumHolds) {
+  struct Case {
+    size_t n;
+    std::vector<uint32_t> moved;  // b: d bits move from block b - 1 to block b
+  };
+  const std::vector<Case> cases = {
+      {size_t{130} << 12, {1, 2, 5, 31, 32, 33, 65, 66, 100, 129}},
+      {(size_t{300} << 12) + 9, {3, 64, 75, 255, 256, 257, 280, 299, 300}},
+      {(size_t{3} << 12) + 100, {1, 2, 3}},
+      {(size_t{1} << 12) + 2, {1}},
+  };
+  for (const Case& c : cases) {
+    auto s = Skewed(c.n, static_cast<uint32_t>(c.n), 3);
+    auto enc = EncodeBlockedOrDie(s, 12);
+    const uint32_t blocks = hd::HuffBlocks(c.n, 12);
+    const size_t table = 2 + (enc[1] - enc[0] + 2) / 2 + 1;  // lengths, log2, then the block table
+    std::vector<uint8_t> back(c.n);
+    ASSERT_TRUE(huff::DecodeBlocked(enc.data(), enc.size(), back.data(), c.n).ok());
+    ASSERT_EQ(back, s);
+    for (uint32_t b : c.moved) {
+      ASSERT_LT(b, blocks);
+      for (int d : {1, -1, 3}) {
+        SCOPED_TRACE(::testing::Message() << "n " << c.n << " boundary " << b << " moved by " << d);
+        auto bad = enc;
+        uint8_t* prev = bad.data() + table + 2 * (b - 1);
+        uint8_t* cur = prev + 2;
+        StoreLE16(prev, static_cast<uint16_t>(LoadLE16(prev) + d));
+        StoreLE16(cur, static_cast<uint16_t>(LoadLE16(cur) - d));
+        Status st = huff::DecodeBlocked(bad.data(), bad.size(), back.data(), c.n);
+        EXPECT_EQ(st.code(), Code::kCorruption) << st.ToString();
+      }
+    }
+  }
+}
+
+// HistogramRuns at BlockedCuts gives the histograms the 4-writer encoder
+// takes: the same bytes as from the whole stream's histogram, for runs of
+// equal and unequal lengths, and a wrong histogram is refused.
+TEST(BlockedHuffman, RunHistogramsGiveTheSameBytes) {
+  for (size_t n :
+       {size_t{3}, size_t{5000}, size_t{128} << 12, (size_t{130} << 12) + 5, (size_t{7} << 12) + 1}) {
+    SCOPED_TRACE(::testing::Message() << "n " << n);
+    auto s = Skewed(n, static_cast<uint32_t>(n + 1), 4);
+    s[0] = 1;
+    auto whole = EncodeBlockedOrDie(s, 12);
+    size_t cuts[5];
+    huff::BlockedCuts(n, 12, cuts);
+    EXPECT_EQ(cuts[0], 0u);
+    EXPECT_EQ(cuts[4], n);
+    for (int j = 0; j < 4; ++j) {
+      EXPECT_LE(cuts[j], cuts[j + 1]);
+      EXPECT_TRUE(cuts[j] % 4096 == 0 || cuts[j] == n);
+    }
+    uint32_t runs[4][256], hist[256], plain[256];
+    HistogramRuns(s.data(), cuts, runs, hist);
+    Histogram(s.data(), n, plain);
+    ASSERT_EQ(0, std::memcmp(hist, plain, sizeof(hist)));
+    for (int j = 0; j < 4; ++j) {
+      uint32_t h[256];
+      Histogram(s.data() + cuts[j], cuts[j + 1] - cuts[j], h);
+      ASSERT_EQ(0, std::memcmp(h, runs[j], sizeof(h))) << "run " << j;
+    }
+    std::vector<uint8_t> out(whole.size() + 64);
+    auto r = huff::EncodeBlocked(s.data(), n, runs, 12, out.data(), out.size());
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    out.resize(*r);
+    EXPECT_EQ(out, whole);
+    if (n > 4096) {
+      // One symbol counted in the wrong run: the sums still hold.
+      int from = 0;
+      while (runs[0][from] == 0) ++from;
+      int to = from + 1;
+      while (runs[3][to] == 0 && to < 255) ++to;
+      --runs[0][from], ++runs[0][to];
+      ++runs[3][from], --runs[3][to];
+      std::vector<uint8_t> o2(whole.size() + 64);
+      EXPECT_FALSE(huff::EncodeBlocked(s.data(), n, runs, 12, o2.data(), o2.size()).ok());
+    }
+  }
+}
+
+// What the CPU writes: blocked Huffman for bf16 exponents (version-2
+// frames), which the GPU decodes a block a thread; the frames of before
+// (EncodeProfile::kCpuQuarters, 4 sub-streams) still decode.
+TEST(CpuProfile, WritesBlockedHuffmanAndTheFramesOfBeforeStillDecode) {
+  Workspace ws;
+  auto src = testing::Bf16Weights(size_t{1} << 19, 23);  // 1 MiB
+  size_t size[2] = {};
+  for (EncodeProfile p : {EncodeProfile::kCpu, EncodeProfile::kCpuQuarters}) {
+    SCOPED_TRACE(static_cast<int>(p));
+    std::vector<uint8_t> f(MaxEncodedSize(src.size()));
+    auto len = EncodeChunk(src.data(), src.size(), {DType::kBF16, nullptr, p}, f.data(), f.size(), ws);
+    ASSERT_TRUE(len.ok()) << len.status().ToString();
+    auto fi = ReadFrameInfo(f.data(), *len);
+    ASSERT_TRUE(fi.ok());
+    const bool blocked = p == EncodeProfile::kCpu;
+    EXPECT_EQ(fi->streams[0].coder, blocked ? Coder::kHuffmanBlocked : Coder::kHuffman);
+    EXPECT_EQ(fi->version, blocked ? 2 : 1);
+    std::vector<uint8_t> back(src.size());
+    auto d = DecodeChunk(f.data(), *len, nullptr, 0, back.data(), back.size(), ws);
+    ASSERT_TRUE(d.ok()) << d.status().ToString();
+    EXPECT_EQ(back, src);
+    size[blocked ? 0 : 1] = *len;
+  }
+  // The block table: 2 bytes a 4096 symbols against 16 bytes a stream.
+  const double points = 100.0 * (static_cast<double>(size[0]) - static_cast<double>(size[1])) / src.size();
+  EXPECT_GT(points, 0.0);
+  EXPECT_LT(points, 0.05) << size[0] << " vs " << size[1];
+}
+
 TEST(GpuProfile, FramesRoundTripAndUseBlockedHuffmanForExponents) {
   Workspace ws;
   for (int t = 0; t < kNumDTypes; ++t) {
@@ -230,7 +347,8 @@ TEST(GpuProfile, CostsUnderATenthOfAPointOfRatioOnBf16Weights) {
   Workspace ws;
   auto src = testing::Bf16Weights(size_t{1} << 20, 17);
   std::vector<uint8_t> a(MaxEncodedSize(src.size())), b(a.size());
-  auto cpu = EncodeChunk(src.data(), src.size(), {DType::kBF16, nullptr}, a.data(), a.size(), ws);
+  auto cpu = EncodeChunk(src.data(), src.size(), {DType::kBF16, nullptr, EncodeProfile::kCpuQuarters},
+                         a.data(), a.size(), ws);
   auto gpu = EncodeChunk(src.data(), src.size(), {DType::kBF16, nullptr, EncodeProfile::kGpu}, b.data(),
                          b.size(), ws);
   ASSERT_TRUE(cpu.ok() && gpu.ok());

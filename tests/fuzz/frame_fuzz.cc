@@ -1,7 +1,8 @@
 // libFuzzer target for the chunk decoder and the .lmc container reader.
 // Any input must decode or fail cleanly (ASan catches out-of-bounds
 // accesses); and any input, encoded as a chunk of any dtype with or without
-// a base, must decode back to itself. The GPU codec's pipeline (its host
+// a base (by the CPU profile, or the 4-sub-stream one of older stores),
+// must decode back to itself. The GPU codec's pipeline (its host
 // emulation: the planning and kernel bodies the CUDA backend runs) must
 // give the CPU decoder's status and bytes for those frames (half of the
 // inputs), and for the GPU profile's frame of the input with one payload
@@ -75,8 +76,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     std::vector<uint8_t> bbuf(n);
     for (size_t i = 0; i < n; ++i) bbuf[i] = src[(i + 1) % n] ^ static_cast<uint8_t>(i);
     std::vector<uint8_t> enc(lmc::MaxEncodedSize(n)), back(n);
-    lmc::Result<size_t> e = lmc::EncodeChunk(src, n, lmc::EncodeParams{t, delta ? bbuf.data() : nullptr},
-                                             enc.data(), enc.size(), ws);
+    // The CPU profile, or for a quarter of the inputs the 4-sub-stream
+    // Huffman that older stores hold.
+    const auto profile = (data[1] & 12) == 12 ? lmc::EncodeProfile::kCpuQuarters : lmc::EncodeProfile::kCpu;
+    lmc::Result<size_t> e = lmc::EncodeChunk(
+        src, n, lmc::EncodeParams{t, delta ? bbuf.data() : nullptr, profile}, enc.data(), enc.size(), ws);
     if (!e.ok()) abort();
     lmc::Result<size_t> d = lmc::DecodeChunk(enc.data(), *e, delta ? bbuf.data() : nullptr, delta ? n : 0,
                                              back.data(), back.size(), ws);

@@ -54,6 +54,10 @@ void Histogram(const uint8_t* p, size_t n, uint32_t hist[256]);
 // Huffman coder splits it (quarter j < 3 is [j*(n/4), (j+1)*(n/4)), quarter
 // 3 the rest), in one pass.
 void HistogramQuarters(const uint8_t* p, size_t n, uint32_t quarters[4][256], uint32_t hist[256]);
+// The same for four runs p[cuts[j], cuts[j + 1]) (cuts[0] = 0, cuts[4] = n,
+// ascending) of lengths within a few thousand of each other, as the blocked
+// Huffman coder splits a stream.
+void HistogramRuns(const uint8_t* p, const size_t cuts[5], uint32_t runs[4][256], uint32_t hist[256]);
 // Order-0 Shannon entropy of a histogram, in bits for the whole stream.
 double EntropyBits(const uint32_t hist[256], size_t n);
 
