@@ -120,6 +120,60 @@ __global__ void HuffDecodeKernel(DecArgs a) {
   if (!bad) DecodeTask<Mode>(a, i, single);
 }
 
+// rANS decoding, one warp a stream (kRansWarps streams a CUDA block), lane
+// j carrying state j of K (4 or 32): each round the K lanes decode symbols
+// r .. r+K-1 together, and those whose state fell below 2^16 take the next
+// words in lane order, which is the scalar order (a ballot of the lanes
+// that need one, each taking the word at its rank among them). The slot ->
+// symbol table is built in shared memory from the stream's cumulative
+// frequencies. Same result as RansDecodeBody::Run.
+constexpr unsigned kRansWarps = 4;
+
+__global__ void RansDecodeKernel(DecArgs a) {
+  __shared__ uint8_t slot_symbol[kRansWarps][hd::kRansProbScale];
+  __shared__ uint16_t freq[kRansWarps][256], cum[kRansWarps][256];
+  const unsigned warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const size_t r = blockIdx.x * static_cast<size_t>(kRansWarps) + warp;
+  if (r >= a.nr) return;  // the whole warp: r is the same for its lanes
+  const DecStream& s = a.streams[a.rans_streams[r]];
+  DecFrame& f = a.frames[s.frame];
+  // Another warp may mark the frame bad meanwhile: the lanes decide as one,
+  // since the ballots below need the whole warp.
+  if (__any_sync(0xffffffffu, f.bad != 0)) return;
+  const RansTable& t = a.rans[r];
+  for (unsigned c = lane; c < 256; c += 32) {
+    freq[warp][c] = t.freq[c];
+    cum[warp][c] = t.cum[c];
+  }
+  __syncwarp();
+  for (unsigned slot = lane; slot < hd::kRansProbScale; slot += 32)
+    slot_symbol[warp][slot] = hd::RansSymbolAt(cum[warp], slot);
+  __syncwarp();
+  const uint32_t k = t.states;
+  const uint8_t* words = f.frame + s.off + t.start.words;
+  uint8_t* out = a.dbuf + s.buf;
+  uint32_t x = lane < k ? t.start.x[lane] : hd::kRansLow;
+  uint64_t w = 0;
+  bool ok = true;
+  for (uint64_t i0 = 0; i0 < s.n; i0 += k) {
+    const bool live = lane < k && i0 + lane < s.n;
+    bool need = false;
+    if (live) need = hd::RansStep(x, slot_symbol[warp], freq[warp], cum[warp], out + i0 + lane);
+    const unsigned mask = __ballot_sync(0xffffffffu, need);
+    if (need) {
+      const uint64_t at = w + __popc(mask & ((1u << lane) - 1));
+      if (at < t.start.nwords) {
+        x = x << 16 | hd::RansWord(words, at);
+      } else {
+        ok = false;
+      }
+    }
+    w += __popc(mask);
+  }
+  ok = ok && x == hd::kRansLow && w == t.start.nwords;
+  if (!__all_sync(0xffffffffu, ok) && lane == 0) MarkBad(f);
+}
+
 template <typename Body>
 struct HuffDecodeMode {
   static constexpr int value = -1;
@@ -320,6 +374,9 @@ class CudaBackend {
       const size_t threads = 8 * count;
       ChainKernel<Body, Args>
           <<<static_cast<unsigned>((threads + kThreads - 1) / kThreads), kThreads, 0, stream_>>>(a, count);
+    } else if constexpr (std::is_same_v<Body, RansDecodeBody>) {
+      RansDecodeKernel<<<static_cast<unsigned>((count + kRansWarps - 1) / kRansWarps), 32 * kRansWarps, 0,
+                         stream_>>>(a);
     } else if constexpr (HuffDecodeMode<Body>::value >= 0) {
       // count is a multiple of kDecodeGroup (DecodeOnDevice's task groups).
       HuffDecodeKernel<HuffDecodeMode<Body>::value>

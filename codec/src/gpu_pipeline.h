@@ -24,6 +24,7 @@
 #include "frame_format.h"
 #include "hd/frame_hd.h"
 #include "hd/huffman_hd.h"
+#include "hd/rans_hd.h"
 #include "hd/xxh3.h"
 #include "lmc/bytes.h"
 #include "lmc/codec.h"
@@ -435,6 +436,14 @@ struct DecStream {
   uint64_t payload;  // offset of the bit payload within the stream payload
 };
 
+// A rANS stream's tables and start (RansParseBody), for its decoder.
+struct RansTable {
+  uint16_t freq[256];
+  uint16_t cum[256];  // sum of freq below each symbol
+  hd::RansStart start;
+  uint32_t states;  // 4 (coder 3) or 32 (coder 5)
+};
+
 struct DecArgs {
   DecFrame* frames;
   DecStream* streams;
@@ -451,7 +460,10 @@ struct DecArgs {
   uint64_t* frame_tile0;     // first merge tile of each frame
   uint64_t* frame_hash0;     // first hash block of each frame
   uint64_t* deltas;
-  uint64_t task_first;  // HuffDecodeBody: the first task of the launch
+  uint64_t task_first;     // HuffDecodeBody: the first task of the launch
+  uint32_t nr;             // rANS streams
+  uint32_t* rans_streams;  // stream index of each rANS stream
+  RansTable* rans;         // per rANS stream (RansParseBody)
 };
 
 LMC_HD void MarkBad(DecFrame& f) { AtomicOr32(&f.bad, 1); }
@@ -522,6 +534,72 @@ struct SingleTableBody {  // i: table * kHuffTableSize + window
     const DecStream& s = a.streams[a.huff_streams[t]];
     if (a.frames[s.frame].bad) return;
     a.single[i] = hd::HuffSingleEntryAt(a.canon[t], static_cast<uint32_t>(i % hd::kHuffTableSize));
+  }
+};
+
+// rANS streams (coders 3 and 5): a stream's symbol i is decoded by state
+// i mod K, and a state that falls below 2^16 takes the next word, in symbol
+// order (docs/FORMAT.md 5.2). The CUDA kernel runs a stream on one warp, a
+// lane a state, each round's lanes taking their words in lane order
+// (ballot and popcount); these bodies run the same rounds one lane after
+// another.
+struct RansParseBody {  // i: rANS stream. Checks the header; frequencies, states.
+  static LMC_HD void Run(const DecArgs& a, size_t i) {
+    const DecStream& s = a.streams[a.rans_streams[i]];
+    DecFrame& f = a.frames[s.frame];
+    const uint8_t* p = f.frame + s.off;
+    RansTable& t = a.rans[i];
+    uint32_t freq[256];
+    int k = 0;
+    t.states = s.coder == hd::kCoderRansX32 ? 32 : 4;
+    const uint32_t header = hd::RansParseHeader(p, s.len, freq, &k);
+    if (!header || !hd::RansReadStart(p, s.len, header, k, static_cast<int>(t.states), &t.start))
+      return MarkBad(f);
+    uint32_t cum = 0;
+    for (int c = 0; c < 256; ++c) {
+      t.freq[c] = static_cast<uint16_t>(freq[c]);
+      t.cum[c] = static_cast<uint16_t>(cum);
+      cum += freq[c];
+    }
+  }
+};
+
+// Rounds of K symbols from symbol `first` (a multiple of K) on: lane j of a
+// round decodes symbol first + j; the lanes that need a word take the next
+// ones in lane order. *w counts the words taken (past nwords: a truncated
+// stream, which leaves *ok false).
+LMC_HD void RansRounds(const RansTable& t, const uint8_t* slot_symbol, const uint8_t* words, uint32_t* x,
+                       uint8_t* out, uint64_t n, uint64_t* w, bool* ok) {
+  const uint32_t k = t.states;
+  for (uint64_t r = 0; r < n; r += k) {
+    for (uint32_t j = 0; j < k && r + j < n; ++j) {
+      if (!hd::RansStep(x[j], slot_symbol, t.freq, t.cum, out + r + j)) continue;
+      if (*w < t.start.nwords) {
+        x[j] = x[j] << 16 | hd::RansWord(words, *w);
+      } else {
+        *ok = false;
+      }
+      ++*w;
+    }
+  }
+}
+
+struct RansDecodeBody {  // i: rANS stream, decoded into the decode buffer
+  static LMC_HD void Run(const DecArgs& a, size_t i) {
+    const DecStream& s = a.streams[a.rans_streams[i]];
+    DecFrame& f = a.frames[s.frame];
+    if (f.bad) return;
+    const RansTable& t = a.rans[i];
+    uint8_t slot_symbol[hd::kRansProbScale];
+    for (uint32_t slot = 0; slot < hd::kRansProbScale; ++slot)
+      slot_symbol[slot] = hd::RansSymbolAt(t.cum, slot);
+    uint32_t x[hd::kRansMaxStates];
+    for (uint32_t j = 0; j < t.states; ++j) x[j] = t.start.x[j];
+    uint64_t w = 0;
+    bool ok = true;
+    RansRounds(t, slot_symbol, f.frame + s.off + t.start.words, x, a.dbuf + s.buf, s.n, &w, &ok);
+    for (uint32_t j = 0; j < t.states; ++j) ok &= x[j] == hd::kRansLow;
+    if (!ok || w != t.start.nwords) MarkBad(f);
   }
 };
 
@@ -998,7 +1076,7 @@ Status DecodeOnDevice(B& be, GpuDecodeItem* items, const std::vector<DecPlanItem
   const auto t_start = std::chrono::steady_clock::now();
   std::vector<DecFrame> fr(nf);
   std::vector<DecStream> streams;
-  std::vector<uint32_t> huff;
+  std::vector<uint32_t> huff, rans;
   std::vector<uint64_t> huff_task0, frame_tile0(nf + 1), frame_hash0(nf + 1);
   uint64_t dbytes = 0, tasks = 0, tables = 0, nstarts = 0, hashes = 0, tiles = 0, fused_hashes = 0;
   std::vector<uint32_t> by_mode[kDecodeModes];  // Huffman streams by DecodeMode
@@ -1055,6 +1133,11 @@ Status DecodeOnDevice(B& be, GpuDecodeItem* items, const std::vector<DecPlanItem
         nstarts += blocks + 1;
         by_mode[direct ? (d.fused_hash ? kDecodeFusedHash : kDecodeFused) : kDecodePlain].push_back(
             static_cast<uint32_t>(streams.size()));
+      } else if (s.coder == hd::kCoderRans || s.coder == hd::kCoderRansX32) {
+        dbytes = (dbytes + 15) & ~uint64_t{15};
+        s.buf = dbytes;
+        dbytes += s.n;
+        rans.push_back(static_cast<uint32_t>(streams.size()));
       }
       streams.push_back(s);
     }
@@ -1099,14 +1182,18 @@ Status DecodeOnDevice(B& be, GpuDecodeItem* items, const std::vector<DecPlanItem
   a.tile_frame = AllocArray<uint32_t>(be, tiles);
   a.hash_frame = AllocArray<uint32_t>(be, hashes);
   a.deltas = AllocArray<uint64_t>(be, 8 * (hashes + fused_hashes));
+  a.nr = static_cast<uint32_t>(rans.size());
+  a.rans_streams = AllocArray<uint32_t>(be, rans.size());
+  a.rans = AllocArray<RansTable>(be, rans.size());
   if (!a.frames || !a.streams || !a.huff_streams || !a.huff_task0 || !a.starts || !a.canon || !a.single ||
       !a.dbuf || !a.frame_tile0 || !a.frame_hash0 || !a.deltas || !a.task_huff || !a.tile_frame ||
-      !a.hash_frame)
+      !a.hash_frame || !a.rans_streams || !a.rans)
     return Status::IOError("GPU: out of device memory for a decode batch");
   LMC_RETURN_IF_ERROR(be.ToDevice(a.frames, fr.data(), sizeof(DecFrame) * nf));
   LMC_RETURN_IF_ERROR(be.ToDevice(a.streams, streams.data(), sizeof(DecStream) * streams.size()));
   LMC_RETURN_IF_ERROR(be.ToDevice(a.huff_streams, huff.data(), 4 * huff.size()));
   LMC_RETURN_IF_ERROR(be.ToDevice(a.huff_task0, huff_task0.data(), 8 * huff_task0.size()));
+  LMC_RETURN_IF_ERROR(be.ToDevice(a.rans_streams, rans.data(), 4 * rans.size()));
   LMC_RETURN_IF_ERROR(be.ToDevice(a.frame_tile0, frame_tile0.data(), 8 * (nf + 1)));
   LMC_RETURN_IF_ERROR(be.ToDevice(a.frame_hash0, frame_hash0.data(), 8 * (nf + 1)));
 
@@ -1125,6 +1212,8 @@ Status DecodeOnDevice(B& be, GpuDecodeItem* items, const std::vector<DecPlanItem
     if (m == kDecodeFusedHash)
       LMC_RETURN_IF_ERROR(be.template Launch<HuffDecodeBody<kDecodeFusedHash>>(count, a));
   }
+  LMC_RETURN_IF_ERROR(be.template Launch<RansParseBody>(rans.size(), a));
+  LMC_RETURN_IF_ERROR(be.template Launch<RansDecodeBody>(rans.size(), a));
   LMC_RETURN_IF_ERROR(be.template Launch<MergeBody>(tiles * (kTileElems / kPerThread), a));
   LMC_RETURN_IF_ERROR(be.template Launch<HashBlocksDecBody>(hashes, a));
   LMC_RETURN_IF_ERROR(be.template Launch<VerifyBody>(nf, a));
@@ -1402,10 +1491,11 @@ class BatchCodec final : public GpuCodec {
   static std::optional<DecPlanItem> PlanDecode(const GpuDecodeItem& it, size_t i, const uint8_t* head) {
     if (!it.frame) return std::nullopt;
     Result<FrameInfo> fi = ReadFrameInfo(head, it.len);
+    // A widened base (paired fp32 deltas) is the CPU's: the device XORs
+    // with the base as it is.
     bool ok = fi.ok() && fi->decoded_size >= kMinGpuChunk && it.dst && it.cap >= fi->decoded_size &&
-              (!fi->xor_delta || (it.base && it.base_len == fi->decoded_size));
+              !fi->widened_base && (!fi->xor_delta || (it.base && it.base_len == fi->decoded_size));
     if (ok) {
-      for (const StreamInfo& s : fi->streams) ok &= s.coder != Coder::kRans && s.coder != Coder::kRansX32;
       // A raw stream's size is checked here, as the CPU does.
       for (const StreamInfo& s : fi->streams)
         ok &= s.coder != Coder::kRaw || s.encoded_size == s.decoded_size;

@@ -37,6 +37,7 @@
 #include <immintrin.h>
 #endif
 
+#include "hd/rans_hd.h"
 #include "lmc/bytes.h"
 
 namespace lmc::rans {
@@ -160,44 +161,10 @@ size_t WriteHeader(const uint32_t freq[256], int k, uint8_t* dst) {
   return static_cast<size_t>(p - dst);
 }
 
-// Parses the header; returns its size or 0 when malformed.
+// Parses the header; returns its size or 0 when malformed (one parser with
+// the GPU decoder's: hd/rans_hd.h).
 size_t ParseHeader(const uint8_t* src, size_t len, uint32_t freq[256], int* k_out) {
-  if (len < 1) return 0;
-  const int k = src[0] + 1;
-  size_t p = 1;
-  int symbols[256];
-  if (k < 32) {
-    if (len < p + static_cast<size_t>(k)) return 0;
-    for (int i = 0; i < k; ++i) {
-      symbols[i] = src[p + i];
-      if (i > 0 && symbols[i] <= symbols[i - 1]) return 0;
-    }
-    p += static_cast<size_t>(k);
-  } else {
-    if (len < p + 32) return 0;
-    int count = 0;
-    for (int s = 0; s < 256; ++s)
-      if (src[p + (s >> 3)] >> (s & 7) & 1) symbols[count++] = s;
-    if (count != k) return 0;
-    p += 32;
-  }
-  std::memset(freq, 0, 256 * sizeof(uint32_t));
-  uint32_t sum = 0;
-  for (int i = 0; i < k; ++i) {
-    if (p >= len) return 0;
-    uint32_t v = src[p++];
-    if (v & 0x80) {
-      if (p >= len) return 0;
-      const uint32_t hi = src[p++];
-      v = (v & 0x7f) | hi << 7;
-      if (hi == 0 || v >= kProbScale) return 0;
-    }
-    freq[symbols[i]] = v + 1;
-    sum += v + 1;
-  }
-  if (sum != kProbScale) return 0;
-  *k_out = k;
-  return p;
+  return hd::RansParseHeader(src, len, freq, k_out);
 }
 
 // Encoder tables, by symbol: for the scalar path, x' = x + bias + q * cmpl

@@ -91,6 +91,46 @@ inline void CheckEncodeMatchesCpu(GpuCodec* codec) {
   EXPECT_GT(codec->stats().encode_chunks, 0u);
 }
 
+// Decodes frames[i] (of case of[i]; the first `clean` ones as encoded)
+// in one DecodeBatch and checks each item against the CPU decoder: the
+// same status, code and message, the same bytes, and the case's bytes for
+// the clean frames. Returns how many decoded.
+inline size_t DecodeLikeTheCpu(GpuCodec* codec, const std::vector<std::vector<uint8_t>>& frames,
+                               const std::vector<const Case*>& of, size_t clean) {
+  Workspace ws;
+  std::vector<GpuDecodeItem> items(frames.size());
+  std::vector<std::vector<uint8_t>> out(frames.size());
+  for (size_t i = 0; i < frames.size(); ++i) {
+    out[i].assign(of[i]->src.size() + 1, 0xEE);
+    items[i].frame = frames[i].data();
+    items[i].len = frames[i].size();
+    items[i].base = of[i]->base.empty() ? nullptr : of[i]->base.data();
+    items[i].base_len = of[i]->base.size();
+    items[i].dst = out[i].data();
+    items[i].cap = out[i].size();
+  }
+  EXPECT_TRUE(codec->DecodeBatch(items.data(), items.size()).ok());
+  size_t good = 0;
+  for (size_t i = 0; i < frames.size(); ++i) {
+    SCOPED_TRACE(::testing::Message() << "frame " << i);
+    std::vector<uint8_t> ref(out[i].size());
+    auto r = DecodeChunk(frames[i].data(), frames[i].size(), items[i].base, items[i].base_len, ref.data(),
+                         ref.size(), ws);
+    EXPECT_EQ(items[i].status.code(), r.status().code())
+        << items[i].status.ToString() << " vs " << r.status().ToString();
+    EXPECT_EQ(items[i].status.message(), r.status().message());
+    if (r.ok()) {
+      ++good;
+      EXPECT_EQ(items[i].out_len, *r);
+      EXPECT_TRUE(std::equal(ref.begin(), ref.begin() + *r, out[i].begin()));
+      if (i < clean) {
+        EXPECT_TRUE(std::equal(of[i]->src.begin(), of[i]->src.end(), out[i].begin()));
+      }
+    }
+  }
+  return good;
+}
+
 // Every frame the CPU writes decodes to the same bytes, and every corrupt
 // one gives the CPU's status, code and message.
 inline void CheckDecodeMatchesCpu(GpuCodec* codec) {
@@ -127,34 +167,7 @@ inline void CheckDecodeMatchesCpu(GpuCodec* codec) {
     frames.push_back(f);
     of.push_back(of[i]);
   }
-  std::vector<GpuDecodeItem> items(frames.size());
-  std::vector<std::vector<uint8_t>> out(frames.size());
-  for (size_t i = 0; i < frames.size(); ++i) {
-    out[i].assign(of[i]->src.size() + 1, 0xEE);
-    items[i].frame = frames[i].data();
-    items[i].len = frames[i].size();
-    items[i].base = of[i]->base.empty() ? nullptr : of[i]->base.data();
-    items[i].base_len = of[i]->base.size();
-    items[i].dst = out[i].data();
-    items[i].cap = out[i].size();
-  }
-  ASSERT_TRUE(codec->DecodeBatch(items.data(), items.size()).ok());
-  for (size_t i = 0; i < frames.size(); ++i) {
-    SCOPED_TRACE(::testing::Message() << "frame " << i);
-    std::vector<uint8_t> ref(out[i].size());
-    auto r = DecodeChunk(frames[i].data(), frames[i].size(), items[i].base, items[i].base_len, ref.data(),
-                         ref.size(), ws);
-    EXPECT_EQ(items[i].status.code(), r.status().code())
-        << items[i].status.ToString() << " vs " << r.status().ToString();
-    EXPECT_EQ(items[i].status.message(), r.status().message());
-    if (r.ok()) {
-      ASSERT_EQ(items[i].out_len, *r);
-      EXPECT_TRUE(std::equal(ref.begin(), ref.begin() + *r, out[i].begin()));
-      if (i < clean) {
-        EXPECT_TRUE(std::equal(of[i]->src.begin(), of[i]->src.end(), out[i].begin()));
-      }
-    }
-  }
+  DecodeLikeTheCpu(codec, frames, of, clean);
   EXPECT_GT(codec->stats().decode_chunks, 0u);
 }
 
@@ -288,6 +301,80 @@ inline void CheckFusedDecode(Open open, DeviceMemory* mem) {
       EXPECT_EQ(codec->stats().decode_fused_chunks, fuse && shift % 16 == 0 ? frames.size() : 0u);
     }
   }
+}
+
+// rANS streams (coders 3 and 5) decode on the device: sparse XOR deltas
+// of bf16 weights (few changed elements: skewed streams, rANS with 32
+// states from 64 Ki symbols on, 4 below) and sparse bytes, every frame
+// taken by the device path, the bytes and statuses the CPU's; corrupt
+// copies (a word, a state, a frequency changed; a cut) give the CPU's
+// status.
+inline void CheckRansDecode(GpuCodec* codec) {
+  Workspace ws;
+  std::vector<Case> cases;
+  uint32_t seed = 40;
+  for (size_t n : {size_t{8192}, size_t{70000}, size_t{1} << 20}) {
+    Case c;
+    c.dtype = DType::kBF16;
+    c.base = lmc::testing::Bf16Weights(n / 2, seed++);
+    c.src = c.base;
+    std::mt19937 rng(seed);
+    for (size_t i = 0; i < n / 2; i += 1 + rng() % 23) c.src[2 * i] ^= static_cast<uint8_t>(1 + rng() % 3);
+    cases.push_back(c);
+    Case b{DType::kBytes, std::vector<uint8_t>(n, 0), {}};
+    for (size_t i = 0; i < n; i += 1 + rng() % 9) b.src[i] = static_cast<uint8_t>(1 + rng() % 5);
+    cases.push_back(b);
+  }
+  std::vector<std::vector<uint8_t>> frames;
+  std::vector<const Case*> of;
+  std::set<Coder> coders;
+  for (const Case& c : cases) {
+    std::vector<uint8_t> f(MaxEncodedSize(c.src.size()));
+    auto r = EncodeChunk(c.src.data(), c.src.size(), {c.dtype, c.base.empty() ? nullptr : c.base.data()},
+                         f.data(), f.size(), ws);
+    ASSERT_TRUE(r.ok());
+    f.resize(*r);
+    auto fi = ReadFrameInfo(f.data(), f.size());
+    ASSERT_TRUE(fi.ok());
+    bool rans = false;
+    for (const StreamInfo& si : fi->streams) {
+      coders.insert(si.coder);
+      rans |= si.coder == Coder::kRans || si.coder == Coder::kRansX32;
+    }
+    ASSERT_TRUE(rans) << "case of " << c.src.size() << " bytes has no rANS stream";
+    frames.push_back(f);
+    of.push_back(&c);
+  }
+  EXPECT_TRUE(coders.count(Coder::kRans) && coders.count(Coder::kRansX32));
+  const size_t clean = frames.size();
+  std::mt19937 rng(11);
+  for (size_t i = 0; i < clean; ++i) {
+    auto fi = ReadFrameInfo(frames[i].data(), frames[i].size());
+    size_t off = fi->header_size;
+    for (const StreamInfo& si : fi->streams) {
+      if (si.coder == Coder::kRans || si.coder == Coder::kRansX32) {
+        // The last word, the first state's low byte, the first frequency.
+        for (size_t at : {off + si.encoded_size - 1, off + si.encoded_size - 2 - 128, size_t{0}}) {
+          if (at == 0) at = off + 1 + (frames[i][off] + 1 < 32 ? frames[i][off] + 1 : 32);
+          auto f = frames[i];
+          f[at] ^= static_cast<uint8_t>(1 + rng() % 255);
+          frames.push_back(f);
+          of.push_back(of[i]);
+        }
+      }
+      off += si.encoded_size;
+    }
+    auto f = frames[i];
+    f.resize(f.size() - 3);
+    frames.push_back(f);
+    of.push_back(of[i]);
+  }
+  const GpuCodecStats before = codec->stats();
+  const size_t good = DecodeLikeTheCpu(codec, frames, of, clean);
+  // Every frame that decodes was decoded on the device (the CPU decodes
+  // only what the device marks bad).
+  EXPECT_GE(good, clean);
+  EXPECT_EQ(codec->stats().decode_chunks - before.decode_chunks, good);
 }
 
 }  // namespace lmc::testing

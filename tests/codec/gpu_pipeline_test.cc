@@ -60,5 +60,10 @@ TEST(GpuPipeline, FusedDecoderWritesWhatTheMergePassWrites) {
   testing::CheckFusedDecode([](const GpuCodecOptions& o) { return gpu::OpenHostEmulatedCodec(o); }, &mem);
 }
 
+TEST(GpuPipeline, DecodesRansStreamsOnTheDevice) {
+  auto codec = gpu::OpenHostEmulatedCodec();
+  testing::CheckRansDecode(codec.get());
+}
+
 }  // namespace
 }  // namespace lmc

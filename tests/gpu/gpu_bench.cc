@@ -267,6 +267,66 @@ int main(int argc, char** argv) {
   }
   const uint64_t fused_chunks = codec->stats().decode_fused_chunks / (reps + 1);
 
+  // ---- Deltas (rANS streams): the data as the base of a next version in
+  // which one element in 13 changed its low byte a little, as an optimizer
+  // step moves weights; the CPU profile's delta frames (XOR streams coded
+  // with rANS), decoded by the CPU on all threads and by the GPU device to
+  // device, the base on the device.
+  std::vector<uint8_t> next = data;
+  for (size_t i = 0; i + 1 < total; i += 26) next[i] ^= static_cast<uint8_t>(1 + (i / 26) % 3);
+  std::vector<std::vector<uint8_t>> delta_frames(nchunks);
+  std::vector<size_t> delta_len(nchunks);
+  std::vector<int> delta_rans(nchunks);
+  Parallel(nchunks, threads, [&](size_t c, lmc::Workspace& ws) {
+    delta_frames[c].resize(lmc::MaxEncodedSize(csize(c)));
+    auto e = lmc::EncodeChunk(next.data() + c * chunk, csize(c), {dtype, data.data() + c * chunk},
+                              delta_frames[c].data(), delta_frames[c].size(), ws);
+    delta_len[c] = e.ok() ? *e : 0;
+    auto fi = lmc::ReadFrameInfo(delta_frames[c].data(), delta_len[c]);
+    for (const lmc::StreamInfo& si : fi.ok() ? fi->streams : lmc::StreamList{})
+      delta_rans[c] |= si.coder == lmc::Coder::kRans || si.coder == lmc::Coder::kRansX32;
+  });
+  size_t delta_bytes = 0, delta_rans_chunks = 0;
+  for (size_t c = 0; c < nchunks; ++c) delta_bytes += delta_len[c], delta_rans_chunks += delta_rans[c];
+  std::vector<double> t_cpu_delta, t_dev_delta;
+  for (int r = 0; r < reps; ++r) {
+    auto t0 = Clock::now();
+    Parallel(nchunks, threads, [&](size_t c, lmc::Workspace& ws) {
+      auto d = lmc::DecodeChunk(delta_frames[c].data(), delta_len[c], data.data() + c * chunk, csize(c),
+                                back.data() + c * chunk, csize(c), ws);
+      if (!d.ok()) std::fprintf(stderr, "CPU delta decode failed: %s\n", d.status().ToString().c_str());
+    });
+    t_cpu_delta.push_back(Seconds(t0));
+  }
+  const bool cpu_delta_ok = back == next;
+  for (size_t c = 0; c < nchunks; ++c)
+    CUDA_OK(cudaMemcpy(d_frames + c * fcap, delta_frames[c].data(), delta_len[c], cudaMemcpyHostToDevice));
+  const uint64_t dev_chunks_before = codec->stats().decode_chunks;
+  bool dev_delta_ok = true;
+  for (int r = 0; r < reps + 1; ++r) {
+    for (size_t c = 0; c < nchunks; ++c) {
+      dec[c] = {};
+      dec[c].frame = d_frames + c * fcap;
+      dec[c].len = delta_len[c];
+      dec[c].base = d_in + c * chunk;
+      dec[c].base_len = csize(c);
+      dec[c].dst = d_out + c * chunk;
+      dec[c].cap = csize(c);
+    }
+    CUDA_OK(cudaMemset(d_out, 0, total));
+    CUDA_OK(cudaDeviceSynchronize());
+    auto t0 = Clock::now();
+    auto st = codec->DecodeBatchDevice(dec.data(), dec.size());
+    CUDA_OK(cudaDeviceSynchronize());
+    if (r) t_dev_delta.push_back(Seconds(t0));
+    dev_delta_ok &= st.ok();
+    for (auto& d : dec) dev_delta_ok &= d.status.ok();
+  }
+  std::fill(back.begin(), back.end(), 0);
+  CUDA_OK(cudaMemcpy(back.data(), d_out, total, cudaMemcpyDeviceToHost));
+  dev_delta_ok &= back == next;
+  const uint64_t dev_delta_chunks = (codec->stats().decode_chunks - dev_chunks_before) / (reps + 1);
+
   // ---- Host to host (the mount's case): calls of call_mib MiB (0: all the
   // data in one call) on a codec with `lanes` lanes; the frames checked
   // against the CPU's GPU profile and the bytes back against the data.
@@ -377,6 +437,14 @@ int main(int argc, char** argv) {
   std::printf("%-34s %10s %10.2f %8.3f %s (rounds alternating with the lines above)\n",
               "GPU device->device, merge pass", "-", rate(t_dev_dec_unfused), gpu_ratio,
               dev_ok ? "exact" : "MISMATCH");
+  const double delta_ratio = 100.0 * delta_bytes / total;
+  std::printf("%-34s %10s %10.2f %8.3f %s, %zu of %zu frames with rANS streams\n", "CPU codec, deltas", "-",
+              rate(t_cpu_delta), delta_ratio, cpu_delta_ok ? "exact" : "MISMATCH", delta_rans_chunks,
+              nchunks);
+  std::printf("%-34s %10s %10.2f %8.3f %s, %llu of %zu frames decoded on the device\n",
+              "GPU device->device, deltas", "-", rate(t_dev_delta), delta_ratio,
+              dev_delta_ok ? "exact" : "MISMATCH", static_cast<unsigned long long>(dev_delta_chunks),
+              nchunks);
   for (const HostRun& h : lane_runs)
     std::printf("%-34s %10.2f %10.2f %8.3f %s, frames identical %zu/%zu\n",
                 ("GPU host->host, " + std::to_string(h.lanes) + " lane" + (h.lanes > 1 ? "s" : "")).c_str(),
@@ -422,6 +490,13 @@ int main(int argc, char** argv) {
           rate(t_dev_dec), gpu_ratio, dev_ok ? "true" : "false", identical,
           static_cast<unsigned long long>(fused_chunks), rate(t_dev_dec_nohash), rate(t_dev_dec_unfused),
           host_default.enc, host_default.dec, host_ok ? "true" : "false", host_identical, copy_bw);
+      std::fprintf(
+          f,
+          " \"deltas\": {\"ratio\": %.4f, \"rans_chunks\": %zu, \"cpu_dec_gbps\": %.3f, \"cpu_exact\": %s, "
+          "\"gpu_d2d_dec_gbps\": %.3f, \"gpu_exact\": %s, \"gpu_chunks\": %llu},\n",
+          delta_ratio, delta_rans_chunks, rate(t_cpu_delta), cpu_delta_ok ? "true" : "false",
+          rate(t_dev_delta), dev_delta_ok ? "true" : "false",
+          static_cast<unsigned long long>(dev_delta_chunks));
       std::fprintf(f, " \"gpu_h2h_lanes\": [");
       for (size_t k = 0; k < lane_runs.size(); ++k)
         std::fprintf(f, "%s{\"lanes\": %d, \"enc_gbps\": %.3f, \"dec_gbps\": %.3f, \"exact\": %s}",
@@ -443,5 +518,7 @@ int main(int argc, char** argv) {
   cudaFree(d_out);
   bool lanes_ok = true;
   for (const HostRun& h : lane_runs) lanes_ok &= h.ok && h.identical == nchunks;
-  return cpu_exact && dev_ok && lanes_ok && cross_ok && identical == nchunks ? 0 : 1;
+  return cpu_exact && dev_ok && lanes_ok && cross_ok && identical == nchunks && cpu_delta_ok && dev_delta_ok
+             ? 0
+             : 1;
 }

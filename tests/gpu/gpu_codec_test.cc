@@ -86,5 +86,10 @@ TEST(GpuCodec, OpenRefusesCleanlyWithoutAGpu) {
   EXPECT_FALSE(c.status().message().empty());
 }
 
+TEST(GpuCodec, DecodesRansStreamsOnTheDevice) {
+  LMC_OPEN_OR_SKIP(codec, size_t{128} << 20);
+  testing::CheckRansDecode(codec.get());
+}
+
 }  // namespace
 }  // namespace lmc

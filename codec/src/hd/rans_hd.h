@@ -1,0 +1,133 @@
+// rANS streams (coders 3 and 5): the pieces shared by the CPU coder
+// (rans.cc) and the GPU decoder (gpu_pipeline.h, codec/cuda/gpu_codec.cu),
+// host-device (hd.h). docs/FORMAT.md, "rANS stream".
+#pragma once
+
+#include "hd/hd.h"
+
+namespace lmc::hd {
+
+inline constexpr int kRansProbBits = 12;
+inline constexpr uint32_t kRansProbScale = 1u << kRansProbBits;
+inline constexpr uint32_t kRansLow = 1u << 16;  // states live in [kRansLow, 2^32)
+inline constexpr int kRansMaxStates = 32;
+
+// Parses the symbol set and frequencies at src[0, len): freq[s] for every
+// byte s (0 where absent), *k_out the number of symbols. Returns the header
+// size, or 0 when malformed (symbols not increasing, a bitmap whose
+// popcount is not k, a varint out of range, a sum other than 4096).
+LMC_HD uint32_t RansParseHeader(const uint8_t* src, uint64_t len, uint32_t freq[256], int* k_out) {
+  if (len < 1) return 0;
+  const int k = src[0] + 1;
+  uint64_t p = 1;
+  for (int s = 0; s < 256; ++s) freq[s] = 0;
+  // Frequencies follow the symbols in increasing symbol order; the symbol
+  // set is read twice (once to check it, once with the frequencies) so
+  // that no array of symbols is needed.
+  if (k < 32) {
+    if (len < p + static_cast<uint64_t>(k)) return 0;
+    for (int i = 1; i < k; ++i)
+      if (src[p + i] <= src[p + i - 1]) return 0;
+  } else {
+    if (len < p + 32) return 0;
+    int count = 0;
+    for (int b = 0; b < 32; ++b) {
+      uint32_t v = src[p + b];
+      while (v) {
+        count += static_cast<int>(v & 1);
+        v >>= 1;
+      }
+    }
+    if (count != k) return 0;
+  }
+  const uint64_t set = p;
+  p += k < 32 ? static_cast<uint64_t>(k) : 32;
+  uint32_t sum = 0;
+  int s = -1;
+  for (int i = 0; i < k; ++i) {
+    if (k < 32) {
+      s = src[set + i];
+    } else {
+      do ++s;
+      while (!(src[set + (s >> 3)] >> (s & 7) & 1));
+    }
+    if (p >= len) return 0;
+    uint32_t v = src[p++];
+    if (v & 0x80) {
+      if (p >= len) return 0;
+      const uint32_t hi = src[p++];
+      v = (v & 0x7f) | hi << 7;
+      if (hi == 0 || v >= kRansProbScale) return 0;
+    }
+    freq[s] = v + 1;
+    sum += v + 1;
+  }
+  if (sum != kRansProbScale) return 0;
+  *k_out = k;
+  return static_cast<uint32_t>(p);
+}
+
+// What a decoder of a stream needs after its header: the states, where the
+// words start, how many there are. Checks, as the CPU decoder does, that
+// the states and an even number of word bytes follow the header and, with
+// one symbol, that no word follows and every state is 2^16; with more, that
+// every state is at least 2^16. False when not.
+struct RansStart {
+  uint32_t x[kRansMaxStates];
+  uint64_t words;   // offset of the first word in the stream
+  uint64_t nwords;  // 16-bit words
+};
+LMC_HD bool RansReadStart(const uint8_t* src, uint64_t len, uint32_t header, int k, int states,
+                          RansStart* st) {
+  const uint64_t sb = 4 * static_cast<uint64_t>(states);
+  if (len - header < sb) return false;
+  for (int j = 0; j < states; ++j) {
+    const uint8_t* q = src + header + 4 * j;
+    st->x[j] = uint32_t{q[0]} | uint32_t{q[1]} << 8 | uint32_t{q[2]} << 16 | uint32_t{q[3]} << 24;
+  }
+  st->words = header + sb;
+  const uint64_t bytes = len - st->words;
+  if (bytes & 1) return false;
+  st->nwords = bytes / 2;
+  for (int j = 0; j < states; ++j) {
+    if (k == 1 && (st->x[j] != kRansLow || bytes != 0)) return false;
+    if (st->x[j] < kRansLow) return false;
+  }
+  return true;
+}
+
+// The symbol whose slot range holds `slot`, from the cumulative
+// frequencies cum[s] (sum of freq below s; absent symbols have freq 0): the
+// largest s with cum[s] <= slot.
+LMC_HD uint8_t RansSymbolAt(const uint16_t cum[256], uint32_t slot) {
+  int lo = 0, hi = 255;  // the answer is in [lo, hi]
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (cum[mid] <= slot) {
+      lo = mid;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  // An absent symbol's cum is that of the next present one (4096 after the
+  // last), which is above any slot the present one before it holds.
+  return static_cast<uint8_t>(lo);
+}
+
+// One decoding step of a state (docs/FORMAT.md 5.2): the symbol of its
+// slot, and the state after it. True when the state needs the next word.
+LMC_HD bool RansStep(uint32_t& x, const uint8_t* slot_symbol, const uint16_t freq[256],
+                     const uint16_t cum[256], uint8_t* out) {
+  const uint32_t slot = x & (kRansProbScale - 1);
+  const uint8_t s = slot_symbol[slot];
+  *out = s;
+  x = uint32_t{freq[s]} * (x >> kRansProbBits) + slot - cum[s];
+  return x < kRansLow;
+}
+
+// Word `i` of a stream whose words start at p (any alignment).
+LMC_HD uint32_t RansWord(const uint8_t* p, uint64_t i) {
+  return uint32_t{p[2 * i]} | uint32_t{p[2 * i + 1]} << 8;
+}
+
+}  // namespace lmc::hd
