@@ -265,13 +265,23 @@ TEST(BlockedHuffman, RunHistogramsGiveTheSameBytes) {
     out.resize(*r);
     EXPECT_EQ(out, whole);
     if (n > 4096) {
-      // One symbol counted in the wrong run: the sums still hold.
-      int from = 0;
-      while (runs[0][from] == 0) ++from;
-      int to = from + 1;
-      while (runs[3][to] == 0 && to < 255) ++to;
-      --runs[0][from], ++runs[0][to];
-      ++runs[3][from], --runs[3][to];
+      // Two symbols of different code lengths swapped between the first and
+      // the last non-empty run: the sums still hold, the runs' bits do not.
+      int a = 0, b = 3;
+      while (cuts[a + 1] == cuts[a]) ++a;
+      while (cuts[b + 1] == cuts[b]) --b;
+      ASSERT_LT(a, b);
+      uint8_t len[256];
+      hd::HuffBuildLengths(hist, len);
+      int from = -1, to = -1;
+      for (int c = 0; c < 256 && to < 0; ++c) {
+        if (runs[a][c] == 0) continue;
+        for (int d = 0; d < 256 && to < 0; ++d)
+          if (runs[b][d] && len[d] != len[c]) from = c, to = d;
+      }
+      ASSERT_GE(to, 0);
+      --runs[a][from], ++runs[a][to];
+      ++runs[b][from], --runs[b][to];
       std::vector<uint8_t> o2(whole.size() + 64);
       EXPECT_FALSE(huff::EncodeBlocked(s.data(), n, runs, 12, o2.data(), o2.size()).ok());
     }
