@@ -375,16 +375,17 @@ struct Readers {
   uint8_t* stop[4];
 };
 
-// With kLog, each reader records where it was at the start of every fast
-// round (bit position and output offset from `base`) in the slot of the
-// 4096-symbol block its output is in, so that the last round that started
-// in a block lies at most 15 symbols before the block's end (each round
-// decodes 5 to 15 symbols). DecodeBlocked checks the block table with it.
+// With kLog, each reader notes where it was at the start of every fast
+// round, as bit position << 20 | output offset from `base` (below 2^20:
+// DecodeRuns covers at most 2^8 blocks), in the slot of the 4096-symbol
+// block its output is in, so that the last round that started in a block
+// lies at most 15 symbols before the block's end (each round decodes 5 to
+// 15 symbols). DecodeRuns checks the block table with it.
 struct RoundLog {
   static constexpr int kShift = 12;  // 2^12 symbols a block
+  static constexpr int kOutBits = 20;
   const uint8_t* base;
-  uint64_t* bit;
-  uint32_t* out;
+  uint64_t* note;
 };
 
 // The fast loop of the four readers: each round refills every reader with
@@ -419,10 +420,10 @@ template <bool kLog>
                              (minroom - kRoom) / (kSymbolsPerRefill * 3) + 1);
     for (size_t r = 0; r < rounds; ++r) {
       if constexpr (kLog) {
-#define LMC_HUFF_LOG(J)                                     \
-  {                                                         \
-    const size_t at = static_cast<size_t>(o##J - log.base); \
-    log.bit[at >> RoundLog::kShift] = bp##J << 20 | at;     \
+#define LMC_HUFF_LOG(J)                                                  \
+  {                                                                      \
+    const size_t at = static_cast<size_t>(o##J - log.base);              \
+    log.note[at >> RoundLog::kShift] = bp##J << RoundLog::kOutBits | at; \
   }
         LMC_HUFF_LOG(0)
         LMC_HUFF_LOG(1)
@@ -638,7 +639,7 @@ Result<size_t> EncodeBlocked(const uint8_t* src, size_t n, const uint32_t hist[2
 
 namespace {
 
-// Blocks one DecodeRuns call covers at most (its logs are on the stack).
+// Blocks one DecodeRuns call covers at most (its notes are on the stack).
 constexpr uint32_t kRunBlocks = 256;
 
 // The bit position `count` symbols after bit `pos`, storing nothing: the
@@ -658,19 +659,19 @@ uint64_t SkipSymbols(const MultiEntry multi[kTableSize], const Entry table[kTabl
 // Decodes nb (<= kRunBlocks) consecutive blocks of 2^12 symbols, n symbols
 // in all, into dst; block b's codes run from bit starts[b] to starts[b + 1].
 // Four readers each decode a run of whole blocks straight through, with the
-// fast loop; the blocks inside a run end where the table says, which the
-// per-block decoders of the GPU rely on, is checked after: from the last
+// fast loop. That the blocks inside a run end where the table says (the
+// GPU's per-block decoders start there) is checked after: from the last
 // round a reader started in block b - 1 (RoundLog), at most 15 symbols are
-// decoded again to the start of block b. A reader whose run is done copies
+// decoded again to the start of block b, whose bit the table gives. A reader whose run is done copies
 // one still running (the same bits into the same bytes), so the fast loop
 // always has four. True when every run and block ends where declared.
 bool DecodeRuns(const MultiEntry multi[kTableSize], const Entry table[kTableSize], const uint8_t* payload,
                 size_t plen, const uint64_t* starts, uint32_t nb, uint8_t* dst, size_t n) {
   constexpr int kShift = RoundLog::kShift;
   constexpr uint64_t kNone = ~uint64_t{0};
-  uint64_t log_bit[kRunBlocks];
-  uint32_t log_out[kRunBlocks];
-  std::fill_n(log_bit, nb, kNone);
+  static_assert(kRunBlocks << RoundLog::kShift <= 1u << RoundLog::kOutBits);
+  uint64_t notes[kRunBlocks];
+  std::fill_n(notes, nb, kNone);
   uint32_t first[5];
   Readers rd;
   uint64_t end[4];
@@ -683,7 +684,7 @@ bool DecodeRuns(const MultiEntry multi[kTableSize], const Entry table[kTableSize
     end[j] = starts[first[j + 1]];
   }
   const uint64_t limit = plen >= 8 ? (uint64_t{plen} - 8) * 8 + 7 : 0;
-  const RoundLog log{dst, log_bit, log_out};
+  const RoundLog log{dst, notes};
   for (;;) {
     FastRounds<true>(multi, payload, plen, rd, log);
     int live = -1;
@@ -711,7 +712,10 @@ bool DecodeRuns(const MultiEntry multi[kTableSize], const Entry table[kTableSize
     if (j < 4 && first[j] == b) continue;  // a run began here: checked by the run before ending here
     uint64_t at_bit = starts[b - 1];
     size_t at_out = size_t{b - 1} << kShift;
-    if (log_bit[b - 1] != kNone) at_bit = log_bit[b - 1] >> 20, at_out = log_bit[b - 1] & 0xfffff;
+    if (notes[b - 1] != kNone) {
+      at_bit = notes[b - 1] >> RoundLog::kOutBits;
+      at_out = notes[b - 1] & ((1u << RoundLog::kOutBits) - 1);
+    }
     if (SkipSymbols(multi, table, payload, plen, at_bit, (size_t{b} << kShift) - at_out) != starts[b])
       return false;
   }
