@@ -82,7 +82,7 @@ void BuildDecodeTable(const uint8_t lens[256], Entry table[kTableSize]) {
 }
 
 // A multi-symbol entry: bits 0-23 up to three symbols (first in the low
-// byte), bits 24-25 how many, bits 26-29 the bits their codes take.
+// byte), bits 24-29 the bits their codes take, bits 30-31 how many.
 using MultiEntry = uint32_t;
 
 // For every 11-bit window, the longest run of up to 3 whole codes at its
@@ -367,20 +367,23 @@ Result<size_t> Encode(const uint8_t* src, size_t n, const uint32_t hist[256], ui
 
 namespace {
 
-// Four bit readers decoding at once: reader j decodes from bit bp[j] of
+// R bit readers decoding at once: reader j decodes from bit bp[j] of
 // payload[0, plen) into out[j] and must not store at or past stop[j].
+template <int R>
 struct Readers {
-  uint64_t bp[4];
-  uint8_t* out[4];
-  uint8_t* stop[4];
+  uint64_t bp[R];
+  uint8_t* out[R];
+  uint8_t* stop[R];
 };
 
-// With kLog, each reader notes where it was at the start of every fast
-// round, as bit position << 20 | output offset from `base` (below 2^20:
-// DecodeRuns covers at most 2^8 blocks), in the slot of the 4096-symbol
-// block its output is in, so that the last round that started in a block
-// lies at most 15 symbols before the block's end (each round decodes 5 to
-// 15 symbols). DecodeRuns checks the block table with it.
+// With kLog, each reader notes where it was at the start of every other
+// fast round (and of every batch of rounds), as bit position << 20 | output
+// offset from `base` (below 2^20: DecodeRuns covers at most 2^8 blocks), in
+// the slot of the 4096-symbol block its output is in, so that its last note
+// in a block lies at most 30 symbols before the block's end (a round
+// decodes 5 to 15 symbols). DecodeRuns checks the block table with it.
+// Every other round: a note a round cost about 10% of the decoder's speed
+// with six readers, every fourth round no less than every other.
 struct RoundLog {
   static constexpr int kShift = 12;  // 2^12 symbols a block
   static constexpr int kOutBits = 20;
@@ -388,91 +391,80 @@ struct RoundLog {
   uint64_t* note;
 };
 
-// The fast loop of the four readers: each round refills every reader with
-// one 8-byte load and does 5 lookups on each (5 * 11 = 55 bits <= the 57 a
+// The fast loop of R readers: each round refills every reader with one
+// 8-byte load and does 5 lookups on each (5 * 11 = 55 bits <= the 57 a
 // refill guarantees), writing at most 5 * 3 symbols plus one spare byte of
-// the last 4-byte store. It returns when a reader has fewer than kRoom bytes
-// of room or a reader's next load would leave the payload; the caller
-// finishes from there. Stores stay inside each reader's [out, stop).
+// the last 4-byte store. The readers' lookups interleave, so R independent
+// chains of table loads are in flight: four for the 4-sub-stream layout,
+// more where blocks allow (DecodeRuns). It returns when a reader has fewer
+// than kRoom bytes of room or a reader's next load would leave the payload;
+// the caller finishes from there. Stores stay inside each reader's
+// [out, stop). The loops over readers are unrolled, so that the readers'
+// state lives in registers.
 constexpr size_t kRoom = kSymbolsPerRefill * 3 + 1;
 
-template <bool kLog>
+template <int R, bool kLog>
 [[gnu::always_inline]] inline void FastRounds(const MultiEntry multi[kTableSize], const uint8_t* payload,
-                                              size_t plen, Readers& rd, const RoundLog& log) {
+                                              size_t plen, Readers<R>& rd, const RoundLog& log) {
   if (plen < 8) return;
   // The last bit position at which an 8-byte load stays inside the payload.
   const uint64_t limit = (uint64_t{plen} - 8) * 8 + 7;
-  uint64_t bp0 = rd.bp[0], bp1 = rd.bp[1], bp2 = rd.bp[2], bp3 = rd.bp[3];
-  uint8_t *o0 = rd.out[0], *o1 = rd.out[1], *o2 = rd.out[2], *o3 = rd.out[3];
-  uint8_t* const* stop = rd.stop;
-  auto room = [&] {
-    return static_cast<size_t>(stop[0] - o0) >= kRoom && static_cast<size_t>(stop[1] - o1) >= kRoom &&
-           static_cast<size_t>(stop[2] - o2) >= kRoom && static_cast<size_t>(stop[3] - o3) >= kRoom &&
-           std::max(std::max(bp0, bp1), std::max(bp2, bp3)) <= limit;
-  };
-  while (room()) {
+  uint64_t bp[R];
+  uint8_t* o[R];
+#pragma GCC unroll 8
+  for (int j = 0; j < R; ++j) bp[j] = rd.bp[j], o[j] = rd.out[j];
+  for (;;) {
+    uint64_t maxbp = 0;
+    size_t minroom = ~size_t{0};
+#pragma GCC unroll 8
+    for (int j = 0; j < R; ++j) {
+      maxbp = std::max(maxbp, bp[j]);
+      minroom = std::min(minroom, static_cast<size_t>(rd.stop[j] - o[j]));
+    }
+    if (minroom < kRoom || maxbp > limit) break;
     // Rounds that certainly fit, by the worst case of 55 bits and 15
     // symbols per round, so the inner loop has no checks.
-    uint64_t maxbp = std::max(std::max(bp0, bp1), std::max(bp2, bp3));
-    size_t minroom = std::min(std::min(static_cast<size_t>(stop[0] - o0), static_cast<size_t>(stop[1] - o1)),
-                              std::min(static_cast<size_t>(stop[2] - o2), static_cast<size_t>(stop[3] - o3)));
-    size_t rounds = std::min(static_cast<size_t>((limit - maxbp) / (kSymbolsPerRefill * kMaxCodeLen)) + 1,
-                             (minroom - kRoom) / (kSymbolsPerRefill * 3) + 1);
+    const size_t rounds =
+        std::min(static_cast<size_t>((limit - maxbp) / (kSymbolsPerRefill * kMaxCodeLen)) + 1,
+                 (minroom - kRoom) / (kSymbolsPerRefill * 3) + 1);
     for (size_t r = 0; r < rounds; ++r) {
-      if constexpr (kLog) {
-#define LMC_HUFF_LOG(J)                                                  \
-  {                                                                      \
-    const size_t at = static_cast<size_t>(o##J - log.base);              \
-    log.note[at >> RoundLog::kShift] = bp##J << RoundLog::kOutBits | at; \
-  }
-        LMC_HUFF_LOG(0)
-        LMC_HUFF_LOG(1)
-        LMC_HUFF_LOG(2)
-        LMC_HUFF_LOG(3)
-#undef LMC_HUFF_LOG
+      if (kLog && r % 2 == 0) {
+#pragma GCC unroll 8
+        for (int j = 0; j < R; ++j) {
+          const size_t at = static_cast<size_t>(o[j] - log.base);
+          log.note[at >> RoundLog::kShift] = bp[j] << RoundLog::kOutBits | at;
+        }
       }
       // Bit 63 is a marker: it is never among the <= 55 bits used, and
       // after the shifts its distance from the top is the bits consumed.
       constexpr uint64_t kMarker = uint64_t{1} << 63;
-      uint64_t b0 = LoadLE64(payload + (bp0 >> 3)) >> (bp0 & 7) | kMarker;
-      uint64_t b1 = LoadLE64(payload + (bp1 >> 3)) >> (bp1 & 7) | kMarker;
-      uint64_t b2 = LoadLE64(payload + (bp2 >> 3)) >> (bp2 & 7) | kMarker;
-      uint64_t b3 = LoadLE64(payload + (bp3 >> 3)) >> (bp3 & 7) | kMarker;
-#define LMC_HUFF_STEP(J)                                 \
-  {                                                      \
-    const MultiEntry e = multi[b##J & (kTableSize - 1)]; \
-    StoreLE32(o##J, e);                                  \
-    o##J += (e >> 24) & 3;                               \
-    b##J >>= (e >> 26);                                  \
-  }
-#define LMC_HUFF_ROUND \
-  LMC_HUFF_STEP(0)     \
-  LMC_HUFF_STEP(1)     \
-  LMC_HUFF_STEP(2)     \
-  LMC_HUFF_STEP(3)
-      LMC_HUFF_ROUND
-      LMC_HUFF_ROUND
-      LMC_HUFF_ROUND
-      LMC_HUFF_ROUND
-      LMC_HUFF_ROUND
-#undef LMC_HUFF_ROUND
-#undef LMC_HUFF_STEP
-      bp0 += static_cast<uint64_t>(std::countl_zero(b0));
-      bp1 += static_cast<uint64_t>(std::countl_zero(b1));
-      bp2 += static_cast<uint64_t>(std::countl_zero(b2));
-      bp3 += static_cast<uint64_t>(std::countl_zero(b3));
+      uint64_t b[R];
+#pragma GCC unroll 8
+      for (int j = 0; j < R; ++j) b[j] = LoadLE64(payload + (bp[j] >> 3)) >> (bp[j] & 7) | kMarker;
+#pragma GCC unroll 5
+      for (int k = 0; k < kSymbolsPerRefill; ++k) {
+#pragma GCC unroll 8
+        for (int j = 0; j < R; ++j) {
+          const MultiEntry e = multi[b[j] & (kTableSize - 1)];
+          StoreLE32(o[j], e);
+          o[j] += e >> 30;
+          b[j] >>= (e >> 24) & 63;  // one shrx: the mask is the instruction's own
+        }
+      }
+#pragma GCC unroll 8
+      for (int j = 0; j < R; ++j) bp[j] += static_cast<uint64_t>(std::countl_zero(b[j]));
     }
   }
-  rd.bp[0] = bp0, rd.bp[1] = bp1, rd.bp[2] = bp2, rd.bp[3] = bp3;
-  rd.out[0] = o0, rd.out[1] = o1, rd.out[2] = o2, rd.out[3] = o3;
+#pragma GCC unroll 8
+  for (int j = 0; j < R; ++j) rd.bp[j] = bp[j], rd.out[j] = o[j];
 }
 
 // Four readers at once, each to its stop, which it must reach exactly at
 // bit end[j]: the 4-sub-stream coder runs it once; the blocked coder once
 // per four blocks where it does not run DecodeRuns.
 bool DecodeFour(const MultiEntry multi[kTableSize], const Entry table[kTableSize], const uint8_t* payload,
-                size_t plen, Readers& rd, const uint64_t end[4]) {
-  FastRounds<false>(multi, payload, plen, rd, RoundLog{});
+                size_t plen, Readers<4>& rd, const uint64_t end[4]) {
+  FastRounds<4, false>(multi, payload, plen, rd, RoundLog{});
   for (int j = 0; j < 4; ++j)
     DecodeTail(table, payload, plen, &rd.bp[j], rd.out[j], static_cast<size_t>(rd.stop[j] - rd.out[j]));
   const uint64_t bp0 = rd.bp[0], bp1 = rd.bp[1], bp2 = rd.bp[2], bp3 = rd.bp[3];
@@ -515,9 +507,9 @@ Status Decode(const uint8_t* src, size_t len, uint8_t* dst, size_t n) {
   MultiEntry multi[kTableSize];
   BuildMultiTable(table, multi);
 
-  Readers rd = {{0, end[0], end[1], end[2]},
-                {dst, dst + q, dst + 2 * q, dst + 3 * q},
-                {dst + q, dst + 2 * q, dst + 3 * q, dst + n}};
+  Readers<4> rd = {{0, end[0], end[1], end[2]},
+                   {dst, dst + q, dst + 2 * q, dst + 3 * q},
+                   {dst + q, dst + 2 * q, dst + 3 * q, dst + n}};
   if (!DecodeFour(multi, table, payload, plen, rd, end))
     return Status::Corruption("huffman: sub-stream does not end where declared");
   return Status::Ok();
@@ -639,8 +631,13 @@ Result<size_t> EncodeBlocked(const uint8_t* src, size_t n, const uint32_t hist[2
 
 namespace {
 
-// Blocks one DecodeRuns call covers at most (its notes are on the stack).
+// Blocks one DecodeRuns call covers at most (its notes are on the stack),
+// and its readers: six chains of table loads in flight decode faster than
+// four on this codec's x86 machines, eight no faster than six (the
+// readers' state no longer fits the registers); docs/BENCHMARKS.md, "The
+// CPU profile writes blocked Huffman".
 constexpr uint32_t kRunBlocks = 256;
+constexpr int kRunReaders = 6;
 
 // The bit position `count` symbols after bit `pos`, storing nothing: the
 // multi-symbol table while three or more are left, then the single one.
@@ -649,8 +646,8 @@ uint64_t SkipSymbols(const MultiEntry multi[kTableSize], const Entry table[kTabl
                      const uint8_t* payload, size_t plen, uint64_t pos, size_t count) {
   while (count >= 3) {
     const MultiEntry e = multi[Window(payload, plen, pos)];
-    count -= (e >> 24) & 3;
-    pos += e >> 26;
+    count -= e >> 30;
+    pos += (e >> 24) & 63;
   }
   for (; count > 0; --count) pos += table[Window(payload, plen, pos)] & 0xff;
   return pos;
@@ -658,13 +655,13 @@ uint64_t SkipSymbols(const MultiEntry multi[kTableSize], const Entry table[kTabl
 
 // Decodes nb (<= kRunBlocks) consecutive blocks of 2^12 symbols, n symbols
 // in all, into dst; block b's codes run from bit starts[b] to starts[b + 1].
-// Four readers each decode a run of whole blocks straight through, with the
-// fast loop. That the blocks inside a run end where the table says (the
-// GPU's per-block decoders start there) is checked after: from the last
-// round a reader started in block b - 1 (RoundLog), at most 15 symbols are
-// decoded again to the start of block b, whose bit the table gives. A reader whose run is done copies
+// kRunReaders readers each decode a run of whole blocks straight through,
+// with the fast loop. That the blocks inside a run end where the table says (the
+// GPU's per-block decoders start there) is checked after: from a reader's
+// last note in block b - 1 (RoundLog), at most 30 symbols are decoded again
+// to the start of block b, whose bit the table gives. A reader whose run is done copies
 // one still running (the same bits into the same bytes), so the fast loop
-// always has four. True when every run and block ends where declared.
+// always has kRunReaders. True when every run and block ends where declared.
 bool DecodeRuns(const MultiEntry multi[kTableSize], const Entry table[kTableSize], const uint8_t* payload,
                 size_t plen, const uint64_t* starts, uint32_t nb, uint8_t* dst, size_t n) {
   constexpr int kShift = RoundLog::kShift;
@@ -672,12 +669,13 @@ bool DecodeRuns(const MultiEntry multi[kTableSize], const Entry table[kTableSize
   static_assert(kRunBlocks << RoundLog::kShift <= 1u << RoundLog::kOutBits);
   uint64_t notes[kRunBlocks];
   std::fill_n(notes, nb, kNone);
-  uint32_t first[5];
-  Readers rd;
-  uint64_t end[4];
-  bool done[4] = {};
-  for (uint32_t j = 0; j <= 4; ++j) first[j] = nb * j / 4;
-  for (uint32_t j = 0; j < 4; ++j) {
+  constexpr int R = kRunReaders;
+  uint32_t first[R + 1];
+  Readers<R> rd;
+  uint64_t end[R];
+  bool done[R] = {};
+  for (uint32_t j = 0; j <= R; ++j) first[j] = nb * j / R;
+  for (uint32_t j = 0; j < R; ++j) {
     rd.bp[j] = starts[first[j]];
     rd.out[j] = dst + std::min(n, size_t{first[j]} << kShift);
     rd.stop[j] = dst + std::min(n, size_t{first[j + 1]} << kShift);
@@ -686,9 +684,9 @@ bool DecodeRuns(const MultiEntry multi[kTableSize], const Entry table[kTableSize
   const uint64_t limit = plen >= 8 ? (uint64_t{plen} - 8) * 8 + 7 : 0;
   const RoundLog log{dst, notes};
   for (;;) {
-    FastRounds<true>(multi, payload, plen, rd, log);
+    FastRounds<R, true>(multi, payload, plen, rd, log);
     int live = -1;
-    for (int j = 0; j < 4; ++j) {
+    for (int j = 0; j < R; ++j) {
       if (done[j]) continue;
       const size_t left = static_cast<size_t>(rd.stop[j] - rd.out[j]);
       if (left >= kRoom && rd.bp[j] <= limit && plen >= 8) {
@@ -701,15 +699,15 @@ bool DecodeRuns(const MultiEntry multi[kTableSize], const Entry table[kTableSize
       done[j] = true;
     }
     if (live < 0) break;
-    for (int j = 0; j < 4; ++j) {
+    for (int j = 0; j < R; ++j) {
       if (!done[j]) continue;
       rd.bp[j] = rd.bp[live], rd.out[j] = rd.out[live], rd.stop[j] = rd.stop[live], end[j] = end[live];
       done[j] = false;
     }
   }
   for (uint32_t b = 1, j = 1; b < nb; ++b) {
-    while (j < 4 && first[j] < b) ++j;
-    if (j < 4 && first[j] == b) continue;  // a run began here: checked by the run before ending here
+    while (j < R && first[j] < b) ++j;
+    if (j < R && first[j] == b) continue;  // a run began here: checked by the run before ending here
     uint64_t at_bit = starts[b - 1];
     size_t at_out = size_t{b - 1} << kShift;
     if (notes[b - 1] != kNone) {
@@ -779,7 +777,7 @@ Status DecodeBlocked(const uint8_t* src, size_t len, uint8_t* dst, size_t n) {
   }
   // Other block sizes (no lmc writes them): four blocks at a time.
   for (uint32_t b = 0; b < blocks; b += 4) {
-    Readers rd;
+    Readers<4> rd;
     uint64_t end[4];
     for (uint32_t j = 0; j < 4; ++j) {
       rd.bp[j] = pos;

@@ -241,8 +241,10 @@ LMC_HD void HuffBuildDecodeTable(const uint8_t lens[256], uint16_t table[kHuffTa
 }
 
 // Multi-symbol entry for one 11-bit window: bits 0-23 up to three symbols
-// (first in the low byte), bits 24-25 how many, bits 26-29 the bits their
-// codes take. At least one symbol (the single entry, even a filler).
+// (first in the low byte), bits 24-29 the bits their codes take, bits 30-31
+// how many (a decoder advances its output by e >> 30 and its bit window by
+// e >> 24, which a 64-bit shift instruction masks to 6 bits itself). At
+// least one symbol (the single entry, even a filler).
 LMC_HD uint32_t HuffMultiEntry(const uint16_t single[kHuffTableSize], uint32_t t) {
   uint32_t syms = 0, count = 0, used = 0;
   while (count < 3) {
@@ -254,7 +256,7 @@ LMC_HD uint32_t HuffMultiEntry(const uint16_t single[kHuffTableSize], uint32_t t
     used += l;
     if (used >= static_cast<uint32_t>(kHuffMaxLen)) break;
   }
-  return syms | count << 24 | used << 26;
+  return syms | used << 24 | count << 30;
 }
 
 // ---- Blocked streams (coder 4) ----
