@@ -18,7 +18,7 @@ namespace lmc {
 // speed; with 32 states from kRansX32MinSymbols on); kRaw when that saves
 // less than 1/128 of the stream.
 inline constexpr size_t kRansX32MinSymbols = 64 << 10;
-Coder ChooseCoder(const uint32_t hist[256], size_t n, Coder huffman = Coder::kHuffmanBlocked);
+Coder ChooseCoder(const uint32_t hist[256], size_t n, Coder huffman);
 
 // True when a sample of the stream shows it is so close to uniform that no
 // coder would beat the raw threshold of ChooseCoder, so the full histogram

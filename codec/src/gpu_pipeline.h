@@ -553,8 +553,7 @@ struct RansParseBody {  // i: rANS stream. Checks the header; frequencies, state
     int k = 0;
     t.states = s.coder == hd::kCoderRansX32 ? 32 : 4;
     const uint32_t header = hd::RansParseHeader(p, s.len, freq, &k);
-    if (!header || !hd::RansReadStart(p, s.len, header, k, static_cast<int>(t.states), &t.start))
-      return MarkBad(f);
+    if (hd::RansReadStart(p, s.len, header, k, static_cast<int>(t.states), &t.start)) return MarkBad(f);
     uint32_t cum = 0;
     for (int c = 0; c < 256; ++c) {
       t.freq[c] = static_cast<uint16_t>(freq[c]);
@@ -564,10 +563,10 @@ struct RansParseBody {  // i: rANS stream. Checks the header; frequencies, state
   }
 };
 
-// Rounds of K symbols from symbol `first` (a multiple of K) on: lane j of a
-// round decodes symbol first + j; the lanes that need a word take the next
-// ones in lane order. *w counts the words taken (past nwords: a truncated
-// stream, which leaves *ok false).
+// The stream's n symbols in rounds of K: lane j of the round from symbol r
+// decodes symbol r + j; the lanes that need a word take the next ones in
+// lane order. *w counts the words taken (past nwords: a truncated stream,
+// which leaves *ok false).
 LMC_HD void RansRounds(const RansTable& t, const uint8_t* slot_symbol, const uint8_t* words, uint32_t* x,
                        uint8_t* out, uint64_t n, uint64_t* w, bool* ok) {
   const uint32_t k = t.states;
@@ -1120,23 +1119,22 @@ Status DecodeOnDevice(B& be, GpuDecodeItem* items, const std::vector<DecPlanItem
       s.off = off;
       s.len = si.encoded_size;
       off += si.encoded_size;
-      if (s.coder == hd::kCoderHuffman || s.coder == hd::kCoderHuffmanBlocked) {
-        const bool direct = d.fused && j == 0;  // a fused frame's stream 0 goes straight to the output
-        if (!direct) {
-          dbytes = (dbytes + 15) & ~uint64_t{15};  // aligned: 4-byte stores of symbols
-          s.buf = dbytes;
-          dbytes += s.n;
-        }
+      const bool huffman = s.coder == hd::kCoderHuffman || s.coder == hd::kCoderHuffmanBlocked;
+      const bool rans_coder = s.coder == hd::kCoderRans || s.coder == hd::kCoderRansX32;
+      const bool direct = d.fused && j == 0;     // a fused frame's stream 0 goes straight to the output
+      if ((huffman && !direct) || rans_coder) {  // decoded into the decode buffer
+        dbytes = (dbytes + 15) & ~uint64_t{15};  // aligned: 4-byte stores of symbols, 8-byte merge loads
+        s.buf = dbytes;
+        dbytes += s.n;
+      }
+      if (huffman) {
         const uint32_t blocks = s.coder == hd::kCoderHuffman ? 4 : hd::HuffBlocks(s.n, kLog2);
         s.tasks = (blocks + kDecodeGroup - 1) / kDecodeGroup * kDecodeGroup;
         s.start0 = nstarts;
         nstarts += blocks + 1;
         by_mode[direct ? (d.fused_hash ? kDecodeFusedHash : kDecodeFused) : kDecodePlain].push_back(
             static_cast<uint32_t>(streams.size()));
-      } else if (s.coder == hd::kCoderRans || s.coder == hd::kCoderRansX32) {
-        dbytes = (dbytes + 15) & ~uint64_t{15};
-        s.buf = dbytes;
-        dbytes += s.n;
+      } else if (rans_coder) {
         rans.push_back(static_cast<uint32_t>(streams.size()));
       }
       streams.push_back(s);

@@ -378,15 +378,16 @@ struct Readers {
 
 // With kLog, each reader notes where it was at the start of every other
 // fast round (and of every batch of rounds), as bit position << 20 | output
-// offset from `base` (below 2^20: DecodeRuns covers at most 2^8 blocks), in
-// the slot of the 4096-symbol block its output is in, so that its last note
+// offset from `base` (below 2^20: DecodeRuns covers at most 2^8 blocks of at
+// most 2^12 symbols), in the slot of the block (2^shift symbols) its output
+// is in, so that its last note
 // in a block lies at most 30 symbols before the block's end (a round
 // decodes 5 to 15 symbols). DecodeRuns checks the block table with it.
 // Every other round: a note a round cost about 10% of the decoder's speed
 // with six readers, every fourth round no less than every other.
 struct RoundLog {
-  static constexpr int kShift = 12;  // 2^12 symbols a block
   static constexpr int kOutBits = 20;
+  int shift;  // log2 of the symbols a block
   const uint8_t* base;
   uint64_t* note;
 };
@@ -432,7 +433,7 @@ template <int R, bool kLog>
 #pragma GCC unroll 8
         for (int j = 0; j < R; ++j) {
           const size_t at = static_cast<size_t>(o[j] - log.base);
-          log.note[at >> RoundLog::kShift] = bp[j] << RoundLog::kOutBits | at;
+          log.note[at >> log.shift] = bp[j] << RoundLog::kOutBits | at;
         }
       }
       // Bit 63 is a marker: it is never among the <= 55 bits used, and
@@ -460,11 +461,10 @@ template <int R, bool kLog>
 }
 
 // Four readers at once, each to its stop, which it must reach exactly at
-// bit end[j]: the 4-sub-stream coder runs it once; the blocked coder once
-// per four blocks where it does not run DecodeRuns.
+// bit end[j]: the 4-sub-stream coder's decoder.
 bool DecodeFour(const MultiEntry multi[kTableSize], const Entry table[kTableSize], const uint8_t* payload,
                 size_t plen, Readers<4>& rd, const uint64_t end[4]) {
-  FastRounds<4, false>(multi, payload, plen, rd, RoundLog{});
+  FastRounds<4, false>(multi, payload, plen, rd, RoundLog{0, nullptr, nullptr});
   for (int j = 0; j < 4; ++j)
     DecodeTail(table, payload, plen, &rd.bp[j], rd.out[j], static_cast<size_t>(rd.stop[j] - rd.out[j]));
   const uint64_t bp0 = rd.bp[0], bp1 = rd.bp[1], bp2 = rd.bp[2], bp3 = rd.bp[3];
@@ -535,11 +535,18 @@ void BlockedCuts(size_t n, int log2, size_t cuts[5]) {
   for (uint32_t j = 0; j <= 4; ++j) cuts[j] = std::min(n, size_t{blocks * j / 4} << log2);
 }
 
-Result<size_t> EncodeBlocked(const uint8_t* src, size_t n, const uint32_t runs[4][256], int log2,
-                             uint8_t* dst, size_t cap) {
+namespace {
+Status CheckBlockedArgs(size_t n, int log2) {
   if (n == 0 || n > kMaxSymbols) return Status::InvalidArgument("huffman: symbol count out of range");
   if (log2 < hd::kMinBlockLog2 || log2 > hd::kMaxBlockLog2)
     return Status::InvalidArgument("huffman: block size out of range");
+  return Status::Ok();
+}
+}  // namespace
+
+Result<size_t> EncodeBlocked(const uint8_t* src, size_t n, const uint32_t runs[4][256], int log2,
+                             uint8_t* dst, size_t cap) {
+  LMC_RETURN_IF_ERROR(CheckBlockedArgs(n, log2));
   size_t cuts[5];
   BlockedCuts(n, log2, cuts);
   uint32_t hist[256];
@@ -616,9 +623,7 @@ Result<size_t> EncodeBlocked(const uint8_t* src, size_t n, const uint32_t runs[4
 
 Result<size_t> EncodeBlocked(const uint8_t* src, size_t n, const uint32_t hist[256], int log2, uint8_t* dst,
                              size_t cap) {
-  if (n == 0 || n > kMaxSymbols) return Status::InvalidArgument("huffman: symbol count out of range");
-  if (log2 < hd::kMinBlockLog2 || log2 > hd::kMaxBlockLog2)
-    return Status::InvalidArgument("huffman: block size out of range");
+  LMC_RETURN_IF_ERROR(CheckBlockedArgs(n, log2));
   size_t cuts[5];
   BlockedCuts(n, log2, cuts);
   uint32_t runs[4][256];
@@ -653,20 +658,20 @@ uint64_t SkipSymbols(const MultiEntry multi[kTableSize], const Entry table[kTabl
   return pos;
 }
 
-// Decodes nb (<= kRunBlocks) consecutive blocks of 2^12 symbols, n symbols
-// in all, into dst; block b's codes run from bit starts[b] to starts[b + 1].
-// kRunReaders readers each decode a run of whole blocks straight through,
-// with the fast loop. That the blocks inside a run end where the table says (the
-// GPU's per-block decoders start there) is checked after: from a reader's
-// last note in block b - 1 (RoundLog), at most 30 symbols are decoded again
-// to the start of block b, whose bit the table gives. A reader whose run is done copies
-// one still running (the same bits into the same bytes), so the fast loop
-// always has kRunReaders. True when every run and block ends where declared.
+// Decodes nb (<= kRunBlocks) consecutive blocks of 2^log2 symbols, n
+// symbols in all, into dst; block b's codes run from bit starts[b] to
+// starts[b + 1]. kRunReaders readers each decode a run of whole blocks
+// straight through, with the fast loop. That the blocks inside a run end
+// where the table says (the GPU's per-block decoders start there) is
+// checked after: from a reader's last note in block b - 1 (RoundLog), at
+// most 30 symbols are decoded again to the start of block b, whose bit the
+// table gives. A reader whose run is done copies one still running (the
+// same bits into the same bytes), so the fast loop always has kRunReaders.
+// True when every run and block ends where declared.
 bool DecodeRuns(const MultiEntry multi[kTableSize], const Entry table[kTableSize], const uint8_t* payload,
-                size_t plen, const uint64_t* starts, uint32_t nb, uint8_t* dst, size_t n) {
-  constexpr int kShift = RoundLog::kShift;
+                size_t plen, const uint64_t* starts, uint32_t nb, int log2, uint8_t* dst, size_t n) {
   constexpr uint64_t kNone = ~uint64_t{0};
-  static_assert(kRunBlocks << RoundLog::kShift <= 1u << RoundLog::kOutBits);
+  static_assert(kRunBlocks << hd::kMaxBlockLog2 <= 1u << RoundLog::kOutBits);
   uint64_t notes[kRunBlocks];
   std::fill_n(notes, nb, kNone);
   constexpr int R = kRunReaders;
@@ -677,12 +682,12 @@ bool DecodeRuns(const MultiEntry multi[kTableSize], const Entry table[kTableSize
   for (uint32_t j = 0; j <= R; ++j) first[j] = nb * j / R;
   for (uint32_t j = 0; j < R; ++j) {
     rd.bp[j] = starts[first[j]];
-    rd.out[j] = dst + std::min(n, size_t{first[j]} << kShift);
-    rd.stop[j] = dst + std::min(n, size_t{first[j + 1]} << kShift);
+    rd.out[j] = dst + std::min(n, size_t{first[j]} << log2);
+    rd.stop[j] = dst + std::min(n, size_t{first[j + 1]} << log2);
     end[j] = starts[first[j + 1]];
   }
   const uint64_t limit = plen >= 8 ? (uint64_t{plen} - 8) * 8 + 7 : 0;
-  const RoundLog log{dst, notes};
+  const RoundLog log{log2, dst, notes};
   for (;;) {
     FastRounds<R, true>(multi, payload, plen, rd, log);
     int live = -1;
@@ -709,12 +714,12 @@ bool DecodeRuns(const MultiEntry multi[kTableSize], const Entry table[kTableSize
     while (j < R && first[j] < b) ++j;
     if (j < R && first[j] == b) continue;  // a run began here: checked by the run before ending here
     uint64_t at_bit = starts[b - 1];
-    size_t at_out = size_t{b - 1} << kShift;
+    size_t at_out = size_t{b - 1} << log2;
     if (notes[b - 1] != kNone) {
       at_bit = notes[b - 1] >> RoundLog::kOutBits;
       at_out = notes[b - 1] & ((1u << RoundLog::kOutBits) - 1);
     }
-    if (SkipSymbols(multi, table, payload, plen, at_bit, (size_t{b} << kShift) - at_out) != starts[b])
+    if (SkipSymbols(multi, table, payload, plen, at_bit, (size_t{b} << log2) - at_out) != starts[b])
       return false;
   }
   return true;
@@ -757,39 +762,18 @@ Status DecodeBlocked(const uint8_t* src, size_t len, uint8_t* dst, size_t n) {
   BuildDecodeTable(lens, table);
   MultiEntry multi[kTableSize];
   BuildMultiTable(table, multi);
-  const Status bad_block = Status::Corruption("huffman: block does not end where declared");
-  uint64_t pos = 0;
-  if (log2 == RoundLog::kShift) {
-    // Runs of up to kRunBlocks blocks, each decoded as four runs of whole
-    // blocks with the boundaries between checked after (DecodeRuns).
-    uint64_t starts[kRunBlocks + 1];
-    for (uint32_t first = 0; first < blocks; first += kRunBlocks) {
-      const uint32_t nb = std::min(blocks - first, kRunBlocks);
-      starts[0] = pos;
-      for (uint32_t b = 0; b < nb; ++b) starts[b + 1] = starts[b] + LoadLE16(table_bytes + 2 * (first + b));
-      const size_t at = size_t{first} << log2;
-      if (!DecodeRuns(multi, table, payload, plen, starts, nb, dst + at,
-                      std::min(n - at, size_t{nb} << log2)))
-        return bad_block;
-      pos = starts[nb];
-    }
-    return Status::Ok();
-  }
-  // Other block sizes (no lmc writes them): four blocks at a time.
-  for (uint32_t b = 0; b < blocks; b += 4) {
-    Readers<4> rd;
-    uint64_t end[4];
-    for (uint32_t j = 0; j < 4; ++j) {
-      rd.bp[j] = pos;
-      rd.out[j] = rd.stop[j] = dst + n;  // an empty reader past the last block
-      if (b + j < blocks) {
-        rd.out[j] = dst + (size_t{b + j} << log2);
-        rd.stop[j] = dst + std::min(n, size_t{b + j + 1} << log2);
-        pos += LoadLE16(table_bytes + 2 * (b + j));
-      }
-      end[j] = pos;
-    }
-    if (!DecodeFour(multi, table, payload, plen, rd, end)) return bad_block;
+  // Runs of up to kRunBlocks blocks, each decoded as kRunReaders runs of
+  // whole blocks with the boundaries between checked after (DecodeRuns).
+  uint64_t starts[kRunBlocks + 1];
+  starts[0] = 0;
+  for (uint32_t first = 0; first < blocks; first += kRunBlocks) {
+    const uint32_t nb = std::min(blocks - first, kRunBlocks);
+    for (uint32_t b = 0; b < nb; ++b) starts[b + 1] = starts[b] + LoadLE16(table_bytes + 2 * (first + b));
+    const size_t at = size_t{first} << log2;
+    if (!DecodeRuns(multi, table, payload, plen, starts, nb, log2, dst + at,
+                    std::min(n - at, size_t{nb} << log2)))
+      return Status::Corruption("huffman: block does not end where declared");
+    starts[0] = starts[nb];
   }
   return Status::Ok();
 }

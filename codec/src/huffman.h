@@ -44,9 +44,8 @@ size_t BlockedEncodedSize(const uint32_t hist[256], size_t n, int log2);
 // does not match the data. Allocates nothing.
 Result<size_t> EncodeBlocked(const uint8_t* src, size_t n, const uint32_t hist[256], int log2, uint8_t* dst,
                              size_t cap);
-// Where the blocked coder cuts n symbols into four runs of whole blocks
-// (cuts[0] = 0, cuts[4] = n), which its four writers code and the CPU
-// decoder's four readers decode.
+// Where the blocked encoder cuts n symbols into four runs of whole blocks
+// (cuts[0] = 0, cuts[4] = n), which its four writers code.
 void BlockedCuts(size_t n, int log2, size_t cuts[5]);
 // The same from the histograms of those runs (HistogramRuns at
 // BlockedCuts): no pass over the data before coding. The bytes are the same.

@@ -43,8 +43,9 @@
 namespace lmc::rans {
 namespace {
 
-constexpr uint32_t kProbScale = 1u << kProbBits;
-constexpr uint32_t kLow = 1u << 16;  // states live in [kLow, 2^32)
+static_assert(kProbBits == hd::kRansProbBits);
+constexpr uint32_t kProbScale = hd::kRansProbScale;
+constexpr uint32_t kLow = hd::kRansLow;  // states live in [kLow, 2^32)
 constexpr size_t kMaxHeader = 1 + 32 + 2 * 256;
 
 #if defined(__x86_64__)
@@ -159,12 +160,6 @@ size_t WriteHeader(const uint32_t freq[256], int k, uint8_t* dst) {
     }
   }
   return static_cast<size_t>(p - dst);
-}
-
-// Parses the header; returns its size or 0 when malformed (one parser with
-// the GPU decoder's: hd/rans_hd.h).
-size_t ParseHeader(const uint8_t* src, size_t len, uint32_t freq[256], int* k_out) {
-  return hd::RansParseHeader(src, len, freq, k_out);
 }
 
 // Encoder tables, by symbol: for the scalar path, x' = x + bias + q * cmpl
@@ -455,29 +450,24 @@ Result<size_t> EncodeK(const uint8_t* src, size_t n, const uint32_t hist[256], u
 
 template <int K>
 Status DecodeK(const uint8_t* src, size_t len, uint8_t* dst, size_t n) {
-  constexpr size_t kStatesBytes = 4 * K;
   uint32_t freq[256];
   int k = 0;
-  const size_t header = ParseHeader(src, len, freq, &k);
-  if (!header || len - header < kStatesBytes) return Status::Corruption("rans: bad header");
+  const uint32_t header = hd::RansParseHeader(src, len, freq, &k);
+  // The same checks as the GPU decoder's (hd/rans_hd.h).
+  hd::RansStart start;
+  if (const char* bad = hd::RansReadStart(src, len, header, k, K, &start)) return Status::Corruption(bad);
   uint32_t x[K];
-  for (int j = 0; j < K; ++j) x[j] = LoadLE32(src + header + 4 * j);
-  const uint8_t* p = src + header + kStatesBytes;
+  for (int j = 0; j < K; ++j) x[j] = start.x[j];
+  const uint8_t* p = src + start.words;
   const uint8_t* const end = src + len;
-  if (((end - p) & 1) != 0) return Status::Corruption("rans: odd word stream");
 
   if (k == 1) {
-    // f = 4096: coding is the identity, so no words and unchanged states.
-    bool initial = p == end;
-    for (int j = 0; j < K; ++j) initial &= x[j] == kLow;
-    if (!initial) return Status::Corruption("rans: bad single-symbol stream");
+    // f = 4096: coding is the identity (no words, unchanged states).
     int s = 0;
     while (!freq[s]) ++s;
     std::memset(dst, s, n);
     return Status::Ok();
   }
-  for (int j = 0; j < K; ++j)
-    if (x[j] < kLow) return Status::Corruption("rans: bad initial state");
 
   // slot -> symbol, and slot -> f << 16 | (slot - cum).
   uint8_t slot_symbol[kProbScale];

@@ -11,6 +11,7 @@
 #include <set>
 #include <vector>
 
+#include "hd/rans_hd.h"
 #include "lmc/codec.h"
 #include "lmc/dtype.h"
 #include "lmc/gpu.h"
@@ -353,9 +354,14 @@ inline void CheckRansDecode(GpuCodec* codec) {
     size_t off = fi->header_size;
     for (const StreamInfo& si : fi->streams) {
       if (si.coder == Coder::kRans || si.coder == Coder::kRansX32) {
-        // The last word, the first state's low byte, the first frequency.
-        for (size_t at : {off + si.encoded_size - 1, off + si.encoded_size - 2 - 128, size_t{0}}) {
-          if (at == 0) at = off + 1 + (frames[i][off] + 1 < 32 ? frames[i][off] + 1 : 32);
+        uint32_t freq[256];
+        int k = 0;
+        const uint32_t header = hd::RansParseHeader(frames[i].data() + off, si.encoded_size, freq, &k);
+        ASSERT_GT(header, 0u);
+        // The last word, the first state's low byte, the first frequency
+        // (after k symbols or a 32-byte bitmap).
+        const size_t first_freq = off + 1 + (k < 32 ? k : 32);
+        for (size_t at : {off + si.encoded_size - 1, off + header, first_freq}) {
           auto f = frames[i];
           f[at] ^= static_cast<uint8_t>(1 + rng() % 255);
           frames.push_back(f);

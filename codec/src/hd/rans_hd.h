@@ -68,32 +68,35 @@ LMC_HD uint32_t RansParseHeader(const uint8_t* src, uint64_t len, uint32_t freq[
 }
 
 // What a decoder of a stream needs after its header: the states, where the
-// words start, how many there are. Checks, as the CPU decoder does, that
-// the states and an even number of word bytes follow the header and, with
-// one symbol, that no word follows and every state is 2^16; with more, that
-// every state is at least 2^16. False when not.
+// words start, how many there are.
 struct RansStart {
   uint32_t x[kRansMaxStates];
   uint64_t words;   // offset of the first word in the stream
   uint64_t nwords;  // 16-bit words
 };
-LMC_HD bool RansReadStart(const uint8_t* src, uint64_t len, uint32_t header, int k, int states,
-                          RansStart* st) {
+// Reads it for a stream of `states` states whose header (RansParseHeader:
+// its size, 0 when malformed, and k symbols) ends at `header`, with the
+// checks of the decoding rule: a header, the states and an even number of
+// word bytes; with one symbol no word and every state 2^16, with more
+// every state at least 2^16. Returns null when they hold, else what is
+// wrong (the CPU decoder's Corruption message; the GPU marks the frame bad).
+LMC_HD const char* RansReadStart(const uint8_t* src, uint64_t len, uint32_t header, int k, int states,
+                                 RansStart* st) {
   const uint64_t sb = 4 * static_cast<uint64_t>(states);
-  if (len - header < sb) return false;
+  if (!header || len - header < sb) return "rans: bad header";
   for (int j = 0; j < states; ++j) {
     const uint8_t* q = src + header + 4 * j;
     st->x[j] = uint32_t{q[0]} | uint32_t{q[1]} << 8 | uint32_t{q[2]} << 16 | uint32_t{q[3]} << 24;
   }
   st->words = header + sb;
   const uint64_t bytes = len - st->words;
-  if (bytes & 1) return false;
+  if (bytes & 1) return "rans: odd word stream";
   st->nwords = bytes / 2;
   for (int j = 0; j < states; ++j) {
-    if (k == 1 && (st->x[j] != kRansLow || bytes != 0)) return false;
-    if (st->x[j] < kRansLow) return false;
+    if (k == 1 && (st->x[j] != kRansLow || bytes != 0)) return "rans: bad single-symbol stream";
+    if (st->x[j] < kRansLow) return "rans: bad initial state";
   }
-  return true;
+  return nullptr;
 }
 
 // The symbol whose slot range holds `slot`, from the cumulative
