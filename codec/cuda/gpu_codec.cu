@@ -174,6 +174,75 @@ __global__ void RansDecodeKernel(DecArgs a) {
   if (!__all_sync(0xffffffffu, ok) && lane == 0) MarkBad(f);
 }
 
+// rANS encoding, one warp a stream (kRansWarps streams a CUDA block), lane
+// j carrying state j of K (4 or 32), from the last round down: the lanes
+// whose state shifts out a word write it at their rank among them (a
+// ballot), below the words of the rounds after, which is the order the
+// decoder takes them in. The frequencies and their running sums are in
+// shared memory (a lane sums 8 symbols, the lanes' sums scanned with
+// shuffles). Launched for every stream; the warps of streams not coded
+// rANS return at once. Same result as RansEncodeBody::Run.
+__global__ void RansEncodeKernel(EncArgs a) {
+  __shared__ uint16_t freq[kRansWarps][256], cum[kRansWarps][256];
+  const unsigned warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const size_t i = blockIdx.x * static_cast<size_t>(kRansWarps) + warp;
+  if (i >= a.ns) return;  // the whole warp
+  RansEncodeSpan sp;
+  if (!RansEncodeBegin(a, i, &sp)) return;  // the whole warp: the stream's coder
+  uint32_t f8[8], own = 0;
+  for (int c = 0; c < 8; ++c) {
+    f8[c] = sp.freq[8 * lane + c];
+    own += f8[c];
+  }
+  uint32_t below = own;  // inclusive scan of the lanes' sums
+  for (unsigned d = 1; d < 32; d <<= 1) {
+    const uint32_t v = __shfl_up_sync(0xffffffffu, below, d);
+    if (lane >= d) below += v;
+  }
+  below -= own;
+  for (int c = 0; c < 8; ++c) {
+    freq[warp][8 * lane + c] = static_cast<uint16_t>(f8[c]);
+    cum[warp][8 * lane + c] = static_cast<uint16_t>(below);
+    below += f8[c];
+  }
+  __syncwarp();
+  EncStream& s = a.streams[i];
+  const uint64_t n = s.n;
+  const uint8_t* src = a.sbuf + s.buf;
+  uint8_t* end = sp.buf + RansScratchBytes(s);
+  const uint32_t k = sp.states;
+  uint32_t x = hd::kRansLow;
+  uint64_t words = 0;
+  bool ok = true;
+  for (uint64_t r = (n - 1) / k * k;; r -= k) {
+    const bool live = lane < k && r + lane < n;
+    const uint8_t sym = live ? src[r + lane] : 0;
+    const uint32_t f = freq[warp][sym];
+    const bool need = live && hd::RansEncodeNeedsWord(x, f);
+    const unsigned mask = __ballot_sync(0xffffffffu, need);
+    const uint32_t c = __popc(mask);
+    if (2 * (words + c) > sp.room) {  // the same for every lane
+      ok = false;
+      break;
+    }
+    if (need) {
+      RansPutWord(end - 2 * (words + c - __popc(mask & ((1u << lane) - 1))), x);
+      x >>= 16;
+    }
+    if (live) x = hd::RansEncodeCode(x, f, cum[warp][sym]);
+    words += c;
+    if (r == 0) break;
+  }
+  // Every lane has read s (RansEncodeBegin, n, end) before lane 0 writes it.
+  __syncwarp();
+  const uint64_t size = RansEncodedSize(sp, n, words, ok);
+  if (lane == 0) RansEncodeSet(s, size);
+  if (!size) return;  // raw
+  uint8_t* p = end - size;
+  if (lane < k) RansPutState(p + sp.header + 4 * lane, x);
+  if (lane == 0) hd::RansWriteHeader(sp.freq, sp.k, p);
+}
+
 template <typename Body>
 struct HuffDecodeMode {
   static constexpr int value = -1;
@@ -374,6 +443,9 @@ class CudaBackend {
       const size_t threads = 8 * count;
       ChainKernel<Body, Args>
           <<<static_cast<unsigned>((threads + kThreads - 1) / kThreads), kThreads, 0, stream_>>>(a, count);
+    } else if constexpr (std::is_same_v<Body, RansEncodeBody>) {
+      RansEncodeKernel<<<static_cast<unsigned>((count + kRansWarps - 1) / kRansWarps), 32 * kRansWarps, 0,
+                         stream_>>>(a);
     } else if constexpr (std::is_same_v<Body, RansDecodeBody>) {
       RansDecodeKernel<<<static_cast<unsigned>((count + kRansWarps - 1) / kRansWarps), 32 * kRansWarps, 0,
                          stream_>>>(a);

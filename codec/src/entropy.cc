@@ -53,7 +53,8 @@ bool SampleSaysRaw(const uint8_t* p, size_t n) {
 }
 
 Result<EncodedStream> EncodeStream(const uint8_t* src, size_t n, const uint32_t hist[256],
-                                   const uint32_t (*quarters)[256], Coder coder, uint8_t* dst, size_t cap) {
+                                   const uint32_t (*quarters)[256], const uint32_t* rans_freq, Coder coder,
+                                   uint8_t* dst, size_t cap) {
   if (cap < n && coder == Coder::kRaw) return Status::InvalidArgument("stream buffer too small");
   switch (coder) {
     case Coder::kConst:
@@ -66,10 +67,12 @@ Result<EncodedStream> EncodeStream(const uint8_t* src, size_t n, const uint32_t 
       // Bound the coder's output by the raw size: if it cannot beat raw,
       // it fails with InvalidArgument and the stream is stored raw.
       size_t limit = cap < n ? cap : n;
-      Result<size_t> r = coder == Coder::kRans      ? rans::Encode(src, n, hist, dst, limit)
-                         : coder == Coder::kRansX32 ? rans::EncodeX32(src, n, hist, dst, limit)
-                         : quarters                 ? huff::Encode(src, n, quarters, dst, limit)
-                                                    : huff::Encode(src, n, hist, dst, limit);
+      const int states = coder == Coder::kRansX32 ? 32 : 4;
+      Result<size_t> r = coder == Coder::kHuffman ? (quarters ? huff::Encode(src, n, quarters, dst, limit)
+                                                              : huff::Encode(src, n, hist, dst, limit))
+                         : rans_freq    ? rans::EncodeWithFrequencies(src, n, rans_freq, states, dst, limit)
+                         : states == 32 ? rans::EncodeX32(src, n, hist, dst, limit)
+                                        : rans::Encode(src, n, hist, dst, limit);
       if (r.ok() && *r < n) return EncodedStream{coder, *r};
       break;
     }

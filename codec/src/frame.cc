@@ -174,14 +174,16 @@ Result<size_t> EncodeChunk(const uint8_t* src, size_t n, const EncodeParams& par
     size_t m = shape.size(i);
     uint32_t hist[256];
     uint32_t quarters[4][256];
+    uint32_t rans_freq[256];
     Coder want = Coder::kRaw;
-    bool have_quarters = false;
-    if (params.profile == EncodeProfile::kGpu) {
-      // The GPU encoder's choice, from the full histogram (hd/frame_hd.h).
+    bool have_quarters = false, gpu = params.profile == EncodeProfile::kGpu;
+    if (gpu) {
+      // The GPU encoder's choice and rANS table, from the full histogram
+      // (hd/frame_hd.h).
       Histogram(s, m, hist);
       uint8_t len[256];
       size_t size = 0;
-      want = static_cast<Coder>(hd::GpuProfileCoder(hist, m, len, &size));
+      want = static_cast<Coder>(hd::GpuProfileCoder(hist, m, len, rans_freq, &size));
     } else if (!SampleSaysRaw(s, m)) {
       // The histograms of the runs the chosen Huffman coder's writers code.
       const Coder huffman =
@@ -196,8 +198,9 @@ Result<size_t> EncodeChunk(const uint8_t* src, size_t n, const EncodeParams& par
       have_quarters = true;
       want = ChooseCoder(hist, m, huffman);
     }
-    LMC_ASSIGN_OR_RETURN(EncodedStream es, EncodeStream(s, m, hist, have_quarters ? quarters : nullptr, want,
-                                                        dst + pos, cap - pos));
+    LMC_ASSIGN_OR_RETURN(EncodedStream es,
+                         EncodeStream(s, m, hist, have_quarters ? quarters : nullptr,
+                                      gpu ? rans_freq : nullptr, want, dst + pos, cap - pos));
     coders[i] = static_cast<uint8_t>(es.coder);
     sizes[i] = es.size;
     pos += es.size;

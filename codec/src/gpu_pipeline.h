@@ -107,6 +107,7 @@ struct EncStream {
   uint64_t size;     // payload bytes in the frame (hdr included)
   uint64_t out_off;  // offset of the payload in the frame
   uint64_t bits;     // Huffman bits
+  uint64_t payload;  // rANS: offset of the payload (header on) in the stream's scratch bytes
 };
 
 struct EncArgs {
@@ -114,10 +115,10 @@ struct EncArgs {
   EncStream* streams;
   uint32_t nc, ns;          // chunks, streams
   uint32_t* hist;           // 256 per stream
-  uint32_t* codes;          // 256 per stream
+  uint32_t* codes;          // 256 per stream: Huffman codes, or rANS frequencies
   uint8_t* lens;            // 256 per stream
   uint8_t* sbuf;            // regrouped streams
-  uint32_t* scratch;        // Huffman payload words
+  uint32_t* scratch;        // Huffman payload words, or a rANS stream's bytes
   uint64_t* deltas;         // 8 per hash block
   uint64_t* chunk_hash0;    // first hash block of each chunk
   uint64_t* chunk_tile0;    // first split tile of each chunk
@@ -253,7 +254,7 @@ struct PlanBody {  // i: stream
     EncStream& s = a.streams[i];
     uint8_t* len = a.lens + 256 * i;
     size_t size = 0;
-    s.coder = hd::GpuProfileCoder(a.hist + 256 * i, s.n, len, &size);
+    s.coder = hd::GpuProfileCoder(a.hist + 256 * i, s.n, len, a.codes + 256 * i, &size);
     s.size = size;
     s.hdr = 0;
     if (s.coder == hd::kCoderHuffmanBlocked) {
@@ -311,6 +312,114 @@ struct HuffEncodeBody {  // i: block
     const EncStream& s = a.streams[k.si];
     hd::HuffEncodeBlockWords(a.sbuf + s.buf + k.first, k.count, a.codes + 256 * k.si, a.block_start[i],
                              a.block_bits[i], a.scratch + s.scratch_word, EdgeOr{});
+  }
+};
+
+// rANS streams (coders 3 and 5), coded backwards from the last symbol as
+// the CPU coder does, into the stream's scratch (RansScratchBytes, over n):
+// the words from the end down, then the states and the header in front of
+// them, so that the payload is contiguous. Symbol i is coded by state i mod
+// K; a round's states that shift out a word (RansEncodeNeedsWord) put
+// them in lane order below the words of the rounds after it, which is the
+// order the decoder takes them in. The CUDA kernel runs a stream on one
+// warp, a lane a state (ballot and popcount); RansEncodeBody runs the
+// same rounds one lane after another. A stream whose payload would come
+// to n bytes or more is stored raw, as on the CPU.
+struct RansEncodeSpan {
+  uint8_t* buf;          // the scratch bytes
+  uint64_t room;         // bytes for words: the scratch less the header and states
+  uint32_t header;       // header bytes
+  uint32_t states;       // K
+  int k;                 // symbols in the table
+  const uint32_t* freq;  // every symbol of the stream is present: its histogram made them
+};
+LMC_HD uint64_t RansScratchBytes(const EncStream& s) { return 4 * (s.n / 4 + 4); }
+// False for streams not coded rANS.
+LMC_HD bool RansEncodeBegin(const EncArgs& a, size_t i, RansEncodeSpan* sp) {
+  const EncStream& s = a.streams[i];
+  if (s.coder != hd::kCoderRans && s.coder != hd::kCoderRansX32) return false;
+  sp->buf = reinterpret_cast<uint8_t*>(a.scratch + s.scratch_word);
+  sp->states = s.coder == hd::kCoderRansX32 ? 32 : 4;
+  sp->freq = a.codes + 256 * i;
+  sp->k = 0;
+  for (int c = 0; c < 256; ++c) sp->k += sp->freq[c] != 0;
+  sp->header = hd::RansHeaderSize(sp->freq, sp->k);
+  const uint64_t cap = RansScratchBytes(s), fixed = sp->header + 4 * uint64_t{sp->states};
+  sp->room = cap > fixed ? cap - fixed : 0;
+  return true;
+}
+// After the rounds (`words` words; ok false when they did not fit the
+// room): the payload's size, or 0 when the stream goes raw (n bytes or
+// more, as on the CPU). RansEncodeSet records it in the stream; the
+// payload then starts `size` bytes before the scratch's end, where the
+// caller writes the header and the states.
+LMC_HD uint64_t RansEncodedSize(const RansEncodeSpan& sp, uint64_t n, uint64_t words, bool ok) {
+  const uint64_t size = sp.header + 4 * uint64_t{sp.states} + 2 * words;
+  return ok && size < n ? size : 0;
+}
+LMC_HD void RansEncodeSet(EncStream& s, uint64_t size) {
+  if (!size) {
+    s.coder = hd::kCoderRaw;
+    s.size = s.n;
+  } else {
+    s.size = size;
+    s.payload = RansScratchBytes(s) - size;
+  }
+}
+LMC_HD void RansPutWord(uint8_t* p, uint32_t x) {
+  p[0] = static_cast<uint8_t>(x);
+  p[1] = static_cast<uint8_t>(x >> 8);
+}
+LMC_HD void RansPutState(uint8_t* p, uint32_t x) {
+  for (int b = 0; b < 4; ++b) p[b] = static_cast<uint8_t>(x >> (8 * b));
+}
+
+struct RansEncodeBody {  // i: stream
+  static LMC_HD void Run(const EncArgs& a, size_t i) {
+    RansEncodeSpan sp;
+    if (!RansEncodeBegin(a, i, &sp)) return;
+    EncStream& s = a.streams[i];
+    uint32_t cum[256];
+    for (uint32_t c = 0, sum = 0; c < 256; ++c) {
+      cum[c] = sum;
+      sum += sp.freq[c];
+    }
+    const uint8_t* src = a.sbuf + s.buf;
+    uint8_t* end = sp.buf + RansScratchBytes(s);
+    const uint32_t k = sp.states;
+    uint32_t x[hd::kRansMaxStates];
+    for (uint32_t j = 0; j < k; ++j) x[j] = hd::kRansLow;
+    uint64_t words = 0;
+    bool ok = true;
+    for (uint64_t r = (s.n - 1) / k * k;; r -= k) {
+      const uint32_t live = s.n - r < k ? static_cast<uint32_t>(s.n - r) : k;
+      bool need[hd::kRansMaxStates];
+      uint32_t c = 0;
+      for (uint32_t j = 0; j < live; ++j) {
+        need[j] = hd::RansEncodeNeedsWord(x[j], sp.freq[src[r + j]]);
+        c += need[j];
+      }
+      if (2 * (words + c) > sp.room) {
+        ok = false;
+        break;
+      }
+      for (uint32_t j = 0, rank = 0; j < live; ++j) {
+        const uint8_t sym = src[r + j];
+        if (need[j]) {
+          RansPutWord(end - 2 * (words + c - rank++), x[j]);
+          x[j] >>= 16;
+        }
+        x[j] = hd::RansEncodeCode(x[j], sp.freq[sym], cum[sym]);
+      }
+      words += c;
+      if (r == 0) break;
+    }
+    const uint64_t size = RansEncodedSize(sp, s.n, words, ok);
+    RansEncodeSet(s, size);
+    if (!size) return;
+    uint8_t* p = end - size;
+    hd::RansWriteHeader(sp.freq, sp.k, p);
+    for (uint32_t j = 0; j < k; ++j) RansPutState(p + sp.header + 4 * j, x[j]);
   }
 };
 
@@ -380,7 +489,7 @@ struct LayoutBody {  // i: chunk. Header, coder headers.
 
 inline constexpr uint32_t kCopyBytes = 4;  // bytes per thread of CopyStreamBody
 
-// Raw streams and Huffman payloads into the frames. i: tile *
+// Raw streams, Huffman and rANS payloads into the frames. i: tile *
 // (kRawTile / kCopyBytes) + j, bytes kCopyBytes*j .. of the tile.
 struct CopyStreamBody {
   static LMC_HD void Run(const EncArgs& a, size_t i) {
@@ -398,6 +507,9 @@ struct CopyStreamBody {
       src = reinterpret_cast<const uint8_t*>(a.scratch + s.scratch_word);
       len = (s.bits + 7) / 8;
       dst += s.hdr;
+    } else if (s.coder == hd::kCoderRans || s.coder == hd::kCoderRansX32) {
+      src = reinterpret_cast<const uint8_t*>(a.scratch + s.scratch_word) + s.payload;
+      len = s.size;
     } else {
       return;
     }
@@ -1032,6 +1144,7 @@ Status EncodeOnDevice(B& be, GpuEncodeItem* items, const std::vector<size_t>& gp
   LMC_RETURN_IF_ERROR(be.template Launch<HashBlocksEncBody>(hashes, a));
   LMC_RETURN_IF_ERROR(be.Histograms(a.streams, a.hist, streams.data(), ns, a.sbuf));
   LMC_RETURN_IF_ERROR(be.template Launch<PlanBody>(ns, a));
+  LMC_RETURN_IF_ERROR(be.template Launch<RansEncodeBody>(ns, a));
   LMC_RETURN_IF_ERROR(be.template Launch<BlockBitsBody>(blocks, a));
   LMC_RETURN_IF_ERROR(be.template Launch<ScanBody>(ns, a));
   LMC_RETURN_IF_ERROR(be.template Launch<HuffEncodeBody>(blocks, a));

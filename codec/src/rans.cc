@@ -130,38 +130,6 @@ int Normalize(const uint32_t hist[256], uint32_t freq[256]) {
   return k;
 }
 
-size_t HeaderSize(const uint32_t freq[256], int k) {
-  size_t size = 1 + (k < 32 ? static_cast<size_t>(k) : 32);
-  for (int s = 0; s < 256; ++s)
-    if (freq[s]) size += freq[s] - 1 < 128 ? 1 : 2;
-  return size;
-}
-
-size_t WriteHeader(const uint32_t freq[256], int k, uint8_t* dst) {
-  uint8_t* p = dst;
-  *p++ = static_cast<uint8_t>(k - 1);
-  if (k < 32) {
-    for (int s = 0; s < 256; ++s)
-      if (freq[s]) *p++ = static_cast<uint8_t>(s);
-  } else {
-    std::memset(p, 0, 32);
-    for (int s = 0; s < 256; ++s)
-      if (freq[s]) p[s >> 3] |= static_cast<uint8_t>(1u << (s & 7));
-    p += 32;
-  }
-  for (int s = 0; s < 256; ++s) {
-    if (!freq[s]) continue;
-    const uint32_t v = freq[s] - 1;
-    if (v < 128) {
-      *p++ = static_cast<uint8_t>(v);
-    } else {
-      *p++ = static_cast<uint8_t>(0x80 | (v & 0x7f));
-      *p++ = static_cast<uint8_t>(v >> 7);
-    }
-  }
-  return static_cast<size_t>(p - dst);
-}
-
 // Encoder tables, by symbol: for the scalar path, x' = x + bias + q * cmpl
 // with q = x / f from a 64-bit reciprocal (below); for the vector path, f
 // and cum packed (f | cum << 13, 0 for absent symbols) and 1/f.
@@ -357,18 +325,16 @@ LMC_RANS_AVX2 size_t DecodeRoundsAvx2(const uint32_t* table, uint32_t* x, const 
 }
 #endif  // __x86_64__
 
+// Encodes with the normalised frequencies freq (k present symbols, k >= 2:
+// one symbol is the const coder's).
 template <int K>
-Result<size_t> EncodeK(const uint8_t* src, size_t n, const uint32_t hist[256], uint8_t* dst, size_t cap) {
+Result<size_t> EncodeK(const uint8_t* src, size_t n, const uint32_t freq[256], int k, uint8_t* dst,
+                       size_t cap) {
   constexpr size_t kStatesBytes = 4 * K;
   if (n == 0) return Status::InvalidArgument("rans: no symbols");
-  uint64_t total = 0;
-  for (int s = 0; s < 256; ++s) total += hist[s];
-  if (total != n) return Status::InvalidArgument("rans: histogram does not sum to n");
-  uint32_t freq[256];
-  const int k = Normalize(hist, freq);
-  const size_t header = HeaderSize(freq, k);
+  const size_t header = hd::RansHeaderSize(freq, k);
   if (cap < header + kStatesBytes) return Status::InvalidArgument("rans: output buffer too small");
-  WriteHeader(freq, k, dst);
+  hd::RansWriteHeader(freq, k, dst);
   EncTables tables;
   BuildEncTables(freq, K == 32, &tables);
   const EncSymbol* sym = tables.sym;
@@ -441,7 +407,7 @@ Result<size_t> EncodeK(const uint8_t* src, size_t n, const uint32_t hist[256], u
     }
     code(st, e);
   }
-  if (i > 0) return Status::InvalidArgument("rans: histogram does not match the data");
+  if (i > 0) return Status::InvalidArgument("rans: a symbol of the data is absent from the table");
   for (int j = 0; j < K; ++j) StoreLE32(dst + header + 4 * j, x[j]);
   const size_t words = static_cast<size_t>(dst + cap - p);
   std::memmove(lo, p, words);
@@ -547,18 +513,45 @@ size_t EstimatedSize(const uint32_t hist[256], size_t /*n*/, int states) {
   // The final states hold about 8 bits each beyond their 16-bit floor
   // (they range over [2^16, 2^32)), which no word carries.
   const double words_bits = std::max(0.0, bits - 8.0 * states);
-  return HeaderSize(freq, k) + states_bytes + 2 * static_cast<size_t>(std::ceil(words_bits / 16));
+  return hd::RansHeaderSize(freq, k) + states_bytes + 2 * static_cast<size_t>(std::ceil(words_bits / 16));
 }
 
+namespace {
+template <int K>
+Result<size_t> EncodeHist(const uint8_t* src, size_t n, const uint32_t hist[256], uint8_t* dst, size_t cap) {
+  uint64_t total = 0;
+  for (int s = 0; s < 256; ++s) total += hist[s];
+  if (total != n) return Status::InvalidArgument("rans: histogram does not sum to n");
+  uint32_t freq[256];
+  const int k = Normalize(hist, freq);
+  return EncodeK<K>(src, n, freq, k, dst, cap);
+}
+}  // namespace
+
 Result<size_t> Encode(const uint8_t* src, size_t n, const uint32_t hist[256], uint8_t* dst, size_t cap) {
-  return EncodeK<4>(src, n, hist, dst, cap);
+  return EncodeHist<4>(src, n, hist, dst, cap);
 }
 Status Decode(const uint8_t* src, size_t len, uint8_t* dst, size_t n) { return DecodeK<4>(src, len, dst, n); }
 Result<size_t> EncodeX32(const uint8_t* src, size_t n, const uint32_t hist[256], uint8_t* dst, size_t cap) {
-  return EncodeK<32>(src, n, hist, dst, cap);
+  return EncodeHist<32>(src, n, hist, dst, cap);
 }
 Status DecodeX32(const uint8_t* src, size_t len, uint8_t* dst, size_t n) {
   return DecodeK<32>(src, len, dst, n);
+}
+
+Result<size_t> EncodeWithFrequencies(const uint8_t* src, size_t n, const uint32_t freq[256], int states,
+                                     uint8_t* dst, size_t cap) {
+  int k = 0;
+  uint32_t sum = 0;
+  for (int s = 0; s < 256; ++s) {
+    k += freq[s] != 0;
+    sum += freq[s];
+  }
+  if (k < 2 || sum != kProbScale)
+    return Status::InvalidArgument("rans: frequencies are not a table of 2+ symbols");
+  if (states == 32) return EncodeK<32>(src, n, freq, k, dst, cap);
+  if (states == 4) return EncodeK<4>(src, n, freq, k, dst, cap);
+  return Status::InvalidArgument("rans: states must be 4 or 32");
 }
 
 bool SetSimd(bool on) {

@@ -37,6 +37,13 @@ Status Decode(const uint8_t* src, size_t len, uint8_t* dst, size_t n);
 Result<size_t> EncodeX32(const uint8_t* src, size_t n, const uint32_t hist[256], uint8_t* dst, size_t cap);
 Status DecodeX32(const uint8_t* src, size_t len, uint8_t* dst, size_t n);
 
+// Encodes with given frequencies (freq[s] for every byte s, summing to
+// 4096, at least two present; a symbol of src absent from them is
+// InvalidArgument) and `states` states, 4 (coder kRans) or 32 (kRansX32):
+// the GPU profile's tables (hd::RansNormalizeGpu). Same stream layout.
+Result<size_t> EncodeWithFrequencies(const uint8_t* src, size_t n, const uint32_t freq[256], int states,
+                                     uint8_t* dst, size_t cap);
+
 // Turns the vector paths of the 32-state coder on (where the CPU has them)
 // or off (the scalar reference, which writes and reads the same bytes);
 // returns the previous setting. For tests and benchmarks.

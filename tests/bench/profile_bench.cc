@@ -1,10 +1,13 @@
 // The CPU codec on the encode profiles (docs/FORMAT.md, "Encode profiles"):
-// ratio and one-thread encode and decode speed of the same bf16 chunks as
-// the frames lmc wrote before blocked Huffman (4 sub-streams), as the CPU
+// ratio and one-thread encode and decode speed of the same chunks as the
+// frames lmc wrote before blocked Huffman (4 sub-streams), as the CPU
 // profile's and as the GPU profile's, in one run, A-B-C-A-B-C.
 // docs/BENCHMARKS.md, "GPU codec".
 //
-//   lmc_profile_bench FILE   (the first 256 MiB, as 1 MiB bf16 chunks)
+//   lmc_profile_bench FILE               the first 256 MiB, as 1 MiB bf16 chunks
+//   lmc_profile_bench FILE BASE DTYPE    the same as XOR deltas against BASE's
+//                                        bytes at the same offsets (a snapshot
+//                                        series), chunks of DTYPE (bf16, f32, ...)
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -13,20 +16,41 @@
 #include <vector>
 
 #include "lmc/codec.h"
+#include "lmc/dtype.h"
+
+namespace {
+bool ReadFile(const char* path, std::vector<uint8_t>* out) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) {
+    std::fprintf(stderr, "lmc_profile_bench: cannot open %s\n", path);
+    return false;
+  }
+  out->assign(std::istreambuf_iterator<char>(f), {});
+  out->resize(std::min<size_t>(out->size(), size_t{256} << 20));
+  return true;
+}
+}  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 2) {
-    std::fprintf(stderr, "usage: lmc_profile_bench FILE\n");
+  if (argc != 2 && argc != 4) {
+    std::fprintf(stderr, "usage: lmc_profile_bench FILE [BASE DTYPE]\n");
     return 2;
   }
-  std::ifstream f(argv[1], std::ios::binary);
-  if (!f) {
-    std::fprintf(stderr, "lmc_profile_bench: cannot open %s\n", argv[1]);
-    return 1;
+  std::vector<uint8_t> data, base;
+  if (!ReadFile(argv[1], &data)) return 1;
+  lmc::DType dtype = lmc::DType::kBF16;
+  if (argc == 4) {
+    if (!ReadFile(argv[2], &base)) return 1;
+    auto t = lmc::DTypeFromName(argv[3]);
+    if (!t) {
+      std::fprintf(stderr, "lmc_profile_bench: unknown dtype %s\n", argv[3]);
+      return 2;
+    }
+    dtype = *t;
+    data.resize(std::min(data.size(), base.size()));
   }
-  std::vector<uint8_t> data((std::istreambuf_iterator<char>(f)), {});
-  data.resize(std::min<size_t>(data.size(), size_t{256} << 20));
   const size_t chunk = 1 << 20, nc = data.size() / chunk;
+  auto base_of = [&](size_t c) { return base.empty() ? nullptr : base.data() + c * chunk; };
   lmc::Workspace ws;
   using lmc::EncodeProfile;
   for (auto prof : {EncodeProfile::kCpuQuarters, EncodeProfile::kCpu, EncodeProfile::kGpu,
@@ -36,8 +60,8 @@ int main(int argc, char** argv) {
     auto t0 = std::chrono::steady_clock::now();
     for (size_t c = 0; c < nc; ++c) {
       fr[c].resize(lmc::MaxEncodedSize(chunk));
-      auto r = lmc::EncodeChunk(data.data() + c * chunk, chunk, {lmc::DType::kBF16, nullptr, prof},
-                                fr[c].data(), fr[c].size(), ws);
+      auto r = lmc::EncodeChunk(data.data() + c * chunk, chunk, {dtype, base_of(c), prof}, fr[c].data(),
+                                fr[c].size(), ws);
       if (!r.ok()) {
         std::fprintf(stderr, "encode failed: %s\n", r.status().ToString().c_str());
         return 1;
@@ -49,7 +73,8 @@ int main(int argc, char** argv) {
     std::vector<uint8_t> out(nc * chunk);
     t0 = std::chrono::steady_clock::now();
     for (size_t c = 0; c < nc; ++c) {
-      auto r = lmc::DecodeChunk(fr[c].data(), fr[c].size(), nullptr, 0, out.data() + c * chunk, chunk, ws);
+      auto r = lmc::DecodeChunk(fr[c].data(), fr[c].size(), base_of(c), base.empty() ? 0 : chunk,
+                                out.data() + c * chunk, chunk, ws);
       if (!r.ok()) {
         std::fprintf(stderr, "decode failed on chunk %zu: %s\n", c, r.status().ToString().c_str());
         return 1;
@@ -60,11 +85,13 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "decoded bytes differ\n");
       return 1;
     }
-    std::printf("%s ratio %.3f%%  encode %5.0f MB/s  decode %5.0f MB/s  (one thread, %zu chunks of 1 MiB)\n",
-                prof == EncodeProfile::kCpuQuarters ? "cpu, 4 sub-streams (before):"
-                : prof == EncodeProfile::kCpu       ? "cpu profile (blocked):       "
-                                                    : "gpu profile (blocked):       ",
-                100.0 * total / (nc * chunk), nc * chunk / te / 1e6, nc * chunk / td / 1e6, nc);
+    std::printf(
+        "%s ratio %.3f%%  encode %5.0f MB/s  decode %5.0f MB/s  (one thread, %zu chunks of 1 MiB%s)\n",
+        prof == EncodeProfile::kCpuQuarters ? "cpu, 4 sub-streams (before):"
+        : prof == EncodeProfile::kCpu       ? "cpu profile (blocked):       "
+                                            : "gpu profile (blocked):       ",
+        100.0 * total / (nc * chunk), nc * chunk / te / 1e6, nc * chunk / td / 1e6, nc,
+        base.empty() ? "" : ", XOR deltas");
   }
   return 0;
 }

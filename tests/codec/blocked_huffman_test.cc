@@ -317,8 +317,9 @@ TEST(CpuProfile, WritesBlockedHuffmanAndTheFramesOfBeforeStillDecode) {
   EXPECT_LT(points, 0.05) << size[0] << " vs " << size[1];
 }
 
-TEST(GpuProfile, FramesRoundTripAndUseBlockedHuffmanForExponents) {
+TEST(GpuProfile, FramesRoundTripAndUseBlockedHuffmanForExponentsAndRansForDeltas) {
   Workspace ws;
+  bool delta_rans = false;
   for (int t = 0; t < kNumDTypes; ++t) {
     for (size_t n : {size_t{0}, size_t{1}, size_t{7}, size_t{300}, size_t{4096 + 3}, size_t{1} << 20}) {
       for (bool with_base : {false, true}) {
@@ -333,14 +334,20 @@ TEST(GpuProfile, FramesRoundTripAndUseBlockedHuffmanForExponents) {
         ASSERT_TRUE(len.ok()) << len.status().ToString();
         auto fi = ReadFrameInfo(frame.data(), *len);
         ASSERT_TRUE(fi.ok());
-        bool blocked = false;
+        bool blocked = false, x32 = false;
         for (const auto& s : fi->streams) {
           EXPECT_NE(s.coder, Coder::kHuffman);
-          EXPECT_NE(s.coder, Coder::kRans);
-          EXPECT_NE(s.coder, Coder::kRansX32);
           blocked |= s.coder == Coder::kHuffmanBlocked;
+          x32 |= s.coder == Coder::kRansX32;
+          // 32 states from 64 Ki symbols on, as the CPU profile.
+          if (s.coder == Coder::kRansX32) {
+            EXPECT_GE(s.decoded_size, 64u << 10);
+          } else if (s.coder == Coder::kRans) {
+            EXPECT_LT(s.decoded_size, 64u << 10);
+          }
+          if (with_base) delta_rans |= s.coder == Coder::kRans || s.coder == Coder::kRansX32;
         }
-        EXPECT_EQ(fi->version, blocked ? 2 : 1);
+        EXPECT_EQ(fi->version, x32 ? 5 : blocked ? 2 : 1);
         if (static_cast<DType>(t) == DType::kBF16 && n == (size_t{1} << 20) && !with_base) {
           EXPECT_EQ(fi->streams[0].coder, Coder::kHuffmanBlocked);
         }
@@ -351,6 +358,8 @@ TEST(GpuProfile, FramesRoundTripAndUseBlockedHuffmanForExponents) {
       }
     }
   }
+  // Deltas that change one byte in 7 by one bit: skewed streams, rANS.
+  EXPECT_TRUE(delta_rans);
 }
 
 TEST(GpuProfile, CostsUnderATenthOfAPointOfRatioOnBf16Weights) {

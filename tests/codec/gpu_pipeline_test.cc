@@ -7,9 +7,13 @@
 #include <gtest/gtest.h>
 
 #include <memory>
+#include <random>
 #include <vector>
 
 #include "gpu_codec_checks.h"
+#include "hd/rans_hd.h"
+#include "lmc/transform.h"
+#include "rans.h"
 
 namespace lmc {
 namespace {
@@ -58,6 +62,62 @@ TEST(GpuPipeline, DeviceEntryPointsTakeTheSamePaths) {
 TEST(GpuPipeline, FusedDecoderWritesWhatTheMergePassWrites) {
   HostMemory mem;
   testing::CheckFusedDecode([](const GpuCodecOptions& o) { return gpu::OpenHostEmulatedCodec(o); }, &mem);
+}
+
+TEST(GpuPipeline, EncodesRansStreamsOnTheDevice) {
+  auto codec = gpu::OpenHostEmulatedCodec();
+  testing::CheckRansEncode(codec.get());
+}
+
+// RansEncodeBody on one stream: a table that fits the data codes the
+// bytes the CPU coder writes with it; one so bad that the words overrun
+// the stream's size leaves the stream raw, as the CPU coder's failure does.
+TEST(GpuPipeline, RansEncoderWritesTheCpuBytesOrFallsBackToRaw) {
+  const size_t n = 20000;
+  for (bool fits : {true, false}) {
+    SCOPED_TRACE(fits ? "fitting table" : "misfit table");
+    std::vector<uint8_t> src = fits ? std::vector<uint8_t>(n, 0) : testing::RandomBytes(n, 5);
+    std::mt19937 rng(9);
+    if (fits)
+      for (size_t i = 0; i < n; i += 1 + rng() % 17) src[i] = static_cast<uint8_t>(1 + rng() % 6);
+    uint32_t hist[256];
+    Histogram(src.data(), n, hist);
+    std::vector<uint32_t> codes(256);
+    if (fits) {
+      hd::RansNormalizeGpu(hist, n, codes.data());
+    } else {
+      for (auto& f : codes) f = 1;  // every byte present, 0 taking the rest
+      codes[0] = 4096 - 255;
+    }
+    gpu::EncStream s{};
+    s.n = n;
+    s.coder = hd::kCoderRans;
+    std::vector<uint32_t> scratch(n / 4 + 4);
+    gpu::EncArgs a{};
+    a.streams = &s;
+    a.ns = 1;
+    a.codes = codes.data();
+    a.sbuf = src.data();
+    a.scratch = scratch.data();
+    gpu::RansEncodeBody::Run(a, 0);
+    std::vector<uint8_t> ref(rans::MaxEncodedSize(n));
+    auto r = rans::EncodeWithFrequencies(src.data(), n, codes.data(), 4, ref.data(), n);
+    if (!fits) {
+      EXPECT_FALSE(r.ok());
+      EXPECT_EQ(s.coder, hd::kCoderRaw);
+      EXPECT_EQ(s.size, n);
+      continue;
+    }
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    ASSERT_EQ(s.coder, hd::kCoderRans);
+    ASSERT_EQ(s.size, *r);
+    const auto* payload = reinterpret_cast<const uint8_t*>(scratch.data()) + s.payload;
+    EXPECT_EQ(std::vector<uint8_t>(payload, payload + s.size),
+              std::vector<uint8_t>(ref.begin(), ref.begin() + *r));
+    std::vector<uint8_t> back(n);
+    ASSERT_TRUE(rans::Decode(payload, s.size, back.data(), n).ok());
+    EXPECT_EQ(back, src);
+  }
 }
 
 TEST(GpuPipeline, DecodesRansStreamsOnTheDevice) {

@@ -2,11 +2,13 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
 #include <vector>
 
+#include "hd/rans_hd.h"
 #include "lmc/transform.h"
 
 namespace lmc {
@@ -292,6 +294,108 @@ TEST(RansX32, VectorAndScalarPathsAgreeByteForByte) {
     }
   }
   rans::SetSimd(was);
+}
+
+// The GPU profile's table (hd/rans_hd.h): integer log2, normalisation,
+// estimate, and the coder given those frequencies.
+TEST(GpuProfileRans, IntegerLog2IsWithinTwoToTheMinus20AndIncreasing) {
+  uint32_t prev = 0;
+  for (uint32_t f = 1; f <= 8192; ++f) {
+    const uint32_t v = hd::RansLog2Q24(f);
+    EXPECT_NEAR(v / 16777216.0, std::log2(static_cast<double>(f)), 1.0 / (1 << 20)) << f;
+    if (f > 1) {
+      EXPECT_GT(v, prev) << f;
+    }
+    prev = v;
+  }
+  EXPECT_EQ(hd::RansLog2Q24(1), 0u);
+  EXPECT_EQ(hd::RansLog2Q24(4096), 12u << 24);
+}
+
+// Costs sum h * (12 - log2 f) of a table, in bits.
+double TableBits(const uint32_t hist[256], const uint32_t freq[256]) {
+  double bits = 0;
+  for (int s = 0; s < 256; ++s)
+    if (hist[s]) bits += hist[s] * (12 - std::log2(static_cast<double>(freq[s])));
+  return bits;
+}
+
+TEST(GpuProfileRans, NormalisedTablesSumTo4096AndCostAlmostWhatTheCpuTablesCost) {
+  int checked = 0;
+  for (int source = 0; source < 6; ++source) {
+    for (size_t n : {size_t{2}, size_t{300}, size_t{5000}, size_t{70000}, size_t{1} << 20}) {
+      SCOPED_TRACE(::testing::Message() << "source " << source << " n " << n);
+      const auto seed = static_cast<uint32_t>(n + 13 * source);
+      const Bytes in = source == 0   ? Skewed(n, 0.99, seed)
+                       : source == 1 ? Skewed(n, 0.6, seed)
+                       : source == 2 ? Exponents(n, seed)
+                       : source == 3 ? Uniform(n, 256, seed)
+                       : source == 4 ? OneInAMillion(n)
+                                     : Skewed(n, 0.999, seed, 40);
+      uint32_t hist[256], freq[256];
+      Histogram(in.data(), n, hist);
+      const int k = hd::RansNormalizeGpu(hist, n, freq);
+      int present = 0;
+      uint32_t sum = 0;
+      for (int s = 0; s < 256; ++s) {
+        present += hist[s] != 0;
+        EXPECT_EQ(freq[s] != 0, hist[s] != 0) << s;
+        sum += freq[s];
+      }
+      EXPECT_EQ(k, present);
+      EXPECT_EQ(sum, 4096u);
+      if (k < 2) continue;
+      // Against the CPU profile's optimal table, through its estimate: the
+      // same size within 0.2% and 8 bytes.
+      const int states = n >= hd::kRansX32MinSymbols ? 32 : 4;
+      const double gpu = static_cast<double>(hd::RansEstimateGpu(hist, freq, k, states));
+      const double cpu = static_cast<double>(rans::EstimatedSize(hist, n, states));
+      EXPECT_GE(gpu, cpu - 2);
+      EXPECT_LE(gpu, cpu * 1.002 + 8);
+      // The estimate is the table's cost.
+      const double bits = TableBits(hist, freq);
+      EXPECT_NEAR(gpu, hd::RansHeaderSize(freq, k) + 4.0 * states + std::max(0.0, bits - 8.0 * states) / 8,
+                  2.0 + bits * 1e-6);
+      // The coder with that table writes a stream that decodes.
+      Bytes out(rans::MaxEncodedSize(n)), back(n);
+      auto r = rans::EncodeWithFrequencies(in.data(), n, freq, states, out.data(), out.size());
+      ASSERT_TRUE(r.ok()) << r.status().ToString();
+      EXPECT_NEAR(static_cast<double>(*r), gpu, gpu * 0.01 + 24);
+      ASSERT_TRUE((states == 32 ? rans::DecodeX32(out.data(), *r, back.data(), n)
+                                : rans::Decode(out.data(), *r, back.data(), n))
+                      .ok());
+      EXPECT_EQ(back, in);
+      ++checked;
+    }
+  }
+  EXPECT_GE(checked, 25);
+}
+
+TEST(GpuProfileRans, TablesThatCannotCodeTheDataAreInvalidArgument) {
+  const Bytes in = Skewed(5000, 0.9, 3, 16);
+  uint32_t hist[256], freq[256];
+  Histogram(in.data(), in.size(), hist);
+  hd::RansNormalizeGpu(hist, in.size(), freq);
+  Bytes out(rans::MaxEncodedSize(in.size()));
+  EXPECT_TRUE(rans::EncodeWithFrequencies(in.data(), in.size(), freq, 4, out.data(), out.size()).ok());
+  EXPECT_EQ(
+      rans::EncodeWithFrequencies(in.data(), in.size(), freq, 8, out.data(), out.size()).status().code(),
+      Code::kInvalidArgument);
+  uint32_t bad[256];
+  std::memcpy(bad, freq, sizeof(bad));
+  ++bad[0];  // sums to 4097
+  EXPECT_EQ(rans::EncodeWithFrequencies(in.data(), in.size(), bad, 4, out.data(), out.size()).status().code(),
+            Code::kInvalidArgument);
+  // A symbol of the data absent from the table.
+  std::memcpy(bad, freq, sizeof(bad));
+  std::vector<int> present;
+  for (int s = 0; s < 256; ++s)
+    if (bad[s]) present.push_back(s);
+  ASSERT_GE(present.size(), 3u);
+  bad[present[1]] += bad[present[0]];  // still 4096, over 2+ symbols
+  bad[present[0]] = 0;
+  auto r = rans::EncodeWithFrequencies(in.data(), in.size(), bad, 4, out.data(), out.size());
+  EXPECT_EQ(r.status().code(), Code::kInvalidArgument);
 }
 
 INSTANTIATE_TEST_SUITE_P(Coders, RansTest,

@@ -45,6 +45,25 @@ void GpuDecodesAsTheCpu(const std::vector<uint8_t>& frame_in, const uint8_t* bas
   if (r.ok() && (it.out_len != *r || std::memcmp(out.data(), ref.data(), *r) != 0)) abort();
 }
 
+// The emulated GPU encoder (its device entry point, on exact-size copies)
+// writes the CPU's GPU-profile frame `want` byte for byte: the plan,
+// Huffman and rANS bodies on fuzzed data.
+void GpuEncodesAsTheCpu(lmc::DType t, const uint8_t* src, size_t n, const uint8_t* base,
+                        const std::vector<uint8_t>& want) {
+  static std::unique_ptr<lmc::GpuCodec> gpu = lmc::gpu::OpenHostEmulatedCodec();
+  const std::vector<uint8_t> in(src, src + n), b(base ? base : src, base ? base + n : src);
+  std::vector<uint8_t> out(lmc::MaxEncodedSize(n));
+  lmc::GpuEncodeItem it;
+  it.src = in.data();
+  it.n = n;
+  it.dtype = t;
+  it.base = base ? b.data() : nullptr;
+  it.dst = out.data();
+  it.cap = out.size();
+  if (!gpu->EncodeBatchDevice(&it, 1).ok() || !it.status.ok()) abort();
+  if (it.len != want.size() || std::memcmp(out.data(), want.data(), it.len) != 0) abort();
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -85,8 +104,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     lmc::Result<size_t> d = lmc::DecodeChunk(enc.data(), *e, delta ? bbuf.data() : nullptr, delta ? n : 0,
                                              back.data(), back.size(), ws);
     if (!d.ok() || *d != n || std::memcmp(back.data(), src, n) != 0) abort();
-    // The GPU profile's frame (blocked Huffman, fused decoding for 2-byte
-    // dtypes), whole and with one byte of its payload changed; for half of
+    // The GPU profile's frame (blocked Huffman or rANS, fused decoding for
+    // 2-byte dtypes), as the emulated GPU encoder writes it, and decoded
+    // whole and with one byte of its payload changed; for half of
     // the inputs (the emulated pipeline is slower than the CPU decoder, and
     // the fuzz run has a fixed time).
     if (!(data[1] & 2)) return 0;
@@ -97,6 +117,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (!ge.ok()) abort();
     g.resize(*ge);
     const uint8_t* gb = delta ? bbuf.data() : nullptr;
+    GpuEncodesAsTheCpu(t, src, n, gb, g);
     GpuDecodesAsTheCpu(g, gb, delta ? n : 0, n, ws);
     lmc::Result<lmc::FrameInfo> gi = lmc::ReadFrameInfo(g.data(), g.size());
     if (gi.ok() && g.size() > gi->header_size) {

@@ -271,7 +271,7 @@ int main(int argc, char** argv) {
   // which one byte in 26 changed a little (bf16: the low byte of one
   // element in 13), as an optimizer step moves weights; the CPU profile's delta frames (XOR streams coded
   // with rANS), decoded by the CPU on all threads and by the GPU device to
-  // device, the base on the device.
+  // device, the base on the device; then the deltas encoded by the GPU.
   std::vector<uint8_t> next = data;
   for (size_t i = 0; i + 1 < total; i += 26) next[i] ^= static_cast<uint8_t>(1 + (i / 26) % 3);
   std::vector<std::vector<uint8_t>> delta_frames(nchunks);
@@ -326,6 +326,39 @@ int main(int argc, char** argv) {
   CUDA_OK(cudaMemcpy(back.data(), d_out, total, cudaMemcpyDeviceToHost));
   dev_delta_ok &= back == next;
   const uint64_t dev_delta_chunks = (codec->stats().decode_chunks - dev_chunks_before) / (reps + 1);
+  // The same deltas encoded device to device (the next version and its
+  // base on the device), against the CPU's GPU-profile delta frames.
+  std::vector<std::vector<uint8_t>> delta_ref(nchunks);
+  Parallel(nchunks, threads, [&](size_t c, lmc::Workspace& ws) {
+    delta_ref[c].resize(lmc::MaxEncodedSize(csize(c)));
+    auto e = lmc::EncodeChunk(next.data() + c * chunk, csize(c),
+                              {dtype, data.data() + c * chunk, lmc::EncodeProfile::kGpu}, delta_ref[c].data(),
+                              delta_ref[c].size(), ws);
+    delta_ref[c].resize(e.ok() ? *e : 0);
+  });
+  CUDA_OK(cudaMemcpy(d_out, next.data(), total, cudaMemcpyHostToDevice));
+  std::vector<double> t_dev_delta_enc;
+  bool dev_delta_enc_ok = true;
+  for (int r = 0; r < reps + 1; ++r) {
+    for (size_t c = 0; c < nchunks; ++c) {
+      set_enc(c, d_out + c * chunk, d_frames + c * fcap, fcap);
+      enc[c].base = d_in + c * chunk;
+    }
+    CUDA_OK(cudaDeviceSynchronize());
+    auto t0 = Clock::now();
+    auto st = codec->EncodeBatchDevice(enc.data(), enc.size());
+    CUDA_OK(cudaDeviceSynchronize());
+    if (r) t_dev_delta_enc.push_back(Seconds(t0));
+    dev_delta_enc_ok &= st.ok();
+  }
+  size_t gpu_delta_bytes = 0, delta_identical = 0;
+  for (size_t c = 0; c < nchunks; ++c) {
+    dev_delta_enc_ok &= enc[c].status.ok();
+    gpu_delta_bytes += enc[c].len;
+    std::vector<uint8_t> f(enc[c].len);
+    CUDA_OK(cudaMemcpy(f.data(), enc[c].dst, f.size(), cudaMemcpyDeviceToHost));
+    delta_identical += f == delta_ref[c];
+  }
 
   // ---- Host to host (the mount's case): calls of call_mib MiB (0: all the
   // data in one call) on a codec with `lanes` lanes; the frames checked
@@ -445,6 +478,10 @@ int main(int argc, char** argv) {
               "GPU device->device, deltas", "-", rate(t_dev_delta), delta_ratio,
               dev_delta_ok ? "exact" : "MISMATCH", static_cast<unsigned long long>(dev_delta_chunks),
               nchunks);
+  const double gpu_delta_ratio = 100.0 * gpu_delta_bytes / total;
+  std::printf("%-34s %10.2f %10s %8.3f %s, frames identical to the CPU's GPU profile %zu/%zu\n",
+              "GPU device->device, deltas, encode", rate(t_dev_delta_enc), "-", gpu_delta_ratio,
+              dev_delta_enc_ok ? "ok" : "FAILED", delta_identical, nchunks);
   for (const HostRun& h : lane_runs)
     std::printf("%-34s %10.2f %10.2f %8.3f %s, frames identical %zu/%zu\n",
                 ("GPU host->host, " + std::to_string(h.lanes) + " lane" + (h.lanes > 1 ? "s" : "")).c_str(),
@@ -493,10 +530,12 @@ int main(int argc, char** argv) {
       std::fprintf(
           f,
           " \"deltas\": {\"ratio\": %.4f, \"rans_chunks\": %zu, \"cpu_dec_gbps\": %.3f, \"cpu_exact\": %s, "
-          "\"gpu_d2d_dec_gbps\": %.3f, \"gpu_exact\": %s, \"gpu_chunks\": %llu},\n",
+          "\"gpu_d2d_dec_gbps\": %.3f, \"gpu_exact\": %s, \"gpu_chunks\": %llu, \"gpu_d2d_enc_gbps\": %.3f, "
+          "\"gpu_ratio\": %.4f, \"gpu_frames_identical\": %zu},\n",
           delta_ratio, delta_rans_chunks, rate(t_cpu_delta), cpu_delta_ok ? "true" : "false",
           rate(t_dev_delta), dev_delta_ok ? "true" : "false",
-          static_cast<unsigned long long>(dev_delta_chunks));
+          static_cast<unsigned long long>(dev_delta_chunks), rate(t_dev_delta_enc), gpu_delta_ratio,
+          delta_identical);
       std::fprintf(f, " \"gpu_h2h_lanes\": [");
       for (size_t k = 0; k < lane_runs.size(); ++k)
         std::fprintf(f, "%s{\"lanes\": %d, \"enc_gbps\": %.3f, \"dec_gbps\": %.3f, \"exact\": %s}",
@@ -518,7 +557,8 @@ int main(int argc, char** argv) {
   cudaFree(d_out);
   bool lanes_ok = true;
   for (const HostRun& h : lane_runs) lanes_ok &= h.ok && h.identical == nchunks;
-  return cpu_exact && dev_ok && lanes_ok && cross_ok && identical == nchunks && cpu_delta_ok && dev_delta_ok
+  return cpu_exact && dev_ok && lanes_ok && cross_ok && identical == nchunks && cpu_delta_ok &&
+                 dev_delta_ok && dev_delta_enc_ok && delta_identical == nchunks
              ? 0
              : 1;
 }

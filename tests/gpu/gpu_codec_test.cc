@@ -86,6 +86,11 @@ TEST(GpuCodec, OpenRefusesCleanlyWithoutAGpu) {
   EXPECT_FALSE(c.status().message().empty());
 }
 
+TEST(GpuCodec, EncodesRansStreamsOnTheDevice) {
+  LMC_OPEN_OR_SKIP(codec, size_t{128} << 20);
+  testing::CheckRansEncode(codec.get());
+}
+
 TEST(GpuCodec, DecodesRansStreamsOnTheDevice) {
   LMC_OPEN_OR_SKIP(codec, size_t{128} << 20);
   testing::CheckRansDecode(codec.get());

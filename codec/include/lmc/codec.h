@@ -61,7 +61,7 @@ class Workspace {
 // encoder's choices.
 enum class EncodeProfile : uint8_t {
   kCpu = 0,  // raw, const, blocked Huffman, rANS: frames the GPU decodes block-parallel
-  kGpu = 1,  // raw, const, blocked Huffman; what the GPU encoder writes
+  kGpu = 1,  // raw, const, blocked Huffman, rANS (integer-normalised tables); what the GPU encoder writes
   // kCpu as lmc wrote it before blocked Huffman (Huffman in 4 sub-streams,
   // version-1 frames where no other feature needs more): for tests and
   // benchmarks of the frames that older stores hold.

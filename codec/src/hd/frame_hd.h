@@ -7,6 +7,7 @@
 
 #include "hd/hd.h"
 #include "hd/huffman_hd.h"
+#include "hd/rans_hd.h"
 
 namespace lmc::hd {
 
@@ -14,12 +15,18 @@ namespace lmc::hd {
 inline constexpr uint8_t kCoderRaw = 0, kCoderConst = 1, kCoderHuffman = 2, kCoderRans = 3,
                          kCoderHuffmanBlocked = 4, kCoderRansX32 = 5;
 
-// The GPU profile's choice for a stream of n symbols with histogram hist:
-// const for one symbol, else blocked Huffman (2^12-symbol blocks) when it
-// saves at least 1/128 of the stream, else raw. `len` receives the code
-// lengths when the choice is blocked Huffman. Returns the coder and sets
-// *size to the exact payload size.
-LMC_HD uint8_t GpuProfileCoder(const uint32_t hist[256], size_t n, uint8_t len[256], size_t* size) {
+// The GPU profile's choice for a stream of n symbols with histogram hist
+// (docs/FORMAT.md 5.4): const for one symbol; else blocked Huffman
+// (2^12-symbol blocks), or rANS (32 states from kRansX32MinSymbols on, else
+// 4) with the frequencies of RansNormalizeGpu where its estimated size
+// beats the Huffman size by more than a sixteenth, as the CPU profile
+// chooses; raw when the choice saves less than 1/128 of the stream. `len`
+// receives the code lengths when the choice is blocked Huffman, `freq` the
+// frequencies when it is rANS. Returns the coder and sets *size to the
+// payload size: exact for Huffman, the estimate for rANS (whose encoder
+// still falls back to raw when the stream comes out at n bytes or more).
+LMC_HD uint8_t GpuProfileCoder(const uint32_t hist[256], size_t n, uint8_t len[256], uint32_t freq[256],
+                               size_t* size) {
   *size = n;
   if (n == 0) return kCoderRaw;
   int distinct = 0;
@@ -29,8 +36,9 @@ LMC_HD uint8_t GpuProfileCoder(const uint32_t hist[256], size_t n, uint8_t len[2
     return kCoderConst;
   }
   // Streams too close to uniform are raw without building a code: the
-  // entropy bounds every code's size from below. The margin keeps the
-  // decision the same on every processor despite rounding in log2.
+  // entropy bounds every code's size from below (rANS's estimate included).
+  // The margin keeps the decision the same on every processor despite
+  // rounding in log2.
   double entropy = 0;
   for (int s = 0; s < 256; ++s)
     if (hist[s])
@@ -41,9 +49,21 @@ LMC_HD uint8_t GpuProfileCoder(const uint32_t hist[256], size_t n, uint8_t len[2
   for (int s = 0; s < 256; ++s) bits += uint64_t{hist[s]} * len[s];
   const size_t blocked = HuffBlockedHeader(HuffShapeOf(len).table_bytes, HuffBlocks(n, kDefaultBlockLog2)) +
                          static_cast<size_t>((bits + 7) / 8);
-  if (blocked + n / 128 >= n) return kCoderRaw;
-  *size = blocked;
-  return kCoderHuffmanBlocked;
+  const int states = n >= kRansX32MinSymbols ? 32 : 4;
+  const int k = RansNormalizeGpu(hist, n, freq);
+  const size_t rans = static_cast<size_t>(RansEstimateGpu(hist, freq, k, states));
+  uint8_t coder = kCoderHuffmanBlocked;
+  size_t best = blocked;
+  // rANS decodes at about half Huffman's speed: only where it pays clearly
+  // (skewed streams near or below 1 bit/symbol, where Huffman's 1-bit floor
+  // costs up to 10x).
+  if (rans + blocked / 16 < blocked) {
+    coder = states == 32 ? kCoderRansX32 : kCoderRans;
+    best = rans;
+  }
+  if (best + n / 128 >= n) return kCoderRaw;
+  *size = best;
+  return coder;
 }
 
 LMC_HD bool DTypeIsFloat(uint8_t t) { return t == 10 || t == 11 || t == 12 || t == 13; }
