@@ -86,9 +86,9 @@ if [ -n "${LMC_MOUNT_BIN:-}" ] && [ -s "$DATA" ]; then
 fi
 if [ "${SKIP_SANITIZER:-0}" != 1 ]; then
   step memcheck 150 compute-sanitizer --tool memcheck --error-exitcode 9 "$BIN/lmc_gpu_tests" \
-    --gtest_filter='GpuCodec.DeviceEntryPointsTakeTheSamePaths:GpuCodec.LanesRun*:GpuCodec.FusedDecoder*:GpuCodec.*codesRans*'
+    --gtest_filter='GpuCodec.DeviceEntryPointsTakeTheSamePaths:GpuCodec.LanesRun*:GpuCodec.FusedDecoder*:GpuCodec.*codesRans*:GpuCodec.*PairedFp32*'
   step racecheck 90 compute-sanitizer --tool racecheck --error-exitcode 9 "$BIN/lmc_gpu_tests" \
-    --gtest_filter='GpuCodec.DeviceEntryPointsTakeTheSamePaths:GpuCodec.FusedDecoder*:GpuCodec.*codesRans*'
+    --gtest_filter='GpuCodec.DeviceEntryPointsTakeTheSamePaths:GpuCodec.FusedDecoder*:GpuCodec.*codesRans*:GpuCodec.*PairedFp32*'
 fi
 rm -f "$DATA"
 # The step logs in one archive: the device tool brings back at most 8 files.

@@ -33,6 +33,9 @@ class FakeGpuCodec : public GpuCodec {
         p.dtype = it.dtype;
         p.base = it.base;
         p.profile = EncodeProfile::kGpu;
+        p.widened_base_offset = it.widened_base_offset;
+        p.base_len = it.base_len;
+        paired_items_ += it.widened_base_offset.has_value();
         if (refuse_n && it.n == refuse_n) {
           it.status = Status::InvalidArgument("refused by the test");
           continue;
@@ -87,6 +90,8 @@ class FakeGpuCodec : public GpuCodec {
 
   uint64_t calls() const { return calls_.load(); }
   uint64_t items_seen() const { return items_seen_.load(); }
+  // Encode items with a widened (bf16 twin) base.
+  uint64_t paired_items() const { return paired_items_.load(); }
   bool overlapped() const { return overlapped_.load(); }
 
  private:
@@ -114,7 +119,7 @@ class FakeGpuCodec : public GpuCodec {
   mutable std::mutex mu_;
   Workspace ws_;
   GpuCodecStats stats_;
-  std::atomic<uint64_t> calls_{0}, items_seen_{0};
+  std::atomic<uint64_t> calls_{0}, items_seen_{0}, paired_items_{0};
   std::atomic<bool> overlapped_{false};
 };
 

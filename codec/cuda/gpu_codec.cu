@@ -174,6 +174,25 @@ __global__ void RansDecodeKernel(DecArgs a) {
   if (!__all_sync(0xffffffffu, ok) && lane == 0) MarkBad(f);
 }
 
+// Paired chunks' miss counts, a warp's summed with shuffles before lane
+// 0's atomics: a warp's 32 threads lie in one tile (kTileElems /
+// kPerThread threads, a multiple of 32), so in one chunk, and count is a
+// whole number of tiles. Same result as PairedMissesBody::Run.
+__global__ void PairedMissesKernel(EncArgs a, size_t count) {
+  const size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
+  uint32_t chunk = 0, predicted = 0, widened = 0;
+  const bool live = i < count && PairedMissesBody::Count(a, i, &chunk, &predicted, &widened);
+  for (unsigned off = 16; off >= 1; off >>= 1) {
+    predicted += __shfl_xor_sync(0xffffffffu, predicted, off);
+    widened += __shfl_xor_sync(0xffffffffu, widened, off);
+  }
+  if (live && threadIdx.x % 32 == 0) {
+    if (predicted) atomicAdd(&a.chunks[chunk].misses_predicted, predicted);
+    if (widened) atomicAdd(&a.chunks[chunk].misses_widened, widened);
+  }
+}
+static_assert((kTileElems / kPerThread) % 32 == 0);
+
 // rANS encoding, one warp a stream (kRansWarps streams a CUDA block), lane
 // j carrying state j of K (4 or 32), from the last round down: the lanes
 // whose state shifts out a word write it at their rank among them (a
@@ -443,6 +462,8 @@ class CudaBackend {
       const size_t threads = 8 * count;
       ChainKernel<Body, Args>
           <<<static_cast<unsigned>((threads + kThreads - 1) / kThreads), kThreads, 0, stream_>>>(a, count);
+    } else if constexpr (std::is_same_v<Body, PairedMissesBody>) {
+      PairedMissesKernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream_>>>(a, count);
     } else if constexpr (std::is_same_v<Body, RansEncodeBody>) {
       RansEncodeKernel<<<static_cast<unsigned>((count + kRansWarps - 1) / kRansWarps), 32 * kRansWarps, 0,
                          stream_>>>(a);

@@ -113,8 +113,7 @@ Result<const uint8_t*> WidenedOperand(const uint8_t* bf16, size_t base_len, uint
 // the prediction from the bf16 twins tw and their own lower halves.
 void UndoPrediction(const uint8_t* tw, size_t n, uint8_t* dst) {
   for (size_t i = 0; i < n / 4; ++i) {
-    const uint32_t v = LoadLE32(dst + 4 * i);
-    StoreLE32(dst + 4 * i, v ^ (PredictedUpper(LoadLE16(tw + 2 * i), v & 0xffffu) << 16));
+    StoreLE32(dst + 4 * i, MergePaired(LoadLE32(dst + 4 * i), LoadLE16(tw + 2 * i), true));
   }
 }
 }  // namespace

@@ -35,6 +35,20 @@ inline constexpr uint8_t kKnownFlags = kFlagXorDelta | kFlagWidenedBase | kFlagR
 // to even) given the value's lower half `lo`: b, or b - 1 when lo is over
 // one half (a tie, lo = 0x8000, is predicted as not rounded up).
 LMC_HD uint32_t PredictedUpper(uint32_t b, uint32_t lo) { return (b - (lo > 0x8000u ? 1u : 0u)) & 0xffffu; }
+// A paired fp32 element (a widened-base frame) whose bf16 twin is b: its
+// value v as the streams hold it (XOR the twin widened and rotated as a
+// float; or, with the rounding predicted, XOR the predicted upper half and
+// not rotated), and back. For the GPU codec (gpu_pipeline.h) and the CPU's
+// undoing of the prediction (frame.cc).
+LMC_HD uint32_t SplitPaired(uint32_t v, uint32_t b, bool predicted) {
+  if (predicted) return v ^ (PredictedUpper(b, v & 0xffffu) << 16);
+  const uint32_t x = v ^ (b << 16);
+  return x << 1 | x >> 31;
+}
+LMC_HD uint32_t MergePaired(uint32_t x, uint32_t b, bool predicted) {
+  if (predicted) return x ^ (PredictedUpper(b, x & 0xffffu) << 16);
+  return (x >> 1 | x << 31) ^ (b << 16);
+}
 inline constexpr size_t kBaseOffsetField = 4;  // u32 LE, after the stream table, with kFlagWidenedBase
 inline constexpr size_t kFixedHeader = 20;     // magic .. checksum
 inline constexpr size_t kStreamEntry = 5;      // coder u8 + encoded size u32
@@ -51,7 +65,7 @@ inline constexpr size_t HeaderSize(size_t n_streams, bool widened_base = false) 
 // base, 2 when a stream is blocked Huffman, else 1; the header checksum
 // last. The one
 // writer of the header, for the CPU encoder (frame.cc) and the GPU's
-// (gpu_pipeline.h, LayoutBody; never with a widened base).
+// (gpu_pipeline.h, LayoutBody).
 LMC_HD void WriteHeader(uint8_t* o, uint8_t dtype, bool delta, uint32_t n, uint64_t checksum, uint32_t ns,
                         const uint8_t* coders, const uint64_t* sizes, bool widened_base = false,
                         uint32_t base_offset = 0, bool predicted = false) {

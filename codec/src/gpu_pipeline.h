@@ -41,6 +41,20 @@ LMC_HD void AtomicOr32(uint32_t* p, uint32_t v) {
   *p |= v;  // the host backend runs bodies one at a time
 #endif
 }
+LMC_HD void AtomicAdd32(uint32_t* p, uint32_t v) {
+#if defined(__CUDA_ARCH__)
+  atomicAdd(p, v);
+#else
+  *p += v;  // the host backend runs bodies one at a time
+#endif
+}
+// Paired fp32 chunks and frames (a bf16 twin as the base, widened;
+// docs/FORMAT.md, "Frame"): none, the twin widened, the rounding predicted.
+inline constexpr uint8_t kPairedNone = 0, kPairedWidened = 1, kPairedPredicted = 2;
+LMC_HD uint32_t TwinAt(const uint8_t* twin, uint64_t e) {
+  return uint32_t{twin[2 * e]} | uint32_t{twin[2 * e + 1]} << 8;
+}
+
 // The entry a flat index belongs to: the largest k < count with
 // first[k] <= i (first non-decreasing, first[0] == 0; empty entries are
 // skipped). The host plans only the per-entry firsts (O(items), not
@@ -91,8 +105,15 @@ struct EncChunk {
   uint32_t w, tail, nstreams, stream0;
   uint64_t hash0;  // first hash block of this chunk in the delta array
   uint64_t frame_len;
-  uint64_t sum;                         // XXH3-64 of the chunk
-  uint8_t dtype, rot, aligned, pad[5];  // aligned: src and base aligned to the element width
+  uint64_t sum;  // XXH3-64 of the chunk
+  // A paired fp32 chunk: its bf16 twin from the chunk's first element on,
+  // the twin's offset in its own chunk (for the header), and the upper
+  // halves the two operands miss (PairedMissesBody), which decide
+  // `paired` (PairedChoiceBody).
+  const uint8_t* twin;
+  uint32_t twin_offset;
+  uint32_t misses_predicted, misses_widened;
+  uint8_t dtype, rot, aligned, paired;  // aligned: src and base aligned to the element width
 };
 
 struct EncStream {
@@ -186,6 +207,42 @@ LMC_HD uint32_t BytePerm(uint32_t a, uint32_t b, uint32_t sel) {
 LMC_HD uint32_t Rotl16(uint32_t x) { return ((x << 1) & 0xfffefffeu) | ((x >> 15) & 0x00010001u); }
 LMC_HD uint32_t Rotr16(uint32_t x) { return ((x >> 1) & 0x7fff7fffu) | ((x << 15) & 0x80008000u); }
 
+// Paired chunks: how many upper halves each operand misses, counted over
+// the chunk (the same tiles as SplitBody's), and the choice the CPU makes
+// from them (frame.cc, PredictedTwinOperand): the prediction when it
+// misses fewer. The CUDA kernel sums a warp's counts before its atomics.
+struct PairedMissesBody {  // i: tile * (kTileElems / kPerThread) + j: elements 8j .. 8j+7 of the tile
+  // Counts of thread i; false for threads of chunks not paired.
+  static LMC_HD bool Count(const EncArgs& a, size_t i, uint32_t* chunk, uint32_t* predicted,
+                           uint32_t* widened) {
+    const TilePos t = TileOf(a.tile_chunk, a.chunk_tile0, i);
+    const EncChunk& c = a.chunks[t.owner];
+    *chunk = t.owner;
+    *predicted = *widened = 0;
+    if (!c.paired) return false;
+    for (uint64_t e = t.e0; e < t.e0 + kPerThread && e < c.elems; ++e) {
+      const uint32_t v = static_cast<uint32_t>(hd::LoadElement(c.src + 4 * e, 4, c.aligned != 0));
+      const uint32_t b = TwinAt(c.twin, e);
+      *predicted += (v >> 16) != frame::PredictedUpper(b, v & 0xffffu);
+      *widened += (v >> 16) != b;
+    }
+    return true;
+  }
+  static LMC_HD void Run(const EncArgs& a, size_t i) {
+    uint32_t chunk, predicted, widened;
+    if (!Count(a, i, &chunk, &predicted, &widened)) return;
+    if (predicted) AtomicAdd32(&a.chunks[chunk].misses_predicted, predicted);
+    if (widened) AtomicAdd32(&a.chunks[chunk].misses_widened, widened);
+  }
+};
+struct PairedChoiceBody {  // i: chunk
+  static LMC_HD void Run(const EncArgs& a, size_t i) {
+    EncChunk& c = a.chunks[i];
+    if (!c.paired) return;
+    c.paired = c.misses_predicted < c.misses_widened ? kPairedPredicted : kPairedWidened;
+  }
+};
+
 struct SplitBody {  // i: tile * (kTileElems / kPerThread) + j: elements 8j .. 8j+7 of the tile
   static LMC_HD void Run(const EncArgs& a, size_t i) {
     const TilePos t = TileOf(a.tile_chunk, a.chunk_tile0, i);
@@ -215,6 +272,14 @@ struct SplitBody {  // i: tile * (kTileElems / kPerThread) + j: elements 8j .. 8
       a.sbuf[a.streams[c.stream0 + c.w].buf + j] = c.base ? (c.src[at] ^ c.base[at]) : c.src[at];
     }
   }
+  // The k <= kPerThread elements of a paired chunk from e0 (out of line:
+  // the other chunks' split keeps its registers).
+  static LMC_HD_NOINLINE void Paired(const EncChunk& c, uint64_t e0, uint32_t k, uint64_t* v) {
+    for (uint32_t q = 0; q < k; ++q)
+      v[q] =
+          frame::SplitPaired(static_cast<uint32_t>(hd::LoadElement(c.src + 4 * (e0 + q), 4, c.aligned != 0)),
+                             TwinAt(c.twin, e0 + q), c.paired == kPairedPredicted);
+  }
   // Any width, base or alignment. Its arrays live in local memory on a
   // GPU; the fast path above uses none.
   static LMC_HD void General(const EncArgs& a, uint32_t chunk, uint64_t e0) {
@@ -223,9 +288,13 @@ struct SplitBody {  // i: tile * (kTileElems / kPerThread) + j: elements 8j .. 8
     for (uint32_t b = 0; b < c.w; ++b) buf[b] = a.streams[c.stream0 + b].buf;
     const uint32_t k = c.elems - e0 < kPerThread ? static_cast<uint32_t>(c.elems - e0) : kPerThread;
     uint64_t v[kPerThread];
-    for (uint32_t q = 0; q < k; ++q)
-      v[q] = hd::SplitElement(c.src + (e0 + q) * c.w, c.base ? c.base + (e0 + q) * c.w : nullptr, c.w,
-                              c.rot != 0, c.aligned != 0);
+    if (c.paired) {
+      Paired(c, e0, k, v);
+    } else {
+      for (uint32_t q = 0; q < k; ++q)
+        v[q] = hd::SplitElement(c.src + (e0 + q) * c.w, c.base ? c.base + (e0 + q) * c.w : nullptr, c.w,
+                                c.rot != 0, c.aligned != 0);
+    }
     for (uint32_t b = 0; b < c.w; ++b) {
       const uint32_t shift = 8 * (c.w - 1 - b);
       uint8_t* out = a.sbuf + buf[b] + e0;  // buf is 16-aligned, e0 a multiple of 8
@@ -457,7 +526,7 @@ struct LayoutBody {  // i: chunk. Header, coder headers.
   static LMC_HD void Run(const EncArgs& a, size_t i) {
     EncChunk& c = a.chunks[i];
     uint8_t* o = c.out;
-    uint64_t pos = frame::HeaderSize(c.nstreams);
+    uint64_t pos = frame::HeaderSize(c.nstreams, c.paired != kPairedNone);
     uint8_t coders[frame::kMaxStreams];
     uint64_t sizes[frame::kMaxStreams];
     for (uint32_t j = 0; j < c.nstreams; ++j) {
@@ -481,8 +550,9 @@ struct LayoutBody {  // i: chunk. Header, coder headers.
       }
       pos += s.size;
     }
-    frame::WriteHeader(o, c.dtype, c.base != nullptr, static_cast<uint32_t>(c.n), c.sum, c.nstreams, coders,
-                       sizes);
+    frame::WriteHeader(o, c.dtype, c.base != nullptr || c.paired, static_cast<uint32_t>(c.n), c.sum,
+                       c.nstreams, coders, sizes, c.paired != kPairedNone, c.twin_offset,
+                       c.paired == kPairedPredicted);
     c.frame_len = pos;
   }
 };
@@ -532,6 +602,8 @@ struct DecFrame {
   uint32_t bad;   // set by any stage that finds a problem
   // aligned: out is aligned to the element width; fused, fused_hash: see FusedSink.
   uint8_t rot, aligned, fused, fused_hash;
+  uint8_t paired;       // kPaired*: a widened-base frame, its operand from `twin`
+  const uint8_t* twin;  // paired: the bf16 twin from the frame's first element on
 };
 
 struct DecStream {
@@ -968,6 +1040,13 @@ struct MergeBody {  // i: tile * (kTileElems / kPerThread) + j: elements 8j .. 8
         for (uint32_t q = 0; q < k; ++q) v[q] |= uint64_t{StreamByte1(s[b], e0 + q)} << shift;
       }
     }
+    if (f.paired) {  // fp32 (w = 4) against the twin
+      for (uint32_t q = 0; q < k; ++q)
+        hd::MergeElement(frame::MergePaired(static_cast<uint32_t>(v[q]), TwinAt(f.twin, e0 + q),
+                                            f.paired == kPairedPredicted),
+                         nullptr, 4, false, f.out + 4 * (e0 + q), f.aligned != 0);
+      return;
+    }
     for (uint32_t q = 0; q < k; ++q)
       hd::MergeElement(v[q], f.base ? f.base + (e0 + q) * f.w : nullptr, f.w, f.rot != 0,
                        f.out + (e0 + q) * f.w, f.aligned != 0);
@@ -1044,10 +1123,12 @@ inline bool StreamsOf(DType t, size_t n, uint32_t* w, uint64_t* elems, uint32_t*
 
 // Encodes the items whose pointers are in the backend's address space
 // (device pointers, or staged copies). `gpu` selects the items to run on the
-// device; the caller codes the others on the CPU.
+// device; the caller codes the others on the CPU. `twins_staged`: the
+// bases of paired items are their twins' ranges already (staged copies),
+// not whole twin chunks.
 template <typename B>
 Status EncodeOnDevice(B& be, GpuEncodeItem* items, const std::vector<size_t>& gpu,
-                      std::vector<uint8_t*>& outs) {
+                      std::vector<uint8_t*>& outs, bool twins_staged) {
   const size_t nc = gpu.size();
   if (nc == 0) return Status::Ok();
   const auto t_start = std::chrono::steady_clock::now();
@@ -1055,6 +1136,7 @@ Status EncodeOnDevice(B& be, GpuEncodeItem* items, const std::vector<size_t>& gp
   std::vector<EncStream> streams;
   std::vector<uint64_t> chunk_hash0(nc + 1), chunk_tile0(nc + 1), stream_block0, stream_raw0;
   uint64_t sbytes = 0, swords = 0, blocks = 0, hashes = 0, tiles = 0, raws = 0;
+  bool any_paired = false;
   for (size_t c = 0; c < nc; ++c) {
     const GpuEncodeItem& it = items[gpu[c]];
     EncChunk& ch = chunks[c];
@@ -1062,12 +1144,19 @@ Status EncodeOnDevice(B& be, GpuEncodeItem* items, const std::vector<size_t>& gp
     StreamsOf(it.dtype, it.n, &ch.w, &ch.elems, &ch.tail);
     ch.src = it.src;
     ch.base = it.base;
+    if (it.widened_base_offset) {  // GpuEncodable: an fp32 chunk whose twin range is inside its base
+      ch.base = nullptr;
+      ch.paired = kPairedWidened;  // until PairedChoiceBody
+      ch.twin_offset = *it.widened_base_offset;
+      ch.twin = it.base + (twins_staged ? 0 : 2 * uint64_t{ch.twin_offset});
+      any_paired = true;
+    }
     ch.out = outs[c];
     ch.n = it.n;
     ch.dtype = static_cast<uint8_t>(it.dtype);
     ch.rot = hd::DTypeIsFloat(ch.dtype);
     ch.aligned = reinterpret_cast<uintptr_t>(it.src) % ch.w == 0 &&
-                 (!it.base || reinterpret_cast<uintptr_t>(it.base) % ch.w == 0);
+                 (!ch.base || reinterpret_cast<uintptr_t>(ch.base) % ch.w == 0);
     ch.nstreams = ch.w + (ch.tail ? 1 : 0);
     ch.stream0 = static_cast<uint32_t>(streams.size());
     ch.hash0 = chunk_hash0[c] = hashes;
@@ -1140,6 +1229,10 @@ Status EncodeOnDevice(B& be, GpuEncodeItem* items, const std::vector<size_t>& gp
       be.template Launch<OwnerFillBody>(blocks, OwnerArgs{a.stream_block0, a.ns, a.block_stream}));
   LMC_RETURN_IF_ERROR(be.template Launch<OwnerFillBody>(raws, OwnerArgs{a.stream_raw0, a.ns, a.raw_stream}));
 
+  if (any_paired) {
+    LMC_RETURN_IF_ERROR(be.template Launch<PairedMissesBody>(tiles * (kTileElems / kPerThread), a));
+    LMC_RETURN_IF_ERROR(be.template Launch<PairedChoiceBody>(nc, a));
+  }
   LMC_RETURN_IF_ERROR(be.template Launch<SplitBody>(tiles * (kTileElems / kPerThread), a));
   LMC_RETURN_IF_ERROR(be.template Launch<HashBlocksEncBody>(hashes, a));
   LMC_RETURN_IF_ERROR(be.Histograms(a.streams, a.hist, streams.data(), ns, a.sbuf));
@@ -1199,7 +1292,11 @@ Status DecodeOnDevice(B& be, GpuDecodeItem* items, const std::vector<DecPlanItem
     std::memset(&d, 0, sizeof(d));
     StreamsOf(fi.dtype, fi.decoded_size, &d.w, &d.elems, &d.tail);
     d.frame = frames[f];
-    d.base = fi.xor_delta ? it.base : nullptr;
+    d.base = fi.xor_delta && !fi.widened_base ? it.base : nullptr;
+    if (fi.widened_base) {  // PlanDecode: the twin range lies inside the base
+      d.paired = fi.predicted ? kPairedPredicted : kPairedWidened;
+      d.twin = it.base + 2 * uint64_t{fi.base_offset};
+    }
     d.out = outs[f];
     d.n = fi.decoded_size;
     d.checksum = fi.checksum;
@@ -1382,8 +1479,20 @@ class BatchCodec final : public GpuCodec {
   static size_t Align(size_t n) { return (n + 255) & ~size_t{255}; }
 
   static bool GpuEncodable(const GpuEncodeItem& it) {
+    // Paired: an fp32 chunk whose twin range lies inside its base (else the
+    // CPU's EncodeChunk says what is wrong).
+    const bool paired_ok =
+        !it.widened_base_offset || (it.base && it.dtype == DType::kF32 && it.n % 4 == 0 &&
+                                    uint64_t{*it.widened_base_offset} + it.n / 4 <= it.base_len / 2);
     return it.n >= kMinGpuChunk && it.n <= kMaxChunkSize && DTypeValid(static_cast<uint8_t>(it.dtype)) &&
-           it.src && it.dst && it.cap >= MaxEncodedSize(it.n);
+           it.src && it.dst && it.cap >= MaxEncodedSize(it.n) && paired_ok;
+  }
+  // The base bytes a device batch needs of item it: the twin's range for a
+  // paired chunk, else n bytes (none without a base).
+  static std::pair<const uint8_t*, size_t> EncodeBaseSpan(const GpuEncodeItem& it) {
+    if (!it.base) return {nullptr, 0};
+    if (it.widened_base_offset) return {it.base + 2 * uint64_t{*it.widened_base_offset}, it.n / 2};
+    return {it.base, it.n};
   }
 
   // The most bytes of a host-memory batch for a call of `total` bytes:
@@ -1439,15 +1548,18 @@ class BatchCodec final : public GpuCodec {
   // The CPU codec on host copies of a device item (or the item itself).
   void EncodeOnCpu(Lane& l, GpuEncodeItem& it, bool device) {
     EncodeParams p{it.dtype, it.base, EncodeProfile::kGpu};
+    p.widened_base_offset = it.widened_base_offset;
+    p.base_len = it.base_len;
     if (!device) {
       auto r = EncodeChunk(it.src, it.n, p, it.dst, it.cap, l.ws);
       it.status = r.status();
       it.len = r.ok() ? *r : 0;
       return;
     }
-    std::vector<uint8_t> src(it.n), base(it.base ? it.n : 0), out(MaxEncodedSize(it.n));
+    const size_t base_len = it.widened_base_offset ? it.base_len : it.n;
+    std::vector<uint8_t> src(it.n), base(it.base ? base_len : 0), out(MaxEncodedSize(it.n));
     Status st = it.n ? l.be.ToHostSync(src.data(), it.src, it.n) : Status::Ok();
-    if (st.ok() && it.base && it.n) st = l.be.ToHostSync(base.data(), it.base, it.n);
+    if (st.ok() && it.base && base_len) st = l.be.ToHostSync(base.data(), it.base, base_len);
     if (!st.ok()) {
       it.status = st;
       return;
@@ -1519,7 +1631,7 @@ class BatchCodec final : public GpuCodec {
     std::vector<uint8_t*> outs(gpu.size());
     if (device) {
       for (size_t c = 0; c < gpu.size(); ++c) outs[c] = items[gpu[c]].dst;
-      LMC_RETURN_IF_ERROR(EncodeOnDevice(be, items, gpu, outs));
+      LMC_RETURN_IF_ERROR(EncodeOnDevice(be, items, gpu, outs, false));
     } else {
       // Host memory: the batch is gathered into one pinned buffer (host
       // copies in parallel), sent with one copy, and the frames come back
@@ -1531,7 +1643,7 @@ class BatchCodec final : public GpuCodec {
         in_off[c] = in_bytes;
         in_bytes += Align(it.n);
         base_off[c] = in_bytes;
-        if (it.base) in_bytes += Align(it.n);
+        in_bytes += Align(EncodeBaseSpan(it).second);
         out_off[c] = out_bytes;
         out_bytes += Align(MaxEncodedSize(it.n));
       }
@@ -1542,7 +1654,8 @@ class BatchCodec final : public GpuCodec {
       Pool().ParallelFor(gpu.size(), 0, [&](size_t c, size_t) {
         const GpuEncodeItem& it = items[gpu[c]];
         std::memcpy(pin + in_off[c], it.src, it.n);
-        if (it.base) std::memcpy(pin + base_off[c], it.base, it.n);
+        const auto [base, base_len] = EncodeBaseSpan(it);
+        if (base) std::memcpy(pin + base_off[c], base, base_len);
       });
       LMC_RETURN_IF_ERROR(be.ToDeviceAsync(din, pin, in_bytes));
       std::vector<GpuEncodeItem> staged(gpu.size());
@@ -1552,10 +1665,11 @@ class BatchCodec final : public GpuCodec {
         staged[c] = it;
         staged[c].src = din + in_off[c];
         staged[c].base = it.base ? din + base_off[c] : nullptr;
+        staged[c].base_len = EncodeBaseSpan(it).second;
         staged[c].dst = outs[c] = dout + out_off[c];
         idx[c] = c;
       }
-      LMC_RETURN_IF_ERROR(EncodeOnDevice(be, staged.data(), idx, outs));
+      LMC_RETURN_IF_ERROR(EncodeOnDevice(be, staged.data(), idx, outs, true));
       size_t end = 0;
       for (size_t c = 0; c < gpu.size(); ++c) end = std::max(end, out_off[c] + staged[c].len);
       uint8_t* pout = pin + in_bytes;
@@ -1597,15 +1711,28 @@ class BatchCodec final : public GpuCodec {
     if (r.ok() && *r) it.status = l.be.ToDeviceSync(it.dst, out.data(), *r);
   }
 
+  // The base bytes a device batch needs of frame fi (item it): the twin's
+  // range of a paired frame, else the whole base of a delta (none else).
+  static std::pair<const uint8_t*, size_t> DecodeBaseSpan(const FrameInfo& fi, const GpuDecodeItem& it) {
+    if (!fi.xor_delta) return {nullptr, 0};
+    if (fi.widened_base) return {it.base + 2 * uint64_t{fi.base_offset}, fi.decoded_size / 2};
+    return {it.base, fi.decoded_size};
+  }
+
   // The header, read on the host, decides the path: the plan entry of a
   // frame the device decodes, or nothing (the CPU decodes it).
   static std::optional<DecPlanItem> PlanDecode(const GpuDecodeItem& it, size_t i, const uint8_t* head) {
     if (!it.frame) return std::nullopt;
     Result<FrameInfo> fi = ReadFrameInfo(head, it.len);
-    // A widened base (paired fp32 deltas) is the CPU's: the device XORs
-    // with the base as it is.
-    bool ok = fi.ok() && fi->decoded_size >= kMinGpuChunk && it.dst && it.cap >= fi->decoded_size &&
-              !fi->widened_base && (!fi->xor_delta || (it.base && it.base_len == fi->decoded_size));
+    bool ok = fi.ok() && fi->decoded_size >= kMinGpuChunk && it.dst && it.cap >= fi->decoded_size;
+    if (ok && fi->widened_base) {
+      // Paired fp32 (ReadFrameInfo: an f32 delta): the twin's range inside
+      // the base, as the CPU checks (CheckTwinRange).
+      ok = it.base && fi->decoded_size % 4 == 0 &&
+           uint64_t{fi->base_offset} + fi->decoded_size / 4 <= it.base_len / 2;
+    } else if (ok && fi->xor_delta) {
+      ok = it.base && it.base_len == fi->decoded_size;
+    }
     if (ok) {
       // A raw stream's size is checked here, as the CPU does.
       for (const StreamInfo& s : fi->streams)
@@ -1691,7 +1818,7 @@ class BatchCodec final : public GpuCodec {
         in_off[f] = in_bytes;
         in_bytes += Align(plan[f].fi.frame_size);
         base_off[f] = in_bytes;
-        if (plan[f].fi.xor_delta) in_bytes += Align(plan[f].fi.decoded_size);
+        in_bytes += Align(DecodeBaseSpan(plan[f].fi, items[plan[f].item]).second);
         out_off[f] = out_bytes;
         out_bytes += Align(plan[f].fi.decoded_size);
       }
@@ -1703,14 +1830,18 @@ class BatchCodec final : public GpuCodec {
       Pool().ParallelFor(plan.size(), 0, [&](size_t f, size_t) {
         const GpuDecodeItem& it = items[plan[f].item];
         std::memcpy(pin + in_off[f], it.frame, plan[f].fi.frame_size);
-        if (plan[f].fi.xor_delta) std::memcpy(pin + base_off[f], it.base, plan[f].fi.decoded_size);
+        const auto [base, base_len] = DecodeBaseSpan(plan[f].fi, it);
+        if (base) std::memcpy(pin + base_off[f], base, base_len);
       });
       LMC_RETURN_IF_ERROR(be.ToDeviceAsync(din, pin, in_bytes));
       staged.resize(plan.size());
       for (size_t f = 0; f < plan.size(); ++f) {
         staged[f] = items[plan[f].item];
         frames[f] = din + in_off[f];
-        if (plan[f].fi.xor_delta) staged[f].base = din + base_off[f];
+        if (plan[f].fi.xor_delta) {
+          staged[f].base = din + base_off[f];
+          staged[f].base_len = DecodeBaseSpan(plan[f].fi, items[plan[f].item]).second;
+        }
         outs[f] = dout + out_off[f];
       }
       host_out_off = std::move(out_off);
@@ -1722,6 +1853,7 @@ class BatchCodec final : public GpuCodec {
     for (size_t f = 0; f < plan.size(); ++f) {
       tmp[f] = device ? items[plan[f].item] : staged[f];
       local[f] = {f, plan[f].fi};
+      if (!device) local[f].fi.base_offset = 0;  // a staged twin is its range already
     }
     std::vector<bool> bad, fused;
     LMC_RETURN_IF_ERROR(

@@ -6,9 +6,11 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstring>
 #include <memory>
 #include <random>
 #include <set>
+#include <tuple>
 #include <vector>
 
 #include "hd/rans_hd.h"
@@ -440,6 +442,164 @@ inline void CheckRansDecode(GpuCodec* codec) {
   // only what the device marks bad).
   EXPECT_GE(good, clean);
   EXPECT_EQ(codec->stats().decode_chunks - before.decode_chunks, good);
+}
+
+// Paired fp32 masters (a bf16 twin chunk as the base, widened; the rounding
+// predicted where that misses fewer upper halves) are encoded and decoded
+// on the device: a master whose twin rounds to nearest (predicted), one
+// whose twin truncates (the twin widened), at offsets in longer twin
+// chunks, through the host calls (the twins' ranges staged) and the device
+// calls (the whole twin chunks in device memory). The frames are the CPU's
+// GPU-profile frames byte for byte; items whose range is not inside the
+// twin go to the CPU, which reports them; corrupt copies decode with the
+// CPU's status.
+struct PairedCase {
+  std::vector<uint8_t> master, twin;
+  uint32_t offset;
+  bool predicted;
+};
+inline std::vector<PairedCase> PairedCases() {
+  std::vector<PairedCase> cases;
+  uint32_t seed = 70;
+  for (auto [elems, offset, nearest] :
+       {std::tuple{size_t{1} << 18, 1000u, true}, std::tuple{size_t{17500}, 3u, false},
+        std::tuple{size_t{2048}, 0u, true}, std::tuple{size_t{70001}, 9u, true}}) {
+    PairedCase c;
+    c.master = lmc::testing::F32Weights(elems, seed++);
+    c.offset = offset;
+    c.predicted = nearest;
+    c.twin = lmc::testing::Bf16Weights(offset + elems + 500, seed++);
+    for (size_t e = 0; e < elems; ++e) {
+      uint32_t v;
+      std::memcpy(&v, c.master.data() + 4 * e, 4);
+      const uint32_t b = nearest ? (v + 0x7fffu + ((v >> 16) & 1)) >> 16 : v >> 16;
+      c.twin[2 * (offset + e)] = static_cast<uint8_t>(b);
+      c.twin[2 * (offset + e) + 1] = static_cast<uint8_t>(b >> 8);
+    }
+    cases.push_back(std::move(c));
+  }
+  return cases;
+}
+
+inline void CheckPairedFrames(GpuCodec* codec, DeviceMemory* mem) {
+  Workspace ws;
+  const std::vector<PairedCase> cases = PairedCases();
+  const size_t nc = cases.size();
+  // The CPU's frames, and one item more whose range runs past its twin.
+  std::vector<std::vector<uint8_t>> ref(nc);
+  for (size_t i = 0; i < nc; ++i) {
+    const PairedCase& c = cases[i];
+    EncodeParams p{DType::kF32, c.twin.data(), EncodeProfile::kGpu};
+    p.widened_base_offset = c.offset;
+    p.base_len = c.twin.size();
+    ref[i].resize(MaxEncodedSize(c.master.size()));
+    auto r = EncodeChunk(c.master.data(), c.master.size(), p, ref[i].data(), ref[i].size(), ws);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    ref[i].resize(*r);
+    auto fi = ReadFrameInfo(ref[i].data(), ref[i].size());
+    ASSERT_TRUE(fi.ok());
+    EXPECT_TRUE(fi->widened_base);
+    EXPECT_EQ(fi->predicted, c.predicted) << "case " << i;
+  }
+  for (bool device : {false, true}) {
+    SCOPED_TRACE(device ? "device calls" : "host calls");
+    std::vector<GpuEncodeItem> e(nc + 1);
+    std::vector<std::vector<uint8_t>> out(nc + 1);
+    for (size_t i = 0; i <= nc; ++i) {
+      const PairedCase& c = cases[i < nc ? i : 0];
+      out[i].resize(MaxEncodedSize(c.master.size()));
+      e[i].n = c.master.size();
+      e[i].dtype = DType::kF32;
+      e[i].widened_base_offset = i < nc ? c.offset : static_cast<uint32_t>(c.twin.size() / 2 - 10);
+      e[i].base_len = c.twin.size();
+      e[i].cap = out[i].size();
+      if (device) {
+        uint8_t* src = mem->Alloc(c.master.size());
+        uint8_t* twin = mem->Alloc(c.twin.size());
+        mem->Put(src, c.master.data(), c.master.size());
+        mem->Put(twin, c.twin.data(), c.twin.size());
+        e[i].src = src;
+        e[i].base = twin;
+        e[i].dst = mem->Alloc(e[i].cap);
+      } else {
+        e[i].src = c.master.data();
+        e[i].base = c.twin.data();
+        e[i].dst = out[i].data();
+      }
+    }
+    const GpuCodecStats before = codec->stats();
+    ASSERT_TRUE(
+        (device ? codec->EncodeBatchDevice(e.data(), e.size()) : codec->EncodeBatch(e.data(), e.size()))
+            .ok());
+    // Every case went to the device (the smallest is 8 KiB, over
+    // kMinGpuChunk); the bad item to the CPU, which refused it.
+    EXPECT_EQ(codec->stats().encode_chunks - before.encode_chunks, nc);
+    EXPECT_EQ(e[nc].status.code(), Code::kInvalidArgument) << e[nc].status.ToString();
+    std::vector<GpuDecodeItem> d(nc);
+    for (size_t i = 0; i < nc; ++i) {
+      SCOPED_TRACE(::testing::Message() << "case " << i);
+      ASSERT_TRUE(e[i].status.ok()) << e[i].status.ToString();
+      std::vector<uint8_t> frame(e[i].len);
+      if (device) {
+        mem->Get(frame.data(), e[i].dst, e[i].len);
+      } else {
+        frame.assign(out[i].begin(), out[i].begin() + e[i].len);
+      }
+      EXPECT_EQ(frame, ref[i]);
+      d[i].frame = e[i].dst;
+      d[i].len = e[i].len;  // equal to the CPU's (checked above), whose frame the host calls decode
+      d[i].base = e[i].base;
+      d[i].base_len = cases[i].twin.size();
+      d[i].cap = cases[i].master.size();
+      if (device) {
+        d[i].dst = mem->Alloc(d[i].cap);
+      } else {
+        out[i].assign(d[i].cap, 0xEE);
+        d[i].frame = ref[i].data();
+        d[i].dst = out[i].data();
+      }
+    }
+    const GpuCodecStats mid = codec->stats();
+    ASSERT_TRUE(
+        (device ? codec->DecodeBatchDevice(d.data(), d.size()) : codec->DecodeBatch(d.data(), d.size()))
+            .ok());
+    EXPECT_EQ(codec->stats().decode_chunks - mid.decode_chunks, nc);
+    for (size_t i = 0; i < nc; ++i) {
+      ASSERT_TRUE(d[i].status.ok()) << d[i].status.ToString();
+      std::vector<uint8_t> back(cases[i].master.size());
+      if (device) {
+        mem->Get(back.data(), d[i].dst, back.size());
+      } else {
+        back.assign(out[i].begin(), out[i].begin() + back.size());
+      }
+      EXPECT_EQ(back, cases[i].master) << "case " << i;
+    }
+  }
+  // Corrupt copies and short twins: the CPU's status, code and message.
+  std::vector<Case> as_cases(nc);
+  std::vector<std::vector<uint8_t>> frames;
+  std::vector<const Case*> of;
+  for (size_t i = 0; i < nc; ++i) {
+    as_cases[i] = {DType::kF32, cases[i].master, cases[i].twin};
+    frames.push_back(ref[i]);
+    of.push_back(&as_cases[i]);
+  }
+  std::mt19937 rng(5);
+  for (size_t i = 0; i < nc; ++i) {
+    auto f = ref[i];
+    auto fi = ReadFrameInfo(f.data(), f.size());
+    f[fi->header_size + rng() % (f.size() - fi->header_size)] ^= 0x10;
+    frames.push_back(f);
+    of.push_back(&as_cases[i]);
+  }
+  std::vector<Case> short_twins(nc);
+  for (size_t i = 0; i < nc; ++i) {
+    short_twins[i] = as_cases[i];
+    short_twins[i].base.resize(2 * (cases[i].offset + cases[i].master.size() / 4) - 2);
+    frames.push_back(ref[i]);
+    of.push_back(&short_twins[i]);
+  }
+  EXPECT_EQ(DecodeLikeTheCpu(codec, frames, of, nc), nc);
 }
 
 }  // namespace lmc::testing

@@ -120,6 +120,12 @@ TEST(GpuPipeline, RansEncoderWritesTheCpuBytesOrFallsBackToRaw) {
   }
 }
 
+TEST(GpuPipeline, EncodesAndDecodesPairedFp32MastersOnTheDevice) {
+  auto codec = gpu::OpenHostEmulatedCodec();
+  HostMemory mem;
+  testing::CheckPairedFrames(codec.get(), &mem);
+}
+
 TEST(GpuPipeline, DecodesRansStreamsOnTheDevice) {
   auto codec = gpu::OpenHostEmulatedCodec();
   testing::CheckRansDecode(codec.get());

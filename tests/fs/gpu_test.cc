@@ -223,6 +223,69 @@ TEST_F(FsGpuPool, GpuFirstSendsEveryChunkToTheGpu) {
   EXPECT_EQ(fake.stats().encode_chunks, 12u);
 }
 
+// Paired fp32 masters (a bf16 twin chunk as the widened base) go to the GPU
+// with the other chunks, their base and offset with them, and their frames
+// decode against the twin.
+TEST_F(FsGpuPool, PairedMastersGoToTheGpuWithTheirTwins) {
+  FakeGpuCodec fake;
+  GpuPath gpu(&fake, "", kMinBatch, 64 << 20, &counters_, /*first=*/true);
+  // The twin: kChunk / 2 bf16 values; each master of kChunk bytes covers
+  // the second half of them, rounded to nearest from its own values.
+  const std::string twin = Bf16Like(kChunk, 80);
+  BaseChoice pair = BaseOf(twin);
+  pair.widened_offset = kChunk / 4;
+  struct Offer : DeltaPolicy {
+    std::optional<BaseChoice> base;
+    std::optional<BaseChoice> ChooseBase(const ChunkOrigin&, const uint8_t*, size_t) override { return base; }
+    void Record(const ChunkOrigin&, const store::ChunkKey&, const std::optional<store::ChunkKey>&,
+                const store::ChunkBytes&, store::Batch*) override {}
+    void Release(const store::ChunkKey&) override {}
+  } offer;
+  offer.base = pair;
+  std::vector<std::shared_ptr<EncodeJob>> jobs;
+  {
+    EncoderPool pool(4, &gpu, &counters_);
+    std::mt19937 rng(81);
+    for (uint64_t i = 1; i <= 6; i++) {
+      std::string master(kChunk, '\0');
+      for (size_t e = 0; e < kChunk / 4; e++) {
+        const uint32_t b = static_cast<uint8_t>(twin[2 * (kChunk / 4 + e)]) |
+                           static_cast<uint32_t>(static_cast<uint8_t>(twin[2 * (kChunk / 4 + e) + 1])) << 8;
+        const uint32_t lo = rng() & 0xffff;
+        const uint32_t v = (lo > 0x8000 ? (b - 1) & 0xffff : b) << 16 | lo;  // rounds to b
+        std::memcpy(master.data() + 4 * e, &v, 4);
+      }
+      auto j = std::make_shared<EncodeJob>();
+      j->ino = 100 + i;
+      j->end = master.size();
+      j->buf = store::CopyChunkBytes(reinterpret_cast<const uint8_t*>(master.data()), master.size());
+      j->dtype = DType::kF32;
+      j->delta = &offer;
+      jobs.push_back(j);
+      pool.Submit(j);
+    }
+    ASSERT_TRUE(WaitFor([&] { return AllDone(jobs); }));
+  }
+  EXPECT_EQ(counters_.gpu_encode_chunks.load(), 6u);
+  EXPECT_EQ(counters_.cpu_encode_chunks.load(), 0u);
+  EXPECT_EQ(fake.paired_items(), 6u);
+  Workspace ws;
+  for (auto& j : jobs) {
+    ASSERT_TRUE(j->status.ok()) << j->status.ToString();
+    ASSERT_TRUE(j->base_key);
+    auto fi = ReadFrameInfo(reinterpret_cast<const uint8_t*>(j->frame.data()), j->frame.size());
+    ASSERT_TRUE(fi.ok());
+    EXPECT_TRUE(fi->widened_base);
+    EXPECT_TRUE(fi->predicted);
+    EXPECT_EQ(fi->base_offset, kChunk / 4);
+    std::vector<uint8_t> out(kChunk);
+    auto r = DecodeChunk(reinterpret_cast<const uint8_t*>(j->frame.data()), j->frame.size(),
+                         pair.bytes->data(), pair.bytes->size(), out.data(), out.size(), ws);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(out, std::vector<uint8_t>(j->buf->begin(), j->buf->end()));
+  }
+}
+
 // gpu=on with a device failure: the failed batch is encoded on the CPU by
 // the feeder, which then stops; the CPU threads take the rest at once.
 TEST_F(FsGpuPool, GpuFirstFallsBackToTheCpuThreadsWhenTheDeviceFails) {

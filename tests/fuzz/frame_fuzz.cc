@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <vector>
 
 #include "gpu_pipeline.h"
@@ -48,16 +49,21 @@ void GpuDecodesAsTheCpu(const std::vector<uint8_t>& frame_in, const uint8_t* bas
 // The emulated GPU encoder (its device entry point, on exact-size copies)
 // writes the CPU's GPU-profile frame `want` byte for byte: the plan,
 // Huffman and rANS bodies on fuzzed data.
+// `base_len` (0: n) and `widened`: a paired chunk's bf16 twin and offset.
 void GpuEncodesAsTheCpu(lmc::DType t, const uint8_t* src, size_t n, const uint8_t* base,
-                        const std::vector<uint8_t>& want) {
+                        const std::vector<uint8_t>& want, size_t base_len = 0,
+                        std::optional<uint32_t> widened = std::nullopt) {
   static std::unique_ptr<lmc::GpuCodec> gpu = lmc::gpu::OpenHostEmulatedCodec();
-  const std::vector<uint8_t> in(src, src + n), b(base ? base : src, base ? base + n : src);
+  if (!base_len) base_len = n;
+  const std::vector<uint8_t> in(src, src + n), b(base ? base : src, base ? base + base_len : src);
   std::vector<uint8_t> out(lmc::MaxEncodedSize(n));
   lmc::GpuEncodeItem it;
   it.src = in.data();
   it.n = n;
   it.dtype = t;
   it.base = base ? b.data() : nullptr;
+  it.base_len = base_len;
+  it.widened_base_offset = widened;
   it.dst = out.data();
   it.cap = out.size();
   if (!gpu->EncodeBatchDevice(&it, 1).ok() || !it.status.ok()) abort();
@@ -124,6 +130,25 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       const size_t at = gi->header_size + (size_t{data[1]} << 8 | src[0]) % (g.size() - gi->header_size);
       g[at] ^= static_cast<uint8_t>(1u << (data[1] >> 5));
       GpuDecodesAsTheCpu(g, gb, delta ? n : 0, n, ws);
+    }
+    // 4. As a paired fp32 master against a bf16 twin (the first n / 2 bytes
+    // of the shifted copy, from a small offset): the GPU profile's frame as
+    // the emulated GPU encoder writes it, decoded whole and changed.
+    if (n % 4 == 0 && n >= 4 && (data[1] & 16)) {
+      const uint32_t offset = src[0] % 4;
+      std::vector<uint8_t> twin(2 * offset + n / 2);
+      for (size_t i = 0; i < twin.size(); ++i) twin[i] = bbuf[i % n];
+      lmc::EncodeParams pp{lmc::DType::kF32, twin.data(), lmc::EncodeProfile::kGpu};
+      pp.widened_base_offset = offset;
+      pp.base_len = twin.size();
+      std::vector<uint8_t> pf(lmc::MaxEncodedSize(n));
+      lmc::Result<size_t> pe = lmc::EncodeChunk(src, n, pp, pf.data(), pf.size(), ws);
+      if (!pe.ok()) abort();
+      pf.resize(*pe);
+      GpuEncodesAsTheCpu(lmc::DType::kF32, src, n, twin.data(), pf, twin.size(), offset);
+      GpuDecodesAsTheCpu(pf, twin.data(), twin.size(), n, ws);
+      pf[pf.size() - 1 - src[n - 1] % (pf.size() / 2)] ^= 0x40;
+      GpuDecodesAsTheCpu(pf, twin.data(), twin.size(), n, ws);
     }
   }
   return 0;

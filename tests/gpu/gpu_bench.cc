@@ -360,6 +360,102 @@ int main(int argc, char** argv) {
     delta_identical += f == delta_ref[c];
   }
 
+  // ---- Paired fp32 masters (bf16 data only): a master a value whose bf16
+  // rounding to nearest is the data's element, its low half random; the
+  // data is the twins. Master chunk m (chunk bytes, chunk / 4 values) is
+  // paired with half of twin chunk m / 2. Encoded and decoded device to
+  // device; the frames against the CPU's GPU-profile frames.
+  const size_t pair_chunks = dtype == lmc::DType::kBF16 ? total / chunk * 2 : 0;
+  std::vector<uint8_t> masters(pair_chunks * chunk);
+  {
+    std::mt19937 rng(7);
+    for (size_t e = 0; e < masters.size() / 4; ++e) {
+      const uint32_t b = data[2 * e] | uint32_t{data[2 * e + 1]} << 8, lo = rng() & 0xffff;
+      const uint32_t v = (lo > 0x8000 ? (b - 1) & 0xffff : b) << 16 | lo;
+      std::memcpy(masters.data() + 4 * e, &v, 4);
+    }
+  }
+  auto pair_offset = [&](size_t m) { return static_cast<uint32_t>((m % 2) * (chunk / 4)); };
+  std::vector<std::vector<uint8_t>> pair_ref(pair_chunks);
+  std::vector<size_t> pair_cpu_len(pair_chunks);
+  Parallel(pair_chunks, threads, [&](size_t m, lmc::Workspace& ws) {
+    lmc::EncodeParams p{lmc::DType::kF32, data.data() + m / 2 * chunk, lmc::EncodeProfile::kGpu};
+    p.widened_base_offset = pair_offset(m);
+    p.base_len = chunk;
+    pair_ref[m].resize(lmc::MaxEncodedSize(chunk));
+    auto e =
+        lmc::EncodeChunk(masters.data() + m * chunk, chunk, p, pair_ref[m].data(), pair_ref[m].size(), ws);
+    pair_ref[m].resize(e.ok() ? *e : 0);
+    std::vector<uint8_t> f(lmc::MaxEncodedSize(chunk));
+    p.profile = lmc::EncodeProfile::kCpu;
+    auto c = lmc::EncodeChunk(masters.data() + m * chunk, chunk, p, f.data(), f.size(), ws);
+    pair_cpu_len[m] = c.ok() ? *c : 0;
+  });
+  std::vector<double> t_pair_enc, t_pair_dec;
+  size_t pair_bytes = 0, pair_cpu_bytes = 0, pair_identical = 0;
+  bool pair_ok = true;
+  if (pair_chunks) {
+    uint8_t *d_masters = nullptr, *d_pframes = nullptr, *d_pout = nullptr;
+    CUDA_OK(cudaMalloc(&d_masters, masters.size()));
+    CUDA_OK(cudaMalloc(&d_pframes, fcap * pair_chunks));
+    CUDA_OK(cudaMalloc(&d_pout, masters.size()));
+    CUDA_OK(cudaMemcpy(d_masters, masters.data(), masters.size(), cudaMemcpyHostToDevice));
+    std::vector<lmc::GpuEncodeItem> pe(pair_chunks);
+    for (int r = 0; r < reps + 1; ++r) {
+      for (size_t m = 0; m < pair_chunks; ++m) {
+        pe[m] = {};
+        pe[m].src = d_masters + m * chunk;
+        pe[m].n = chunk;
+        pe[m].dtype = lmc::DType::kF32;
+        pe[m].base = d_in + m / 2 * chunk;
+        pe[m].base_len = chunk;
+        pe[m].widened_base_offset = pair_offset(m);
+        pe[m].dst = d_pframes + m * fcap;
+        pe[m].cap = fcap;
+      }
+      CUDA_OK(cudaDeviceSynchronize());
+      auto t0 = Clock::now();
+      auto st = codec->EncodeBatchDevice(pe.data(), pe.size());
+      CUDA_OK(cudaDeviceSynchronize());
+      if (r) t_pair_enc.push_back(Seconds(t0));
+      pair_ok &= st.ok();
+    }
+    for (size_t m = 0; m < pair_chunks; ++m) {
+      pair_ok &= pe[m].status.ok();
+      pair_bytes += pe[m].len;
+      pair_cpu_bytes += pair_cpu_len[m];
+      std::vector<uint8_t> f(pe[m].len);
+      CUDA_OK(cudaMemcpy(f.data(), pe[m].dst, f.size(), cudaMemcpyDeviceToHost));
+      pair_identical += f == pair_ref[m];
+    }
+    std::vector<lmc::GpuDecodeItem> pd(pair_chunks);
+    for (int r = 0; r < reps + 1; ++r) {
+      for (size_t m = 0; m < pair_chunks; ++m) {
+        pd[m] = {};
+        pd[m].frame = pe[m].dst;
+        pd[m].len = pe[m].len;
+        pd[m].base = d_in + m / 2 * chunk;
+        pd[m].base_len = chunk;
+        pd[m].dst = d_pout + m * chunk;
+        pd[m].cap = chunk;
+      }
+      CUDA_OK(cudaMemset(d_pout, 0, masters.size()));
+      CUDA_OK(cudaDeviceSynchronize());
+      auto t0 = Clock::now();
+      auto st = codec->DecodeBatchDevice(pd.data(), pd.size());
+      CUDA_OK(cudaDeviceSynchronize());
+      if (r) t_pair_dec.push_back(Seconds(t0));
+      pair_ok &= st.ok();
+      for (auto& d : pd) pair_ok &= d.status.ok();
+    }
+    std::vector<uint8_t> back_m(masters.size());
+    CUDA_OK(cudaMemcpy(back_m.data(), d_pout, back_m.size(), cudaMemcpyDeviceToHost));
+    pair_ok &= back_m == masters;
+    cudaFree(d_masters);
+    cudaFree(d_pframes);
+    cudaFree(d_pout);
+  }
+
   // ---- Host to host (the mount's case): calls of call_mib MiB (0: all the
   // data in one call) on a codec with `lanes` lanes; the frames checked
   // against the CPU's GPU profile and the bytes back against the data.
@@ -482,6 +578,13 @@ int main(int argc, char** argv) {
   std::printf("%-34s %10.2f %10s %8.3f %s, frames identical to the CPU's GPU profile %zu/%zu\n",
               "GPU device->device, deltas, encode", rate(t_dev_delta_enc), "-", gpu_delta_ratio,
               dev_delta_enc_ok ? "ok" : "FAILED", delta_identical, nchunks);
+  if (pair_chunks) {
+    const double pgb = masters.size() / 1e9;
+    std::printf("%-34s %10.2f %10.2f %8.3f %s, frames identical %zu/%zu, CPU profile %.3f%%\n",
+                "GPU device->device, paired fp32", pgb / Median(t_pair_enc), pgb / Median(t_pair_dec),
+                100.0 * pair_bytes / masters.size(), pair_ok ? "exact" : "MISMATCH", pair_identical,
+                pair_chunks, 100.0 * pair_cpu_bytes / masters.size());
+  }
   for (const HostRun& h : lane_runs)
     std::printf("%-34s %10.2f %10.2f %8.3f %s, frames identical %zu/%zu\n",
                 ("GPU host->host, " + std::to_string(h.lanes) + " lane" + (h.lanes > 1 ? "s" : "")).c_str(),
@@ -536,6 +639,13 @@ int main(int argc, char** argv) {
           rate(t_dev_delta), dev_delta_ok ? "true" : "false",
           static_cast<unsigned long long>(dev_delta_chunks), rate(t_dev_delta_enc), gpu_delta_ratio,
           delta_identical);
+      if (pair_chunks)
+        std::fprintf(f,
+                     " \"paired\": {\"enc_gbps\": %.3f, \"dec_gbps\": %.3f, \"ratio\": %.4f, \"cpu_ratio\": "
+                     "%.4f, \"exact\": %s, \"frames_identical\": %zu, \"chunks\": %zu},\n",
+                     masters.size() / 1e9 / Median(t_pair_enc), masters.size() / 1e9 / Median(t_pair_dec),
+                     100.0 * pair_bytes / masters.size(), 100.0 * pair_cpu_bytes / masters.size(),
+                     pair_ok ? "true" : "false", pair_identical, pair_chunks);
       std::fprintf(f, " \"gpu_h2h_lanes\": [");
       for (size_t k = 0; k < lane_runs.size(); ++k)
         std::fprintf(f, "%s{\"lanes\": %d, \"enc_gbps\": %.3f, \"dec_gbps\": %.3f, \"exact\": %s}",
@@ -558,7 +668,8 @@ int main(int argc, char** argv) {
   bool lanes_ok = true;
   for (const HostRun& h : lane_runs) lanes_ok &= h.ok && h.identical == nchunks;
   return cpu_exact && dev_ok && lanes_ok && cross_ok && identical == nchunks && cpu_delta_ok &&
-                 dev_delta_ok && dev_delta_enc_ok && delta_identical == nchunks
+                 dev_delta_ok && dev_delta_enc_ok && delta_identical == nchunks && pair_ok &&
+                 pair_identical == pair_chunks
              ? 0
              : 1;
 }

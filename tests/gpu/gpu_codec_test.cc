@@ -91,6 +91,12 @@ TEST(GpuCodec, EncodesRansStreamsOnTheDevice) {
   testing::CheckRansEncode(codec.get());
 }
 
+TEST(GpuCodec, EncodesAndDecodesPairedFp32MastersOnTheDevice) {
+  LMC_OPEN_OR_SKIP(codec, size_t{128} << 20);
+  CudaMemory mem;
+  testing::CheckPairedFrames(codec.get(), &mem);
+}
+
 TEST(GpuCodec, DecodesRansStreamsOnTheDevice) {
   LMC_OPEN_OR_SKIP(codec, size_t{128} << 20);
   testing::CheckRansDecode(codec.get());

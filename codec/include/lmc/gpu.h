@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "lmc/dtype.h"
@@ -29,7 +30,8 @@ Status GpuMergeStreams(DType t, const uint8_t* streams, size_t n, const uint8_t*
 
 // One chunk to encode. src/base/dst are host pointers for EncodeBatch and
 // device pointers for EncodeBatchDevice. The frame written is byte-identical
-// to EncodeChunk(src, n, {dtype, base, .profile = EncodeProfile::kGpu}).
+// to EncodeChunk(src, n, {dtype, base, .profile = EncodeProfile::kGpu}),
+// with widened_base_offset and base_len when given.
 struct GpuEncodeItem {
   const uint8_t* src = nullptr;
   size_t n = 0;
@@ -37,6 +39,14 @@ struct GpuEncodeItem {
   const uint8_t* base = nullptr;  // optional XOR base of n bytes
   uint8_t* dst = nullptr;         // MaxEncodedSize(n) bytes suffice
   size_t cap = 0;
+  // With base: `base` is a bf16 chunk of base_len bytes (an fp32 master's
+  // twin) and the operand its values from this element on, widened, as
+  // EncodeParams::widened_base_offset (the rounding predicted where that
+  // mispredicts fewer upper halves, as EncodeParams::predict_rounding's
+  // default). An item whose range is not inside the base is the CPU's,
+  // which reports it.
+  std::optional<uint32_t> widened_base_offset{};
+  size_t base_len = 0;
   // --- out ---
   size_t len = 0;  // frame size
   Status status;   // per-chunk result (InvalidArgument for a bad item)

@@ -316,18 +316,14 @@ void EncoderPool::EncodeBatchOnGpu(const std::vector<std::shared_ptr<EncodeJob>>
     EncodeJob* job = batch[i].get();
     Guarded(job, [&] {
       if (!PrepareJob(job, &prep[i])) return;
-      if (prep[i].params.widened_base_offset) {
-        // The GPU writes no widened-base frames: this one on the CPU, now.
-        EncodeOnCpu(job, prep[i]);
-        CountEncoded(*job, false, counters_);
-        return;
-      }
       frames[i] = std::make_unique_for_overwrite<uint8_t[]>(MaxEncodedSize(job->buf->size()));
       GpuEncodeItem it;
       it.src = job->buf->data();
       it.n = job->buf->size();
       it.dtype = prep[i].params.dtype;
       it.base = prep[i].params.base;
+      it.widened_base_offset = prep[i].params.widened_base_offset;  // a paired fp32 master
+      it.base_len = prep[i].params.base_len;
       it.dst = frames[i].get();
       it.cap = MaxEncodedSize(it.n);
       items.push_back(it);
