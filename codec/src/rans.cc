@@ -286,8 +286,17 @@ LMC_RANS_AVX2 size_t EncodeRoundsAvx2(const uint8_t* src, size_t i, const EncTab
 // and the words left hold a round's worst case plus the 16-byte loads'
 // slack; returns the i where it stopped. States and p are updated as the
 // scalar decoder would.
+//
+// kDominant: the stream has a symbol of frequency >= kDominantFreq (a
+// plane of XOR deltas or predicted upper halves, nearly all zeros), whose
+// table entries (dom: (f - 1) << 20 | symbol, from slot dom_cum on) are
+// computed instead of gathered when the 8 slots of a group all fall in
+// its range: the same entries, most groups without a gather.
+inline constexpr uint32_t kDominantFreq = kProbScale - 128;
+template <bool kDominant>
 LMC_RANS_AVX2 size_t DecodeRoundsAvx2(const uint32_t* table, uint32_t* x, const uint8_t*& p,
-                                      const uint8_t* end, uint8_t* dst, size_t i, size_t n) {
+                                      const uint8_t* end, uint8_t* dst, size_t i, size_t n, uint32_t dom = 0,
+                                      uint32_t dom_cum = 0) {
   const ShuffleTables& sh = Shuffles();
   __m256i st[4];
   for (int g = 0; g < 4; ++g) st[g] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + 8 * g));
@@ -296,11 +305,26 @@ LMC_RANS_AVX2 size_t DecodeRoundsAvx2(const uint32_t* table, uint32_t* x, const 
   const __m256i zero = _mm256_setzero_si256();
   const __m256i bytes = _mm256_setr_epi8(0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, 0, 4, 8,
                                          12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1);
+  const __m256i dom_entry = _mm256_set1_epi32(static_cast<int>(dom));
+  const __m256i dom_start = _mm256_set1_epi32(static_cast<int>(dom_cum));
+  const __m256i dom_last = _mm256_set1_epi32(static_cast<int>(dom >> 20));  // f - 1: the last slot offset
   while (i + 32 <= n && end - p >= 2 * 32 + 16) {
     for (int g = 0; g < 4; ++g) {
       __m256i x8 = st[g];
       // table[slot] = (f - 1) << 20 | (slot - cum) << 8 | symbol
-      const __m256i e = Gather32(table, _mm256_and_si256(x8, m12));
+      const __m256i slot = _mm256_and_si256(x8, m12);
+      __m256i e;
+      if constexpr (kDominant) {
+        const __m256i rel = _mm256_sub_epi32(slot, dom_start);  // as unsigned: <= f - 1 inside the range
+        const __m256i in = _mm256_cmpeq_epi32(_mm256_min_epu32(rel, dom_last), rel);
+        if (_mm256_movemask_ps(_mm256_castsi256_ps(in)) == 0xff) {
+          e = _mm256_add_epi32(dom_entry, _mm256_slli_epi32(rel, 8));
+        } else {
+          e = Gather32(table, slot);
+        }
+      } else {
+        e = Gather32(table, slot);
+      }
       const __m256i f = _mm256_add_epi32(_mm256_srli_epi32(e, 20), one);
       const __m256i r = _mm256_and_si256(_mm256_srli_epi32(e, 8), m12);
       x8 = _mm256_add_epi32(_mm256_mullo_epi32(f, _mm256_srli_epi32(x8, kProbBits)), r);
@@ -425,7 +449,7 @@ Status DecodeK(const uint8_t* src, size_t len, uint8_t* dst, size_t n) {
   uint32_t x[K];
   for (int j = 0; j < K; ++j) x[j] = start.x[j];
   const uint8_t* p = src + start.words;
-  const uint8_t* const end = src + len;
+  const uint8_t* end = src + len;
 
   if (k == 1) {
     // f = 4096: coding is the identity (no words, unchanged states).
@@ -456,26 +480,58 @@ Status DecodeK(const uint8_t* src, size_t len, uint8_t* dst, size_t n) {
 
   size_t i = 0;
 #if defined(__x86_64__)
-  if (K == 32 && g_simd.load(std::memory_order_relaxed) && n >= 32) {
-    // slot -> (f - 1) << 20 | (slot - cum) << 8 | symbol: one gather a lane.
-    uint32_t packed[kProbScale];
+  const bool simd = K == 32 && g_simd.load(std::memory_order_relaxed) && n >= 32;
+  uint32_t dom = 0, dom_cum = 0;  // the most frequent symbol, and its first slot
+  for (uint32_t s = 1, cum = freq[0]; s < 256; cum += freq[s++])
+    if (freq[s] > freq[dom]) dom = s, dom_cum = cum;
+  // slot -> (f - 1) << 20 | (slot - cum) << 8 | symbol: one gather a lane.
+  uint32_t packed[kProbScale];
+  if (simd)
     for (uint32_t slot = 0; slot < kProbScale; ++slot)
       packed[slot] =
           ((slot_step[slot] >> 16) - 1) << 20 | (slot_step[slot] & 0xffff) << 8 | slot_symbol[slot];
-    i = DecodeRoundsAvx2(packed, x, p, end, dst, i, n);
-  }
 #endif
-  // Fast loop, branch-free (renormalisation is data-dependent): a state
-  // below 2^16 takes the next word, others take nothing.
-  while (i + K <= n && end - p >= 2 * K) {
-    for (int j = 0; j < K; ++j) {
-      uint32_t& st = x[j];
-      step(st, dst + i + j);
-      const uint32_t r = st < kLow;
-      st = st << (16 * r) | (LoadLE16(p) & (0u - r));
-      p += 2 * r;
+  // Whole rounds while the words from q on hold a round's worst case (and
+  // the vector loads' slack) before qend: the vector rounds, then the
+  // scalar fast loop, branch-free (renormalisation is data-dependent: a
+  // state below 2^16 takes the next word, others take nothing).
+  auto rounds = [&](const uint8_t*& q, const uint8_t* qend) {
+#if defined(__x86_64__)
+    if (simd && freq[dom] >= kDominantFreq) {
+      i = DecodeRoundsAvx2<true>(packed, x, q, qend, dst, i, n, (freq[dom] - 1) << 20 | dom, dom_cum);
+    } else if (simd) {
+      i = DecodeRoundsAvx2<false>(packed, x, q, qend, dst, i, n);
     }
-    i += K;
+#endif
+    while (i + K <= n && qend - q >= 2 * K) {
+      for (int j = 0; j < K; ++j) {
+        uint32_t& st = x[j];
+        step(st, dst + i + j);
+        const uint32_t r = st < kLow;
+        st = st << (16 * r) | (LoadLE16(q) & (0u - r));
+        q += 2 * r;
+      }
+      i += K;
+    }
+  };
+  rounds(p, end);
+  // A skewed stream (XOR deltas, zero planes) may have fewer words left
+  // than a round's worst case long before its last round: the rounds go on
+  // over a copy of those words padded with zeros, which a valid stream
+  // never takes (a stream that does is truncated, caught below), instead
+  // of symbol by symbol. (With the dominant symbol's rounds this makes
+  // such streams decode about 2x as fast; either alone, not at all:
+  // docs/BENCHMARKS.md, "rANS decoding of nearly constant streams".)
+  alignas(16) uint8_t pad[4 * K + 16];
+  if (i + K <= n) {
+    const size_t left = static_cast<size_t>(end - p);  // under 2 K: the scalar loop stopped
+    std::memcpy(pad, p, left);
+    std::memset(pad + left, 0, sizeof(pad) - left);
+    const uint8_t* q = pad;
+    rounds(q, pad + left + 2 * K + 16);
+    if (q > pad + left) return Status::Corruption("rans: truncated word stream");
+    p = q;
+    end = pad + left;
   }
   // Checked tail, one symbol at a time.
   for (; i < n; ++i) {
