@@ -143,6 +143,7 @@ struct EncTables {
   EncSymbol sym[256];
   uint32_t packed[256];
   double inv[256];
+  int dom = 0;  // the most frequent symbol (the vector path)
 };
 
 // `vector`: also the vector path's packed and inv (the 32-state coder).
@@ -168,6 +169,7 @@ void BuildEncTables(const uint32_t freq[256], bool vector, EncTables* t) {
     if (vector) {
       t->packed[s] = f | cum << 13;
       t->inv[s] = 1.0 / f;
+      if (f > freq[t->dom]) t->dom = s;
     }
     cum += f;
   }
@@ -221,6 +223,14 @@ LMC_RANS_AVX2 inline __m256d GatherF64(const double* base, __m128i idx) {
 // room below p holds a round's words plus the 16-byte stores' slack and
 // every symbol is present; returns the i where it stopped. The states and
 // p are updated as the scalar coder would.
+//
+// kDominant: the most frequent symbol (t.dom) has a frequency >= kDominantFreq
+// (a plane of XOR deltas or predicted upper halves, nearly all one symbol):
+// a group of 8 symbols all equal to it takes its entries from registers
+// instead of gathers. (Below that frequency, too few groups are: the
+// branch costs more than the gathers it saves.)
+inline constexpr uint32_t kDominantFreq = kProbScale - 128;
+template <bool kDominant>
 LMC_RANS_AVX2 size_t EncodeRoundsAvx2(const uint8_t* src, size_t i, const EncTables& t, uint32_t* x,
                                       uint8_t*& p, const uint8_t* lo) {
   const ShuffleTables& sh = Shuffles();
@@ -234,13 +244,18 @@ LMC_RANS_AVX2 size_t EncodeRoundsAvx2(const uint8_t* src, size_t i, const EncTab
   // Low 16 bits of each 32-bit lane into the low 8 bytes of each 128-bit half.
   const __m256i pack16 = _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, -1, -1, -1, -1, -1, -1, -1, -1, 0, 1, 4,
                                           5, 8, 9, 12, 13, -1, -1, -1, -1, -1, -1, -1, -1);
+  const __m256i dom_sym = _mm256_set1_epi32(t.dom);
+  const __m256i dom_packed = _mm256_set1_epi32(static_cast<int>(t.packed[t.dom]));
+  const __m256d dom_inv = _mm256_set1_pd(t.inv[t.dom]);
   while (i >= 32 && p - lo >= 2 * 32 + 16) {
     const uint8_t* s0 = src + i - 32;
     __m256i sym[4], e[4];
-    bool absent = false;
+    bool absent = false, all_dom[4];
     for (int g = 0; g < 4; ++g) {
       sym[g] = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(s0 + 8 * g)));
-      e[g] = Gather32(t.packed, sym[g]);
+      all_dom[g] =
+          kDominant && _mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(sym[g], dom_sym))) == 0xff;
+      e[g] = all_dom[g] ? dom_packed : Gather32(t.packed, sym[g]);
       absent |=
           _mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(e[g], _mm256_setzero_si256()))) != 0;
     }
@@ -267,8 +282,8 @@ LMC_RANS_AVX2 size_t EncodeRoundsAvx2(const uint8_t* src, size_t i, const EncTab
       const __m256i xs = _mm256_xor_si256(x8, sign);
       const __m256d xl = _mm256_add_pd(_mm256_cvtepi32_pd(_mm256_castsi256_si128(xs)), two31);
       const __m256d xh = _mm256_add_pd(_mm256_cvtepi32_pd(_mm256_extracti128_si256(xs, 1)), two31);
-      const __m256d il = GatherF64(t.inv, _mm256_castsi256_si128(sym[g]));
-      const __m256d ih = GatherF64(t.inv, _mm256_extracti128_si256(sym[g], 1));
+      const __m256d il = all_dom[g] ? dom_inv : GatherF64(t.inv, _mm256_castsi256_si128(sym[g]));
+      const __m256d ih = all_dom[g] ? dom_inv : GatherF64(t.inv, _mm256_extracti128_si256(sym[g], 1));
       const __m128i ql = _mm256_cvttpd_epi32(_mm256_fmadd_pd(xl, il, eps));
       const __m128i qh = _mm256_cvttpd_epi32(_mm256_fmadd_pd(xh, ih, eps));
       const __m256i q = _mm256_inserti128_si256(_mm256_castsi128_si256(ql), qh, 1);
@@ -292,7 +307,6 @@ LMC_RANS_AVX2 size_t EncodeRoundsAvx2(const uint8_t* src, size_t i, const EncTab
 // table entries (dom: (f - 1) << 20 | symbol, from slot dom_cum on) are
 // computed instead of gathered when the 8 slots of a group all fall in
 // its range: the same entries, most groups without a gather.
-inline constexpr uint32_t kDominantFreq = kProbScale - 128;
 template <bool kDominant>
 LMC_RANS_AVX2 size_t DecodeRoundsAvx2(const uint32_t* table, uint32_t* x, const uint8_t*& p,
                                       const uint8_t* end, uint8_t* dst, size_t i, size_t n, uint32_t dom = 0,
@@ -390,7 +404,8 @@ Result<size_t> EncodeK(const uint8_t* src, size_t n, const uint32_t freq[256], i
     // the vector path's 32-bit lanes.)
     if (simd && k >= 2 && i % K == 0 && i >= 32 && p - lo >= 2 * 32 + 16) {
       const size_t before = i;
-      i = EncodeRoundsAvx2(src, i, tables, x, p, lo);
+      i = freq[tables.dom] >= kDominantFreq ? EncodeRoundsAvx2<true>(src, i, tables, x, p, lo)
+                                            : EncodeRoundsAvx2<false>(src, i, tables, x, p, lo);
       if (i != before) continue;  // else: an absent symbol or no room: the checked path below
     }
 #endif
