@@ -245,7 +245,7 @@ __global__ void RansEncodeKernel(EncArgs a) {
       break;
     }
     if (need) {
-      RansPutWord(end - 2 * (words + c - __popc(mask & ((1u << lane) - 1))), x);
+      RansPut(end - 2 * (words + c - __popc(mask & ((1u << lane) - 1))), x, 2);
       x >>= 16;
     }
     if (live) x = hd::RansEncodeCode(x, f, cum[warp][sym]);
@@ -258,7 +258,7 @@ __global__ void RansEncodeKernel(EncArgs a) {
   if (lane == 0) RansEncodeSet(s, size);
   if (!size) return;  // raw
   uint8_t* p = end - size;
-  if (lane < k) RansPutState(p + sp.header + 4 * lane, x);
+  if (lane < k) RansPut(p + sp.header + 4 * lane, x, 4);
   if (lane == 0) hd::RansWriteHeader(sp.freq, sp.k, p);
 }
 

@@ -51,8 +51,9 @@ LMC_HD void AtomicAdd32(uint32_t* p, uint32_t v) {
 // Paired fp32 chunks and frames (a bf16 twin as the base, widened;
 // docs/FORMAT.md, "Frame"): none, the twin widened, the rounding predicted.
 inline constexpr uint8_t kPairedNone = 0, kPairedWidened = 1, kPairedPredicted = 2;
+// Element e of a bf16 twin (any alignment).
 LMC_HD uint32_t TwinAt(const uint8_t* twin, uint64_t e) {
-  return uint32_t{twin[2 * e]} | uint32_t{twin[2 * e + 1]} << 8;
+  return static_cast<uint32_t>(hd::LoadElement(twin + 2 * e, 2, false));
 }
 
 // The entry a flat index belongs to: the largest k < count with
@@ -435,12 +436,9 @@ LMC_HD void RansEncodeSet(EncStream& s, uint64_t size) {
     s.payload = RansScratchBytes(s) - size;
   }
 }
-LMC_HD void RansPutWord(uint8_t* p, uint32_t x) {
-  p[0] = static_cast<uint8_t>(x);
-  p[1] = static_cast<uint8_t>(x >> 8);
-}
-LMC_HD void RansPutState(uint8_t* p, uint32_t x) {
-  for (int b = 0; b < 4; ++b) p[b] = static_cast<uint8_t>(x >> (8 * b));
+// The low `bytes` bytes of x, little-endian (a word: 2, a state: 4).
+LMC_HD void RansPut(uint8_t* p, uint32_t x, int bytes) {
+  for (int b = 0; b < bytes; ++b) p[b] = static_cast<uint8_t>(x >> (8 * b));
 }
 
 struct RansEncodeBody {  // i: stream
@@ -475,7 +473,7 @@ struct RansEncodeBody {  // i: stream
       for (uint32_t j = 0, rank = 0; j < live; ++j) {
         const uint8_t sym = src[r + j];
         if (need[j]) {
-          RansPutWord(end - 2 * (words + c - rank++), x[j]);
+          RansPut(end - 2 * (words + c - rank++), x[j], 2);
           x[j] >>= 16;
         }
         x[j] = hd::RansEncodeCode(x[j], sp.freq[sym], cum[sym]);
@@ -488,7 +486,7 @@ struct RansEncodeBody {  // i: stream
     if (!size) return;
     uint8_t* p = end - size;
     hd::RansWriteHeader(sp.freq, sp.k, p);
-    for (uint32_t j = 0; j < k; ++j) RansPutState(p + sp.header + 4 * j, x[j]);
+    for (uint32_t j = 0; j < k; ++j) RansPut(p + sp.header + 4 * j, x[j], 4);
   }
 };
 
@@ -1487,12 +1485,17 @@ class BatchCodec final : public GpuCodec {
     return it.n >= kMinGpuChunk && it.n <= kMaxChunkSize && DTypeValid(static_cast<uint8_t>(it.dtype)) &&
            it.src && it.dst && it.cap >= MaxEncodedSize(it.n) && paired_ok;
   }
-  // The base bytes a device batch needs of item it: the twin's range for a
-  // paired chunk, else n bytes (none without a base).
+  // The base bytes a device batch stages for a chunk of n bytes against
+  // `base` (none without one): the twin's range of a paired chunk (its
+  // elements from twin_offset on), else n bytes.
+  static std::pair<const uint8_t*, size_t> BaseSpan(const uint8_t* base, size_t n,
+                                                    std::optional<uint32_t> twin_offset) {
+    if (!base) return {nullptr, 0};
+    if (twin_offset) return {base + 2 * uint64_t{*twin_offset}, n / 2};
+    return {base, n};
+  }
   static std::pair<const uint8_t*, size_t> EncodeBaseSpan(const GpuEncodeItem& it) {
-    if (!it.base) return {nullptr, 0};
-    if (it.widened_base_offset) return {it.base + 2 * uint64_t{*it.widened_base_offset}, it.n / 2};
-    return {it.base, it.n};
+    return BaseSpan(it.base, it.n, it.widened_base_offset);
   }
 
   // The most bytes of a host-memory batch for a call of `total` bytes:
@@ -1711,12 +1714,11 @@ class BatchCodec final : public GpuCodec {
     if (r.ok() && *r) it.status = l.be.ToDeviceSync(it.dst, out.data(), *r);
   }
 
-  // The base bytes a device batch needs of frame fi (item it): the twin's
-  // range of a paired frame, else the whole base of a delta (none else).
+  // BaseSpan of frame fi (item it): only a delta's base is staged.
   static std::pair<const uint8_t*, size_t> DecodeBaseSpan(const FrameInfo& fi, const GpuDecodeItem& it) {
     if (!fi.xor_delta) return {nullptr, 0};
-    if (fi.widened_base) return {it.base + 2 * uint64_t{fi.base_offset}, fi.decoded_size / 2};
-    return {it.base, fi.decoded_size};
+    return BaseSpan(it.base, fi.decoded_size,
+                    fi.widened_base ? std::optional<uint32_t>(fi.base_offset) : std::nullopt);
   }
 
   // The header, read on the host, decides the path: the plan entry of a
