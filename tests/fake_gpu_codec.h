@@ -59,6 +59,7 @@ class FakeGpuCodec : public GpuCodec {
     if (s.ok()) {
       for (size_t i = 0; i < count; i++) {
         GpuDecodeItem& it = items[i];
+        decode_items_with_base_ += it.base != nullptr;
         auto r = DecodeChunk(it.frame, it.len, it.base, it.base_len, it.dst, it.cap, ws_);
         it.status = r.ok() ? Status::Ok() : r.status();
         it.out_len = r.ok() ? *r : 0;
@@ -92,6 +93,8 @@ class FakeGpuCodec : public GpuCodec {
   uint64_t items_seen() const { return items_seen_.load(); }
   // Encode items with a widened (bf16 twin) base.
   uint64_t paired_items() const { return paired_items_.load(); }
+  // Decode items with a base (deltas, fp32 masters on their twins).
+  uint64_t decode_items_with_base() const { return decode_items_with_base_.load(); }
   bool overlapped() const { return overlapped_.load(); }
 
  private:
@@ -119,7 +122,7 @@ class FakeGpuCodec : public GpuCodec {
   mutable std::mutex mu_;
   Workspace ws_;
   GpuCodecStats stats_;
-  std::atomic<uint64_t> calls_{0}, items_seen_{0}, paired_items_{0};
+  std::atomic<uint64_t> calls_{0}, items_seen_{0}, paired_items_{0}, decode_items_with_base_{0};
   std::atomic<bool> overlapped_{false};
 };
 

@@ -531,12 +531,17 @@ TEST_F(FsGpu, WritesGoThroughGpuBatchesAndReadBackByteIdentical) {
   FakeGpuCodec& fake2 = NewFake();
   Open(&fake2);
   EXPECT_EQ(ReadAll("plain.bin"), plain);
-  EXPECT_EQ(ReadAll("model.bin"), model);  // deltas: decoded on the CPU, against their base
+  // Deltas too: their base decoded in the same batch call before them, or
+  // in the batch before that (the counters count chunks read, not the
+  // bases decoded on the way).
+  EXPECT_EQ(ReadAll("model.bin"), model);
+  EXPECT_GE(fake2.decode_items_with_base(), 8u);
   EXPECT_EQ(ReadAll("base.bin"), base);
   EXPECT_EQ(ReadAll("held.bin"), Bf16Like(kChunk, 1));
   EXPECT_GT(C(fs_->counters().gpu_decode_chunks), 0u);
   EXPECT_LE(C(fs_->counters().gpu_decode_bytes), C(fs_->counters().gpu_decode_chunks) * kChunk);
-  EXPECT_EQ(fake2.stats().decode_chunks, C(fs_->counters().gpu_decode_chunks));
+  EXPECT_GE(fake2.stats().decode_chunks, C(fs_->counters().gpu_decode_chunks));
+  EXPECT_LE(fake2.stats().decode_chunks, C(fs_->counters().gpu_decode_chunks) + 1);  // base.bin's one chunk
   EXPECT_GT(C(fs_->counters().cpu_decode_chunks), 0u);
   EXPECT_EQ(fs_->GpuState(), "fake GPU codec (CPU) (active)");
   std::string v;

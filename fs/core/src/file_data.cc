@@ -736,9 +736,10 @@ void FileData::DecodeNow(const std::vector<ExtentRec>& todo) {
   });
 }
 
-// One store call for the whole batch: the standalone frames go to the GPU
-// in one DecodeBatch (the store decodes them on the CPU if the device
-// fails); deltas and cached chunks come back for the pool.
+// One store call for the whole batch: the frames go to the GPU in one
+// DecodeBatch a round, deltas after their bases (the store decodes a round
+// on the CPU if the device fails); cached chunks and anything out of the
+// ordinary come back for the pool.
 std::vector<ExtentRec> FileData::PrefetchOnGpu(const std::vector<ExtentRec>& todo) {
   std::vector<ExtentRec> rest;
   try {

@@ -278,6 +278,7 @@ struct ChunkRead {
   // --- out ---
   Result<size_t> result = Status::Aborted("not read");  // as ReadChunk would return
   bool batched = false;   // decoded by the batch decoder (else on the CPU, or from a cache)
+                          // (a delta: its own frame; its base may have come from the cache)
   bool redone = false;    // the batch decoder's result failed a check: decoded again on the CPU
   bool deferred = false;  // batch_only, and not for the batch: left unread (result untouched)
 };
@@ -527,14 +528,19 @@ class Store {
   // kCorruption (logged and counted) if anything fails verification.
   Result<size_t> ReadChunk(const ChunkKey& key, uint8_t* dst, size_t cap, Workspace& ws);
   // Reads several chunks, each with ReadChunk's checks, errors, counters
-  // and caches. The frames of standalone chunks (not deltas, not found in
-  // the base cache) go through one decode_batch call; when it fails (the
-  // device), they are decoded on the CPU from the records already read.
-  // Without decode_batch, or with a FrameCodec other than LmcFrameCodec(),
-  // it is one ReadChunk per item. The records are read one after another on
-  // the calling thread. batch_only: the chunks that would take ReadChunk's
-  // path are left to the caller instead (ChunkRead::deferred), to read in
-  // parallel.
+  // and caches, their frames decoded by decode_batch in rounds: first the
+  // standalone frames, with those of the delta bases that no read names
+  // and the base cache lacks, then the deltas on them, and so on up each
+  // chain (one call a round; bases from the base cache are used as they
+  // are; fp32 masters on their bf16 twins are deltas too). A round whose
+  // call fails (the device) is decoded on the CPU from the records already
+  // read. Without decode_batch, or with a FrameCodec other than
+  // LmcFrameCodec(), it is one ReadChunk per item. The records are read one
+  // after another on the calling thread. What is out of the ordinary (a
+  // chunk the base cache holds, a short buffer, a key asked for twice, a
+  // chunk or base moved meanwhile, a chain too deep, a delta whose base
+  // failed) takes ReadChunk's path; batch_only: those are left to the
+  // caller instead (ChunkRead::deferred), to read in parallel.
   void ReadChunks(std::span<ChunkRead> reads, Workspace& ws, const FrameBatchDecoder& decode_batch,
                   bool batch_only = false);
   Result<ChunkInfo> GetChunkInfo(const ChunkKey& key);
