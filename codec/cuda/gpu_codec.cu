@@ -557,6 +557,7 @@ class CudaBackend {
 
 Result<std::unique_ptr<GpuCodec>> GpuCodec::Open(const GpuCodecOptions& o) {
   if (!GpuAvailable()) return Status::Unsupported("no usable CUDA device: " + GpuDescription());
+  LMC_RETURN_IF_ERROR(gpu::CheckGpuCodecOptions(o));
   std::vector<gpu::CudaBackend> lanes(static_cast<size_t>(std::max(1, o.lanes)));
   for (auto& be : lanes) {
     LMC_RETURN_IF_ERROR(be.Init(o.device));

@@ -9,13 +9,13 @@
 
 namespace lmc {
 
-Coder ChooseCoder(const uint32_t hist[256], size_t n, Coder huffman) {
+Coder ChooseCoder(const uint32_t hist[256], size_t n, Coder huffman, int block_log2) {
   if (n == 0) return Coder::kRaw;
   int distinct = 0;
   for (int s = 0; s < 256; ++s) distinct += hist[s] != 0;
   if (distinct == 1) return Coder::kConst;
-  size_t huff = huffman == Coder::kHuffman ? huff::EncodedSize(hist, n)
-                                           : huff::BlockedEncodedSize(hist, n, hd::kDefaultBlockLog2);
+  size_t huff =
+      huffman == Coder::kHuffman ? huff::EncodedSize(hist, n) : huff::BlockedEncodedSize(hist, n, block_log2);
   // 32 states for long streams: about 1.5x the speed for 112 bytes more.
   const bool x32 = n >= kRansX32MinSymbols;
   size_t rans = rans::EstimatedSize(hist, n, x32 ? 32 : 4);
@@ -54,7 +54,7 @@ bool SampleSaysRaw(const uint8_t* p, size_t n) {
 
 Result<EncodedStream> EncodeStream(const uint8_t* src, size_t n, const uint32_t hist[256],
                                    const uint32_t (*quarters)[256], const uint32_t* rans_freq, Coder coder,
-                                   uint8_t* dst, size_t cap) {
+                                   int block_log2, uint8_t* dst, size_t cap) {
   if (cap < n && coder == Coder::kRaw) return Status::InvalidArgument("stream buffer too small");
   switch (coder) {
     case Coder::kConst:
@@ -78,8 +78,8 @@ Result<EncodedStream> EncodeStream(const uint8_t* src, size_t n, const uint32_t 
     }
     case Coder::kHuffmanBlocked: {
       size_t limit = cap < n ? cap : n;
-      Result<size_t> r = quarters ? huff::EncodeBlocked(src, n, quarters, hd::kDefaultBlockLog2, dst, limit)
-                                  : huff::EncodeBlocked(src, n, hist, hd::kDefaultBlockLog2, dst, limit);
+      Result<size_t> r = quarters ? huff::EncodeBlocked(src, n, quarters, block_log2, dst, limit)
+                                  : huff::EncodeBlocked(src, n, hist, block_log2, dst, limit);
       if (r.ok() && *r < n) return EncodedStream{coder, *r};
       break;
     }

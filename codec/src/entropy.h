@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "hd/huffman_hd.h"
 #include "hd/rans_hd.h"
 #include "lmc/codec.h"
 #include "lmc/status.h"
@@ -19,7 +20,8 @@ namespace lmc {
 // speed; with 32 states from kRansX32MinSymbols on); kRaw when that saves
 // less than 1/128 of the stream.
 inline constexpr size_t kRansX32MinSymbols = hd::kRansX32MinSymbols;
-Coder ChooseCoder(const uint32_t hist[256], size_t n, Coder huffman);
+// `block_log2`: the blocked coder's block size (EncodeParams::huffman_block_log2).
+Coder ChooseCoder(const uint32_t hist[256], size_t n, Coder huffman, int block_log2 = hd::kDefaultBlockLog2);
 
 // True when a sample of the stream shows it is so close to uniform that no
 // coder would beat the raw threshold of ChooseCoder, so the full histogram
@@ -39,13 +41,13 @@ struct EncodedStream {
 };
 // `quarters` (may be null) saves the Huffman coders a pass over the data:
 // for kHuffman the histograms of HistogramQuarters, for kHuffmanBlocked
-// those of HistogramRuns at huff::BlockedCuts (kDefaultBlockLog2).
+// those of HistogramRuns at huff::BlockedCuts (block_log2).
 // `rans_freq` (may be null): for kRans and kRansX32, the frequencies to
 // code with (the GPU profile's, hd::RansNormalizeGpu); null normalises
-// hist as the CPU profile does.
+// hist as the CPU profile does. `block_log2`: kHuffmanBlocked's block size.
 Result<EncodedStream> EncodeStream(const uint8_t* src, size_t n, const uint32_t hist[256],
                                    const uint32_t (*quarters)[256], const uint32_t* rans_freq, Coder coder,
-                                   uint8_t* dst, size_t cap);
+                                   int block_log2, uint8_t* dst, size_t cap);
 
 // Decodes a stream payload of `len` bytes into exactly n bytes of dst.
 Status DecodeStream(Coder coder, const uint8_t* src, size_t len, uint8_t* dst, size_t n);

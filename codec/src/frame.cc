@@ -134,6 +134,10 @@ Result<size_t> EncodeChunk(const uint8_t* src, size_t n, const EncodeParams& par
                            Workspace& ws) {
   if (n > kMaxChunkSize) return Status::InvalidArgument("chunk larger than 1 GiB");
   if (!DTypeValid(static_cast<uint8_t>(params.dtype))) return Status::InvalidArgument("invalid dtype");
+  const int block_log2 = params.huffman_block_log2;
+  if (block_log2 < hd::kMinBlockLog2 || block_log2 > hd::kMaxBlockLog2)
+    return Status::InvalidArgument("Huffman block size 2^" + std::to_string(block_log2) +
+                                   " out of range (2^8 to 2^12 symbols)");
   const bool widened = params.base && params.widened_base_offset;
   if (widened && (params.dtype != DType::kF32 || n % 4 != 0))
     return Status::InvalidArgument("a widened bf16 base needs an fp32 chunk");
@@ -182,7 +186,7 @@ Result<size_t> EncodeChunk(const uint8_t* src, size_t n, const EncodeParams& par
       Histogram(s, m, hist);
       uint8_t len[256];
       size_t size = 0;
-      want = static_cast<Coder>(hd::GpuProfileCoder(hist, m, len, rans_freq, &size));
+      want = static_cast<Coder>(hd::GpuProfileCoder(hist, m, len, rans_freq, &size, block_log2));
     } else if (!SampleSaysRaw(s, m)) {
       // The histograms of the runs the chosen Huffman coder's writers code.
       const Coder huffman =
@@ -191,15 +195,15 @@ Result<size_t> EncodeChunk(const uint8_t* src, size_t n, const EncodeParams& par
         HistogramQuarters(s, m, quarters, hist);
       } else {
         size_t cuts[5];
-        huff::BlockedCuts(m, hd::kDefaultBlockLog2, cuts);
+        huff::BlockedCuts(m, block_log2, cuts);
         HistogramRuns(s, cuts, quarters, hist);
       }
       have_quarters = true;
-      want = ChooseCoder(hist, m, huffman);
+      want = ChooseCoder(hist, m, huffman, block_log2);
     }
     LMC_ASSIGN_OR_RETURN(EncodedStream es,
                          EncodeStream(s, m, hist, have_quarters ? quarters : nullptr,
-                                      gpu ? rans_freq : nullptr, want, dst + pos, cap - pos));
+                                      gpu ? rans_freq : nullptr, want, block_log2, dst + pos, cap - pos));
     coders[i] = static_cast<uint8_t>(es.coder);
     sizes[i] = es.size;
     pos += es.size;

@@ -61,6 +61,7 @@ class HostBackend {
 }  // namespace
 
 std::unique_ptr<GpuCodec> OpenHostEmulatedCodec(const GpuCodecOptions& o) {
+  if (!CheckGpuCodecOptions(o).ok()) return nullptr;
   std::vector<HostBackend> lanes(static_cast<size_t>(std::max(1, o.lanes)));
   return std::make_unique<BatchCodec<HostBackend>>(std::move(lanes), o);
 }

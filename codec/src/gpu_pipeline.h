@@ -93,7 +93,12 @@ struct EdgeOr {
 inline constexpr size_t kMinGpuChunk = 4096;
 inline constexpr uint32_t kTileElems = 4096;  // elements per split/merge tile
 inline constexpr uint32_t kRawTile = 16384;   // bytes per raw-copy tile
-inline constexpr int kLog2 = hd::kDefaultBlockLog2;
+// Blocked Huffman's block sizes (log2 of the symbols a block) the device
+// codes: GpuCodecOptions::huffman_block_log2. The fused decoder needs a
+// block to start on a hash block (2 * 2^k bytes a multiple of 1024).
+inline constexpr int kMinGpuBlockLog2 = 9;
+static_assert(kMinGpuBlockLog2 >= hd::kMinBlockLog2 && (2 << kMinGpuBlockLog2) % hd::kXxh3BlockLen == 0,
+              "a fused block must start on a hash block");
 
 // ---------------------------------------------------------------- encode
 
@@ -152,6 +157,7 @@ struct EncArgs {
   uint32_t* raw_stream;     // stream of each copy tile
   uint32_t* block_bits;
   uint64_t* block_start;
+  uint32_t log2;  // blocked Huffman: log2 of the symbols a block
 };
 
 inline constexpr uint32_t kPerThread = 8;  // elements per thread of SplitBody and MergeBody
@@ -324,7 +330,8 @@ struct PlanBody {  // i: stream
     EncStream& s = a.streams[i];
     uint8_t* len = a.lens + 256 * i;
     size_t size = 0;
-    s.coder = hd::GpuProfileCoder(a.hist + 256 * i, s.n, len, a.codes + 256 * i, &size);
+    s.coder =
+        hd::GpuProfileCoder(a.hist + 256 * i, s.n, len, a.codes + 256 * i, &size, static_cast<int>(a.log2));
     s.size = size;
     s.hdr = 0;
     if (s.coder == hd::kCoderHuffmanBlocked) {
@@ -346,9 +353,9 @@ LMC_HD bool HuffBlockSlot(const EncArgs& a, size_t i, BlockSlot* o) {
   const EncStream& s = a.streams[o->si];
   o->b = i - s.block0;
   if (s.coder != hd::kCoderHuffmanBlocked || o->b >= s.blocks) return false;
-  o->first = o->b << kLog2;
+  o->first = o->b << a.log2;
   const uint64_t left = s.n - o->first;
-  o->count = static_cast<uint32_t>(left < (uint64_t{1} << kLog2) ? left : (uint64_t{1} << kLog2));
+  o->count = static_cast<uint32_t>(left < (uint64_t{1} << a.log2) ? left : (uint64_t{1} << a.log2));
   return true;
 }
 
@@ -539,7 +546,7 @@ struct LayoutBody {  // i: chunk. Header, coder headers.
         const uint8_t* len = a.lens + 256 * (uint64_t{c.stream0} + j);
         const hd::HuffTableShape shape = hd::HuffShapeOf(len);
         const uint32_t lb = hd::HuffWriteLengths(len, shape, p);
-        p[lb] = static_cast<uint8_t>(kLog2);
+        p[lb] = static_cast<uint8_t>(a.log2);
         for (uint32_t b = 0; b < s.blocks; ++b) {
           const uint32_t bits = a.block_bits[s.block0 + b];
           p[lb + 1 + 2 * b] = static_cast<uint8_t>(bits);
@@ -646,6 +653,7 @@ struct DecArgs {
   uint32_t nr;             // rANS streams
   uint32_t* rans_streams;  // stream index of each rANS stream
   RansTable* rans;         // per rANS stream (RansParseBody)
+  uint32_t log2;           // blocked Huffman: the block size (log2) the plan reserved
 };
 
 LMC_HD void MarkBad(DecFrame& f) { AtomicOr32(&f.bad, 1); }
@@ -669,9 +677,9 @@ struct ParseBody {  // i: Huffman stream. Checks the coder header; canonical cod
     if (s.coder == hd::kCoderHuffmanBlocked) {
       if (s.len < lb + 1u) return MarkBad(f);
       const int log2 = p[lb];
-      // The device decodes the block size its encoder writes; any other
-      // (valid or not) goes to the CPU.
-      if (log2 != kLog2) return MarkBad(f);
+      // The device decodes the block size its encoder writes (its plan
+      // reserved those blocks); any other (valid or not) goes to the CPU.
+      if (log2 != static_cast<int>(a.log2)) return MarkBad(f);
       const uint32_t blocks = hd::HuffBlocks(s.n, log2);
       if (s.len < lb + 1 + 2 * uint64_t{blocks}) return MarkBad(f);
       s.log2 = static_cast<uint8_t>(log2);
@@ -796,11 +804,9 @@ struct RansDecodeBody {  // i: rANS stream, decoded into the decode buffer
 // With DecFrame::fused_hash it also sums the XXH3 block deltas
 // (hd::Xxh3BlockDelta) of the whole 1024-byte blocks it writes, from the
 // words it stores, so that HashBlocksDecBody need not read the output back.
-// A block of 2^kLog2 elements starts on a hash block (2 * 2^12 bytes), and
+// A block of 2^k elements starts on a hash block (k >= kMinGpuBlockLog2), and
 // every whole hash block of a 2-byte frame lies below its tail byte and
 // below its last count % 16 elements (Put1's), so Put16 sees all of them.
-static_assert(2 << kLog2 >= hd::kXxh3BlockLen && (2 << kLog2) % hd::kXxh3BlockLen == 0,
-              "a fused block must start on a hash block");
 template <bool kHash>
 struct FusedSink {
   uint8_t* out;        // element `first` of the frame's output
@@ -1123,10 +1129,10 @@ inline bool StreamsOf(DType t, size_t n, uint32_t* w, uint64_t* elems, uint32_t*
 // (device pointers, or staged copies). `gpu` selects the items to run on the
 // device; the caller codes the others on the CPU. `twins_staged`: the
 // bases of paired items are their twins' ranges already (staged copies),
-// not whole twin chunks.
+// not whole twin chunks. `log2`: GpuCodecOptions::huffman_block_log2.
 template <typename B>
 Status EncodeOnDevice(B& be, GpuEncodeItem* items, const std::vector<size_t>& gpu,
-                      std::vector<uint8_t*>& outs, bool twins_staged) {
+                      std::vector<uint8_t*>& outs, bool twins_staged, int log2) {
   const size_t nc = gpu.size();
   if (nc == 0) return Status::Ok();
   const auto t_start = std::chrono::steady_clock::now();
@@ -1173,7 +1179,7 @@ Status EncodeOnDevice(B& be, GpuEncodeItem* items, const std::vector<size_t>& gp
       swords += s.n / 4 + 4;
       s.block0 = blocks;
       stream_block0.push_back(blocks);
-      s.blocks = hd::HuffBlocks(s.n, kLog2);
+      s.blocks = hd::HuffBlocks(s.n, log2);
       blocks += s.blocks + 1;  // a spare start slot per stream
       stream_raw0.push_back(raws);
       raws += (s.n + kRawTile - 1) / kRawTile;
@@ -1186,6 +1192,7 @@ Status EncodeOnDevice(B& be, GpuEncodeItem* items, const std::vector<size_t>& gp
   stream_block0.push_back(blocks);
   stream_raw0.push_back(raws);
   EncArgs a;
+  a.log2 = static_cast<uint32_t>(log2);
   a.nc = static_cast<uint32_t>(nc);
   a.ns = static_cast<uint32_t>(ns);
   a.chunks = AllocArray<EncChunk>(be, nc);
@@ -1267,11 +1274,13 @@ inline bool FusesMerge(const FrameInfo& fi, const uint8_t* out) {
 }
 
 // `fuse`, `fuse_hash`: GpuCodecOptions::fuse_merge and fuse_hash. *fused:
-// the frames it took that way.
+// the frames it took that way. `log2`: the block size of the blocked
+// Huffman streams it decodes (GpuCodecOptions::huffman_block_log2); a
+// stream of another is bad, for the CPU.
 template <typename B>
 Status DecodeOnDevice(B& be, GpuDecodeItem* items, const std::vector<DecPlanItem>& plan,
                       const std::vector<const uint8_t*>& frames, const std::vector<uint8_t*>& outs,
-                      std::vector<bool>& bad, bool fuse, bool fuse_hash, std::vector<bool>* fused) {
+                      std::vector<bool>& bad, bool fuse, bool fuse_hash, int log2, std::vector<bool>* fused) {
   const size_t nf = plan.size();
   bad.assign(nf, false);
   fused->assign(nf, false);
@@ -1336,7 +1345,7 @@ Status DecodeOnDevice(B& be, GpuDecodeItem* items, const std::vector<DecPlanItem
         dbytes += s.n;
       }
       if (huffman) {
-        const uint32_t blocks = s.coder == hd::kCoderHuffman ? 4 : hd::HuffBlocks(s.n, kLog2);
+        const uint32_t blocks = s.coder == hd::kCoderHuffman ? 4 : hd::HuffBlocks(s.n, log2);
         s.tasks = (blocks + kDecodeGroup - 1) / kDecodeGroup * kDecodeGroup;
         s.start0 = nstarts;
         nstarts += blocks + 1;
@@ -1371,6 +1380,7 @@ Status DecodeOnDevice(B& be, GpuDecodeItem* items, const std::vector<DecPlanItem
     next += hd::Xxh3FullBlocks(fr[f].n);
   }
   DecArgs a;
+  a.log2 = static_cast<uint32_t>(log2);
   a.task_first = 0;
   a.nf = static_cast<uint32_t>(nf);
   a.nh = static_cast<uint32_t>(huff.size());
@@ -1553,6 +1563,7 @@ class BatchCodec final : public GpuCodec {
     EncodeParams p{it.dtype, it.base, EncodeProfile::kGpu};
     p.widened_base_offset = it.widened_base_offset;
     p.base_len = it.base_len;
+    p.huffman_block_log2 = o_.huffman_block_log2;
     if (!device) {
       auto r = EncodeChunk(it.src, it.n, p, it.dst, it.cap, l.ws);
       it.status = r.status();
@@ -1634,7 +1645,7 @@ class BatchCodec final : public GpuCodec {
     std::vector<uint8_t*> outs(gpu.size());
     if (device) {
       for (size_t c = 0; c < gpu.size(); ++c) outs[c] = items[gpu[c]].dst;
-      LMC_RETURN_IF_ERROR(EncodeOnDevice(be, items, gpu, outs, false));
+      LMC_RETURN_IF_ERROR(EncodeOnDevice(be, items, gpu, outs, false, o_.huffman_block_log2));
     } else {
       // Host memory: the batch is gathered into one pinned buffer (host
       // copies in parallel), sent with one copy, and the frames come back
@@ -1672,7 +1683,7 @@ class BatchCodec final : public GpuCodec {
         staged[c].dst = outs[c] = dout + out_off[c];
         idx[c] = c;
       }
-      LMC_RETURN_IF_ERROR(EncodeOnDevice(be, staged.data(), idx, outs, true));
+      LMC_RETURN_IF_ERROR(EncodeOnDevice(be, staged.data(), idx, outs, true, o_.huffman_block_log2));
       size_t end = 0;
       for (size_t c = 0; c < gpu.size(); ++c) end = std::max(end, out_off[c] + staged[c].len);
       uint8_t* pout = pin + in_bytes;
@@ -1858,8 +1869,8 @@ class BatchCodec final : public GpuCodec {
       if (!device) local[f].fi.base_offset = 0;  // a staged twin is its range already
     }
     std::vector<bool> bad, fused;
-    LMC_RETURN_IF_ERROR(
-        DecodeOnDevice(be, tmp.data(), local, frames, outs, bad, o_.fuse_merge, o_.fuse_hash, &fused));
+    LMC_RETURN_IF_ERROR(DecodeOnDevice(be, tmp.data(), local, frames, outs, bad, o_.fuse_merge, o_.fuse_hash,
+                                       o_.huffman_block_log2, &fused));
     if (!device) {
       LMC_RETURN_IF_ERROR(be.ToHostAsync(pout, dout, host_out_bytes));
       LMC_RETURN_IF_ERROR(be.Sync());
@@ -1928,10 +1939,19 @@ class BatchCodec final : public GpuCodec {
   GpuCodecStats stats_;
 };
 
+// Whether a codec can run with options o (GpuCodec::Open's check).
+inline Status CheckGpuCodecOptions(const GpuCodecOptions& o) {
+  if (o.huffman_block_log2 < kMinGpuBlockLog2 || o.huffman_block_log2 > hd::kMaxBlockLog2)
+    return Status::InvalidArgument("GPU codec: Huffman block size 2^" + std::to_string(o.huffman_block_log2) +
+                                   " out of range (2^" + std::to_string(kMinGpuBlockLog2) + " to 2^" +
+                                   std::to_string(hd::kMaxBlockLog2) + " symbols)");
+  return Status::Ok();
+}
+
 // The pipeline on a host backend (every kernel body run in a loop on the
 // CPU): for tests of the pipeline's logic where no GPU is present. Same
 // frames and results as the CUDA backend, at CPU speed, with
-// GpuCodecOptions::lanes lanes.
+// GpuCodecOptions::lanes lanes. Null for options CheckGpuCodecOptions refuses.
 std::unique_ptr<GpuCodec> OpenHostEmulatedCodec(const GpuCodecOptions& o = {});
 
 }  // namespace lmc::gpu

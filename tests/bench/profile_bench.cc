@@ -8,11 +8,15 @@
 //   lmc_profile_bench FILE BASE DTYPE    the same as XOR deltas against BASE's
 //                                        bytes at the same offsets (a snapshot
 //                                        series), chunks of DTYPE (bf16, f32, ...)
+//   --block-log2 K (first)               blocked Huffman in blocks of 2^K symbols
+//                                        (EncodeParams::huffman_block_log2; 12)
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <iterator>
+#include <string>
 #include <vector>
 
 #include "lmc/codec.h"
@@ -32,8 +36,14 @@ bool ReadFile(const char* path, std::vector<uint8_t>* out) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  int block_log2 = 12;
+  if (argc >= 3 && std::string(argv[1]) == "--block-log2") {
+    block_log2 = std::atoi(argv[2]);
+    argc -= 2;
+    argv += 2;
+  }
   if (argc != 2 && argc != 4) {
-    std::fprintf(stderr, "usage: lmc_profile_bench FILE [BASE DTYPE]\n");
+    std::fprintf(stderr, "usage: lmc_profile_bench [--block-log2 K] FILE [BASE DTYPE]\n");
     return 2;
   }
   std::vector<uint8_t> data, base;
@@ -60,8 +70,9 @@ int main(int argc, char** argv) {
     auto t0 = std::chrono::steady_clock::now();
     for (size_t c = 0; c < nc; ++c) {
       fr[c].resize(lmc::MaxEncodedSize(chunk));
-      auto r = lmc::EncodeChunk(data.data() + c * chunk, chunk, {dtype, base_of(c), prof}, fr[c].data(),
-                                fr[c].size(), ws);
+      lmc::EncodeParams p{dtype, base_of(c), prof};
+      p.huffman_block_log2 = block_log2;
+      auto r = lmc::EncodeChunk(data.data() + c * chunk, chunk, p, fr[c].data(), fr[c].size(), ws);
       if (!r.ok()) {
         std::fprintf(stderr, "encode failed: %s\n", r.status().ToString().c_str());
         return 1;
@@ -86,12 +97,14 @@ int main(int argc, char** argv) {
       return 1;
     }
     std::printf(
-        "%s ratio %.3f%%  encode %5.0f MB/s  decode %5.0f MB/s  (one thread, %zu chunks of 1 MiB%s)\n",
+        "%s ratio %.3f%%  encode %5.0f MB/s  decode %5.0f MB/s  (one thread, %zu chunks of 1 MiB%s, blocks "
+        "of "
+        "2^%d)\n",
         prof == EncodeProfile::kCpuQuarters ? "cpu, 4 sub-streams (before):"
         : prof == EncodeProfile::kCpu       ? "cpu profile (blocked):       "
                                             : "gpu profile (blocked):       ",
         100.0 * total / (nc * chunk), nc * chunk / te / 1e6, nc * chunk / td / 1e6, nc,
-        base.empty() ? "" : ", XOR deltas");
+        base.empty() ? "" : ", XOR deltas", block_log2);
   }
   return 0;
 }

@@ -52,6 +52,50 @@ TEST(FrameTest, Bf16WeightsCompressAndUseExpectedCoders) {
   EXPECT_EQ(Decode(f), w);
 }
 
+// EncodeParams::huffman_block_log2: both profiles write blocked Huffman
+// with 2^8 to 2^12 symbols a block, the byte after the code lengths says
+// which (docs/FORMAT.md 5.3), each halving costs 2 bytes a block more
+// (exactly, in the GPU profile, whose coder choice does not look at the
+// block size otherwise), and every size decodes; others are refused.
+TEST(FrameTest, HuffmanBlockSizeIsAnEncodeParameter) {
+  auto w = testing::Bf16Weights(1 << 19, 5);  // 1 MiB: 512 Ki exponents
+  Workspace ws;
+  for (EncodeProfile prof : {EncodeProfile::kCpu, EncodeProfile::kGpu}) {
+    size_t prev = 0;
+    for (int k = 12; k >= 8; --k) {
+      SCOPED_TRACE(::testing::Message() << "profile " << static_cast<int>(prof) << " k " << k);
+      EncodeParams p{DType::kBF16, nullptr, prof};
+      p.huffman_block_log2 = k;
+      std::vector<uint8_t> f(MaxEncodedSize(w.size()));
+      auto n = EncodeChunk(w.data(), w.size(), p, f.data(), f.size(), ws);
+      ASSERT_TRUE(n.ok()) << n.status().ToString();
+      f.resize(*n);
+      auto fi = ReadFrameInfo(f.data(), f.size());
+      ASSERT_TRUE(fi.ok());
+      ASSERT_EQ(fi->streams[0].coder, Coder::kHuffmanBlocked);
+      const uint8_t* s = f.data() + fi->header_size;
+      // Code lengths of symbols lo..hi, 4 bits each, then k.
+      const size_t m = (static_cast<size_t>(s[1]) - s[0] + 2) / 2;
+      EXPECT_EQ(s[2 + m], k);
+      if (prev) {
+        EXPECT_GT(f.size(), prev);
+        if (prof == EncodeProfile::kGpu) {
+          EXPECT_EQ(f.size(), prev + 2 * ((size_t{1} << 18) >> k));
+        }
+      }
+      prev = f.size();
+      EXPECT_EQ(Decode(f), w);
+    }
+    for (int bad : {7, 13, 0, -1}) {
+      EncodeParams p{DType::kBF16, nullptr, prof};
+      p.huffman_block_log2 = bad;
+      std::vector<uint8_t> f(MaxEncodedSize(w.size()));
+      auto n = EncodeChunk(w.data(), w.size(), p, f.data(), f.size(), ws);
+      EXPECT_EQ(n.status().code(), Code::kInvalidArgument) << bad;
+    }
+  }
+}
+
 TEST(FrameTest, ConstantAndZeroChunks) {
   std::vector<uint8_t> z(1 << 20, 0);
   auto f = Encode(z, DType::kF32);

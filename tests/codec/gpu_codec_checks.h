@@ -13,6 +13,7 @@
 #include <tuple>
 #include <vector>
 
+#include "hd/huffman_hd.h"
 #include "hd/rans_hd.h"
 #include "lmc/codec.h"
 #include "lmc/dtype.h"
@@ -310,6 +311,144 @@ inline void CheckFusedDecode(Open open, DeviceMemory* mem) {
       }
       EXPECT_EQ(codec->stats().decode_chunks, frames.size());
       EXPECT_EQ(codec->stats().decode_fused_chunks, fuse && shift % 16 == 0 ? frames.size() : 0u);
+    }
+  }
+}
+
+// The block size of a frame's blocked Huffman streams (k of docs/FORMAT.md
+// 5.3), or 0 when it has none.
+inline int BlockLog2Of(const std::vector<uint8_t>& f) {
+  auto fi = ReadFrameInfo(f.data(), f.size());
+  if (!fi.ok()) return -1;
+  size_t off = fi->header_size;
+  for (const StreamInfo& s : fi->streams) {
+    if (s.coder == Coder::kHuffmanBlocked) {
+      uint8_t lens[256];
+      int lo = 0, hi = 0;
+      const uint32_t lb = hd::HuffParseLengths(f.data() + off, s.encoded_size, lens, &lo, &hi);
+      return lb && lb < s.encoded_size ? f[off + lb] : -1;
+    }
+    off += s.encoded_size;
+  }
+  return 0;
+}
+
+// GpuCodecOptions::huffman_block_log2: a codec opened with each block size
+// from 9 to 11 writes the CPU's GPU-profile frames of that size (host and
+// device calls), decodes them on the device (fused with the hash sums, for
+// bf16), and decodes frames of the default size too, on the CPU, as it
+// does any size it was not opened with. open(o) may refuse (null) only
+// sizes out of 9-12.
+template <typename Open>
+inline void CheckHuffmanBlockSizes(Open open, DeviceMemory* mem) {
+  for (int bad : {8, 13}) {
+    GpuCodecOptions o;
+    o.huffman_block_log2 = bad;
+    EXPECT_FALSE(open(o)) << bad;
+  }
+  Workspace ws;
+  auto cases = Cases();
+  for (int log2 : {9, 10, 11}) {
+    SCOPED_TRACE(::testing::Message() << "blocks of 2^" << log2);
+    GpuCodecOptions o;
+    o.huffman_block_log2 = log2;
+    std::unique_ptr<GpuCodec> codec = open(o);
+    ASSERT_TRUE(codec);
+    std::vector<std::vector<uint8_t>> out;
+    std::vector<GpuEncodeItem> items = EncodeItems(cases, &out);
+    ASSERT_TRUE(codec->EncodeBatch(items.data(), items.size()).ok());
+    size_t gpu_sized = 0;
+    for (const Case& c : cases) gpu_sized += c.src.size() >= 4096;
+    // All on the device (none redone on the CPU after a failed check).
+    EXPECT_EQ(codec->stats().encode_chunks, gpu_sized);
+    std::vector<std::vector<uint8_t>> frames, frames12;
+    std::vector<const Case*> of;
+    int sized = 0;
+    for (size_t i = 0; i < cases.size(); ++i) {
+      SCOPED_TRACE(::testing::Message() << "case " << i);
+      ASSERT_TRUE(items[i].status.ok()) << items[i].status.ToString();
+      out[i].resize(items[i].len);
+      EncodeParams p{cases[i].dtype, items[i].base, EncodeProfile::kGpu};
+      for (int k : {log2, 12}) {
+        p.huffman_block_log2 = k;
+        std::vector<uint8_t> ref(MaxEncodedSize(cases[i].src.size()));
+        auto r = EncodeChunk(cases[i].src.data(), cases[i].src.size(), p, ref.data(), ref.size(), ws);
+        ASSERT_TRUE(r.ok());
+        ref.resize(*r);
+        if (k == log2) {
+          EXPECT_EQ(out[i], ref);
+        } else {
+          frames12.push_back(ref);
+        }
+      }
+      const int k = BlockLog2Of(out[i]);
+      EXPECT_TRUE(k == 0 || k == log2) << k;
+      sized += k == log2;
+      frames.push_back(out[i]);
+      of.push_back(&cases[i]);
+    }
+    EXPECT_GE(sized, 8) << "too few frames with blocked streams";
+    // On the device: every frame of a GPU-sized chunk, the bf16 ones fused.
+    size_t bf16 = 0, default_blocked = 0;
+    for (size_t i = 0; i < cases.size(); ++i) {
+      const bool device = cases[i].src.size() >= 4096;
+      bf16 += device && cases[i].dtype == DType::kBF16 && cases[i].base.empty() && BlockLog2Of(out[i]) > 0;
+      default_blocked += device && BlockLog2Of(frames12[i]) > 0;
+    }
+    GpuCodecStats before = codec->stats();
+    DecodeLikeTheCpu(codec.get(), frames, of, frames.size());
+    GpuCodecStats after = codec->stats();
+    EXPECT_EQ(after.decode_chunks - before.decode_chunks, gpu_sized);
+    EXPECT_GE(after.decode_fused_chunks - before.decode_fused_chunks, bf16);
+    EXPECT_GT(bf16, 0u);
+    // Frames of 2^12-symbol blocks: right bytes, those with blocked
+    // streams from the CPU.
+    before = after;
+    DecodeLikeTheCpu(codec.get(), frames12, of, frames12.size());
+    after = codec->stats();
+    EXPECT_EQ(after.decode_chunks - before.decode_chunks, gpu_sized - default_blocked);
+    EXPECT_GT(default_blocked, 0u);
+    // Device memory in and out: 4 chunks of 1 MiB of bf16 weights.
+    const size_t n = size_t{1} << 20;
+    std::vector<GpuEncodeItem> e(4);
+    std::vector<std::vector<uint8_t>> src(4);
+    for (size_t c = 0; c < e.size(); ++c) {
+      src[c] = lmc::testing::Bf16Weights(n / 2, static_cast<uint32_t>(300 + c), 0.01f + 0.002f * c);
+      e[c].src = mem->Alloc(n);
+      mem->Put(const_cast<uint8_t*>(e[c].src), src[c].data(), n);
+      e[c].n = n;
+      e[c].dtype = DType::kBF16;
+      e[c].cap = MaxEncodedSize(n);
+      e[c].dst = mem->Alloc(e[c].cap);
+    }
+    before = codec->stats();
+    ASSERT_TRUE(codec->EncodeBatchDevice(e.data(), e.size()).ok());
+    EXPECT_EQ(codec->stats().encode_chunks - before.encode_chunks, e.size());
+    std::vector<GpuDecodeItem> d(e.size());
+    for (size_t c = 0; c < e.size(); ++c) {
+      ASSERT_TRUE(e[c].status.ok()) << e[c].status.ToString();
+      std::vector<uint8_t> frame(e[c].len), ref(MaxEncodedSize(n));
+      mem->Get(frame.data(), e[c].dst, e[c].len);
+      EncodeParams p{DType::kBF16, nullptr, EncodeProfile::kGpu};
+      p.huffman_block_log2 = log2;
+      auto r = EncodeChunk(src[c].data(), n, p, ref.data(), ref.size(), ws);
+      ASSERT_TRUE(r.ok());
+      ref.resize(*r);
+      EXPECT_EQ(frame, ref) << "chunk " << c;
+      EXPECT_EQ(BlockLog2Of(frame), log2);
+      d[c].frame = e[c].dst;
+      d[c].len = e[c].len;
+      d[c].cap = n;
+      d[c].dst = mem->Alloc(n);
+    }
+    before = codec->stats();
+    ASSERT_TRUE(codec->DecodeBatchDevice(d.data(), d.size()).ok());
+    EXPECT_EQ(codec->stats().decode_chunks - before.decode_chunks, e.size());
+    for (size_t c = 0; c < e.size(); ++c) {
+      ASSERT_TRUE(d[c].status.ok()) << d[c].status.ToString();
+      std::vector<uint8_t> back(n);
+      mem->Get(back.data(), d[c].dst, n);
+      EXPECT_EQ(back, src[c]) << "chunk " << c;
     }
   }
 }

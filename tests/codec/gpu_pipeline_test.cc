@@ -64,6 +64,12 @@ TEST(GpuPipeline, FusedDecoderWritesWhatTheMergePassWrites) {
   testing::CheckFusedDecode([](const GpuCodecOptions& o) { return gpu::OpenHostEmulatedCodec(o); }, &mem);
 }
 
+TEST(GpuPipeline, HuffmanBlockSizesAreWrittenAndDecodedOnTheDevice) {
+  HostMemory mem;
+  testing::CheckHuffmanBlockSizes([](const GpuCodecOptions& o) { return gpu::OpenHostEmulatedCodec(o); },
+                                  &mem);
+}
+
 TEST(GpuPipeline, EncodesRansStreamsOnTheDevice) {
   auto codec = gpu::OpenHostEmulatedCodec();
   testing::CheckRansEncode(codec.get());

@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <memory>
 #include <random>
 #include <string>
 #include <thread>
@@ -266,6 +267,105 @@ int main(int argc, char** argv) {
     }
   }
   const uint64_t fused_chunks = codec->stats().decode_fused_chunks / (reps + 1);
+
+  // ---- Huffman block sizes (GpuCodecOptions::huffman_block_log2): the
+  // data encoded in blocks of 2^11 and 2^10 symbols (twice and four times
+  // the decoding threads, 2 bytes a block more), each size's frames decoded
+  // by a codec of that size, alternating round by round with the default's
+  // decode of its own frames: an A-B-C on the same card in the same run.
+  struct BlockRun {
+    int log2 = 0;
+    std::unique_ptr<lmc::GpuCodec> codec;
+    uint8_t* frames = nullptr;
+    std::vector<lmc::GpuEncodeItem> enc;
+    std::vector<double> t_enc, t_dec;
+    size_t bytes = 0, identical = 0;
+    uint64_t fused = 0;
+    bool ok = true;
+  };
+  std::vector<BlockRun> block_runs;
+  for (int log2 : {11, 10}) {
+    lmc::GpuCodecOptions o{0, total + 1};
+    o.huffman_block_log2 = log2;
+    auto c = lmc::GpuCodec::Open(o);
+    if (!c.ok()) {
+      std::fprintf(stderr, "lmc_gpu_bench: %s\n", c.status().ToString().c_str());
+      return 1;
+    }
+    BlockRun& b = block_runs.emplace_back();
+    b.log2 = log2;
+    b.codec = std::move(*c);
+    CUDA_OK(cudaMalloc(&b.frames, fcap * nchunks));
+    b.enc.resize(nchunks);
+    for (int r = 0; r < reps + 1; ++r) {
+      for (size_t k = 0; k < nchunks; ++k) {
+        b.enc[k] = {};
+        b.enc[k].src = d_in + k * chunk;
+        b.enc[k].n = csize(k);
+        b.enc[k].dtype = dtype;
+        b.enc[k].dst = b.frames + k * fcap;
+        b.enc[k].cap = fcap;
+      }
+      CUDA_OK(cudaDeviceSynchronize());
+      auto t0 = Clock::now();
+      auto st = b.codec->EncodeBatchDevice(b.enc.data(), b.enc.size());
+      CUDA_OK(cudaDeviceSynchronize());
+      if (r) b.t_enc.push_back(Seconds(t0));
+      if (!st.ok()) {
+        std::fprintf(stderr, "GPU encode (blocks of 2^%d) failed: %s\n", log2, st.ToString().c_str());
+        return 1;
+      }
+    }
+    std::vector<std::vector<uint8_t>> got(nchunks);
+    for (size_t k = 0; k < nchunks; ++k) {
+      b.bytes += b.enc[k].len;
+      got[k].resize(b.enc[k].len);
+      CUDA_OK(cudaMemcpy(got[k].data(), b.enc[k].dst, got[k].size(), cudaMemcpyDeviceToHost));
+    }
+    std::vector<char> same(nchunks, 0);
+    Parallel(nchunks, threads, [&](size_t k, lmc::Workspace& ws) {
+      lmc::EncodeParams p{dtype, nullptr, lmc::EncodeProfile::kGpu};
+      p.huffman_block_log2 = log2;
+      std::vector<uint8_t> ref(lmc::MaxEncodedSize(csize(k)));
+      auto e = lmc::EncodeChunk(data.data() + k * chunk, csize(k), p, ref.data(), ref.size(), ws);
+      same[k] = e.ok() && *e == got[k].size() && std::memcmp(ref.data(), got[k].data(), *e) == 0;
+    });
+    for (char x : same) b.identical += x != 0;
+  }
+  std::vector<double> t_dev_dec_blocks_default;
+  for (int r = 0; r < reps + 1; ++r) {
+    for (size_t v = 0; v <= block_runs.size(); ++v) {
+      lmc::GpuCodec* c = v == 0 ? codec.get() : block_runs[v - 1].codec.get();
+      const std::vector<lmc::GpuEncodeItem>& e = v == 0 ? enc : block_runs[v - 1].enc;
+      for (size_t k = 0; k < nchunks; ++k) {
+        dec[k] = {};
+        dec[k].frame = e[k].dst;
+        dec[k].len = e[k].len;
+        dec[k].dst = d_out + k * chunk;
+        dec[k].cap = csize(k);
+      }
+      CUDA_OK(cudaMemset(d_out, 0, total));
+      CUDA_OK(cudaDeviceSynchronize());
+      auto t0 = Clock::now();
+      auto st = c->DecodeBatchDevice(dec.data(), dec.size());
+      CUDA_OK(cudaDeviceSynchronize());
+      if (r) (v == 0 ? t_dev_dec_blocks_default : block_runs[v - 1].t_dec).push_back(Seconds(t0));
+      if (!st.ok()) {
+        std::fprintf(stderr, "GPU decode failed: %s\n", st.ToString().c_str());
+        return 1;
+      }
+      std::fill(back.begin(), back.end(), 0);
+      CUDA_OK(cudaMemcpy(back.data(), d_out, total, cudaMemcpyDeviceToHost));
+      bool ok = back == data;
+      for (auto& d : dec) ok &= d.status.ok();
+      if (v == 0) {
+        dev_ok &= ok;
+      } else {
+        block_runs[v - 1].ok &= ok;
+      }
+    }
+  }
+  for (BlockRun& b : block_runs) b.fused = b.codec->stats().decode_fused_chunks / (reps + 1);
 
   // ---- Deltas (rANS streams): the data as the base of a next version in
   // which one byte in 26 changed a little (bf16: the low byte of one
@@ -566,6 +666,13 @@ int main(int argc, char** argv) {
   std::printf("%-34s %10s %10.2f %8.3f %s (rounds alternating with the lines above)\n",
               "GPU device->device, merge pass", "-", rate(t_dev_dec_unfused), gpu_ratio,
               dev_ok ? "exact" : "MISMATCH");
+  for (const BlockRun& b : block_runs)
+    std::printf(
+        "%-34s %10.2f %10.2f %8.3f %s, frames identical %zu/%zu, fused decodes %llu/%zu; default %.2f in the "
+        "same rounds\n",
+        ("GPU device->device, blocks of 2^" + std::to_string(b.log2)).c_str(), rate(b.t_enc), rate(b.t_dec),
+        100.0 * b.bytes / total, b.ok ? "exact" : "MISMATCH", b.identical, nchunks,
+        static_cast<unsigned long long>(b.fused), nchunks, rate(t_dev_dec_blocks_default));
   const double delta_ratio = 100.0 * delta_bytes / total;
   std::printf("%-34s %10s %10.2f %8.3f %s, %zu of %zu frames with rANS streams\n", "CPU codec, deltas", "-",
               rate(t_cpu_delta), delta_ratio, cpu_delta_ok ? "exact" : "MISMATCH", delta_rans_chunks,
@@ -646,7 +753,16 @@ int main(int argc, char** argv) {
                      masters.size() / 1e9 / Median(t_pair_enc), masters.size() / 1e9 / Median(t_pair_dec),
                      100.0 * pair_bytes / masters.size(), 100.0 * pair_cpu_bytes / masters.size(),
                      pair_ok ? "true" : "false", pair_identical, pair_chunks);
-      std::fprintf(f, " \"gpu_h2h_lanes\": [");
+      std::fprintf(f, " \"block_sizes\": [");
+      for (size_t k = 0; k < block_runs.size(); ++k)
+        std::fprintf(
+            f,
+            "%s{\"log2\": %d, \"enc_gbps\": %.3f, \"dec_gbps\": %.3f, \"ratio\": %.4f, \"exact\": %s, "
+            "\"frames_identical\": %zu, \"fused_chunks\": %llu, \"default_dec_gbps\": %.3f}",
+            k ? ", " : "", block_runs[k].log2, rate(block_runs[k].t_enc), rate(block_runs[k].t_dec),
+            100.0 * block_runs[k].bytes / total, block_runs[k].ok ? "true" : "false", block_runs[k].identical,
+            static_cast<unsigned long long>(block_runs[k].fused), rate(t_dev_dec_blocks_default));
+      std::fprintf(f, "],\n \"gpu_h2h_lanes\": [");
       for (size_t k = 0; k < lane_runs.size(); ++k)
         std::fprintf(f, "%s{\"lanes\": %d, \"enc_gbps\": %.3f, \"dec_gbps\": %.3f, \"exact\": %s}",
                      k ? ", " : "", lane_runs[k].lanes, lane_runs[k].enc, lane_runs[k].dec,
@@ -667,6 +783,10 @@ int main(int argc, char** argv) {
   cudaFree(d_out);
   bool lanes_ok = true;
   for (const HostRun& h : lane_runs) lanes_ok &= h.ok && h.identical == nchunks;
+  for (BlockRun& b : block_runs) {
+    cudaFree(b.frames);
+    lanes_ok &= b.ok && b.identical == nchunks;
+  }
   return cpu_exact && dev_ok && lanes_ok && cross_ok && identical == nchunks && cpu_delta_ok &&
                  dev_delta_ok && dev_delta_enc_ok && delta_identical == nchunks && pair_ok &&
                  pair_identical == pair_chunks

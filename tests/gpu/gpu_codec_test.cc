@@ -79,6 +79,19 @@ TEST(GpuCodec, FusedDecoderWritesWhatTheMergePassWrites) {
       &mem);
 }
 
+TEST(GpuCodec, HuffmanBlockSizesAreWrittenAndDecodedOnTheDevice) {
+  LMC_OPEN_OR_SKIP(probe, size_t{1} << 20);
+  CudaMemory mem;
+  testing::CheckHuffmanBlockSizes(
+      [](const GpuCodecOptions& o) -> std::unique_ptr<GpuCodec> {
+        auto c = GpuCodec::Open(o);
+        if (c.ok()) return std::move(*c);
+        EXPECT_EQ(c.status().code(), Code::kInvalidArgument) << c.status().ToString();
+        return nullptr;
+      },
+      &mem);
+}
+
 TEST(GpuCodec, OpenRefusesCleanlyWithoutAGpu) {
   if (GpuAvailable()) GTEST_SKIP() << "a GPU is usable: " << GpuDescription();
   auto c = GpuCodec::Open();

@@ -85,6 +85,12 @@ struct EncodeParams {
   // fewer upper halves than the plain widened base (round to nearest:
   // almost none; truncation: the plain base is exact). Off: tests.
   bool predict_rounding = true;
+  // Blocked Huffman streams (docs/FORMAT.md, 5.3): log2 of the symbols a
+  // block, 8-12 (else InvalidArgument). Smaller blocks give a GPU more
+  // decoders (a thread a block) for 2 bytes a block more; the mount and
+  // lmc write 12. A GPU codec writes and decodes the size of its
+  // GpuCodecOptions::huffman_block_log2.
+  int huffman_block_log2 = 12;
 };
 
 // Worst-case frame size for a chunk of n bytes; EncodeChunk never needs

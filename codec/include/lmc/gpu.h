@@ -97,6 +97,12 @@ struct GpuCodecOptions {
   // With fuse_merge: that decoder also sums the XXH3 block deltas of what
   // it writes, so that the checksum pass need not read those bytes back.
   bool fuse_hash = true;
+  // Blocked Huffman's block size, log2 of the symbols a block, 9-12 (else
+  // Open says InvalidArgument): what the encoder writes
+  // (EncodeParams::huffman_block_log2 of its frames) and the one size the
+  // device decodes (frames of another go to the CPU). Smaller blocks: more
+  // decoding threads, 2 bytes a block more (docs/FORMAT.md, 5.3).
+  int huffman_block_log2 = 12;
 };
 
 // Batched LMC codec on one CUDA device. Not thread-safe: one caller at a

@@ -17,7 +17,7 @@ inline constexpr uint8_t kCoderRaw = 0, kCoderConst = 1, kCoderHuffman = 2, kCod
 
 // The GPU profile's choice for a stream of n symbols with histogram hist
 // (docs/FORMAT.md 5.4): const for one symbol; else blocked Huffman
-// (2^12-symbol blocks), or rANS (32 states from kRansX32MinSymbols on, else
+// (2^block_log2-symbol blocks), or rANS (32 states from kRansX32MinSymbols on, else
 // 4) with the frequencies of RansNormalizeGpu where its estimated size
 // beats the Huffman size by more than a sixteenth, as the CPU profile
 // chooses; raw when the choice saves less than 1/128 of the stream. `len`
@@ -26,7 +26,7 @@ inline constexpr uint8_t kCoderRaw = 0, kCoderConst = 1, kCoderHuffman = 2, kCod
 // payload size: exact for Huffman, the estimate for rANS (whose encoder
 // still falls back to raw when the stream comes out at n bytes or more).
 LMC_HD uint8_t GpuProfileCoder(const uint32_t hist[256], size_t n, uint8_t len[256], uint32_t freq[256],
-                               size_t* size) {
+                               size_t* size, int block_log2 = kDefaultBlockLog2) {
   *size = n;
   if (n == 0) return kCoderRaw;
   int distinct = 0;
@@ -47,7 +47,7 @@ LMC_HD uint8_t GpuProfileCoder(const uint32_t hist[256], size_t n, uint8_t len[2
   HuffBuildLengths(hist, len);
   uint64_t bits = 0;
   for (int s = 0; s < 256; ++s) bits += uint64_t{hist[s]} * len[s];
-  const size_t blocked = HuffBlockedHeader(HuffShapeOf(len).table_bytes, HuffBlocks(n, kDefaultBlockLog2)) +
+  const size_t blocked = HuffBlockedHeader(HuffShapeOf(len).table_bytes, HuffBlocks(n, block_log2)) +
                          static_cast<size_t>((bits + 7) / 8);
   const int states = n >= kRansX32MinSymbols ? 32 : 4;
   const int k = RansNormalizeGpu(hist, n, freq);
