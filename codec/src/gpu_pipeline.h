@@ -653,7 +653,6 @@ struct DecArgs {
   uint32_t nr;             // rANS streams
   uint32_t* rans_streams;  // stream index of each rANS stream
   RansTable* rans;         // per rANS stream (RansParseBody)
-  uint32_t log2;           // blocked Huffman: the block size (log2) the plan reserved
 };
 
 LMC_HD void MarkBad(DecFrame& f) { AtomicOr32(&f.bad, 1); }
@@ -677,12 +676,11 @@ struct ParseBody {  // i: Huffman stream. Checks the coder header; canonical cod
     if (s.coder == hd::kCoderHuffmanBlocked) {
       if (s.len < lb + 1u) return MarkBad(f);
       const int log2 = p[lb];
-      // The device decodes the block size its encoder writes (its plan
-      // reserved those blocks); any other (valid or not) goes to the CPU.
-      if (log2 != static_cast<int>(a.log2)) return MarkBad(f);
+      // The block size the plan reserved threads for (read at planning,
+      // or the codec's own); any other (valid or not) goes to the CPU.
+      if (log2 != s.log2) return MarkBad(f);
       const uint32_t blocks = hd::HuffBlocks(s.n, log2);
       if (s.len < lb + 1 + 2 * uint64_t{blocks}) return MarkBad(f);
-      s.log2 = static_cast<uint8_t>(log2);
       for (uint32_t b = 0; b < blocks; ++b) {
         const uint64_t bits = uint64_t{p[lb + 1 + 2 * b]} | uint64_t{p[lb + 2 + 2 * b]} << 8;
         const uint64_t first = uint64_t{b} << log2;
@@ -1264,6 +1262,10 @@ Status EncodeOnDevice(B& be, GpuEncodeItem* items, const std::vector<size_t>& gp
 struct DecPlanItem {
   size_t item;
   FrameInfo fi;
+  // Blocked Huffman streams: the block size (log2) read from the coder
+  // header at planning, or 0 where the bytes at hand did not reach it (the
+  // codec's own size is planned; ParseBody sends another to the CPU).
+  uint8_t block_log2[frame::kMaxStreams] = {};
 };
 
 // Whether the decoder writes frame `fi`'s elements itself (FusedSink).
@@ -1274,9 +1276,10 @@ inline bool FusesMerge(const FrameInfo& fi, const uint8_t* out) {
 }
 
 // `fuse`, `fuse_hash`: GpuCodecOptions::fuse_merge and fuse_hash. *fused:
-// the frames it took that way. `log2`: the block size of the blocked
-// Huffman streams it decodes (GpuCodecOptions::huffman_block_log2); a
-// stream of another is bad, for the CPU.
+// the frames it took that way. `log2`: the block size planned for blocked
+// Huffman streams whose plan entry does not name one
+// (GpuCodecOptions::huffman_block_log2); a stream of another is bad, for
+// the CPU.
 template <typename B>
 Status DecodeOnDevice(B& be, GpuDecodeItem* items, const std::vector<DecPlanItem>& plan,
                       const std::vector<const uint8_t*>& frames, const std::vector<uint8_t*>& outs,
@@ -1345,7 +1348,9 @@ Status DecodeOnDevice(B& be, GpuDecodeItem* items, const std::vector<DecPlanItem
         dbytes += s.n;
       }
       if (huffman) {
-        const uint32_t blocks = s.coder == hd::kCoderHuffman ? 4 : hd::HuffBlocks(s.n, log2);
+        const uint8_t k = plan[f].block_log2[j];
+        s.log2 = s.coder == hd::kCoderHuffman ? 0 : k ? k : static_cast<uint8_t>(log2);
+        const uint32_t blocks = s.coder == hd::kCoderHuffman ? 4 : hd::HuffBlocks(s.n, s.log2);
         s.tasks = (blocks + kDecodeGroup - 1) / kDecodeGroup * kDecodeGroup;
         s.start0 = nstarts;
         nstarts += blocks + 1;
@@ -1380,7 +1385,6 @@ Status DecodeOnDevice(B& be, GpuDecodeItem* items, const std::vector<DecPlanItem
     next += hd::Xxh3FullBlocks(fr[f].n);
   }
   DecArgs a;
-  a.log2 = static_cast<uint32_t>(log2);
   a.task_first = 0;
   a.nf = static_cast<uint32_t>(nf);
   a.nh = static_cast<uint32_t>(huff.size());
@@ -1732,9 +1736,11 @@ class BatchCodec final : public GpuCodec {
                     fi.widened_base ? std::optional<uint32_t>(fi.base_offset) : std::nullopt);
   }
 
-  // The header, read on the host, decides the path: the plan entry of a
-  // frame the device decodes, or nothing (the CPU decodes it).
-  static std::optional<DecPlanItem> PlanDecode(const GpuDecodeItem& it, size_t i, const uint8_t* head) {
+  // The header, read on the host (`head`: head_len bytes of the frame, all
+  // of it or its start), decides the path: the plan entry of a frame the
+  // device decodes, or nothing (the CPU decodes it).
+  static std::optional<DecPlanItem> PlanDecode(const GpuDecodeItem& it, size_t i, const uint8_t* head,
+                                               size_t head_len) {
     if (!it.frame) return std::nullopt;
     Result<FrameInfo> fi = ReadFrameInfo(head, it.len);
     bool ok = fi.ok() && fi->decoded_size >= kMinGpuChunk && it.dst && it.cap >= fi->decoded_size;
@@ -1753,7 +1759,28 @@ class BatchCodec final : public GpuCodec {
       for (const StreamInfo& s : fi->streams) ok &= s.coder != Coder::kConst || s.encoded_size == 1;
     }
     if (!ok) return std::nullopt;
-    return DecPlanItem{i, *fi};
+    DecPlanItem plan{i, *fi};
+    // Blocked Huffman streams: their block size from the coder header where
+    // the bytes at hand reach it (host frames: always; device frames: the
+    // gathered head, which holds the first stream's). A size the device
+    // does not decode (2^8: below a hash block) is the CPU's.
+    uint64_t off = fi->header_size;
+    for (size_t j = 0; j < fi->streams.size(); ++j) {
+      const StreamInfo& s = fi->streams[j];
+      if (s.coder == Coder::kHuffmanBlocked && off < head_len) {
+        const size_t avail = static_cast<size_t>(std::min<uint64_t>(head_len - off, s.encoded_size));
+        uint8_t lens[256];
+        int lo = 0, hi = 0;
+        const uint32_t lb = hd::HuffParseLengths(head + off, avail, lens, &lo, &hi);
+        if (lb && lb < avail) {
+          const int k = head[off + lb];
+          if (k < kMinGpuBlockLog2 || k > hd::kMaxBlockLog2) return std::nullopt;
+          plan.block_log2[j] = static_cast<uint8_t>(k);
+        }
+      }
+      off += s.encoded_size;
+    }
+    return plan;
   }
 
   Status Decode(GpuDecodeItem* items, size_t count, bool device) {
@@ -1762,7 +1789,7 @@ class BatchCodec final : public GpuCodec {
     std::vector<std::optional<DecPlanItem>> plans(count);
     size_t total = 0;
     for (size_t i = 0; i < count; ++i) {
-      plans[i] = PlanDecode(items[i], i, items[i].frame);
+      plans[i] = PlanDecode(items[i], i, items[i].frame, items[i].len);
       if (plans[i]) total += plans[i]->fi.decoded_size;
     }
     auto size = [&](size_t i) {
@@ -1785,7 +1812,9 @@ class BatchCodec final : public GpuCodec {
   // gather and one copy.
   Status DecodeDevice(GpuDecodeItem* items, size_t count) {
     Lane& l = *lanes_[0];
-    constexpr size_t kHead = frame::HeaderSize(frame::kMaxStreams);
+    // The frame header and the first stream's coder header (its code
+    // lengths and block size: PlanDecode).
+    constexpr size_t kHead = frame::HeaderSize(frame::kMaxStreams) + 2 + 128 + 1;
     size_t i = 0;
     while (i < count) {
       std::vector<DecPlanItem> plan;
@@ -1797,7 +1826,7 @@ class BatchCodec final : public GpuCodec {
       LMC_RETURN_IF_ERROR(GatherHeads(l, items + i, last - i, kHead, &heads));
       for (; i < count && (plan.empty() || bytes <= o_.batch_bytes); ++i) {
         if ((i - first + 1) * kHead > heads.size()) break;  // beyond the gathered heads
-        auto p = PlanDecode(items[i], i, heads.data() + (i - first) * kHead);
+        auto p = PlanDecode(items[i], i, heads.data() + (i - first) * kHead, std::min(kHead, items[i].len));
         if (!p) {
           DecodeOnCpu(l, items[i], true);
           continue;
@@ -1865,7 +1894,8 @@ class BatchCodec final : public GpuCodec {
     std::vector<GpuDecodeItem> tmp(plan.size());
     for (size_t f = 0; f < plan.size(); ++f) {
       tmp[f] = device ? items[plan[f].item] : staged[f];
-      local[f] = {f, plan[f].fi};
+      local[f] = plan[f];
+      local[f].item = f;
       if (!device) local[f].fi.base_offset = 0;  // a staged twin is its range already
     }
     std::vector<bool> bad, fused;

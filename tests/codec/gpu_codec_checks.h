@@ -336,9 +336,10 @@ inline int BlockLog2Of(const std::vector<uint8_t>& f) {
 // GpuCodecOptions::huffman_block_log2: a codec opened with each block size
 // from 9 to 11 writes the CPU's GPU-profile frames of that size (host and
 // device calls), decodes them on the device (fused with the hash sums, for
-// bf16), and decodes frames of the default size too, on the CPU, as it
-// does any size it was not opened with. open(o) may refuse (null) only
-// sizes out of 9-12.
+// bf16), and decodes frames of the default size there too (the plan reads
+// each stream's size: host frames whole, device frames from their gathered
+// heads); frames in blocks of 2^8 go to the CPU. open(o) may refuse (null)
+// only sizes out of 9-12.
 template <typename Open>
 inline void CheckHuffmanBlockSizes(Open open, DeviceMemory* mem) {
   for (int bad : {8, 13}) {
@@ -401,13 +402,33 @@ inline void CheckHuffmanBlockSizes(Open open, DeviceMemory* mem) {
     EXPECT_EQ(after.decode_chunks - before.decode_chunks, gpu_sized);
     EXPECT_GE(after.decode_fused_chunks - before.decode_fused_chunks, bf16);
     EXPECT_GT(bf16, 0u);
-    // Frames of 2^12-symbol blocks: right bytes, those with blocked
-    // streams from the CPU.
+    // Frames of 2^12-symbol blocks: on the device too.
     before = after;
     DecodeLikeTheCpu(codec.get(), frames12, of, frames12.size());
     after = codec->stats();
-    EXPECT_EQ(after.decode_chunks - before.decode_chunks, gpu_sized - default_blocked);
+    EXPECT_EQ(after.decode_chunks - before.decode_chunks, gpu_sized);
     EXPECT_GT(default_blocked, 0u);
+    // Blocks of 2^8 (below a hash block): the CPU's.
+    {
+      std::vector<std::vector<uint8_t>> f8;
+      std::vector<const Case*> of8;
+      for (size_t i = 0; i < cases.size(); ++i) {
+        if (cases[i].src.size() < 4096 || BlockLog2Of(frames12[i]) <= 0) continue;
+        EncodeParams p{cases[i].dtype, items[i].base, EncodeProfile::kGpu};
+        p.huffman_block_log2 = 8;
+        std::vector<uint8_t> f(MaxEncodedSize(cases[i].src.size()));
+        auto r = EncodeChunk(cases[i].src.data(), cases[i].src.size(), p, f.data(), f.size(), ws);
+        ASSERT_TRUE(r.ok());
+        f.resize(*r);
+        ASSERT_EQ(BlockLog2Of(f), 8);
+        f8.push_back(f);
+        of8.push_back(&cases[i]);
+      }
+      before = after;
+      EXPECT_EQ(DecodeLikeTheCpu(codec.get(), f8, of8, f8.size()), f8.size());
+      after = codec->stats();
+      EXPECT_EQ(after.decode_chunks, before.decode_chunks);
+    }
     // Device memory in and out: 4 chunks of 1 MiB of bf16 weights.
     const size_t n = size_t{1} << 20;
     std::vector<GpuEncodeItem> e(4);
@@ -441,14 +462,29 @@ inline void CheckHuffmanBlockSizes(Open open, DeviceMemory* mem) {
       d[c].cap = n;
       d[c].dst = mem->Alloc(n);
     }
+    // And the same chunks' frames of 2^12-symbol blocks, in the same call:
+    // their block size comes from the gathered heads.
+    for (size_t c = 0; c < e.size(); ++c) {
+      std::vector<uint8_t> f(MaxEncodedSize(n));
+      auto r =
+          EncodeChunk(src[c].data(), n, {DType::kBF16, nullptr, EncodeProfile::kGpu}, f.data(), f.size(), ws);
+      ASSERT_TRUE(r.ok());
+      ASSERT_EQ(BlockLog2Of(std::vector<uint8_t>(f.begin(), f.begin() + *r)), 12);
+      GpuDecodeItem& x = d.emplace_back();
+      x.frame = mem->Alloc(*r);
+      mem->Put(const_cast<uint8_t*>(x.frame), f.data(), *r);
+      x.len = *r;
+      x.cap = n;
+      x.dst = mem->Alloc(n);
+    }
     before = codec->stats();
     ASSERT_TRUE(codec->DecodeBatchDevice(d.data(), d.size()).ok());
-    EXPECT_EQ(codec->stats().decode_chunks - before.decode_chunks, e.size());
-    for (size_t c = 0; c < e.size(); ++c) {
+    EXPECT_EQ(codec->stats().decode_chunks - before.decode_chunks, d.size());
+    for (size_t c = 0; c < d.size(); ++c) {
       ASSERT_TRUE(d[c].status.ok()) << d[c].status.ToString();
       std::vector<uint8_t> back(n);
       mem->Get(back.data(), d[c].dst, n);
-      EXPECT_EQ(back, src[c]) << "chunk " << c;
+      EXPECT_EQ(back, src[c % e.size()]) << "item " << c;
     }
   }
 }

@@ -88,8 +88,8 @@ struct EncodeParams {
   // Blocked Huffman streams (docs/FORMAT.md, 5.3): log2 of the symbols a
   // block, 8-12 (else InvalidArgument). Smaller blocks give a GPU more
   // decoders (a thread a block) for 2 bytes a block more; the mount and
-  // lmc write 12. A GPU codec writes and decodes the size of its
-  // GpuCodecOptions::huffman_block_log2.
+  // lmc write 12. A GPU codec writes the size of its
+  // GpuCodecOptions::huffman_block_log2 (and decodes 2^9 to 2^12).
   int huffman_block_log2 = 12;
 };
 

@@ -99,9 +99,12 @@ struct GpuCodecOptions {
   bool fuse_hash = true;
   // Blocked Huffman's block size, log2 of the symbols a block, 9-12 (else
   // Open says InvalidArgument): what the encoder writes
-  // (EncodeParams::huffman_block_log2 of its frames) and the one size the
-  // device decodes (frames of another go to the CPU). Smaller blocks: more
-  // decoding threads, 2 bytes a block more (docs/FORMAT.md, 5.3).
+  // (EncodeParams::huffman_block_log2 of its frames). The device decodes
+  // every size from 9 to 12 whatever this says (the plan reads each
+  // stream's; a device frame's streams after the first, whose coder
+  // headers the plan does not gather, are planned at this size, and one of
+  // another goes to the CPU). Smaller blocks: more decoding threads, 2 bytes
+  // a block more (docs/FORMAT.md, 5.3).
   int huffman_block_log2 = 12;
 };
 
