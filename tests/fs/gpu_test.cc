@@ -24,6 +24,7 @@
 #include "lmc/codec.h"
 #include "lmc/fs/delta_policy.h"
 #include "lmc/fs/filesystem.h"
+#include "lmc/fs/snapshots.h"
 #include "lmc/store/chunk_cache.h"
 #include "lmc/store/store.h"
 #include "lmc/thread_pool.h"
@@ -547,6 +548,56 @@ TEST_F(FsGpu, WritesGoThroughGpuBatchesAndReadBackByteIdentical) {
   std::string v;
   EXPECT_EQ(fs_->GetXattr(kRootIno, "user.lmcfs.gpu", &v), 0);
   EXPECT_EQ(v, "fake GPU codec (CPU) (active)");
+  ExpectFsckClean();
+}
+
+// A one-tensor safetensors file: header, then the tensor's bytes.
+std::string Safetensors(const char* dtype, size_t elems, const std::string& bytes) {
+  std::string h = std::string("{\"w\":{\"dtype\":\"") + dtype + "\",\"shape\":[" + std::to_string(elems) +
+                  "],\"data_offsets\":[0," + std::to_string(bytes.size()) + "]}}";
+  h.resize((h.size() + 7) / 8 * 8, ' ');
+  std::string f(8, '\0');
+  for (int i = 0; i < 8; ++i) f[i] = static_cast<char>(h.size() >> (8 * i));
+  return f + h + bytes;
+}
+
+// With pairing (the snapshot policy, pair=on), the fp32 masters of
+// master.safetensors are stored as deltas on the bf16 chunks of
+// model.safetensors; with gpu=on, reading the masters alone decodes their
+// twins and then them on the GPU (Store::ReadChunks' rounds), and reading
+// both files gives every byte back.
+TEST_F(FsGpu, ReadAheadDecodesPairedMastersAfterTheirTwinsOnTheGpu) {
+  Open(nullptr);
+  InstallSnapshotPolicy(fs_.get(), DeltaOptions{});
+  const size_t elems = 8 * kChunk / 4;  // 8 chunks of fp32, 4 of bf16
+  std::string master(4 * elems, '\0'), twin(2 * elems, '\0');
+  std::mt19937 rng(7);
+  std::normal_distribution<float> w(0.0f, 0.02f);
+  for (size_t i = 0; i < elems; ++i) {
+    const float f = w(rng);
+    uint32_t u;
+    std::memcpy(&u, &f, 4);
+    const uint16_t b = static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1)) >> 16);
+    std::memcpy(master.data() + 4 * i, &u, 4);
+    std::memcpy(twin.data() + 2 * i, &b, 2);
+  }
+  const std::string model_file = Safetensors("BF16", elems, twin);
+  const std::string master_file = Safetensors("F32", elems, master);
+  CloseFile(WriteFile("model.safetensors", model_file));
+  CloseFile(WriteFile("master.safetensors", master_file));
+  uint64_t paired = 0;
+  for (const auto& [k, v] : fs_->DeltaCounters())
+    if (k == "paired") paired = v;
+  EXPECT_GE(paired, 6u) << "the masters were not paired with their twins";
+  Close();
+  opts_.gpu_first = true;
+  FakeGpuCodec& fake = NewFake();
+  Open(&fake);
+  InstallSnapshotPolicy(fs_.get(), DeltaOptions{});
+  EXPECT_EQ(ReadAll("master.safetensors"), master_file);
+  EXPECT_GE(fake.decode_items_with_base(), paired);
+  EXPECT_GE(C(fs_->counters().gpu_decode_chunks), paired);
+  EXPECT_EQ(ReadAll("model.safetensors"), model_file);
   ExpectFsckClean();
 }
 
