@@ -1,8 +1,8 @@
 // libFuzzer target for the chunk decoder and the .lmc container reader.
 // Any input must decode or fail cleanly (ASan catches out-of-bounds
 // accesses); and any input, encoded as a chunk of any dtype with or without
-// a base (by the CPU profile, or the 4-sub-stream one of older stores),
-// must decode back to itself. The GPU codec's pipeline (its host
+// a base (by the CPU profile, or the 4-sub-stream one of older stores; in
+// Huffman blocks of 2^8 to 2^12 symbols), must decode back to itself. The GPU codec's pipeline (its host
 // emulation: the planning and kernel bodies the CUDA backend runs) must
 // give the CPU decoder's status and bytes for those frames (half of the
 // inputs), and for the GPU profile's frame of the input with one payload
@@ -50,10 +50,17 @@ void GpuDecodesAsTheCpu(const std::vector<uint8_t>& frame_in, const uint8_t* bas
 // writes the CPU's GPU-profile frame `want` byte for byte: the plan,
 // Huffman and rANS bodies on fuzzed data.
 // `base_len` (0: n) and `widened`: a paired chunk's bf16 twin and offset.
+// `block_log2`: the codec's Huffman block size (9-12), as `want`'s.
 void GpuEncodesAsTheCpu(lmc::DType t, const uint8_t* src, size_t n, const uint8_t* base,
                         const std::vector<uint8_t>& want, size_t base_len = 0,
-                        std::optional<uint32_t> widened = std::nullopt) {
-  static std::unique_ptr<lmc::GpuCodec> gpu = lmc::gpu::OpenHostEmulatedCodec();
+                        std::optional<uint32_t> widened = std::nullopt, int block_log2 = 12) {
+  static std::unique_ptr<lmc::GpuCodec> codecs[13];
+  std::unique_ptr<lmc::GpuCodec>& gpu = codecs[block_log2];
+  if (!gpu) {
+    lmc::GpuCodecOptions o;
+    o.huffman_block_log2 = block_log2;
+    gpu = lmc::gpu::OpenHostEmulatedCodec(o);
+  }
   if (!base_len) base_len = n;
   const std::vector<uint8_t> in(src, src + n), b(base ? base : src, base ? base + base_len : src);
   std::vector<uint8_t> out(lmc::MaxEncodedSize(n));
@@ -103,9 +110,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     std::vector<uint8_t> enc(lmc::MaxEncodedSize(n)), back(n);
     // The CPU profile, or for a quarter of the inputs the 4-sub-stream
     // Huffman that older stores hold.
+    // Blocked Huffman in blocks of 2^12 down to 2^8 symbols, as the first
+    // byte's upper half picks.
     const auto profile = (data[1] & 12) == 12 ? lmc::EncodeProfile::kCpuQuarters : lmc::EncodeProfile::kCpu;
-    lmc::Result<size_t> e = lmc::EncodeChunk(
-        src, n, lmc::EncodeParams{t, delta ? bbuf.data() : nullptr, profile}, enc.data(), enc.size(), ws);
+    const int block_log2 = 12 - (data[0] >> 4) % 5;
+    lmc::EncodeParams params{t, delta ? bbuf.data() : nullptr, profile};
+    params.huffman_block_log2 = block_log2;
+    lmc::Result<size_t> e = lmc::EncodeChunk(src, n, params, enc.data(), enc.size(), ws);
     if (!e.ok()) abort();
     lmc::Result<size_t> d = lmc::DecodeChunk(enc.data(), *e, delta ? bbuf.data() : nullptr, delta ? n : 0,
                                              back.data(), back.size(), ws);
@@ -117,13 +128,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     // the fuzz run has a fixed time).
     if (!(data[1] & 2)) return 0;
     std::vector<uint8_t> g(lmc::MaxEncodedSize(n));
-    lmc::Result<size_t> ge = lmc::EncodeChunk(
-        src, n, lmc::EncodeParams{t, delta ? bbuf.data() : nullptr, lmc::EncodeProfile::kGpu}, g.data(),
-        g.size(), ws);
+    lmc::EncodeParams gp{t, delta ? bbuf.data() : nullptr, lmc::EncodeProfile::kGpu};
+    gp.huffman_block_log2 = block_log2;
+    lmc::Result<size_t> ge = lmc::EncodeChunk(src, n, gp, g.data(), g.size(), ws);
     if (!ge.ok()) abort();
     g.resize(*ge);
     const uint8_t* gb = delta ? bbuf.data() : nullptr;
-    GpuEncodesAsTheCpu(t, src, n, gb, g);
+    // (2^8 blocks: the device neither writes nor decodes them.)
+    if (block_log2 >= 9) GpuEncodesAsTheCpu(t, src, n, gb, g, 0, std::nullopt, block_log2);
     GpuDecodesAsTheCpu(g, gb, delta ? n : 0, n, ws);
     lmc::Result<lmc::FrameInfo> gi = lmc::ReadFrameInfo(g.data(), g.size());
     if (gi.ok() && g.size() > gi->header_size) {
