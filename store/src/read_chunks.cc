@@ -57,8 +57,8 @@ void Store::ReadChunks(std::span<ChunkRead> reads, Workspace& ws, const FrameBat
       r.result = e.status();
       continue;
     }
-    // A chunk the base cache holds, a short buffer, a key asked
-    // for twice: ReadChunk's own path serves them (and says why).
+    // A chunk the base cache holds, a short buffer, a key asked for twice:
+    // ReadChunk's own path serves them (and says why).
     ChunkBytes hit = m.base_cache ? m.base_cache->Get(r.key) : nullptr;
     if (hit || r.cap < e->decoded_len || by_key.contains(r.key)) {
       one(r);
