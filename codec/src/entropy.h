@@ -5,7 +5,6 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "hd/huffman_hd.h"
 #include "hd/rans_hd.h"
 #include "lmc/codec.h"
 #include "lmc/status.h"
@@ -21,7 +20,7 @@ namespace lmc {
 // less than 1/128 of the stream.
 inline constexpr size_t kRansX32MinSymbols = hd::kRansX32MinSymbols;
 // `block_log2`: the blocked coder's block size (EncodeParams::huffman_block_log2).
-Coder ChooseCoder(const uint32_t hist[256], size_t n, Coder huffman, int block_log2 = hd::kDefaultBlockLog2);
+Coder ChooseCoder(const uint32_t hist[256], size_t n, Coder huffman, int block_log2);
 
 // True when a sample of the stream shows it is so close to uniform that no
 // coder would beat the raw threshold of ChooseCoder, so the full histogram

@@ -137,7 +137,8 @@ Result<size_t> EncodeChunk(const uint8_t* src, size_t n, const EncodeParams& par
   const int block_log2 = params.huffman_block_log2;
   if (block_log2 < hd::kMinBlockLog2 || block_log2 > hd::kMaxBlockLog2)
     return Status::InvalidArgument("Huffman block size 2^" + std::to_string(block_log2) +
-                                   " out of range (2^8 to 2^12 symbols)");
+                                   " out of range (2^" + std::to_string(hd::kMinBlockLog2) + " to 2^" +
+                                   std::to_string(hd::kMaxBlockLog2) + " symbols)");
   const bool widened = params.base && params.widened_base_offset;
   if (widened && (params.dtype != DType::kF32 || n % 4 != 0))
     return Status::InvalidArgument("a widened bf16 base needs an fp32 chunk");

@@ -1814,7 +1814,7 @@ class BatchCodec final : public GpuCodec {
     Lane& l = *lanes_[0];
     // The frame header and the first stream's coder header (its code
     // lengths and block size: PlanDecode).
-    constexpr size_t kHead = frame::HeaderSize(frame::kMaxStreams) + 2 + 128 + 1;
+    constexpr size_t kHead = frame::HeaderSize(frame::kMaxStreams, true) + hd::kHuffMaxBlockedHead;
     size_t i = 0;
     while (i < count) {
       std::vector<DecPlanItem> plan;

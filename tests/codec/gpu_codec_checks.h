@@ -333,6 +333,20 @@ inline int BlockLog2Of(const std::vector<uint8_t>& f) {
   return 0;
 }
 
+// The CPU's GPU-profile frame of src (n bytes of t, XOR base when given) in
+// Huffman blocks of 2^log2 symbols.
+inline std::vector<uint8_t> GpuProfileFrame(const uint8_t* src, size_t n, DType t, const uint8_t* base,
+                                            int log2) {
+  Workspace ws;
+  EncodeParams p{t, base, EncodeProfile::kGpu};
+  p.huffman_block_log2 = log2;
+  std::vector<uint8_t> f(MaxEncodedSize(n));
+  auto r = EncodeChunk(src, n, p, f.data(), f.size(), ws);
+  EXPECT_TRUE(r.ok()) << r.status().ToString();
+  f.resize(r.ok() ? *r : 0);
+  return f;
+}
+
 // GpuCodecOptions::huffman_block_log2: a codec opened with each block size
 // from 9 to 11 writes the CPU's GPU-profile frames of that size (host and
 // device calls), decodes them on the device (fused with the hash sums, for
@@ -347,7 +361,6 @@ inline void CheckHuffmanBlockSizes(Open open, DeviceMemory* mem) {
     o.huffman_block_log2 = bad;
     EXPECT_FALSE(open(o)) << bad;
   }
-  Workspace ws;
   auto cases = Cases();
   for (int log2 : {9, 10, 11}) {
     SCOPED_TRACE(::testing::Message() << "blocks of 2^" << log2);
@@ -369,19 +382,9 @@ inline void CheckHuffmanBlockSizes(Open open, DeviceMemory* mem) {
       SCOPED_TRACE(::testing::Message() << "case " << i);
       ASSERT_TRUE(items[i].status.ok()) << items[i].status.ToString();
       out[i].resize(items[i].len);
-      EncodeParams p{cases[i].dtype, items[i].base, EncodeProfile::kGpu};
-      for (int k : {log2, 12}) {
-        p.huffman_block_log2 = k;
-        std::vector<uint8_t> ref(MaxEncodedSize(cases[i].src.size()));
-        auto r = EncodeChunk(cases[i].src.data(), cases[i].src.size(), p, ref.data(), ref.size(), ws);
-        ASSERT_TRUE(r.ok());
-        ref.resize(*r);
-        if (k == log2) {
-          EXPECT_EQ(out[i], ref);
-        } else {
-          frames12.push_back(ref);
-        }
-      }
+      const Case& c = cases[i];
+      EXPECT_EQ(out[i], GpuProfileFrame(c.src.data(), c.src.size(), c.dtype, items[i].base, log2));
+      frames12.push_back(GpuProfileFrame(c.src.data(), c.src.size(), c.dtype, items[i].base, 12));
       const int k = BlockLog2Of(out[i]);
       EXPECT_TRUE(k == 0 || k == log2) << k;
       sized += k == log2;
@@ -414,12 +417,7 @@ inline void CheckHuffmanBlockSizes(Open open, DeviceMemory* mem) {
       std::vector<const Case*> of8;
       for (size_t i = 0; i < cases.size(); ++i) {
         if (cases[i].src.size() < 4096 || BlockLog2Of(frames12[i]) <= 0) continue;
-        EncodeParams p{cases[i].dtype, items[i].base, EncodeProfile::kGpu};
-        p.huffman_block_log2 = 8;
-        std::vector<uint8_t> f(MaxEncodedSize(cases[i].src.size()));
-        auto r = EncodeChunk(cases[i].src.data(), cases[i].src.size(), p, f.data(), f.size(), ws);
-        ASSERT_TRUE(r.ok());
-        f.resize(*r);
+        auto f = GpuProfileFrame(cases[i].src.data(), cases[i].src.size(), cases[i].dtype, items[i].base, 8);
         ASSERT_EQ(BlockLog2Of(f), 8);
         f8.push_back(f);
         of8.push_back(&cases[i]);
@@ -448,14 +446,9 @@ inline void CheckHuffmanBlockSizes(Open open, DeviceMemory* mem) {
     std::vector<GpuDecodeItem> d(e.size());
     for (size_t c = 0; c < e.size(); ++c) {
       ASSERT_TRUE(e[c].status.ok()) << e[c].status.ToString();
-      std::vector<uint8_t> frame(e[c].len), ref(MaxEncodedSize(n));
+      std::vector<uint8_t> frame(e[c].len);
       mem->Get(frame.data(), e[c].dst, e[c].len);
-      EncodeParams p{DType::kBF16, nullptr, EncodeProfile::kGpu};
-      p.huffman_block_log2 = log2;
-      auto r = EncodeChunk(src[c].data(), n, p, ref.data(), ref.size(), ws);
-      ASSERT_TRUE(r.ok());
-      ref.resize(*r);
-      EXPECT_EQ(frame, ref) << "chunk " << c;
+      EXPECT_EQ(frame, GpuProfileFrame(src[c].data(), n, DType::kBF16, nullptr, log2)) << "chunk " << c;
       EXPECT_EQ(BlockLog2Of(frame), log2);
       d[c].frame = e[c].dst;
       d[c].len = e[c].len;
@@ -465,15 +458,12 @@ inline void CheckHuffmanBlockSizes(Open open, DeviceMemory* mem) {
     // And the same chunks' frames of 2^12-symbol blocks, in the same call:
     // their block size comes from the gathered heads.
     for (size_t c = 0; c < e.size(); ++c) {
-      std::vector<uint8_t> f(MaxEncodedSize(n));
-      auto r =
-          EncodeChunk(src[c].data(), n, {DType::kBF16, nullptr, EncodeProfile::kGpu}, f.data(), f.size(), ws);
-      ASSERT_TRUE(r.ok());
-      ASSERT_EQ(BlockLog2Of(std::vector<uint8_t>(f.begin(), f.begin() + *r)), 12);
+      const auto f = GpuProfileFrame(src[c].data(), n, DType::kBF16, nullptr, 12);
+      ASSERT_EQ(BlockLog2Of(f), 12);
       GpuDecodeItem& x = d.emplace_back();
-      x.frame = mem->Alloc(*r);
-      mem->Put(const_cast<uint8_t*>(x.frame), f.data(), *r);
-      x.len = *r;
+      x.frame = mem->Alloc(f.size());
+      mem->Put(const_cast<uint8_t*>(x.frame), f.data(), f.size());
+      x.len = f.size();
       x.cap = n;
       x.dst = mem->Alloc(n);
     }

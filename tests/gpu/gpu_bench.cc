@@ -218,10 +218,10 @@ int main(int argc, char** argv) {
     identical += f.size() == ref_len[c] && std::memcmp(f.data(), gpu_ref[c].data(), f.size()) == 0;
   }
   std::vector<lmc::GpuDecodeItem> dec(nchunks);
-  auto set_dec = [&](size_t c, const uint8_t* frame, uint8_t* out) {
+  auto set_dec = [&](size_t c, const uint8_t* frame, size_t len, uint8_t* out) {
     dec[c] = {};
     dec[c].frame = frame;
-    dec[c].len = enc[c].len;
+    dec[c].len = len;
     dec[c].dst = out;
     dec[c].cap = csize(c);
   };
@@ -244,7 +244,7 @@ int main(int argc, char** argv) {
   for (int r = 0; r < reps + 1; ++r) {
     for (lmc::GpuCodec* c : {codec.get(), nohash->get(), unfused->get()}) {
       for (size_t k = 0; k < nchunks; ++k) {
-        set_dec(k, enc[k].dst, d_out + k * chunk);
+        set_dec(k, enc[k].dst, enc[k].len, d_out + k * chunk);
       }
       CUDA_OK(cudaMemset(d_out, 0, total));
       CUDA_OK(cudaDeviceSynchronize());
@@ -337,13 +337,7 @@ int main(int argc, char** argv) {
     for (size_t v = 0; v <= block_runs.size(); ++v) {
       lmc::GpuCodec* c = v == 0 ? codec.get() : block_runs[v - 1].codec.get();
       const std::vector<lmc::GpuEncodeItem>& e = v == 0 ? enc : block_runs[v - 1].enc;
-      for (size_t k = 0; k < nchunks; ++k) {
-        dec[k] = {};
-        dec[k].frame = e[k].dst;
-        dec[k].len = e[k].len;
-        dec[k].dst = d_out + k * chunk;
-        dec[k].cap = csize(k);
-      }
+      for (size_t k = 0; k < nchunks; ++k) set_dec(k, e[k].dst, e[k].len, d_out + k * chunk);
       CUDA_OK(cudaMemset(d_out, 0, total));
       CUDA_OK(cudaDeviceSynchronize());
       auto t0 = Clock::now();
@@ -595,7 +589,7 @@ int main(int argc, char** argv) {
           enc[c].len == ref_len[c] && std::memcmp(hframes[c].data(), gpu_ref[c].data(), enc[c].len) == 0;
     for (int r = 0; r < rounds + 1; ++r) {
       std::fill(back.begin(), back.end(), 0);
-      for (size_t c = 0; c < nchunks; ++c) set_dec(c, hframes[c].data(), back.data() + c * chunk);
+      for (size_t c = 0; c < nchunks; ++c) set_dec(c, hframes[c].data(), enc[c].len, back.data() + c * chunk);
       auto t0 = Clock::now();
       for (size_t c = 0; c < nchunks; c += per_call)
         ok &= hcodec->DecodeBatch(dec.data() + c, std::min(per_call, nchunks - c)).ok();
@@ -641,7 +635,7 @@ int main(int argc, char** argv) {
       }
       auto st = (*prof)->EncodeBatchDevice(enc.data(), enc.size());
       for (size_t c = 0; c < nchunks && st.ok(); ++c) {
-        set_dec(c, enc[c].dst, d_out + c * chunk);
+        set_dec(c, enc[c].dst, enc[c].len, d_out + c * chunk);
       }
       if (st.ok()) st = (*prof)->DecodeBatchDevice(dec.data(), dec.size());
       std::printf("kernel times, one encode and one decode pass (%s):\n%s\n", st.ToString().c_str(),

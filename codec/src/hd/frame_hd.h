@@ -26,7 +26,7 @@ inline constexpr uint8_t kCoderRaw = 0, kCoderConst = 1, kCoderHuffman = 2, kCod
 // payload size: exact for Huffman, the estimate for rANS (whose encoder
 // still falls back to raw when the stream comes out at n bytes or more).
 LMC_HD uint8_t GpuProfileCoder(const uint32_t hist[256], size_t n, uint8_t len[256], uint32_t freq[256],
-                               size_t* size, int block_log2 = kDefaultBlockLog2) {
+                               size_t* size, int block_log2) {
   *size = n;
   if (n == 0) return kCoderRaw;
   int distinct = 0;

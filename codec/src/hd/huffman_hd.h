@@ -13,7 +13,6 @@ inline constexpr int kHuffTableSize = 1 << kHuffMaxLen;
 // a block's bit count (at most 2^12 * 11 < 2^16) is a u16.
 inline constexpr int kMinBlockLog2 = 8;
 inline constexpr int kMaxBlockLog2 = 12;
-inline constexpr int kDefaultBlockLog2 = 12;
 
 // An aligned 32-bit little-endian load and store (p % 4 == 0).
 LMC_HD uint32_t LoadAligned32(const uint8_t* p) {
@@ -269,6 +268,8 @@ LMC_HD uint32_t HuffBlocks(size_t n, int log2) {
 LMC_HD size_t HuffBlockedHeader(uint32_t table_bytes, uint32_t blocks) {
   return 2 + size_t{table_bytes} + 1 + 2 * size_t{blocks};
 }
+// The most bytes before the block table (256 symbols' nibbles: 128 bytes).
+inline constexpr size_t kHuffMaxBlockedHead = 2 + 128 + 1;
 
 // Bits block b's symbols take: the sum of their code lengths.
 LMC_HD uint32_t HuffBlockBits(const uint8_t* sym, uint32_t count, const uint32_t codes[256]) {
