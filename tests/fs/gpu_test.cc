@@ -152,6 +152,14 @@ class FsGpuPool : public ::testing::Test {
     ASSERT_TRUE(j.status.ok()) << j.status.ToString();
     ASSERT_FALSE(j.zero);
     EXPECT_EQ(j.key, store::ChunkKey::Of(j.buf->data(), j.buf->size()));
+    // Sealed by whoever encoded it (CPU thread or GPU feeder), for this frame.
+    ASSERT_TRUE(j.seal.has_value());
+    const store::RecordSeal want =
+        store::SealRecord(j.key, {reinterpret_cast<const uint8_t*>(j.frame.data()), j.frame.size()},
+                          static_cast<uint32_t>(j.buf->size()), j.key_owner);
+    EXPECT_EQ(j.seal->checksum, want.checksum);
+    EXPECT_EQ(j.seal->frame_len, want.frame_len);
+    EXPECT_EQ(j.seal->decoded_len, want.decoded_len);
     std::vector<uint8_t> out(j.buf->size());
     Workspace ws;
     const uint8_t* b = j.base_key ? base->bytes->data() : nullptr;

@@ -352,8 +352,13 @@ void EncoderPool::EncodeBatchOnGpu(const std::vector<std::shared_ptr<EncodeJob>>
       continue;
     }
     Guarded(job, [&] {
-      SetFrame(job, frames[of_item[j]].get(), items[j].len);
+      const uint8_t* frame = frames[of_item[j]].get();
+      SetFrame(job, frame, items[j].len);
       job->key = KeyOf(*job);
+      // Sealed here, as the CPU threads seal theirs, so that the commit
+      // (one thread for every writer) does not read the frame again.
+      job->seal = store::SealRecord(job->key, {frame, items[j].len}, static_cast<uint32_t>(job->buf->size()),
+                                    job->key_owner);
     });
     CountEncoded(*job, true, counters_);
   }
