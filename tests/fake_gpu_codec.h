@@ -7,6 +7,8 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -54,6 +56,13 @@ class FakeGpuCodec : public GpuCodec {
   }
 
   Status DecodeBatch(GpuDecodeItem* items, size_t count) override {
+    {
+      // HoldDecodes: wait here (outside the codec's lock) until released.
+      std::unique_lock hl(hold_mu_);
+      held_decodes_ += hold_;
+      hold_cv_.notify_all();
+      hold_cv_.wait(hl, [&] { return !hold_; });
+    }
     auto lk = Enter();
     Status s = Fail(count);
     if (s.ok()) {
@@ -97,6 +106,29 @@ class FakeGpuCodec : public GpuCodec {
   uint64_t decode_items_with_base() const { return decode_items_with_base_.load(); }
   bool overlapped() const { return overlapped_.load(); }
 
+  // Decode batches wait on entry while held (a device busy for as long as
+  // the test wants); HeldDecodes counts the calls that waited.
+  void HoldDecodes() {
+    std::lock_guard lk(hold_mu_);
+    hold_ = true;
+  }
+  void ReleaseDecodes() {
+    {
+      std::lock_guard lk(hold_mu_);
+      hold_ = false;
+    }
+    hold_cv_.notify_all();
+  }
+  uint64_t HeldDecodes() {
+    std::lock_guard lk(hold_mu_);
+    return held_decodes_;
+  }
+  // Waits up to `ms` for n decode calls to be held.
+  bool WaitHeldDecodes(uint64_t n, int ms = 10000) {
+    std::unique_lock lk(hold_mu_);
+    return hold_cv_.wait_for(lk, std::chrono::milliseconds(ms), [&] { return held_decodes_ >= n; });
+  }
+
  private:
   // The real codec is not thread-safe: a caller that finds another inside
   // is recorded (overlapped()), then waits.
@@ -124,6 +156,10 @@ class FakeGpuCodec : public GpuCodec {
   GpuCodecStats stats_;
   std::atomic<uint64_t> calls_{0}, items_seen_{0}, paired_items_{0}, decode_items_with_base_{0};
   std::atomic<bool> overlapped_{false};
+  std::mutex hold_mu_;
+  std::condition_variable hold_cv_;
+  bool hold_ = false;          // guarded by hold_mu_
+  uint64_t held_decodes_ = 0;  // guarded by hold_mu_
 };
 
 }  // namespace lmc::testing

@@ -7,6 +7,7 @@
 #include <unordered_map>
 #include <utility>
 
+#include "lmc/thread_pool.h"
 #include "store_impl.h"
 
 namespace lmc::store {
@@ -31,6 +32,18 @@ struct Node {
   bool out = false;   // not decoded here: a read goes through ReadChunk's path
   bool done = false;  // decoded and checked
 };
+
+// fn(i) for i in [0, count): on the shared pool when there is more than
+// one (the caller takes part; ReadChunks is not called from that pool's
+// tasks), else here.
+template <typename Fn>
+void ParallelOver(size_t count, Fn&& fn) {
+  if (count <= 1) {
+    if (count) fn(0);
+    return;
+  }
+  ThreadPool::Shared().ParallelFor(count, 0, [&](size_t i, size_t) { fn(i); });
+}
 
 }  // namespace
 
@@ -106,14 +119,17 @@ void Store::ReadChunks(std::span<ChunkRead> reads, Workspace& ws, const FrameBat
     n.cap = be->decoded_len;
     n.dependants = 1;
   }
-  // The verified records, read one after another on this thread.
-  for (Node& n : nodes) {
-    if (n.out) continue;
+  // The verified records, read in parallel on the shared pool: each read
+  // waits for the disk (O_DIRECT), and its checksum is computed where the
+  // record is in cache.
+  ParallelOver(nodes.size(), [&](size_t i) {
+    Node& n = nodes[i];
+    if (n.out) return;
     auto f = m.PackFile(n.e.pack_id);
     // A pack retired by compaction meanwhile, a record that died: ReadChunk's
     // path reads the chunk's new entry, or reports it.
     if (!f.ok() || !m.ReadRecord(n.key, n.e, **f, n.record).ok()) n.out = true;
-  }
+  });
   // Rounds: a node decodes in the round after its base's. A chain longer
   // than fmt::kMaxDeltaDepth (or a loop, in a damaged index) or one with a
   // node left out is left to ReadChunk's path, which reports it.
@@ -165,16 +181,22 @@ void Store::ReadChunks(std::span<ChunkRead> reads, Workspace& ws, const FrameBat
     if (items.empty()) continue;
     // Not OK: the device failed and no item is valid; each is decoded on the CPU.
     const bool batched = decode_batch(items.data(), items.size()).ok();
+    // Bases are not hashed, as ReadChunk's path does not: a wrong base
+    // makes its dependants fail their frame checksums.
+    auto good = [&](const Node& n, size_t len) {
+      return len == n.e.decoded_len && (!(verify && n.read) || m.keys.Of(n.dst, len, n.e.owner) == n.key);
+    };
+    // The batch's results checked (hashed) in parallel, the rest in order.
+    std::vector<uint8_t> batch_good(items.size(), 0);
+    if (batched) {
+      ParallelOver(items.size(), [&](size_t i) {
+        batch_good[i] = items[i].status.ok() && good(*in_round[i], items[i].out_len);
+      });
+    }
     for (size_t i = 0; i < items.size(); i++) {
       Node& n = *in_round[i];
       const GpuDecodeItem& it = items[i];
-      // Bases are not hashed, as ReadChunk's path does not: a wrong base
-      // makes its dependants fail their frame checksums.
-      const bool hash = verify && n.read;
-      auto good = [&](size_t len) {
-        return len == n.e.decoded_len && (!hash || m.keys.Of(n.dst, len, n.e.owner) == n.key);
-      };
-      if (batched && it.status.ok() && good(it.out_len)) {
+      if (batch_good[i]) {
         n.done = true;
       } else {
         // The CPU decoder is the reference: a frame the batch decoder
@@ -188,7 +210,7 @@ void Store::ReadChunks(std::span<ChunkRead> reads, Workspace& ws, const FrameBat
         } else {
           // A delta, or a base: ReadChunk's path (which retries a chunk
           // rebased meanwhile) decides and reports.
-          n.done = r.ok() && good(*r);
+          n.done = r.ok() && good(n, *r);
           if (!n.done && n.read) one(*n.read);
         }
         if (n.read) n.read->redone = batched;

@@ -118,8 +118,8 @@ FileDataShared::FileDataShared(store::Store* st, const FsOptions& o, FsCounters*
       opts(o),
       counters(*c),
       cache(o),
-      readahead(st, &cache, c, o.read_pool, o.read_threads),
       gpu(o.gpu, o.gpu_none_reason, o.gpu_min_batch_bytes, o.gpu_batch_bytes, c, o.gpu_first),
+      readahead(st, &cache, c, o.read_pool, o.read_threads),
       committer(st),
       encoders(o.encode_threads, &gpu, c) {}
 
@@ -140,6 +140,49 @@ void DecodeIntoCache(store::Store* store, FsChunkCache* cache, FsCounters* count
     }
   } catch (...) {
   }
+}
+
+// One store call for the whole batch: the frames go to the GPU in one
+// DecodeBatch a round, deltas after their bases (the store decodes a round
+// on the CPU if the device fails). Returns the chunks it leaves for the CPU
+// (ReadChunks' deferred reads: cached bases, anything out of the ordinary).
+std::vector<std::pair<store::ChunkKey, uint32_t>> DecodeBatchIntoCache(
+    store::Store* store, FsChunkCache* cache, FsCounters* counters, GpuPath* gpu,
+    const std::vector<std::pair<store::ChunkKey, uint32_t>>& todo, uint64_t ino) {
+  std::vector<std::pair<store::ChunkKey, uint32_t>> rest;
+  try {
+    std::vector<store::ChunkBytes> bufs;
+    std::vector<store::ChunkRead> reads(todo.size());
+    bufs.reserve(todo.size());
+    for (size_t i = 0; i < todo.size(); i++) {
+      uint8_t* w;
+      bufs.push_back(store::NewChunkBytes(todo[i].second, &w));
+      reads[i].key = todo[i].first;
+      reads[i].dst = w;
+      reads[i].cap = bufs[i]->size();
+    }
+    const std::string what =
+        std::to_string(todo.size()) + " chunks read ahead in inode " + std::to_string(ino);
+    store->ReadChunks(
+        reads, Scratch().ws,
+        [&](GpuDecodeItem* items, size_t count) { return gpu->DecodeBatch(items, count, what); },
+        /*batch_only=*/true);
+    for (size_t i = 0; i < todo.size(); i++) {
+      const store::ChunkRead& r = reads[i];
+      if (r.deferred) {
+        rest.push_back(todo[i]);
+        continue;
+      }
+      if (r.redone) counters->gpu_fallback_chunks++;
+      if (!r.result.ok() || *r.result != bufs[i]->size()) continue;  // the read reports it
+      (r.batched ? counters->gpu_decode_chunks : counters->cpu_decode_chunks)++;
+      (r.batched ? counters->gpu_decode_bytes : counters->cpu_decode_bytes) += *r.result;
+      cache->Put(todo[i].first, std::move(bufs[i]));
+    }
+  } catch (...) {
+    // best effort, as DecodeIntoCache
+  }
+  return rest;
 }
 }  // namespace
 
@@ -185,6 +228,32 @@ void ReadAhead::Start(const store::ChunkKey& key, uint32_t decoded_len) {
   pool_->Submit([this, key, decoded_len](size_t) {
     DecodeIntoCache(store_, cache_, counters_, key, decoded_len);
     Finish(key);
+  });
+}
+
+void ReadAhead::StartBatch(std::vector<std::pair<store::ChunkKey, uint32_t>> chunks, GpuPath* gpu,
+                           uint64_t ino) {
+  {
+    std::lock_guard lk(mu_);
+    std::erase_if(chunks, [&](const auto& c) { return !inflight_.insert(c.first).second; });
+  }
+  // Decoded since the caller looked (as in Start).
+  std::vector<store::ChunkKey> cached;
+  std::erase_if(chunks, [&](const auto& c) {
+    if (!cache_->Get(c.first)) return false;
+    cached.push_back(c.first);
+    return true;
+  });
+  for (const auto& k : cached) Finish(k);
+  if (chunks.empty()) return;
+  pool_->Submit([this, chunks = std::move(chunks), gpu, ino](size_t) {
+    for (const auto& [key, len] : DecodeBatchIntoCache(store_, cache_, counters_, gpu, chunks, ino))
+      DecodeIntoCache(store_, cache_, counters_, key, len);
+    // Notified under the lock, all at once: once it is released, the
+    // destructor may run.
+    std::lock_guard lk(mu_);
+    for (const auto& c : chunks) inflight_.erase(c.first);
+    cv_.notify_all();
   });
 }
 
@@ -706,17 +775,26 @@ void FileData::Prefetch(uint64_t a, uint64_t b, uint64_t need_end) {
   }
   if (now.empty() && ahead.empty()) return;
   if (shared_.gpu.reads()) {
-    // With the GPU: one batch once it is worth its transfers, or the read
-    // needs a chunk now; the rest on the CPU, in parallel.
-    std::vector<ExtentRec> todo = now;
-    todo.insert(todo.end(), ahead.begin(), ahead.end());
-    uint64_t todo_bytes = 0;
-    for (const ExtentRec& e : todo) todo_bytes += e.decoded_len;
-    const bool gpu_batch = todo_bytes >= shared_.gpu.min_batch_bytes();
-    if (!gpu_batch && now.empty()) return;
+    // With the GPU: the chunks ahead as one batch in the background, once
+    // they are worth its transfers or reach the end of the file (the
+    // reader consumes the last batch meanwhile); the chunks this read needs
+    // and no batch holds, here on the CPU.
+    auto in_flight = [&](const ExtentRec& e) { return shared_.readahead.InFlight(e.key); };
+    std::erase_if(now, in_flight);
+    std::erase_if(ahead, in_flight);
+    uint64_t ahead_bytes = 0;
+    for (const ExtentRec& e : ahead) ahead_bytes += e.decoded_len;
+    const bool batch =
+        !ahead.empty() && (ahead_bytes >= shared_.gpu.min_batch_bytes() || b >= owner_.rec.size);
+    if (!batch && now.empty()) return;
     if ((pending_chunks_ || !committing_.empty()) && Commit(false)) return;
-    if (gpu_batch) todo = PrefetchOnGpu(todo);
-    DecodeNow(todo);
+    if (batch) {
+      std::vector<std::pair<store::ChunkKey, uint32_t>> chunks;
+      chunks.reserve(ahead.size());
+      for (const ExtentRec& e : ahead) chunks.emplace_back(e.key, e.decoded_len);
+      shared_.readahead.StartBatch(std::move(chunks), &shared_.gpu, owner_.ino);
+    }
+    DecodeNow(now);
     return;
   }
   // The chunks may be only in this inode's pending batch, or the one at the
@@ -734,47 +812,6 @@ void FileData::DecodeNow(const std::vector<ExtentRec>& todo) {
     if (shared_.cache.Get(todo[i].key)) return;  // decoded ahead meanwhile
     DecodeIntoCache(shared_.store, &shared_.cache, &shared_.counters, todo[i].key, todo[i].decoded_len);
   });
-}
-
-// One store call for the whole batch: the frames go to the GPU in one
-// DecodeBatch a round, deltas after their bases (the store decodes a round
-// on the CPU if the device fails); cached chunks and anything out of the
-// ordinary come back for the pool.
-std::vector<ExtentRec> FileData::PrefetchOnGpu(const std::vector<ExtentRec>& todo) {
-  std::vector<ExtentRec> rest;
-  try {
-    std::vector<store::ChunkBytes> bufs;
-    std::vector<store::ChunkRead> reads(todo.size());
-    bufs.reserve(todo.size());
-    for (size_t i = 0; i < todo.size(); i++) {
-      uint8_t* w;
-      bufs.push_back(store::NewChunkBytes(todo[i].decoded_len, &w));
-      reads[i].key = todo[i].key;
-      reads[i].dst = w;
-      reads[i].cap = bufs[i]->size();
-    }
-    const std::string what =
-        std::to_string(todo.size()) + " chunks read ahead in inode " + std::to_string(owner_.ino);
-    shared_.store->ReadChunks(
-        reads, Scratch().ws,
-        [&](GpuDecodeItem* items, size_t count) { return shared_.gpu.DecodeBatch(items, count, what); },
-        /*batch_only=*/true);
-    for (size_t i = 0; i < todo.size(); i++) {
-      const store::ChunkRead& r = reads[i];
-      if (r.deferred) {
-        rest.push_back(todo[i]);
-        continue;
-      }
-      if (r.redone) shared_.counters.gpu_fallback_chunks++;
-      if (!r.result.ok() || *r.result != bufs[i]->size()) continue;  // the read reports it
-      (r.batched ? shared_.counters.gpu_decode_chunks : shared_.counters.cpu_decode_chunks)++;
-      (r.batched ? shared_.counters.gpu_decode_bytes : shared_.counters.cpu_decode_bytes) += *r.result;
-      shared_.cache.Put(todo[i].key, std::move(bufs[i]));
-    }
-  } catch (...) {
-    // best effort, as above
-  }
-  return rest;
 }
 
 size_t FileData::PrepareRead(uint64_t off, size_t n) {

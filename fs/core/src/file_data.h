@@ -85,6 +85,12 @@ class ReadAhead {
 
   // Queues the decode of chunk `key` (decoded_len bytes) unless one is in flight.
   void Start(const store::ChunkKey& key, uint32_t decoded_len);
+  // Queues one task that decodes these chunks (key, decoded_len) in one
+  // Store::ReadChunks call on `gpu` (deltas after their bases, a round a
+  // batch) and what that leaves on the CPU, each key in flight until the
+  // task ends. Keys in flight already or cached are left out. `ino` names
+  // the file in the GPU's log line; gpu must outlive this.
+  void StartBatch(std::vector<std::pair<store::ChunkKey, uint32_t>> chunks, GpuPath* gpu, uint64_t ino);
   // Whether a decode of `key` is in flight.
   bool InFlight(const store::ChunkKey& key);
   // Decodes that may run at once (the pool's threads).
@@ -117,16 +123,17 @@ struct FileDataShared {
   const FsOptions& opts;
   FsCounters& counters;
   FsChunkCache cache;
+  // The GPU codec (FsOptions::gpu), shared by the encoders and read-ahead;
+  // destroyed after read-ahead, whose batches use it.
+  GpuPath gpu;
   // Decodes ahead of sequential readers into `cache`; destroyed (waiting
-  // for its decodes) before the cache.
+  // for its decodes) before the cache and the GPU path.
   ReadAhead readahead;
   // The incremental-snapshot policy (lmc/fs/delta_policy.h); nullptr: every
   // chunk standalone. Installed before use (Filesystem::SetDeltaPolicy).
   std::unique_ptr<DeltaPolicy> delta;
   // Bytes charged by jobs in flight over all inodes (FsOptions::write_budget).
   std::atomic<uint64_t> inflight_bytes{0};
-  // The GPU codec (FsOptions::gpu), shared by the encoders and read-ahead.
-  GpuPath gpu;
   // Commits batches handed off by writers (committer.h); destroyed after the
   // encoders, whose jobs it does not use, and before the caches.
   Committer committer;
@@ -310,14 +317,12 @@ class FileData {
   // those under [a, need_end) at once, in parallel on the shared pool (a
   // chunk already being decoded ahead is waited for); those after it in the
   // background (ReadAhead), the read not waiting for them. With the GPU,
-  // as one batch once there are enough of them. Best effort: errors
-  // surface on the read.
+  // those after it as one background batch (ReadAhead::StartBatch) once
+  // there are enough of them, or they reach the end of the file. Best
+  // effort: errors surface on the read.
   void Prefetch(uint64_t a, uint64_t b, uint64_t need_end);
   // Decodes `todo` into the cache at once, in parallel on the shared pool.
   void DecodeNow(const std::vector<ExtentRec>& todo);
-  // Prefetch's decode of `todo` as one batch through the GPU path; returns
-  // the chunks that cannot go to the GPU (deltas, ...), for the CPU.
-  std::vector<ExtentRec> PrefetchOnGpu(const std::vector<ExtentRec>& todo);
 
   Inode& owner_;
   FileDataShared& shared_;

@@ -535,8 +535,10 @@ class Store {
   // are; fp32 masters on their bf16 twins are deltas too). A round whose
   // call fails (the device) is decoded on the CPU from the records already
   // read. Without decode_batch, or with a FrameCodec other than
-  // LmcFrameCodec(), it is one ReadChunk per item. The records are read one
-  // after another on the calling thread. What is out of the ordinary (a
+  // LmcFrameCodec(), it is one ReadChunk per item. The records are read,
+  // and each round's results hashed, in parallel on ThreadPool::Shared()
+  // (the caller takes part), so it must not be called from a task of that
+  // pool; the rest runs on the calling thread. What is out of the ordinary (a
   // chunk the base cache holds, a short buffer, a key asked for twice, a
   // chunk or base moved meanwhile, a chain too deep, a delta whose base
   // failed) takes ReadChunk's path; batch_only: those are left to the
