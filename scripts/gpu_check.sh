@@ -24,17 +24,29 @@
 # The anchors need their wheels installed first (docs/BENCHMARKS.md, "GPU codec").
 # The step logs end up in $OUT/logs.tgz (the device tool returns 8 files).
 # Each step has its own time limit; the script goes on after a failed step
-# and exits non-zero if any failed.
+# and exits non-zero if any failed. TOTAL_S (default 560, under the device
+# tool's 600 s a command) bounds the whole script: a step gets at most what
+# is left of it (less 15 s to pack the logs), and one with under 20 s left
+# is skipped (listed, not failed), so the logs always come back packed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/lmc-gpu-check}
 DATA_MIB=${DATA_MIB:-1024}
 BENCH_MIB=${BENCH_MIB:-1024}
 mkdir -p "$OUT"
+TOTAL_S=${TOTAL_S:-560}
 failed=()
+skipped=()
 step() {  # step NAME LIMIT_S COMMAND...
   local name=$1 limit=$2
   shift 2
+  local left=$((TOTAL_S - SECONDS - 15))
+  if [ "$left" -lt 20 ]; then
+    echo "=== $name: skipped, ${left}s left of TOTAL_S=${TOTAL_S}"
+    skipped+=("$name")
+    return
+  fi
+  [ "$limit" -le "$left" ] || limit=$left
   echo "=== $name (limit ${limit}s): $*"
   local t0=$SECONDS
   timeout "$limit" "$@" 2>&1 | tee "$OUT/$name.log"
@@ -97,6 +109,7 @@ for f in "$OUT"/*.log; do [ -e "$f" ] && [ "$(basename "$f")" != gpu_check.log ]
 if [ ${#logs[@]} -gt 0 ] && tar czf "$OUT/logs.tgz" -C "$OUT" "${logs[@]}"; then
   (cd "$OUT" && rm -f "${logs[@]}")
 fi
+[ ${#skipped[@]} -eq 0 ] || echo "gpu_check: skipped for want of time (TOTAL_S=${TOTAL_S}): ${skipped[*]}"
 if [ ${#failed[@]} -gt 0 ]; then
   echo "gpu_check: FAILED: ${failed[*]}"
   exit 1

@@ -140,8 +140,8 @@ def read_run(a, mode, env, store, mnt, log_prefix, sd2, want):
             reads[name] = {"seconds": t, "exact": sha == want[name]}
     finally:
         unmount(pid)
-    with open(f"{log_prefix}-read.log") as f:  # the codec paths' summary at unmount (decodes by path)
-        reads["log"] = [l.strip() for l in f if "codec paths" in l][-1:]
+    with open(f"{log_prefix}-read.log") as f:  # the summaries at unmount: decodes by path, time by stage
+        reads["log"] = [l.strip() for l in f if "codec paths" in l or "time in the write and codec" in l][-2:]
     return reads
 
 

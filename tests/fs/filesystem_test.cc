@@ -355,6 +355,8 @@ TEST_F(FsCore, PipelineCommitRunsOffTheWritersThread) {
   for (std::thread::id t : env.HeldThreads()) EXPECT_NE(t, writer_id);
   env.HoldSyncs(false);
   writer.join();
+  // Counted as the writer's time waiting for its commits (lmcfs-stat).
+  EXPECT_GE(fs_->counters().commit_wait_ns.load(), 100'000'000u);
   ASSERT_EQ(fs_->Fsync(ino, false), 0);
   EXPECT_EQ(ReadAll(ino), model);
   ExpectSurvivesReopen(ino, model);
@@ -473,6 +475,8 @@ TEST_F(FsCore, PipelineBackpressureBlocksWritersAtTheBudget) {
   gate->Open();
   writer.join();
   EXPECT_TRUE(finished.load());
+  // Counted as the writer's time waiting for the write budget (lmcfs-stat).
+  EXPECT_GE(fs_->counters().write_budget_wait_ns.load(), 200'000'000u);
   ASSERT_EQ(fs_->Flush(ino), 0);
   EXPECT_EQ(ReadAll(ino), model);
   ASSERT_EQ(fs_->Release(ino), 0);

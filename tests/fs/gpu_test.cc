@@ -520,6 +520,16 @@ TEST_F(FsGpu, WritesGoThroughGpuBatchesAndReadBackByteIdentical) {
   EXPECT_EQ(C(c.gpu_failed_batches), 0u);
   EXPECT_GE(gate->recorded_with_base.load(), 8);  // deltas encoded on the GPU
   EXPECT_FALSE(fake.overlapped());
+  // The feeder's time, by stage (FsCounters' *_ns; lmcfs-stat --json).
+  EXPECT_GT(C(c.gpu_encode_call_ns), 0u);
+  EXPECT_GT(C(c.gpu_feeder_prepare_ns), 0u);
+  EXPECT_GT(C(c.gpu_feeder_finish_ns), 0u);
+  EXPECT_GT(C(c.gpu_feeder_idle_ns), 0u);
+  EXPECT_EQ(C(c.gpu_decode_call_ns), 0u);
+  bool named = false;
+  for (const auto& [k, v] : fs_->NamedCounters())
+    if (k == "gpu_encode_call_ns") named = v == C(c.gpu_encode_call_ns);
+  EXPECT_TRUE(named);
   EXPECT_EQ(ReadAll("model.bin"), model);
 
   // A plain file, then a fresh mount with gpu=auto: read-ahead decodes on
@@ -697,6 +707,7 @@ TEST_F(FsGpu, ReadAheadBatchesRunInTheBackgroundAndEachChunkIsDecodedOnce) {
   const bool in_background = WaitFor([&] { return returned.load(); });
   EXPECT_TRUE(in_background) << "the first read waited for the read-ahead batch";
   EXPECT_TRUE(fake.WaitHeldDecodes(1)) << "no read-ahead batch reached the GPU";
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the device busy
   fake.ReleaseDecodes();
   reader.join();
   EXPECT_EQ(first, data.substr(0, 2 * kChunk));
@@ -719,6 +730,11 @@ TEST_F(FsGpu, ReadAheadBatchesRunInTheBackgroundAndEachChunkIsDecodedOnce) {
   EXPECT_LE(fake.calls(), 10u);
   EXPECT_EQ(C(c.gpu_failed_batches), 0u);
   EXPECT_FALSE(fake.overlapped());
+  // The time in device calls holds the 20 ms the first one was held; the
+  // batch tasks' time holds their calls.
+  EXPECT_GE(C(c.gpu_decode_call_ns), 20'000'000u);
+  EXPECT_GE(C(c.gpu_read_batch_ns), C(c.gpu_decode_call_ns));
+  EXPECT_EQ(C(c.gpu_encode_call_ns), 0u);
 }
 
 // Read-ahead on the CPU decodes the chunks after a sequential read in the

@@ -661,6 +661,14 @@ TEST(ToolsStatText, CodecLinesWithAFailedGpuAndWithoutOne) {
                 {"gpu_batches", 1},
                 {"gpu_failed_batches", 1},
                 {"gpu_fallback_chunks", 12},
+                {"write_budget_wait_ns", uint64_t{1'250'000'000}},
+                {"commit_wait_ns", 4'000'000},
+                {"gpu_feeder_idle_ns", uint64_t{9'000'000'000}},
+                {"gpu_feeder_prepare_ns", 20'000'000},
+                {"gpu_feeder_finish_ns", 30'000'000},
+                {"gpu_encode_call_ns", 5'000'000},
+                {"gpu_decode_call_ns", 0},
+                {"gpu_read_batch_ns", 0},
                 {"gpu", "NVIDIA H100 (off after a device failure: I/O error: CUDA error 700)"}}}};
   std::ostringstream out;
   PrintStat(doc.dump(), false, out);
@@ -672,6 +680,14 @@ TEST(ToolsStatText, CodecLinesWithAFailedGpuAndWithoutOne) {
   EXPECT_NE(out.str().find(
                 "  GPU: NVIDIA H100 (off after a device failure: I/O error: CUDA error 700); batches: 1, "
                 "failed: 1 (12 chunks redone on the CPU)\n"),
+            std::string::npos)
+      << out.str();
+  EXPECT_NE(
+      out.str().find("  waits: writers 1.25 s for the write budget (encoders behind), 0.00 s for commits\n"),
+      std::string::npos)
+      << out.str();
+  EXPECT_NE(out.str().find("  GPU time: device encode calls 0.01 s, decode calls 0.00 s; feeder idle 9.00 s, "
+                           "preparing 0.02 s, finishing 0.03 s; read-ahead batches 0.00 s\n"),
             std::string::npos)
       << out.str();
   // A daemon of an older version (no codec counters): no codec lines.

@@ -51,6 +51,20 @@ void PrintCodec(const json& d, bool bytes, std::ostream& out) {
     out << ", failed: " << n("gpu_failed_batches") << " (" << n("gpu_fallback_chunks")
         << " chunks redone on the CPU)";
   out << "\n";
+  // Where the pipelines spent their time since the mount (FsCounters' *_ns).
+  if (!d.contains("write_budget_wait_ns")) return;  // a daemon of an older version
+  auto s = [&](const char* k) {
+    char b[32];
+    std::snprintf(b, sizeof b, "%.2f s", static_cast<double>(n(k)) / 1e9);
+    return std::string(b);
+  };
+  out << "  waits: writers " << s("write_budget_wait_ns") << " for the write budget (encoders behind), "
+      << s("commit_wait_ns") << " for commits\n";
+  if (n("gpu_batches") || n("gpu_failed_batches"))
+    out << "  GPU time: device encode calls " << s("gpu_encode_call_ns") << ", decode calls "
+        << s("gpu_decode_call_ns") << "; feeder idle " << s("gpu_feeder_idle_ns") << ", preparing "
+        << s("gpu_feeder_prepare_ns") << ", finishing " << s("gpu_feeder_finish_ns")
+        << "; read-ahead batches " << s("gpu_read_batch_ns") << "\n";
 }
 
 void PrintTable(const json& doc, const std::string& sort, bool reverse, bool bytes, bool files_only,

@@ -6,6 +6,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <new>
 
@@ -275,7 +276,10 @@ void EncoderPool::RunGpu() {
   for (;;) {
     {
       std::unique_lock lk(mu_);
-      gpu_cv_.wait(lk, [&] { return stop_ || FeederMayTake(); });
+      {
+        NsTimer idle(counters_.gpu_feeder_idle_ns);
+        gpu_cv_.wait(lk, [&] { return stop_ || FeederMayTake(); });
+      }
       // At stop the CPU threads finish the queue; once the GPU is off
       // (a failed batch, here or on the read path) they take everything.
       if (stop_ || !gpu_->active()) break;
@@ -312,6 +316,7 @@ void EncoderPool::EncodeBatchOnGpu(const std::vector<std::shared_ptr<EncodeJob>>
   items.reserve(batch.size());
   of_item.reserve(batch.size());
   uint64_t bytes = 0;
+  const auto t_prepare = std::chrono::steady_clock::now();
   for (size_t i = 0; i < batch.size(); i++) {
     EncodeJob* job = batch[i].get();
     Guarded(job, [&] {
@@ -331,6 +336,8 @@ void EncoderPool::EncodeBatchOnGpu(const std::vector<std::shared_ptr<EncodeJob>>
       bytes += it.n;
     });
   }
+  const auto t_call = std::chrono::steady_clock::now();
+  counters_.gpu_feeder_prepare_ns += ElapsedNs(t_prepare, t_call);
   Status s = Status::Ok();
   if (!items.empty()) {
     const EncodeJob& first = *batch[of_item[0]];
@@ -339,6 +346,7 @@ void EncoderPool::EncodeBatchOnGpu(const std::vector<std::shared_ptr<EncodeJob>>
                               " bytes) from inode " + std::to_string(first.ino) + " offset " +
                               std::to_string(first.begin));
   }
+  const auto t_finish = std::chrono::steady_clock::now();
   size_t refused = 0;  // items the GPU refused although the batch ran
   Status first_refusal;
   for (size_t j = 0; j < items.size(); j++) {
@@ -372,6 +380,7 @@ void EncoderPool::EncodeBatchOnGpu(const std::vector<std::shared_ptr<EncodeJob>>
     ReleaseIfFailed(job.get());
     CompleteJob(job.get());
   }
+  counters_.gpu_feeder_finish_ns += ElapsedNs(t_finish, std::chrono::steady_clock::now());
 }
 
 }  // namespace lmc::fs

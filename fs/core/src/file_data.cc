@@ -247,8 +247,11 @@ void ReadAhead::StartBatch(std::vector<std::pair<store::ChunkKey, uint32_t>> chu
   for (const auto& k : cached) Finish(k);
   if (chunks.empty()) return;
   pool_->Submit([this, chunks = std::move(chunks), gpu, ino](size_t) {
-    for (const auto& [key, len] : DecodeBatchIntoCache(store_, cache_, counters_, gpu, chunks, ino))
-      DecodeIntoCache(store_, cache_, counters_, key, len);
+    {
+      NsTimer t(counters_->gpu_read_batch_ns);
+      for (const auto& [key, len] : DecodeBatchIntoCache(store_, cache_, counters_, gpu, chunks, ino))
+        DecodeIntoCache(store_, cache_, counters_, key, len);
+    }
     // Notified under the lock, all at once: once it is released, the
     // destructor may run.
     std::lock_guard lk(mu_);
@@ -645,6 +648,9 @@ int FileData::ApplyHead(Until until) {
     if (until == Until::kNotDone) {
       std::lock_guard lk(job->mu);
       if (!job->done) break;
+    } else if (until == Until::kUnderBudget) {
+      NsTimer t(shared_.counters.write_budget_wait_ns);
+      job->Wait();
     } else {
       job->Wait();
     }
@@ -938,7 +944,10 @@ int FileData::WaitCommits(size_t keep) {
 
 int FileData::CommitAsync() {
   if (owner_.purged) return 0;
-  if (int err = WaitCommits(CommitTicket::kMaxQueuedPerInode - 1)) return err;
+  {
+    NsTimer t(shared_.counters.commit_wait_ns);
+    if (int err = WaitCommits(CommitTicket::kMaxQueuedPerInode - 1)) return err;
+  }
   pending_.Put(store::Cf::kInodes, InodeKey(owner_.ino), EncodeInode(Durable(owner_.rec)));
   auto t = std::make_shared<CommitTicket>();
   t->batch = std::move(pending_);

@@ -115,7 +115,15 @@ std::vector<std::pair<std::string, uint64_t>> Filesystem::NamedCounters() const 
           {"gpu_decode_bytes", c.gpu_decode_bytes.load()},
           {"gpu_batches", c.gpu_batches.load()},
           {"gpu_failed_batches", c.gpu_failed_batches.load()},
-          {"gpu_fallback_chunks", c.gpu_fallback_chunks.load()}};
+          {"gpu_fallback_chunks", c.gpu_fallback_chunks.load()},
+          {"write_budget_wait_ns", c.write_budget_wait_ns.load()},
+          {"commit_wait_ns", c.commit_wait_ns.load()},
+          {"gpu_feeder_idle_ns", c.gpu_feeder_idle_ns.load()},
+          {"gpu_feeder_prepare_ns", c.gpu_feeder_prepare_ns.load()},
+          {"gpu_feeder_finish_ns", c.gpu_feeder_finish_ns.load()},
+          {"gpu_encode_call_ns", c.gpu_encode_call_ns.load()},
+          {"gpu_decode_call_ns", c.gpu_decode_call_ns.load()},
+          {"gpu_read_batch_ns", c.gpu_read_batch_ns.load()}};
 }
 
 std::string Filesystem::GpuState() const { return impl_->data.gpu.State(); }
@@ -968,6 +976,21 @@ Status Filesystem::Shutdown() {
         counters_.gpu_decode_chunks.load(), counters_.gpu_decode_bytes.load(),
         counters_.cpu_encode_chunks.load(), counters_.cpu_decode_chunks.load(), counters_.gpu_batches.load(),
         counters_.gpu_failed_batches.load(), GpuState());
+  auto sec = [](const std::atomic<uint64_t>& ns) { return static_cast<double>(ns.load()) / 1e9; };
+  std::string gpu_times;
+  if (opts_.gpu)
+    gpu_times = fmt::format(
+        "; GPU feeder idle {:.2f} s, preparing {:.2f} s, in device encode calls {:.2f} s, finishing {:.2f} "
+        "s; "
+        "device decode calls {:.2f} s, read-ahead batches {:.2f} s",
+        sec(counters_.gpu_feeder_idle_ns), sec(counters_.gpu_feeder_prepare_ns),
+        sec(counters_.gpu_encode_call_ns), sec(counters_.gpu_feeder_finish_ns),
+        sec(counters_.gpu_decode_call_ns), sec(counters_.gpu_read_batch_ns));
+  spdlog::info(
+      "lmcfs: time in the write and codec pipelines: writers waited {:.2f} s for the write budget and {:.2f} "
+      "s "
+      "for commits{}",
+      sec(counters_.write_budget_wait_ns), sec(counters_.commit_wait_ns), gpu_times);
   Status first;
   for (auto& in : all) {
     std::lock_guard lk(in->mu);

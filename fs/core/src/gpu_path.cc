@@ -44,11 +44,17 @@ Status GpuPath::Run(size_t count, const std::string& what, Fn&& call) {
 }
 
 Status GpuPath::EncodeBatch(GpuEncodeItem* items, size_t count, const std::string& what) {
-  return Run(count, "encoding " + what, [&] { return codec_->EncodeBatch(items, count); });
+  return Run(count, "encoding " + what, [&] {
+    NsTimer t(counters_.gpu_encode_call_ns);
+    return codec_->EncodeBatch(items, count);
+  });
 }
 
 Status GpuPath::DecodeBatch(GpuDecodeItem* items, size_t count, const std::string& what) {
-  return Run(count, "decoding " + what, [&] { return codec_->DecodeBatch(items, count); });
+  return Run(count, "decoding " + what, [&] {
+    NsTimer t(counters_.gpu_decode_call_ns);
+    return codec_->DecodeBatch(items, count);
+  });
 }
 
 std::string GpuPath::State() const {

@@ -13,6 +13,7 @@
 #include <sys/types.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -147,6 +148,36 @@ struct FsCounters {
   std::atomic<uint64_t> gpu_failed_batches{0};  // device failures (at most 1: the GPU is then off)
   std::atomic<uint64_t> gpu_fallback_chunks{
       0};  // chunks of failed batches (or refused by the GPU), redone on the CPU
+  // Where the write and codec pipelines spend their time (nanoseconds,
+  // summed over threads): what a save waits for, and what the GPU feeder
+  // does between device calls (docs/ARCHITECTURE.md, "GPU codec in the
+  // mount"). For finding the stage that limits a save; not a benchmark.
+  std::atomic<uint64_t> write_budget_wait_ns{0};   // writers blocked on the write budget (encoders behind)
+  std::atomic<uint64_t> commit_wait_ns{0};         // writers blocked on their queued commits
+  std::atomic<uint64_t> gpu_feeder_idle_ns{0};     // the feeder waiting for chunks
+  std::atomic<uint64_t> gpu_feeder_prepare_ns{0};  // zero check, dtype, delta base, frame buffers
+  std::atomic<uint64_t> gpu_feeder_finish_ns{0};   // frames copied out, keys, record seals, jobs completed
+  std::atomic<uint64_t> gpu_encode_call_ns{0};     // in GpuCodec::EncodeBatch (transfers included)
+  std::atomic<uint64_t> gpu_decode_call_ns{0};     // in GpuCodec::DecodeBatch
+  std::atomic<uint64_t> gpu_read_batch_ns{0};      // read-ahead batch tasks, start to end
+};
+
+inline uint64_t ElapsedNs(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(b - a).count());
+}
+
+// Adds the time from its construction to its destruction to a counter of
+// nanoseconds (FsCounters' *_ns).
+class NsTimer {
+ public:
+  explicit NsTimer(std::atomic<uint64_t>& to) : to_(to), t0_(std::chrono::steady_clock::now()) {}
+  ~NsTimer() { to_ += ElapsedNs(t0_, std::chrono::steady_clock::now()); }
+  NsTimer(const NsTimer&) = delete;
+  NsTimer& operator=(const NsTimer&) = delete;
+
+ private:
+  std::atomic<uint64_t>& to_;
+  const std::chrono::steady_clock::time_point t0_;
 };
 
 struct Inode;
