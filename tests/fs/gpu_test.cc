@@ -737,6 +737,29 @@ TEST_F(FsGpu, ReadAheadBatchesRunInTheBackgroundAndEachChunkIsDecodedOnce) {
   EXPECT_EQ(C(c.gpu_encode_call_ns), 0u);
 }
 
+// The GPU read window fits the cache twice over: with a cache of only 8
+// chunks and batches of 4 (gpu_min_batch_bytes), a window of two batches
+// would fill the cache, and each batch would evict the one before it
+// while the reader still needs it (decoded again on the CPU). The window
+// is capped at half the cache and the batch at half the window, so each
+// chunk is decoded once.
+TEST_F(FsGpu, ReadAheadBatchesFitTheCacheAndNoChunkIsDecodedTwice) {
+  opts_.cache_bytes = 8 * kChunk;
+  Open(nullptr);
+  const std::string data = Bf16Like(40 * kChunk, 82);
+  CloseFile(WriteFile("data.bin", data));
+  Close();
+  opts_.gpu_first = true;
+  FakeGpuCodec& fake = NewFake();
+  Open(&fake);
+  EXPECT_EQ(ReadAll("data.bin"), data);
+  const FsCounters& c = fs_->counters();
+  EXPECT_EQ(C(c.gpu_decode_chunks) + C(c.cpu_decode_chunks), 40u)
+      << "GPU " << C(c.gpu_decode_chunks) << ", CPU " << C(c.cpu_decode_chunks);
+  EXPECT_GE(C(c.gpu_decode_chunks), 30u);
+  EXPECT_EQ(C(c.gpu_failed_batches), 0u);
+}
+
 // Read-ahead on the CPU decodes the chunks after a sequential read in the
 // background (ReadAhead): each chunk is decoded once, the reads that need a
 // chunk being decoded wait for it, and readers of one file at once, each

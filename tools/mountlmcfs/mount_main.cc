@@ -85,7 +85,8 @@ once it is installed as /sbin/mount.lmcfs (cmake --install puts it there).
                         (default 4096; set as root only; 0 keeps the
                         kernel's 128)
      chunk_size=BYTES   codec chunk size, K/M/G suffixes (default 1M)
-     cache_size=BYTES   decoded-chunk cache (default 64M)
+     cache_size=BYTES   decoded-chunk cache (default 64M; 128M with gpu=on,
+                        so that two read-ahead batches fit in half of it)
      base_cache=BYTES   decoded delta bases kept by the store (default 256M;
                         0: none): a series read in step order decodes each
                         base once
@@ -180,6 +181,7 @@ struct Options {
   unsigned read_ahead_kb = 4096;
   uint64_t chunk_size = 1u << 20;
   uint64_t cache_size = uint64_t{64} << 20;
+  bool cache_size_set = false;  // cache_size= given (else gpu=on raises the default)
   uint64_t base_cache = uint64_t{256} << 20;
   uint64_t write_buffer = uint64_t{256} << 20;
   unsigned encode_threads = 0;
@@ -282,6 +284,7 @@ int ParseArgs(int argc, char** argv, Options* o) {
           std::fprintf(stderr, "mount.lmcfs: bad cache_size '%s'\n", v.c_str());
           return false;
         }
+        o->cache_size_set = true;
       } else if (k == "base_cache") {
         if (!ParseSize(v, &o->base_cache)) {
           std::fprintf(stderr, "mount.lmcfs: bad base_cache '%s' (bytes, K/M/G suffixes; 0: none)\n",
@@ -818,15 +821,20 @@ int Serve(const Options& o, int report_fd) {
   // store's chunks under its own tag), so that the mount's memory does not
   // grow with the number of stores; declared before the filesystems that
   // use it, so that it outlives them.
+  // gpu=on reads ahead in two batches of kGpuMinBatchBytes, which must fit
+  // in half the cache (FileData::ReadAheadWindow): 128 MiB unless set.
+  const uint64_t cache_size = o.gpu == "on" && !o.cache_size_set
+                                  ? std::max<uint64_t>(o.cache_size, 4 * uint64_t{kGpuMinBatchBytes})
+                                  : o.cache_size;
   std::unique_ptr<store::ChunkCache> union_cache;
-  if (is_union) union_cache = std::make_unique<store::ChunkCache>(o.cache_size);
+  if (is_union) union_cache = std::make_unique<store::ChunkCache>(cache_size);
   // And one read-ahead pool: threads of their own per store would each
   // warm up memory of their own (docs/BENCHMARKS.md, "Stores in RADOS").
   std::unique_ptr<ThreadPool> union_read_pool;
   if (is_union) union_read_pool = std::make_unique<ThreadPool>(ReadAheadThreads(o.read_threads));
   FsOptions fo;
   fo.chunk_size = static_cast<uint32_t>(o.chunk_size);
-  fo.cache_bytes = o.cache_size;
+  fo.cache_bytes = cache_size;
   fo.shared_cache = union_cache.get();  // the writable store's tag is 0
   fo.read_pool = union_read_pool.get();
   fo.write_budget = o.write_buffer;

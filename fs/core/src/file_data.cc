@@ -782,7 +782,8 @@ void FileData::Prefetch(uint64_t a, uint64_t b, uint64_t need_end) {
   if (now.empty() && ahead.empty()) return;
   if (shared_.gpu.reads()) {
     // With the GPU: the chunks ahead as one batch in the background, once
-    // they are worth its transfers or reach the end of the file (the
+    // they are worth its transfers (gpu_min_batch_bytes, or half the
+    // window where the cache is smaller) or reach the end of the file (the
     // reader consumes the last batch meanwhile); the chunks this read needs
     // and no batch holds, here on the CPU.
     auto in_flight = [&](const ExtentRec& e) { return shared_.readahead.InFlight(e.key); };
@@ -790,8 +791,7 @@ void FileData::Prefetch(uint64_t a, uint64_t b, uint64_t need_end) {
     std::erase_if(ahead, in_flight);
     uint64_t ahead_bytes = 0;
     for (const ExtentRec& e : ahead) ahead_bytes += e.decoded_len;
-    const bool batch =
-        !ahead.empty() && (ahead_bytes >= shared_.gpu.min_batch_bytes() || b >= owner_.rec.size);
+    const bool batch = !ahead.empty() && (ahead_bytes >= GpuReadBatchBytes() || b >= owner_.rec.size);
     if (!batch && now.empty()) return;
     if ((pending_chunks_ || !committing_.empty()) && Commit(false)) return;
     if (batch) {
@@ -828,17 +828,28 @@ size_t FileData::PrepareRead(uint64_t off, size_t n) {
   // core while pack reads wait for the disk.
   const bool sequential = off == last_read_end_;
   last_read_end_ = off + n;
-  if (sequential) {
-    uint64_t ahead = uint64_t{shared_.opts.chunk_size} * 2 * std::max<size_t>(2, shared_.readahead.threads());
-    // Chunks decoded ahead wait in the cache: at most half of it, so that
-    // none is evicted before its read comes.
-    ahead =
-        std::min<uint64_t>(ahead, std::max<uint64_t>(shared_.opts.cache_bytes / 2, shared_.opts.chunk_size));
-    // With the GPU, room for a batch of at least gpu_min_batch_bytes ahead.
-    if (shared_.gpu.reads()) ahead = std::max<uint64_t>(ahead, 2 * uint64_t{shared_.gpu.min_batch_bytes()});
-    Prefetch(off, std::min(owner_.rec.size, off + n + ahead), off + n);
-  }
+  if (sequential) Prefetch(off, std::min(owner_.rec.size, off + n + ReadAheadWindow()), off + n);
   return n;
+}
+
+uint64_t FileData::ReadAheadWindow() const {
+  const uint64_t chunk = shared_.opts.chunk_size;
+  // Chunks decoded ahead wait in the cache: at most half of it, so that
+  // none is evicted before its read comes.
+  const uint64_t half_cache = std::max<uint64_t>(shared_.cache.capacity() / 2, chunk);
+  const uint64_t ahead =
+      std::min<uint64_t>(chunk * 2 * std::max<size_t>(2, shared_.readahead.threads()), half_cache);
+  // With the GPU, two batches of gpu_min_batch_bytes (the reader consumes
+  // one while the next decodes), as far as half the cache allows: a window
+  // as large as the cache made each batch evict the unread chunks of the
+  // one before it (decoded again on the CPU).
+  if (!shared_.gpu.reads()) return ahead;
+  return std::max(ahead, std::min<uint64_t>(2 * uint64_t{shared_.gpu.min_batch_bytes()}, half_cache));
+}
+
+uint64_t FileData::GpuReadBatchBytes() const {
+  return std::max<uint64_t>(std::min<uint64_t>(shared_.gpu.min_batch_bytes(), ReadAheadWindow() / 2),
+                            shared_.opts.chunk_size);
 }
 
 int FileData::Read(uint64_t off, size_t n, std::string* out) {

@@ -56,6 +56,7 @@ class FsChunkCache {
         tag_(o.shared_cache ? o.shared_cache_tag : 0) {}
   store::ChunkBytes Get(const store::ChunkKey& key) { return c_->Get(key, tag_); }
   void Put(const store::ChunkKey& key, store::ChunkBytes bytes) { c_->Put(key, std::move(bytes), tag_); }
+  uint64_t capacity() const { return c_->capacity(); }
 
  private:
   std::unique_ptr<store::ChunkCache> own_;
@@ -321,6 +322,10 @@ class FileData {
   // there are enough of them, or they reach the end of the file. Best
   // effort: errors surface on the read.
   void Prefetch(uint64_t a, uint64_t b, uint64_t need_end);
+  // The sequential read-ahead window (bytes after a read), and with the GPU
+  // the bytes of a batch: both within the cache (see PrepareRead).
+  uint64_t ReadAheadWindow() const;
+  uint64_t GpuReadBatchBytes() const;
   // Decodes `todo` into the cache at once, in parallel on the shared pool.
   void DecodeNow(const std::vector<ExtentRec>& todo);
 
