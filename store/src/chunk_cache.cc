@@ -67,6 +67,20 @@ void ChunkCache::Put(const ChunkKey& key, ChunkBytes bytes, uint32_t tag) {
   }
 }
 
+void ChunkCache::Demote(const ChunkKey& key, uint32_t tag) {
+  std::lock_guard lk(mu_);
+  auto it = map_.find(Key{key, tag});
+  if (it != map_.end()) lru_.splice(lru_.end(), lru_, it->second);
+}
+
+size_t ChunkCache::NoteReader(uint64_t id, uint32_t tag) {
+  const auto now = std::chrono::steady_clock::now();
+  std::lock_guard lk(readers_mu_);
+  readers_[{tag, id}] = now;
+  std::erase_if(readers_, [&](const auto& r) { return now - r.second > kReaderHorizon; });
+  return readers_.size();
+}
+
 uint64_t ChunkCache::bytes() {
   std::lock_guard lk(mu_);
   return bytes_;

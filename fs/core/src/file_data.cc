@@ -827,16 +827,31 @@ size_t FileData::PrepareRead(uint64_t off, size_t n) {
   // parallel (two per read-ahead thread), so cp and torch.load use every
   // core while pack reads wait for the disk.
   const bool sequential = off == last_read_end_;
+  const uint64_t prev_start = last_read_start_;
+  last_read_start_ = off;
   last_read_end_ = off + n;
-  if (sequential) Prefetch(off, std::min(owner_.rec.size, off + n + ReadAheadWindow()), off + n);
+  if (sequential) {
+    readers_ = shared_.cache.NoteReader(owner_.ino);
+    // The chunks the last read finished: evicted first from now on, before
+    // the chunks decoded ahead of readers that have yet to read them.
+    if (off > 0 && !LoadExtents()) {
+      for (auto it = FirstExtentAfter(extents_, prev_start);
+           it != extents_.end() && it->first + it->second.length <= off; ++it)
+        shared_.cache.Demote(it->second.key);
+    }
+    Prefetch(off, std::min(owner_.rec.size, off + n + ReadAheadWindow()), off + n);
+  }
   return n;
 }
 
 uint64_t FileData::ReadAheadWindow() const {
   const uint64_t chunk = shared_.opts.chunk_size;
-  // Chunks decoded ahead wait in the cache: at most half of it, so that
-  // none is evicted before its read comes.
-  const uint64_t half_cache = std::max<uint64_t>(shared_.cache.capacity() / 2, chunk);
+  // Chunks decoded ahead wait in the cache: at most half of it over all
+  // the files read at once, so that none is evicted before its read comes
+  // (8 readers with a window of half the cache each decoded 1.47 chunks a
+  // chunk read).
+  const uint64_t half_cache =
+      std::max<uint64_t>(shared_.cache.capacity() / 2 / std::max<size_t>(1, readers_), chunk);
   const uint64_t ahead =
       std::min<uint64_t>(chunk * 2 * std::max<size_t>(2, shared_.readahead.threads()), half_cache);
   // With the GPU, two batches of gpu_min_batch_bytes (the reader consumes

@@ -57,6 +57,9 @@ class FsChunkCache {
   store::ChunkBytes Get(const store::ChunkKey& key) { return c_->Get(key, tag_); }
   void Put(const store::ChunkKey& key, store::ChunkBytes bytes) { c_->Put(key, std::move(bytes), tag_); }
   uint64_t capacity() const { return c_->capacity(); }
+  // store::ChunkCache::NoteReader for file `ino`.
+  size_t NoteReader(uint64_t ino) { return c_->NoteReader(ino, tag_); }
+  void Demote(const store::ChunkKey& key) { c_->Demote(key, tag_); }
 
  private:
   std::unique_ptr<store::ChunkCache> own_;
@@ -323,7 +326,8 @@ class FileData {
   // effort: errors surface on the read.
   void Prefetch(uint64_t a, uint64_t b, uint64_t need_end);
   // The sequential read-ahead window (bytes after a read), and with the GPU
-  // the bytes of a batch: both within the cache (see PrepareRead).
+  // the bytes of a batch: within this file's share of the cache
+  // (ReadAheadWindow), as `readers_` files read it at once.
   uint64_t ReadAheadWindow() const;
   uint64_t GpuReadBatchBytes() const;
   // Decodes `todo` into the cache at once, in parallel on the shared pool.
@@ -331,6 +335,9 @@ class FileData {
 
   Inode& owner_;
   FileDataShared& shared_;
+  // Files read sequentially through the cache at the last sequential read
+  // of this one (FsChunkCache::NoteReader), this one included.
+  size_t readers_ = 1;
 
   // Committed (or in pending_) extents: file offset -> extent. Loaded on
   // first data access; they never overlap.
@@ -361,7 +368,8 @@ class FileData {
   // so reads stay right and the next flush retries.
   int write_error_ = 0;
 
-  uint64_t last_read_end_ = 0;  // sequential-read detection (prefetch)
+  uint64_t last_read_end_ = 0;    // sequential-read detection (prefetch)
+  uint64_t last_read_start_ = 0;  // and the chunks it read past (demoted in the cache)
 
   // Chunk adds, extent, xattr and inode puts not yet committed.
   store::Batch pending_;

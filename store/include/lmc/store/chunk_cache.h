@@ -8,11 +8,13 @@
 // within its own store (keys are hashed under each store's secret).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <list>
 #include <memory>
 #include <mutex>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "lmc/store/chunk_key.h"
@@ -52,6 +54,17 @@ class ChunkCache {
   ChunkBytes Get(const ChunkKey& key, uint32_t tag = 0);
   void Put(const ChunkKey& key, ChunkBytes bytes, uint32_t tag = 0);
   uint64_t bytes();  // held now (tests)
+  // Makes the chunk, if held, the next to be evicted: a sequential reader
+  // has read past it, so it should not push out chunks decoded ahead of
+  // readers that have yet to read them.
+  void Demote(const ChunkKey& key, uint32_t tag = 0);
+
+  // The sequential readers that share this cache (the filesystem's
+  // read-ahead windows divide it among them): notes a read by reader `id`
+  // (a file; `tag` as above) now, and returns how many distinct readers
+  // read within the last kReaderHorizon, this one included.
+  size_t NoteReader(uint64_t id, uint32_t tag = 0);
+  static constexpr std::chrono::milliseconds kReaderHorizon{1000};
 
  private:
   struct Key {
@@ -65,11 +78,20 @@ class ChunkCache {
     }
   };
   using Lru = std::list<std::pair<Key, ChunkBytes>>;
+  struct ReaderHash {
+    size_t operator()(const std::pair<uint32_t, uint64_t>& r) const {
+      return std::hash<uint64_t>()(r.second) ^ (size_t{r.first} * 0x9E3779B97F4A7C15ull);
+    }
+  };
   const uint64_t cap_;
-  std::mutex mu_;  // guards everything below
+  std::mutex mu_;  // guards lru_, map_, bytes_
   Lru lru_;        // most recent first
   std::unordered_map<Key, Lru::iterator, KeyHash> map_;
   uint64_t bytes_ = 0;
+  std::mutex readers_mu_;  // guards readers_
+  // (tag, id) -> the reader's last read.
+  std::unordered_map<std::pair<uint32_t, uint64_t>, std::chrono::steady_clock::time_point, ReaderHash>
+      readers_;
 };
 
 }  // namespace lmc::store
