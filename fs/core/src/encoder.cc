@@ -13,6 +13,7 @@
 #include "lmc/bytes.h"
 #include "lmc/codec.h"
 #include "lmc/store/frame_pool.h"
+#include "ns_timer.h"
 
 namespace lmc::fs {
 

@@ -15,6 +15,7 @@
 #include "lmc/codec.h"
 #include "lmc/store/extent.h"
 #include "lmc/thread_pool.h"
+#include "ns_timer.h"
 
 namespace lmc::fs {
 

@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <exception>
 
+#include "ns_timer.h"
+
 namespace lmc::fs {
 
 GpuPath::GpuPath(GpuCodec* codec, std::string none_reason, size_t min_batch_bytes, size_t batch_bytes,

@@ -13,7 +13,6 @@
 #include <sys/types.h>
 
 #include <atomic>
-#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -160,24 +159,6 @@ struct FsCounters {
   std::atomic<uint64_t> gpu_encode_call_ns{0};     // in GpuCodec::EncodeBatch (transfers included)
   std::atomic<uint64_t> gpu_decode_call_ns{0};     // in GpuCodec::DecodeBatch
   std::atomic<uint64_t> gpu_read_batch_ns{0};      // read-ahead batch tasks, start to end
-};
-
-inline uint64_t ElapsedNs(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
-  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(b - a).count());
-}
-
-// Adds the time from its construction to its destruction to a counter of
-// nanoseconds (FsCounters' *_ns).
-class NsTimer {
- public:
-  explicit NsTimer(std::atomic<uint64_t>& to) : to_(to), t0_(std::chrono::steady_clock::now()) {}
-  ~NsTimer() { to_ += ElapsedNs(t0_, std::chrono::steady_clock::now()); }
-  NsTimer(const NsTimer&) = delete;
-  NsTimer& operator=(const NsTimer&) = delete;
-
- private:
-  std::atomic<uint64_t>& to_;
-  const std::chrono::steady_clock::time_point t0_;
 };
 
 struct Inode;
