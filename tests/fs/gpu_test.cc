@@ -484,6 +484,15 @@ class FsGpu : public ::testing::Test {
     fakes_.push_back(std::make_unique<FakeGpuCodec>(fail_batch));
     return *fakes_.back();
   }
+  // Closes the filesystem and opens it again as gpu=on (read-ahead batches
+  // go to the GPU) with a new fake.
+  FakeGpuCodec& ReopenGpuFirst(uint64_t fail_batch = 0) {
+    Close();
+    opts_.gpu_first = true;
+    FakeGpuCodec& fake = NewFake(fail_batch);
+    Open(&fake);
+    return fake;
+  }
 
   std::string dir_;
   FsOptions opts_;
@@ -545,10 +554,7 @@ TEST_F(FsGpu, WritesGoThroughGpuBatchesAndReadBackByteIdentical) {
   EXPECT_EQ(auto_fake.stats().decode_chunks, 0u);
   EXPECT_EQ(C(fs_->counters().cpu_decode_chunks), 40u);
   // And with gpu=on (GPU first): read-ahead decodes batches on the GPU.
-  Close();
-  opts_.gpu_first = true;
-  FakeGpuCodec& fake2 = NewFake();
-  Open(&fake2);
+  FakeGpuCodec& fake2 = ReopenGpuFirst();
   EXPECT_EQ(ReadAll("plain.bin"), plain);
   // Deltas too: their base decoded in the same batch call before them, or
   // in the batch before that (the counters count chunks read, not the
@@ -607,10 +613,7 @@ TEST_F(FsGpu, ReadAheadDecodesPairedMastersAfterTheirTwinsOnTheGpu) {
   for (const auto& [k, v] : fs_->DeltaCounters())
     if (k == "paired") paired = v;
   EXPECT_GE(paired, 6u) << "the masters were not paired with their twins";
-  Close();
-  opts_.gpu_first = true;
-  FakeGpuCodec& fake = NewFake();
-  Open(&fake);
+  FakeGpuCodec& fake = ReopenGpuFirst();
   InstallSnapshotPolicy(fs_.get(), DeltaOptions{});
   EXPECT_EQ(ReadAll("master.safetensors"), master_file);
   // All but the masters under the first read (128 KiB: two chunks at
@@ -660,10 +663,7 @@ TEST_F(FsGpu, DeviceFailureWhileReadingAheadFallsBackToTheCpu) {
   Open(nullptr);
   std::string data = Bf16Like(40 * kChunk, 71);
   CloseFile(WriteFile("data.bin", data));
-  Close();
-  FakeGpuCodec& fake = NewFake(/*fail_batch=*/1);
-  opts_.gpu_first = true;  // gpu=on: read-ahead batches go to the GPU
-  Open(&fake);
+  FakeGpuCodec& fake = ReopenGpuFirst(/*fail_batch=*/1);
   EXPECT_EQ(ReadAll("data.bin"), data);
   const FsCounters& c = fs_->counters();
   EXPECT_EQ(fake.calls(), 1u);
@@ -691,10 +691,7 @@ TEST_F(FsGpu, ReadAheadBatchesRunInTheBackgroundAndEachChunkIsDecodedOnce) {
   Open(nullptr);
   const std::string data = Bf16Like(40 * kChunk, 81);
   CloseFile(WriteFile("data.bin", data));
-  Close();
-  opts_.gpu_first = true;
-  FakeGpuCodec& fake = NewFake();
-  Open(&fake);
+  FakeGpuCodec& fake = ReopenGpuFirst();
   fake.HoldDecodes();
   struct stat st;
   ASSERT_EQ(fs_->Lookup(kRootIno, "data.bin", &st), 0);
@@ -748,10 +745,7 @@ TEST_F(FsGpu, ReadAheadBatchesFitTheCacheAndNoChunkIsDecodedTwice) {
   Open(nullptr);
   const std::string data = Bf16Like(40 * kChunk, 82);
   CloseFile(WriteFile("data.bin", data));
-  Close();
-  opts_.gpu_first = true;
-  FakeGpuCodec& fake = NewFake();
-  Open(&fake);
+  ReopenGpuFirst();
   EXPECT_EQ(ReadAll("data.bin"), data);
   const FsCounters& c = fs_->counters();
   EXPECT_EQ(C(c.gpu_decode_chunks) + C(c.cpu_decode_chunks), 40u)

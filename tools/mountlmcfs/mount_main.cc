@@ -817,15 +817,15 @@ int Serve(const Options& o, int report_fd) {
     return 32;
   }
   std::unique_ptr<store::Store> store = std::move(st).value();
-  // A union's stores share one decoded-chunk cache of cache_size (each
-  // store's chunks under its own tag), so that the mount's memory does not
-  // grow with the number of stores; declared before the filesystems that
-  // use it, so that it outlives them.
   // gpu=on reads ahead in two batches of kGpuMinBatchBytes, which must fit
   // in half the cache (FileData::ReadAheadWindow): 128 MiB unless set.
   const uint64_t cache_size = o.gpu == "on" && !o.cache_size_set
                                   ? std::max<uint64_t>(o.cache_size, 4 * uint64_t{kGpuMinBatchBytes})
                                   : o.cache_size;
+  // A union's stores share one decoded-chunk cache of cache_size (each
+  // store's chunks under its own tag), so that the mount's memory does not
+  // grow with the number of stores; declared before the filesystems that
+  // use it, so that it outlives them.
   std::unique_ptr<store::ChunkCache> union_cache;
   if (is_union) union_cache = std::make_unique<store::ChunkCache>(cache_size);
   // And one read-ahead pool: threads of their own per store would each

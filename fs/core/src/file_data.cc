@@ -849,8 +849,8 @@ uint64_t FileData::ReadAheadWindow() const {
   const uint64_t chunk = shared_.opts.chunk_size;
   // Chunks decoded ahead wait in the cache: at most half of it over all
   // the files read at once, so that none is evicted before its read comes
-  // (8 readers with a window of half the cache each decoded 1.47 chunks a
-  // chunk read).
+  // (8 files read at once, a window of half the cache each: 1.20-1.35
+  // decodes a chunk; docs/BENCHMARKS.md).
   const uint64_t half_cache =
       std::max<uint64_t>(shared_.cache.capacity() / 2 / std::max<size_t>(1, readers_), chunk);
   const uint64_t ahead =

@@ -980,16 +980,14 @@ Status Filesystem::Shutdown() {
   std::string gpu_times;
   if (opts_.gpu)
     gpu_times = fmt::format(
-        "; GPU feeder idle {:.2f} s, preparing {:.2f} s, in device encode calls {:.2f} s, finishing {:.2f} "
-        "s; "
-        "device decode calls {:.2f} s, read-ahead batches {:.2f} s",
+        "; GPU feeder idle {:.2f} s, preparing {:.2f} s, in device encode calls {:.2f} s, "
+        "finishing {:.2f} s; device decode calls {:.2f} s, read-ahead batches {:.2f} s",
         sec(counters_.gpu_feeder_idle_ns), sec(counters_.gpu_feeder_prepare_ns),
         sec(counters_.gpu_encode_call_ns), sec(counters_.gpu_feeder_finish_ns),
         sec(counters_.gpu_decode_call_ns), sec(counters_.gpu_read_batch_ns));
   spdlog::info(
-      "lmcfs: time in the write and codec pipelines: writers waited {:.2f} s for the write budget and {:.2f} "
-      "s "
-      "for commits{}",
+      "lmcfs: time in the write and codec pipelines: writers waited {:.2f} s for the write budget "
+      "and {:.2f} s for commits{}",
       sec(counters_.write_budget_wait_ns), sec(counters_.commit_wait_ns), gpu_times);
   Status first;
   for (auto& in : all) {
