@@ -604,11 +604,15 @@ def measure_writers(ctx, path):
                             raise RuntimeError(f'a writer failed ({name}, {n} writers)')
                 for p in procs:
                     p.join()
+                # The daemon's CPU and memory of the saves alone: taken
+                # before stored() (which waits for background work) and the
+                # read-back below (which decodes every shard).
+                daemon = (dict(cpu_s=fs_bench.cpu_seconds(m.pid) - c0, rss_mib=vm_hwm_mib(m.pid))
+                          if name == 'lmcfs' else {})
                 logical = sum(os.path.getsize(m.path(f'rank{r}.pt')) for r in range(n))
                 row = dict(writers=n, method=name, rep=rep, seconds=max(ends) - t0, logical=logical,
-                           stored=m.stored(), sha=[benchutil.sha256_file(m.path(f'rank{r}.pt')) for r in range(n)])
-                if name == 'lmcfs':
-                    row.update(cpu_s=fs_bench.cpu_seconds(m.pid) - c0, rss_mib=vm_hwm_mib(m.pid))
+                           stored=m.stored(), sha=[benchutil.sha256_file(m.path(f'rank{r}.pt')) for r in range(n)],
+                           **daemon)
             finally:
                 m.close()
                 shutil.rmtree(case, ignore_errors=True)

@@ -12,6 +12,14 @@
 // torch: "<archive>/data.pkl" comes first and maps storage keys to dtypes;
 // stored members "<archive>/data/<key>" are the storages. npz: stored
 // "<name>.npy" members hold an npy header and the array.
+//
+// Archives may follow one another: PyTorch DCP's .distcp files are one
+// torch.save archive per tensor, end to end, each with its storage "data/0".
+// A storage's region is named "data/<key>" in the first archive and
+// "<n>:data/<key>" in the n-th after it, so that every tensor of such a
+// file has a name of its own: the name is what finds a chunk's prior
+// version (fs lineage keys), and a shared "data/0" paired each tensor with
+// whichever tensor of that shape came last.
 
 #include <algorithm>
 #include <cstring>
@@ -136,6 +144,8 @@ ParseTask ParseZip(LayoutContext& c) {
   TorchStorages storages;
   bool torch = false;
   bool first = true;
+  uint64_t archive = 0;    // archives ended before this one
+  bool after_end = false;  // an end record was the last record read
   while (true) {
     std::string_view sig_bytes = co_await c.Peek(4);
     if (sig_bytes.size() < 4) break;
@@ -165,9 +175,14 @@ ParseTask ParseZip(LayoutContext& c) {
       uint64_t comment = LoadLE16(h.data() + 20);
       if (co_await c.Skip(comment) < comment) break;
       flush();
+      after_end = true;
       continue;
     }
     if (sig != kLocalSig) break;
+    if (after_end) {
+      ++archive;
+      after_end = false;
+    }
 
     // Local file header. Its region also takes in the previous member's
     // data descriptor (one region, not two tiny ones).
@@ -265,7 +280,7 @@ ParseTask ParseZip(LayoutContext& c) {
       std::string region_name = name;
       if (is_storage) {
         tensor = true;
-        region_name = "data/" + key;
+        region_name = archive ? std::to_string(archive) + ":data/" + key : "data/" + key;
         auto it = storages.find(key);
         if (it != storages.end() && it->second.typed) {
           dtype = it->second.dtype;

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <map>
 #include <random>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -199,6 +200,38 @@ TEST(LayoutFixtures, TorchZipHeadersAreBytes) {
   EXPECT_TRUE(saw_pkl);
   // The central directory and end record close the file as bytes.
   EXPECT_FALSE(regions.back().is_tensor);
+}
+
+// PyTorch DCP's .distcp files: torch.save archives end to end (one a
+// tensor, each storage "data/0"). Every archive's storages are tensors of
+// their pickle's dtype, and each has a name of its own: "data/<key>" in
+// the first archive, "<n>:data/<key>" in the n-th after it.
+TEST(LayoutFixtures, ConcatenatedTorchArchivesNameEachStorageApart) {
+  const Bytes one = ReadFile("torch_adamw.pt");
+  const auto single = Tensors(ParseLayout(one.data(), one.size()));
+  ASSERT_GT(single.size(), 1u);
+  Bytes three;
+  for (int i = 0; i < 3; ++i) three.insert(three.end(), one.begin(), one.end());
+  Format f;
+  const auto t = Tensors(ParseChecked(three, &f));
+  EXPECT_EQ(f, Format::kTorchZip);
+  ASSERT_EQ(t.size(), 3 * single.size());
+  std::set<std::string> names;
+  for (size_t a = 0; a < 3; ++a) {
+    for (size_t i = 0; i < single.size(); ++i) {
+      const Region& x = t[a * single.size() + i];
+      SCOPED_TRACE(x.name);
+      EXPECT_EQ(x.offset, single[i].offset + a * one.size());
+      EXPECT_EQ(x.length, single[i].length);
+      EXPECT_EQ(x.dtype, single[i].dtype);
+      EXPECT_EQ(x.name, a ? std::to_string(a) + ":" + single[i].name : single[i].name);
+      names.insert(x.name);
+    }
+  }
+  // Chunks of one storage share its name; no two storages do.
+  std::set<std::string> storages;
+  for (const Region& x : single) storages.insert(x.name);
+  EXPECT_EQ(names.size(), 3 * storages.size());
 }
 
 TEST(LayoutFixtures, TruncatedAtManyLengths) {
