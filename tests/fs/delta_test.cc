@@ -36,6 +36,10 @@ TEST(LineageTest, StepNumbersGoShardNumbersStay) {
   EXPECT_EQ(NormalizeFileName("global_step1200"), "global_step#");
   EXPECT_EQ(NormalizeFileName("RANK7-shard2.bin"), "RANK7-shard2.bin");
   EXPECT_EQ(NormalizeFileName("latest.pt"), "latest.pt");
+  // PyTorch DCP: rank and file index, no step.
+  EXPECT_EQ(NormalizeFileName("__1_0.distcp"), "__1_0.distcp");
+  EXPECT_NE(NormalizeFileName("__0_0.distcp"), NormalizeFileName("__1_0.distcp"));
+  EXPECT_NE(NormalizeFileName("__0_0.distcp"), NormalizeFileName("__0_1.distcp"));
   EXPECT_EQ(NormalizeFileName(""), "");
 }
 

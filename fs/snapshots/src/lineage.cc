@@ -41,6 +41,11 @@ bool OfFollows(std::string_view s, size_t j) {
 }  // namespace
 
 std::string NormalizeFileName(std::string_view s) {
+  // PyTorch DCP names a rank's files __<rank>_<n>.distcp (the step is in
+  // the directory's name): every digit there tells shards apart.
+  constexpr std::string_view kDcpSuffix = ".distcp";
+  if (s.size() >= kDcpSuffix.size() && s.substr(s.size() - kDcpSuffix.size()) == kDcpSuffix)
+    return std::string(s);
   std::string out;
   out.reserve(s.size());
   size_t i = 0;
