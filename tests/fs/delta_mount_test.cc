@@ -53,6 +53,24 @@ for seed in map(int, sys.argv[3:]):
         save_file({k: v.contiguous() for k, v in m.state_dict().items()}, f'{d}/model_step_{n}.safetensors')
 )";
 
+// Python prelude of the sharded-save tests: the MLP + AdamW of kTrainScript
+// (deterministic per seed), a training step, and rank r's half of a tensor.
+constexpr char kShardPrelude[] = R"(
+import torch
+def mlp_and_adamw(seed):
+    torch.manual_seed(seed)
+    torch.use_deterministic_algorithms(True)
+    torch.set_num_threads(1)
+    m = torch.nn.Sequential(torch.nn.Linear(256, 1024), torch.nn.GELU(), torch.nn.Linear(1024, 256))
+    return m, torch.optim.AdamW(m.parameters(), lr=1e-4)
+def train_step(m, opt):
+    loss = m(torch.randn(64, 256)).pow(2).mean()
+    opt.zero_grad(); loss.backward(); opt.step()
+def half(t, r):
+    f = t.reshape(-1)
+    return f[f.numel() * r // 2:f.numel() * (r + 1) // 2].clone()
+)";
+
 class MountDeltaTest : public lmc::testing::MountTest {
  protected:
   MountDeltaTest() { options_.mount_options = DeltaOptions(mode_); }
@@ -287,25 +305,19 @@ save_file({'t': t}, sys.argv[1] + '/t.safetensors')
 // weight to an Adam moment), and with one role for both ranks to the other
 // rank's shard: older saves kept almost no delta frames.
 TEST_F(MountDeltaTest, MountDcpSeriesFindsEachTensorsPriorVersion) {
-  const std::string script = WriteScript("dcp.py", R"(
+  const std::string script = WriteScript("dcp.py", std::string(kShardPrelude) + R"(
 import os, sys, warnings
 warnings.filterwarnings('ignore')
-import torch, torch.distributed as dist, torch.multiprocessing as mp
+import torch.distributed as dist, torch.multiprocessing as mp
 import torch.distributed.checkpoint as dcp
 def rank_main(rank, out, rendezvous):
     dist.init_process_group('gloo', init_method='file://' + rendezvous, rank=rank, world_size=2)
     # Both ranks train the same model; each saves its half of every tensor.
-    torch.manual_seed(5)
-    torch.use_deterministic_algorithms(True)
-    torch.set_num_threads(1)
-    m = torch.nn.Sequential(torch.nn.Linear(256, 1024), torch.nn.GELU(), torch.nn.Linear(1024, 256))
-    opt = torch.optim.AdamW(m.parameters(), lr=1e-4)
+    m, opt = mlp_and_adamw(5)
     def shard(name, t):
-        f = t.reshape(-1)
-        return f'{name}.shard{rank}', f[f.numel() * rank // 2:f.numel() * (rank + 1) // 2].clone()
+        return f'{name}.shard{rank}', half(t, rank)
     for step in range(1, 4):
-        loss = m(torch.randn(64, 256)).pow(2).mean()
-        opt.zero_grad(); loss.backward(); opt.step()
+        train_step(m, opt)
         st = dict(shard(f'model.{k}', v) for k, v in m.state_dict().items())
         for i, s in opt.state_dict()['state'].items():
             st.update(shard(f'optim.{i}.{k}', v) for k, v in s.items() if torch.is_tensor(v) and v.dim())
@@ -367,6 +379,44 @@ for k in keys:
   }
   Remount();
   check();
+}
+
+// Megatron's legacy layout: iter_<step>/mp_rank_<tp>/model_optim_rng.pt,
+// each tensor-parallel rank a shard of every tensor under the same names.
+// The rank directory is part of the file role, so each rank's file finds
+// its own prior version (with the role "model_optim_rng.pt" for both, each
+// rank's tensors were matched to the other rank's, and older saves kept
+// 0.1% of their bytes in delta frames).
+TEST_F(MountDeltaTest, MountMegatronRankDirectoriesAreRolesOfTheirOwn) {
+  const std::string script = WriteScript("megatron.py", std::string(kShardPrelude) + R"(
+import os, sys
+out = sys.argv[1]
+m, opt = mlp_and_adamw(7)
+for step in range(1, 4):
+    train_step(m, opt)
+    for r in range(2):
+        d = f'{out}/iter_{step:07d}/mp_rank_{r:02d}'
+        os.makedirs(d, exist_ok=True)
+        state = {'model': {k: half(v, r) for k, v in m.state_dict().items()},
+                 'optimizer': {i: {k: half(v, r) for k, v in s.items() if torch.is_tensor(v) and v.dim()}
+                               for i, s in opt.state_dict()['state'].items()},
+                 'iteration': step}
+        torch.save(state, f'{d}/model_optim_rng.pt')
+)");
+  ASSERT_EQ(Python(script, mnt_), 0);
+  ASSERT_EQ(Python(script, plain_), 0);
+  ExpectSame("");
+  WaitRebases();
+  for (int r = 0; r < 2; ++r) {
+    const std::string f = "/mp_rank_0" + std::to_string(r) + "/model_optim_rng.pt";
+    EXPECT_EQ(Xattr(P("iter_0000003" + f), "delta_bytes"), 0u) << f;
+    for (const char* d : {"iter_0000001", "iter_0000002"}) {
+      const std::string p = P(d + f);
+      EXPECT_GT(Xattr(p, "delta_bytes"), Xattr(p, "stored_bytes") / 10) << d << f;
+    }
+  }
+  Remount();
+  ExpectSame("");
 }
 
 TEST_F(MountDeltaTest, MountExplicitBaseDirectoryIsTheBaseOfFineTunedSaves) {

@@ -40,7 +40,28 @@ TEST(LineageTest, StepNumbersGoShardNumbersStay) {
   EXPECT_EQ(NormalizeFileName("__1_0.distcp"), "__1_0.distcp");
   EXPECT_NE(NormalizeFileName("__0_0.distcp"), NormalizeFileName("__1_0.distcp"));
   EXPECT_NE(NormalizeFileName("__0_0.distcp"), NormalizeFileName("__0_1.distcp"));
+  // Megatron's rank directories: tensor, pipeline (and expert) rank.
+  EXPECT_EQ(NormalizeFileName("mp_rank_00_001"), "mp_rank_00_001");
   EXPECT_EQ(NormalizeFileName(""), "");
+}
+
+TEST(LineageTest, DirectoriesThatNameAShardAreInTheRole) {
+  EXPECT_EQ(FileRole("model_optim_rng.pt", "mp_rank_01"), "mp_rank_01/model_optim_rng.pt");
+  EXPECT_NE(FileRole("model_optim_rng.pt", "mp_rank_00"), FileRole("model_optim_rng.pt", "mp_rank_01"));
+  EXPECT_NE(FileRole("model_optim_rng.pt", "mp_rank_00_000"),
+            FileRole("model_optim_rng.pt", "mp_rank_00_001"));
+  EXPECT_EQ(FileRole("ckpt_step_100.pt", "rank3"), "rank3/ckpt_step_#.pt");
+  // Step directories and unknown ones stay out of it.
+  EXPECT_EQ(FileRole("model.safetensors", "checkpoint-100"), "model.safetensors");
+  EXPECT_EQ(FileRole("model_optim_rng.pt", "iter_0000100"), "model_optim_rng.pt");
+  EXPECT_EQ(FileRole("__0_0.distcp", "step-200"), "__0_0.distcp");
+  EXPECT_EQ(FileRole("x.pt", ""), "x.pt");
+  ChunkSpec s;
+  s.offset = 0;
+  s.length = 65536;
+  EXPECT_EQ(LineageKey("x.pt", s, std::nullopt, "checkpoint-5"), LineageKey("x.pt", s));
+  EXPECT_NE(LineageKey("x.pt", s, std::nullopt, "mp_rank_00"),
+            LineageKey("x.pt", s, std::nullopt, "mp_rank_01"));
 }
 
 TEST(LineageTest, KeysSeparateTensorsDtypesOffsetsAndRoles) {

@@ -20,6 +20,7 @@
 #include <map>
 #include <mutex>
 #include <random>
+#include <set>
 #include <string>
 #include <thread>
 
@@ -66,7 +67,7 @@ class GatePolicy : public DeltaPolicy {
   void Record(const ChunkOrigin& origin, const store::ChunkKey& key, const std::optional<store::ChunkKey>& b,
               const store::ChunkBytes&, store::Batch*) override {
     std::lock_guard lk(mu_);
-    recorded.push_back({std::string(origin.file_name), key, b});
+    recorded.push_back({std::string(origin.file_name), key, b, std::string(origin.dir_name)});
   }
   void Release(const store::ChunkKey&) override { released++; }
 
@@ -74,6 +75,7 @@ class GatePolicy : public DeltaPolicy {
     std::string name;
     store::ChunkKey key;
     std::optional<store::ChunkKey> base;
+    std::string dir;  // ChunkOrigin::dir_name
   };
   std::atomic<int> calls{0};
   std::atomic<int> offered{0};   // ChooseBase calls that returned `base`
@@ -190,6 +192,45 @@ class FsCore : public ::testing::Test {
 };
 
 using testing::Bf16Like;
+
+// The delta policy learns the name of each file's directory (a file role
+// may keep it: Megatron's mp_rank_NN/model_optim_rng.pt), whether the file
+// was created there, renamed there, or found by lookup after a reopen.
+TEST_F(FsCore, DeltaPolicySeesEachFilesDirectoryName) {
+  GatePolicy* gate = InstallGate(true);
+  struct stat st;
+  ASSERT_EQ(fs_->Mkdir(kRootIno, "mp_rank_07", 0755, {1000, 1000}, &st), 0);
+  const uint64_t dir = st.st_ino;
+  const std::string data = Bf16Like(4 * (64 << 10), 3);
+  // Writes `data` into ino and commits it; the directory names recorded.
+  auto dirs_of = [&](uint64_t ino) {
+    {
+      std::lock_guard lk(gate->mu());
+      gate->recorded.clear();
+    }
+    EXPECT_EQ(fs_->Write(ino, 0, data.data(), data.size()), 0);
+    EXPECT_EQ(fs_->Flush(ino), 0);
+    std::set<std::string> dirs;
+    std::lock_guard lk(gate->mu());
+    for (const auto& r : gate->recorded) dirs.insert(r.dir);
+    return dirs;
+  };
+  const uint64_t a = CreateFile(dir, "model_optim_rng.pt");
+  EXPECT_EQ(dirs_of(a), std::set<std::string>{"mp_rank_07"});
+  const uint64_t b = CreateFile(kRootIno, "b.pt");
+  EXPECT_EQ(dirs_of(b), std::set<std::string>{""});  // the root has no name
+  ASSERT_EQ(fs_->Rename(kRootIno, "b.pt", dir, "b.pt", 0), 0);
+  EXPECT_EQ(dirs_of(b), std::set<std::string>{"mp_rank_07"});
+  ASSERT_EQ(fs_->Release(a), 0);
+  ASSERT_EQ(fs_->Release(b), 0);
+  Reopen();
+  gate = InstallGate(true);
+  ASSERT_EQ(fs_->Lookup(kRootIno, "mp_rank_07", &st), 0);
+  ASSERT_EQ(fs_->Lookup(dir, "model_optim_rng.pt", &st), 0);
+  ASSERT_EQ(fs_->Open(st.st_ino, O_WRONLY), 0);
+  EXPECT_EQ(dirs_of(st.st_ino), std::set<std::string>{"mp_rank_07"});
+  ASSERT_EQ(fs_->Release(st.st_ino), 0);
+}
 
 TEST_F(FsCore, PipelineReadsAndOverwritesSeeInFlightChunks) {
   GatePolicy* gate = InstallGate(false);

@@ -35,6 +35,7 @@ struct EncodeJob {
   uint64_t ino = 0;
   std::string name_hint;         // the inode's name_hint at submission
   uint64_t parent_hint = 0;      // and its parent_hint
+  std::string dir_name_hint;     // and its dir_name_hint
   ChunkSpec spec;                // the chunker's fields (offset, length, dtype, lineage)
   std::optional<DType> dtype;    // nullopt: detect from the bytes
   uint64_t begin = 0, end = 0;   // file range [begin, end), end - begin == buf->size()
@@ -70,7 +71,7 @@ struct EncodeJob {
   // encoder then releases the base it was given (DeltaPolicy::Release).
   bool dropped = false;
 
-  ChunkOrigin Origin() const { return {ino, name_hint, &spec, parent_hint, key_owner}; }
+  ChunkOrigin Origin() const { return {ino, name_hint, &spec, parent_hint, key_owner, dir_name_hint}; }
   void Wait();
 };
 

@@ -521,6 +521,7 @@ int FileData::MaterializeRanges(const std::vector<CutSpec>& specs) {
       job->ino = owner_.ino;
       job->name_hint = owner_.name_hint;
       job->parent_hint = owner_.parent_hint;
+      job->dir_name_hint = owner_.dir_name_hint;
       job->spec = s.spec;
       job->dtype = s.dtype;
       job->begin = s.begin;
@@ -625,7 +626,8 @@ int FileData::ApplyJob(EncodeJob& job) {
   e.frame_len = job.match ? job.match->frame_len : static_cast<uint32_t>(job.frame.size());
   e.decoded_len = e.length;
   if (shared_.delta) {
-    ChunkOrigin origin{owner_.ino, owner_.name_hint, &job.spec, owner_.parent_hint, job.key_owner};
+    ChunkOrigin origin{owner_.ino,         owner_.name_hint, &job.spec,
+                       owner_.parent_hint, job.key_owner,    owner_.dir_name_hint};
     shared_.delta->Record(origin, job.key, job.base_key, job.buf, &pending_);
   }
   if (job.match)

@@ -294,11 +294,26 @@ int Filesystem::Lookup(uint64_t parent, std::string_view name, struct stat* out)
   int err = 0;
   InodePtr in = m.Get(d->ino, &err);
   if (!in) return err == ENOENT ? EIO : err;  // a dirent naming no inode
+  // The first lookup names the inode for the delta policy, with the
+  // directory's own name (its lock taken and dropped before the inode's).
+  bool unnamed;
+  {
+    std::lock_guard lk(in->mu);
+    unnamed = in->name_hint.empty();
+  }
+  std::string dir_name;
+  if (unnamed) {
+    if (InodePtr dir = m.Get(parent, &err); dir && dir != in) {
+      std::lock_guard dl(dir->mu);
+      dir_name = dir->name_hint;
+    }
+  }
   std::lock_guard lk(in->mu);
   in->nlookup++;
   if (in->name_hint.empty()) {
     in->name_hint.assign(name);
     in->parent_hint = parent;
+    in->dir_name_hint = std::move(dir_name);
   }
   FillStat(*in, out);
   return 0;
@@ -429,6 +444,7 @@ static int MakeNode(Filesystem::Impl& m, bool read_only, uint64_t parent, std::s
   in->data.SetEmpty();
   in->name_hint.assign(name);
   in->parent_hint = dir->ino;
+  in->dir_name_hint = dir->name_hint;
   in->nlookup = 1;
   in->nopen = open ? 1 : 0;
 
@@ -518,6 +534,7 @@ int Filesystem::Link(uint64_t ino, uint64_t newparent, std::string_view newname,
   dir->rec = dr;
   in->name_hint.assign(newname);
   in->parent_hint = newparent;
+  in->dir_name_hint = dir->name_hint;
   in->nlookup++;
   FillStat(*in, out);
   return 0;
@@ -735,9 +752,11 @@ int Filesystem::Rename(uint64_t parent, std::string_view name, uint64_t newparen
   sin->rec.ctime_ns = sr.ctime_ns;
   sin->name_hint.assign(newname);
   sin->parent_hint = newparent;
+  sin->dir_name_hint = ndir->name_hint;
   if (din && (flags & RENAME_EXCHANGE)) {
     din->name_hint.assign(name);
     din->parent_hint = parent;
+    din->dir_name_hint = pdir->name_hint;
   }
   if (din) {
     din->rec = dr;

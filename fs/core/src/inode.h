@@ -29,7 +29,8 @@ struct Inode {
   // The name the file was created, last linked or renamed under (or looked
   // up by), for the delta policy's lineage (lmc/fs/delta_policy.h).
   std::string name_hint;
-  uint64_t parent_hint = 0;  // the directory of that name (0: unknown)
+  uint64_t parent_hint = 0;   // the directory of that name (0: unknown)
+  std::string dir_name_hint;  // that directory's own name_hint (empty: unknown, the root)
 
   // Extents, written bytes, the chunks at the encoders, the pending batch.
   FileData data;

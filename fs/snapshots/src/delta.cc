@@ -176,7 +176,7 @@ std::optional<BaseChoice> SnapshotDeltaPolicy::ChooseBase(const ChunkOrigin& ori
   // Reverse deltas: the new chunk is standalone (or paired); Record queues
   // the rebase of its prior version.
   if (opts_.mode == DeltaMode::kReverse) return take_paired();
-  const std::string lk = LineageKey(origin.file_name, *origin.spec, origin.owner);
+  const std::string lk = LineageKey(origin.file_name, *origin.spec, origin.owner, origin.dir_name);
   std::optional<LineageEntry> prior = lk.empty() ? std::nullopt : lineage_.Lookup(lk);
   if (!prior) {
     counters_.no_lineage++;
@@ -395,7 +395,7 @@ void SnapshotDeltaPolicy::Record(const ChunkOrigin& origin, const store::ChunkKe
     cache_.Put(key, bytes);
   RecordPairs(origin, key, bytes, batch);
   RecordMaster(origin, key, base, bytes, batch);
-  const std::string lk = LineageKey(origin.file_name, *origin.spec, origin.owner);
+  const std::string lk = LineageKey(origin.file_name, *origin.spec, origin.owner, origin.dir_name);
   if (lk.empty() || origin.spec->length < opts_.min_chunk) return;
   // A chunk written as a delta (against delta_base) has its base already:
   // its prior version in the series is left as it is.

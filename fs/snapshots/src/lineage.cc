@@ -1,5 +1,6 @@
 #include "lineage.h"
 
+#include <algorithm>
 #include <array>
 #include <cctype>
 
@@ -42,9 +43,12 @@ bool OfFollows(std::string_view s, size_t j) {
 
 std::string NormalizeFileName(std::string_view s) {
   // PyTorch DCP names a rank's files __<rank>_<n>.distcp (the step is in
-  // the directory's name): every digit there tells shards apart.
-  constexpr std::string_view kDcpSuffix = ".distcp";
-  if (s.size() >= kDcpSuffix.size() && s.substr(s.size() - kDcpSuffix.size()) == kDcpSuffix)
+  // the directory's name), Megatron a rank's directory
+  // mp_rank_<tp>[_<pp>[_<ep>]] (and DeepSpeed its files mp_rank_<tp>_...):
+  // every digit there tells shards apart.
+  constexpr std::string_view kDcpSuffix = ".distcp", kMpRank = "mp_rank_";
+  if ((s.size() >= kDcpSuffix.size() && s.substr(s.size() - kDcpSuffix.size()) == kDcpSuffix) ||
+      s.substr(0, kMpRank.size()) == kMpRank)
     return std::string(s);
   std::string out;
   out.reserve(s.size());
@@ -92,10 +96,19 @@ std::string PrefixFor(const char* shared, const char* scoped, store::KeyOwner ow
 }
 }  // namespace
 
-std::string LineageKey(std::string_view file_name, const ChunkSpec& spec, store::KeyOwner owner) {
+std::string FileRole(std::string_view file_name, std::string_view dir_name) {
+  std::string role = NormalizeFileName(file_name);
+  if (dir_name.empty()) return role;
+  std::string dir = NormalizeFileName(dir_name);
+  if (std::none_of(dir.begin(), dir.end(), IsDigit)) return role;
+  return dir + "/" + role;
+}
+
+std::string LineageKey(std::string_view file_name, const ChunkSpec& spec, store::KeyOwner owner,
+                       std::string_view dir_name) {
   if (spec.length == 0) return {};
   std::string k = PrefixFor(kLineagePrefix, kOwnerLineagePrefix, owner);
-  k += NormalizeFileName(file_name);
+  k += FileRole(file_name, dir_name);
   k.push_back('\0');
   AppendChunkPart(k, spec);
   return k;

@@ -45,11 +45,18 @@ std::string NormalizeFileName(std::string_view name);
 inline constexpr char kOwnerLineagePrefix[] = "lineage-uid/";
 inline constexpr char kOwnerDirLineagePrefix[] = "lineage-dir-uid/";
 
-// The lineage key of a chunk of file `file_name` (the name only, no
-// directory), among the chunks of `owner` (nullopt: shared chunks). Empty:
-// no lineage (empty chunk).
+// The role of file `file_name` in directory `dir_name` (names only):
+// NormalizeFileName(file_name), after NormalizeFileName(dir_name) and '/'
+// where the directory's name keeps a shard number (Megatron's
+// mp_rank_00/model_optim_rng.pt and mp_rank_01/model_optim_rng.pt are two
+// roles; checkpoint-100/model.safetensors is model.safetensors).
+std::string FileRole(std::string_view file_name, std::string_view dir_name);
+
+// The lineage key of a chunk of file `file_name` in directory `dir_name`
+// (names only, FileRole), among the chunks of `owner` (nullopt: shared
+// chunks). Empty: no lineage (empty chunk).
 std::string LineageKey(std::string_view file_name, const ChunkSpec& spec,
-                       store::KeyOwner owner = std::nullopt);
+                       store::KeyOwner owner = std::nullopt, std::string_view dir_name = {});
 
 // Cf::kMeta key prefix of directory-scoped lineage records (the explicit
 // base directory, mount option delta_base=DIR): the newest chunk written

@@ -32,6 +32,7 @@ struct ChunkOrigin {
   const ChunkSpec* spec = nullptr;  // offset/length/dtype (+ region fields from the chunker)
   uint64_t parent = 0;              // the directory that name is in (0: unknown)
   store::KeyOwner owner{};          // the chunk's key scope (dedup=uid): bases only of the same owner
+  std::string_view dir_name{};      // the name of directory `parent` (empty: unknown, or the root)
 };
 
 // An XOR base for one chunk: the decoded bytes of a committed chunk of the
