@@ -54,7 +54,10 @@ TEST(LineageTest, DirectoriesThatNameAShardAreInTheRole) {
   // Step directories and unknown ones stay out of it.
   EXPECT_EQ(FileRole("model.safetensors", "checkpoint-100"), "model.safetensors");
   EXPECT_EQ(FileRole("model_optim_rng.pt", "iter_0000100"), "model_optim_rng.pt");
-  EXPECT_EQ(FileRole("__0_0.distcp", "step-200"), "__0_0.distcp");
+  // DCP files: always with their directory, step numbers normalized away.
+  EXPECT_EQ(FileRole("__0_0.distcp", "step-200"), "step-#/__0_0.distcp");
+  EXPECT_EQ(FileRole("__0_0.distcp", "step-100"), FileRole("__0_0.distcp", "step-200"));
+  EXPECT_NE(FileRole("__0_0.distcp", "pytorch_model_fsdp_0"), FileRole("__0_0.distcp", "optimizer_0"));
   EXPECT_EQ(FileRole("x.pt", ""), "x.pt");
   ChunkSpec s;
   s.offset = 0;

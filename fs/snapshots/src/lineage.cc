@@ -100,7 +100,13 @@ std::string FileRole(std::string_view file_name, std::string_view dir_name) {
   std::string role = NormalizeFileName(file_name);
   if (dir_name.empty()) return role;
   std::string dir = NormalizeFileName(dir_name);
-  if (std::none_of(dir.begin(), dir.end(), IsDigit)) return role;
+  // Every DCP save names its files __<rank>_<n>.distcp: the directory tells
+  // the model's from the optimizer's (accelerate's FSDP checkpoints hold
+  // pytorch_model_fsdp_0/ and optimizer_0/, each a DCP save).
+  constexpr std::string_view kDcpSuffix = ".distcp";
+  const bool dcp = file_name.size() >= kDcpSuffix.size() &&
+                   file_name.substr(file_name.size() - kDcpSuffix.size()) == kDcpSuffix;
+  if (!dcp && std::none_of(dir.begin(), dir.end(), IsDigit)) return role;
   return dir + "/" + role;
 }
 

@@ -49,7 +49,9 @@ inline constexpr char kOwnerDirLineagePrefix[] = "lineage-dir-uid/";
 // NormalizeFileName(file_name), after NormalizeFileName(dir_name) and '/'
 // where the directory's name keeps a shard number (Megatron's
 // mp_rank_00/model_optim_rng.pt and mp_rank_01/model_optim_rng.pt are two
-// roles; checkpoint-100/model.safetensors is model.safetensors).
+// roles; checkpoint-100/model.safetensors is model.safetensors), and
+// always for a PyTorch DCP file (*.distcp: every save's files have the
+// same names; optimizer_0/__0_0.distcp is optimizer_#/__0_0.distcp).
 std::string FileRole(std::string_view file_name, std::string_view dir_name);
 
 // The lineage key of a chunk of file `file_name` in directory `dir_name`
