@@ -7,7 +7,8 @@
 // newest save standalone, older ones re-encoded against it in the
 // background) and forward deltas; keep-last-K rotation with gc (dead-base
 // rewrite + compaction) between saves reaching a steady state; one tensor
-// saved in two formats stored once; a PyTorch DCP series, each tensor
+// saved in two formats stored once; checkpoints sharded by rank (a PyTorch
+// DCP series from two ranks, Megatron's rank directories), each tensor
 // against its own prior version.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
