@@ -39,17 +39,21 @@ bool OfFollows(std::string_view s, size_t j) {
          std::tolower(static_cast<unsigned char>(s[j + 2])) == 'f';
 }
 
+// A PyTorch DCP file: DCP names a rank's files __<rank>_<n>.distcp and puts
+// the step in the directory's name.
+bool IsDcpFile(std::string_view s) {
+  constexpr std::string_view kSuffix = ".distcp";
+  return s.size() >= kSuffix.size() && s.substr(s.size() - kSuffix.size()) == kSuffix;
+}
+
 }  // namespace
 
 std::string NormalizeFileName(std::string_view s) {
-  // PyTorch DCP names a rank's files __<rank>_<n>.distcp (the step is in
-  // the directory's name), Megatron a rank's directory
-  // mp_rank_<tp>[_<pp>[_<ep>]] (and DeepSpeed its files mp_rank_<tp>_...):
-  // every digit there tells shards apart.
-  constexpr std::string_view kDcpSuffix = ".distcp", kMpRank = "mp_rank_";
-  if ((s.size() >= kDcpSuffix.size() && s.substr(s.size() - kDcpSuffix.size()) == kDcpSuffix) ||
-      s.substr(0, kMpRank.size()) == kMpRank)
-    return std::string(s);
+  // Every digit of a DCP file's name, and of Megatron's rank directories
+  // mp_rank_<tp>[_<pp>[_<ep>]] (DeepSpeed's files mp_rank_<tp>_...), tells
+  // shards apart.
+  constexpr std::string_view kMpRank = "mp_rank_";
+  if (IsDcpFile(s) || s.substr(0, kMpRank.size()) == kMpRank) return std::string(s);
   std::string out;
   out.reserve(s.size());
   size_t i = 0;
@@ -100,13 +104,10 @@ std::string FileRole(std::string_view file_name, std::string_view dir_name) {
   std::string role = NormalizeFileName(file_name);
   if (dir_name.empty()) return role;
   std::string dir = NormalizeFileName(dir_name);
-  // Every DCP save names its files __<rank>_<n>.distcp: the directory tells
-  // the model's from the optimizer's (accelerate's FSDP checkpoints hold
+  // Every DCP save names its files alike: the directory tells the model's
+  // from the optimizer's (accelerate's FSDP checkpoints hold
   // pytorch_model_fsdp_0/ and optimizer_0/, each a DCP save).
-  constexpr std::string_view kDcpSuffix = ".distcp";
-  const bool dcp = file_name.size() >= kDcpSuffix.size() &&
-                   file_name.substr(file_name.size() - kDcpSuffix.size()) == kDcpSuffix;
-  if (!dcp && std::none_of(dir.begin(), dir.end(), IsDigit)) return role;
+  if (!IsDcpFile(file_name) && std::none_of(dir.begin(), dir.end(), IsDigit)) return role;
   return dir + "/" + role;
 }
 

@@ -5,7 +5,8 @@
 // tensor length, offset in the tensor, chunk length); of a mixed (header /
 // packed small tensors) chunk, (file role, file offset, chunk length). The
 // file role is the file's name with its step numbers normalized away
-// (NormalizeFileName). The index lineage key -> newest committed chunk key
+// (NormalizeFileName), after its directory's where that names a shard
+// (FileRole). The index lineage key -> newest committed chunk key
 // is persistent (Cf::kMeta, prefix kLineagePrefix, docs/FORMAT.md,
 // "Lineage records") and cached in a bounded in-memory map.
 #pragma once
@@ -33,6 +34,8 @@ inline constexpr char kLineagePrefix[] = "lineage/";
 // (directly or after one of "_-.=") by one of the words rank, shard, part,
 // mp, pp, tp, dp, ep, worker, gpu, node, of; and a run followed by
 // "-of-" / "_of_" (the NNNNN of "NNNNN-of-MMMMM"). Case-insensitive words.
+// A name ending in ".distcp" (PyTorch DCP) or starting with "mp_rank_"
+// (Megatron's rank directories, DeepSpeed's files) keeps every run.
 // ckpt_step_2000.pt -> ckpt_step_#.pt; model-00001-of-00002.safetensors
 // stays; mp_rank_00_model_states.pt stays; epoch=3-step=500.ckpt ->
 // epoch=#-step=#.ckpt.
