@@ -18,8 +18,8 @@
 // A storage's region is named "data/<key>" in the first archive and
 // "<n>:data/<key>" in the n-th after it, so that every tensor of such a
 // file has a name of its own: the name is what finds a chunk's prior
-// version (fs lineage keys), and a shared "data/0" paired each tensor with
-// whichever tensor of that shape came last.
+// version (fs lineage keys), and with one name for all each tensor would
+// be matched to whichever tensor of its shape came last.
 
 #include <algorithm>
 #include <cstring>

@@ -41,10 +41,7 @@ bool OfFollows(std::string_view s, size_t j) {
 
 // A PyTorch DCP file: DCP names a rank's files __<rank>_<n>.distcp and puts
 // the step in the directory's name.
-bool IsDcpFile(std::string_view s) {
-  constexpr std::string_view kSuffix = ".distcp";
-  return s.size() >= kSuffix.size() && s.substr(s.size() - kSuffix.size()) == kSuffix;
-}
+bool IsDcpFile(std::string_view s) { return s.ends_with(".distcp"); }
 
 }  // namespace
 
@@ -52,8 +49,7 @@ std::string NormalizeFileName(std::string_view s) {
   // Every digit of a DCP file's name, and of Megatron's rank directories
   // mp_rank_<tp>[_<pp>[_<ep>]] (DeepSpeed's files mp_rank_<tp>_...), tells
   // shards apart.
-  constexpr std::string_view kMpRank = "mp_rank_";
-  if (IsDcpFile(s) || s.substr(0, kMpRank.size()) == kMpRank) return std::string(s);
+  if (IsDcpFile(s) || s.starts_with("mp_rank_")) return std::string(s);
   std::string out;
   out.reserve(s.size());
   size_t i = 0;
