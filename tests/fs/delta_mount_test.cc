@@ -420,6 +420,61 @@ for step in range(1, 4):
   ExpectSame("");
 }
 
+// DeepSpeed's pipeline layout, global_step<N>/layer_<idx>-model_<tp>-
+// model_states.pt (GPT-NeoX, Megatron-DeepSpeed), and its universal
+// checkpoints, <dir>/zero/<parameter>/{fp32,exp_avg,exp_avg_sq}.pt: every
+// layer of a stack holds tensors of the same names and shapes, and every
+// parameter's files the same names. The layer number and the parameter's
+// directory are part of the file role, so each file finds its own prior
+// version (with the roles layer_#-model_#-model_states.pt and fp#.pt every
+// file was matched to another layer's, and no older file held a delta).
+TEST_F(MountDeltaTest, MountDeepSpeedLayerAndParameterFilesAreRolesOfTheirOwn) {
+  const std::string script = WriteScript("deepspeed.py", std::string(kShardPrelude) + R"(
+import os, sys
+out = sys.argv[1]
+torch.manual_seed(9)
+torch.use_deterministic_algorithms(True)
+torch.set_num_threads(1)
+m = torch.nn.Sequential(*[torch.nn.Linear(256, 256) for _ in range(3)])
+opt = torch.optim.AdamW(m.parameters(), lr=1e-4)
+for step in range(1, 4):
+    train_step(m, opt)
+    d = f'{out}/global_step{step}'
+    os.makedirs(d, exist_ok=True)
+    for i, layer in enumerate(m):
+        for tp in range(2):
+            torch.save({k: half(v, tp) for k, v in layer.state_dict().items()},
+                       f'{d}/layer_{i + 1:02d}-model_{tp:02d}-model_states.pt')
+    for name, p in m.named_parameters():
+        pd = f'{d}_universal/zero/{name}'
+        os.makedirs(pd, exist_ok=True)
+        for what, t in (('fp32', p.detach()), ('exp_avg', opt.state[p]['exp_avg']),
+                        ('exp_avg_sq', opt.state[p]['exp_avg_sq'])):
+            torch.save({'param': t.clone()}, f'{pd}/{what}.pt')
+)");
+  ASSERT_EQ(Python(script, mnt_), 0);
+  ASSERT_EQ(Python(script, plain_), 0);
+  ExpectSame("");
+  WaitRebases();
+  auto expect_deltas = [&](const std::string& newest, const std::vector<std::string>& older) {
+    EXPECT_EQ(Xattr(P(newest), "delta_bytes"), 0u) << newest;
+    for (const auto& f : older) EXPECT_GT(Xattr(P(f), "delta_bytes"), Xattr(P(f), "stored_bytes") / 10) << f;
+  };
+  for (int layer = 1; layer <= 3; ++layer) {
+    for (int tp = 0; tp < 2; ++tp) {
+      const std::string f =
+          "/layer_0" + std::to_string(layer) + "-model_0" + std::to_string(tp) + "-model_states.pt";
+      expect_deltas("global_step3" + f, {"global_step1" + f, "global_step2" + f});
+    }
+    // The weights' fp32 copies (the first moments after one step are
+    // not close enough to the next ones for a delta).
+    const std::string f = "_universal/zero/" + std::to_string(layer - 1) + ".weight/fp32.pt";
+    expect_deltas("global_step3" + f, {"global_step1" + f, "global_step2" + f});
+  }
+  Remount();
+  ExpectSame("");
+}
+
 TEST_F(MountDeltaTest, MountExplicitBaseDirectoryIsTheBaseOfFineTunedSaves) {
   RemountDelta("on", ",delta_base=base");
   const std::string script = WriteScript("finetune.py", R"(

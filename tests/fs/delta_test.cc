@@ -42,6 +42,14 @@ TEST(LineageTest, StepNumbersGoShardNumbersStay) {
   EXPECT_NE(NormalizeFileName("__0_0.distcp"), NormalizeFileName("__0_1.distcp"));
   // Megatron's rank directories: tensor, pipeline (and expert) rank.
   EXPECT_EQ(NormalizeFileName("mp_rank_00_001"), "mp_rank_00_001");
+  // DeepSpeed's pipeline layers (layer, tensor-parallel rank) and experts.
+  EXPECT_EQ(NormalizeFileName("layer_03-model_01-model_states.pt"), "layer_03-model_01-model_states.pt");
+  EXPECT_NE(NormalizeFileName("layer_03-model_00-model_states.pt"),
+            NormalizeFileName("layer_03-model_01-model_states.pt"));
+  EXPECT_EQ(NormalizeFileName("layer_1_expert_5_mp_rank_00_model_states.pt"),
+            "layer_1_expert_5_mp_rank_00_model_states.pt");
+  EXPECT_EQ(NormalizeFileName("module-pipe_02-model_00"), "module-pipe_02-model_#");
+  EXPECT_EQ(NormalizeFileName("decoder_layer3_step100.pt"), "decoder_layer3_step#.pt");
   EXPECT_EQ(NormalizeFileName(""), "");
 }
 
@@ -65,6 +73,32 @@ TEST(LineageTest, DirectoriesThatNameAShardAreInTheRole) {
   EXPECT_EQ(LineageKey("x.pt", s, std::nullopt, "checkpoint-5"), LineageKey("x.pt", s));
   EXPECT_NE(LineageKey("x.pt", s, std::nullopt, "mp_rank_00"),
             LineageKey("x.pt", s, std::nullopt, "mp_rank_01"));
+}
+
+// Directories named after a parameter (DeepSpeed's universal checkpoints,
+// zero/<parameter>/fp32.pt): the whole name, every digit kept.
+TEST(LineageTest, ParameterDirectoriesAreInTheRoleWhole) {
+  struct Case {
+    const char* file = "";
+    const char* dir = "";
+    const char* role = "";
+  };
+  const Case cases[] = {
+      {"fp32.pt", "model.layers.0.mlp.fc1.weight", "model.layers.0.mlp.fc1.weight/fp#.pt"},
+      {"fp32.pt", "model.layers.0.mlp.fc2.weight", "model.layers.0.mlp.fc2.weight/fp#.pt"},
+      {"fp32.pt", "model.layers.1.mlp.fc1.weight", "model.layers.1.mlp.fc1.weight/fp#.pt"},
+      {"exp_avg.pt", "lm_head.weight", "lm_head.weight/exp_avg.pt"},
+      {"exp_avg.pt", "0.bias", "0.bias/exp_avg.pt"},
+      {"fp32.pt", "backbone.layers.2.mixer.A_log", "backbone.layers.2.mixer.A_log/fp#.pt"},
+      // Not parameter names: steps, versions, other characters, empty parts.
+      {"model.pt", "checkpoint.step100", "model.pt"},
+      {"model.pt", "release.2", "model.pt"},
+      {"model.pt", "v1.2.3", "model.pt"},
+      {"model.pt", "run-3.lr.weight", "model.pt"},
+      {"model.pt", "a..weight", "model.pt"},
+      {"model.pt", ".weight", "model.pt"},
+  };
+  for (const Case& c : cases) EXPECT_EQ(FileRole(c.file, c.dir), c.role) << c.dir << "/" << c.file;
 }
 
 TEST(LineageTest, KeysSeparateTensorsDtypesOffsetsAndRoles) {

@@ -14,8 +14,9 @@ bool IsDigit(char c) { return c >= '0' && c <= '9'; }
 bool IsSep(char c) { return c == '_' || c == '-' || c == '.' || c == '='; }
 
 bool ShardWord(std::string_view w) {
-  static constexpr std::array<std::string_view, 12> kWords = {"rank", "shard", "part",   "mp",  "pp",   "tp",
-                                                              "dp",   "ep",    "worker", "gpu", "node", "of"};
+  static constexpr std::array<std::string_view, 15> kWords = {"rank", "shard", "part", "mp",     "pp",
+                                                              "tp",   "dp",    "ep",   "worker", "gpu",
+                                                              "node", "of",    "pipe", "layer",  "expert"};
   for (auto k : kWords)
     if (w == k) return true;
   return false;
@@ -43,13 +44,42 @@ bool OfFollows(std::string_view s, size_t j) {
 // the step in the directory's name.
 bool IsDcpFile(std::string_view s) { return s.ends_with(".distcp"); }
 
+// Names whose every digit tells shards apart: DCP files; Megatron's rank
+// directories mp_rank_<tp>[_<pp>[_<ep>]] (and DeepSpeed's mp_rank_ files);
+// DeepSpeed's pipeline files layer_<idx>-model_<tp>-model_states.pt and
+// expert files layer_<l>_expert_<e>_mp_rank_<tp>_model_states.pt (the step
+// is in the directory's name, global_step<N>).
+bool KeepsEveryDigit(std::string_view s) {
+  return IsDcpFile(s) || s.starts_with("mp_rank_") || s.starts_with("layer_");
+}
+
+bool IsIdentifierChar(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; }
+
+// A dotted parameter name, as DeepSpeed's universal checkpoints name a
+// directory per parameter (zero/model.layers.0.mlp.fc1.weight/fp32.pt):
+// components of [A-Za-z0-9_] separated by '.', the last starting with a
+// letter or '_', and either three components or more, or a last one of
+// "weight" or "bias" (lm_head.weight). checkpoint.step100 is not one.
+bool IsParameterName(std::string_view s) {
+  size_t components = 0;
+  std::string_view last;
+  size_t start = 0;
+  for (;;) {
+    const size_t dot = s.find('.', start);
+    last = s.substr(start, dot == std::string_view::npos ? std::string_view::npos : dot - start);
+    if (last.empty() || !std::all_of(last.begin(), last.end(), IsIdentifierChar)) return false;
+    ++components;
+    if (dot == std::string_view::npos) break;
+    start = dot + 1;
+  }
+  if (components < 2 || IsDigit(last[0])) return false;
+  return components >= 3 || last == "weight" || last == "bias";
+}
+
 }  // namespace
 
 std::string NormalizeFileName(std::string_view s) {
-  // Every digit of a DCP file's name, and of Megatron's rank directories
-  // mp_rank_<tp>[_<pp>[_<ep>]] (DeepSpeed's files mp_rank_<tp>_...), tells
-  // shards apart.
-  if (IsDcpFile(s) || s.starts_with("mp_rank_")) return std::string(s);
+  if (KeepsEveryDigit(s)) return std::string(s);
   std::string out;
   out.reserve(s.size());
   size_t i = 0;
@@ -99,6 +129,10 @@ std::string PrefixFor(const char* shared, const char* scoped, store::KeyOwner ow
 std::string FileRole(std::string_view file_name, std::string_view dir_name) {
   std::string role = NormalizeFileName(file_name);
   if (dir_name.empty()) return role;
+  // A directory named after a parameter holds that parameter's files, under
+  // the same names for every parameter: the whole name is the role's, its
+  // digits included (layers.0 / layers.1, fc1 / fc2).
+  if (IsParameterName(dir_name)) return std::string(dir_name) + "/" + role;
   std::string dir = NormalizeFileName(dir_name);
   // Every DCP save names its files alike: the directory tells the model's
   // from the optimizer's (accelerate's FSDP checkpoints hold

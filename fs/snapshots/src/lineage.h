@@ -32,10 +32,11 @@ inline constexpr char kLineagePrefix[] = "lineage/";
 // The file's role in a run: every maximal run of decimal digits becomes
 // '#', except runs that identify a shard, which are kept: a run preceded
 // (directly or after one of "_-.=") by one of the words rank, shard, part,
-// mp, pp, tp, dp, ep, worker, gpu, node, of; and a run followed by
-// "-of-" / "_of_" (the NNNNN of "NNNNN-of-MMMMM"). Case-insensitive words.
-// A name ending in ".distcp" (PyTorch DCP) or starting with "mp_rank_"
-// (Megatron's rank directories, DeepSpeed's files) keeps every run.
+// mp, pp, tp, dp, ep, worker, gpu, node, of, pipe, layer, expert; and a run
+// followed by "-of-" / "_of_" (the NNNNN of "NNNNN-of-MMMMM").
+// Case-insensitive words. A name ending in ".distcp" (PyTorch DCP) or
+// starting with "mp_rank_" (Megatron's rank directories, DeepSpeed's files)
+// or "layer_" (DeepSpeed's pipeline and expert files) keeps every run.
 // ckpt_step_2000.pt -> ckpt_step_#.pt; model-00001-of-00002.safetensors
 // stays; mp_rank_00_model_states.pt stays; epoch=3-step=500.ckpt ->
 // epoch=#-step=#.ckpt.
@@ -54,7 +55,11 @@ inline constexpr char kOwnerDirLineagePrefix[] = "lineage-dir-uid/";
 // mp_rank_00/model_optim_rng.pt and mp_rank_01/model_optim_rng.pt are two
 // roles; checkpoint-100/model.safetensors is model.safetensors), and
 // always for a PyTorch DCP file (*.distcp: every save's files have the
-// same names; optimizer_0/__0_0.distcp is optimizer_#/__0_0.distcp).
+// same names; optimizer_0/__0_0.distcp is optimizer_#/__0_0.distcp). A
+// directory named after a parameter (components of [A-Za-z0-9_] between
+// dots, the last not starting with a digit, three components or more or a
+// last one of weight, bias: DeepSpeed's universal checkpoints,
+// zero/<parameter>/fp32.pt) comes first whole, every digit kept.
 std::string FileRole(std::string_view file_name, std::string_view dir_name);
 
 // The lineage key of a chunk of file `file_name` in directory `dir_name`
