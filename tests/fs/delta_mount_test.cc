@@ -57,12 +57,16 @@ for seed in map(int, sys.argv[3:]):
 // Python prelude of the sharded-save tests: the MLP + AdamW of kTrainScript
 // (deterministic per seed), a training step, and rank r's half of a tensor.
 constexpr char kShardPrelude[] = R"(
-import torch
-def mlp_and_adamw(seed):
+import os, sys, torch
+def mlp_and_adamw(seed, blocks=0):
+    """An MLP, or with blocks > 0 a stack of that many identical layers."""
     torch.manual_seed(seed)
     torch.use_deterministic_algorithms(True)
     torch.set_num_threads(1)
-    m = torch.nn.Sequential(torch.nn.Linear(256, 1024), torch.nn.GELU(), torch.nn.Linear(1024, 256))
+    if blocks:
+        m = torch.nn.Sequential(*[torch.nn.Linear(256, 256) for _ in range(blocks)])
+    else:
+        m = torch.nn.Sequential(torch.nn.Linear(256, 1024), torch.nn.GELU(), torch.nn.Linear(1024, 256))
     return m, torch.optim.AdamW(m.parameters(), lr=1e-4)
 def train_step(m, opt):
     loss = m(torch.randn(64, 256)).pow(2).mean()
@@ -70,6 +74,13 @@ def train_step(m, opt):
 def half(t, r):
     f = t.reshape(-1)
     return f[f.numel() * r // 2:f.numel() * (r + 1) // 2].clone()
+def saves(m, opt, out, dir_of_step, steps=3):
+    """Trains a step, then yields (step, directory made for it), `steps` times."""
+    for step in range(1, steps + 1):
+        train_step(m, opt)
+        d = f'{out}/{dir_of_step(step)}'
+        os.makedirs(d, exist_ok=True)
+        yield step, d
 )";
 
 class MountDeltaTest : public lmc::testing::MountTest {
@@ -112,6 +123,25 @@ class MountDeltaTest : public lmc::testing::MountTest {
   void Train(int steps, const std::string& seeds) {
     for (const std::string& d : {plain_, mnt_})
       ASSERT_EQ(Python(root_ + "/train.py", d + " " + std::to_string(steps) + " " + seeds), 0);
+  }
+
+  // Runs `script` (output directory, then `args`) into the mount and into
+  // the plain directory; the files must be byte-identical; waits for the
+  // rebases.
+  void RunInBoth(const std::string& script, const std::string& args = "") {
+    const std::string tail = args.empty() ? "" : " " + args;
+    ASSERT_EQ(Python(script, mnt_ + tail), 0);
+    ASSERT_EQ(Python(script, plain_ + tail), 0);
+    ExpectSame("");
+    WaitRebases();
+  }
+  // Reverse deltas at work on a series: every file of `older` (paths in
+  // the mount) holds more than a tenth of its stored bytes in delta
+  // frames, every file of `newest` none.
+  void ExpectDeltaSeries(const std::vector<std::string>& older, const std::vector<std::string>& newest) {
+    for (const std::string& f : older)
+      EXPECT_GT(Xattr(P(f), "delta_bytes"), Xattr(P(f), "stored_bytes") / 10) << f;
+    for (const std::string& f : newest) EXPECT_EQ(Xattr(P(f), "delta_bytes"), 0u) << f;
   }
 
   // The series test, for delta mode mode_: deletes `deleted` (steps) in
@@ -390,13 +420,10 @@ for k in keys:
 // 0.1% of their bytes in delta frames).
 TEST_F(MountDeltaTest, MountMegatronRankDirectoriesAreRolesOfTheirOwn) {
   const std::string script = WriteScript("megatron.py", std::string(kShardPrelude) + R"(
-import os, sys
-out = sys.argv[1]
 m, opt = mlp_and_adamw(7)
-for step in range(1, 4):
-    train_step(m, opt)
+for step, it in saves(m, opt, sys.argv[1], lambda step: f'iter_{step:07d}'):
     for r in range(2):
-        d = f'{out}/iter_{step:07d}/mp_rank_{r:02d}'
+        d = f'{it}/mp_rank_{r:02d}'
         os.makedirs(d, exist_ok=True)
         state = {'model': {k: half(v, r) for k, v in m.state_dict().items()},
                  'optimizer': {i: {k: half(v, r) for k, v in s.items() if torch.is_tensor(v) and v.dim()}
@@ -404,18 +431,34 @@ for step in range(1, 4):
                  'iteration': step}
         torch.save(state, f'{d}/model_optim_rng.pt')
 )");
-  ASSERT_EQ(Python(script, mnt_), 0);
-  ASSERT_EQ(Python(script, plain_), 0);
+  RunInBoth(script);
+  for (const std::string r : {"/mp_rank_00/model_optim_rng.pt", "/mp_rank_01/model_optim_rng.pt"})
+    ExpectDeltaSeries({"iter_0000001" + r, "iter_0000002" + r}, {"iter_0000003" + r});
+  Remount();
   ExpectSame("");
-  WaitRebases();
-  for (int r = 0; r < 2; ++r) {
-    const std::string f = "/mp_rank_0" + std::to_string(r) + "/model_optim_rng.pt";
-    EXPECT_EQ(Xattr(P("iter_0000003" + f), "delta_bytes"), 0u) << f;
-    for (const char* d : {"iter_0000001", "iter_0000002"}) {
-      const std::string p = P(d + f);
-      EXPECT_GT(Xattr(p, "delta_bytes"), Xattr(p, "stored_bytes") / 10) << d << f;
-    }
-  }
+}
+
+// Atomic saves: safetensors' save_file writes .tmpXXXXXX and renames it
+// over model.safetensors; many training scripts torch.save to NAME.tmp and
+// os.replace it. The chunks are written under the temporary name, which
+// is no role: their lineage is recorded under the name the file is renamed
+// to (with the temporary name, no save of model.safetensors ever found its
+// prior version).
+TEST_F(MountDeltaTest, MountAtomicSavesFindTheirPriorVersions) {
+  const std::string script = WriteScript("atomic.py", std::string(kShardPrelude) + R"(
+from safetensors.torch import save_file
+m, opt = mlp_and_adamw(3)
+for step, d in saves(m, opt, sys.argv[1], lambda step: f'checkpoint-{step}'):
+    save_file({k: v.contiguous() for k, v in m.state_dict().items()}, f'{d}/model.safetensors')
+    torch.save(opt.state_dict(), f'{d}/optimizer.pt.tmp')
+    os.replace(f'{d}/optimizer.pt.tmp', f'{d}/optimizer.pt')
+)");
+  RunInBoth(script);
+  // (The AdamW moments after one step are not close enough to those after
+  // two for a delta: checkpoint-1/optimizer.pt is left out.)
+  ExpectDeltaSeries(
+      {"checkpoint-1/model.safetensors", "checkpoint-2/model.safetensors", "checkpoint-2/optimizer.pt"},
+      {"checkpoint-3/model.safetensors", "checkpoint-3/optimizer.pt"});
   Remount();
   ExpectSame("");
 }
@@ -479,10 +522,7 @@ for step in range(1, 4):
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
         ds_to_universal.main(ds_to_universal.parse_arguments())
 )");
-  ASSERT_EQ(Python(script, mnt_ + " " + root_ + "/ds-scratch"), 0);
-  ASSERT_EQ(Python(script, plain_ + " " + root_ + "/ds-scratch"), 0);
-  ExpectSame("");
-  WaitRebases();
+  RunInBoth(script, root_ + "/ds-scratch");
   std::vector<std::string> roles;
   for (int layer = 0; layer < 3; ++layer) {
     roles.push_back("/layer_0" + std::to_string(layer) + "-model_states.pt");
@@ -491,11 +531,8 @@ for step in range(1, 4):
     for (const char* fc : {".fc1.weight", ".fc2.weight"})
       roles.push_back("_universal/zero/" + std::to_string(layer) + fc + "/fp32.pt");
   }
-  for (const std::string& f : roles) {
-    EXPECT_EQ(Xattr(P("global_step3" + f), "delta_bytes"), 0u) << f;
-    for (const char* d : {"global_step1", "global_step2"})
-      EXPECT_GT(Xattr(P(d + f), "delta_bytes"), Xattr(P(d + f), "stored_bytes") / 10) << d << f;
-  }
+  for (const std::string& f : roles)
+    ExpectDeltaSeries({"global_step1" + f, "global_step2" + f}, {"global_step3" + f});
   Remount();
   ExpectSame("");
 }
@@ -505,33 +542,19 @@ for step in range(1, 4):
 // tensors under the same names: every digit of the name is kept.
 TEST_F(MountDeltaTest, MountDeepSpeedTensorParallelLayerFilesAreRolesOfTheirOwn) {
   const std::string script = WriteScript("deepspeed_tp.py", std::string(kShardPrelude) + R"(
-import os, sys
-out = sys.argv[1]
-torch.manual_seed(9)
-torch.use_deterministic_algorithms(True)
-torch.set_num_threads(1)
-m = torch.nn.Sequential(*[torch.nn.Linear(256, 256) for _ in range(3)])
-opt = torch.optim.AdamW(m.parameters(), lr=1e-4)
-for step in range(1, 4):
-    train_step(m, opt)
-    d = f'{out}/global_step{step}'
-    os.makedirs(d, exist_ok=True)
+m, opt = mlp_and_adamw(9, blocks=3)
+for step, d in saves(m, opt, sys.argv[1], lambda step: f'global_step{step}'):
     for i, layer in enumerate(m):
         for tp in range(2):
             torch.save({k: half(v, tp) for k, v in layer.state_dict().items()},
                        f'{d}/layer_{i + 1:02d}-model_{tp:02d}-model_states.pt')
 )");
-  ASSERT_EQ(Python(script, mnt_), 0);
-  ASSERT_EQ(Python(script, plain_), 0);
-  ExpectSame("");
-  WaitRebases();
+  RunInBoth(script);
   for (int layer = 1; layer <= 3; ++layer) {
     for (int tp = 0; tp < 2; ++tp) {
       const std::string f =
           "/layer_0" + std::to_string(layer) + "-model_0" + std::to_string(tp) + "-model_states.pt";
-      EXPECT_EQ(Xattr(P("global_step3" + f), "delta_bytes"), 0u) << f;
-      for (const char* d : {"global_step1", "global_step2"})
-        EXPECT_GT(Xattr(P(d + f), "delta_bytes"), Xattr(P(d + f), "stored_bytes") / 10) << d << f;
+      ExpectDeltaSeries({"global_step1" + f, "global_step2" + f}, {"global_step3" + f});
     }
   }
 }

@@ -101,6 +101,17 @@ TEST(LineageTest, ParameterDirectoriesAreInTheRoleWhole) {
   for (const Case& c : cases) EXPECT_EQ(FileRole(c.file, c.dir), c.role) << c.dir << "/" << c.file;
 }
 
+// Atomic savers' temporary files: their lineage waits for the final name.
+TEST(LineageTest, TemporaryNamesOfAtomicSaves) {
+  for (const char* n : {".tmpbCBqnA", ".tmpbCBqnA.safetensors", "tmpa8_k2x9q", "tmpa8_k2x9q.pt",
+                        "model.pt.tmp", "model.safetensors.tmp.12345", "ckpt.temp", "model.bin.part",
+                        "x.partial", "model.safetensors.incomplete"})
+    EXPECT_TRUE(IsTemporaryName(n)) << n;
+  for (const char* n : {"model.safetensors", "tmp.pt", ".tmp", "tmpfile.pt", ".tmpab", "temp_model.pt",
+                        "model-00001-of-00002.safetensors", ".tmp", "tmp", "parts.pt", "a.tmp.", ".tmp.x"})
+    EXPECT_FALSE(IsTemporaryName(n)) << n;
+}
+
 TEST(LineageTest, KeysSeparateTensorsDtypesOffsetsAndRoles) {
   ChunkSpec a;
   a.offset = 4096;

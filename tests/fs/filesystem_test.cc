@@ -70,6 +70,15 @@ class GatePolicy : public DeltaPolicy {
     recorded.push_back({std::string(origin.file_name), key, b, std::string(origin.dir_name)});
   }
   void Release(const store::ChunkKey&) override { released++; }
+  void Named(uint64_t ino, std::string_view name, uint64_t parent, std::string_view dir_name,
+             store::Batch*) override {
+    std::lock_guard lk(mu_);
+    named.push_back({ino, std::string(name), parent, std::string(dir_name)});
+  }
+  void Forget(uint64_t ino) override {
+    std::lock_guard lk(mu_);
+    forgotten.push_back(ino);
+  }
 
   struct Rec {
     std::string name;
@@ -84,6 +93,15 @@ class GatePolicy : public DeltaPolicy {
   std::optional<BaseChoice> base;  // offered for chunks of its length (any, when widened)
   std::vector<std::string> names;  // guarded by mu_
   std::vector<Rec> recorded;       // guarded by mu_
+  struct Naming {
+    uint64_t ino = 0;
+    std::string name;
+    uint64_t parent = 0;
+    std::string dir;
+    bool operator==(const Naming&) const = default;
+  };
+  std::vector<Naming> named;        // guarded by mu_
+  std::vector<uint64_t> forgotten;  // guarded by mu_
   std::mutex& mu() { return mu_; }
 
  private:
@@ -230,6 +248,47 @@ TEST_F(FsCore, DeltaPolicySeesEachFilesDirectoryName) {
   ASSERT_EQ(fs_->Open(st.st_ino, O_WRONLY), 0);
   EXPECT_EQ(dirs_of(st.st_ino), std::set<std::string>{"mp_rank_07"});
   ASSERT_EQ(fs_->Release(st.st_ino), 0);
+}
+
+// An atomic save (safetensors' save_file: .tmpXXXXXX written, then renamed
+// over the target) names its file only after its data is written: the
+// policy hears each new name (rename, exchange, link) after the file's data
+// was finalized, so it can key the held-back lineage by it; and hears when
+// an inode leaves the table.
+TEST_F(FsCore, DeltaPolicyHearsEachNewNameAndEachForgottenInode) {
+  GatePolicy* gate = InstallGate(true);
+  struct stat st;
+  ASSERT_EQ(fs_->Mkdir(kRootIno, "checkpoint-100", 0755, {1000, 1000}, &st), 0);
+  const uint64_t dir = st.st_ino;
+  const std::string data = Bf16Like(4 * (64 << 10), 5);
+  const uint64_t t = CreateFile(dir, ".tmpAb12Cd");
+  ASSERT_EQ(fs_->Write(t, 0, data.data(), data.size()), 0);
+  // No flush: the rename itself must apply every chunk before naming.
+  ASSERT_EQ(fs_->Rename(dir, ".tmpAb12Cd", dir, "model.safetensors", 0), 0);
+  {
+    std::lock_guard lk(gate->mu());
+    EXPECT_EQ(gate->recorded.size(), 4u);
+    for (const auto& r : gate->recorded) EXPECT_EQ(r.name, ".tmpAb12Cd");
+    ASSERT_EQ(gate->named.size(), 1u);
+    EXPECT_EQ(gate->named[0], (GatePolicy::Naming{t, "model.safetensors", dir, "checkpoint-100"}));
+    gate->named.clear();
+  }
+  const uint64_t u = CreateFile(kRootIno, "other.pt");
+  ASSERT_EQ(fs_->Rename(dir, "model.safetensors", kRootIno, "other.pt", RENAME_EXCHANGE), 0);
+  ASSERT_EQ(fs_->Link(t, dir, "hard.safetensors", &st), 0);
+  {
+    std::lock_guard lk(gate->mu());
+    EXPECT_EQ(gate->named, (std::vector<GatePolicy::Naming>{{t, "other.pt", kRootIno, ""},
+                                                            {u, "model.safetensors", dir, "checkpoint-100"},
+                                                            {t, "hard.safetensors", dir, "checkpoint-100"}}));
+    EXPECT_TRUE(gate->forgotten.empty());
+  }
+  // Unlinked and closed: purged, and forgotten by the policy.
+  ASSERT_EQ(fs_->Unlink(dir, "model.safetensors"), 0);
+  ASSERT_EQ(fs_->Release(u), 0);
+  fs_->Forget(u, 1);
+  std::lock_guard lk(gate->mu());
+  EXPECT_EQ(gate->forgotten, std::vector<uint64_t>{u});
 }
 
 TEST_F(FsCore, PipelineReadsAndOverwritesSeeInFlightChunks) {

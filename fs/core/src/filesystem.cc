@@ -209,8 +209,11 @@ void Filesystem::DropCachedInodes() {
 }
 
 void Filesystem::Impl::Erase(uint64_t ino) {
-  std::lock_guard lk(table_mu);
-  table.erase(ino);
+  {
+    std::lock_guard lk(table_mu);
+    table.erase(ino);
+  }
+  if (data.delta) data.delta->Forget(ino);
 }
 
 Filesystem::Filesystem(store::Store* store, std::string store_dir, const FsOptions& options)
@@ -528,6 +531,7 @@ int Filesystem::Link(uint64_t ino, uint64_t newparent, std::string_view newname,
   b.Put(store::Cf::kDirents, DirentKey(newparent, newname), EncodeDirent({ino, r.mode & S_IFMT}));
   b.Put(store::Cf::kInodes, InodeKey(ino), EncodeInode(in->data.Durable(r)));
   b.Put(store::Cf::kInodes, InodeKey(newparent), EncodeInode(dr));
+  if (m.data.delta && in->IsReg()) m.data.delta->Named(ino, newname, newparent, dir->name_hint, &b);
   Status s = m.store->Commit(b, false);
   if (!s.ok()) return m.ToErrno(s, "link", ino);
   in->rec = r;
@@ -740,6 +744,13 @@ int Filesystem::Rename(uint64_t parent, std::string_view name, uint64_t newparen
   // crash before the writer's close leaves the new name at full size (the
   // writer's ftruncate) over a hole (found by scripts/crash_run.py).
   if (int e = sin->IsReg() ? sin->data.Finalize(false) : sin->data.Commit(false)) return e;
+  // The delta policy keys lineage by name: a file written under a
+  // temporary name (the atomic save above) gets its lineage now.
+  if (m.data.delta) {
+    if (sin->IsReg()) m.data.delta->Named(src->ino, newname, newparent, ndir->name_hint, &b);
+    if (din && (flags & RENAME_EXCHANGE) && din->IsReg())
+      m.data.delta->Named(dst->ino, name, parent, pdir->name_hint, &b);
+  }
   b.Put(store::Cf::kInodes, InodeKey(src->ino), EncodeInode(sin->data.Durable(sr)));
   b.Put(store::Cf::kInodes, InodeKey(parent), EncodeInode(pr));
   if (cross) b.Put(store::Cf::kInodes, InodeKey(newparent), EncodeInode(nr));

@@ -395,21 +395,67 @@ void SnapshotDeltaPolicy::Record(const ChunkOrigin& origin, const store::ChunkKe
     cache_.Put(key, bytes);
   RecordPairs(origin, key, bytes, batch);
   RecordMaster(origin, key, base, bytes, batch);
+  if (origin.spec->length == 0 || origin.spec->length < opts_.min_chunk) return;
+  if (IsTemporaryName(origin.file_name)) {
+    // An atomic save: the file's role is the name it will be renamed to.
+    std::lock_guard l(held_mu_);
+    if (held_count_ < kMaxHeld) {
+      held_[origin.ino].push_back(Held{*origin.spec, key, origin.owner, base.has_value()});
+      held_count_++;
+      counters_.lineage_held++;
+    } else {
+      counters_.lineage_dropped++;
+    }
+  } else {
+    RecordLineage(origin, key, base.has_value(), batch);
+  }
+  const LineageEntry entry{key, origin.ino, origin.spec->offset};
+  if (const std::string dk = DirLineageKey(origin.parent, *origin.spec, origin.owner); !dk.empty())
+    lineage_.Record(dk, entry, batch);
+}
+
+void SnapshotDeltaPolicy::RecordLineage(const ChunkOrigin& origin, const store::ChunkKey& key, bool based,
+                                        store::Batch* batch) {
   const std::string lk = LineageKey(origin.file_name, *origin.spec, origin.owner, origin.dir_name);
-  if (lk.empty() || origin.spec->length < opts_.min_chunk) return;
+  if (lk.empty()) return;
   // A chunk written as a delta (against delta_base) has its base already:
   // its prior version in the series is left as it is.
-  if (opts_.mode == DeltaMode::kReverse && !base) {
+  if (opts_.mode == DeltaMode::kReverse && !based) {
     if (auto prev = lineage_.Lookup(lk); prev && prev->key != key) {
       QueueRebase(RebaseItem{prev->key, key, origin.spec->dtype, origin.spec->length, NowNs(), prev->ino,
                              prev->offset},
                   batch);
     }
   }
-  const LineageEntry entry{key, origin.ino, origin.spec->offset};
-  lineage_.Record(lk, entry, batch);
-  if (const std::string dk = DirLineageKey(origin.parent, *origin.spec, origin.owner); !dk.empty())
-    lineage_.Record(dk, entry, batch);
+  lineage_.Record(lk, LineageEntry{key, origin.ino, origin.spec->offset}, batch);
+}
+
+void SnapshotDeltaPolicy::Named(uint64_t ino, std::string_view name, uint64_t parent,
+                                std::string_view dir_name, store::Batch* batch) {
+  if (opts_.mode == DeltaMode::kOff || IsTemporaryName(name)) return;  // still temporary: keep holding
+  std::vector<Held> held;
+  {
+    std::lock_guard l(held_mu_);
+    auto it = held_.find(ino);
+    if (it == held_.end()) return;
+    held = std::move(it->second);
+    held_.erase(it);
+    held_count_ -= held.size();
+  }
+  for (const Held& h : held)
+    RecordLineage(ChunkOrigin{ino, name, &h.spec, parent, h.owner, dir_name}, h.key, h.based, batch);
+  counters_.lineage_named += held.size();
+  spdlog::debug("delta: ino {} named '{}': lineage of {} chunks recorded under that name", ino, name,
+                held.size());
+}
+
+void SnapshotDeltaPolicy::Forget(uint64_t ino) {
+  std::lock_guard l(held_mu_);
+  auto it = held_.find(ino);
+  if (it == held_.end()) return;
+  held_count_ -= it->second.size();
+  counters_.lineage_dropped += it->second.size();
+  held_.erase(it);
 }
 
 uint64_t SnapshotDeltaPolicy::Pending() const {
@@ -437,7 +483,10 @@ std::vector<std::pair<std::string, uint64_t>> SnapshotDeltaPolicy::Counters() co
           {"rebase_not_smaller", c.rebase_not_smaller.load()},
           {"rebase_skipped", c.rebase_skipped.load()},
           {"rebase_dropped", c.rebase_dropped.load()},
-          {"rebase_errors", c.rebase_errors.load()}};
+          {"rebase_errors", c.rebase_errors.load()},
+          {"lineage_held", c.lineage_held.load()},
+          {"lineage_named", c.lineage_named.load()},
+          {"lineage_dropped", c.lineage_dropped.load()}};
 }
 
 void SnapshotDeltaPolicy::Flush() {

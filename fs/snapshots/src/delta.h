@@ -73,6 +73,12 @@ struct DeltaCounters {
   std::atomic<uint64_t> rebase_skipped{0};      // prior version gone, already a delta, or store refused
   std::atomic<uint64_t> rebase_dropped{0};      // new chunk never committed (or unmount)
   std::atomic<uint64_t> rebase_errors{0};       // decode/encode/verify/commit failures (logged)
+  // Chunks of files with a temporary name: lineage held for the final
+  // name, recorded when the file got it, dropped (never renamed, or over
+  // the limit).
+  std::atomic<uint64_t> lineage_held{0};
+  std::atomic<uint64_t> lineage_named{0};
+  std::atomic<uint64_t> lineage_dropped{0};
 };
 
 class SnapshotDeltaPolicy final : public DeltaPolicy {
@@ -83,6 +89,9 @@ class SnapshotDeltaPolicy final : public DeltaPolicy {
   void Record(const ChunkOrigin& origin, const store::ChunkKey& key,
               const std::optional<store::ChunkKey>& base, const store::ChunkBytes& bytes,
               store::Batch* batch) override;
+  void Named(uint64_t ino, std::string_view name, uint64_t parent, std::string_view dir_name,
+             store::Batch* batch) override;
+  void Forget(uint64_t ino) override;
   void Release(const store::ChunkKey& base) override { store_->UnpinChunk(base); }
   void Flush() override;
   void StopBackground() override;
@@ -116,6 +125,10 @@ class SnapshotDeltaPolicy final : public DeltaPolicy {
   void RecordMaster(const ChunkOrigin& origin, const store::ChunkKey& key,
                     const std::optional<store::ChunkKey>& base, const store::ChunkBytes& bytes,
                     store::Batch* batch);
+  // The lineage of chunk `key` under origin's file role: in reverse mode
+  // (and when it was not written as a delta, `based`), queues the rebase of
+  // its prior version against it; then records it as the newest.
+  void RecordLineage(const ChunkOrigin& origin, const store::ChunkKey& key, bool based, store::Batch* batch);
   // The explicit base directory's inode (delta_base), resolved at most once
   // a second; nullopt when unset or absent.
   std::optional<uint64_t> BaseDirIno();
@@ -169,7 +182,21 @@ class SnapshotDeltaPolicy final : public DeltaPolicy {
   bool stop_ = false;
   RebaseListener listener_;  // set before the first write
   PathResolver resolver_;    // likewise
-  std::mutex dir_mu_;        // guards the two below
+  // Chunks of files with a temporary name (IsTemporaryName), whose lineage
+  // waits for the name the file is renamed to (Named); dropped by Forget.
+  // At most kMaxHeld chunks in all (64 GiB of 1 MiB chunks); beyond, a
+  // chunk's lineage is not recorded.
+  struct Held {
+    ChunkSpec spec;
+    store::ChunkKey key;
+    store::KeyOwner owner{};
+    bool based = false;
+  };
+  static constexpr size_t kMaxHeld = 65536;
+  std::mutex held_mu_;  // guards the two below
+  std::unordered_map<uint64_t, std::vector<Held>> held_;
+  size_t held_count_ = 0;
+  std::mutex dir_mu_;  // guards the two below
   std::optional<uint64_t> base_dir_ino_;
   int64_t base_dir_checked_ns_ = 0;
   std::thread rebaser_;

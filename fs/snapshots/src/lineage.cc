@@ -100,6 +100,26 @@ std::string NormalizeFileName(std::string_view s) {
   return out;
 }
 
+bool IsTemporaryName(std::string_view s) {
+  auto random_run = [](std::string_view r, size_t n, bool underscore) {
+    if (r.size() < n) return false;
+    for (size_t i = 0; i < n; ++i) {
+      const char c = r[i];
+      if (!std::isalnum(static_cast<unsigned char>(c)) && !(underscore && c == '_')) return false;
+    }
+    return r.size() == n || r[n] == '.';
+  };
+  // Rust's tempfile: ".tmp" + 6 random alphanumerics (+ a suffix).
+  if (s.starts_with(".tmp") && random_run(s.substr(4), 6, false)) return true;
+  // Python's tempfile: "tmp" + 8 of [a-z0-9_] (+ a suffix).
+  if (s.starts_with("tmp") && random_run(s.substr(3), 8, true)) return true;
+  for (std::string_view ext : {".tmp", ".temp", ".part", ".partial", ".incomplete"})
+    if (s.size() > ext.size() && s.ends_with(ext)) return true;
+  // NAME.tmp.<pid or random>
+  const size_t t = s.find(".tmp.");
+  return t != std::string_view::npos && t > 0 && t + 5 < s.size();
+}
+
 namespace {
 // The part of a lineage key after the file role.
 void AppendChunkPart(std::string& k, const ChunkSpec& spec) {

@@ -42,6 +42,15 @@ inline constexpr char kLineagePrefix[] = "lineage/";
 // epoch=#-step=#.ckpt.
 std::string NormalizeFileName(std::string_view name);
 
+// True for the names that atomic savers give the file they write before
+// renaming it over its target: Rust's tempfile (safetensors' save_file:
+// ".tmp" and 6 random characters), Python's tempfile ("tmp" and 8 of
+// [a-z0-9_], then an optional ".suffix"), and NAME.tmp, NAME.tmp.SUFFIX,
+// NAME.temp, NAME.part, NAME.partial, NAME.incomplete. The lineage of such
+// a file's chunks is recorded under the name it is renamed to
+// (SnapshotDeltaPolicy::Named).
+bool IsTemporaryName(std::string_view name);
+
 // Prefixes of the same records for owner-scoped chunks (dedup=uid): the
 // prefix, the owner's uid u32 BE, then what follows kLineagePrefix or
 // kDirLineagePrefix. A file's prior version is then only ever a chunk of

@@ -80,6 +80,16 @@ class DeltaPolicy {
   virtual void Record(const ChunkOrigin& origin, const store::ChunkKey& key,
                       const std::optional<store::ChunkKey>& base, const store::ChunkBytes& bytes,
                       store::Batch* batch) = 0;
+  // The file `ino` got the name `name` in directory `parent` (named
+  // `dir_name`) by a rename or a link, after its data was finalized: a
+  // policy that keys lineage by name records now, in `batch` (the
+  // rename's), what it held back while the file's name was a temporary one
+  // (an atomic save writes `.tmpXXXXXX` and renames it over the target).
+  virtual void Named(uint64_t /*ino*/, std::string_view /*name*/, uint64_t /*parent*/,
+                     std::string_view /*dir_name*/, store::Batch* /*batch*/) {}
+  // The inode left the filesystem's table (purged, or forgotten by the
+  // kernel): whatever the policy holds for it goes.
+  virtual void Forget(uint64_t /*ino*/) {}
   // A base that ChooseBase returned for a chunk that will never be recorded
   // (its encode failed, or the pipeline dropped it): releases what
   // ChooseBase holds for it (the pin).
