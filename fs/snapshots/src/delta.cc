@@ -11,6 +11,7 @@
 #include "lmc/bytes.h"
 #include "lmc/codec.h"
 #include "lmc/fs/records.h"
+#include "lmc/store/extent.h"
 
 namespace lmc::fs {
 
@@ -24,6 +25,9 @@ constexpr int64_t kRebaseWaitNs = int64_t{30} * 1000 * 1000 * 1000;
 // bounds what a rebase adds to the store's peak; each commit costs one
 // pack sync and one index write.
 constexpr size_t kRebaseBatchBytes = size_t{4} << 20;
+// ReconcileShared scans every extent: the next scan waits at least this
+// long (and ten times the last scan's duration), unless a flush asks.
+constexpr int64_t kReconcileMinGapNs = int64_t{2} * 1000 * 1000 * 1000;
 }  // namespace
 
 SnapshotDeltaPolicy::SnapshotDeltaPolicy(store::Store* store, DeltaOptions opts)
@@ -460,7 +464,7 @@ void SnapshotDeltaPolicy::Forget(uint64_t ino) {
 
 uint64_t SnapshotDeltaPolicy::Pending() const {
   std::lock_guard l(rq_mu_);
-  return rq_.size() + in_progress_;
+  return rq_.size() + in_progress_ + (reconcile_due_ ? 1 : 0);
 }
 
 std::vector<std::pair<std::string, uint64_t>> SnapshotDeltaPolicy::Counters() const {
@@ -486,7 +490,9 @@ std::vector<std::pair<std::string, uint64_t>> SnapshotDeltaPolicy::Counters() co
           {"rebase_errors", c.rebase_errors.load()},
           {"lineage_held", c.lineage_held.load()},
           {"lineage_named", c.lineage_named.load()},
-          {"lineage_dropped", c.lineage_dropped.load()}};
+          {"lineage_dropped", c.lineage_dropped.load()},
+          {"shared_refreshed", c.shared_refreshed.load()},
+          {"shared_scans", c.shared_scans.load()}};
 }
 
 void SnapshotDeltaPolicy::Flush() {
@@ -494,7 +500,7 @@ void SnapshotDeltaPolicy::Flush() {
   std::unique_lock l(rq_mu_);
   flushers_++;
   rq_cv_.notify_all();
-  idle_cv_.wait(l, [&] { return stop_ || (rq_.empty() && in_progress_ == 0); });
+  idle_cv_.wait(l, [&] { return stop_ || (rq_.empty() && in_progress_ == 0 && !reconcile_due_); });
   flushers_--;
 }
 
@@ -598,8 +604,28 @@ void SnapshotDeltaPolicy::RebaseLoop() {
   ::setpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid)), 19);
   std::unique_lock l(rq_mu_);
   for (;;) {
-    rq_cv_.wait(l, [&] { return stop_ || !rq_.empty(); });
+    auto reconcile_now = [&] { return reconcile_due_ && (flushers_ > 0 || NowNs() >= next_reconcile_ns_); };
+    if (reconcile_due_)
+      rq_cv_.wait_for(l, std::chrono::nanoseconds(std::max<int64_t>(0, next_reconcile_ns_ - NowNs())),
+                      [&] { return stop_ || !rq_.empty() || reconcile_now(); });
+    else
+      rq_cv_.wait(l, [&] { return stop_ || !rq_.empty(); });
     if (stop_) break;
+    if (rq_.empty()) {
+      // Idle: the other extents of shared chunks that were re-encoded.
+      if (!reconcile_now()) continue;
+      in_progress_ = 1;
+      l.unlock();
+      const int64_t t0 = NowNs();
+      ReconcileShared();
+      const int64_t took = NowNs() - t0;
+      l.lock();
+      next_reconcile_ns_ = NowNs() + std::max(kReconcileMinGapNs, 10 * took);
+      reconcile_due_ = false;
+      in_progress_ = 0;
+      if (rq_.empty()) idle_cv_.notify_all();
+      continue;
+    }
     const bool flushing = flushers_ > 0;
     std::vector<RebaseItem> take(rq_.begin(), rq_.end());
     rq_.clear();
@@ -628,8 +654,14 @@ void SnapshotDeltaPolicy::RebaseLoop() {
           auto info = store_->GetChunkInfo(it->prev);
           const bool done = info.ok() && info->base && *info->base == it->next;
           if (done && it->paired) counters_.paired_later++;
-          if (done && listener_ && it->prev_ino != 0)
-            listener_(it->prev_ino, it->prev_offset, it->prev, info->frame_len);
+          if (!done || !listener_) continue;
+          if (it->prev_ino != 0) listener_(it->prev_ino, it->prev_offset, it->prev, info->frame_len);
+          // Referenced by more extents than its place (the chunks based on
+          // it hold the rest of its count): those are found by a scan.
+          auto dependants = store_->CountDependants(it->prev);
+          const uint64_t others = it->prev_ino != 0 ? 1 : 0;
+          if (dependants.ok() && info->refcount > *dependants + others && shared_rebased_.size() < kMaxShared)
+            shared_rebased_[it->prev] = Shared{info->frame_len, it->prev_ino, it->prev_offset};
         }
       }
       batch.Clear();
@@ -672,6 +704,7 @@ void SnapshotDeltaPolicy::RebaseLoop() {
 
     l.lock();
     in_progress_ = 0;
+    reconcile_due_ = !shared_rebased_.empty();
     const bool only_waiting = rq_.empty() && !waiting.empty();
     for (auto& w : waiting) rq_.push_back(w);
     if (rq_.empty()) idle_cv_.notify_all();
@@ -680,6 +713,36 @@ void SnapshotDeltaPolicy::RebaseLoop() {
       rq_cv_.wait_for(l, std::chrono::milliseconds(200), [&] { return stop_ || flushers_ > 0; });
   }
   idle_cv_.notify_all();
+}
+
+void SnapshotDeltaPolicy::ReconcileShared() {
+  counters_.shared_scans++;
+  struct Place {
+    uint64_t ino = 0, offset = 0;
+    store::ChunkKey key;
+    uint32_t frame_len = 0;
+  };
+  std::vector<Place> places;
+  Status st = store_->Scan(store::Cf::kExtents, "", [&](std::string_view k, std::string_view v) {
+    auto x = store::DecodeExtent(v);
+    if (!x || x->hole()) return true;
+    auto it = shared_rebased_.find(x->chunk);
+    if (it == shared_rebased_.end()) return true;
+    auto where = store::ParseExtentKey(k);
+    if (where && (where->first != it->second.ino || where->second != it->second.offset))
+      places.push_back({where->first, where->second, x->chunk, it->second.frame_len});
+    return true;
+  });
+  shared_rebased_.clear();
+  if (!st.ok()) {
+    spdlog::warn(
+        "delta: scanning the extents for chunks shared with re-encoded ones failed ({}); their files' "
+        "stored bytes stay as they were",
+        st.ToString());
+    return;
+  }
+  for (const Place& p : places) listener_(p.ino, p.offset, p.key, p.frame_len);
+  counters_.shared_refreshed += places.size();
 }
 
 Result<bool> ParseDeltaOption(std::string_view key, std::string_view value, DeltaOptions* out) {

@@ -79,6 +79,10 @@ struct DeltaCounters {
   std::atomic<uint64_t> lineage_held{0};
   std::atomic<uint64_t> lineage_named{0};
   std::atomic<uint64_t> lineage_dropped{0};
+  // Extents of other files that share a rebased chunk, told its new frame
+  // length by ReconcileShared (and the extent scans that found them).
+  std::atomic<uint64_t> shared_refreshed{0};
+  std::atomic<uint64_t> shared_scans{0};
 };
 
 class SnapshotDeltaPolicy final : public DeltaPolicy {
@@ -182,6 +186,21 @@ class SnapshotDeltaPolicy final : public DeltaPolicy {
   bool stop_ = false;
   RebaseListener listener_;  // set before the first write
   PathResolver resolver_;    // likewise
+  // Rebased chunks that more extents reference than the one the listener
+  // was told about (deduplicated: a copy, weights saved twice), with their
+  // new frame length and that place: ReconcileShared scans the extents and
+  // tells the listener about the others, when the queue is idle, at most
+  // kMaxShared keys a scan. Scans are spaced by ten times the last one's
+  // duration, at least 2 s (a flush does not wait).
+  struct Shared {
+    uint32_t frame_len = 0;
+    uint64_t ino = 0, offset = 0;  // the place the listener was told about
+  };
+  void ReconcileShared();
+  static constexpr size_t kMaxShared = 65536;
+  std::unordered_map<store::ChunkKey, Shared, store::ChunkKeyHash> shared_rebased_;  // rebaser thread only
+  bool reconcile_due_ = false;     // guarded by rq_mu_: shared_rebased_ is not empty
+  int64_t next_reconcile_ns_ = 0;  // guarded by rq_mu_
   // Chunks of files with a temporary name (IsTemporaryName), whose lineage
   // waits for the name the file is renamed to (Named); dropped by Forget.
   // At most kMaxHeld chunks in all (64 GiB of 1 MiB chunks); beyond, a
