@@ -468,7 +468,8 @@ for step, d in saves(m, opt, sys.argv[1], lambda step: f'checkpoint-{step}'):
 // tells the file whose lineage record names the chunk; the other extents
 // are found by a scan of the extents once the rebases are done (without
 // it, the copy kept counting the standalone frame: 3,485,600 stored bytes
-// against 2,712,593 in its frames).
+// against 2,712,593 in its frames), also when the file the copy was made
+// from is gone.
 TEST_F(MountDeltaTest, MountCopiesOfAReencodedChunkCountItsNewFrame) {
   const std::string script = WriteScript("copies.py", R"(
 import os, shutil, sys, torch
@@ -480,10 +481,18 @@ save_file({'w': w}, f'{out}/model-1.safetensors')
 shutil.copyfile(f'{out}/model-1.safetensors', f'{out}/copy.safetensors')
 w[:16] += 1  # the first 1 MiB chunk changes, the other three stay
 save_file({'w': w}, f'{out}/model-2.safetensors')
+# The same, with the first save deleted before the second: the copy is the
+# chunk's only extent.
+v = torch.randn(1024, 1024)
+save_file({'v': v}, f'{out}/other-1.safetensors')
+shutil.copyfile(f'{out}/other-1.safetensors', f'{out}/kept.safetensors')
+os.remove(f'{out}/other-1.safetensors')
+v[:16] += 1
+save_file({'v': v}, f'{out}/other-2.safetensors')
 )");
   ASSERT_NO_FATAL_FAILURE(RunInBoth(script));
   EXPECT_EQ(Xattr(P("model-2.safetensors"), "delta_bytes"), 0u);
-  for (const char* f : {"model-1.safetensors", "copy.safetensors"}) {
+  for (const char* f : {"model-1.safetensors", "copy.safetensors", "kept.safetensors"}) {
     const uint64_t frames = Xattr(P(f), "delta_bytes") + Xattr(P(f), "standalone_bytes");
     EXPECT_GT(Xattr(P(f), "delta_bytes"), 0u) << f;
     EXPECT_LE(Xattr(P(f), "stored_bytes"), frames + 64) << f;  // rounding per extent

@@ -656,11 +656,13 @@ void SnapshotDeltaPolicy::RebaseLoop() {
           if (done && it->paired) counters_.paired_later++;
           if (!done || !listener_) continue;
           if (it->prev_ino != 0) listener_(it->prev_ino, it->prev_offset, it->prev, info->frame_len);
-          // Referenced by more extents than its place (the chunks based on
-          // it hold the rest of its count): those are found by a scan.
+          // Referenced by more extents than its place, if the place still
+          // holds it (the chunks based on it hold the rest of its count):
+          // those are found by a scan.
           auto dependants = store_->CountDependants(it->prev);
-          const uint64_t others = it->prev_ino != 0 ? 1 : 0;
-          if (dependants.ok() && info->refcount > *dependants + others && shared_rebased_.size() < kMaxShared)
+          const uint64_t at_place = PlaceHolds(it->prev_ino, it->prev_offset, it->prev) ? 1 : 0;
+          if (dependants.ok() && info->refcount > *dependants + at_place &&
+              shared_rebased_.size() < kMaxShared)
             shared_rebased_[it->prev] = Shared{info->frame_len, it->prev_ino, it->prev_offset};
         }
       }
@@ -713,6 +715,14 @@ void SnapshotDeltaPolicy::RebaseLoop() {
       rq_cv_.wait_for(l, std::chrono::milliseconds(200), [&] { return stop_ || flushers_ > 0; });
   }
   idle_cv_.notify_all();
+}
+
+bool SnapshotDeltaPolicy::PlaceHolds(uint64_t ino, uint64_t offset, const store::ChunkKey& key) {
+  if (ino == 0) return false;
+  auto v = store_->Get(store::Cf::kExtents, store::ExtentKey(ino, offset));
+  if (!v.ok()) return false;
+  auto x = store::DecodeExtent(*v);
+  return x && !x->hole() && x->chunk == key;
 }
 
 void SnapshotDeltaPolicy::ReconcileShared() {

@@ -197,6 +197,8 @@ class SnapshotDeltaPolicy final : public DeltaPolicy {
     uint64_t ino = 0, offset = 0;  // the place the listener was told about
   };
   void ReconcileShared();
+  // Whether the committed extent at (ino, offset) references `key`.
+  bool PlaceHolds(uint64_t ino, uint64_t offset, const store::ChunkKey& key);
   static constexpr size_t kMaxShared = 65536;
   std::unordered_map<store::ChunkKey, Shared, store::ChunkKeyHash> shared_rebased_;  // rebaser thread only
   bool reconcile_due_ = false;     // guarded by rq_mu_: shared_rebased_ is not empty
