@@ -727,6 +727,17 @@ bool SnapshotDeltaPolicy::PlaceHolds(uint64_t ino, uint64_t offset, const store:
 
 void SnapshotDeltaPolicy::ReconcileShared() {
   counters_.shared_scans++;
+  // The frame each chunk has now (gc may have re-encoded one meanwhile).
+  for (auto it = shared_rebased_.begin(); it != shared_rebased_.end();) {
+    auto info = store_->GetChunkInfo(it->first);
+    if (!info.ok()) {
+      it = shared_rebased_.erase(it);
+      continue;
+    }
+    it->second.frame_len = info->frame_len;
+    ++it;
+  }
+  if (shared_rebased_.empty()) return;
   struct Place {
     uint64_t ino = 0, offset = 0;
     store::ChunkKey key;
