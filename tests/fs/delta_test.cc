@@ -108,7 +108,7 @@ TEST(LineageTest, TemporaryNamesOfAtomicSaves) {
                         "x.partial", "model.safetensors.incomplete"})
     EXPECT_TRUE(IsTemporaryName(n)) << n;
   for (const char* n : {"model.safetensors", "tmp.pt", ".tmp", "tmpfile.pt", ".tmpab", "temp_model.pt",
-                        "model-00001-of-00002.safetensors", ".tmp", "tmp", "parts.pt", "a.tmp.", ".tmp.x"})
+                        "model-00001-of-00002.safetensors", "tmp", "parts.pt", "a.tmp.", ".tmp.x"})
     EXPECT_FALSE(IsTemporaryName(n)) << n;
 }
 

@@ -763,7 +763,7 @@ void SnapshotDeltaPolicy::ReconcileShared() {
   if (!st.ok()) {
     spdlog::warn(
         "delta: scanning the extents for chunks shared with re-encoded ones failed ({}); their files' "
-        "stored bytes stay as they were",
+        "stored bytes (st_blocks, du) stay as they were; the data is unaffected",
         st.ToString());
     return;
   }

@@ -28,6 +28,10 @@
 // survives: the next mount reloads the records (LoadQueuedRebases) and
 // works them off; until then the prior version stays standalone (space,
 // never data). Unmount finishes the queue (Filesystem::Shutdown -> Flush).
+// Lineage is keyed by file name, so the chunks of a file with a temporary
+// name (an atomic save) are held until a rename names it (Named); and a
+// re-encoded chunk that other files share gets their extents' frame
+// lengths updated by a scan once the queue is idle (ReconcileShared).
 #pragma once
 
 #include <atomic>
@@ -187,8 +191,8 @@ class SnapshotDeltaPolicy final : public DeltaPolicy {
   RebaseListener listener_;  // set before the first write
   PathResolver resolver_;    // likewise
   // Rebased chunks that more extents reference than the one the listener
-  // was told about (deduplicated: a copy, weights saved twice), with their
-  // new frame length and that place: ReconcileShared scans the extents and
+  // was told about (deduplicated: a copy, weights saved twice), with that
+  // place (and a frame length ReconcileShared re-reads): it scans the extents and
   // tells the listener about the others, when the queue is idle, at most
   // kMaxShared keys a scan. Scans are spaced by ten times the last one's
   // duration, at least 2 s (a flush does not wait).

@@ -53,7 +53,8 @@ bool KeepsEveryDigit(std::string_view s) {
   return IsDcpFile(s) || s.starts_with("mp_rank_") || s.starts_with("layer_");
 }
 
-bool IsIdentifierChar(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; }
+bool IsAlnum(char c) { return std::isalnum(static_cast<unsigned char>(c)) != 0; }
+bool IsIdentifierChar(char c) { return IsAlnum(c) || c == '_'; }
 
 // A dotted parameter name, as DeepSpeed's universal checkpoints name a
 // directory per parameter (zero/model.layers.0.mlp.fc1.weight/fp32.pt):
@@ -101,18 +102,14 @@ std::string NormalizeFileName(std::string_view s) {
 }
 
 bool IsTemporaryName(std::string_view s) {
-  auto random_run = [](std::string_view r, size_t n, bool underscore) {
-    if (r.size() < n) return false;
-    for (size_t i = 0; i < n; ++i) {
-      const char c = r[i];
-      if (!std::isalnum(static_cast<unsigned char>(c)) && !(underscore && c == '_')) return false;
-    }
-    return r.size() == n || r[n] == '.';
+  // `r` is n characters that `ok` accepts, alone or before a ".suffix".
+  auto random_run = [](std::string_view r, size_t n, bool (*ok)(char)) {
+    return r.size() >= n && std::all_of(r.begin(), r.begin() + n, ok) && (r.size() == n || r[n] == '.');
   };
-  // Rust's tempfile: ".tmp" + 6 random alphanumerics (+ a suffix).
-  if (s.starts_with(".tmp") && random_run(s.substr(4), 6, false)) return true;
-  // Python's tempfile: "tmp" + 8 of [a-z0-9_] (+ a suffix).
-  if (s.starts_with("tmp") && random_run(s.substr(3), 8, true)) return true;
+  // Rust's tempfile: ".tmp" + 6 random alphanumerics.
+  if (s.starts_with(".tmp") && random_run(s.substr(4), 6, IsAlnum)) return true;
+  // Python's tempfile: "tmp" + 8 of [a-z0-9_].
+  if (s.starts_with("tmp") && random_run(s.substr(3), 8, IsIdentifierChar)) return true;
   for (std::string_view ext : {".tmp", ".temp", ".part", ".partial", ".incomplete"})
     if (s.size() > ext.size() && s.ends_with(ext)) return true;
   // NAME.tmp.<pid or random>
