@@ -13,6 +13,7 @@
 #include "lmc/bytes.h"
 #include "lmc/codec.h"
 #include "lmc/gpu.h"
+#include "lmc/hash.h"
 #include "lmc/thread_pool.h"
 
 namespace lmc {
@@ -155,14 +156,6 @@ class Window {
   std::unique_ptr<uint8_t[]> buf_;
   size_t cap_ = 0, begin_ = 0, end_ = 0;
   uint64_t start_ = 0;
-};
-
-struct XxhState {
-  XxhState() : s(XXH3_createState()) { XXH3_64bits_reset(s); }
-  ~XxhState() { XXH3_freeState(s); }
-  void Update(const uint8_t* p, size_t n) { XXH3_64bits_update(s, p, n); }
-  uint64_t Digest() const { return XXH3_64bits_digest(s); }
-  XXH3_state_t* s;
 };
 
 }  // namespace
@@ -325,7 +318,7 @@ class FrameWriter {
     uint8_t tr[4 + kTrailerSize];
     StoreLE32(tr, 0);  // end marker
     StoreLE64(tr + 4, stats_.input_bytes);
-    StoreLE64(tr + 12, whole_.Digest());
+    StoreLE64(tr + 12, whole_.Digest64());
     StoreLE64(tr + 20, stats_.chunks);
     StoreLE32(tr + 28, Crc32Of(tr + 4, 24));
     return Emit(tr, sizeof(tr));
@@ -381,7 +374,7 @@ class FrameWriter {
   GpuCodec* gpu_;  // null: the CPU (also after a device failure)
   size_t gpu_batch_;
   size_t cpu_batch_;
-  XxhState whole_;
+  hash::Xxh3Stream whole_;
   CompressStats stats_;
   std::vector<std::vector<uint8_t>> frames_;  // reused across batches
   std::vector<Result<size_t>> sizes_;
@@ -519,7 +512,7 @@ Status DecompressStream(const ReadFn& in, const WriteFn& out, const DecompressOp
                                " is newer than this lmc; upgrade lmcfs");
 
   Slots slots(threads);
-  XxhState whole;
+  hash::Xxh3Stream whole;
   GpuCodec* gpu = opts.gpu;
   const size_t batch = gpu ? GpuBatchChunks(threads, LoadLE32(hdr + 8)) : threads * kChunksPerThread;
   std::vector<std::vector<uint8_t>> frames(batch), outs(batch);
@@ -599,7 +592,7 @@ Status DecompressStream(const ReadFn& in, const WriteFn& out, const DecompressOp
   if (LoadLE32(tr + 24) != Crc32Of(tr, 24)) return Status::Corruption(".lmc trailer checksum mismatch");
   if (LoadLE64(tr) != st.output_bytes || LoadLE64(tr + 16) != st.chunks)
     return Status::Corruption(".lmc trailer size does not match the frames (chunks lost?)");
-  if (LoadLE64(tr + 8) != whole.Digest())
+  if (LoadLE64(tr + 8) != whole.Digest64())
     return Status::Corruption(".lmc file checksum mismatch (frames reordered or replaced)");
   uint8_t extra;
   LMC_ASSIGN_OR_RETURN(got, ReadFull(in, &extra, 1));
@@ -652,7 +645,7 @@ Status DecompressBufferInto(const uint8_t* p, size_t n, const DecompressOptions&
     uint64_t out, decoded;
   };
   std::vector<Job> jobs;
-  XxhState whole;
+  hash::Xxh3Stream whole;
   size_t pos = kHeaderSize;
   uint64_t total = 0;
   for (;;) {
@@ -674,7 +667,7 @@ Status DecompressBufferInto(const uint8_t* p, size_t n, const DecompressOptions&
   if (LoadLE32(tr + 24) != Crc32Of(tr, 24)) return Status::Corruption(".lmc trailer checksum mismatch");
   if (LoadLE64(tr) != total || LoadLE64(tr + 16) != jobs.size())
     return Status::Corruption(".lmc trailer size does not match the frames (chunks lost?)");
-  if (LoadLE64(tr + 8) != whole.Digest())
+  if (LoadLE64(tr + 8) != whole.Digest64())
     return Status::Corruption(".lmc file checksum mismatch (frames reordered or replaced)");
   if (pos + kTrailerSize != n) return Status::Corruption(".lmc file has trailing data after its trailer");
 

@@ -14,6 +14,7 @@
 #include "huffman.h"
 #include "lmc/bytes.h"
 #include "lmc/codec.h"
+#include "lmc/hash.h"
 #include "lmc/transform.h"
 
 namespace lmc {
@@ -50,7 +51,7 @@ uint8_t* Workspace::Scratch(size_t n) {
   return buf_.get();
 }
 
-uint64_t Checksum64(const uint8_t* p, size_t n) { return XXH3_64bits(p, n); }
+uint64_t Checksum64(const uint8_t* p, size_t n) { return hash::Xxh3_64(p, n); }
 
 namespace {
 // Bytes per range of the fused passes below: a multiple of every element
@@ -66,14 +67,13 @@ uint64_t InRangesWithChecksum(size_t n, const uint8_t* hashed, Op op) {
     op(0, n);
     return Checksum64(hashed, n);
   }
-  XXH3_state_t st;
-  XXH3_64bits_reset(&st);
+  hash::Xxh3Stream st;
   for (size_t a = 0; a < n; a += kFusedRange) {
     const size_t b = std::min(n, a + kFusedRange);
     op(a, b);
-    XXH3_64bits_update(&st, hashed + a, b - a);
+    st.Update(hashed + a, b - a);
   }
-  return XXH3_64bits_digest(&st);
+  return st.Digest64();
 }
 }  // namespace
 

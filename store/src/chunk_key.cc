@@ -11,6 +11,8 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
+#include "lmc/hash.h"
+
 namespace lmc::store {
 
 namespace {
@@ -69,24 +71,21 @@ std::array<uint8_t, KeyScheme::kSecretSize> KeyScheme::NewSecret() {
 
 ChunkKey KeyScheme::Of(const uint8_t* p, size_t n, KeyOwner owner) const {
   if (hash_ == Hash::kSha256) return ChunkKey::Of(p, n, owner);
-  XXH128_hash_t h;
+  hash::Hash128 h;
   if (!owner) {
-    h = XXH3_128bits_withSecret(p, n, secret_.data(), secret_.size());
+    h = hash::Xxh3_128WithSecret(p, n, secret_.data(), secret_.size());
   } else {
     uint8_t prefix[sizeof kOwnerKeyTag + 4];
     std::memcpy(prefix, kOwnerKeyTag, sizeof kOwnerKeyTag);
     StoreLE32(prefix + sizeof kOwnerKeyTag, *owner);
-    XXH3_state_t state;
-    XXH3_INITSTATE(&state);
-    if (XXH3_128bits_reset_withSecret(&state, secret_.data(), secret_.size()) != XXH_OK ||
-        XXH3_128bits_update(&state, prefix, sizeof prefix) != XXH_OK ||
-        XXH3_128bits_update(&state, p, n) != XXH_OK)
-      std::abort();  // only for a secret shorter than XXH3's minimum, which kSecretSize is not
-    h = XXH3_128bits_digest(&state);
+    hash::Xxh3Stream state(secret_.data(), secret_.size());
+    state.Update(prefix, sizeof prefix);
+    state.Update(p, n);
+    h = state.Digest128();
   }
   ChunkKey k;
   XXH128_canonical_t c;
-  XXH128_canonicalFromHash(&c, h);
+  XXH128_canonicalFromHash(&c, XXH128_hash_t{h.low64, h.high64});
   static_assert(sizeof c.digest == 16);
   std::memcpy(k.bytes.data(), c.digest, 16);
   StoreLE64(k.bytes.data() + 16, n);

@@ -6,6 +6,8 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
+#include "lmc/hash.h"
+
 namespace lmc::store::fmt {
 
 std::string PackFileName(uint64_t id) {
@@ -58,11 +60,10 @@ Status CheckPackHeader(const uint8_t* h, size_t n, uint64_t id) {
 }
 
 uint64_t RecordChecksum(const uint8_t* hdr, const uint8_t* frame, size_t frame_len) {
-  XXH3_state_t st;
-  XXH3_64bits_reset(&st);
-  XXH3_64bits_update(&st, hdr, kRecordChecksumOffset);
-  XXH3_64bits_update(&st, frame, frame_len);
-  return XXH3_64bits_digest(&st);
+  hash::Xxh3Stream st;
+  st.Update(hdr, kRecordChecksumOffset);
+  st.Update(frame, frame_len);
+  return st.Digest64();
 }
 
 void EncodeRecordHeader(uint8_t* h, const ChunkKey& key, const uint8_t* frame, uint32_t frame_len,

@@ -10,6 +10,10 @@
 //                                        series), chunks of DTYPE (bf16, f32, ...)
 //   --block-log2 K (first)               blocked Huffman in blocks of 2^K symbols
 //                                        (EncodeParams::huffman_block_log2; 12)
+//   lmc_profile_bench --hash FILE        XXH3 (lmc/hash.h) on each vector unit
+//                                        the CPU has, over FILE's 1 MiB chunks:
+//                                        one chunk again and again (in cache)
+//                                        and every chunk in turn (from memory)
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -21,6 +25,7 @@
 
 #include "lmc/codec.h"
 #include "lmc/dtype.h"
+#include "lmc/hash.h"
 
 namespace {
 bool ReadFile(const char* path, std::vector<uint8_t>* out) {
@@ -33,9 +38,63 @@ bool ReadFile(const char* path, std::vector<uint8_t>* out) {
   out->resize(std::min<size_t>(out->size(), size_t{256} << 20));
   return true;
 }
+
+// GB/s of fn(chunk) over `chunks` (indices into data), best of three.
+template <typename Fn>
+double HashRate(const std::vector<uint8_t>& data, const std::vector<size_t>& chunks, Fn fn) {
+  double best = 0;
+  uint64_t sink = 0;
+  for (int r = 0; r < 3; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (size_t c : chunks) sink += fn(data.data() + (c << 20));
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    best = std::max(best, static_cast<double>(chunks.size() << 20) / s / 1e9);
+  }
+  if (sink == 42) std::printf(" ");  // keeps the hashes
+  return best;
+}
+
+int HashBench(const char* path) {
+  std::vector<uint8_t> data;
+  if (!ReadFile(path, &data)) return 1;
+  const size_t nc = data.size() >> 20;
+  if (nc == 0) {
+    std::fprintf(stderr, "lmc_profile_bench: %s is under 1 MiB\n", path);
+    return 1;
+  }
+  std::vector<size_t> hot(256, 0), cold(nc);
+  for (size_t c = 0; c < nc; ++c) cold[c] = c;
+  std::vector<uint8_t> secret(192);
+  for (size_t i = 0; i < secret.size(); ++i) secret[i] = static_cast<uint8_t>(i * 73 + 11);
+  const std::string chosen = lmc::hash::internal::HashUnit();
+  std::printf("chosen unit: %s; %zu chunks of 1 MiB (cold: each once a pass, %zu MiB)\n", chosen.c_str(), nc,
+              nc);
+  for (int round = 0; round < 2; ++round) {
+    for (const char* unit : {"avx512", "avx2", "sse2"}) {
+      if (!lmc::hash::internal::SetHashUnit(unit)) continue;
+      auto h64 = [](const uint8_t* p) { return lmc::hash::Xxh3_64(p, 1 << 20); };
+      auto streamed = [](const uint8_t* p) {
+        lmc::hash::Xxh3Stream st;  // as the frame checksum: 64 KiB at a time
+        for (size_t o = 0; o < (1 << 20); o += 65536) st.Update(p + o, 65536);
+        return st.Digest64();
+      };
+      auto h128 = [&](const uint8_t* p) {
+        return lmc::hash::Xxh3_128WithSecret(p, 1 << 20, secret.data(), secret.size()).low64;
+      };
+      std::printf(
+          "%-7s XXH3-64 %6.1f hot %6.1f cold | 64 KiB pieces %6.1f hot | XXH3-128 secret %6.1f hot %6.1f "
+          "cold GB/s\n",
+          unit, HashRate(data, hot, h64), HashRate(data, cold, h64), HashRate(data, hot, streamed),
+          HashRate(data, hot, h128), HashRate(data, cold, h128));
+    }
+  }
+  lmc::hash::internal::SetHashUnit(chosen.c_str());
+  return 0;
+}
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc == 3 && std::string(argv[1]) == "--hash") return HashBench(argv[2]);
   int block_log2 = 12;
   if (argc >= 3 && std::string(argv[1]) == "--block-log2") {
     block_log2 = std::atoi(argv[2]);
@@ -43,7 +102,7 @@ int main(int argc, char** argv) {
     argv += 2;
   }
   if (argc != 2 && argc != 4) {
-    std::fprintf(stderr, "usage: lmc_profile_bench [--block-log2 K] FILE [BASE DTYPE]\n");
+    std::fprintf(stderr, "usage: lmc_profile_bench [--block-log2 K] FILE [BASE DTYPE] | --hash FILE\n");
     return 2;
   }
   std::vector<uint8_t> data, base;
