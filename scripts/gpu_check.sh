@@ -21,6 +21,10 @@
 # the same data right after this one's, for an A-B on the same card),
 # NCU=1 (Nsight Compute's counters for the main encode and decode kernels,
 # on 256 MiB of the data, into ncu-*.txt).
+# The sanitizer steps: memcheck (every array its own allocation,
+# LMC_GPU_EXACT_ALLOC=1) of the device entry points, lanes, fused decoding,
+# rANS and paired masters, then of the block sizes and corrupt frames;
+# racecheck; synccheck of the warp-synchronous kernels.
 # The anchors need their wheels installed first (docs/BENCHMARKS.md, "GPU codec").
 # The step logs end up in $OUT/logs.tgz (the device tool returns 8 files).
 # Each step has its own time limit; the script goes on after a failed step
@@ -97,10 +101,22 @@ if [ -n "${LMC_MOUNT_BIN:-}" ] && [ -s "$DATA" ]; then
     --data "$DATA" --work /tmp/lmc-gpu-mount --out "$OUT/gpu_mount_bench.json"
 fi
 if [ "${SKIP_SANITIZER:-0}" != 1 ]; then
-  step memcheck 150 compute-sanitizer --tool memcheck --error-exitcode 9 "$BIN/lmc_gpu_tests" \
+  # LMC_GPU_EXACT_ALLOC=1: one cudaMalloc an array instead of 256 MiB slabs,
+  # so that memcheck sees each array's bounds.
+  step memcheck 150 env LMC_GPU_EXACT_ALLOC=1 compute-sanitizer --tool memcheck --error-exitcode 9 \
+    "$BIN/lmc_gpu_tests" \
     --gtest_filter='GpuCodec.DeviceEntryPointsTakeTheSamePaths:GpuCodec.LanesRun*:GpuCodec.FusedDecoder*:GpuCodec.*codesRans*:GpuCodec.*PairedFp32*'
+  # Block sizes 2^9-2^11 and corrupt frames on the device (frames marked bad
+  # while other blocks decode them): never run under memcheck before.
+  step memcheck-sizes-corrupt 150 env LMC_GPU_EXACT_ALLOC=1 compute-sanitizer --tool memcheck --error-exitcode 9 \
+    "$BIN/lmc_gpu_tests" \
+    --gtest_filter='GpuCodec.HuffmanBlockSizes*:GpuCodec.DecodesEveryCpuFrame*'
   step racecheck 90 compute-sanitizer --tool racecheck --error-exitcode 9 "$BIN/lmc_gpu_tests" \
     --gtest_filter='GpuCodec.DeviceEntryPointsTakeTheSamePaths:GpuCodec.FusedDecoder*:GpuCodec.*codesRans*:GpuCodec.*PairedFp32*'
+  # The warp-synchronous kernels (rANS, paired masters' ballots, the fused
+  # decoder's shuffles): masks and barriers used as the hardware requires.
+  step synccheck 90 compute-sanitizer --tool synccheck --error-exitcode 9 "$BIN/lmc_gpu_tests" \
+    --gtest_filter='GpuCodec.FusedDecoder*:GpuCodec.*codesRans*:GpuCodec.*PairedFp32*'
 fi
 rm -f "$DATA"
 # The step logs in one archive: the device tool brings back at most 8 files.

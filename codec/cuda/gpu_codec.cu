@@ -4,6 +4,8 @@
 // counts, one set per warp, merged into the stream's histogram).
 #include <cuda_runtime.h>
 
+#include <cstdlib>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <string>
@@ -111,7 +113,10 @@ __global__ void HuffDecodeKernel(DecArgs a) {
   const size_t i = a.task_first + blockIdx.x * static_cast<size_t>(kDecodeGroup) + threadIdx.x;
   const uint32_t t = a.task_huff[a.task_first + blockIdx.x * static_cast<uint64_t>(kDecodeGroup)];
   const DecStream& s = a.streams[a.huff_streams[t]];
-  const bool bad = a.frames[s.frame].bad != 0;
+  // One decision for the block: another block may mark the frame bad
+  // meanwhile, and threads that read the flag apart would leave parts of the
+  // table unloaded for the others.
+  const bool bad = __syncthreads_or(a.frames[s.frame].bad != 0) != 0;
   if (!bad) {
     const uint16_t* gs = a.single + uint64_t{t} * hd::kHuffTableSize;
     for (int t = threadIdx.x; t < hd::kHuffTableSize; t += blockDim.x) single[t] = gs[t];
@@ -326,6 +331,9 @@ class CudaBackend {
     std::swap(staging_size_, o.staging_size_);
     std::swap(device_, o.device_);
     std::swap(turn_, o.turn_);
+    std::swap(exact_, o.exact_);
+    std::swap(entry_, o.entry_);
+    std::swap(alloc_error_, o.alloc_error_);
     return *this;
   }
   ~CudaBackend() {
@@ -335,17 +343,24 @@ class CudaBackend {
       if (events_[k]) cudaEventDestroy(events_[k]);
     }
     if (staging_) cudaFreeHost(staging_);
+    if (entry_) cudaEventDestroy(entry_);
     if (stream_) cudaStreamDestroy(stream_);
   }
 
   Status Init(int device) {
     device_ = device;
+    // LMC_GPU_EXACT_ALLOC=1 (scripts/gpu_check.sh's sanitizer steps): one
+    // cudaMalloc an array, freed at Reset, so that compute-sanitizer's
+    // memcheck sees each array's bounds (inside a slab it cannot).
+    const char* exact = std::getenv("LMC_GPU_EXACT_ALLOC");
+    exact_ = exact && std::strcmp(exact, "1") == 0;
     LMC_RETURN_IF_ERROR(CudaStatus(cudaSetDevice(device), "set device"));
     LMC_RETURN_IF_ERROR(CudaStatus(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "stream"));
     for (int k = 0; k < 2; ++k) {
       LMC_RETURN_IF_ERROR(CudaStatus(cudaMallocHost(&pinned_[k], kPinned), "pinned buffer"));
       LMC_RETURN_IF_ERROR(CudaStatus(cudaEventCreateWithFlags(&events_[k], cudaEventDisableTiming), "event"));
     }
+    LMC_RETURN_IF_ERROR(CudaStatus(cudaEventCreateWithFlags(&entry_, cudaEventDisableTiming), "event"));
     cudaDeviceProp p;
     LMC_RETURN_IF_ERROR(CudaStatus(cudaGetDeviceProperties(&p, device), "device properties"));
     int rt = 0;
@@ -355,6 +370,17 @@ class CudaBackend {
   }
 
   uint8_t* Alloc(size_t n) {
+    if (exact_) {
+      Slab s;
+      s.size = s.used = n ? n : 1;
+      if (const cudaError_t e = cudaMalloc(&s.base, s.size); e != cudaSuccess) {
+        cudaGetLastError();
+        alloc_error_ = e;
+        return nullptr;
+      }
+      slabs_.push_back(s);
+      return s.base;
+    }
     n = (n + 255) & ~size_t{255};
     if (n == 0) n = 256;
     for (auto& s : slabs_) {
@@ -366,8 +392,11 @@ class CudaBackend {
     }
     Slab s;
     s.size = std::max(n, kSlab);
-    if (cudaMalloc(&s.base, s.size) != cudaSuccess) {
-      cudaGetLastError();  // not sticky; the caller reports the failure
+    if (const cudaError_t e = cudaMalloc(&s.base, s.size); e != cudaSuccess) {
+      // Not sticky when it is the allocation's own; an earlier kernel's
+      // fault (sticky) shows again at the next Sync, which reports it.
+      cudaGetLastError();
+      alloc_error_ = e;
       return nullptr;
     }
     s.used = n;
@@ -375,6 +404,12 @@ class CudaBackend {
     return s.base;
   }
   void Reset() {
+    if (exact_) {
+      cudaStreamSynchronize(stream_);  // nothing in flight still uses them
+      for (auto& s : slabs_) cudaFree(s.base);
+      slabs_.clear();
+      return;
+    }
     for (auto& s : slabs_) s.used = 0;
   }
 
@@ -420,11 +455,15 @@ class CudaBackend {
   }
   uint8_t* Pinned(size_t n) {
     if (n > staging_size_) {
-      if (staging_) cudaFreeHost(staging_);
+      if (staging_) {
+        cudaStreamSynchronize(stream_);  // no copy out of it is still in flight
+        cudaFreeHost(staging_);
+      }
       staging_ = nullptr;
       staging_size_ = 0;
-      if (cudaMallocHost(&staging_, n) != cudaSuccess) {
+      if (const cudaError_t e = cudaMallocHost(&staging_, n); e != cudaSuccess) {
         cudaGetLastError();
+        alloc_error_ = e;
         return nullptr;
       }
       staging_size_ = n;
@@ -443,13 +482,21 @@ class CudaBackend {
   }
   Status ToDeviceSync(void* d, const void* h, size_t n) {
     LMC_RETURN_IF_ERROR(Sync());
-    return CudaStatus(cudaMemcpy(d, h, n, cudaMemcpyHostToDevice), "copy in");
+    // On the codec's stream, then waited for: a cudaMemcpy from pageable
+    // memory may return before its DMA ends, and the caller reads the
+    // outputs once the call returns.
+    LMC_RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(d, h, n, cudaMemcpyHostToDevice, stream_), "copy in"));
+    return Sync();
   }
   Status Zero(void* d, size_t n) { return CudaStatus(cudaMemsetAsync(d, 0, n, stream_), "memset"); }
 
   template <typename Body, typename Args>
   Status Launch(size_t count, const Args& a) {
     if (count == 0) return Status::Ok();
+    // A stale error of an earlier unchecked call (profiling events, a
+    // transform) is not this launch's; a sticky one survives this and shows
+    // at the next Sync.
+    (void)cudaGetLastError();
     constexpr unsigned kThreads = 128;
     const size_t blocks = (count + kThreads - 1) / kThreads;
     if (profile_) cudaEventRecord(prof_[0], stream_);
@@ -510,6 +557,17 @@ class CudaBackend {
 
   // Lanes run on threads of their own; the current device is per thread.
   Status Bind() { return CudaStatus(cudaSetDevice(device_), "set device"); }
+  // The codec's stream is non-blocking: without this, its kernels would not
+  // wait for copies the caller queued on the legacy default stream (a
+  // cudaMemcpy from pageable memory may return before its DMA ends).
+  Status WaitForDefaultStream() {
+    LMC_RETURN_IF_ERROR(CudaStatus(cudaEventRecord(entry_, cudaStreamLegacy), "event"));
+    return CudaStatus(cudaStreamWaitEvent(stream_, entry_, 0), "stream wait");
+  }
+  // Why the last Alloc or Pinned call failed.
+  std::string AllocError() const {
+    return alloc_error_ == cudaSuccess ? "" : cudaGetErrorString(alloc_error_);
+  }
   Status Sync() {
     LMC_RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(stream_), "kernel"));
     return CudaStatus(cudaGetLastError(), "kernel");
@@ -544,6 +602,9 @@ class CudaBackend {
   cudaEvent_t events_[2] = {nullptr, nullptr};
   int turn_ = 0;
   int device_ = 0;
+  cudaError_t alloc_error_ = cudaSuccess;
+  cudaEvent_t entry_ = nullptr;  // WaitForDefaultStream
+  bool exact_ = false;
   std::string name_;
   bool profile_ = false;
   cudaEvent_t prof_[2] = {nullptr, nullptr};

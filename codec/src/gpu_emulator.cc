@@ -49,6 +49,8 @@ class HostBackend {
   }
   Status Sync() { return Status::Ok(); }
   Status Bind() { return Status::Ok(); }
+  std::string AllocError() const { return ""; }
+  Status WaitForDefaultStream() { return Status::Ok(); }
   void HostTime(const char*, std::chrono::steady_clock::time_point) {}
   std::string Describe() const { return "host emulation of the GPU pipeline"; }
   std::string Profile() const { return ""; }

@@ -140,21 +140,22 @@ struct EncStream {
 struct EncArgs {
   EncChunk* chunks;
   EncStream* streams;
-  uint32_t nc, ns;          // chunks, streams
-  uint32_t* hist;           // 256 per stream
-  uint32_t* codes;          // 256 per stream: Huffman codes, or rANS frequencies
-  uint8_t* lens;            // 256 per stream
-  uint8_t* sbuf;            // regrouped streams
-  uint32_t* scratch;        // Huffman payload words, or a rANS stream's bytes
-  uint64_t* deltas;         // 8 per hash block
-  uint64_t* chunk_hash0;    // first hash block of each chunk
-  uint64_t* chunk_tile0;    // first split tile of each chunk
-  uint64_t* stream_block0;  // first Huffman block slot of each stream
-  uint64_t* stream_raw0;    // first copy tile of each stream
-  uint32_t* tile_chunk;     // chunk of each split tile (OwnerFillBody)
-  uint32_t* hash_chunk;     // chunk of each hash block
-  uint32_t* block_stream;   // stream of each block slot
-  uint32_t* raw_stream;     // stream of each copy tile
+  uint32_t nc, ns;                  // chunks, streams
+  uint32_t* hist;                   // 256 per stream
+  uint32_t* codes;                  // 256 per stream: Huffman codes, or rANS frequencies
+  uint8_t* lens;                    // 256 per stream
+  hd::CoderScratch* coder_scratch;  // one per stream: PlanBody's working space
+  uint8_t* sbuf;                    // regrouped streams
+  uint32_t* scratch;                // Huffman payload words, or a rANS stream's bytes
+  uint64_t* deltas;                 // 8 per hash block
+  uint64_t* chunk_hash0;            // first hash block of each chunk
+  uint64_t* chunk_tile0;            // first split tile of each chunk
+  uint64_t* stream_block0;          // first Huffman block slot of each stream
+  uint64_t* stream_raw0;            // first copy tile of each stream
+  uint32_t* tile_chunk;             // chunk of each split tile (OwnerFillBody)
+  uint32_t* hash_chunk;             // chunk of each hash block
+  uint32_t* block_stream;           // stream of each block slot
+  uint32_t* raw_stream;             // stream of each copy tile
   uint32_t* block_bits;
   uint64_t* block_start;
   uint32_t log2;  // blocked Huffman: log2 of the symbols a block
@@ -330,8 +331,8 @@ struct PlanBody {  // i: stream
     EncStream& s = a.streams[i];
     uint8_t* len = a.lens + 256 * i;
     size_t size = 0;
-    s.coder =
-        hd::GpuProfileCoder(a.hist + 256 * i, s.n, len, a.codes + 256 * i, &size, static_cast<int>(a.log2));
+    s.coder = hd::GpuProfileCoder(a.hist + 256 * i, s.n, len, a.codes + 256 * i, &size,
+                                  static_cast<int>(a.log2), a.coder_scratch + i);
     s.size = size;
     s.hdr = 0;
     if (s.coder == hd::kCoderHuffmanBlocked) {
@@ -737,16 +738,16 @@ struct RansParseBody {  // i: rANS stream. Checks the header; frequencies, state
     DecFrame& f = a.frames[s.frame];
     const uint8_t* p = f.frame + s.off;
     RansTable& t = a.rans[i];
-    uint32_t freq[256];
     int k = 0;
     t.states = s.coder == hd::kCoderRansX32 ? 32 : 4;
-    const uint32_t header = hd::RansParseHeader(p, s.len, freq, &k);
+    // Straight into the table: a local array of 256 would be reserved for
+    // every thread the card holds (HuffBuildScratch says why).
+    const uint32_t header = hd::RansParseHeader(p, s.len, t.freq, &k);
     if (hd::RansReadStart(p, s.len, header, k, static_cast<int>(t.states), &t.start)) return MarkBad(f);
     uint32_t cum = 0;
     for (int c = 0; c < 256; ++c) {
-      t.freq[c] = static_cast<uint16_t>(freq[c]);
       t.cum[c] = static_cast<uint16_t>(cum);
-      cum += freq[c];
+      cum += t.freq[c];
     }
   }
 };
@@ -1108,7 +1109,18 @@ struct GatherBody {  // i: frame * head + byte
 // - Status Sync().
 // - Status Bind(): makes the backend's device current on the calling thread (lanes run on threads of
 //   their own).
+// - std::string AllocError(): why the last Alloc or Pinned failed (the runtime's words), or "".
+// - Status WaitForDefaultStream(): later work waits for what the caller queued on the legacy default
+//   stream (device calls' inputs).
 // - void HostTime(const char* what, steady_clock::time_point since): host time, when profiling.
+// A failed allocation, with the runtime's reason where it gave one (an
+// earlier kernel's fault reads as a failed allocation otherwise).
+template <typename B>
+Status OutOfMemory(const B& backend, const char* what) {
+  const std::string why = backend.AllocError();
+  return Status::IOError(why.empty() ? std::string(what) : std::string(what) + " (" + why + ")");
+}
+
 template <typename T, typename B>
 T* AllocArray(B& backend, size_t count) {
   return reinterpret_cast<T*>(backend.Alloc(sizeof(T) * (count ? count : 1)));
@@ -1198,6 +1210,7 @@ Status EncodeOnDevice(B& be, GpuEncodeItem* items, const std::vector<size_t>& gp
   a.hist = AllocArray<uint32_t>(be, 256 * ns);
   a.codes = AllocArray<uint32_t>(be, 256 * ns);
   a.lens = AllocArray<uint8_t>(be, 256 * ns);
+  a.coder_scratch = AllocArray<hd::CoderScratch>(be, ns);
   a.sbuf = AllocArray<uint8_t>(be, sbytes);
   a.scratch = AllocArray<uint32_t>(be, swords);
   a.deltas = AllocArray<uint64_t>(be, 8 * hashes);
@@ -1211,10 +1224,10 @@ Status EncodeOnDevice(B& be, GpuEncodeItem* items, const std::vector<size_t>& gp
   a.hash_chunk = AllocArray<uint32_t>(be, hashes);
   a.block_stream = AllocArray<uint32_t>(be, blocks);
   a.raw_stream = AllocArray<uint32_t>(be, raws);
-  if (!a.chunks || !a.streams || !a.hist || !a.codes || !a.lens || !a.sbuf || !a.scratch || !a.deltas ||
-      !a.chunk_hash0 || !a.chunk_tile0 || !a.stream_block0 || !a.stream_raw0 || !a.block_bits ||
-      !a.block_start || !a.tile_chunk || !a.hash_chunk || !a.block_stream || !a.raw_stream)
-    return Status::IOError("GPU: out of device memory for an encode batch");
+  if (!a.chunks || !a.streams || !a.hist || !a.codes || !a.lens || !a.coder_scratch || !a.sbuf ||
+      !a.scratch || !a.deltas || !a.chunk_hash0 || !a.chunk_tile0 || !a.stream_block0 || !a.stream_raw0 ||
+      !a.block_bits || !a.block_start || !a.tile_chunk || !a.hash_chunk || !a.block_stream || !a.raw_stream)
+    return OutOfMemory(be, "GPU: out of device memory for an encode batch");
   LMC_RETURN_IF_ERROR(be.ToDevice(a.chunks, chunks.data(), sizeof(EncChunk) * nc));
   LMC_RETURN_IF_ERROR(be.ToDevice(a.streams, streams.data(), sizeof(EncStream) * ns));
   LMC_RETURN_IF_ERROR(be.ToDevice(a.chunk_hash0, chunk_hash0.data(), 8 * (nc + 1)));
@@ -1408,7 +1421,7 @@ Status DecodeOnDevice(B& be, GpuDecodeItem* items, const std::vector<DecPlanItem
   if (!a.frames || !a.streams || !a.huff_streams || !a.huff_task0 || !a.starts || !a.canon || !a.single ||
       !a.dbuf || !a.frame_tile0 || !a.frame_hash0 || !a.deltas || !a.task_huff || !a.tile_frame ||
       !a.hash_frame || !a.rans_streams || !a.rans)
-    return Status::IOError("GPU: out of device memory for a decode batch");
+    return OutOfMemory(be, "GPU: out of device memory for a decode batch");
   LMC_RETURN_IF_ERROR(be.ToDevice(a.frames, fr.data(), sizeof(DecFrame) * nf));
   LMC_RETURN_IF_ERROR(be.ToDevice(a.streams, streams.data(), sizeof(DecStream) * streams.size()));
   LMC_RETURN_IF_ERROR(be.ToDevice(a.huff_streams, huff.data(), 4 * huff.size()));
@@ -1468,8 +1481,14 @@ class BatchCodec final : public GpuCodec {
 
   Status EncodeBatch(GpuEncodeItem* items, size_t count) override { return Encode(items, count, false); }
   Status DecodeBatch(GpuDecodeItem* items, size_t count) override { return Decode(items, count, false); }
-  Status EncodeBatchDevice(GpuEncodeItem* items, size_t count) override { return Encode(items, count, true); }
-  Status DecodeBatchDevice(GpuDecodeItem* items, size_t count) override { return Decode(items, count, true); }
+  Status EncodeBatchDevice(GpuEncodeItem* items, size_t count) override {
+    LMC_RETURN_IF_ERROR(BindAndWaitForCaller());
+    return Encode(items, count, true);
+  }
+  Status DecodeBatchDevice(GpuDecodeItem* items, size_t count) override {
+    LMC_RETURN_IF_ERROR(BindAndWaitForCaller());
+    return Decode(items, count, true);
+  }
   GpuCodecStats stats() const override {
     std::lock_guard<std::mutex> l(stats_mu_);
     return stats_;
@@ -1528,6 +1547,8 @@ class BatchCodec final : public GpuCodec {
   Status RunLanes(size_t count, bool device, Fn&& fn) {
     const size_t n = device ? 1 : std::min(lanes_.size(), count);
     if (n <= 1) {
+      // The caller's thread: its current device may be another.
+      LMC_RETURN_IF_ERROR(lanes_[0]->be.Bind());
       for (size_t u = 0; u < count; ++u) LMC_RETURN_IF_ERROR(fn(*lanes_[0], u));
       return Status::Ok();
     }
@@ -1535,8 +1556,13 @@ class BatchCodec final : public GpuCodec {
     std::atomic<bool> failed{false};
     std::vector<Status> st(n);
     auto work = [&](size_t l) {
-      Status s = lanes_[l]->be.Bind();
-      for (size_t u; s.ok() && !failed.load() && (u = next.fetch_add(1)) < count;) s = fn(*lanes_[l], u);
+      Status s;
+      try {  // an exception on a lane's own thread would end the process
+        s = lanes_[l]->be.Bind();
+        for (size_t u; s.ok() && !failed.load() && (u = next.fetch_add(1)) < count;) s = fn(*lanes_[l], u);
+      } catch (const std::exception& e) {
+        s = Status::IOError(std::string("GPU lane: ") + e.what());
+      }
       if (!s.ok()) failed = true;
       st[l] = s;
     };
@@ -1546,6 +1572,26 @@ class BatchCodec final : public GpuCodec {
     for (auto& t : threads) t.join();
     for (const Status& s : st) LMC_RETURN_IF_ERROR(s);
     return Status::Ok();
+  }
+
+  // Device calls run on lane 0, on the caller's thread: its device made
+  // current, and the lane's stream ordered after the caller's default
+  // stream (inputs uploaded or written there).
+  Status BindAndWaitForCaller() {
+    LMC_RETURN_IF_ERROR(lanes_[0]->be.Bind());
+    return lanes_[0]->be.WaitForDefaultStream();
+  }
+
+  // fn(), a batch on lane l; when it fails, what it left in flight (copies
+  // out of the lane's pinned staging, kernels writing the outputs) ends
+  // before the caller redoes the batch on the CPU or the lane's buffers are
+  // reused. The wait's own error, if any, is the one fn returned or a later
+  // symptom of it.
+  template <typename Fn>
+  static Status Settled(Lane& l, Fn&& fn) {
+    Status s = fn();
+    if (!s.ok()) (void)l.be.Sync();
+    return s;
   }
 
   // One batch's chunks and bytes in the stats.
@@ -1639,7 +1685,9 @@ class BatchCodec final : public GpuCodec {
     const auto batches = Batches(count, PieceBytes(total, device), size, &cpu);
     return RunUnits(
         batches, cpu, device,
-        [&](Lane& l, const std::vector<size_t>& b) { return EncodeOneBatch(l, items, b, device); },
+        [&](Lane& l, const std::vector<size_t>& b) {
+          return Settled(l, [&] { return EncodeOneBatch(l, items, b, device); });
+        },
         [&](Lane& l, size_t i) { EncodeOnCpu(l, items[i], device); });
   }
 
@@ -1668,7 +1716,7 @@ class BatchCodec final : public GpuCodec {
       uint8_t* pin = be.Pinned(in_bytes + out_bytes);
       uint8_t* din = be.Alloc(in_bytes);
       uint8_t* dout = be.Alloc(out_bytes);
-      if (!pin || !din || !dout) return Status::IOError("GPU: out of memory for an encode batch");
+      if (!pin || !din || !dout) return OutOfMemory(be, "GPU: out of memory for an encode batch");
       Pool().ParallelFor(gpu.size(), 0, [&](size_t c, size_t) {
         const GpuEncodeItem& it = items[gpu[c]];
         std::memcpy(pin + in_off[c], it.src, it.n);
@@ -1803,7 +1851,7 @@ class BatchCodec final : public GpuCodec {
           std::vector<DecPlanItem> plan;
           plan.reserve(b.size());
           for (size_t i : b) plan.push_back(std::move(*plans[i]));
-          return DecodeOneBatch(l, items, plan, false);
+          return Settled(l, [&] { return DecodeOneBatch(l, items, plan, false); });
         },
         [&](Lane& l, size_t i) { DecodeOnCpu(l, items[i], false); });
   }
@@ -1812,6 +1860,7 @@ class BatchCodec final : public GpuCodec {
   // gather and one copy.
   Status DecodeDevice(GpuDecodeItem* items, size_t count) {
     Lane& l = *lanes_[0];
+    LMC_RETURN_IF_ERROR(l.be.Bind());  // the caller's thread
     // The frame header and the first stream's coder header (its code
     // lengths and block size: PlanDecode).
     constexpr size_t kHead = frame::HeaderSize(frame::kMaxStreams, true) + hd::kHuffMaxBlockedHead;
@@ -1823,7 +1872,7 @@ class BatchCodec final : public GpuCodec {
       const size_t first = i;
       size_t last = i, sum = 0;
       while (last < count && (last == i || sum <= o_.batch_bytes)) sum += items[last++].cap;
-      LMC_RETURN_IF_ERROR(GatherHeads(l, items + i, last - i, kHead, &heads));
+      LMC_RETURN_IF_ERROR(Settled(l, [&] { return GatherHeads(l, items + i, last - i, kHead, &heads); }));
       for (; i < count && (plan.empty() || bytes <= o_.batch_bytes); ++i) {
         if ((i - first + 1) * kHead > heads.size()) break;  // beyond the gathered heads
         auto p = PlanDecode(items[i], i, heads.data() + (i - first) * kHead, std::min(kHead, items[i].len));
@@ -1834,7 +1883,8 @@ class BatchCodec final : public GpuCodec {
         bytes += p->fi.decoded_size;
         plan.push_back(std::move(*p));
       }
-      if (!plan.empty()) LMC_RETURN_IF_ERROR(DecodeOneBatch(l, items, plan, true));
+      if (!plan.empty())
+        LMC_RETURN_IF_ERROR(Settled(l, [&] { return DecodeOneBatch(l, items, plan, true); }));
     }
     return Status::Ok();
   }
@@ -1867,7 +1917,7 @@ class BatchCodec final : public GpuCodec {
       pin = be.Pinned(in_bytes + out_bytes);
       uint8_t* din = be.Alloc(in_bytes);
       dout = be.Alloc(out_bytes);
-      if (!pin || !din || !dout) return Status::IOError("GPU: out of memory for a decode batch");
+      if (!pin || !din || !dout) return OutOfMemory(be, "GPU: out of memory for a decode batch");
       pout = pin + in_bytes;
       Pool().ParallelFor(plan.size(), 0, [&](size_t f, size_t) {
         const GpuDecodeItem& it = items[plan[f].item];
@@ -1943,7 +1993,7 @@ class BatchCodec final : public GpuCodec {
     g.lens = AllocArray<uint64_t>(be, count);
     g.out = AllocArray<uint8_t>(be, count * head);
     g.head = head;
-    if (!g.frames || !g.lens || !g.out) return Status::IOError("GPU: out of device memory for frame headers");
+    if (!g.frames || !g.lens || !g.out) return OutOfMemory(be, "GPU: out of device memory for frame headers");
     LMC_RETURN_IF_ERROR(be.ToDevice(g.frames, ptr.data(), sizeof(void*) * count));
     LMC_RETURN_IF_ERROR(be.ToDevice(g.lens, len.data(), 8 * count));
     LMC_RETURN_IF_ERROR(be.template Launch<GatherBody>(count * head, g));

@@ -127,6 +127,10 @@ class GpuCodec {
   virtual Status DecodeBatch(GpuDecodeItem* items, size_t count) = 0;
   // Device memory in and out (a checkpoint still on the GPU): no host copy.
   // All items of one call must fit the device memory the codec may take.
+  // The codec's stream waits for the work queued on the legacy default
+  // stream before it reads the inputs; inputs written on another stream
+  // must be complete (synchronized) before the call. Outputs are complete
+  // when it returns.
   virtual Status EncodeBatchDevice(GpuEncodeItem* items, size_t count) = 0;
   virtual Status DecodeBatchDevice(GpuDecodeItem* items, size_t count) = 0;
 

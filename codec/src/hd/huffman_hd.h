@@ -64,13 +64,24 @@ LMC_HD uint32_t FunnelRight(uint32_t lo, uint32_t hi, uint32_t sh) {
 #endif
 }
 
+// HuffBuildLengths' working arrays, 15.9 KiB. A kernel thread's come from
+// device memory its caller allocates (one a stream): as a local array,
+// their size would be reserved by the driver for every thread the card can
+// hold, about 4.4 GB on an H100 or H200 (132 SMs x 2048 threads), for as
+// long as the process keeps its CUDA context. The CPU's are on its stack.
+struct HuffBuildScratch {
+  uint64_t sorted[256];  // count << 8 | symbol, ascending
+  uint64_t weight[2][512];
+  uint8_t is_leaf[kHuffMaxLen][512];
+};
+
 // Optimal code lengths limited to kHuffMaxLen bits by package-merge
 // (Larmore and Hirschberg). Symbols with hist 0 get length 0; a lone symbol
 // gets length 1. Returns the number of symbols with a code. Deterministic:
 // symbols are ordered by (count, symbol), a total order, so every caller
 // (CPU or GPU) gets the same lengths for the same histogram.
-LMC_HD_NOINLINE int HuffBuildLengths(const uint32_t hist[256], uint8_t len[256]) {
-  uint64_t sorted[256];  // count << 8 | symbol, ascending
+LMC_HD_NOINLINE int HuffBuildLengths(const uint32_t hist[256], uint8_t len[256], HuffBuildScratch* w) {
+  uint64_t* sorted = w->sorted;
   int k = 0;
   for (int s = 0; s < 256; ++s) {
     len[s] = 0;
@@ -98,8 +109,8 @@ LMC_HD_NOINLINE int HuffBuildLengths(const uint32_t hist[256], uint8_t len[256])
   // Level 0 is the list of leaves (weight 2^-L); level i+1 merges the leaves
   // with the pairs of level i. is_leaf[i][t] records the order of the merge
   // so that the selection can be traced back without storing packages.
-  uint64_t weight[2][512];
-  uint8_t is_leaf[kHuffMaxLen][512];
+  auto& weight = w->weight;
+  auto& is_leaf = w->is_leaf;
   int size = k;
   for (int t = 0; t < k; ++t) {
     weight[0][t] = sorted[t] >> 8;
@@ -137,6 +148,12 @@ LMC_HD_NOINLINE int HuffBuildLengths(const uint32_t hist[256], uint8_t len[256])
   }
   for (int t = 0; t < k; ++t) len[sorted[t] & 0xff] = depth[t];
   return k;
+}
+
+// The same on the CPU, with the arrays on the stack.
+inline int HuffBuildLengths(const uint32_t hist[256], uint8_t len[256]) {
+  HuffBuildScratch w;
+  return HuffBuildLengths(hist, len, &w);
 }
 
 // Canonical codes (DEFLATE rule), bit-reversed for LSB-first output:

@@ -19,7 +19,9 @@ inline constexpr uint64_t kRansX32MinSymbols = 64 << 10;
 // byte s (0 where absent), *k_out the number of symbols. Returns the header
 // size, or 0 when malformed (symbols not increasing, a bitmap whose
 // popcount is not k, a varint out of range, a sum other than 4096).
-LMC_HD uint32_t RansParseHeader(const uint8_t* src, uint64_t len, uint32_t freq[256], int* k_out) {
+template <typename Freq>  // uint32_t, or uint16_t (a frequency is at most kRansProbScale)
+LMC_HD uint32_t RansParseHeader(const uint8_t* src, uint64_t len, Freq freq[256], int* k_out) {
+  static_assert(sizeof(Freq) >= 2, "frequencies up to 4096");
   if (len < 1) return 0;
   const int k = src[0] + 1;
   uint64_t p = 1;
@@ -62,7 +64,7 @@ LMC_HD uint32_t RansParseHeader(const uint8_t* src, uint64_t len, uint32_t freq[
       v = (v & 0x7f) | hi << 7;
       if (hi == 0 || v >= kRansProbScale) return 0;
     }
-    freq[s] = v + 1;
+    freq[s] = static_cast<Freq>(v + 1);
     sum += v + 1;
   }
   if (sum != kRansProbScale) return 0;
@@ -209,7 +211,9 @@ LMC_HD uint32_t RansLog2Q24(uint32_t f) {
 // (RansLog2Q24), so that the CPU and a GPU build the same table. The CPU
 // profile's normaliser (rans.cc) also searches unit swaps afterwards; this
 // one stops once the sum holds. Returns the number of present symbols.
-LMC_HD int RansNormalizeGpu(const uint32_t hist[256], uint64_t n, uint32_t freq[256]) {
+// `v`: 256 values of working space (device memory in a kernel: see
+// HuffBuildScratch).
+LMC_HD int RansNormalizeGpu(const uint32_t hist[256], uint64_t n, uint32_t freq[256], uint64_t* v) {
   int k = 0;
   int64_t sum = 0;
   for (int s = 0; s < 256; ++s) {
@@ -237,7 +241,6 @@ LMC_HD int RansNormalizeGpu(const uint32_t hist[256], uint64_t n, uint32_t freq[
     return uint64_t{hist[s]} *
            (up ? RansLog2Q24(f + 1) - RansLog2Q24(f) : RansLog2Q24(f) - RansLog2Q24(f - 1));
   };
-  uint64_t v[256];
   for (int s = 0; s < 256; ++s) v[s] = freq[s] ? value(s) : 0;
   while (sum != static_cast<int64_t>(kRansProbScale)) {
     int best = -1;
@@ -250,6 +253,12 @@ LMC_HD int RansNormalizeGpu(const uint32_t hist[256], uint64_t n, uint32_t freq[
     v[best] = value(best);
   }
   return k;
+}
+
+// The same on the CPU, with the working space on the stack.
+inline int RansNormalizeGpu(const uint32_t hist[256], uint64_t n, uint32_t freq[256]) {
+  uint64_t v[256];
+  return RansNormalizeGpu(hist, n, freq, v);
 }
 
 // The encoded size of a stream of `states` states with the frequencies of
