@@ -140,22 +140,25 @@ struct EncStream {
 struct EncArgs {
   EncChunk* chunks;
   EncStream* streams;
-  uint32_t nc, ns;                  // chunks, streams
-  uint32_t* hist;                   // 256 per stream
-  uint32_t* codes;                  // 256 per stream: Huffman codes, or rANS frequencies
-  uint8_t* lens;                    // 256 per stream
-  hd::CoderScratch* coder_scratch;  // one per stream: PlanBody's working space
-  uint8_t* sbuf;                    // regrouped streams
-  uint32_t* scratch;                // Huffman payload words, or a rANS stream's bytes
-  uint64_t* deltas;                 // 8 per hash block
-  uint64_t* chunk_hash0;            // first hash block of each chunk
-  uint64_t* chunk_tile0;            // first split tile of each chunk
-  uint64_t* stream_block0;          // first Huffman block slot of each stream
-  uint64_t* stream_raw0;            // first copy tile of each stream
-  uint32_t* tile_chunk;             // chunk of each split tile (OwnerFillBody)
-  uint32_t* hash_chunk;             // chunk of each hash block
-  uint32_t* block_stream;           // stream of each block slot
-  uint32_t* raw_stream;             // stream of each copy tile
+  uint32_t nc, ns;  // chunks, streams
+  uint32_t* hist;   // 256 per stream
+  uint32_t* codes;  // 256 per stream: Huffman codes, or rANS frequencies
+  uint8_t* lens;    // 256 per stream
+  // PlanBody's working space, the streams' interleaved (hd::Strided):
+  // HuffBuildStrided::kU64 + 256 values and kU8 bytes a stream.
+  uint64_t* plan_u64;
+  uint8_t* plan_u8;
+  uint8_t* sbuf;            // regrouped streams
+  uint32_t* scratch;        // Huffman payload words, or a rANS stream's bytes
+  uint64_t* deltas;         // 8 per hash block
+  uint64_t* chunk_hash0;    // first hash block of each chunk
+  uint64_t* chunk_tile0;    // first split tile of each chunk
+  uint64_t* stream_block0;  // first Huffman block slot of each stream
+  uint64_t* stream_raw0;    // first copy tile of each stream
+  uint32_t* tile_chunk;     // chunk of each split tile (OwnerFillBody)
+  uint32_t* hash_chunk;     // chunk of each hash block
+  uint32_t* block_stream;   // stream of each block slot
+  uint32_t* raw_stream;     // stream of each copy tile
   uint32_t* block_bits;
   uint64_t* block_start;
   uint32_t log2;  // blocked Huffman: log2 of the symbols a block
@@ -331,8 +334,11 @@ struct PlanBody {  // i: stream
     EncStream& s = a.streams[i];
     uint8_t* len = a.lens + 256 * i;
     size_t size = 0;
+    const uint64_t ns = a.ns;
+    hd::HuffBuildStrided huff{a.plan_u64 + i, a.plan_u8 + i, ns};
+    const hd::Strided<uint64_t> rans_v{a.plan_u64 + hd::HuffBuildStrided::kU64 * ns + i, ns};
     s.coder = hd::GpuProfileCoder(a.hist + 256 * i, s.n, len, a.codes + 256 * i, &size,
-                                  static_cast<int>(a.log2), a.coder_scratch + i);
+                                  static_cast<int>(a.log2), huff, rans_v);
     s.size = size;
     s.hdr = 0;
     if (s.coder == hd::kCoderHuffmanBlocked) {
@@ -1210,7 +1216,8 @@ Status EncodeOnDevice(B& be, GpuEncodeItem* items, const std::vector<size_t>& gp
   a.hist = AllocArray<uint32_t>(be, 256 * ns);
   a.codes = AllocArray<uint32_t>(be, 256 * ns);
   a.lens = AllocArray<uint8_t>(be, 256 * ns);
-  a.coder_scratch = AllocArray<hd::CoderScratch>(be, ns);
+  a.plan_u64 = AllocArray<uint64_t>(be, (hd::HuffBuildStrided::kU64 + 256) * ns);
+  a.plan_u8 = AllocArray<uint8_t>(be, hd::HuffBuildStrided::kU8 * ns);
   a.sbuf = AllocArray<uint8_t>(be, sbytes);
   a.scratch = AllocArray<uint32_t>(be, swords);
   a.deltas = AllocArray<uint64_t>(be, 8 * hashes);
@@ -1224,7 +1231,7 @@ Status EncodeOnDevice(B& be, GpuEncodeItem* items, const std::vector<size_t>& gp
   a.hash_chunk = AllocArray<uint32_t>(be, hashes);
   a.block_stream = AllocArray<uint32_t>(be, blocks);
   a.raw_stream = AllocArray<uint32_t>(be, raws);
-  if (!a.chunks || !a.streams || !a.hist || !a.codes || !a.lens || !a.coder_scratch || !a.sbuf ||
+  if (!a.chunks || !a.streams || !a.hist || !a.codes || !a.lens || !a.plan_u64 || !a.plan_u8 || !a.sbuf ||
       !a.scratch || !a.deltas || !a.chunk_hash0 || !a.chunk_tile0 || !a.stream_block0 || !a.stream_raw0 ||
       !a.block_bits || !a.block_start || !a.tile_chunk || !a.hash_chunk || !a.block_stream || !a.raw_stream)
     return OutOfMemory(be, "GPU: out of device memory for an encode batch");

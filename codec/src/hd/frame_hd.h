@@ -25,13 +25,11 @@ inline constexpr uint8_t kCoderRaw = 0, kCoderConst = 1, kCoderHuffman = 2, kCod
 // frequencies when it is rANS. Returns the coder and sets *size to the
 // payload size: exact for Huffman, the estimate for rANS (whose encoder
 // still falls back to raw when the stream comes out at n bytes or more).
-// `w`: working space (device memory in a kernel: HuffBuildScratch says why).
-struct CoderScratch {
-  HuffBuildScratch huff;
-  uint64_t rans_value[256];
-};
+// `huff` and `rans_v`: working space (HuffBuildLengths', RansNormalizeGpu's:
+// device memory in a kernel, HuffBuildScratch says why).
+template <typename HuffScratch, typename RansValues>
 LMC_HD uint8_t GpuProfileCoder(const uint32_t hist[256], size_t n, uint8_t len[256], uint32_t freq[256],
-                               size_t* size, int block_log2, CoderScratch* w) {
+                               size_t* size, int block_log2, HuffScratch& huff, RansValues rans_v) {
   *size = n;
   if (n == 0) return kCoderRaw;
   int distinct = 0;
@@ -49,13 +47,13 @@ LMC_HD uint8_t GpuProfileCoder(const uint32_t hist[256], size_t n, uint8_t len[2
     if (hist[s])
       entropy -= static_cast<double>(hist[s]) * log2(static_cast<double>(hist[s]) / static_cast<double>(n));
   if (entropy / 8 >= static_cast<double>(n - n / 128) + 64 + static_cast<double>(n) / 1000) return kCoderRaw;
-  HuffBuildLengths(hist, len, &w->huff);
+  HuffBuildLengths(hist, len, huff);
   uint64_t bits = 0;
   for (int s = 0; s < 256; ++s) bits += uint64_t{hist[s]} * len[s];
   const size_t blocked = HuffBlockedHeader(HuffShapeOf(len).table_bytes, HuffBlocks(n, block_log2)) +
                          static_cast<size_t>((bits + 7) / 8);
   const int states = n >= kRansX32MinSymbols ? 32 : 4;
-  const int k = RansNormalizeGpu(hist, n, freq, w->rans_value);
+  const int k = RansNormalizeGpu(hist, n, freq, rans_v);
   const size_t rans = static_cast<size_t>(RansEstimateGpu(hist, freq, k, states));
   uint8_t coder = kCoderHuffmanBlocked;
   size_t best = blocked;
@@ -74,8 +72,9 @@ LMC_HD uint8_t GpuProfileCoder(const uint32_t hist[256], size_t n, uint8_t len[2
 // The same on the CPU, with the working space on the stack.
 inline uint8_t GpuProfileCoder(const uint32_t hist[256], size_t n, uint8_t len[256], uint32_t freq[256],
                                size_t* size, int block_log2) {
-  CoderScratch w;
-  return GpuProfileCoder(hist, n, len, freq, size, block_log2, &w);
+  HuffBuildScratch huff;
+  uint64_t rans_v[256];
+  return GpuProfileCoder(hist, n, len, freq, size, block_log2, huff, static_cast<uint64_t*>(rans_v));
 }
 
 LMC_HD bool DTypeIsFloat(uint8_t t) { return t == 10 || t == 11 || t == 12 || t == 13; }

@@ -64,15 +64,44 @@ LMC_HD uint32_t FunnelRight(uint32_t lo, uint32_t hi, uint32_t sh) {
 #endif
 }
 
-// HuffBuildLengths' working arrays, 15.9 KiB. A kernel thread's come from
-// device memory its caller allocates (one a stream): as a local array,
-// their size would be reserved by the driver for every thread the card can
-// hold, about 4.4 GB on an H100 or H200 (132 SMs x 2048 threads), for as
-// long as the process keeps its CUDA context. The CPU's are on its stack.
+// An array whose element j is p[j * stride]: one thread's array among
+// `stride` threads' interleaved, so that a warp's threads reading their
+// element j read side by side (coalesced), as in the local memory such
+// arrays replace.
+template <typename T>
+struct Strided {
+  T* p;
+  uint64_t stride;
+  LMC_HD T& operator[](int64_t j) const { return p[static_cast<uint64_t>(j) * stride]; }
+};
+
+// HuffBuildLengths' working arrays, 15.9 KiB: sorted[256] (count << 8 |
+// symbol, ascending), weight[2][512], is_leaf[kHuffMaxLen][512]. A kernel
+// thread's come from device memory its caller allocates, interleaved with
+// the other threads' (HuffBuildStrided): as local arrays, their size would
+// be reserved by the driver for every thread the card can hold, about 4.4 GB
+// on an H100 or H200 (132 SMs x 2048 threads), for as long as the process
+// keeps its CUDA context. The CPU's are on its stack (HuffBuildScratch).
 struct HuffBuildScratch {
-  uint64_t sorted[256];  // count << 8 | symbol, ascending
-  uint64_t weight[2][512];
-  uint8_t is_leaf[kHuffMaxLen][512];
+  uint64_t sorted_[256];
+  uint64_t weight_[2][512];
+  uint8_t leaf_[kHuffMaxLen][512];
+  LMC_HD uint64_t* sorted() { return sorted_; }
+  LMC_HD uint64_t* weight(int level) { return weight_[level]; }
+  LMC_HD uint8_t* is_leaf(int level) { return leaf_[level]; }
+};
+// Thread i's arrays among `stride` threads': u64 and u8 point at thread i's
+// first element of kU64 and kU8 interleaved arrays.
+struct HuffBuildStrided {
+  static constexpr uint64_t kU64 = 256 + 2 * 512, kU8 = uint64_t{kHuffMaxLen} * 512;
+  uint64_t* u64;
+  uint8_t* u8;
+  uint64_t stride;
+  LMC_HD Strided<uint64_t> sorted() const { return {u64, stride}; }
+  LMC_HD Strided<uint64_t> weight(int level) const {
+    return {u64 + (256 + 512 * uint64_t(level)) * stride, stride};
+  }
+  LMC_HD Strided<uint8_t> is_leaf(int level) const { return {u8 + 512 * uint64_t(level) * stride, stride}; }
 };
 
 // Optimal code lengths limited to kHuffMaxLen bits by package-merge
@@ -80,8 +109,10 @@ struct HuffBuildScratch {
 // gets length 1. Returns the number of symbols with a code. Deterministic:
 // symbols are ordered by (count, symbol), a total order, so every caller
 // (CPU or GPU) gets the same lengths for the same histogram.
-LMC_HD_NOINLINE int HuffBuildLengths(const uint32_t hist[256], uint8_t len[256], HuffBuildScratch* w) {
-  uint64_t* sorted = w->sorted;
+// W: HuffBuildScratch or HuffBuildStrided.
+template <typename W>
+LMC_HD_NOINLINE int HuffBuildLengths(const uint32_t hist[256], uint8_t len[256], W& w) {
+  const auto sorted = w.sorted();
   int k = 0;
   for (int s = 0; s < 256; ++s) {
     len[s] = 0;
@@ -109,27 +140,30 @@ LMC_HD_NOINLINE int HuffBuildLengths(const uint32_t hist[256], uint8_t len[256],
   // Level 0 is the list of leaves (weight 2^-L); level i+1 merges the leaves
   // with the pairs of level i. is_leaf[i][t] records the order of the merge
   // so that the selection can be traced back without storing packages.
-  auto& weight = w->weight;
-  auto& is_leaf = w->is_leaf;
   int size = k;
-  for (int t = 0; t < k; ++t) {
-    weight[0][t] = sorted[t] >> 8;
-    is_leaf[0][t] = 1;
+  {
+    const auto w0 = w.weight(0);
+    const auto leaf0 = w.is_leaf(0);
+    for (int t = 0; t < k; ++t) {
+      w0[t] = sorted[t] >> 8;
+      leaf0[t] = 1;
+    }
   }
   for (int level = 1; level < kHuffMaxLen; ++level) {
-    const uint64_t* prev = weight[(level - 1) & 1];
-    uint64_t* cur = weight[level & 1];
+    const auto prev = w.weight((level - 1) & 1);
+    const auto cur = w.weight(level & 1);
+    const auto is_leaf = w.is_leaf(level);
     const int packages = size / 2;
     int a = 0, b = 0, t = 0;
     while (a < k || b < packages) {
       const uint64_t pw = b < packages ? prev[2 * b] + prev[2 * b + 1] : ~uint64_t{0};
       if (a < k && (sorted[a] >> 8) <= pw) {
         cur[t] = sorted[a] >> 8;
-        is_leaf[level][t++] = 1;
+        is_leaf[t++] = 1;
         ++a;
       } else {
         cur[t] = pw;
-        is_leaf[level][t++] = 0;
+        is_leaf[t++] = 0;
         ++b;
       }
     }
@@ -141,8 +175,9 @@ LMC_HD_NOINLINE int HuffBuildLengths(const uint32_t hist[256], uint8_t len[256],
   uint8_t depth[256];
   for (int t = 0; t < 256; ++t) depth[t] = 0;
   for (int level = kHuffMaxLen - 1; level >= 0 && take > 0; --level) {
+    const auto is_leaf = w.is_leaf(level);
     int leaves = 0;
-    for (int t = 0; t < take; ++t) leaves += is_leaf[level][t];
+    for (int t = 0; t < take; ++t) leaves += is_leaf[t];
     for (int t = 0; t < leaves; ++t) ++depth[t];
     take = 2 * (take - leaves);
   }
@@ -153,7 +188,7 @@ LMC_HD_NOINLINE int HuffBuildLengths(const uint32_t hist[256], uint8_t len[256],
 // The same on the CPU, with the arrays on the stack.
 inline int HuffBuildLengths(const uint32_t hist[256], uint8_t len[256]) {
   HuffBuildScratch w;
-  return HuffBuildLengths(hist, len, &w);
+  return HuffBuildLengths(hist, len, w);
 }
 
 // Canonical codes (DEFLATE rule), bit-reversed for LSB-first output:

@@ -211,9 +211,10 @@ LMC_HD uint32_t RansLog2Q24(uint32_t f) {
 // (RansLog2Q24), so that the CPU and a GPU build the same table. The CPU
 // profile's normaliser (rans.cc) also searches unit swaps afterwards; this
 // one stops once the sum holds. Returns the number of present symbols.
-// `v`: 256 values of working space (device memory in a kernel: see
-// HuffBuildScratch).
-LMC_HD int RansNormalizeGpu(const uint32_t hist[256], uint64_t n, uint32_t freq[256], uint64_t* v) {
+// `v`: 256 values of working space, v[s] (uint64_t*, or a kernel's
+// Strided<uint64_t> in device memory: HuffBuildScratch says why).
+template <typename V>
+LMC_HD int RansNormalizeGpu(const uint32_t hist[256], uint64_t n, uint32_t freq[256], V v) {
   int k = 0;
   int64_t sum = 0;
   for (int s = 0; s < 256; ++s) {
@@ -258,7 +259,7 @@ LMC_HD int RansNormalizeGpu(const uint32_t hist[256], uint64_t n, uint32_t freq[
 // The same on the CPU, with the working space on the stack.
 inline int RansNormalizeGpu(const uint32_t hist[256], uint64_t n, uint32_t freq[256]) {
   uint64_t v[256];
-  return RansNormalizeGpu(hist, n, freq, v);
+  return RansNormalizeGpu(hist, n, freq, static_cast<uint64_t*>(v));
 }
 
 // The encoded size of a stream of `states` states with the frequencies of
