@@ -166,6 +166,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "lmc_gpu_bench: %s\n", opened.status().ToString().c_str());
     return 1;
   }
+  size_t free_before = 0, free_after = 0, device_total = 0;
+  CUDA_OK(cudaMemGetInfo(&free_before, &device_total));
   auto& codec = *opened;
 
   // ---- Device to device.
@@ -208,6 +210,24 @@ int main(int argc, char** argv) {
     if (!st.ok()) {
       std::fprintf(stderr, "GPU encode failed: %s\n", st.ToString().c_str());
       return 1;
+    }
+    if (r == 0) {
+      // What the codec holds once it has encoded: its slabs, and the local
+      // memory the driver reserves for the largest kernel stack frame on
+      // every thread the card holds (tests/gpu/stack_check.sh).
+      CUDA_OK(cudaMemGetInfo(&free_after, &device_total));
+      size_t stack = 0;
+      CUDA_OK(cudaDeviceGetLimit(&stack, cudaLimitStackSize));
+      cudaDeviceProp p;
+      CUDA_OK(cudaGetDeviceProperties(&p, 0));
+      const double reserved =
+          static_cast<double>(stack) * p.maxThreadsPerMultiProcessor * p.multiProcessorCount;
+      std::printf(
+          "device memory after the first device encode of %.0f MiB: %.0f MiB more in use (the codec's "
+          "slabs and the stacks); per-thread stack %zu bytes, %.0f MiB reserved over %d SMs x %d "
+          "threads\n",
+          total / 1048576.0, (static_cast<double>(free_before) - static_cast<double>(free_after)) / 1048576.0,
+          stack, reserved / 1048576.0, p.multiProcessorCount, p.maxThreadsPerMultiProcessor);
     }
   }
   size_t gpu_bytes = 0, identical = 0;
