@@ -1119,6 +1119,7 @@ struct GatherBody {  // i: frame * head + byte
 // - Status WaitForDefaultStream(): later work waits for what the caller queued on the legacy default
 //   stream (device calls' inputs).
 // - void HostTime(const char* what, steady_clock::time_point since): host time, when profiling.
+
 // A failed allocation, with the runtime's reason where it gave one (an
 // earlier kernel's fault reads as a failed allocation otherwise).
 template <typename B>
