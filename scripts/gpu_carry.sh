@@ -31,10 +31,10 @@ if ! grep -q 'LMC_HAVE_CUDA=1' "$BUILD/compile_commands.json" 2>/dev/null; then
   echo "gpu_carry: $BUILD is not a CUDA build (configure it where nvcc is installed)" >&2
   exit 1
 fi
-cmake --build "$BUILD" -j"$(nproc)" --target lmc_gpu_tests lmc_gpu_bench mount.lmcfs >/dev/null
+cmake --build "$BUILD" -j"$(nproc)" --target lmc_gpu_tests lmc_gpu_bench lmc_profile_bench mount.lmcfs >/dev/null
 rm -rf .gpubin .gpulibs
 mkdir -p .gpubin .gpulibs
-cp "$BUILD/tests/lmc_gpu_tests" "$BUILD/tests/lmc_gpu_bench" .gpubin/
+cp "$BUILD/tests/lmc_gpu_tests" "$BUILD/tests/lmc_gpu_bench" "$BUILD/tests/lmc_profile_bench" .gpubin/
 cp "$(find "$BUILD" -name mount.lmcfs -type f -perm -u+x | head -1)" .gpubin/mount.lmcfs
 if [ -n "$BASELINE" ]; then
   wt=/tmp/lmc-gpu-baseline

@@ -21,6 +21,8 @@
 # the same data right after this one's, for an A-B on the same card),
 # NCU=1 (Nsight Compute's counters for the main encode and decode kernels,
 # on 256 MiB of the data, into ncu-*.txt).
+# hash-units: lmc_profile_bench --hash on the data (the XXH3 units on this
+# machine's CPU; scripts/gpu_carry.sh carries it).
 # The sanitizer steps: memcheck (every array its own allocation,
 # LMC_GPU_EXACT_ALLOC=1) of the device entry points, lanes, fused decoding,
 # rANS and paired masters, then of the block sizes and corrupt frames;
@@ -68,7 +70,7 @@ nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm,clocks.max
 BIN=${LMC_GPU_BIN:-}
 if [ -z "$BIN" ]; then
   step build 420 bash -c 'cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLMC_CUDA=ON \
-    -DCMAKE_CUDA_ARCHITECTURES=native >/dev/null && cmake --build build-gpu -j"$(nproc)" --target lmc_gpu_tests lmc_gpu_bench'
+    -DCMAKE_CUDA_ARCHITECTURES=native >/dev/null && cmake --build build-gpu -j"$(nproc)" --target lmc_gpu_tests lmc_gpu_bench lmc_profile_bench'
   BIN=build-gpu/tests
 fi
 
@@ -81,6 +83,11 @@ if [ -s "$DATA" ]; then
   step bench 150 "$BIN/lmc_gpu_bench" --data "$DATA" --mib "$BENCH_MIB" --reps 5 --json "$OUT/lmc_gpu_bench.json"
 else
   step bench 150 "$BIN/lmc_gpu_bench" --mib "$BENCH_MIB" --reps 5 --json "$OUT/lmc_gpu_bench.json"
+fi
+# The XXH3 units (lmc/hash.h chooses AVX2 over AVX-512 from the development
+# machine's figures) on this machine's CPU, on the same data: a few seconds.
+if [ -x "$BIN/lmc_profile_bench" ] && [ -s "$DATA" ]; then
+  step hash-units 40 bash -c 'lscpu | grep -E "^(Model name|L2|L3)"; "$0" --hash "$1"' "$BIN/lmc_profile_bench" "$DATA"
 fi
 if [ -n "${LMC_BASELINE_BENCH:-}" ] && [ -s "$DATA" ]; then
   step baseline 150 "$LMC_BASELINE_BENCH" --data "$DATA" --mib "$BENCH_MIB" --reps 5 --json "$OUT/baseline_gpu_bench.json"
