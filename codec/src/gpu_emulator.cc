@@ -2,7 +2,10 @@
 // in a loop on the CPU, so that tests without a GPU run the same planning,
 // tables and bodies as the CUDA backend.
 #include <algorithm>
+#include <atomic>
 #include <memory>
+#include <new>
+#include <string>
 #include <vector>
 
 #include "gpu_pipeline.h"
@@ -10,9 +13,22 @@
 namespace lmc::gpu {
 namespace {
 
+// The injected faults' counters, shared by the lanes.
+struct FaultState {
+  EmulatedFaults plan;
+  std::atomic<uint64_t> launches{0}, allocs{0};
+};
+
 class HostBackend {
  public:
+  HostBackend() = default;
+  explicit HostBackend(std::shared_ptr<FaultState> f) : faults_(std::move(f)) {}
+
   uint8_t* Alloc(size_t n) {
+    if (faults_ && faults_->plan.fail_alloc && ++faults_->allocs == faults_->plan.fail_alloc) {
+      alloc_error_ = "emulated: out of device memory";
+      return nullptr;
+    }
     // Filled with a pattern, not zeros: the device does not zero either, so
     // a body that relies on zeroed memory fails here too.
     auto p = std::make_unique<uint8_t[]>(n ? n : 1);
@@ -40,6 +56,11 @@ class HostBackend {
   }
   template <typename Body, typename Args>
   Status Launch(size_t count, const Args& a) {
+    if (faults_ && (faults_->plan.fail_launch || faults_->plan.throw_launch)) {
+      const uint64_t k = ++faults_->launches;
+      if (k == faults_->plan.fail_launch) return Status::IOError("emulated: kernel launch failed");
+      if (k == faults_->plan.throw_launch) throw std::bad_alloc();
+    }
     for (size_t i = 0; i < count; ++i) Body::Run(a, i);
     return Status::Ok();
   }
@@ -49,13 +70,15 @@ class HostBackend {
   }
   Status Sync() { return Status::Ok(); }
   Status Bind() { return Status::Ok(); }
-  std::string AllocError() const { return ""; }
+  std::string AllocError() const { return alloc_error_; }
   Status WaitForDefaultStream() { return Status::Ok(); }
   void HostTime(const char*, std::chrono::steady_clock::time_point) {}
   std::string Describe() const { return "host emulation of the GPU pipeline"; }
   std::string Profile() const { return ""; }
 
  private:
+  std::shared_ptr<FaultState> faults_;
+  std::string alloc_error_;
   std::vector<std::unique_ptr<uint8_t[]>> allocs_;
   std::vector<uint8_t> pinned_;
 };
@@ -63,8 +86,15 @@ class HostBackend {
 }  // namespace
 
 std::unique_ptr<GpuCodec> OpenHostEmulatedCodec(const GpuCodecOptions& o) {
+  return OpenHostEmulatedCodec(o, {});
+}
+
+std::unique_ptr<GpuCodec> OpenHostEmulatedCodec(const GpuCodecOptions& o, const EmulatedFaults& faults) {
   if (!CheckGpuCodecOptions(o).ok()) return nullptr;
-  std::vector<HostBackend> lanes(static_cast<size_t>(std::max(1, o.lanes)));
+  auto state = std::make_shared<FaultState>();
+  state->plan = faults;
+  std::vector<HostBackend> lanes;
+  for (int l = 0; l < std::max(1, o.lanes); ++l) lanes.emplace_back(state);
   return std::make_unique<BatchCodec<HostBackend>>(std::move(lanes), o);
 }
 

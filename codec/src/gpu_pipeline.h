@@ -2042,4 +2042,14 @@ inline Status CheckGpuCodecOptions(const GpuCodecOptions& o) {
 // GpuCodecOptions::lanes lanes. Null for options CheckGpuCodecOptions refuses.
 std::unique_ptr<GpuCodec> OpenHostEmulatedCodec(const GpuCodecOptions& o = {});
 
+// Faults the host backend injects, for tests of the failure paths: the
+// n-th kernel launch (counted from 1 over all lanes) fails, or throws
+// std::bad_alloc, the n-th allocation fails. 0: never.
+struct EmulatedFaults {
+  uint64_t fail_launch = 0;
+  uint64_t throw_launch = 0;
+  uint64_t fail_alloc = 0;
+};
+std::unique_ptr<GpuCodec> OpenHostEmulatedCodec(const GpuCodecOptions& o, const EmulatedFaults& faults);
+
 }  // namespace lmc::gpu

@@ -53,6 +53,58 @@ TEST(GpuPipeline, OneLaneRunsTheSameCalls) {
   testing::CheckLanes(codec.get());
 }
 
+// A device failure in the middle of a host call (a kernel launch failing
+// on one of the lanes, one throwing on a lane's thread, an allocation
+// failing) is the call's error, with its reason, and the codec runs the
+// next call as if nothing had happened: every frame the CPU's, every chunk
+// decoded as the CPU decodes it. Without the lanes catching, the
+// std::bad_alloc would end the process.
+TEST(GpuPipeline, DeviceFailuresAreTheCallsErrorAndTheNextCallIsRight) {
+  struct Fault {
+    const char* what;
+    gpu::EmulatedFaults faults;
+    const char* message;
+  };
+  const Fault kFaults[] = {{"launch", {3, 0, 0}, "emulated: kernel launch failed"},
+                           {"throw", {0, 3, 0}, "GPU lane: std::bad_alloc"},
+                           {"alloc", {0, 0, 5}, "(emulated: out of device memory)"}};
+  const auto cases = testing::Cases();
+  std::vector<std::vector<uint8_t>> frames;
+  {
+    auto clean = gpu::OpenHostEmulatedCodec(testing::ManyLanes());
+    auto items = testing::EncodeItems(cases, &frames);
+    ASSERT_TRUE(clean->EncodeBatch(items.data(), items.size()).ok());
+    for (size_t i = 0; i < items.size(); ++i) frames[i].resize(items[i].len);
+  }
+  for (const Fault& f : kFaults) {
+    SCOPED_TRACE(f.what);
+    auto codec = gpu::OpenHostEmulatedCodec(testing::ManyLanes(), f.faults);
+    std::vector<std::vector<uint8_t>> out;
+    auto items = testing::EncodeItems(cases, &out);
+    Status st = codec->EncodeBatch(items.data(), items.size());
+    ASSERT_FALSE(st.ok());
+    EXPECT_NE(st.message().find(f.message), std::string::npos) << st.ToString();
+    testing::CheckEncodeMatchesCpu(codec.get());
+
+    auto dcodec = gpu::OpenHostEmulatedCodec(testing::ManyLanes(), f.faults);
+    std::vector<std::vector<uint8_t>> back(cases.size());
+    std::vector<GpuDecodeItem> dec(cases.size());
+    for (size_t i = 0; i < cases.size(); ++i) {
+      back[i].resize(cases[i].src.size() + 1);
+      dec[i].frame = frames[i].data();
+      dec[i].len = frames[i].size();
+      dec[i].base = cases[i].base.empty() ? nullptr : cases[i].base.data();
+      dec[i].base_len = cases[i].base.size();
+      dec[i].dst = back[i].data();
+      dec[i].cap = back[i].size();
+    }
+    st = dcodec->DecodeBatch(dec.data(), dec.size());
+    ASSERT_FALSE(st.ok());
+    EXPECT_NE(st.message().find(f.message), std::string::npos) << st.ToString();
+    testing::CheckDecodeMatchesCpu(dcodec.get());
+  }
+}
+
 TEST(GpuPipeline, DeviceEntryPointsTakeTheSamePaths) {
   auto codec = gpu::OpenHostEmulatedCodec();
   HostMemory mem;
