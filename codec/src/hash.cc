@@ -49,6 +49,8 @@ const HashUnitOps& Ops() { return *Current().load(std::memory_order_relaxed); }
 
 uint64_t Xxh3_64(const void* p, size_t n) { return Ops().xxh3_64(p, n); }
 
+uint64_t Xxh3_64WithSeed(const void* p, size_t n, uint64_t seed) { return Ops().xxh3_64_seed(p, n, seed); }
+
 Hash128 Xxh3_128WithSecret(const void* p, size_t n, const void* secret, size_t secret_len) {
   if (secret == nullptr || secret_len < XXH3_SECRET_SIZE_MIN) std::abort();  // a programming error
   return Ops().xxh3_128_secret(p, n, secret, secret_len);

@@ -13,6 +13,7 @@ namespace lmc::hash::internal {
 struct HashUnitOps {
   const char* name;  // "avx512", "avx2", "sse2", "neon", "scalar", ...
   uint64_t (*xxh3_64)(const void* p, size_t n);
+  uint64_t (*xxh3_64_seed)(const void* p, size_t n, uint64_t seed);
   Hash128 (*xxh3_128_secret)(const void* p, size_t n, const void* secret, size_t secret_len);
   // secret == nullptr: XXH3's default secret. Aborts on a short secret.
   void (*reset)(void* state, const void* secret, size_t secret_len);

@@ -3,9 +3,6 @@
 #include <cinttypes>
 #include <cstdio>
 
-#define XXH_INLINE_ALL
-#include <xxhash.h>
-
 #include "lmc/hash.h"
 
 namespace lmc::store::fmt {
@@ -43,14 +40,14 @@ std::string EncodePackHeader(uint64_t id) {
   StoreLE32(h + 8, kPackVersion);
   StoreLE32(h + 12, kPackHeaderSize);
   StoreLE64(h + 16, id);
-  StoreLE64(h + 24, XXH3_64bits(h, 24));
+  StoreLE64(h + 24, hash::Xxh3_64(h, 24));
   return std::string(reinterpret_cast<const char*>(h), sizeof h);
 }
 
 Status CheckPackHeader(const uint8_t* h, size_t n, uint64_t id) {
   if (n < kPackHeaderSize) return Status::Corruption("pack header truncated");
   if (std::memcmp(h, kPackMagic, 8) != 0) return Status::Corruption("pack header has a bad magic");
-  if (LoadLE64(h + 24) != XXH3_64bits(h, 24)) return Status::Corruption("pack header checksum mismatch");
+  if (LoadLE64(h + 24) != hash::Xxh3_64(h, 24)) return Status::Corruption("pack header checksum mismatch");
   if (LoadLE32(h + 8) != kPackVersion)
     return Status::Unsupported("pack version " + std::to_string(LoadLE32(h + 8)) +
                                " is newer than this lmcfs reads (1)");
@@ -121,7 +118,7 @@ std::string EncodeChunkEntry(const ChunkKey& key, const ChunkEntry& e) {
     std::memcpy(v + n, e.base->bytes.data(), ChunkKey::kSize);
     n += ChunkKey::kSize;
   }
-  StoreLE64(v + n, XXH3_64bits_withSeed(v, n, SeedOf(key)));
+  StoreLE64(v + n, hash::Xxh3_64WithSeed(v, n, SeedOf(key)));
   n += 8;
   return std::string(reinterpret_cast<const char*>(v), n);
 }
@@ -131,7 +128,7 @@ Result<ChunkEntry> DecodeChunkEntry(const ChunkKey& key, std::string_view sv) {
   if (sv.size() != kEntryFixed + 8 && sv.size() != kEntryFixed + ChunkKey::kSize + 8)
     return Status::Corruption("chunk index value has a bad length");
   size_t n = sv.size() - 8;
-  if (LoadLE64(v + n) != XXH3_64bits_withSeed(v, n, SeedOf(key)))
+  if (LoadLE64(v + n) != hash::Xxh3_64WithSeed(v, n, SeedOf(key)))
     return Status::Corruption("chunk index value checksum mismatch");
   if (v[0] != kEntryVersion) return Status::Unsupported("chunk index value of a newer version");
   bool has_base = v[1] & kEntryHasBase;
@@ -168,14 +165,14 @@ std::string EncodePackMeta(uint64_t id, const PackMeta& m) {
   v[1] = static_cast<uint8_t>(m.state);
   StoreLE64(v + 8, m.size);
   StoreLE64(v + 16, m.live);
-  StoreLE64(v + 24, XXH3_64bits_withSeed(v, 24, id));
+  StoreLE64(v + 24, hash::Xxh3_64WithSeed(v, 24, id));
   return std::string(reinterpret_cast<const char*>(v), sizeof v);
 }
 
 Result<PackMeta> DecodePackMeta(uint64_t id, std::string_view sv) {
   const auto* v = reinterpret_cast<const uint8_t*>(sv.data());
   if (sv.size() != 32) return Status::Corruption("pack index value has a bad length");
-  if (LoadLE64(v + 24) != XXH3_64bits_withSeed(v, 24, id))
+  if (LoadLE64(v + 24) != hash::Xxh3_64WithSeed(v, 24, id))
     return Status::Corruption("pack index value checksum mismatch");
   if (v[0] != 1) return Status::Unsupported("pack index value of a newer version");
   if (v[1] > 2 || v[2] || v[3] || LoadLE32(v + 4))

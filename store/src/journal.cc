@@ -10,9 +10,7 @@
 
 #include "format.h"
 #include "lmc/bytes.h"
-
-#define XXH_INLINE_ALL
-#include <xxhash.h>
+#include "lmc/hash.h"
 
 namespace lmc::store {
 
@@ -39,7 +37,7 @@ std::string PartName(uint64_t seq, uint32_t part) {
   return "snap-" + Hex16(seq) + b;
 }
 
-uint64_t RecordHash(uint64_t seq, const void* data, size_t n) { return XXH3_64bits_withSeed(data, n, seq); }
+uint64_t RecordHash(uint64_t seq, const void* data, size_t n) { return hash::Xxh3_64WithSeed(data, n, seq); }
 
 Result<std::string> ReadAll(Env* env, const std::string& path, File* open = nullptr) {
   std::unique_ptr<File> owned;
@@ -78,7 +76,7 @@ Status IndexJournal::WriteHead(uint64_t seq, uint32_t parts) {
   std::string text = std::string(kHeadMagic) + "\nid=" + id_ + "\nsnapshot=" + std::to_string(seq) +
                      "\nparts=" + std::to_string(parts) + "\n";
   // The lines above, checksummed (a reader without this line skips it).
-  text += "check=" + Hex16(XXH3_64bits(text.data(), text.size())) + "\n";
+  text += "check=" + Hex16(hash::Xxh3_64(text.data(), text.size())) + "\n";
   LMC_RETURN_IF_ERROR(WriteFileAtomic(env_, dir_, kHeadName, text));
   snapshot_seq_ = seq;
   snapshot_parts_ = parts;
@@ -104,7 +102,7 @@ Status IndexJournal::ReadHead() {
     pos = nl + 1;
     try {
       if (line.rfind("check=", 0) == 0) {
-        if (line.substr(6) != Hex16(XXH3_64bits(text->data(), pos - line.size() - 1)))
+        if (line.substr(6) != Hex16(hash::Xxh3_64(text->data(), pos - line.size() - 1)))
           return Status::Corruption(dir_ + "/HEAD is damaged (its checksum fails)");
         have_check = true;
         continue;
@@ -159,7 +157,8 @@ Status IndexJournal::LoadSnapshot(const PutFn& put) {
     LMC_ASSIGN_OR_RETURN(std::string data, ReadAll(env_, path));
     const auto* p = reinterpret_cast<const uint8_t*>(data.data());
     if (data.size() < kSnapshotHeader + 8 || LoadLE32(p) != kSnapshotMagic || LoadLE32(p + 4) != part ||
-        LoadLE64(p + 8) != snapshot_seq_ || LoadLE64(p + data.size() - 8) != XXH3_64bits(p, data.size() - 8))
+        LoadLE64(p + 8) != snapshot_seq_ ||
+        LoadLE64(p + data.size() - 8) != hash::Xxh3_64(p, data.size() - 8))
       return Status::Corruption(path + ": index snapshot part fails its checks");
     size_t pos = kSnapshotHeader;
     const size_t end = data.size() - 8;
@@ -406,7 +405,7 @@ Status IndexJournal::WriteSnapshot(uint64_t seq, const std::function<Status(cons
     StoreLE64(out.data() + 8, seq);
     out += buf;
     uint8_t t[8];
-    StoreLE64(t, XXH3_64bits(out.data(), out.size()));
+    StoreLE64(t, hash::Xxh3_64(out.data(), out.size()));
     out.append(reinterpret_cast<const char*>(t), 8);
     const std::string path = dir_ + "/" + PartName(seq, part);
     if (env_->FileExists(path)) LMC_RETURN_IF_ERROR(env_->DeleteFile(path));  // an earlier attempt's

@@ -24,12 +24,10 @@
 
 #include "env_rocks_fs.h"
 #include "lmc/bytes.h"
+#include "lmc/hash.h"
 #include "lmc/store/frame_pool.h"
 #include "owner_only_fs.h"
 #include "store_impl.h"
-
-#define XXH_INLINE_ALL
-#include <xxhash.h>
 
 namespace lmc::store {
 
@@ -302,7 +300,8 @@ Result<std::string> ManifestSumText(Env* env, const std::string& index_dir) {
     return Status::Corruption(index_dir + "/CURRENT does not name a MANIFEST");
   LMC_ASSIGN_OR_RETURN(std::string m, ReadFileToString(env, index_dir + "/" + current));
   char sum[17];
-  std::snprintf(sum, sizeof sum, "%016llx", static_cast<unsigned long long>(XXH3_64bits(m.data(), m.size())));
+  std::snprintf(sum, sizeof sum, "%016llx",
+                static_cast<unsigned long long>(hash::Xxh3_64(m.data(), m.size())));
   return current + " " + std::to_string(m.size()) + " " + sum + "\n";
 }
 }  // namespace

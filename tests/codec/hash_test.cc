@@ -1,6 +1,7 @@
 // lmc/hash.h against libxxhash's own inline XXH3 (this file's, compiled for
 // the build's unit): every vector unit this CPU has gives XXH3's values for
 // one-shot and streamed input, 64- and 128-bit, default and custom secret,
+// seeded,
 // at lengths across XXH3's short, mid and long paths and unaligned starts.
 #include "lmc/hash.h"
 
@@ -93,6 +94,8 @@ TEST_F(HashTest, EveryUnitGivesXxh3sValues) {
         const uint8_t* p = data.data() + off;
         SCOPED_TRACE(u + " n=" + std::to_string(n) + " off=" + std::to_string(off));
         ASSERT_EQ(Xxh3_64(p, n), XXH3_64bits(p, n));
+        for (uint64_t seed : {uint64_t{0}, uint64_t{1}, ~uint64_t{0} / 3})
+          ASSERT_EQ(Xxh3_64WithSeed(p, n, seed), XXH3_64bits_withSeed(p, n, seed));
         for (const Bytes* s : {&secret, &short_secret}) {
           const XXH128_hash_t want = XXH3_128bits_withSecret(p, n, s->data(), s->size());
           ASSERT_EQ(Xxh3_128WithSecret(p, n, s->data(), s->size()), (Hash128{want.low64, want.high64}));

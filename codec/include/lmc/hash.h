@@ -28,6 +28,9 @@ struct Hash128 {
 // XXH3_64bits(p, n): XXH3-64 with its default secret and seed 0.
 uint64_t Xxh3_64(const void* p, size_t n);
 
+// XXH3_64bits_withSeed(p, n, seed).
+uint64_t Xxh3_64WithSeed(const void* p, size_t n, uint64_t seed);
+
 // XXH3_128bits_withSecret(p, n, secret, secret_len); secret_len >= 136
 // (XXH3_SECRET_SIZE_MIN), else the process aborts (a programming error).
 Hash128 Xxh3_128WithSecret(const void* p, size_t n, const void* secret, size_t secret_len);
