@@ -14,8 +14,7 @@
 #include <string>
 #include <vector>
 
-#define XXH_INLINE_ALL
-#include <xxhash.h>
+#include "xxhash_reference.h"
 
 namespace lmc::hash {
 namespace {

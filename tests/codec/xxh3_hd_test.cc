@@ -11,9 +11,7 @@
 #include <vector>
 
 #include "hd/xxh3.h"
-
-#define XXH_INLINE_ALL
-#include <xxhash.h>
+#include "xxhash_reference.h"
 
 namespace lmc::hd {
 namespace {
