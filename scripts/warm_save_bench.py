@@ -30,6 +30,8 @@ import time
 import numpy as np
 import torch
 
+import benchutil
+
 
 def durable_save(state, path):
     t0 = time.perf_counter()
@@ -70,7 +72,7 @@ def main():
     for d in (store, mnt, plain):
         os.makedirs(d)
     subprocess.check_call([args.mount, store, mnt, "-o", args.options])
-    daemon = subprocess.run(["pgrep", "-f", f"mount.lmcfs {store} "], capture_output=True, text=True).stdout.split()
+    daemon = benchutil.daemon_pid(store)
     try:
         durable_save(state, os.path.join(mnt, "warm-up.pt"))
         os.unlink(os.path.join(mnt, "warm-up.pt"))
@@ -91,12 +93,9 @@ def main():
         print(f"lmcfs speed / plain: median {ratios[len(ratios) // 2]:.2f}, "
               f"range {ratios[0]:.2f}-{ratios[-1]:.2f} over {len(ratios)} rounds")
     finally:
-        subprocess.call(["umount", mnt])
         # The daemon flushes and exits after the unmount: the store goes once it has.
-        for _ in range(300):
-            if not any(os.path.exists(f"/proc/{pid}") for pid in daemon):
-                break
-            time.sleep(0.1)
+        benchutil.unmount(mnt, store)
+        benchutil.wait_exit(daemon)
         shutil.rmtree(args.work, ignore_errors=True)
     return 0
 

@@ -1679,7 +1679,7 @@ class BatchCodec final : public GpuCodec {
   Status RunUnits(const std::vector<std::vector<size_t>>& batches, const std::vector<size_t>& cpu,
                   bool device, BatchFn&& batch, CpuFn&& on_cpu) {
     return RunLanes(batches.size() + (cpu.empty() ? 0 : 1), device, [&](Lane& l, size_t u) -> Status {
-      if (u < batches.size()) return batch(l, batches[u]);
+      if (u < batches.size()) return Settled(l, [&] { return batch(l, batches[u]); });
       for (size_t i : cpu) on_cpu(l, i);
       return Status::Ok();
     });
@@ -1693,9 +1693,7 @@ class BatchCodec final : public GpuCodec {
     const auto batches = Batches(count, PieceBytes(total, device), size, &cpu);
     return RunUnits(
         batches, cpu, device,
-        [&](Lane& l, const std::vector<size_t>& b) {
-          return Settled(l, [&] { return EncodeOneBatch(l, items, b, device); });
-        },
+        [&](Lane& l, const std::vector<size_t>& b) { return EncodeOneBatch(l, items, b, device); },
         [&](Lane& l, size_t i) { EncodeOnCpu(l, items[i], device); });
   }
 
@@ -1859,7 +1857,7 @@ class BatchCodec final : public GpuCodec {
           std::vector<DecPlanItem> plan;
           plan.reserve(b.size());
           for (size_t i : b) plan.push_back(std::move(*plans[i]));
-          return Settled(l, [&] { return DecodeOneBatch(l, items, plan, false); });
+          return DecodeOneBatch(l, items, plan, false);
         },
         [&](Lane& l, size_t i) { DecodeOnCpu(l, items[i], false); });
   }
@@ -1867,8 +1865,7 @@ class BatchCodec final : public GpuCodec {
   // Device frames, on lane 0: the headers of each batch come over in one
   // gather and one copy.
   Status DecodeDevice(GpuDecodeItem* items, size_t count) {
-    Lane& l = *lanes_[0];
-    LMC_RETURN_IF_ERROR(l.be.Bind());  // the caller's thread
+    Lane& l = *lanes_[0];  // bound by DecodeBatchDevice
     // The frame header and the first stream's coder header (its code
     // lengths and block size: PlanDecode).
     constexpr size_t kHead = frame::HeaderSize(frame::kMaxStreams, true) + hd::kHuffMaxBlockedHead;

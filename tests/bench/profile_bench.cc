@@ -43,14 +43,13 @@ bool ReadFile(const char* path, std::vector<uint8_t>* out) {
 template <typename Fn>
 double HashRate(const std::vector<uint8_t>& data, const std::vector<size_t>& chunks, Fn fn) {
   double best = 0;
-  uint64_t sink = 0;
+  volatile uint64_t sink = 0;  // the hashes are used
   for (int r = 0; r < 3; ++r) {
     const auto t0 = std::chrono::steady_clock::now();
-    for (size_t c : chunks) sink += fn(data.data() + (c << 20));
+    for (size_t c : chunks) sink = sink + fn(data.data() + (c << 20));
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     best = std::max(best, static_cast<double>(chunks.size() << 20) / s / 1e9);
   }
-  if (sink == 42) std::printf(" ");  // keeps the hashes
   return best;
 }
 

@@ -3,8 +3,9 @@
 # The driver reserves the largest frame of any kernel a process launches for
 # every thread the card can hold (2048 an SM: 132 SMs on an H100 or H200),
 # for as long as the process keeps its CUDA context, in the memory a
-# training job wants: at 16 KiB (PlanBody's Huffman arrays, before they
-# moved to device memory) that was 4.4 GB; at 512 bytes it is 138 MB.
+# training job wants: 16 KiB a thread (the size of HuffBuildLengths'
+# arrays, which is why they are in device memory) would be 4.4 GB; 512
+# bytes is 138 MB.
 #
 #   tests/gpu/stack_check.sh NVCC SOURCE_DIR LIMIT
 set -euo pipefail
