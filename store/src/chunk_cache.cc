@@ -81,7 +81,7 @@ size_t ChunkCache::NoteReader(uint64_t id, uint32_t tag) {
   return readers_.size();
 }
 
-uint64_t ChunkCache::bytes() {
+uint64_t ChunkCache::bytes() const {
   std::lock_guard lk(mu_);
   return bytes_;
 }

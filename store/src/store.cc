@@ -164,6 +164,9 @@ namespace {
 constexpr const char* kFsCfNames[4] = {"inodes", "dirents", "extents", "meta"};
 // The index's memory and WAL bounds (see OpenIndex).
 constexpr size_t kMemtableBytes = size_t{1} << 20;
+// The index's block caches (see OpenIndex): chunk keys, and the rest.
+constexpr size_t kChunkBlockCacheBytes = size_t{64} << 20;
+constexpr size_t kMetaBlockCacheBytes = size_t{8} << 20;
 constexpr uint64_t kMaxWalBytes = uint64_t{4} << 20;
 
 // The format of a new store: 4 with XXH3 keys; with SHA-256 keys, 1 (an
@@ -557,16 +560,32 @@ Status Store::Impl::OpenIndex(bool fresh) {
   dbo.statistics->set_stats_level(rocksdb::StatsLevel::kExceptDetailedTimers);
   rocks_stats = dbo.statistics;
   std::vector<rocksdb::ColumnFamilyDescriptor> cfs;
+  // Two block caches of fixed capacity, held here so that their use can be
+  // reported (Stats): RocksDB's default table options (an internal 8 MiB
+  // cache) for the metadata column families, and for the chunk keys what
+  // ColumnFamilyOptions::OptimizeForPointLookup(64) sets up, spelled out.
+  // Index and filter blocks stay outside the caches (RocksDB's default):
+  // their memory is the table readers' (index_table_reader_bytes).
   rocksdb::ColumnFamilyOptions cfo;
   cfo.write_buffer_size = kMemtableBytes;
+  rocksdb::BlockBasedTableOptions meta_table;
+  meta_blocks = rocksdb::NewLRUCache(kMetaBlockCacheBytes);
+  meta_table.block_cache = meta_blocks;
+  cfo.table_factory.reset(rocksdb::NewBlockBasedTableFactory(meta_table));
   // Most chunk lookups on the write path are misses (new chunks): a bloom
-  // filter answers those without reading blocks.
+  // filter answers those without reading blocks, and a hash index inside
+  // each data block finds a hit without a binary search.
   rocksdb::ColumnFamilyOptions chunk_cfo;
   rocksdb::BlockBasedTableOptions table;
+  table.data_block_index_type = rocksdb::BlockBasedTableOptions::kDataBlockBinaryAndHash;
+  table.data_block_hash_table_util_ratio = 0.75;
   table.filter_policy.reset(rocksdb::NewBloomFilterPolicy(10));
   table.whole_key_filtering = true;
+  chunk_blocks = rocksdb::NewLRUCache(kChunkBlockCacheBytes);
+  table.block_cache = chunk_blocks;
   chunk_cfo.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table));
-  chunk_cfo.OptimizeForPointLookup(64);
+  chunk_cfo.memtable_prefix_bloom_size_ratio = 0.02;
+  chunk_cfo.memtable_whole_key_filtering = true;
   chunk_cfo.write_buffer_size = kMemtableBytes;
   cfs.emplace_back(rocksdb::kDefaultColumnFamilyName, cfo);
   cfs.emplace_back("chunks", chunk_cfo);
@@ -1658,6 +1677,22 @@ StoreStats Store::Stats() const {
   st.pack_disk_bytes = st.pack_bytes;
   if (s.punch_enabled) {
     if (auto d = s.env->DiskBytes(s.pack_dir); d.ok()) st.pack_disk_bytes = *d;
+  }
+  if (s.base_cache) {
+    st.base_cache_bytes = s.base_cache->bytes();
+    st.base_cache_capacity = s.base_cache->capacity();
+  }
+  if (s.db) {
+    uint64_t v = 0;
+    if (s.db->GetAggregatedIntProperty(rocksdb::DB::Properties::kCurSizeAllMemTables, &v))
+      st.index_memtable_bytes = v;
+    if (s.db->GetAggregatedIntProperty(rocksdb::DB::Properties::kEstimateTableReadersMem, &v))
+      st.index_table_reader_bytes = v;
+  }
+  for (const auto& c : {s.chunk_blocks, s.meta_blocks}) {
+    if (!c) continue;
+    st.index_block_cache_bytes += c->GetUsage();
+    st.index_block_cache_capacity += c->GetCapacity();
   }
   if (s.rocks_stats) {
     st.index_bytes_written = s.rocks_stats->getTickerCount(rocksdb::WAL_FILE_BYTES) +

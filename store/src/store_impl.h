@@ -2,6 +2,7 @@
 // compact.cc and fsck.cc.
 #pragma once
 
+#include <rocksdb/cache.h>
 #include <rocksdb/db.h>
 #include <rocksdb/statistics.h>
 
@@ -135,6 +136,8 @@ struct Store::Impl {
   std::atomic<uint64_t> n_pack_written{0}, n_compact_copied{0}, n_compact_reclaimed{0};
   // RocksDB's counters (bytes it wrote: WAL, flushes, compactions).
   std::shared_ptr<rocksdb::Statistics> rocks_stats;
+  // The index's block caches (OpenIndex): the chunk keys', the rest's.
+  std::shared_ptr<rocksdb::Cache> chunk_blocks, meta_blocks;
 
   // One maintenance run at a time (Compact, RewriteDeadBases): an explicit
   // lmcfs-gc and the daemon's background reclamation take turns. Taken

@@ -17,7 +17,18 @@ ChunkKey KeyN(uint8_t n) {
   return k;
 }
 
-TEST(FramePool, ABufferGivenBackIsTakenAgain) {
+// The pool is process-wide: tests run before these in the same process
+// (lmc_store_tests run as one binary, not under ctest) may have filled it
+// to kFramePoolBytes, and then every buffer given here would be freed.
+// Each test starts from an empty pool.
+class FramePool : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    while (FramePoolIdleBytes() > 0) std::string drop = TakeFrameBuffer(kFramePoolMinBytes);
+  }
+};
+
+TEST_F(FramePool, ABufferGivenBackIsTakenAgain) {
   std::string a = TakeFrameBuffer(1 << 20);
   EXPECT_GE(a.capacity(), size_t{1} << 20);
   EXPECT_TRUE(a.empty());
@@ -34,7 +45,7 @@ TEST(FramePool, ABufferGivenBackIsTakenAgain) {
 }
 
 // A new buffer is rounded up, so the next frame a few bytes longer fits it.
-TEST(FramePool, NewBuffersAreRoundedUpForTheNextFrames) {
+TEST_F(FramePool, NewBuffersAreRoundedUpForTheNextFrames) {
   std::string a = TakeFrameBuffer((700 << 10) + 3);
   EXPECT_GE(a.capacity(), size_t{704} << 10);
   const char* mem = a.data();
@@ -43,7 +54,7 @@ TEST(FramePool, NewBuffersAreRoundedUpForTheNextFrames) {
   EXPECT_EQ(b.data(), mem);
 }
 
-TEST(FramePool, SmallBuffersAndOverflowAreFreed) {
+TEST_F(FramePool, SmallBuffersAndOverflowAreFreed) {
   const size_t idle = FramePoolIdleBytes();
   std::string small = TakeFrameBuffer(100);
   GiveFrameBuffer(std::move(small));
@@ -60,7 +71,7 @@ TEST(FramePool, SmallBuffersAndOverflowAreFreed) {
   while (FramePoolIdleBytes() > idle) std::string drop = TakeFrameBuffer(kFramePoolMinBytes);
 }
 
-TEST(FramePool, BatchGivesItsFramesBackWhenClearedOrDestroyed) {
+TEST_F(FramePool, BatchGivesItsFramesBackWhenClearedOrDestroyed) {
   std::string f = TakeFrameBuffer(256 << 10);
   f.assign(200 << 10, 'f');
   const char* mem = f.data();

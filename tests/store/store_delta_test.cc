@@ -80,6 +80,26 @@ TEST(StoreBaseCacheTest, ASeriesReadInOrderDecodesEachBaseOnce) {
   EXPECT_EQ(s->Stats().base_cache_misses, 2u);
 }
 
+// What the store holds in memory (StoreStats, lmcfs-stat's "memory"): the
+// bases it decoded, and the index's memtables and block caches.
+TEST(StoreBaseCacheTest, StatsReportTheMemoryOfTheBaseCacheAndTheIndex) {
+  TempDir d;
+  StoreOptions o = TestOptions();
+  o.base_cache_bytes = 1 << 20;
+  auto s = OpenOrDie(d.path(), o);
+  StoreStats st = s->Stats();
+  EXPECT_EQ(st.base_cache_bytes, 0u);
+  EXPECT_EQ(st.base_cache_capacity, uint64_t{1} << 20);
+  EXPECT_EQ(st.index_block_cache_capacity, uint64_t{72} << 20);
+  Chain c;
+  c.Write(*s);
+  ASSERT_EQ(ReadAll(*s, c.kt).value(), c.third);
+  st = s->Stats();
+  EXPECT_EQ(st.base_cache_bytes, 3 * 4096u);  // the chain, each link kept as a base of the next read
+  EXPECT_GT(st.index_memtable_bytes, 0u);     // the commit
+  EXPECT_LE(st.index_block_cache_bytes, st.index_block_cache_capacity);
+}
+
 TEST(StoreBaseCacheTest, ZeroCapacityDecodesEveryChainAndABaseOverCapacityIsNotKept) {
   for (uint64_t cap : {uint64_t{0}, uint64_t{4095}}) {
     TempDir d;

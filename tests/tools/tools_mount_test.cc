@@ -100,6 +100,40 @@ TEST_F(MountTools, StatShowsTheCodecPaths) {
   EXPECT_EQ(ReadFile(P("copy.bin")), data);
 }
 
+// The daemon's memory by part: its resident size from the kernel, each
+// bounded holder within its bound, and the bounds the mount was given.
+TEST_F(MountTools, StatShowsTheDaemonsMemoryByPart) {
+  Remount("gc=off,punch=off,gpu=off,cache_size=4M,write_buffer=32M,base_cache=16M");
+  const std::string data = RandomData(12 << 20, 31);
+  WriteFile(P("m.bin"), data);
+  EXPECT_EQ(ReadFile(P("m.bin")), data);
+  const json m = Stat()["daemon"]["memory"];
+  ASSERT_TRUE(m.is_object()) << m;
+  const uint64_t resident = m["resident_bytes"];
+  EXPECT_GT(resident, uint64_t{4} << 20);  // at least the chunk cache it filled
+  EXPECT_GE(m["peak_resident_bytes"].get<uint64_t>(), resident);
+  EXPECT_EQ(m["write_budget_bytes"], uint64_t{32} << 20);
+  EXPECT_EQ(m["write_inflight_bytes"], 0u);  // every write committed by close
+  EXPECT_EQ(m["chunk_cache_capacity"], uint64_t{4} << 20);
+  EXPECT_GT(m["chunk_cache_bytes"].get<uint64_t>(), 0u);  // the read decoded into it
+  EXPECT_LE(m["chunk_cache_bytes"].get<uint64_t>(), uint64_t{4} << 20);
+  EXPECT_EQ(m["base_cache_capacity"], uint64_t{16} << 20);
+  EXPECT_LE(m["base_cache_bytes"].get<uint64_t>(), uint64_t{16} << 20);
+  EXPECT_LE(m["delta_cache_bytes"].get<uint64_t>(), m["delta_cache_capacity"].get<uint64_t>());
+  EXPECT_GT(m["delta_cache_bytes"].get<uint64_t>(), 0u);  // the chunks written: bases of the next save
+  EXPECT_LE(m["frame_pool_bytes"].get<uint64_t>(), m["frame_pool_capacity"].get<uint64_t>());
+  EXPECT_EQ(m["index_block_cache_capacity"], uint64_t{72} << 20);
+  EXPECT_LE(m["index_block_cache_bytes"].get<uint64_t>(), uint64_t{72} << 20);
+  EXPECT_GT(m["index_memtable_bytes"].get<uint64_t>(), 0u);  // the commits of m.bin
+  std::string out, err;
+  ASSERT_EQ(Tool("lmcfs-stat", mnt_ + " -b", &out, &err), 0) << err;
+  EXPECT_NE(out.find("  memory: resident "), std::string::npos) << out;
+  EXPECT_NE(out.find("writes in flight 0 of 33554432, chunk cache "), std::string::npos) << out;
+  EXPECT_NE(out.find("  index memory: memtables "), std::string::npos) << out;
+  EXPECT_NE(out.find(", block caches "), std::string::npos) << out;
+  EXPECT_NE(out.find(" of 75497472\n"), std::string::npos) << out;
+}
+
 TEST_F(MountTools, StatAgreesWithDuAndGcReclaimsTheDeletedFile) {
   const std::string keep = RandomData(2 << 20, 11), gone = RandomData(3 << 20, 12);
   std::string zeros(4 << 20, '\0');

@@ -556,7 +556,8 @@ class ToolsControl : public ToolsOffline {
   void StartServer(uid_t owner = 0) {
     fs::Filesystem* f = fs_.get();
     auto daemon = [f] {
-      return fs::control::DaemonStats{f->NamedCounters(), f->DeltaCounters(), f->GpuState(), "all"};
+      return fs::control::DaemonStats{f->NamedCounters(), f->DeltaCounters(), f->GpuState(), "all",
+                                      f->MemoryCounters()};
     };
     ASSERT_TRUE(server_.Start(f->store(), store_dir_, owner, daemon).ok());
   }
@@ -690,6 +691,33 @@ TEST(ToolsStatText, CodecLinesWithAFailedGpuAndWithoutOne) {
                            "preparing 0.02 s, finishing 0.03 s; read-ahead batches 0.00 s\n"),
             std::string::npos)
       << out.str();
+  EXPECT_EQ(out.str().find("memory:"), std::string::npos) << out.str();  // a daemon without the object
+  doc["daemon"]["memory"] = {{"resident_bytes", uint64_t{700} << 20},
+                             {"peak_resident_bytes", uint64_t{800} << 20},
+                             {"write_inflight_bytes", uint64_t{96} << 20},
+                             {"write_budget_bytes", uint64_t{256} << 20},
+                             {"chunk_cache_bytes", uint64_t{64} << 20},
+                             {"chunk_cache_capacity", uint64_t{64} << 20},
+                             {"delta_cache_bytes", uint64_t{200} << 20},
+                             {"delta_cache_capacity", uint64_t{256} << 20},
+                             {"base_cache_bytes", 0},
+                             {"base_cache_capacity", uint64_t{256} << 20},
+                             {"frame_pool_bytes", uint64_t{12} << 20},
+                             {"frame_pool_capacity", uint64_t{128} << 20},
+                             {"index_memtable_bytes", uint64_t{3} << 20},
+                             {"index_table_reader_bytes", 512 << 10},
+                             {"index_block_cache_bytes", uint64_t{10} << 20},
+                             {"index_block_cache_capacity", uint64_t{72} << 20}};
+  std::ostringstream mem;
+  PrintStat(doc.dump(), false, mem);
+  EXPECT_NE(
+      mem.str().find("  memory: resident 700.00 MiB (peak 800.00 MiB); writes in flight 96.00 MiB of "
+                     "256.00 MiB, chunk cache 64.00 MiB of 64.00 MiB, bases of the next save 200.00 MiB "
+                     "of 256.00 MiB, decoded delta bases 0 B of 256.00 MiB, idle frame buffers 12.00 "
+                     "MiB of 128.00 MiB\n  index memory: memtables 3.00 MiB, table readers 512.00 KiB, "
+                     "block caches 10.00 MiB of 72.00 MiB\n"),
+      std::string::npos)
+      << mem.str();
   // A daemon of an older version (no codec counters): no codec lines.
   for (const char* k : {"cpu_encode_chunks", "gpu"}) doc["daemon"].erase(k);
   std::ostringstream old;

@@ -36,6 +36,25 @@ std::string Ratio(double r) {
 
 // The codec paths (docs/ARCHITECTURE.md, "GPU codec in the mount"): what
 // each encoded and decoded, and the GPU's state.
+// The daemon's memory by part (docs/FORMAT.md, "Control protocol", stat:
+// daemon.memory); parts may share buffers (a chunk just written is cached
+// and a delta base at once).
+void PrintMemory(const json& m, bool bytes, std::ostream& out) {
+  auto of = [&](const char* held, const char* cap) {
+    return Size(m.value(held, json(0)), bytes) + " of " + Size(m.value(cap, json(0)), bytes);
+  };
+  out << "  memory: resident " << Size(m.value("resident_bytes", json(0)), bytes) << " (peak "
+      << Size(m.value("peak_resident_bytes", json(0)), bytes) << "); writes in flight "
+      << of("write_inflight_bytes", "write_budget_bytes") << ", chunk cache "
+      << of("chunk_cache_bytes", "chunk_cache_capacity") << ", bases of the next save "
+      << of("delta_cache_bytes", "delta_cache_capacity") << ", decoded delta bases "
+      << of("base_cache_bytes", "base_cache_capacity") << ", idle frame buffers "
+      << of("frame_pool_bytes", "frame_pool_capacity") << "\n";
+  out << "  index memory: memtables " << Size(m.value("index_memtable_bytes", json(0)), bytes)
+      << ", table readers " << Size(m.value("index_table_reader_bytes", json(0)), bytes) << ", block caches "
+      << of("index_block_cache_bytes", "index_block_cache_capacity") << "\n";
+}
+
 void PrintCodec(const json& d, bool bytes, std::ostream& out) {
   auto n = [&](const char* k) { return d.value(k, uint64_t{0}); };
   auto sz = [&](const char* k) { return Size(d.value(k, json(0)), bytes); };
@@ -180,6 +199,7 @@ void PrintTable(const json& doc, const std::string& sort, bool reverse, bool byt
       out << "  decoded delta bases: " << d["store_base_cache_hits"].get<uint64_t>() << " from the cache, "
           << d["store_base_cache_misses"].get<uint64_t>() << " decoded\n";
     if (d.contains("cpu_encode_chunks")) PrintCodec(d, bytes, out);
+    if (d.contains("memory")) PrintMemory(d["memory"], bytes, out);
   }
 }
 

@@ -945,7 +945,7 @@ int Serve(const Options& o, int report_fd) {
         control::DeadBaseGcHook());  // lmcfs-gc re-encodes dependants of dead delta bases
     auto daemon = [&] {
       return control::DaemonStats{daemon_counters(), f->DeltaCounters(), f->GpuState(),
-                                  o.dedup_per_owner ? "uid" : "all"};
+                                  o.dedup_per_owner ? "uid" : "all", f->MemoryCounters()};
     };
     if (Status cs = control.Start(f->store(), o.store, getuid(), daemon); !cs.ok())
       spdlog::warn("lmcfs: no control channel for {} ({}); lmcfs-gc/-stat/-fsck cannot reach this mount",

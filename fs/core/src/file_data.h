@@ -57,6 +57,7 @@ class FsChunkCache {
   store::ChunkBytes Get(const store::ChunkKey& key) { return c_->Get(key, tag_); }
   void Put(const store::ChunkKey& key, store::ChunkBytes bytes) { c_->Put(key, std::move(bytes), tag_); }
   uint64_t capacity() const { return c_->capacity(); }
+  uint64_t bytes() const { return c_->bytes(); }
   // store::ChunkCache::NoteReader for file `ino`.
   size_t NoteReader(uint64_t ino) { return c_->NoteReader(ino, tag_); }
   void Demote(const store::ChunkKey& key) { c_->Demote(key, tag_); }

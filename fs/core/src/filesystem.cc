@@ -126,6 +126,17 @@ std::vector<std::pair<std::string, uint64_t>> Filesystem::NamedCounters() const 
           {"gpu_read_batch_ns", c.gpu_read_batch_ns.load()}};
 }
 
+std::vector<std::pair<std::string, uint64_t>> Filesystem::MemoryCounters() const {
+  FileDataShared& d = impl_->data;
+  const DeltaPolicy::CacheUse delta = d.delta ? d.delta->Cache() : DeltaPolicy::CacheUse{};
+  return {{"write_inflight_bytes", d.inflight_bytes.load()},
+          {"write_budget_bytes", opts_.write_budget},
+          {"chunk_cache_bytes", d.cache.bytes()},
+          {"chunk_cache_capacity", d.cache.capacity()},
+          {"delta_cache_bytes", delta.bytes},
+          {"delta_cache_capacity", delta.capacity}};
+}
+
 std::string Filesystem::GpuState() const { return impl_->data.gpu.State(); }
 
 void Filesystem::SetDeltaPolicy(std::unique_ptr<DeltaPolicy> policy) {

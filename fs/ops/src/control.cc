@@ -14,6 +14,7 @@
 
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <list>
@@ -24,6 +25,7 @@
 
 #include "lmc/bytes.h"
 #include "lmc/fs/inspect.h"
+#include "lmc/store/frame_pool.h"
 #include "lmc/store/rados.h"
 
 namespace lmc::fs::control {
@@ -390,6 +392,40 @@ std::function<Status(store::Store&, const EventFn&)> DeadBaseGcHook() {
   };
 }
 
+namespace {
+
+// The memory of the process this runs in (the daemon), by part: what
+// /proc/self/status says it holds (VmRSS) and held at most (VmHWM), then
+// what the filesystem, the frame pool and the store report. The parts may
+// share buffers (a chunk just written is in the chunk cache and among the
+// delta policy's bases at once), so they need not sum to less than the
+// resident size; what they leave out is the allocator's, the threads'
+// stacks and the code.
+json MemoryObject(const store::StoreStats& ss, const std::vector<std::pair<std::string, uint64_t>>& fs) {
+  json m = json::object();
+  if (FILE* f = std::fopen("/proc/self/status", "r")) {
+    char line[256];
+    unsigned long long kib = 0;
+    while (std::fgets(line, sizeof line, f)) {
+      if (std::sscanf(line, "VmRSS: %llu kB", &kib) == 1) m["resident_bytes"] = uint64_t{kib} << 10;
+      if (std::sscanf(line, "VmHWM: %llu kB", &kib) == 1) m["peak_resident_bytes"] = uint64_t{kib} << 10;
+    }
+    std::fclose(f);
+  }
+  for (const auto& [k, v] : fs) m[k] = v;
+  m["frame_pool_bytes"] = store::FramePoolIdleBytes();
+  m["frame_pool_capacity"] = store::kFramePoolBytes;
+  m["base_cache_bytes"] = ss.base_cache_bytes;
+  m["base_cache_capacity"] = ss.base_cache_capacity;
+  m["index_memtable_bytes"] = ss.index_memtable_bytes;
+  m["index_table_reader_bytes"] = ss.index_table_reader_bytes;
+  m["index_block_cache_bytes"] = ss.index_block_cache_bytes;
+  m["index_block_cache_capacity"] = ss.index_block_cache_capacity;
+  return m;
+}
+
+}  // namespace
+
 Result<std::string> RunStat(store::Store& st, const std::string& store_dir,
                             const std::vector<std::string>& paths, const DaemonStats* daemon,
                             double uptime_s) {
@@ -451,6 +487,7 @@ Result<std::string> RunStat(store::Store& st, const std::string& store_dir,
     for (const auto& [k, v] : daemon->delta) delta[k] = v;
     d["delta"] = std::move(delta);
     if (!daemon->gpu.empty()) d["gpu"] = daemon->gpu;
+    d["memory"] = MemoryObject(ss, daemon->memory);
     if (!daemon->dedup.empty()) d["dedup"] = daemon->dedup;
     j["daemon"] = std::move(d);
   }

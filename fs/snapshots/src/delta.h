@@ -107,6 +107,7 @@ class SnapshotDeltaPolicy final : public DeltaPolicy {
   void SetPathResolver(PathResolver fn) override { resolver_ = std::move(fn); }
   uint64_t Pending() const override;
   std::vector<std::pair<std::string, uint64_t>> Counters() const override;
+  CacheUse Cache() const override { return {cache_.bytes(), cache_.capacity()}; }
   const DeltaCounters& counters() const { return counters_; }
   const DeltaOptions& options() const { return opts_; }
 

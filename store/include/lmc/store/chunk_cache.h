@@ -53,7 +53,7 @@ class ChunkCache {
   uint64_t capacity() const { return cap_; }
   ChunkBytes Get(const ChunkKey& key, uint32_t tag = 0);
   void Put(const ChunkKey& key, ChunkBytes bytes, uint32_t tag = 0);
-  uint64_t bytes();  // held now (tests)
+  uint64_t bytes() const;  // held now
   // Makes the chunk, if held, the next to be evicted: a sequential reader
   // has read past it, so it should not push out chunks decoded ahead of
   // readers that have yet to read them.
@@ -84,8 +84,8 @@ class ChunkCache {
     }
   };
   const uint64_t cap_;
-  std::mutex mu_;  // guards lru_, map_, bytes_
-  Lru lru_;        // most recent first
+  mutable std::mutex mu_;  // guards lru_, map_, bytes_
+  Lru lru_;                // most recent first
   std::unordered_map<Key, Lru::iterator, KeyHash> map_;
   uint64_t bytes_ = 0;
   std::mutex readers_mu_;  // guards readers_

@@ -332,6 +332,15 @@ struct StoreStats {
   // them): pack_bytes less the holes punched. pack_bytes where the Env
   // cannot tell.
   uint64_t pack_disk_bytes = 0;
+  // Memory held now (lmcfs-stat's "memory" line): decoded delta bases
+  // (StoreOptions::base_cache_bytes), and the index's memtables, table
+  // readers (their index and filter blocks) and block caches.
+  uint64_t base_cache_bytes = 0;
+  uint64_t base_cache_capacity = 0;
+  uint64_t index_memtable_bytes = 0;
+  uint64_t index_table_reader_bytes = 0;
+  uint64_t index_block_cache_bytes = 0;
+  uint64_t index_block_cache_capacity = 0;
   // Pack bytes that hold no live record (dead records, headers).
   uint64_t dead_bytes() const { return pack_bytes > live_bytes ? pack_bytes - live_bytes : 0; }
   // The same on disk: dead bytes not yet given back (by punching or by

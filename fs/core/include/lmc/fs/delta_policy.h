@@ -109,6 +109,11 @@ class DeltaPolicy {
   virtual void SetPathResolver(PathResolver) {}
   // Named counters for lmcfs-stat's daemon section.
   virtual std::vector<std::pair<std::string, uint64_t>> Counters() const { return {}; }
+  // Bytes of decoded chunks the policy holds now, and at most.
+  struct CacheUse {
+    uint64_t bytes = 0, capacity = 0;
+  };
+  virtual CacheUse Cache() const { return {}; }
 };
 
 }  // namespace lmc::fs
