@@ -114,6 +114,10 @@ TEST_F(MountTools, StatShowsTheDaemonsMemoryByPart) {
   EXPECT_GE(m["peak_resident_bytes"].get<uint64_t>(), resident);
   EXPECT_EQ(m["write_budget_bytes"], uint64_t{32} << 20);
   EXPECT_EQ(m["write_inflight_bytes"], 0u);  // every write committed by close
+  // The chunks of m.bin sliced from its dirty blocks, still held as bases
+  // of the next save: blocks of 8 MiB alive or back in their pool.
+  EXPECT_GT(m["write_block_bytes"].get<uint64_t>() + m["write_block_pool_bytes"].get<uint64_t>(), 0u);
+  EXPECT_EQ(m["write_block_pool_bytes"].get<uint64_t>() % (8 << 20), 0u);
   EXPECT_EQ(m["chunk_cache_capacity"], uint64_t{4} << 20);
   EXPECT_GT(m["chunk_cache_bytes"].get<uint64_t>(), 0u);  // the read decoded into it
   EXPECT_LE(m["chunk_cache_bytes"].get<uint64_t>(), uint64_t{4} << 20);
@@ -128,7 +132,7 @@ TEST_F(MountTools, StatShowsTheDaemonsMemoryByPart) {
   std::string out, err;
   ASSERT_EQ(Tool("lmcfs-stat", mnt_ + " -b", &out, &err), 0) << err;
   EXPECT_NE(out.find("  memory: resident "), std::string::npos) << out;
-  EXPECT_NE(out.find("writes in flight 0 of 33554432, chunk cache "), std::string::npos) << out;
+  EXPECT_NE(out.find("writes in flight 0 of 33554432, write blocks "), std::string::npos) << out;
   EXPECT_NE(out.find("  index memory: memtables "), std::string::npos) << out;
   EXPECT_NE(out.find(", block caches "), std::string::npos) << out;
   EXPECT_NE(out.find(" of 75497472\n"), std::string::npos) << out;

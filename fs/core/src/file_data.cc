@@ -56,6 +56,10 @@ class BlockPool {
     std::lock_guard lk(mu_);
     if (free_.size() < kMaxFree) free_.push_back(std::move(m));
   }
+  uint64_t IdleBytes() {
+    std::lock_guard lk(mu_);
+    return free_.size() * DirtyBlock::kDirtyBlockSize;
+  }
 
  private:
   static constexpr size_t kMaxFree = 8;
@@ -98,7 +102,12 @@ std::vector<CutSpec> ToCuts(const std::vector<ChunkSpec>& specs) {
 
 }  // namespace
 
+namespace {
+std::atomic<uint64_t> g_dirty_block_bytes{0};  // capacity of the blocks alive
+}  // namespace
+
 DirtyBlock::~DirtyBlock() {
+  g_dirty_block_bytes.fetch_sub(cap, std::memory_order_relaxed);
   if (mem && cap == kDirtyBlockSize) BlockPool::Get().Give(std::move(mem));
 }
 
@@ -111,8 +120,12 @@ std::shared_ptr<DirtyBlock> NewDirtyBlock(size_t n, bool stream) {
     b->mem = std::make_unique_for_overwrite<uint8_t[]>(n);
     b->cap = n;
   }
+  g_dirty_block_bytes.fetch_add(b->cap, std::memory_order_relaxed);
   return b;
 }
+
+uint64_t DirtyBlockBytes() { return g_dirty_block_bytes.load(std::memory_order_relaxed); }
+uint64_t DirtyBlockPoolBytes() { return BlockPool::Get().IdleBytes(); }
 
 FileDataShared::FileDataShared(store::Store* st, const FsOptions& o, FsCounters* c)
     : store(st),

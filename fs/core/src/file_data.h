@@ -178,6 +178,12 @@ struct DirtyBlock {
 // A block of at least n bytes: pooled when n <= kDirtyBlockSize and
 // `stream` (the write continues a sequence), else exactly n.
 std::shared_ptr<DirtyBlock> NewDirtyBlock(size_t n, bool stream);
+// Process-wide: the capacity of the dirty blocks alive (held by files
+// being written, by the jobs of the encoders, and by the caches holding
+// chunks sliced from them: a slice keeps its whole block), and of the free
+// blocks the pool keeps.
+uint64_t DirtyBlockBytes();
+uint64_t DirtyBlockPoolBytes();
 
 // Written bytes [start, start+len) of a block.
 struct DirtySeg {

@@ -131,6 +131,8 @@ std::vector<std::pair<std::string, uint64_t>> Filesystem::MemoryCounters() const
   const DeltaPolicy::CacheUse delta = d.delta ? d.delta->Cache() : DeltaPolicy::CacheUse{};
   return {{"write_inflight_bytes", d.inflight_bytes.load()},
           {"write_budget_bytes", opts_.write_budget},
+          {"write_block_bytes", DirtyBlockBytes()},
+          {"write_block_pool_bytes", DirtyBlockPoolBytes()},
           {"chunk_cache_bytes", d.cache.bytes()},
           {"chunk_cache_capacity", d.cache.capacity()},
           {"delta_cache_bytes", delta.bytes},
