@@ -138,6 +138,33 @@ TEST_F(MountTools, StatShowsTheDaemonsMemoryByPart) {
   EXPECT_NE(out.find(" of 75497472\n"), std::string::npos) << out;
 }
 
+// Once the mount is quiet for trim_idle seconds (no read, write or removal,
+// no rebase queued), the daemon gives its free memory back: once a burst.
+TEST_F(MountTools, TheDaemonGivesFreeMemoryBackOnceQuiet) {
+  Remount("gc=off,punch=off,gpu=off,trim_idle=1");
+  WriteFile(P("t.bin"), RandomData(24 << 20, 41));
+  auto trims = [&] { return Stat()["daemon"]["memory"]["trims"].get<uint64_t>(); };
+  uint64_t n = 0;
+  for (int i = 0; i < 200 && (n = trims()) == 0; ++i) ::usleep(100 * 1000);
+  EXPECT_GE(n, 1u) << "no trim within 20 s of quiet";
+  // lmcfs-stat's own calls are not work: still one trim after another 3 s.
+  ::usleep(3000 * 1000);
+  EXPECT_EQ(trims(), n);
+  std::string out, err;
+  ASSERT_EQ(Tool("lmcfs-stat", mnt_, &out, &err), 0) << err;
+  EXPECT_NE(out.find("  memory given back when quiet: "), std::string::npos) << out;
+  // A new burst earns another.
+  WriteFile(P("u.bin"), RandomData(8 << 20, 42));
+  uint64_t m = n;
+  for (int i = 0; i < 200 && (m = trims()) == n; ++i) ::usleep(100 * 1000);
+  EXPECT_GE(m, n + 1);
+  // trim_idle=0: never.
+  Remount("gc=off,punch=off,gpu=off,trim_idle=0");
+  EXPECT_EQ(ReadFile(P("t.bin")).size(), size_t{24} << 20);
+  ::usleep(2500 * 1000);
+  EXPECT_EQ(trims(), 0u);
+}
+
 TEST_F(MountTools, StatAgreesWithDuAndGcReclaimsTheDeletedFile) {
   const std::string keep = RandomData(2 << 20, 11), gone = RandomData(3 << 20, 12);
   std::string zeros(4 << 20, '\0');

@@ -709,7 +709,9 @@ TEST(ToolsStatText, CodecLinesWithAFailedGpuAndWithoutOne) {
                              {"index_memtable_bytes", uint64_t{3} << 20},
                              {"index_table_reader_bytes", 512 << 10},
                              {"index_block_cache_bytes", uint64_t{10} << 20},
-                             {"index_block_cache_capacity", uint64_t{72} << 20}};
+                             {"index_block_cache_capacity", uint64_t{72} << 20},
+                             {"trims", 3},
+                             {"trim_returned_bytes", uint64_t{150} << 20}};
   std::ostringstream mem;
   PrintStat(doc.dump(), false, mem);
   EXPECT_NE(mem.str().find("  memory: resident 700.00 MiB (peak 800.00 MiB); writes in flight 96.00 MiB of "
@@ -719,6 +721,8 @@ TEST(ToolsStatText, CodecLinesWithAFailedGpuAndWithoutOne) {
                            "MiB of 128.00 MiB\n  index memory: memtables 3.00 MiB, table readers 512.00 KiB, "
                            "block caches 10.00 MiB of 72.00 MiB\n"),
             std::string::npos)
+      << mem.str();
+  EXPECT_NE(mem.str().find("  memory given back when quiet: 150.00 MiB in 3 trims\n"), std::string::npos)
       << mem.str();
   // A daemon of an older version (no codec counters): no codec lines.
   for (const char* k : {"cpu_encode_chunks", "gpu"}) doc["daemon"].erase(k);

@@ -34,8 +34,6 @@ std::string Ratio(double r) {
   return b;
 }
 
-// The codec paths (docs/ARCHITECTURE.md, "GPU codec in the mount"): what
-// each encoded and decoded, and the GPU's state.
 // The daemon's memory by part (docs/FORMAT.md, "Control protocol", stat:
 // daemon.memory); parts may share buffers (a chunk just written is cached
 // and a delta base at once).
@@ -55,8 +53,13 @@ void PrintMemory(const json& m, bool bytes, std::ostream& out) {
   out << "  index memory: memtables " << Size(m.value("index_memtable_bytes", json(0)), bytes)
       << ", table readers " << Size(m.value("index_table_reader_bytes", json(0)), bytes) << ", block caches "
       << of("index_block_cache_bytes", "index_block_cache_capacity") << "\n";
+  if (m.contains("trims"))
+    out << "  memory given back when quiet: " << Size(m["trim_returned_bytes"], bytes) << " in "
+        << m["trims"].get<uint64_t>() << " trims\n";
 }
 
+// The codec paths (docs/ARCHITECTURE.md, "GPU codec in the mount"): what
+// each encoded and decoded, and the GPU's state.
 void PrintCodec(const json& d, bool bytes, std::ostream& out) {
   auto n = [&](const char* k) { return d.value(k, uint64_t{0}); };
   auto sz = [&](const char* k) { return Size(d.value(k, json(0)), bytes); };

@@ -36,6 +36,7 @@
 #include "lmc/fs/fuse_session.h"
 #include "lmc/fs/reclaim.h"
 #include "lmc/fs/snapshots.h"
+#include "lmc/fs/trim.h"
 #include "lmc/fs/union_fs.h"
 #include "lmc/gpu.h"
 #include "lmc/store/permissions.h"
@@ -134,6 +135,10 @@ once it is installed as /sbin/mount.lmcfs (cmake --install puts it there).
                         lmcfs-gc compacts (holes are still punched unless
                         punch=off)
      gc_dead=PCT        the bound on dead pack bytes, 1-90 (default 10)
+     trim_idle=SECONDS  once the mount has been quiet this long (no read,
+                        write, removal or background work), give the
+                        allocator's free memory back to the system
+                        (default 10; 0: never); the caches keep what they hold
      punch=on|off       on (default): the disk blocks of a dead record (a
                         file deleted or overwritten, a save rebased as a
                         delta) go back to the filesystem as soon as the change
@@ -200,6 +205,7 @@ struct Options {
   std::vector<std::string> fuse_opts;
   DeltaOptions delta;
   ReclaimOptions reclaim;
+  TrimOptions trim;
 };
 
 bool ParseSize(const std::string& s, uint64_t* out) {
@@ -348,6 +354,15 @@ int ParseArgs(int argc, char** argv, Options* o) {
           std::fprintf(stderr, "mount.lmcfs: %s\n", r.status().message().c_str());
           return false;
         }
+      } else if (k == "trim_idle") {
+        char* end = nullptr;
+        errno = 0;
+        const unsigned long secs = std::strtoul(v.c_str(), &end, 10);
+        if (v.empty() || errno || *end || secs > 86400) {
+          std::fprintf(stderr, "mount.lmcfs: bad trim_idle '%s' (seconds, 0-86400; 0: never)\n", v.c_str());
+          return false;
+        }
+        o->trim.idle = std::chrono::seconds(secs);
       } else if (k == "punch") {
         if (v != "on" && v != "off") {
           std::fprintf(stderr, "mount.lmcfs: bad punch '%s' (expected on or off)\n", v.c_str());
@@ -888,6 +903,14 @@ int Serve(const Options& o, int report_fd) {
     const FsCounters& c = f->counters();
     return ReclaimActivity{c.write_calls + c.read_calls + c.removals, c.removals};
   });
+  // Free memory back to the system once the mount goes quiet (lmc/fs/trim.h):
+  // quiet means no read, write, removal or reclamation pass since the last
+  // poll and no rebase pending.
+  MemoryTrimmer trimmer(o.trim, [f, &reclaimer] {
+    const FsCounters& c = f->counters();
+    return TrimActivity{c.write_calls + c.read_calls + c.removals + reclaimer.Stats().passes,
+                        f->BackgroundPending() > 0};
+  });
   auto daemon_counters = [&reclaimer, f] {
     auto v = f->NamedCounters();
     for (auto& x : reclaimer.Stats().Named()) v.push_back(std::move(x));
@@ -944,13 +967,18 @@ int Serve(const Options& o, int report_fd) {
     control.SetBeforeCompact(
         control::DeadBaseGcHook());  // lmcfs-gc re-encodes dependants of dead delta bases
     auto daemon = [&] {
+      auto memory = f->MemoryCounters();
+      const TrimStats ts = trimmer.Stats();
+      memory.emplace_back("trims", ts.trims);
+      memory.emplace_back("trim_returned_bytes", ts.returned_bytes);
       return control::DaemonStats{daemon_counters(), f->DeltaCounters(), f->GpuState(),
-                                  o.dedup_per_owner ? "uid" : "all", f->MemoryCounters()};
+                                  o.dedup_per_owner ? "uid" : "all", std::move(memory)};
     };
     if (Status cs = control.Start(f->store(), o.store, getuid(), daemon); !cs.ok())
       spdlog::warn("lmcfs: no control channel for {} ({}); lmcfs-gc/-stat/-fsck cannot reach this mount",
                    o.mountpoint, cs.ToString());
     reclaimer.Start();
+    trimmer.Start();
     if (report_fd >= 0) {
       Report(report_fd, 0, "");
       // The daemon keeps none of the caller's descriptors: a caller that
@@ -974,6 +1002,7 @@ int Serve(const Options& o, int report_fd) {
     Report(report_fd, rc, error);
     return rc;
   }
+  trimmer.Stop();
   reclaimer.Stop();
   control.Stop();
   followers.Stop();

@@ -1,0 +1,86 @@
+// Memory given back to the system when the mount goes quiet
+// (docs/ARCHITECTURE.md, "Memory"). A save frees what it allocated (frame
+// buffers past the pools, decoded chunks, RocksDB's blocks), but the
+// allocator keeps freed memory inside its arenas for the next allocation,
+// so the daemon's resident size stays at the high-water mark of the last
+// burst: about 100 MiB above what its caches hold after a run of eight
+// ranks saving at once (scripts/many_writers_run.py). On a training node
+// that memory belongs to the job between saves. Once the mount has had no
+// foreground operation and no background work for `idle`, the trimmer
+// calls malloc_trim(0) once (glibc: every arena's free pages back to the
+// kernel), then waits for the next burst to end. The caches keep what they
+// hold; only free memory goes.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <thread>
+
+namespace lmc::fs {
+
+struct TrimOptions {
+  // Quiet time before memory is given back (mount option trim_idle=SECONDS);
+  // zero: never.
+  std::chrono::milliseconds idle{10000};
+  std::chrono::milliseconds poll{1000};
+};
+
+// Polled: a count that changes with every foreground operation or
+// background pass, and whether background work (rebases) is still queued.
+struct TrimActivity {
+  uint64_t operations = 0;
+  bool background_pending = false;
+};
+using TrimActivityFn = std::function<TrimActivity()>;
+
+struct TrimStats {
+  uint64_t trims = 0;           // times memory was given back
+  uint64_t returned_bytes = 0;  // resident bytes given back (the sum of each trim's drop)
+};
+
+class MemoryTrimmer {
+ public:
+  // `release` gives free memory back and returns the resident bytes it
+  // released (default: malloc_trim(0), measured in /proc/self/statm; a
+  // no-op returning 0 where the C library has no malloc_trim).
+  using ReleaseFn = std::function<uint64_t()>;
+  MemoryTrimmer(TrimOptions options, TrimActivityFn activity, ReleaseFn release = nullptr);
+  ~MemoryTrimmer();  // Stop()
+  MemoryTrimmer(const MemoryTrimmer&) = delete;
+  MemoryTrimmer& operator=(const MemoryTrimmer&) = delete;
+
+  // The polling thread (none when options.idle is zero).
+  void Start();
+  void Stop();
+  // One poll at `now`, what the thread does every options.poll: true when
+  // it gave memory back. Public for tests, which drive the clock.
+  bool Poll(std::chrono::steady_clock::time_point now);
+  TrimStats Stats() const;
+  const TrimOptions& options() const { return opts_; }
+
+ private:
+  void Run();
+
+  const TrimOptions opts_;
+  const TrimActivityFn activity_;
+  const ReleaseFn release_;
+  mutable std::mutex mu_;  // guards everything below
+  std::condition_variable cv_;
+  bool stop_ = false;
+  bool started_ = false;
+  uint64_t last_ops_ = 0;
+  bool seen_ = false;     // last_ops_ holds a poll's count
+  bool trimmed_ = false;  // memory was given back since the last activity
+  std::chrono::steady_clock::time_point quiet_since_{};
+  TrimStats stats_;
+  std::thread thread_;
+};
+
+// malloc_trim(0) and the drop of the resident size it caused (0 if it
+// grew meanwhile, and where there is no malloc_trim).
+uint64_t ReleaseFreeMemory();
+
+}  // namespace lmc::fs
