@@ -25,7 +25,9 @@ bounded time.
   python3 scripts/many_writers_run.py --seconds 3600     # long form
   python3 scripts/many_writers_run.py --seconds 40       # CI form (MountManyWriters)
 
-A failure keeps the work directory (store, daemon log, stacks.txt).
+A failure keeps the work directory (store, daemon log, stacks.txt, rss.json,
+and memory.json: the daemon's memory by part once a minute, from
+lmcfs-stat; a budget failure names the parts too).
 """
 import argparse
 import hashlib
@@ -157,6 +159,17 @@ def main():
              'gc_runs': 0, 'retention_deleted_dirs': 0, 'peak_rss_mib': 0, 'budget_mib': budget_kib // 1024}
     failures = []
     rss_samples = []  # (seconds, MiB) every 10 s: the daemon's memory over the run
+    # Every 60 s, the daemon's memory by part (lmcfs-stat's daemon.memory,
+    # MiB): what a budget failure names, kept in memory.json.
+    mem_samples = []
+
+    def memory_parts():
+        r = subprocess.run([os.path.join(tools, 'lmcfs-stat'), mnt, '--json', '/'], capture_output=True,
+                           text=True, timeout=60)
+        if r.returncode != 0:
+            return None
+        m = json.loads(r.stdout).get('daemon', {}).get('memory', {})
+        return {k: round(v / 2**20, 1) for k, v in m.items() if k.endswith('bytes') or k.endswith('capacity')}
     t0 = last_progress = time.time()
     last_reads, next_gc = 0, t0 + a.gc_every
     try:
@@ -173,8 +186,14 @@ def main():
             stats['peak_rss_mib'] = max(stats['peak_rss_mib'], rss // 1024)
             if not rss_samples or time.time() - rss_samples[-1][0] - t0 >= 10:
                 rss_samples.append((round(time.time() - t0, 1), rss // 1024))
+            if not mem_samples or time.time() - mem_samples[-1][0] - t0 >= 60:
+                parts = memory_parts()
+                if parts is not None:
+                    mem_samples.append((round(time.time() - t0, 1), parts))
             if rss > budget_kib:
-                failures.append(f'daemon RSS {rss // 1024} MiB over its budget {budget_kib // 1024} MiB')
+                parts = memory_parts()
+                failures.append(f'daemon RSS {rss // 1024} MiB over its budget {budget_kib // 1024} MiB; '
+                                f'by part (MiB): {json.dumps(parts)}')
             if time.time() - last_progress > a.stall:
                 with open(os.path.join(work, 'stacks.txt'), 'w') as f:
                     subprocess.run(['gdb', '-p', str(pid), '-batch', '-ex', 'thread apply all bt'], stdout=f,
@@ -242,6 +261,13 @@ def main():
         stats['rss_mib_last_tenth_max'] = max(m for _, m in rss_samples[-tenth:])
     with open(os.path.join(work, 'rss.json'), 'w') as f:
         json.dump(rss_samples, f)
+    with open(os.path.join(work, 'memory.json'), 'w') as f:
+        json.dump(mem_samples, f)
+    if mem_samples:
+        last = mem_samples[-1][1]
+        stats['memory_mib_last'] = {k: last[k] for k in ('resident_bytes', 'write_block_bytes', 'chunk_cache_bytes',
+                                                         'delta_cache_bytes', 'base_cache_bytes',
+                                                         'frame_pool_bytes', 'index_block_cache_bytes') if k in last}
     return finish('many_writers_run', stats, failures, work, a.keep)
 
 
