@@ -163,12 +163,15 @@ def main():
     # MiB): what a budget failure names, kept in memory.json.
     mem_samples = []
 
-    def memory_parts():
-        r = subprocess.run([os.path.join(tools, 'lmcfs-stat'), mnt, '--json', '/'], capture_output=True,
-                           text=True, timeout=60)
-        if r.returncode != 0:
+    def memory_parts():  # None when lmcfs-stat cannot say (a diagnostic: never fails the run)
+        try:
+            r = subprocess.run([os.path.join(tools, 'lmcfs-stat'), mnt, '--json', '/'], capture_output=True,
+                               text=True, timeout=60)
+            if r.returncode != 0:
+                return None
+            m = json.loads(r.stdout).get('daemon', {}).get('memory', {})
+        except (subprocess.TimeoutExpired, ValueError, AttributeError):
             return None
-        m = json.loads(r.stdout).get('daemon', {}).get('memory', {})
         return {k: round(v / 2**20, 1) for k, v in m.items() if k.endswith('bytes') or k.endswith('capacity')}
     t0 = last_progress = time.time()
     last_reads, next_gc = 0, t0 + a.gc_every
