@@ -230,6 +230,9 @@ def main():
         stats['shards_saved'] += 1
         stats['bytes_saved'] += size
     failures += list(rfail)
+    parts = memory_parts()  # as the writers stopped
+    if parts is not None:
+        mem_samples.append((round(time.time() - t0, 1), parts))
     stats['reads'], stats['read_bytes'] = counts.get('reads', 0), counts.get('read_bytes', 0)
     stats['retention_deleted_dirs'] = stats['shards_saved'] // a.ranks - len(os.listdir(os.path.join(mnt, 'ckpt')))
     try:

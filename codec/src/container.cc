@@ -1,7 +1,5 @@
 #include "lmc/container.h"
 
-#include <xxhash.h>
-
 #include <algorithm>
 #include <atomic>
 #include <cstring>
@@ -39,7 +37,7 @@ constexpr size_t kCompressBatchBytes = 64 << 20;
 // time would add nothing.
 constexpr size_t kFrameChecksumOffset = 12;
 
-uint32_t Crc32Of(const uint8_t* p, size_t n) { return static_cast<uint32_t>(XXH3_64bits(p, n)); }
+uint32_t Crc32Of(const uint8_t* p, size_t n) { return static_cast<uint32_t>(hash::Xxh3_64(p, n)); }
 
 // Codec scratch kept across calls, process-wide and bounded: a Workspace
 // grows to the chunk size and a frame buffer to a frame's worst case, and

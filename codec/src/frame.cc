@@ -4,9 +4,6 @@
 #include <cstring>
 #include <string>
 
-#define XXH_INLINE_ALL
-#include <xxhash.h>
-
 #include "entropy.h"
 #include "frame_format.h"
 #include "hd/frame_hd.h"
@@ -247,7 +244,7 @@ Result<FrameInfo> ReadFrameInfo(const uint8_t* p, size_t len) {
   if (ns == 0 || ns > kMaxStreams) return Status::Corruption("frame has a bad stream count");
   size_t hsize = HeaderSize(ns, fi.widened_base);
   if (len < hsize) return Status::Corruption("frame truncated in its stream table");
-  if (LoadLE32(p + hsize - kHeaderCrc) != static_cast<uint32_t>(XXH3_64bits(p, hsize - kHeaderCrc)))
+  if (LoadLE32(p + hsize - kHeaderCrc) != static_cast<uint32_t>(hash::Xxh3_64(p, hsize - kHeaderCrc)))
     return Status::Corruption("frame header checksum mismatch");
   fi.decoded_size = LoadLE32(p + 8);
   fi.checksum = LoadLE64(p + 12);

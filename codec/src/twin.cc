@@ -1,9 +1,8 @@
 // Twins of fp32 and bf16 values: see lmc/twin.h.
 #include "lmc/twin.h"
 
-#include <xxhash.h>
-
 #include "lmc/bytes.h"
+#include "lmc/hash.h"
 
 namespace lmc {
 
@@ -17,7 +16,7 @@ std::optional<uint64_t> HashIfVaried(const uint16_t* v) {
   bool varied = false;
   for (size_t i = 1; i < kFingerprintElems && !varied; ++i) varied = v[i] != v[0];
   if (!varied) return std::nullopt;
-  return XXH3_64bits(v, kFingerprintElems * 2);
+  return hash::Xxh3_64(v, kFingerprintElems * 2);
 }
 }  // namespace
 

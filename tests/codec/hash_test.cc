@@ -1,8 +1,7 @@
 // lmc/hash.h against libxxhash's own inline XXH3 (this file's, compiled for
 // the build's unit): every vector unit this CPU has gives XXH3's values for
 // one-shot and streamed input, 64- and 128-bit, default and custom secret,
-// seeded,
-// at lengths across XXH3's short, mid and long paths and unaligned starts.
+// seeded, at lengths across XXH3's short, mid and long paths and unaligned starts.
 #include "lmc/hash.h"
 
 #include <gtest/gtest.h>

@@ -14,7 +14,6 @@
 
 #include <cerrno>
 #include <chrono>
-#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <list>
@@ -25,6 +24,7 @@
 
 #include "lmc/bytes.h"
 #include "lmc/fs/inspect.h"
+#include "lmc/fs/trim.h"
 #include "lmc/store/frame_pool.h"
 #include "lmc/store/rados.h"
 
@@ -402,16 +402,8 @@ namespace {
 // resident size; what they leave out is the allocator's, the threads'
 // stacks and the code.
 json MemoryObject(const store::StoreStats& ss, const std::vector<std::pair<std::string, uint64_t>>& fs) {
-  json m = json::object();
-  if (FILE* f = std::fopen("/proc/self/status", "r")) {
-    char line[256];
-    unsigned long long kib = 0;
-    while (std::fgets(line, sizeof line, f)) {
-      if (std::sscanf(line, "VmRSS: %llu kB", &kib) == 1) m["resident_bytes"] = uint64_t{kib} << 10;
-      if (std::sscanf(line, "VmHWM: %llu kB", &kib) == 1) m["peak_resident_bytes"] = uint64_t{kib} << 10;
-    }
-    std::fclose(f);
-  }
+  const ProcessMemory pm = ReadProcessMemory();
+  json m = {{"resident_bytes", pm.resident}, {"peak_resident_bytes", pm.peak}};
   for (const auto& [k, v] : fs) m[k] = v;
   m["frame_pool_bytes"] = store::FramePoolIdleBytes();
   m["frame_pool_capacity"] = store::kFramePoolBytes;

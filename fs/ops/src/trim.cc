@@ -2,7 +2,6 @@
 #include "lmc/fs/trim.h"
 
 #include <spdlog/spdlog.h>
-#include <unistd.h>
 
 #include <cstdio>
 #include <utility>
@@ -12,27 +11,26 @@
 #endif
 
 namespace lmc::fs {
-namespace {
 
-// Resident bytes of this process (/proc/self/statm's second field); 0 if
-// it cannot be read.
-uint64_t ResidentBytes() {
-  FILE* f = std::fopen("/proc/self/statm", "r");
-  if (!f) return 0;
-  unsigned long long size = 0, resident = 0;
-  const int n = std::fscanf(f, "%llu %llu", &size, &resident);
+ProcessMemory ReadProcessMemory() {
+  ProcessMemory m;
+  FILE* f = std::fopen("/proc/self/status", "r");
+  if (!f) return m;
+  char line[256];
+  unsigned long long kib = 0;
+  while (std::fgets(line, sizeof line, f)) {
+    if (std::sscanf(line, "VmRSS: %llu kB", &kib) == 1) m.resident = uint64_t{kib} << 10;
+    if (std::sscanf(line, "VmHWM: %llu kB", &kib) == 1) m.peak = uint64_t{kib} << 10;
+  }
   std::fclose(f);
-  if (n != 2) return 0;
-  return uint64_t{resident} * static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  return m;
 }
-
-}  // namespace
 
 uint64_t ReleaseFreeMemory() {
 #if defined(__GLIBC__)
-  const uint64_t before = ResidentBytes();
+  const uint64_t before = ReadProcessMemory().resident;
   ::malloc_trim(0);
-  const uint64_t after = ResidentBytes();
+  const uint64_t after = ReadProcessMemory().resident;
   return before > after ? before - after : 0;
 #else
   return 0;
@@ -48,8 +46,7 @@ MemoryTrimmer::~MemoryTrimmer() { Stop(); }
 
 void MemoryTrimmer::Start() {
   std::lock_guard l(mu_);
-  if (started_ || opts_.idle.count() <= 0) return;
-  started_ = true;
+  if (thread_.joinable() || opts_.idle.count() <= 0) return;
   thread_ = std::thread([this] { Run(); });
 }
 
@@ -69,7 +66,7 @@ bool MemoryTrimmer::Poll(std::chrono::steady_clock::time_point now) {
     if (!seen_ || a.operations != last_ops_ || a.background_pending) {
       // Busy (or the first look): the quiet time starts over, and the end
       // of this burst earns a trim.
-      if (seen_ && (a.operations != last_ops_ || a.background_pending)) trimmed_ = false;
+      trimmed_ = false;
       seen_ = true;
       last_ops_ = a.operations;
       quiet_since_ = now;

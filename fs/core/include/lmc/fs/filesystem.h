@@ -305,8 +305,9 @@ class Filesystem : public FsOps {
   std::vector<std::pair<std::string, uint64_t>> DeltaCounters() const;
   // The memory this filesystem holds now, by part, named as in
   // lmcfs-stat's "memory" object: bytes of writes in flight (written, not
-  // yet committed) against the write budget, the decoded-chunk cache (the
-  // union's, where it is shared) and the delta policy's bases.
+  // yet committed) against the write budget, the dirty blocks alive and
+  // idle (process-wide), the decoded-chunk cache (the union's, where it is
+  // shared) and the delta policy's bases.
   std::vector<std::pair<std::string, uint64_t>> MemoryCounters() const;
   // The GPU codec path in words, for lmcfs-stat and the log: "CUDA 13.0,
   // NVIDIA H100 (active)", "none (gpu=off)", "off after a device failure

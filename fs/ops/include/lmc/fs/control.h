@@ -100,8 +100,9 @@ struct DaemonStats {
   std::vector<std::pair<std::string, uint64_t>> delta;
   std::string gpu;
   std::string dedup;
-  // Filesystem::MemoryCounters(); RunStat adds the process's resident
-  // memory, the frame pool's and the store's parts ("memory" object).
+  // Filesystem::MemoryCounters() (mount.lmcfs adds its MemoryTrimmer's
+  // counts); RunStat adds the process's resident size, the frame pool's
+  // and the store's parts ("memory" object).
   std::vector<std::pair<std::string, uint64_t>> memory;
 };
 using DaemonStatsFn = std::function<DaemonStats()>;

@@ -70,7 +70,6 @@ class MemoryTrimmer {
   mutable std::mutex mu_;  // guards everything below
   std::condition_variable cv_;
   bool stop_ = false;
-  bool started_ = false;
   uint64_t last_ops_ = 0;
   bool seen_ = false;     // last_ops_ holds a poll's count
   bool trimmed_ = false;  // memory was given back since the last activity
@@ -82,5 +81,12 @@ class MemoryTrimmer {
 // malloc_trim(0) and the drop of the resident size it caused (0 if it
 // grew meanwhile, and where there is no malloc_trim).
 uint64_t ReleaseFreeMemory();
+
+// This process's resident size now and at most (VmRSS and VmHWM of
+// /proc/self/status, bytes); zeros where it cannot be read.
+struct ProcessMemory {
+  uint64_t resident = 0, peak = 0;
+};
+ProcessMemory ReadProcessMemory();
 
 }  // namespace lmc::fs
