@@ -28,6 +28,8 @@ DEB_PACKAGES=(
   libspdlog-dev libfmt-dev libcli11-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-pip python3-venv
+  # fio: the outside data-integrity check of the mount (tests/fs/fio_mount_test.cc).
+  fio
   # Ceph RADOS stores: the client library, and the daemons of the
   # single-host test cluster (scripts/ceph-dev.sh).
   librados-dev libradospp-dev ceph-mon ceph-osd ceph-common

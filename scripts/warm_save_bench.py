@@ -13,9 +13,11 @@ each of a checkpoint whose every 1 MiB differs from the last round's (no
 chunk is a dedup hit), each file deleted after its save.
 
 The checkpoint: MIB MiB of bf16 values N(0, 0.02) (seeded) as tensors of
-32 MiB, or --data FILE (raw bf16, as scripts/gpu_anchors.py --make-data
+32 MiB (--tensor-kib), or --data FILE (raw bf16, as scripts/gpu_anchors.py --make-data
 writes). Save: torch.save into an open file, flush, fsync of the file and of
-its directory.
+its directory. --warm-up-tensor-kib 32768 --tensor-kib 3072: a mount that
+saved large tensors first, then small ones. After the last round, the daemon's memory by part
+(lmcfs-stat's "memory:" lines) and its resident size.
 
   python3 scripts/warm_save_bench.py --mount build/tools/mountlmcfs/mount.lmcfs \\
       --mib 1024 --rounds 4 --work /var/tmp/lmcfs-warm
@@ -54,6 +56,11 @@ def main():
     ap.add_argument("--work", default="/var/tmp/lmcfs-warm",
                     help="holds the store, the mountpoint and the plain directory")
     ap.add_argument("--options", default="gpu=off", help="mount options (-o)")
+    ap.add_argument("--tensor-kib", type=int, default=32 << 10,
+                    help="size of each tensor (a torch.save starts a dirty block per tensor)")
+    ap.add_argument("--warm-up-tensor-kib", type=int,
+                    help="tensor size of the warm-up save (default: --tensor-kib)")
+    ap.add_argument("--stat", help="lmcfs-stat binary (default: beside the mount's, ../lmcfs/lmcfs-stat)")
     args = ap.parse_args()
 
     n = args.mib << 19  # bf16 elements
@@ -64,8 +71,12 @@ def main():
         x = rng.standard_normal(n, dtype=np.float32) * 0.02
         raw = (x.view(np.uint32) >> 16).astype(np.int16)
     t = torch.from_numpy(raw).view(torch.bfloat16)
-    per = 16 << 20  # elements: 32 MiB tensors
-    state = {f"t{i}": t[i * per:(i + 1) * per].clone() for i in range((len(raw) + per - 1) // per)}
+    per = args.tensor_kib << 9  # elements
+    def split(per):
+        return {f"t{i}": t[i * per:(i + 1) * per].clone() for i in range((len(raw) + per - 1) // per)}
+
+    state = split(per)
+    warm = split(args.warm_up_tensor_kib << 9) if args.warm_up_tensor_kib else state
 
     store, mnt, plain = (os.path.join(args.work, d) for d in ("store", "mnt", "plain"))
     shutil.rmtree(args.work, ignore_errors=True)
@@ -74,7 +85,7 @@ def main():
     subprocess.check_call([args.mount, store, mnt, "-o", args.options])
     daemon = benchutil.daemon_pid(store)
     try:
-        durable_save(state, os.path.join(mnt, "warm-up.pt"))
+        durable_save(warm, os.path.join(mnt, "warm-up.pt"))
         os.unlink(os.path.join(mnt, "warm-up.pt"))
         ratios = []
         for k in range(args.rounds):
@@ -92,6 +103,15 @@ def main():
         ratios.sort()
         print(f"lmcfs speed / plain: median {ratios[len(ratios) // 2]:.2f}, "
               f"range {ratios[0]:.2f}-{ratios[-1]:.2f} over {len(ratios)} rounds")
+        stat = args.stat or os.path.join(os.path.dirname(os.path.abspath(args.mount)), "..", "lmcfs", "lmcfs-stat")
+        if os.path.exists(stat):
+            r = subprocess.run([stat, mnt], capture_output=True, text=True)
+            for line in r.stdout.splitlines():
+                if "memory" in line:
+                    print(line.strip())
+        with open(f"/proc/{daemon}/status") as f:
+            print(" ".join(line.split(":")[0] + " " + line.split()[1] + " kB"
+                           for line in f if line.startswith(("VmRSS", "VmHWM"))), flush=True)
     finally:
         # The daemon flushes and exits after the unmount: the store goes once it has.
         benchutil.unmount(mnt, store)

@@ -26,6 +26,7 @@
 
 #include "core_test_util.h"
 #include "fault_env.h"
+#include "file_data.h"
 #include "lmc/codec.h"
 #include "lmc/fs/delta_policy.h"
 #include "lmc/store/store.h"
@@ -554,6 +555,31 @@ TEST_F(FsCore, WritesAcrossDirtyBlocksReadBackExactly) {
   EXPECT_EQ(ReadAll(ino), model);  // dirty, at the encoders
   gate->Open();
   ASSERT_EQ(fs_->Flush(ino), 0);
+  EXPECT_EQ(ReadAll(ino), model);
+  ExpectSurvivesReopen(ino, model);
+}
+
+// Each tensor of a torch.save starts a dirty block (its last chunk leaves
+// the block when the tensor ends), and the chunk cache keeps the chunks as
+// slices of their blocks: the blocks hold the pages of their written bytes
+// only, not 8 MiB each.
+TEST_F(FsCore, ChunksKeptByTheCacheHoldOnlyTheirOwnPages) {
+  opts_.chunk_size = 1 << 20;
+  opts_.dirty_limit = 64 << 20;
+  opts_.cache_bytes = 64 << 20;
+  Reopen();
+  const uint64_t before = DirtyBlockBytes();
+  uint64_t ino = CreateFile(kRootIno, "tensors.bin");
+  const size_t piece = 3 << 20, pieces = 6;
+  std::string model = Bf16Like(piece * pieces, 35);
+  for (size_t off = 0; off < model.size(); off += piece)
+    ASSERT_EQ(fs_->Write(ino, off, model.data() + off, piece), 0);
+  ASSERT_EQ(fs_->Flush(ino), 0);
+  // The written bytes and at most two pages a block more; 8 MiB a block
+  // (48 MiB) without the pages given back.
+  const uint64_t alive = DirtyBlockBytes() - before;
+  EXPECT_GE(alive, model.size());
+  EXPECT_LE(alive, model.size() + pieces * 8192);
   EXPECT_EQ(ReadAll(ino), model);
   ExpectSurvivesReopen(ino, model);
 }

@@ -4,12 +4,15 @@
 #include "file_data.h"
 
 #include <spdlog/spdlog.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <mutex>
 #include <thread>
+#include <tuple>
 
 #include "inode.h"
 #include "lmc/codec.h"
@@ -34,37 +37,45 @@ EncodeScratch& Scratch() {
 
 // Free dirty blocks of kDirtyBlockSize, shared by every filesystem of the
 // process (and never destroyed: a block may outlive them all in a cache).
-// It keeps at most kMaxFree blocks (64 MiB) for the next writes.
+// It keeps at most kMaxFree blocks (64 MiB) for the next writes, each with
+// the bytes from its start that may hold pages (DirtyBlock::backed).
 class BlockPool {
  public:
   static BlockPool& Get() {
     static BlockPool* pool = new BlockPool;
     return *pool;
   }
-  std::unique_ptr<uint8_t[]> Take() {
+  // A block and its backed bytes.
+  std::pair<std::unique_ptr<uint8_t[]>, size_t> Take() {
     {
       std::lock_guard lk(mu_);
       if (!free_.empty()) {
-        auto m = std::move(free_.back());
+        auto f = std::move(free_.back());
         free_.pop_back();
-        return m;
+        idle_ -= f.second;
+        return f;
       }
     }
-    return std::make_unique_for_overwrite<uint8_t[]>(DirtyBlock::kDirtyBlockSize);
+    return {std::make_unique_for_overwrite<uint8_t[]>(DirtyBlock::kDirtyBlockSize),
+            DirtyBlock::kDirtyBlockSize};
   }
-  void Give(std::unique_ptr<uint8_t[]> m) {
+  void Give(std::unique_ptr<uint8_t[]> m, size_t backed) {
     std::lock_guard lk(mu_);
-    if (free_.size() < kMaxFree) free_.push_back(std::move(m));
+    if (free_.size() < kMaxFree) {
+      idle_ += backed;
+      free_.emplace_back(std::move(m), backed);
+    }
   }
   uint64_t IdleBytes() {
     std::lock_guard lk(mu_);
-    return free_.size() * DirtyBlock::kDirtyBlockSize;
+    return idle_;
   }
 
  private:
   static constexpr size_t kMaxFree = 8;
   std::mutex mu_;
-  std::vector<std::unique_ptr<uint8_t[]>> free_;
+  std::vector<std::pair<std::unique_ptr<uint8_t[]>, size_t>> free_;
+  uint64_t idle_ = 0;
 };
 
 // The first entry of an offset-keyed map of non-overlapping ranges that
@@ -103,25 +114,53 @@ std::vector<CutSpec> ToCuts(const std::vector<ChunkSpec>& specs) {
 }  // namespace
 
 namespace {
-std::atomic<uint64_t> g_dirty_block_bytes{0};  // capacity of the blocks alive
+std::atomic<uint64_t> g_dirty_block_bytes{0};  // backed bytes of the blocks alive
 }  // namespace
 
 DirtyBlock::~DirtyBlock() {
-  g_dirty_block_bytes.fetch_sub(cap, std::memory_order_relaxed);
-  if (mem && cap == kDirtyBlockSize) BlockPool::Get().Give(std::move(mem));
+  g_dirty_block_bytes.fetch_sub(backed, std::memory_order_relaxed);
+  if (mem && cap == kDirtyBlockSize) BlockPool::Get().Give(std::move(mem), backed);
 }
 
 std::shared_ptr<DirtyBlock> NewDirtyBlock(size_t n, bool stream) {
   auto b = std::make_shared<DirtyBlock>();
   if (stream && n <= DirtyBlock::kDirtyBlockSize) {
-    b->mem = BlockPool::Get().Take();
+    std::tie(b->mem, b->backed) = BlockPool::Get().Take();
     b->cap = DirtyBlock::kDirtyBlockSize;
   } else {
     b->mem = std::make_unique_for_overwrite<uint8_t[]>(n);
-    b->cap = n;
+    b->cap = b->backed = n;
   }
-  g_dirty_block_bytes.fetch_add(b->cap, std::memory_order_relaxed);
+  g_dirty_block_bytes.fetch_add(b->backed, std::memory_order_relaxed);
   return b;
+}
+
+void AppendToDirtyBlock(DirtyBlock& b, const uint8_t* p, size_t n) {
+  std::memcpy(b.mem.get() + b.used, p, n);
+  b.used += n;
+  // Pages given back earlier (a block from the pool) are faulted in again.
+  if (b.used > b.backed) {
+    g_dirty_block_bytes.fetch_add(b.used - b.backed, std::memory_order_relaxed);
+    b.backed = b.used;
+  }
+}
+
+void SealDirtyBlock(DirtyBlock& b, bool held_elsewhere) {
+  b.sealed = true;
+  // A block no one else holds goes back to the pool whole, its pages kept
+  // for the next writes.
+  if (!held_elsewhere || b.backed <= b.used) return;
+  static const uintptr_t kPage = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const uintptr_t base = reinterpret_cast<uintptr_t>(b.mem.get());
+  const uintptr_t lo = (base + b.used + kPage - 1) & ~(kPage - 1);
+  const uintptr_t hi = (base + b.backed) & ~(kPage - 1);
+  if (hi < lo + DirtyBlock::kMinGiveBack) return;
+  // Private anonymous memory: the range reads as zeros if touched again,
+  // and no byte below `used` is in it.
+  if (madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED) != 0) return;
+  const size_t keep = lo - base;
+  g_dirty_block_bytes.fetch_sub(b.backed - keep, std::memory_order_relaxed);
+  b.backed = keep;
 }
 
 uint64_t DirtyBlockBytes() { return g_dirty_block_bytes.load(std::memory_order_relaxed); }
@@ -352,16 +391,14 @@ void FileData::InsertDirty(uint64_t off, const uint8_t* p, size_t n, bool stream
     auto prev = std::prev(it);
     DirtySeg& x = prev->second;
     DirtyBlock& b = *x.blk;
-    if (prev->first + x.len == off && x.start + x.len == b.used && b.cap - b.used >= n) {
-      std::memcpy(b.mem.get() + b.used, p, n);
-      b.used += n;
+    if (prev->first + x.len == off && x.start + x.len == b.used && !b.sealed && b.cap - b.used >= n) {
+      AppendToDirtyBlock(b, p, n);
       x.len += n;
       return;
     }
   }
   auto b = NewDirtyBlock(n, stream);
-  std::memcpy(b->mem.get(), p, n);
-  b->used = n;
+  AppendToDirtyBlock(*b, p, n);
   dirty_.emplace(off, DirtySeg{std::move(b), 0, n});
 }
 
@@ -373,6 +410,10 @@ void FileData::RemoveDirty(uint64_t a, uint64_t b) {
     DirtySeg seg = std::move(it->second);
     it = dirty_.erase(it);
     dirty_bytes_ -= seg.size();
+    // The bytes that end at the block's `used` leave: nothing appends to it
+    // any more (InsertDirty appends only after them).
+    if (e <= b && seg.start + seg.len == seg.blk->used)
+      SealDirtyBlock(*seg.blk, s < a || seg.blk.use_count() > 1);
     if (s < a) {
       dirty_.emplace(s, seg.Slice(0, a - s));
       dirty_bytes_ += a - s;

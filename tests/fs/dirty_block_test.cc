@@ -1,0 +1,134 @@
+// The dirty blocks writes land in (fs/core/src/file_data.h): a sealed
+// block gives the pages past its written bytes back to the system, and
+// the process-wide counters follow what may hold pages.
+#include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core_test_util.h"
+#include "file_data.h"
+
+namespace lmc::fs {
+namespace {
+
+const uintptr_t kPage = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+
+// Resident pages of the whole pages inside [p, p+n).
+size_t ResidentPages(const uint8_t* p, size_t n) {
+  const uintptr_t lo = (reinterpret_cast<uintptr_t>(p) + kPage - 1) & ~(kPage - 1);
+  const uintptr_t hi = (reinterpret_cast<uintptr_t>(p) + n) & ~(kPage - 1);
+  if (hi <= lo) return 0;
+  std::vector<unsigned char> vec((hi - lo) / kPage);
+  EXPECT_EQ(mincore(reinterpret_cast<void*>(lo), hi - lo, vec.data()), 0);
+  size_t r = 0;
+  for (unsigned char v : vec) r += v & 1;
+  return r;
+}
+size_t WholePages(const uint8_t* p, size_t n) {
+  const uintptr_t lo = (reinterpret_cast<uintptr_t>(p) + kPage - 1) & ~(kPage - 1);
+  const uintptr_t hi = (reinterpret_cast<uintptr_t>(p) + n) & ~(kPage - 1);
+  return hi > lo ? (hi - lo) / kPage : 0;
+}
+
+// The pool's free blocks taken out and held, so that a block dropped in a
+// test is the pool's only one (the pool is process-wide).
+struct DrainedPool {
+  std::vector<std::shared_ptr<DirtyBlock>> held;
+  DrainedPool() {
+    while (DirtyBlockPoolBytes() > 0) held.push_back(NewDirtyBlock(1, true));
+  }
+};
+
+constexpr size_t kBlock = DirtyBlock::kDirtyBlockSize;
+
+TEST(DirtyBlocks, SealingGivesBackThePagesPastTheWrittenBytes) {
+  DrainedPool drained;
+  const std::string data = testing::Bf16Like((3 << 20) + 123, 7);
+  auto b = NewDirtyBlock(4096, true);
+  ASSERT_EQ(b->cap, kBlock);
+  ASSERT_EQ(b->backed, kBlock);
+  std::memset(b->mem.get(), 0x5a, kBlock);  // every page touched, as a pooled block's are
+  AppendToDirtyBlock(*b, reinterpret_cast<const uint8_t*>(data.data()), data.size());
+  ASSERT_EQ(b->used, data.size());
+  const uint8_t* tail = b->mem.get() + b->used;
+  const size_t tail_len = kBlock - b->used;
+  ASSERT_EQ(ResidentPages(tail, tail_len), WholePages(tail, tail_len));
+
+  const uint64_t before = DirtyBlockBytes();
+  auto slice = b;  // a cache's chunk, sliced from the block
+  SealDirtyBlock(*b, slice.use_count() > 1);
+  EXPECT_TRUE(b->sealed);
+  EXPECT_EQ(ResidentPages(tail, tail_len), 0u);
+  EXPECT_EQ(ResidentPages(b->mem.get(), b->used), WholePages(b->mem.get(), b->used));
+  EXPECT_EQ(std::memcmp(b->mem.get(), data.data(), data.size()), 0);
+  // The counter drops by what was given back: the block's capacity past
+  // its written bytes, less at most the page they end in.
+  const uint64_t given = before - DirtyBlockBytes();
+  EXPECT_LE(given, tail_len);
+  EXPECT_GE(given, tail_len - kPage);
+  EXPECT_EQ(b->backed, kBlock - given);
+  SealDirtyBlock(*b, true);  // again: nothing more
+  EXPECT_EQ(before - DirtyBlockBytes(), given);
+
+  // Back in the pool with what it holds; taken again, the pages it gets
+  // back as it fills are counted, and what it is given reads back.
+  const size_t backed = b->backed;
+  b.reset();
+  slice.reset();
+  EXPECT_EQ(DirtyBlockPoolBytes(), backed);
+  EXPECT_EQ(DirtyBlockBytes(), before - kBlock);
+  auto again = NewDirtyBlock(1, true);
+  EXPECT_EQ(DirtyBlockPoolBytes(), 0u);
+  EXPECT_EQ(again->backed, backed);
+  EXPECT_EQ(DirtyBlockBytes(), before - kBlock + backed);
+  const std::string more = testing::Bf16Like(6 << 20, 8);
+  AppendToDirtyBlock(*again, reinterpret_cast<const uint8_t*>(more.data()), more.size());
+  EXPECT_EQ(again->backed, more.size());
+  EXPECT_EQ(DirtyBlockBytes(), before - kBlock + more.size());
+  EXPECT_EQ(std::memcmp(again->mem.get(), more.data(), more.size()), 0);
+}
+
+TEST(DirtyBlocks, ABlockNoOneElseHoldsGoesBackToThePoolWhole) {
+  DrainedPool drained;
+  auto b = NewDirtyBlock(4096, true);
+  std::memset(b->mem.get(), 1, kBlock);
+  const uint8_t one = 9;
+  AppendToDirtyBlock(*b, &one, 1);
+  const uint64_t before = DirtyBlockBytes();
+  SealDirtyBlock(*b, false);
+  EXPECT_TRUE(b->sealed);
+  EXPECT_EQ(b->backed, kBlock);
+  EXPECT_EQ(DirtyBlockBytes(), before);
+  EXPECT_EQ(ResidentPages(b->mem.get() + 1, kBlock - 1), WholePages(b->mem.get() + 1, kBlock - 1));
+  b.reset();
+  EXPECT_EQ(DirtyBlockPoolBytes(), kBlock);
+}
+
+TEST(DirtyBlocks, ASmallTailIsKept) {
+  DrainedPool drained;
+  auto b = NewDirtyBlock(4096, true);
+  std::vector<uint8_t> data(kBlock - DirtyBlock::kMinGiveBack / 2, 3);
+  AppendToDirtyBlock(*b, data.data(), data.size());
+  auto slice = b;
+  const uint64_t before = DirtyBlockBytes();
+  SealDirtyBlock(*b, true);
+  EXPECT_TRUE(b->sealed);
+  EXPECT_EQ(b->backed, kBlock);
+  EXPECT_EQ(DirtyBlockBytes(), before);
+}
+
+TEST(DirtyBlocks, ABlockAllocatedToSizeHasNoTail) {
+  auto b = NewDirtyBlock(kBlock + 1, true);  // larger than a pooled block
+  EXPECT_EQ(b->cap, kBlock + 1);
+  auto c = NewDirtyBlock(1000, false);  // not a stream: exactly its size
+  EXPECT_EQ(c->cap, 1000u);
+  EXPECT_EQ(c->backed, 1000u);
+}
+
+}  // namespace
+}  // namespace lmc::fs
