@@ -18,7 +18,10 @@ bounded time.
 - Watchdog: no saved shard and no read for --stall seconds (default 60):
   every thread's stack of the daemon is dumped (gdb) and the run fails.
 - Memory: the daemon's peak RSS must stay within its configured budget
-  (write_buffer + cache_size + base_cache) plus --slack-mib.
+  (write_buffer + cache_size + base_cache) plus --slack-mib, and each part
+  lmcfs-stat reports with a bound (writes in flight, the block pool, the
+  caches, the frame pool, the index's block caches) within it, sampled
+  once a minute.
 - At the end: the rebase queue drains; every shard still in the namespace
   reads back byte-identical; lmcfs-fsck is clean online and after unmount.
 
@@ -173,6 +176,21 @@ def main():
         except (subprocess.TimeoutExpired, ValueError, AttributeError):
             return None
         return {k: round(v / 2**20, 1) for k, v in m.items() if k.endswith('bytes') or k.endswith('capacity')}
+    def parts_over_bounds(parts):
+        # Each bounded part against its bound (MiB), with slack of 4 MiB a
+        # rank: a writer waits for the write budget after its write, whose
+        # 1 MiB may complete two chunks charged 2 MiB each.
+        tol = a.ranks * 4
+        bounds = [('write_inflight_bytes', parts.get('write_budget_bytes')),
+                  ('write_block_pool_bytes', 64),
+                  ('chunk_cache_bytes', parts.get('chunk_cache_capacity')),
+                  ('delta_cache_bytes', parts.get('delta_cache_capacity')),
+                  ('base_cache_bytes', parts.get('base_cache_capacity')),
+                  ('frame_pool_bytes', parts.get('frame_pool_capacity')),
+                  ('index_block_cache_bytes', parts.get('index_block_cache_capacity'))]
+        return [f'daemon memory part {k} {parts[k]} MiB over its bound {b} MiB; by part (MiB): {json.dumps(parts)}'
+                for k, b in bounds if b is not None and k in parts and parts[k] > b + tol]
+
     t0 = last_progress = time.time()
     last_reads, next_gc = 0, t0 + a.gc_every
     try:
@@ -193,6 +211,7 @@ def main():
                 parts = memory_parts()
                 if parts is not None:
                     mem_samples.append((round(time.time() - t0, 1), parts))
+                    failures += parts_over_bounds(parts)
             if rss > budget_kib:
                 parts = memory_parts()
                 failures.append(f'daemon RSS {rss // 1024} MiB over its budget {budget_kib // 1024} MiB; '
@@ -233,6 +252,7 @@ def main():
     parts = memory_parts()  # as the writers stopped
     if parts is not None:
         mem_samples.append((round(time.time() - t0, 1), parts))
+        failures += parts_over_bounds(parts)
     stats['reads'], stats['read_bytes'] = counts.get('reads', 0), counts.get('read_bytes', 0)
     stats['retention_deleted_dirs'] = stats['shards_saved'] // a.ranks - len(os.listdir(os.path.join(mnt, 'ckpt')))
     try:

@@ -74,7 +74,8 @@ TEST_F(MountFio, WritesVerifyAndVerifyAgainAfterARemount) {
   ASSERT_EQ(Sh("cd " + mnt_ + " && fio " + jobs + " --output=" + out), 0) << ReadFile(out);
   const std::string report = ReadFile(out);
   size_t jobs_ok = 0;
-  for (size_t at = report.find("err= 0"); at != std::string::npos; at = report.find("err= 0", at + 1)) jobs_ok++;
+  for (size_t at = report.find("err= 0"); at != std::string::npos; at = report.find("err= 0", at + 1))
+    jobs_ok++;
   EXPECT_EQ(jobs_ok, 7u) << report;
 
   // From the store, in a new daemon: the files still hold what was
@@ -82,8 +83,8 @@ TEST_F(MountFio, WritesVerifyAndVerifyAgainAfterARemount) {
   Remount();
   const std::string out2 = root_ + "/fio2.out";
   std::string sections;
-  for (const char* s : {"seq-1m", "seq-3m-tensors", "rand-mixed-sizes", "overwrite-4k-64k", "randrw",
-                        "overwrite-the-layout"})
+  for (const char* s :
+       {"seq-1m", "seq-3m-tensors", "rand-mixed-sizes", "overwrite-4k-64k", "randrw", "overwrite-the-layout"})
     sections += std::string(" --section=") + s;
   EXPECT_EQ(Sh("cd " + mnt_ + " && fio " + jobs + " --verify_only" + sections + " --output=" + out2), 0)
       << ReadFile(out2);
