@@ -33,8 +33,15 @@ python3 - "$CKPT" "$STATE" <<'PY'
 import sys, torch
 ckpt, out = sys.argv[1], sys.argv[2]
 if ckpt == 'minilm':
+    import os
     from safetensors.torch import load_file
-    w = load_file('bench-data/demo/minilm-f32.safetensors')
+    # scripts/run.sh makes the first, scripts/gen_bench_data.py the second.
+    found = [p for p in ('bench-data/demo/minilm-f32.safetensors', 'bench-data/minilm-f32.safetensors')
+             if os.path.exists(p)]
+    if not found:
+        sys.exit('fs_ab.sh: no minilm-f32.safetensors in bench-data/demo or bench-data; '
+                 'make it with: python3 scripts/gen_bench_data.py --out bench-data')
+    w = load_file(found[0])
     st = {"model": {k: v.to(torch.bfloat16) for k, v in w.items()}, "master": w,
           "optimizer": {k: {"exp_avg": v * 1e-3, "exp_avg_sq": (v * 1e-3) ** 2} for k, v in w.items()}}
 else:
