@@ -182,7 +182,7 @@ def main():
         # 1 MiB may complete two chunks charged 2 MiB each.
         tol = a.ranks * 4
         bounds = [('write_inflight_bytes', parts.get('write_budget_bytes')),
-                  ('write_block_pool_bytes', 64),
+                  ('write_block_pool_bytes', parts.get('write_block_pool_capacity')),
                   ('chunk_cache_bytes', parts.get('chunk_cache_capacity')),
                   ('delta_cache_bytes', parts.get('delta_cache_capacity')),
                   ('base_cache_bytes', parts.get('base_cache_capacity')),

@@ -16,8 +16,8 @@ The checkpoint: MIB MiB of bf16 values N(0, 0.02) (seeded) as tensors of
 32 MiB (--tensor-kib), or --data FILE (raw bf16, as scripts/gpu_anchors.py --make-data
 writes). Save: torch.save into an open file, flush, fsync of the file and of
 its directory. --warm-up-tensor-kib 32768 --tensor-kib 3072: a mount that
-saved large tensors first, then small ones. After the last round, the daemon's memory by part
-(lmcfs-stat's "memory:" lines) and its resident size.
+saved large tensors first, then small ones. After the last round, the daemon's memory by part,
+its resident size and peak among them (lmcfs-stat's "memory:" lines).
 
   python3 scripts/warm_save_bench.py --mount build/tools/mountlmcfs/mount.lmcfs \\
       --mib 1024 --rounds 4 --work /var/tmp/lmcfs-warm
@@ -109,9 +109,6 @@ def main():
             for line in r.stdout.splitlines():
                 if "memory" in line:
                     print(line.strip())
-        with open(f"/proc/{daemon}/status") as f:
-            print(" ".join(line.split(":")[0] + " " + line.split()[1] + " kB"
-                           for line in f if line.startswith(("VmRSS", "VmHWM"))), flush=True)
     finally:
         # The daemon flushes and exits after the unmount: the store goes once it has.
         benchutil.unmount(mnt, store)

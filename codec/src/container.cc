@@ -37,7 +37,8 @@ constexpr size_t kCompressBatchBytes = 64 << 20;
 // time would add nothing.
 constexpr size_t kFrameChecksumOffset = 12;
 
-uint32_t Crc32Of(const uint8_t* p, size_t n) { return static_cast<uint32_t>(hash::Xxh3_64(p, n)); }
+// The header and trailer checksums: the low 32 bits of XXH3-64.
+uint32_t Xxh3Low32(const uint8_t* p, size_t n) { return static_cast<uint32_t>(hash::Xxh3_64(p, n)); }
 
 // Codec scratch kept across calls, process-wide and bounded: a Workspace
 // grows to the chunk size and a frame buffer to a frame's worst case, and
@@ -200,7 +201,7 @@ class FrameWriter {
     std::memcpy(hdr, kMagic, 4);
     hdr[4] = kVersion;
     StoreLE32(hdr + 8, chunk_size);
-    StoreLE32(hdr + 12, Crc32Of(hdr, 12));
+    StoreLE32(hdr + 12, Xxh3Low32(hdr, 12));
     return Emit(hdr, kHeaderSize);
   }
 
@@ -318,7 +319,7 @@ class FrameWriter {
     StoreLE64(tr + 4, stats_.input_bytes);
     StoreLE64(tr + 12, whole_.Digest64());
     StoreLE64(tr + 20, stats_.chunks);
-    StoreLE32(tr + 28, Crc32Of(tr + 4, 24));
+    StoreLE32(tr + 28, Xxh3Low32(tr + 4, 24));
     return Emit(tr, sizeof(tr));
   }
 
@@ -504,7 +505,7 @@ Status DecompressStream(const ReadFn& in, const WriteFn& out, const DecompressOp
   if (got < 4 || std::memcmp(hdr, kMagic, 4) != 0)
     return Status::InvalidArgument("not an .lmc file (bad magic)");
   if (got < kHeaderSize) return Status::Corruption(".lmc file truncated in its header");
-  if (LoadLE32(hdr + 12) != Crc32Of(hdr, 12)) return Status::Corruption(".lmc header checksum mismatch");
+  if (LoadLE32(hdr + 12) != Xxh3Low32(hdr, 12)) return Status::Corruption(".lmc header checksum mismatch");
   if (hdr[4] != kVersion)
     return Status::Unsupported(".lmc version " + std::to_string(hdr[4]) +
                                " is newer than this lmc; upgrade lmcfs");
@@ -587,7 +588,7 @@ Status DecompressStream(const ReadFn& in, const WriteFn& out, const DecompressOp
   LMC_ASSIGN_OR_RETURN(got, ReadFull(in, tr, kTrailerSize));
   st.input_bytes += got;
   if (got < kTrailerSize) return Status::Corruption(".lmc file truncated in its trailer");
-  if (LoadLE32(tr + 24) != Crc32Of(tr, 24)) return Status::Corruption(".lmc trailer checksum mismatch");
+  if (LoadLE32(tr + 24) != Xxh3Low32(tr, 24)) return Status::Corruption(".lmc trailer checksum mismatch");
   if (LoadLE64(tr) != st.output_bytes || LoadLE64(tr + 16) != st.chunks)
     return Status::Corruption(".lmc trailer size does not match the frames (chunks lost?)");
   if (LoadLE64(tr + 8) != whole.Digest64())
@@ -634,7 +635,7 @@ Status DecompressBufferInto(const uint8_t* p, size_t n, const DecompressOptions&
   // Pass 1: walk and check the frame headers to place every chunk.
   if (n < 4 || std::memcmp(p, kMagic, 4) != 0) return Status::InvalidArgument("not an .lmc file (bad magic)");
   if (n < kHeaderSize) return Status::Corruption(".lmc file truncated in its header");
-  if (LoadLE32(p + 12) != Crc32Of(p, 12)) return Status::Corruption(".lmc header checksum mismatch");
+  if (LoadLE32(p + 12) != Xxh3Low32(p, 12)) return Status::Corruption(".lmc header checksum mismatch");
   if (p[4] != kVersion)
     return Status::Unsupported(".lmc version " + std::to_string(p[4]) +
                                " is newer than this lmc; upgrade lmcfs");
@@ -662,7 +663,7 @@ Status DecompressBufferInto(const uint8_t* p, size_t n, const DecompressOptions&
   }
   if (n - pos < kTrailerSize) return Status::Corruption(".lmc file truncated in its trailer");
   const uint8_t* tr = p + pos;
-  if (LoadLE32(tr + 24) != Crc32Of(tr, 24)) return Status::Corruption(".lmc trailer checksum mismatch");
+  if (LoadLE32(tr + 24) != Xxh3Low32(tr, 24)) return Status::Corruption(".lmc trailer checksum mismatch");
   if (LoadLE64(tr) != total || LoadLE64(tr + 16) != jobs.size())
     return Status::Corruption(".lmc trailer size does not match the frames (chunks lost?)");
   if (LoadLE64(tr + 8) != whole.Digest64())

@@ -70,9 +70,9 @@ class BlockPool {
     std::lock_guard lk(mu_);
     return idle_;
   }
+  static constexpr size_t kMaxFree = 8;
 
  private:
-  static constexpr size_t kMaxFree = 8;
   std::mutex mu_;
   std::vector<std::pair<std::unique_ptr<uint8_t[]>, size_t>> free_;
   uint64_t idle_ = 0;
@@ -146,7 +146,6 @@ void AppendToDirtyBlock(DirtyBlock& b, const uint8_t* p, size_t n) {
 }
 
 void SealDirtyBlock(DirtyBlock& b, bool held_elsewhere) {
-  b.sealed = true;
   // A block no one else holds goes back to the pool whole, its pages kept
   // for the next writes.
   if (!held_elsewhere || b.backed <= b.used) return;
@@ -165,6 +164,7 @@ void SealDirtyBlock(DirtyBlock& b, bool held_elsewhere) {
 
 uint64_t DirtyBlockBytes() { return g_dirty_block_bytes.load(std::memory_order_relaxed); }
 uint64_t DirtyBlockPoolBytes() { return BlockPool::Get().IdleBytes(); }
+uint64_t DirtyBlockPoolCapacity() { return BlockPool::kMaxFree * DirtyBlock::kDirtyBlockSize; }
 
 FileDataShared::FileDataShared(store::Store* st, const FsOptions& o, FsCounters* c)
     : store(st),
@@ -391,7 +391,7 @@ void FileData::InsertDirty(uint64_t off, const uint8_t* p, size_t n, bool stream
     auto prev = std::prev(it);
     DirtySeg& x = prev->second;
     DirtyBlock& b = *x.blk;
-    if (prev->first + x.len == off && x.start + x.len == b.used && !b.sealed && b.cap - b.used >= n) {
+    if (prev->first + x.len == off && x.start + x.len == b.used && b.cap - b.used >= n) {
       AppendToDirtyBlock(b, p, n);
       x.len += n;
       return;

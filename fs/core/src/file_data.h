@@ -170,30 +170,30 @@ struct CutSpec {
 // or zero fills in the steady state); others are allocated to size.
 //
 // A block is sealed once the written bytes ending at `used` leave the
-// file's dirty map (cut into a chunk, overwritten, dropped): nothing can
-// append to it any more. Sealing gives the pages past `used` back to the
-// system, so that a chunk a cache keeps, sliced from a block a tensor
-// filled only partly (each tensor of a torch.save starts a block), holds
-// its own bytes' pages, not the whole 8 MiB. `backed` counts the bytes
-// from the start of the block that may hold pages.
+// file's dirty map (cut into a chunk, overwritten, truncated away): no
+// segment ends at `used` any more, so nothing appends to it. Sealing gives
+// the pages past `used` back to the system, so that a chunk a cache keeps,
+// sliced from a block a tensor filled only partly (each tensor of a
+// torch.save starts a block), holds its own bytes' pages, not the whole
+// 8 MiB. `backed` counts the bytes from the start of the block that may
+// hold pages; an append past it (a block from the pool) counts them again.
 struct DirtyBlock {
   static constexpr size_t kDirtyBlockSize = size_t{8} << 20;
   // Less than this past `used` is kept (not worth the call).
   static constexpr size_t kMinGiveBack = size_t{256} << 10;
   std::unique_ptr<uint8_t[]> mem;
   size_t cap = 0;
-  size_t used = 0;      // guarded by the owning inode's mutex
-  size_t backed = 0;    // likewise; cap unless pages were given back
-  bool sealed = false;  // likewise
+  size_t used = 0;    // guarded by the owning inode's mutex
+  size_t backed = 0;  // likewise; cap unless pages were given back
   ~DirtyBlock();
 };
 // A block of at least n bytes: pooled when n <= kDirtyBlockSize and
 // `stream` (the write continues a sequence), else exactly n.
 std::shared_ptr<DirtyBlock> NewDirtyBlock(size_t n, bool stream);
-// Appends n bytes at `used` (the caller checked the room and `sealed`).
+// Appends n bytes at `used` (the caller checked the room).
 void AppendToDirtyBlock(DirtyBlock& b, const uint8_t* p, size_t n);
-// No more appends; gives back the whole pages past `used` (kMinGiveBack or
-// more) when others still hold the block. Idempotent.
+// Nothing appends to b any more: gives back the whole pages past `used`
+// (kMinGiveBack or more) when others still hold the block. Idempotent.
 void SealDirtyBlock(DirtyBlock& b, bool held_elsewhere);
 // Process-wide: the bytes of the dirty blocks alive that may hold pages
 // (held by files being written, by the jobs of the encoders, and by the
@@ -202,6 +202,8 @@ void SealDirtyBlock(DirtyBlock& b, bool held_elsewhere);
 // blocks the pool keeps.
 uint64_t DirtyBlockBytes();
 uint64_t DirtyBlockPoolBytes();
+// The most the pool keeps (bytes).
+uint64_t DirtyBlockPoolCapacity();
 
 // Written bytes [start, start+len) of a block.
 struct DirtySeg {

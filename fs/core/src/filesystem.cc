@@ -133,6 +133,7 @@ std::vector<std::pair<std::string, uint64_t>> Filesystem::MemoryCounters() const
           {"write_budget_bytes", opts_.write_budget},
           {"write_block_bytes", DirtyBlockBytes()},
           {"write_block_pool_bytes", DirtyBlockPoolBytes()},
+          {"write_block_pool_capacity", DirtyBlockPoolCapacity()},
           {"chunk_cache_bytes", d.cache.bytes()},
           {"chunk_cache_capacity", d.cache.capacity()},
           {"delta_cache_bytes", delta.bytes},
