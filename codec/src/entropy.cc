@@ -32,10 +32,12 @@ Coder ChooseCoder(const uint32_t hist[256], size_t n, Coder huffman, int block_l
   return best;
 }
 
-bool SampleSaysRaw(const uint8_t* p, size_t n) {
+bool SampleSaysRaw(const uint8_t* p, size_t n, uint32_t sample[256]) {
   constexpr size_t kBlocks = 32, kBlock = 512;  // 16 Ki symbols
+  uint32_t own[256];
+  uint32_t* hist = sample ? sample : own;
+  std::memset(hist, 0, 256 * sizeof(uint32_t));
   if (n < 64 * 1024) return false;
-  uint32_t hist[256] = {};
   size_t stride = n / kBlocks;
   for (size_t b = 0; b < kBlocks; ++b) {
     const uint8_t* q = p + b * stride;
@@ -43,7 +45,7 @@ bool SampleSaysRaw(const uint8_t* p, size_t n) {
   }
   const size_t m = kBlocks * kBlock;
   int distinct = 0;
-  for (uint32_t h : hist) distinct += h != 0;
+  for (int s = 0; s < 256; ++s) distinct += hist[s] != 0;
   // Miller-Madow: the plug-in entropy of a sample is biased low by about
   // (K-1) / (2 m ln 2) bits per symbol.
   double bits = EntropyBits(hist, m) / m + (distinct - 1) / (2.0 * m * 0.6931471805599453);

@@ -25,8 +25,9 @@ Coder ChooseCoder(const uint32_t hist[256], size_t n, Coder huffman, int block_l
 // True when a sample of the stream shows it is so close to uniform that no
 // coder would beat the raw threshold of ChooseCoder, so the full histogram
 // can be skipped (sign+mantissa streams of floats). Only for n >= 64 KiB;
-// smaller streams always return false.
-bool SampleSaysRaw(const uint8_t* p, size_t n);
+// smaller streams always return false. `sample` (may be null): where the
+// stream was sampled, its sample's histogram (16 Ki symbols), else zeros.
+bool SampleSaysRaw(const uint8_t* p, size_t n, uint32_t sample[256] = nullptr);
 
 // Worst-case payload of EncodeStream for n bytes.
 inline size_t MaxStreamPayload(size_t n) { return n; }

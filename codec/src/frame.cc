@@ -185,17 +185,21 @@ Result<size_t> EncodeChunk(const uint8_t* src, size_t n, const EncodeParams& par
       uint8_t len[256];
       size_t size = 0;
       want = static_cast<Coder>(hd::GpuProfileCoder(hist, m, len, rans_freq, &size, block_log2));
-    } else if (!SampleSaysRaw(s, m)) {
+    } else if (uint32_t sample[256]; !SampleSaysRaw(s, m, sample)) {
       // The histograms of the runs the chosen Huffman coder's writers code.
       const Coder huffman =
           params.profile == EncodeProfile::kCpuQuarters ? Coder::kHuffman : Coder::kHuffmanBlocked;
-      if (huffman == Coder::kHuffman) {
-        HistogramQuarters(s, m, quarters, hist);
-      } else {
-        size_t cuts[5];
+      size_t cuts[5];
+      if (huffman == Coder::kHuffman)
+        QuarterCuts(m, cuts);
+      else
         huff::BlockedCuts(m, block_log2, cuts);
+      // Exponent planes are nearly all a few values: counted by vector
+      // compares where the sample says so (the same counts either way).
+      if (uint8_t likely[kLikelySymbols]; PickLikely(sample, likely))
+        HistogramRunsLikely(s, cuts, likely, quarters, hist);
+      else
         HistogramRuns(s, cuts, quarters, hist);
-      }
       have_quarters = true;
       want = ChooseCoder(hist, m, huffman, block_log2);
     }

@@ -25,8 +25,11 @@
 #include "huffman.h"
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
+#include <cstdlib>
 #include <cstring>
+#include <memory>
 
 #include "hd/huffman_hd.h"
 #include "lmc/bytes.h"
@@ -203,7 +206,13 @@ bool FinishLane(Lane& l, const uint32_t codes[256]) {
 // count (only its low byte counts). The len bits ORed in at the bottom are
 // shifted away below the pending bits: with at most 7 + 4 * 11 = 51 pending
 // bits they never reach bit 13.
-[[gnu::always_inline]] inline void RunPairBody(Lane& x, Lane& y, const uint64_t top[256]) {
+//
+// kPairs: `top` is indexed by two symbols at once (PairCodes), the first in
+// the low byte of a little-endian 16-bit load, and holds their two codes
+// as one of up to 22 bits: a round is two lookups, not four. With at most
+// 7 + 2 * 22 = 51 pending bits the len bits stay below bit 13 as well.
+template <bool kPairs>
+[[gnu::always_inline]] inline void RunPairBody(Lane& x, Lane& y, const uint64_t* top) {
   for (;;) {
     size_t rounds = std::min(SafeRounds(x), SafeRounds(y));
     // Blocked lanes stop at block boundaries (both lanes began at one and
@@ -231,15 +240,27 @@ bool FinishLane(Lane& l, const uint32_t codes[256]) {
     p##J = nb & 7;                                       \
     s##J += kPerRound;                                   \
   }
+#define LMC_HUFF_PUT2(J, U)                         \
+  {                                                 \
+    const uint64_t e = top[LoadLE16(s##J + 2 * U)]; \
+    a##J = (a##J >> (e & 63)) | e;                  \
+    p##J += e;                                      \
+  }
       // clang-format off
-      LMC_HUFF_PUT(0, 0) LMC_HUFF_PUT(1, 0)
-      LMC_HUFF_PUT(0, 1) LMC_HUFF_PUT(1, 1)
-      LMC_HUFF_PUT(0, 2) LMC_HUFF_PUT(1, 2)
-      LMC_HUFF_PUT(0, 3) LMC_HUFF_PUT(1, 3)
+      if constexpr (kPairs) {
+        LMC_HUFF_PUT2(0, 0) LMC_HUFF_PUT2(1, 0)
+        LMC_HUFF_PUT2(0, 1) LMC_HUFF_PUT2(1, 1)
+      } else {
+        LMC_HUFF_PUT(0, 0) LMC_HUFF_PUT(1, 0)
+        LMC_HUFF_PUT(0, 1) LMC_HUFF_PUT(1, 1)
+        LMC_HUFF_PUT(0, 2) LMC_HUFF_PUT(1, 2)
+        LMC_HUFF_PUT(0, 3) LMC_HUFF_PUT(1, 3)
+      }
       LMC_HUFF_FLUSH(0)
       LMC_HUFF_FLUSH(1)
       // clang-format on
 #undef LMC_HUFF_FLUSH
+#undef LMC_HUFF_PUT2
 #undef LMC_HUFF_PUT
     }
     x.src = s0, y.src = s1, x.out = o0, y.out = o1;
@@ -255,20 +276,111 @@ bool FinishLane(Lane& l, const uint32_t codes[256]) {
   }
 }
 
+// `pairs`: `top` is a PairCodes table, else the 256 single codes.
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__BMI2__)
 // Variable shifts without BMI2 must go through %cl, which costs a move per
 // code; the BMI2 build of the loop (shlx/shrx) runs about 1.4x faster.
-[[gnu::target("bmi2")]] void RunPairBmi2(Lane& x, Lane& y, const uint64_t top[256]) {
-  RunPairBody(x, y, top);
+[[gnu::target("bmi2")]] void RunPairBmi2(Lane& x, Lane& y, const uint64_t* top, bool pairs) {
+  pairs ? RunPairBody<true>(x, y, top) : RunPairBody<false>(x, y, top);
 }
-void RunPairBase(Lane& x, Lane& y, const uint64_t top[256]) { RunPairBody(x, y, top); }
-void RunPair(Lane& x, Lane& y, const uint64_t top[256]) {
+void RunPairBase(Lane& x, Lane& y, const uint64_t* top, bool pairs) {
+  pairs ? RunPairBody<true>(x, y, top) : RunPairBody<false>(x, y, top);
+}
+void RunPair(Lane& x, Lane& y, const uint64_t* top, bool pairs) {
   static const bool bmi2 = __builtin_cpu_supports("bmi2");
-  bmi2 ? RunPairBmi2(x, y, top) : RunPairBase(x, y, top);
+  bmi2 ? RunPairBmi2(x, y, top, pairs) : RunPairBase(x, y, top, pairs);
 }
 #else
-void RunPair(Lane& x, Lane& y, const uint64_t top[256]) { RunPairBody(x, y, top); }
+void RunPair(Lane& x, Lane& y, const uint64_t* top, bool pairs) {
+  pairs ? RunPairBody<true>(x, y, top) : RunPairBody<false>(x, y, top);
+}
 #endif
+
+// The fast loop's codes in `top` form (code << (64 - len) | len, 0 for a
+// symbol without one), of single symbols.
+void SingleCodes(const uint32_t codes[256], uint64_t top[256]) {
+  for (int c = 0; c < 256; ++c) {
+    const uint64_t l = codes[c] & 0xff;
+    top[c] = l ? static_cast<uint64_t>(codes[c] >> 8) << (64 - l) | l : 0;
+  }
+}
+
+// The same for pairs of symbols, indexed by a | b << 8 for symbol a then
+// b: a table of 2^16 entries, one a thread (thread_local), of which only
+// the pairs of symbols with codes are written; every other entry is 0,
+// which codes nothing, so a histogram that does not match the data is
+// caught as with single codes (the bit count comes out wrong) and never
+// stores past a lane's limit. The entries of the previous code are
+// cleared before the next is written, so a code of P symbols costs 2 P^2
+// stores: taken where that is small against n, and where the pairs fit
+// in L1 (at most kMaxSymbols symbols).
+class PairCodes {
+ public:
+  // The table for `codes`, or null where building it would not pay for
+  // a stream of n symbols.
+  const uint64_t* For(const uint32_t codes[256], size_t n) {
+    uint8_t sym[256];
+    size_t p = 0;
+    for (int c = 0; c < 256; ++c)
+      if (codes[c] & 0xff) sym[p++] = static_cast<uint8_t>(c);
+    if (p > kMaxSymbols || n < kMinSymbolsPerEntry * (p * p + count_ * count_)) return nullptr;
+    if (!table_) {
+      // calloc: the zero pages of a fresh mapping, made resident only
+      // where written (a code's rows of 2 KiB each).
+      table_.reset(static_cast<uint64_t*>(std::calloc(size_t{1} << 16, sizeof(uint64_t))));
+      if (!table_) return nullptr;
+    }
+    uint64_t* t = table_.get();
+    for (size_t i = 0; i < count_; ++i)
+      for (size_t j = 0; j < count_; ++j) t[set_[i] | set_[j] << 8] = 0;
+    for (size_t i = 0; i < p; ++i) {
+      const uint32_t a = codes[sym[i]];
+      const uint64_t la = a & 0xff;
+      for (size_t j = 0; j < p; ++j) {
+        const uint32_t b = codes[sym[j]];
+        const uint64_t l = la + (b & 0xff);  // <= 22
+        const uint64_t code = uint64_t{b >> 8} << la | (a >> 8);
+        t[sym[i] | sym[j] << 8] = code << (64 - l) | l;
+      }
+      set_[i] = sym[i];
+    }
+    count_ = p;
+    return t;
+  }
+
+ private:
+  // A stream below this many symbols per entry to write codes one at a time.
+  static constexpr size_t kMinSymbolsPerEntry = 8;
+  // Codes of more symbols one at a time too: the pairs of 48 symbols fill
+  // 18 KiB of the table, which stays in L1 beside the 2 KiB of single
+  // codes; those of 120 (AdamW's moments) fill 115 KiB, and the pair loop
+  // then runs slower than the single one (docs/BENCHMARKS.md, "Exponent
+  // planes").
+  static constexpr size_t kMaxSymbols = 48;
+  struct Free {
+    void operator()(uint64_t* p) const { std::free(p); }
+  };
+  std::unique_ptr<uint64_t, Free> table_;
+  uint8_t set_[256];
+  size_t count_ = 0;
+};
+
+std::atomic<bool> g_pair_codes{true};
+std::atomic<uint64_t> g_pair_coded{0};
+
+// The codes for the fast loop: pairs where they pay (`*pairs` true), else
+// single codes in `single`.
+const uint64_t* FastCodes(const uint32_t codes[256], size_t n, uint64_t single[256], bool* pairs) {
+  thread_local PairCodes pair_codes;
+  const uint64_t* t = g_pair_codes.load(std::memory_order_relaxed) ? pair_codes.For(codes, n) : nullptr;
+  *pairs = t != nullptr;
+  if (t) {
+    g_pair_coded.fetch_add(1, std::memory_order_relaxed);
+    return t;
+  }
+  SingleCodes(codes, single);
+  return single;
+}
 
 }  // namespace
 
@@ -334,13 +446,11 @@ Result<size_t> Encode(const uint8_t* src, size_t n, const uint32_t quarters[4][2
 
   // Fast loop: two writers interleaved (four spill registers), lanes 0 and
   // 1, then 2 and 3.
-  uint64_t top[256];
-  for (int c = 0; c < 256; ++c) {
-    const uint64_t l = codes[c] & 0xff;
-    top[c] = l ? static_cast<uint64_t>(codes[c] >> 8) << (64 - l) | l : 0;
-  }
-  RunPair(lane[0], lane[1], top);
-  RunPair(lane[2], lane[3], top);
+  uint64_t single[256];
+  bool pairs;
+  const uint64_t* top = FastCodes(codes, n, single, &pairs);
+  RunPair(lane[0], lane[1], top, pairs);
+  RunPair(lane[2], lane[3], top, pairs);
 
   // Only a histogram that does not match the data fails from here on.
   const Status mismatch = Status::InvalidArgument("huffman: histogram does not match the data");
@@ -598,13 +708,11 @@ Result<size_t> EncodeBlocked(const uint8_t* src, size_t n, const uint32_t runs[4
     l.block = size_t{1} << log2;
     l.block_at = start;
   }
-  uint64_t top[256];
-  for (int c = 0; c < 256; ++c) {
-    const uint64_t l = codes[c] & 0xff;
-    top[c] = l ? static_cast<uint64_t>(codes[c] >> 8) << (64 - l) | l : 0;
-  }
-  RunPair(lane[0], lane[1], top);
-  RunPair(lane[2], lane[3], top);
+  uint64_t single[256];
+  bool pairs;
+  const uint64_t* top = FastCodes(codes, n, single, &pairs);
+  RunPair(lane[0], lane[1], top, pairs);
+  RunPair(lane[2], lane[3], top, pairs);
   const Status mismatch = Status::InvalidArgument("huffman: histogram does not match the data");
   for (int j = 0; j < 4; ++j) {
     Lane& l = lane[j];
@@ -777,5 +885,10 @@ Status DecodeBlocked(const uint8_t* src, size_t len, uint8_t* dst, size_t n) {
   }
   return Status::Ok();
 }
+
+namespace internal {
+bool SetPairCodes(bool on) { return g_pair_codes.exchange(on); }
+uint64_t PairCodedStreams() { return g_pair_coded.load(std::memory_order_relaxed); }
+}  // namespace internal
 
 }  // namespace lmc::huff

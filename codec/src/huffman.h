@@ -23,7 +23,9 @@ size_t EncodedSize(const uint32_t hist[256], size_t n);
 // Encodes src[0, n) (histograms of its four quarters precomputed by the
 // caller with HistogramQuarters, at least two distinct symbols) into dst.
 // Returns bytes written; InvalidArgument when cap is too small or the
-// histograms do not match the data. Allocates nothing. The four quarters are
+// histograms do not match the data. Allocates nothing but, once a thread,
+// the table of its pair codes (512 KiB of address space, resident only
+// where written; see PairCodes in huffman.cc). The four quarters are
 // coded by four independent writers, since their start bits are known.
 Result<size_t> Encode(const uint8_t* src, size_t n, const uint32_t quarters[4][256], uint8_t* dst,
                       size_t cap);
@@ -54,5 +56,13 @@ Result<size_t> EncodeBlocked(const uint8_t* src, size_t n, const uint32_t runs[4
 // Decodes exactly n symbols; Corruption on malformed input, never out of
 // bounds. Allocates nothing.
 Status DecodeBlocked(const uint8_t* src, size_t len, uint8_t* dst, size_t n);
+
+namespace internal {
+// Test hooks: whether the encoders' fast loop may code symbol pairs (the
+// default; frames are the same bytes either way), and how many streams
+// it has coded with them since the process started.
+bool SetPairCodes(bool on);
+uint64_t PairCodedStreams();
+}  // namespace internal
 
 }  // namespace lmc::huff

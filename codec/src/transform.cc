@@ -285,9 +285,14 @@ void Histogram(const uint8_t* p, size_t n, uint32_t hist[256]) {
   HistogramQuarters(p, n, quarters, hist);
 }
 
-void HistogramQuarters(const uint8_t* p, size_t n, uint32_t quarters[4][256], uint32_t hist[256]) {
+void QuarterCuts(size_t n, size_t cuts[5]) {
   const size_t q = n / 4;
-  const size_t cuts[5] = {0, q, 2 * q, 3 * q, n};  // quarter 3 holds the rest
+  cuts[0] = 0, cuts[1] = q, cuts[2] = 2 * q, cuts[3] = 3 * q, cuts[4] = n;  // quarter 3 holds the rest
+}
+
+void HistogramQuarters(const uint8_t* p, size_t n, uint32_t quarters[4][256], uint32_t hist[256]) {
+  size_t cuts[5];
+  QuarterCuts(n, cuts);
   HistogramRuns(p, cuts, quarters, hist);
 }
 

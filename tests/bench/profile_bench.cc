@@ -14,7 +14,16 @@
 //                                        the CPU has, over FILE's 1 MiB chunks:
 //                                        one chunk again and again (in cache)
 //                                        and every chunk in turn (from memory)
+//   lmc_profile_bench --encoder FILE DTYPE  the encoder's exponent-plane passes
+//                                        on FILE's 1 MiB chunks of DTYPE (the
+//                                        first 256 MiB): the run histograms
+//                                        of stream 0, by HistogramRuns and by
+//                                        HistogramRunsLikely on each vector
+//                                        unit, and EncodeChunk with and
+//                                        without pair codes; rounds
+//                                        alternate, best of five each
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -23,9 +32,12 @@
 #include <string>
 #include <vector>
 
+#include "huffman.h"
 #include "lmc/codec.h"
 #include "lmc/dtype.h"
 #include "lmc/hash.h"
+#include "lmc/transform.h"
+#include "transform_internal.h"
 
 namespace {
 bool ReadFile(const char* path, std::vector<uint8_t>* out) {
@@ -90,10 +102,94 @@ int HashBench(const char* path) {
   lmc::hash::internal::SetHashUnit(chosen.c_str());
   return 0;
 }
+
+double Seconds(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+int EncoderBench(const char* path, const char* dtype_name) {
+  std::vector<uint8_t> data;
+  if (!ReadFile(path, &data)) return 1;
+  auto dtype = lmc::DTypeFromName(dtype_name);
+  if (!dtype) {
+    std::fprintf(stderr, "lmc_profile_bench: unknown dtype %s\n", dtype_name);
+    return 2;
+  }
+  const size_t chunk = 1 << 20, nc = data.size() / chunk;
+  if (nc == 0) {
+    std::fprintf(stderr, "lmc_profile_bench: %s is under 1 MiB\n", path);
+    return 1;
+  }
+  // Stream 0 (the exponents of a float type) of every chunk, with the
+  // likely values the encoder's sample would pick.
+  const lmc::StreamShape shape = lmc::ShapeFor(*dtype, chunk);
+  const size_t m = shape.size(0);
+  std::vector<uint8_t> planes(nc * m), scratch(chunk);
+  std::vector<std::array<uint8_t, lmc::kLikelySymbols>> likely(nc);
+  size_t picked = 0;
+  for (size_t c = 0; c < nc; ++c) {
+    lmc::SplitStreams(*dtype, data.data() + c * chunk, chunk, nullptr, scratch.data());
+    std::copy_n(scratch.data() + shape.offset(0), m, planes.data() + c * m);
+    uint32_t h[256];
+    lmc::Histogram(planes.data() + c * m, m, h);
+    picked += lmc::PickLikely(h, likely[c].data());
+  }
+  size_t cuts[5];
+  lmc::huff::BlockedCuts(m, 12, cuts);
+  const lmc::internal::HistogramIsa best = lmc::internal::BestHistogramIsa();
+  std::printf(
+      "%zu chunks of 1 MiB %s; stream 0: %zu bytes a chunk; PickLikely takes the likely values of %zu of %zu "
+      "chunks\n",
+      nc, dtype_name, m, picked, nc);
+  const char* names[] = {"scalar", "avx2", "avx512"};
+  double hist_best[4] = {}, enc_best[2] = {};
+  volatile uint32_t sink = 0;
+  for (int round = 0; round < 5; ++round) {
+    // 0: HistogramRuns; 1 + isa: HistogramRunsLikely on that vector unit.
+    for (int path = 0; path <= 1 + static_cast<int>(best); path += path == 0 ? 2 : 1) {
+      const auto was = lmc::internal::SetHistogramIsa(path == 0 ? lmc::internal::HistogramIsa::kScalar
+                                                                : lmc::internal::HistogramIsa(path - 1));
+      const auto t0 = std::chrono::steady_clock::now();
+      for (size_t c = 0; c < nc; ++c) {
+        uint32_t runs[4][256], hist[256];
+        if (path == 0)
+          lmc::HistogramRuns(planes.data() + c * m, cuts, runs, hist);
+        else
+          lmc::HistogramRunsLikely(planes.data() + c * m, cuts, likely[c].data(), runs, hist);
+        sink = sink + hist[likely[c][0]];
+      }
+      hist_best[path] = std::max(hist_best[path], nc * m / Seconds(t0) / 1e9);
+      lmc::internal::SetHistogramIsa(was);
+    }
+    for (int pairs = 0; pairs < 2; ++pairs) {
+      const bool was = lmc::huff::internal::SetPairCodes(pairs != 0);
+      lmc::Workspace ws;
+      std::vector<uint8_t> frame(lmc::MaxEncodedSize(chunk));
+      const auto t0 = std::chrono::steady_clock::now();
+      for (size_t c = 0; c < nc; ++c) {
+        lmc::EncodeParams p{*dtype};
+        auto r = lmc::EncodeChunk(data.data() + c * chunk, chunk, p, frame.data(), frame.size(), ws);
+        if (!r.ok()) {
+          std::fprintf(stderr, "encode failed: %s\n", r.status().ToString().c_str());
+          return 1;
+        }
+      }
+      enc_best[pairs] = std::max(enc_best[pairs], nc * chunk / Seconds(t0) / 1e6);
+      lmc::huff::internal::SetPairCodes(was);
+    }
+  }
+  std::printf("stream 0 run histograms, GB/s: HistogramRuns %.2f", hist_best[0]);
+  for (int path = 2; path <= 1 + static_cast<int>(best); ++path)
+    std::printf(" | likely on %s %.2f", names[path - 1], hist_best[path]);
+  std::printf("\nEncodeChunk (the best unit), MB/s of input: single codes %.0f | pair codes %.0f\n",
+              enc_best[0], enc_best[1]);
+  return 0;
+}
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc == 3 && std::string(argv[1]) == "--hash") return HashBench(argv[2]);
+  if (argc == 4 && std::string(argv[1]) == "--encoder") return EncoderBench(argv[2], argv[3]);
   int block_log2 = 12;
   if (argc >= 3 && std::string(argv[1]) == "--block-log2") {
     block_log2 = std::atoi(argv[2]);
@@ -101,7 +197,9 @@ int main(int argc, char** argv) {
     argv += 2;
   }
   if (argc != 2 && argc != 4) {
-    std::fprintf(stderr, "usage: lmc_profile_bench [--block-log2 K] FILE [BASE DTYPE] | --hash FILE\n");
+    std::fprintf(
+        stderr,
+        "usage: lmc_profile_bench [--block-log2 K] FILE [BASE DTYPE] | --hash FILE | --encoder FILE DTYPE\n");
     return 2;
   }
   std::vector<uint8_t> data, base;

@@ -237,6 +237,86 @@ TEST(HuffmanTest, MatchesReferenceEncoder) {
   }
 }
 
+// The fast loop codes symbol pairs where building their table pays: the
+// bytes must be those of single codes, in both stream forms, for every
+// shape of code (lengths up to 11) and for lengths that leave 1-3 symbols
+// to the tail; and the pair coder must actually have run.
+class PairCodesOff {
+ public:
+  PairCodesOff() : was_(huff::internal::SetPairCodes(false)) {}
+  ~PairCodesOff() { huff::internal::SetPairCodes(was_); }
+
+ private:
+  bool was_;
+};
+
+Bytes EncodeWith(bool pairs, const Bytes& in, bool blocked) {
+  const bool was = huff::internal::SetPairCodes(pairs);
+  uint32_t hist[256];
+  Histogram(in.data(), in.size(), hist);
+  Bytes out(huff::MaxEncodedSize(in.size()) + 2 * (in.size() >> 8) + 64);
+  auto r = blocked ? huff::EncodeBlocked(in.data(), in.size(), hist, 12, out.data(), out.size())
+                   : huff::Encode(in.data(), in.size(), hist, out.data(), out.size());
+  huff::internal::SetPairCodes(was);
+  EXPECT_TRUE(r.ok()) << r.status().ToString();
+  out.resize(r.ok() ? *r : 0);
+  return out;
+}
+
+TEST(HuffmanTest, PairCodesWriteTheBytesOfSingleCodes) {
+  const uint64_t before = huff::internal::PairCodedStreams();
+  for (Source src :
+       {Source::kTwo, Source::kGeometric, Source::kExponent, Source::kFibonacci, Source::kUniform}) {
+    for (size_t n : {size_t{4099}, size_t{65537}, size_t{262146}, size_t{1} << 20}) {
+      const Bytes in = Make(src, n, static_cast<uint32_t>(n) + static_cast<uint32_t>(src));
+      for (bool blocked : {false, true}) {
+        const Bytes single = EncodeWith(false, in, blocked);
+        const Bytes pairs = EncodeWith(true, in, blocked);
+        EXPECT_EQ(single, pairs) << static_cast<int>(src) << " n=" << n << " blocked=" << blocked;
+        Bytes dec(n);
+        ASSERT_TRUE((blocked ? huff::DecodeBlocked(pairs.data(), pairs.size(), dec.data(), n)
+                             : huff::Decode(pairs.data(), pairs.size(), dec.data(), n))
+                        .ok());
+        EXPECT_EQ(dec, in);
+      }
+    }
+  }
+  EXPECT_GT(huff::internal::PairCodedStreams(), before) << "no stream was coded with pair codes";
+}
+
+// The pair table of one code must not leak into the next: a histogram that
+// does not match the data is refused because a symbol without a code codes
+// nothing, and so the bit count comes out short. A pair left over from the
+// last stream's code would code it: here (3, 7), two 1-bit codes of the
+// last stream, in place of two 1-bit codes of this one, which would give
+// the same bit count and so a wrong stream taken for a right one.
+TEST(HuffmanTest, PairCodesOfTheLastStreamDoNotCodeTheNext) {
+  Bytes last = Make(Source::kTwo, size_t{1} << 20, 9);
+  for (auto& b : last) b = b == 7 ? 3 : 7;  // 3 and 7
+  ASSERT_FALSE(EncodeWith(true, last, false).empty());
+  ASSERT_FALSE(EncodeWith(true, last, true).empty());
+  Bytes narrow = Make(Source::kTwo, size_t{1} << 20, 10);  // 7 and 200
+  // The run histograms of the data, then a symbol the wide stream had a
+  // code for put in, which they lack (their sums still hold, so the coder
+  // runs and must find the mismatch itself).
+  uint32_t quarters[4][256], runs[4][256], hist[256];
+  HistogramQuarters(narrow.data(), narrow.size(), quarters, hist);
+  size_t cuts[5];
+  huff::BlockedCuts(narrow.size(), 12, cuts);
+  HistogramRuns(narrow.data(), cuts, runs, hist);
+  narrow[1000] = 3;  // a pair of the fast loop: (3, 7)
+  narrow[1001] = 7;
+  Bytes out(huff::MaxEncodedSize(narrow.size()) + 2 * (narrow.size() >> 8) + 64);
+  const uint64_t before = huff::internal::PairCodedStreams();
+  EXPECT_EQ(huff::Encode(narrow.data(), narrow.size(), quarters, out.data(), out.size()).status().code(),
+            Code::kInvalidArgument);
+  ASSERT_FALSE(EncodeWith(true, last, true).empty());  // the last code again, for the blocked coder
+  EXPECT_EQ(
+      huff::EncodeBlocked(narrow.data(), narrow.size(), runs, 12, out.data(), out.size()).status().code(),
+      Code::kInvalidArgument);
+  EXPECT_GT(huff::internal::PairCodedStreams(), before) << "the pair coder did not run";
+}
+
 // Quarters of very different bit lengths: short codes in one quarter, long
 // ones in another, so the writers start at unrelated bit offsets.
 TEST(HuffmanTest, QuartersOfVeryDifferentSizes) {
