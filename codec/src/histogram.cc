@@ -43,7 +43,7 @@ void CountScalar(const uint8_t* p, size_t n, uint32_t out[256]) {
 // whatever the data: a byte is either one of the K distinct likely values
 // (counted by its compare only) or none of them (counted by the loop only).
 [[gnu::target("avx512bw,popcnt,bmi")]] void CountAvx512(const uint8_t* p, size_t n, const uint8_t likely[K],
-                                                       uint32_t out[256]) {
+                                                        uint32_t out[256]) {
   __m512i c[K];
   for (int k = 0; k < K; ++k) c[k] = _mm512_set1_epi8(static_cast<char>(likely[k]));
   uint64_t count[K] = {};

@@ -216,7 +216,8 @@ TEST(HistogramLikely, FramesAreTheSameBytesWithAndWithoutTheFastPaths) {
                         Case{"bytes", &uniform, DType::kBytes}}) {
     for (EncodeProfile prof : {EncodeProfile::kCpu, EncodeProfile::kCpuQuarters}) {
       auto encode = [&](bool fast) {
-        const HistogramIsa isa = internal::SetHistogramIsa(fast ? internal::BestHistogramIsa() : HistogramIsa::kScalar);
+        const HistogramIsa isa =
+            internal::SetHistogramIsa(fast ? internal::BestHistogramIsa() : HistogramIsa::kScalar);
         const bool pairs = huff::internal::SetPairCodes(fast);
         Workspace ws;
         EncodeParams p{c.dtype};
