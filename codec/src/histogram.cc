@@ -94,10 +94,14 @@ bool PickLikely(const uint32_t sample[256], uint8_t likely[kLikelySymbols]) {
   uint64_t total = 0;
   for (int s = 0; s < 256; ++s) total += sample[s];
   if (total == 0) return false;
+  // Most frequent first, ties by value, so the pick is deterministic: the
+  // values the sample holds sorted (a few dozen in an exponent plane), then
+  // those it lacks in ascending order, as a stable sort of all 256 would.
   uint8_t order[256];
-  for (int s = 0; s < 256; ++s) order[s] = static_cast<uint8_t>(s);
-  // Most frequent first; ties by value, so the pick is deterministic.
-  std::stable_sort(order, order + 256, [&](uint8_t a, uint8_t b) { return sample[a] > sample[b]; });
+  int present = 0, absent = 255;
+  for (int s = 0; s < 256; ++s) order[sample[s] ? present++ : absent--] = static_cast<uint8_t>(s);
+  std::reverse(order + present, order + 256);
+  std::stable_sort(order, order + present, [&](uint8_t a, uint8_t b) { return sample[a] > sample[b]; });
   uint64_t covered = 0;
   for (int k = 0; k < K; ++k) {
     likely[k] = order[k];

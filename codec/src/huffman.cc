@@ -353,15 +353,14 @@ class PairCodes {
   static constexpr size_t kMinSymbolsPerEntry = 8;
   // Codes of more symbols one at a time too: the pairs of 48 symbols fill
   // 18 KiB of the table, which stays in L1 beside the 2 KiB of single
-  // codes; those of 120 (AdamW's moments) fill 115 KiB, and the pair loop
-  // then runs slower than the single one (docs/BENCHMARKS.md, "Exponent
-  // planes").
+  // codes. Allowing more (up to about 180) made ckpt-step200.pt's encode slower, not
+  // faster (docs/BENCHMARKS.md, "Exponent planes").
   static constexpr size_t kMaxSymbols = 48;
   struct Free {
     void operator()(uint64_t* p) const { std::free(p); }
   };
   std::unique_ptr<uint64_t, Free> table_;
-  uint8_t set_[256];
+  uint8_t set_[kMaxSymbols];  // the symbols of the last code's pairs
   size_t count_ = 0;
 };
 

@@ -22,6 +22,11 @@
 //                                        unit, and EncodeChunk with and
 //                                        without pair codes; rounds
 //                                        alternate, best of five each
+//   lmc_profile_bench --coverage         HistogramRuns against HistogramRunsLikely
+//                                        on each vector unit, on 512 KiB streams
+//                                        where 16 values hold a given share of
+//                                        the bytes and 140 others the rest: where
+//                                        PickLikely's thresholds come from
 #include <algorithm>
 #include <array>
 #include <chrono>
@@ -29,6 +34,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -185,9 +191,50 @@ int EncoderBench(const char* path, const char* dtype_name) {
               enc_best[0], enc_best[1]);
   return 0;
 }
+int CoverageBench() {
+  const size_t n = 512 * 1024;
+  const lmc::internal::HistogramIsa best = lmc::internal::BestHistogramIsa();
+  const char* names[] = {"scalar", "avx2", "avx512"};
+  uint8_t likely[lmc::kLikelySymbols];
+  for (int k = 0; k < lmc::kLikelySymbols; ++k) likely[k] = static_cast<uint8_t>(100 + k);
+  size_t cuts[5];
+  lmc::QuarterCuts(n, cuts);
+  std::printf("GB/s, best of five; 16 values at the share given, 140 others for the rest\n");
+  volatile uint32_t sink = 0;
+  for (int share : {100, 99, 98, 95, 90, 85, 80, 70, 60}) {
+    std::mt19937 rng(1);
+    std::vector<uint8_t> v(n);
+    for (auto& b : v)
+      b = static_cast<uint8_t>(static_cast<int>(rng() % 100) < share ? 100 + rng() % 16 : 116 + rng() % 140);
+    std::printf("share %3d%%: HistogramRuns", share);
+    double rate[3] = {};
+    for (int round = 0; round < 5; ++round) {
+      for (int path = 0; path <= static_cast<int>(best); ++path) {
+        const auto was = lmc::internal::SetHistogramIsa(lmc::internal::HistogramIsa(path));
+        const auto t0 = std::chrono::steady_clock::now();
+        for (int r = 0; r < 40; ++r) {
+          uint32_t runs[4][256], hist[256];
+          if (path == 0)
+            lmc::HistogramRuns(v.data(), cuts, runs, hist);
+          else
+            lmc::HistogramRunsLikely(v.data(), cuts, likely, runs, hist);
+          sink = sink + hist[100];
+        }
+        rate[path] = std::max(rate[path], 40.0 * n / Seconds(t0) / 1e9);
+        lmc::internal::SetHistogramIsa(was);
+      }
+    }
+    std::printf(" %.2f", rate[0]);
+    for (int path = 1; path <= static_cast<int>(best); ++path)
+      std::printf(" | likely on %s %.2f", names[path], rate[path]);
+    std::printf("\n");
+  }
+  return 0;
+}
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc == 2 && std::string(argv[1]) == "--coverage") return CoverageBench();
   if (argc == 3 && std::string(argv[1]) == "--hash") return HashBench(argv[2]);
   if (argc == 4 && std::string(argv[1]) == "--encoder") return EncoderBench(argv[2], argv[3]);
   int block_log2 = 12;
@@ -197,9 +244,9 @@ int main(int argc, char** argv) {
     argv += 2;
   }
   if (argc != 2 && argc != 4) {
-    std::fprintf(
-        stderr,
-        "usage: lmc_profile_bench [--block-log2 K] FILE [BASE DTYPE] | --hash FILE | --encoder FILE DTYPE\n");
+    std::fprintf(stderr,
+                 "usage: lmc_profile_bench [--block-log2 K] FILE [BASE DTYPE] | --hash FILE | --encoder FILE "
+                 "DTYPE | --coverage\n");
     return 2;
   }
   std::vector<uint8_t> data, base;
