@@ -93,8 +93,9 @@ if command -v clang++ >/dev/null; then
     rm -rf "$corpus" "$corpus.log"
     return $rc
   }
-  # frame_fuzz also starts from bf16/f16 weights (tests/fuzz/seeds: the
-  # first byte picks the dtype, the second a base and the GPU checks).
+  # frame_fuzz also starts from bf16/f16/f32 weights (tests/fuzz/seeds: the
+  # first byte picks the dtype, the second a base and the GPU checks; the
+  # *_sampled ones are large enough for the sampled paths, see frame_fuzz.cc).
   fuzz_one frame_fuzz tests/data tests/fuzz/seeds & frame_pid=$!
   fuzz_one layout_fuzz tests/data & layout_pid=$!
   fuzz_rc=0

@@ -1,5 +1,7 @@
 #include "entropy.h"
 
+#include <algorithm>
+#include <atomic>
 #include <cstring>
 
 #include "hd/huffman_hd.h"
@@ -32,12 +34,20 @@ Coder ChooseCoder(const uint32_t hist[256], size_t n, Coder huffman, int block_l
   return best;
 }
 
+namespace {
+constexpr size_t kBlocks = 32, kBlock = 512;  // 16 Ki symbols
+std::atomic<size_t> g_sample_minimum{64 * 1024};
+}  // namespace
+
+size_t internal::SetSampleMinimum(size_t bytes) {
+  return g_sample_minimum.exchange(std::max(bytes, kBlocks * kBlock), std::memory_order_relaxed);
+}
+
 bool SampleSaysRaw(const uint8_t* p, size_t n, uint32_t sample[256]) {
-  constexpr size_t kBlocks = 32, kBlock = 512;  // 16 Ki symbols
   uint32_t own[256];
   uint32_t* hist = sample ? sample : own;
   std::memset(hist, 0, 256 * sizeof(uint32_t));
-  if (n < 64 * 1024) return false;
+  if (n < g_sample_minimum.load(std::memory_order_relaxed)) return false;
   size_t stride = n / kBlocks;
   for (size_t b = 0; b < kBlocks; ++b) {
     const uint8_t* q = p + b * stride;

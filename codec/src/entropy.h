@@ -24,10 +24,21 @@ Coder ChooseCoder(const uint32_t hist[256], size_t n, Coder huffman, int block_l
 
 // True when a sample of the stream shows it is so close to uniform that no
 // coder would beat the raw threshold of ChooseCoder, so the full histogram
-// can be skipped (sign+mantissa streams of floats). Only for n >= 64 KiB;
+// can be skipped (sign+mantissa streams of floats). Only for n >= 64 KiB
+// (internal::SetSampleMinimum);
 // smaller streams always return false. `sample` (may be null): where the
 // stream was sampled, its sample's histogram (16 Ki symbols), else zeros.
 bool SampleSaysRaw(const uint8_t* p, size_t n, uint32_t sample[256] = nullptr);
+
+namespace internal {
+// Test hook: the stream size from which SampleSaysRaw samples (64 KiB by
+// default; at least 16 KiB, where its 32 blocks of 512 symbols stop
+// overlapping). The fuzz target lowers it so that its inputs, at most
+// 70,000 bytes in CI, reach the paths a sample opens (PickLikely,
+// HistogramRunsLikely). Returns the previous setting; not for concurrent
+// encoders.
+size_t SetSampleMinimum(size_t bytes);
+}  // namespace internal
 
 // Worst-case payload of EncodeStream for n bytes.
 inline size_t MaxStreamPayload(size_t n) { return n; }

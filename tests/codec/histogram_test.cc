@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "entropy.h"
 #include "huffman.h"
 #include "lmc/codec.h"
 #include "lmc/transform.h"
@@ -238,6 +239,29 @@ TEST(HistogramLikely, FramesAreTheSameBytesWithAndWithoutTheFastPaths) {
     }
   }
   EXPECT_GT(huff::internal::PairCodedStreams(), pairs_before);
+}
+
+// The fuzz target's hook: a stream is sampled from the minimum on, never
+// below 16 KiB (where the sample's 32 blocks of 512 would overlap).
+TEST(HistogramLikely, SampleMinimumSamplesSmallerStreamsAndNeverBelow16KiB) {
+  std::mt19937 rng(7);
+  Bytes uniform(40000);
+  for (auto& b : uniform) b = static_cast<uint8_t>(rng());
+  uint32_t sample[256];
+  EXPECT_FALSE(SampleSaysRaw(uniform.data(), uniform.size(), sample));  // 64 KiB by default
+  EXPECT_EQ(sample[uniform[0]], 0u);
+  const size_t before = internal::SetSampleMinimum(16 * 1024);
+  EXPECT_EQ(before, 64u * 1024);
+  EXPECT_TRUE(SampleSaysRaw(uniform.data(), uniform.size(), sample));
+  uint64_t total = 0;
+  for (uint32_t c : sample) total += c;
+  EXPECT_EQ(total, 32u * 512);
+  EXPECT_TRUE(SampleSaysRaw(uniform.data(), 16 * 1024, nullptr));
+  EXPECT_FALSE(SampleSaysRaw(uniform.data(), 16 * 1024 - 1, nullptr));
+  EXPECT_EQ(internal::SetSampleMinimum(1), 16u * 1024);  // taken as 16 KiB
+  EXPECT_FALSE(SampleSaysRaw(uniform.data(), 16 * 1024 - 1, nullptr));
+  EXPECT_EQ(internal::SetSampleMinimum(before), 16u * 1024);
+  EXPECT_FALSE(SampleSaysRaw(uniform.data(), uniform.size(), nullptr));
 }
 
 }  // namespace
