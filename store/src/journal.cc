@@ -11,6 +11,7 @@
 #include "format.h"
 #include "lmc/bytes.h"
 #include "lmc/hash.h"
+#include "lmc/text.h"
 
 namespace lmc::store {
 
@@ -124,7 +125,7 @@ Status IndexJournal::ReadHead() {
         unknown = true;
       }
     } catch (const std::exception&) {
-      return Status::Corruption(dir_ + "/HEAD: bad line '" + line + "'");
+      return Status::Corruption(dir_ + "/HEAD: bad line '" + EscapeBytes(line, true) + "'");
     }
   }
   if (!have_id || !have_snap || !have_parts) return Status::Corruption(dir_ + "/HEAD is incomplete");

@@ -26,6 +26,7 @@
 #include "lmc/bytes.h"
 #include "lmc/hash.h"
 #include "lmc/store/frame_pool.h"
+#include "lmc/text.h"
 #include "owner_only_fs.h"
 #include "store_impl.h"
 
@@ -202,7 +203,8 @@ Status CheckConfig(const std::string& text, const std::string& path, uint32_t* v
     pos = nl + 1;
     if (line.empty() || line[0] == '#') continue;
     size_t eq = line.find('=');
-    if (eq == std::string::npos) return Status::Corruption(path + ": malformed line '" + line + "'");
+    if (eq == std::string::npos)
+      return Status::Corruption(path + ": malformed line '" + EscapeBytes(line, true) + "'");
     std::string k = line.substr(0, eq), v = line.substr(eq + 1);
     if (k == "format_version") version = std::atoi(v.c_str());
     if (k == "hash") hash = v;
@@ -226,7 +228,7 @@ Status CheckConfig(const std::string& text, const std::string& path, uint32_t* v
                                 "checked: restore CONFIG from a copy of it");
     *keys_out = KeyScheme::Xxh3(secret);
   } else {
-    return Status::Unsupported(path + ": unknown chunk hash '" + hash + "'");
+    return Status::Unsupported(path + ": unknown chunk hash '" + EscapeBytes(hash, true) + "'");
   }
   if (*journal_out && version < static_cast<int>(fmt::kFormatVersionJournal))
     return Status::Corruption(path + ": index_journal=1 in a store of format " + std::to_string(version));

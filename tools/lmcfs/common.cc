@@ -223,7 +223,7 @@ Result<std::string> Ask(const Target& t, const std::string& request_json,
     if (code == "permission_denied") return Status::IOError(msg);
     return Status::IOError("the daemon of " + t.mountpoint + " reports: " + msg);
   }
-  return j["result"].dump();
+  return fs::control::DumpJson(j["result"]);
 }
 
 std::vector<std::string> FsPaths(const Target& t, const std::vector<std::string>& args) {

@@ -110,7 +110,7 @@ int FsckMain(int argc, char** argv, std::ostream& out, std::ostream& err) {
           << ": repair needs the store unmounted (umount " << t->mountpoint << ", then lmcfs-fsck --repair "
           << t->store << "); verifying only\n";
     }
-    auto r = Ask(*t, json{{"op", "fsck"}, {"deep", deep}}.dump(), on_event);
+    auto r = Ask(*t, fs::control::DumpJson(json{{"op", "fsck"}, {"deep", deep}}), on_event);
     if (!r.ok()) {
       err << "lmcfs-fsck: " << r.status().message() << "\n";
       return store::kFsckOperationalError;
@@ -183,7 +183,7 @@ int FsckMain(int argc, char** argv, std::ostream& out, std::ostream& err) {
   if (!rebuilt.empty()) doc["index_rebuilt_from_journal"] = rebuilt;
   doc["store_dir"] = t->store;
   if (as_json) {
-    out << doc.dump(2) << "\n";
+    out << fs::control::DumpJson(doc, 2) << "\n";
   } else {
     PrintReport(doc, out);
   }

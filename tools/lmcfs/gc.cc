@@ -207,9 +207,10 @@ int GcMain(int argc, char** argv, std::ostream& out, std::ostream& err) {
         retention["stores_read_only_here"] = not_here;
         retention["entries_left"] = left;
         if (!as_json && !not_here.empty()) {
-          out << "union: rotated " << (rotated.empty() ? std::string("no store") : rotated.dump())
+          out << "union: rotated "
+              << (rotated.empty() ? std::string("no store") : fs::control::DumpJson(rotated))
               << "; read-only here (each rotated by lmcfs-gc on the node that writes it): "
-              << not_here.dump();
+              << fs::control::DumpJson(not_here);
           if (left) out << "; " << left << " of their entries left";
           out << "\n";
         }
@@ -225,10 +226,11 @@ int GcMain(int argc, char** argv, std::ostream& out, std::ostream& err) {
   };
   std::string doc_text;
   if (t->online) {
-    auto r = Ask(
-        *t,
-        json{{"op", "gc"}, {"threshold", threshold}, {"rate_bytes_per_s", rate}, {"dry_run", dry_run}}.dump(),
-        on_event);
+    auto r =
+        Ask(*t,
+            fs::control::DumpJson(json{
+                {"op", "gc"}, {"threshold", threshold}, {"rate_bytes_per_s", rate}, {"dry_run", dry_run}}),
+            on_event);
     if (!r.ok()) {
       bar.Finish();
       err << "lmcfs-gc: " << r.status().message() << "\n";
@@ -260,7 +262,7 @@ int GcMain(int argc, char** argv, std::ostream& out, std::ostream& err) {
   doc["online"] = t->online;
   if (!retention.is_null()) doc["retention"] = retention;
   if (as_json) {
-    out << doc.dump(2) << "\n";
+    out << fs::control::DumpJson(doc, 2) << "\n";
     return 0;
   }
   char secs[32];

@@ -241,7 +241,7 @@ int StatMain(int argc, char** argv, std::ostream& out, std::ostream& err) {
   const std::vector<std::string> fs_paths = FsPaths(*t, paths);
   std::string doc_text;
   if (t->online) {
-    auto r = Ask(*t, json{{"op", "stat"}, {"paths", fs_paths}}.dump(), {});
+    auto r = Ask(*t, fs::control::DumpJson(json{{"op", "stat"}, {"paths", fs_paths}}), {});
     if (!r.ok()) {
       err << "lmcfs-stat: " << r.status().message() << "\n";
       return 1;
@@ -268,7 +268,7 @@ int StatMain(int argc, char** argv, std::ostream& out, std::ostream& err) {
   const json u = t->online ? UnionReport(t->mountpoint) : json();
   if (!u.is_null()) doc["union"] = u;
   if (as_json) {
-    out << doc.dump(2) << "\n";
+    out << fs::control::DumpJson(doc, 2) << "\n";
   } else {
     PrintTable(doc, sort, reverse, bytes, files_only, out);
     if (!u.is_null()) {

@@ -27,8 +27,36 @@
 #include "lmc/fs/trim.h"
 #include "lmc/store/frame_pool.h"
 #include "lmc/store/rados.h"
+#include "lmc/text.h"
 
 namespace lmc::fs::control {
+
+namespace {
+// A copy of j with every string, and every object key, made valid UTF-8.
+nlohmann::json Escaped(const nlohmann::json& j) {
+  if (j.is_string()) return EscapeBytes(j.get_ref<const std::string&>());
+  if (j.is_array()) {
+    nlohmann::json a = nlohmann::json::array();
+    for (const auto& e : j) a.push_back(Escaped(e));
+    return a;
+  }
+  if (j.is_object()) {
+    nlohmann::json o = nlohmann::json::object();
+    for (const auto& [k, v] : j.items()) o[EscapeBytes(k)] = Escaped(v);
+    return o;
+  }
+  return j;
+}
+}  // namespace
+
+std::string DumpJson(const nlohmann::json& j, int indent) {
+  try {
+    return j.dump(indent);
+  } catch (const nlohmann::json::type_error&) {  // 316: a string that is not UTF-8
+    return Escaped(j).dump(indent);
+  }
+}
+
 namespace {
 
 using json = nlohmann::json;
@@ -209,7 +237,7 @@ Result<std::string> RunGc(store::Store& st, const GcOptions& o, const EventFn& e
                 {"bytes_copied", p.bytes_copied},
                 {"bytes_reclaimed", p.bytes_reclaimed},
                 {"pack", p.pack_id}};
-      events(e.dump());
+      events(DumpJson(e));
     }
     if (o.rate_bytes_per_s > 0) {
       const double want = static_cast<double>(p.bytes_copied) / static_cast<double>(o.rate_bytes_per_s);
@@ -239,7 +267,7 @@ Result<std::string> RunGc(store::Store& st, const GcOptions& o, const EventFn& e
             {"pack_bytes_after", after.pack_bytes},
             {"live_bytes", after.live_bytes},
             {"seconds", Since(t0)}};
-  return j.dump();
+  return DumpJson(j);
 }
 
 Result<std::string> RunFsck(store::Store& st, const FsckRunOptions& o, const EventFn& events) {
@@ -254,7 +282,7 @@ Result<std::string> RunFsck(store::Store& st, const FsckRunOptions& o, const Eve
   fo.progress = [&](uint64_t done, uint64_t total) {
     if (!events || (done != total && Since(last) < 0.2)) return;
     last = Clock::now();
-    events(json{{"event", "progress"}, {"op", "fsck"}, {"done", done}, {"total", total}}.dump());
+    events(DumpJson(json{{"event", "progress"}, {"op", "fsck"}, {"done", done}, {"total", total}}));
   };
   t.verified_bytes = st.Stats().live_bytes;
   auto sr = st.Fsck(fo);
@@ -315,7 +343,7 @@ Result<std::string> CompleteFsck(store::Store& st, const store::FsckReport& r, c
       // Written, durably, before the records are removed: the evidence survives a crash.
       LMC_RETURN_IF_ERROR(WriteQuarantineReport(
           o.env ? o.env : store::Env::Default(), o.quarantine_path,
-          json{{"v", kProtocolVersion}, {"records", quarantine}, {"affected_files", affected}}.dump(2) +
+          DumpJson(json{{"v", kProtocolVersion}, {"records", quarantine}, {"affected_files", affected}}, 2) +
               "\n"));
     }
     LMC_ASSIGN_OR_RETURN(tree_fixed, RepairTree(&st, tc));
@@ -369,7 +397,7 @@ Result<std::string> CompleteFsck(store::Store& st, const store::FsckReport& r, c
       {"affected_files", affected},
       {"quarantine", quarantine.empty() ? "" : o.quarantine_path}};
   for (const auto& k : bad) j["bad_chunks"].push_back(k.ToHex());
-  return j.dump();
+  return DumpJson(j);
 }
 
 std::function<Status(store::Store&, const EventFn&)> DeadBaseGcHook() {
@@ -483,7 +511,7 @@ Result<std::string> RunStat(store::Store& st, const std::string& store_dir,
     if (!daemon->dedup.empty()) d["dedup"] = daemon->dedup;
     j["daemon"] = std::move(d);
   }
-  return j.dump();
+  return DumpJson(j);
 }
 
 double WriteAmplification(const store::StoreStats& st, uint64_t bytes_written_into_mount) {
@@ -658,7 +686,7 @@ void ControlServer::Impl::Accept() {
 
 void ControlServer::Impl::Serve(int fd) {
   auto reply_error = [&](const std::string& code, const std::string& msg) {
-    WriteFrame(fd, json{{"v", kProtocolVersion}, {"ok", false}, {"code", code}, {"error", msg}}.dump());
+    WriteFrame(fd, DumpJson(json{{"v", kProtocolVersion}, {"ok", false}, {"code", code}, {"error", msg}}));
   };
   std::string why;
   if (!PeerAllowed(fd, owner, &why)) {
@@ -683,7 +711,7 @@ void ControlServer::Impl::Serve(int fd) {
     EventFn ev = [&](const std::string& e) {
       json x = json::parse(e, nullptr, false);
       x["v"] = kProtocolVersion;
-      WriteFrame(fd, x.dump());
+      WriteFrame(fd, DumpJson(x));
     };
     json resp;
     try {
@@ -692,7 +720,7 @@ void ControlServer::Impl::Serve(int fd) {
       resp = {{"ok", false}, {"code", "internal"}, {"error", e.what()}};
     }
     resp["v"] = kProtocolVersion;
-    if (!WriteFrame(fd, resp.dump())) return;
+    if (!WriteFrame(fd, DumpJson(resp))) return;
   }
 }
 
@@ -773,7 +801,7 @@ Status Call(const std::string& socket_path, const std::string& request_json, con
   }
   // A refusal (permission_denied) may arrive before the request is sent:
   // a failed send still reads what the daemon answered.
-  const bool sent = WriteFrame(fd, req.dump());
+  const bool sent = WriteFrame(fd, DumpJson(req));
   std::string msg;
   for (;;) {
     Status s = ReadFrame(fd, &msg);

@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <vector>
 
@@ -31,6 +32,12 @@ namespace lmc::fs::control {
 inline constexpr int kProtocolVersion = 1;               // docs/FORMAT.md, "Control protocol"
 inline constexpr char kSocketName[] = "control.sock";    // in the store directory
 inline constexpr uint32_t kMaxMessageBytes = 64u << 20;  // a frame longer than this is refused
+
+// j as JSON text (indented by `indent` spaces, -1: one line). Strings that
+// are not valid UTF-8 (a file name is any bytes but '/' and NUL) have those
+// bytes written as \xNN (lmc::EscapeBytes) instead of failing the dump:
+// every document of the protocol and the tools goes through here.
+std::string DumpJson(const nlohmann::json& j, int indent = -1);
 
 // Progress events (one JSON object each) streamed while an operation runs.
 using EventFn = std::function<void(const std::string& event_json)>;
