@@ -75,6 +75,26 @@ def log(msg):
     print(msg, file=sys.stderr, flush=True)
 
 
+# What a tool printed that is not UTF-8 (a tool must escape the bytes of a
+# damaged file it quotes): each round checks this and fails with the output.
+NOT_UTF8 = []
+
+
+def run_tool(cmd, timeout):
+    """subprocess.run with text output; bytes that are not UTF-8 are kept
+    as \\xNN in the text and recorded in NOT_UTF8."""
+    r = subprocess.run(cmd, capture_output=True, timeout=timeout)
+    texts = []
+    for name, b in (('stdout', r.stdout), ('stderr', r.stderr)):
+        try:
+            texts.append(b.decode('utf-8'))
+        except UnicodeDecodeError:
+            texts.append(b.decode('utf-8', errors='backslashreplace'))
+            NOT_UTF8.append(f'{os.path.basename(cmd[0])} wrote bytes that are not UTF-8 to its {name}: '
+                            f'{texts[-1][:300]!r}')
+    return subprocess.CompletedProcess(cmd, r.returncode, texts[0], texts[1])
+
+
 def tree(root):
     """Relative paths of the regular files under root."""
     out = []
@@ -90,8 +110,7 @@ class Mount:
 
     def up(self):
         """Mounts; returns None, or the mount's error message."""
-        r = subprocess.run([self.bin, self.store, self.mnt, '-o', f'log_file={self.logf},log_level=info'],
-                           capture_output=True, text=True, timeout=60)
+        r = run_tool([self.bin, self.store, self.mnt, '-o', f'log_file={self.logf},log_level=info'], 60)
         return None if r.returncode == 0 else (r.stderr.strip() or f'exit code {r.returncode}')
 
     def down(self):
@@ -103,7 +122,7 @@ class Mount:
 
 def fsck(tools, store, repair=False):
     cmd = [os.path.join(tools, 'lmcfs-fsck'), '--json', '-q'] + (['--repair'] if repair else []) + [store]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    r = run_tool(cmd, 300)
     try:
         doc = json.loads(r.stdout)
     except ValueError:
@@ -238,7 +257,7 @@ def main():
                         failures.append(f'{what}: {n}: {v} (expected its bytes or EIO)')
                 if failures:
                     break
-                logged = open(logf).read()
+                logged = open(logf, errors='backslashreplace').read()
                 if bad and 'chunk ' not in logged:
                     failures.append(f'{what}: {len(bad)} reads failed but the daemon log names no chunk')
                     break
@@ -291,6 +310,10 @@ def main():
                     break
                 stats['repaired_rounds'] += 1
                 stats['files_lost'] += len(lost)
+            if NOT_UTF8:
+                failures += [f'{what}: {m}' for m in NOT_UTF8]
+                NOT_UTF8.clear()
+                break
             stats['rounds'] += 1
             outcome = (f'mount refused ({err[:120]})' if err else
                        f'{sum(v == "ok" for v in got.values())}/{len(got)} read back, the rest EIO')
@@ -299,6 +322,7 @@ def main():
             log(f'  {what}: fsck exit {rc}, {len(listed)} listed; {outcome}')
     finally:
         subprocess.run(['fusermount3', '-u', mnt], capture_output=True)
+    failures += NOT_UTF8  # from a round that failed for another reason first
     return finish('rot_run', stats, failures, work, a.keep)
 
 

@@ -23,6 +23,7 @@
 #include "lmc/fs/inspect.h"
 #include "lmc/fs/records.h"
 #include "lmc/store/store.h"
+#include "lmc/text.h"
 #include "lmcfs_tools.h"
 #include "store_test_util.h"
 #include "tools_test_util.h"
@@ -309,6 +310,65 @@ TEST_F(ToolsOffline, FsckFindsABitFlipAndNamesTheFile) {
   json qj = json::parse(std::ifstream(q), nullptr, false);
   ASSERT_FALSE(qj.is_discarded());
   EXPECT_EQ(qj["affected_files"], json::array({"/run/bad.bin"}));
+}
+
+// A file name is any bytes but '/' and NUL (a checkpoint named in latin-1,
+// a name cut in the middle of a UTF-8 sequence), while JSON is UTF-8:
+// stat shows such names with the odd bytes as \xNN, gives their exact bytes
+// in path_hex, and finds them by those bytes; fsck names a damaged file by
+// its escaped path, in text, JSON and the quarantine report; gc works on.
+TEST_F(ToolsOffline, NamesThatAreNotUtf8AreEscapedAndFoundByTheirBytes) {
+  const uint64_t d = Mkdir(fs::kRootIno, "d\xbd");
+  const std::string data = RandomData(600 << 10, 41);
+  const uint64_t bad = Write(d, "\xff\xfe.bin", data);
+  Write(fs::kRootIno, "a\\xbd", RandomData(300 << 10, 42));        // valid: the characters \ x b d
+  Write(fs::kRootIno, "gone\xc0\xaf", RandomData(300 << 10, 43));  // an overlong '/'
+  struct stat st;
+  ASSERT_EQ(fs_->Unlink(fs::kRootIno, "gone\xc0\xaf"), 0);
+  EXPECT_EQ(fs_->Lookup(fs::kRootIno, "gone\xc0\xaf", &st), ENOENT);
+  Close();
+
+  auto r = RunTool(StatMain, "lmcfs-stat", {store_dir_, "--json"});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const json listed = Json(r);  // (a temporary's member would dangle in the loop)
+  std::map<std::string, json> by;
+  for (const auto& e : listed["entries"]) by[e["path"]] = e;
+  ASSERT_TRUE(by.count("/d\\xbd") && by.count("/d\\xbd/\\xff\\xfe.bin") && by.count("/a\\xbd")) << r.out;
+  EXPECT_EQ(by["/d\\xbd"]["path_hex"], "2f64bd");
+  EXPECT_EQ(by["/d\\xbd/\\xff\\xfe.bin"]["path_hex"], "2f64bd2ffffe2e62696e");
+  EXPECT_EQ(by["/d\\xbd/\\xff\\xfe.bin"]["logical"], data.size());
+  EXPECT_FALSE(by["/a\\xbd"].contains("path_hex"));  // the same characters, but a valid name
+  r = RunTool(StatMain, "lmcfs-stat", {store_dir_});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.out.find("/d\\xbd/\\xff\\xfe.bin"), std::string::npos) << r.out;
+  // Found by its bytes, and only it.
+  r = RunTool(StatMain, "lmcfs-stat", {store_dir_, "/d\xbd", "--json"});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(Json(r)["entries"].size(), 2u) << r.out;
+  r = RunTool(StatMain, "lmcfs-stat", {store_dir_, "/d\\xbd"});
+  EXPECT_EQ(r.rc, 1) << r.out;  // the escaped spelling is another name
+
+  r = RunTool(GcMain, "lmcfs-gc", {store_dir_, "--threshold", "1", "--json"});
+  ASSERT_EQ(r.rc, 0) << r.out << r.err;
+  EXPECT_GT(Json(r)["bytes_reclaimed"].get<uint64_t>(), 300u << 10) << r.out;  // the unlinked file
+
+  Open();
+  const store::ChunkKey victim = CloseAndCorruptFirstChunkOf(bad);
+  r = RunTool(FsckMain, "lmcfs-fsck", {store_dir_, "--json"});
+  EXPECT_EQ(r.rc, store::kFsckUncorrected) << r.out << r.err;
+  json j = Json(r);
+  EXPECT_EQ(j["affected_files"], json::array({"/d\\xbd/\\xff\\xfe.bin"})) << r.out;
+  EXPECT_EQ(j["bad_chunks"], json::array({victim.ToHex()}));
+  r = RunTool(FsckMain, "lmcfs-fsck", {store_dir_});
+  EXPECT_NE(r.out.find("files affected by corruption (1):\n  /d\\xbd/\\xff\\xfe.bin\n"), std::string::npos)
+      << r.out;
+  EXPECT_TRUE(IsValidUtf8(r.out) && IsValidUtf8(r.err)) << r.out << r.err;
+  const std::string q = tmp_.path() + "/q.json";
+  r = RunTool(FsckMain, "lmcfs-fsck", {store_dir_, "--repair", "--quarantine", q});
+  EXPECT_EQ(r.rc, store::kFsckUncorrected) << r.out;
+  json qj = json::parse(std::ifstream(q), nullptr, false);
+  ASSERT_FALSE(qj.is_discarded());
+  EXPECT_EQ(qj["affected_files"], json::array({"/d\\xbd/\\xff\\xfe.bin"}));
 }
 
 // RocksDB's write-ahead log of the index damaged (a store whose index is
@@ -767,6 +827,39 @@ TEST_F(ToolsControl, StatGcFsckOverTheSocket) {
   std::string resp;
   ASSERT_TRUE(fs::control::Call(fs::control::SocketPath(store_dir_), R"({"op":"stat"})", {}, &resp).ok());
   EXPECT_TRUE(json::parse(resp)["ok"].get<bool>());
+}
+
+// Over the socket a name that is not UTF-8 travels as {"hex": ...} and loses
+// no byte; a malformed one is refused as a bad request, not a crash.
+TEST_F(ToolsControl, NamesThatAreNotUtf8TravelAsHex) {
+  StartServer();
+  const uint64_t d = Mkdir(fs::kRootIno, "d\xbd");
+  Write(d, "x", RandomData(100 << 10, 9));
+  Write(fs::kRootIno, "dx", RandomData(100 << 10, 10));
+  EXPECT_EQ(fs::control::NameToJson("/d\xbd"), json({{"hex", "2f64bd"}}));
+  EXPECT_EQ(fs::control::NameToJson("/d\u00bd"), json("/d\u00bd"));  // valid: kept as it is
+  for (const std::string name : {"/", "/d\xbd", "/d\xbd/x", "/\xff\x80\x01"}) {
+    auto back = fs::control::NameFromJson(json::parse(fs::control::NameToJson(name).dump()));
+    ASSERT_TRUE(back.ok()) << back.status().ToString();
+    EXPECT_EQ(*back, name);
+  }
+  json r = Call({{"op", "stat"}, {"paths", {fs::control::NameToJson("/d\xbd")}}});
+  ASSERT_TRUE(r["ok"].get<bool>()) << r.dump();
+  ASSERT_EQ(r["result"]["entries"].size(), 2u) << r.dump();
+  EXPECT_EQ(r["result"]["entries"][0]["path"], "/d\\xbd");
+  EXPECT_EQ(r["result"]["entries"][1]["path_hex"], "2f64bd2f78");
+  EXPECT_EQ(r["result"]["entries"][1]["logical"], 100u << 10);
+  for (const json& bad : {json({{"hex", "2f6"}}), json({{"hex", "2f6g"}}), json({{"hex", 7}}), json(3),
+                          json({{"hex", "2f"}, {"more", 1}})}) {
+    r = Call({{"op", "stat"}, {"paths", {bad}}});
+    EXPECT_FALSE(r["ok"].get<bool>()) << bad;
+    EXPECT_EQ(r["code"], "bad_request") << r.dump();
+  }
+  r = Call({{"op", "stat"}, {"paths", "/dx"}});
+  EXPECT_EQ(r["code"], "bad_request") << r.dump();
+  r = Call({{"op", "fsck"}});
+  ASSERT_TRUE(r["ok"].get<bool>()) << r.dump();
+  EXPECT_EQ(r["result"]["exit_code"], 0);
 }
 
 TEST_F(ToolsControl, GcDuringConcurrentWritesLosesNothing) {

@@ -241,7 +241,9 @@ int StatMain(int argc, char** argv, std::ostream& out, std::ostream& err) {
   const std::vector<std::string> fs_paths = FsPaths(*t, paths);
   std::string doc_text;
   if (t->online) {
-    auto r = Ask(*t, fs::control::DumpJson(json{{"op", "stat"}, {"paths", fs_paths}}), {});
+    json names = json::array();
+    for (const auto& p : fs_paths) names.push_back(fs::control::NameToJson(p));
+    auto r = Ask(*t, fs::control::DumpJson(json{{"op", "stat"}, {"paths", names}}), {});
     if (!r.ok()) {
       err << "lmcfs-stat: " << r.status().message() << "\n";
       return 1;

@@ -25,6 +25,7 @@
 #include "lmc/bytes.h"
 #include "lmc/fs/inspect.h"
 #include "lmc/fs/trim.h"
+#include "lmc/store/chunk_key.h"
 #include "lmc/store/frame_pool.h"
 #include "lmc/store/rados.h"
 #include "lmc/text.h"
@@ -55,6 +56,30 @@ std::string DumpJson(const nlohmann::json& j, int indent) {
   } catch (const nlohmann::json::type_error&) {  // 316: a string that is not UTF-8
     return Escaped(j).dump(indent);
   }
+}
+
+namespace {
+std::string HexOfBytes(std::string_view s) {
+  return store::HexOf(reinterpret_cast<const uint8_t*>(s.data()), s.size());
+}
+}  // namespace
+
+nlohmann::json NameToJson(const std::string& name) {
+  if (IsValidUtf8(name)) return name;
+  return nlohmann::json{{"hex", HexOfBytes(name)}};
+}
+
+Result<std::string> NameFromJson(const nlohmann::json& j) {
+  if (j.is_string()) return j.get<std::string>();
+  if (j.is_object() && j.size() == 1 && j.contains("hex") && j["hex"].is_string()) {
+    const std::string& h = j["hex"].get_ref<const std::string&>();
+    std::string b(h.size() / 2, '\0');
+    if (h.size() % 2 == 0 && store::ParseHex(h, reinterpret_cast<uint8_t*>(b.data()), b.size())) return b;
+    return Status::InvalidArgument("a name's \"hex\" is not hex digits, two a byte: " +
+                                   EscapeBytes(h.substr(0, 64), true));
+  }
+  return Status::InvalidArgument("a name must be a string or {\"hex\": \"...\"}, not " +
+                                 EscapeBytes(j.dump().substr(0, 64), true));
 }
 
 namespace {
@@ -453,7 +478,8 @@ Result<std::string> RunStat(store::Store& st, const std::string& store_dir,
   json entries = json::array();
   for (const auto& e : rep.entries) {
     json x = Figures(e.space);
-    x["path"] = e.path;
+    x["path"] = e.path;  // escaped by DumpJson where it is not UTF-8
+    if (!IsValidUtf8(e.path)) x["path_hex"] = HexOfBytes(e.path);
     x["ino"] = e.ino;
     x["type"] = TypeName(e.mode);
     x["nlink"] = e.nlink;
@@ -731,7 +757,16 @@ json ControlServer::Impl::Handle(const json& req, const EventFn& ev) {
   auto ok = [](const std::string& result) { return json{{"ok", true}, {"result", json::parse(result)}}; };
   if (op == "ping") return json{{"ok", true}, {"result", {{"store", store_dir}}}};
   if (op == "stat") {
-    std::vector<std::string> paths = req.value("paths", std::vector<std::string>{});
+    std::vector<std::string> paths;
+    if (req.contains("paths")) {
+      if (!req["paths"].is_array())
+        return json{{"ok", false}, {"code", "bad_request"}, {"error", "stat's \"paths\" must be an array"}};
+      for (const auto& p : req["paths"]) {
+        auto n = NameFromJson(p);
+        if (!n.ok()) return json{{"ok", false}, {"code", "bad_request"}, {"error", n.status().message()}};
+        paths.push_back(std::move(*n));
+      }
+    }
     const DaemonStats daemon = daemon_stats ? daemon_stats() : DaemonStats{};
     auto r = RunStat(st, store_dir, paths, &daemon, Since(started));
     if (!r.ok()) return fail(r.status());

@@ -39,6 +39,13 @@ inline constexpr uint32_t kMaxMessageBytes = 64u << 20;  // a frame longer than 
 // every document of the protocol and the tools goes through here.
 std::string DumpJson(const nlohmann::json& j, int indent = -1);
 
+// A name (path) as a protocol value that loses no byte: the string itself
+// where it is valid UTF-8, otherwise {"hex": "<two hex digits a byte>"}.
+nlohmann::json NameToJson(const std::string& name);
+
+// The name back from either form; anything else is InvalidArgument.
+Result<std::string> NameFromJson(const nlohmann::json& j);
+
 // Progress events (one JSON object each) streamed while an operation runs.
 using EventFn = std::function<void(const std::string& event_json)>;
 
