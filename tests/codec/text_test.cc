@@ -1,9 +1,9 @@
 #include "lmc/text.h"
 
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <string>
 
@@ -29,13 +29,13 @@ bool JsonAccepts(const std::string& s) {
 
 TEST(Text, ValidUtf8IsKeptAsItIs) {
   for (const std::string s : {std::string(), std::string("plain.bin"), std::string("a\\xbd"),
-                               std::string("gr\xc3\xbc\xc3\x9f"),       // U+00FC U+00DF
-                               std::string("\xe2\x82\xac"),             // U+20AC
-                               std::string("\xed\x9f\xbf"),             // U+D7FF, below surrogates
-                               std::string("\xee\x80\x80"),             // U+E000, above them
-                               std::string("\xf0\x9f\x98\x80"),         // U+1F600
-                               std::string("\xf4\x8f\xbf\xbf"),         // U+10FFFF, the last
-                               std::string("tab\there", 8)}) {
+                              std::string("gr\xc3\xbc\xc3\x9f"),  // U+00FC U+00DF
+                              std::string("\xe2\x82\xac"),        // U+20AC
+                              std::string("\xed\x9f\xbf"),        // U+D7FF, below surrogates
+                              std::string("\xee\x80\x80"),        // U+E000, above them
+                              std::string("\xf0\x9f\x98\x80"),    // U+1F600
+                              std::string("\xf4\x8f\xbf\xbf"),    // U+10FFFF, the last
+                              std::string("tab\there", 8)}) {
     EXPECT_TRUE(IsValidUtf8(s)) << EscapeBytes(s, true);
     EXPECT_EQ(EscapeBytes(s), s);
     EXPECT_TRUE(JsonAccepts(s));
@@ -47,19 +47,19 @@ TEST(Text, InvalidSequencesAreEscapedByteByByte) {
     std::string in, out;
   };
   const Case cases[] = {
-      {Bytes({'d', 0xbd}), "d\\xbd"},                          // lone continuation byte
-      {Bytes({0xff, 0xfe, '.'}), "\\xff\\xfe."},               // never valid
-      {Bytes({0xc0, 0xaf}), "\\xc0\\xaf"},                     // overlong '/'
-      {Bytes({0xc1, 0xbf}), "\\xc1\\xbf"},                     // overlong U+007F
-      {Bytes({0xe0, 0x80, 0xaf}), "\\xe0\\x80\\xaf"},          // overlong, 3 bytes
+      {Bytes({'d', 0xbd}), "d\\xbd"},                             // lone continuation byte
+      {Bytes({0xff, 0xfe, '.'}), "\\xff\\xfe."},                  // never valid
+      {Bytes({0xc0, 0xaf}), "\\xc0\\xaf"},                        // overlong '/'
+      {Bytes({0xc1, 0xbf}), "\\xc1\\xbf"},                        // overlong U+007F
+      {Bytes({0xe0, 0x80, 0xaf}), "\\xe0\\x80\\xaf"},             // overlong, 3 bytes
       {Bytes({0xf0, 0x8f, 0xbf, 0xbf}), "\\xf0\\x8f\\xbf\\xbf"},  // overlong, 4 bytes
-      {Bytes({0xed, 0xa0, 0x80}), "\\xed\\xa0\\x80"},          // U+D800, a surrogate
-      {Bytes({0xed, 0xbf, 0xbf}), "\\xed\\xbf\\xbf"},          // U+DFFF
+      {Bytes({0xed, 0xa0, 0x80}), "\\xed\\xa0\\x80"},             // U+D800, a surrogate
+      {Bytes({0xed, 0xbf, 0xbf}), "\\xed\\xbf\\xbf"},             // U+DFFF
       {Bytes({0xf4, 0x90, 0x80, 0x80}), "\\xf4\\x90\\x80\\x80"},  // U+110000
       {Bytes({0xf5, 0x80, 0x80, 0x80}), "\\xf5\\x80\\x80\\x80"},  // no such lead byte
-      {Bytes({'a', 0xe2, 0x82}), "a\\xe2\\x82"},               // truncated at the end
-      {Bytes({0xe2, 0x82, 'x'}), "\\xe2\\x82x"},               // truncated before ASCII
-      {Bytes({0xf0, 0x9f, 0x98}), "\\xf0\\x9f\\x98"},          // truncated 4-byte form
+      {Bytes({'a', 0xe2, 0x82}), "a\\xe2\\x82"},                  // truncated at the end
+      {Bytes({0xe2, 0x82, 'x'}), "\\xe2\\x82x"},                  // truncated before ASCII
+      {Bytes({0xf0, 0x9f, 0x98}), "\\xf0\\x9f\\x98"},             // truncated 4-byte form
       // A valid sequence right after a broken one survives whole.
       {Bytes({0xc3, 0xc3, 0xbc}), "\\xc3\xc3\xbc"},
   };

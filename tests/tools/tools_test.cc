@@ -323,6 +323,10 @@ TEST_F(ToolsOffline, NamesThatAreNotUtf8AreEscapedAndFoundByTheirBytes) {
   const uint64_t bad = Write(d, "\xff\xfe.bin", data);
   Write(fs::kRootIno, "a\\xbd", RandomData(300 << 10, 42));        // valid: the characters \ x b d
   Write(fs::kRootIno, "gone\xc0\xaf", RandomData(300 << 10, 43));  // an overlong '/'
+  Write(fs::kRootIno, "two\nlines", "x");  // valid UTF-8, but one row of the table each
+  // A path longer than the table's line buffer once was (512 bytes).
+  const std::string n1(200, 'a'), n2(200, 'b'), n3(200, 'c');
+  Write(Mkdir(Mkdir(fs::kRootIno, n1), n2), n3, "deep");
   struct stat st;
   ASSERT_EQ(fs_->Unlink(fs::kRootIno, "gone\xc0\xaf"), 0);
   EXPECT_EQ(fs_->Lookup(fs::kRootIno, "gone\xc0\xaf", &st), ENOENT);
@@ -340,7 +344,10 @@ TEST_F(ToolsOffline, NamesThatAreNotUtf8AreEscapedAndFoundByTheirBytes) {
   EXPECT_FALSE(by["/a\\xbd"].contains("path_hex"));  // the same characters, but a valid name
   r = RunTool(StatMain, "lmcfs-stat", {store_dir_});
   ASSERT_EQ(r.rc, 0) << r.err;
-  EXPECT_NE(r.out.find("/d\\xbd/\\xff\\xfe.bin"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("  /d\\xbd/\\xff\\xfe.bin\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("  /two\\x0alines\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("  /" + n1 + "/" + n2 + "/" + n3 + "\n"), std::string::npos) << r.out;
+  EXPECT_TRUE(IsValidUtf8(r.out)) << r.out;
   // Found by its bytes, and only it.
   r = RunTool(StatMain, "lmcfs-stat", {store_dir_, "/d\xbd", "--json"});
   ASSERT_EQ(r.rc, 0) << r.err;

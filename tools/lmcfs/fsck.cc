@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common.h"
+#include "lmc/text.h"
 #include "lmcfs_tools.h"
 
 namespace lmc::tools {
@@ -39,7 +40,7 @@ void PrintReport(const json& r, std::ostream& out) {
         << (p["repaired"].get<bool>() ? " (repaired)" : "") << "\n";
   if (!r["affected_files"].empty()) {
     out << "files affected by corruption (" << r["affected_files"].size() << "):\n";
-    for (const auto& f : r["affected_files"]) out << "  " << f.get<std::string>() << "\n";
+    for (const auto& f : r["affected_files"]) out << "  " << EscapeBytes(f.get<std::string>(), true) << "\n";
   }
   if (!r["quarantine"].get<std::string>().empty())
     out << "quarantine report: " << r["quarantine"].get<std::string>() << "\n";

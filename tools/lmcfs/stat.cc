@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common.h"
+#include "lmc/text.h"
 #include "lmcfs_tools.h"
 
 namespace lmc::tools {
@@ -119,13 +120,16 @@ void PrintTable(const json& doc, const std::string& sort, bool reverse, bool byt
                 "CODEC", "DELTA", "DEDUP", "PATH");
   out << line;
   for (const auto& e : rows) {
-    std::string path = e["path"].get<std::string>();
+    // One line a name, whatever it holds: a newline or other control
+    // character in it is written as \xNN, as bytes that are not UTF-8
+    // already are (a path is as long as it is: not through the buffer).
+    std::string path = EscapeBytes(e["path"].get<std::string>(), /*controls=*/true);
     if (e["type"] == "dir" && path != "/") path += "/";
-    std::snprintf(line, sizeof line, "%12s %12s %8s %12s %12s %12s  %s\n", Size(e["logical"], bytes).c_str(),
+    std::snprintf(line, sizeof line, "%12s %12s %8s %12s %12s %12s  ", Size(e["logical"], bytes).c_str(),
                   Size(e["stored"], bytes).c_str(), Ratio(e["ratio"]).c_str(),
                   Size(e["saved_codec"], bytes).c_str(), Size(e["saved_delta"], bytes).c_str(),
-                  Size(e["saved_dedup"], bytes).c_str(), path.c_str());
-    out << line;
+                  Size(e["saved_dedup"], bytes).c_str());
+    out << line << path << "\n";
   }
   const json& t = doc["totals"];
   out << "\nstore " << doc.value("store", std::string()) << "\n";
@@ -280,7 +284,7 @@ int StatMain(int argc, char** argv, std::ostream& out, std::ostream& err) {
       out << " (the figures above are " << u["stores"][0]["name"].get<std::string>() << "'s)\n";
       out << "  " << u["shadowed"].get<uint64_t>() << " names held by more than one store (the first shown)";
       out << (u["hidden"].empty() ? "\n" : ":\n");
-      for (const auto& h : u["hidden"]) out << "    " << h.get<std::string>() << "\n";
+      for (const auto& h : u["hidden"]) out << "    " << EscapeBytes(h.get<std::string>(), true) << "\n";
     }
   }
   return 0;
