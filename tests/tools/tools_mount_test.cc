@@ -450,6 +450,14 @@ TEST_F(MountTools, NamesThatAreNotUtf8) {
   EXPECT_EQ(j["entries"][1]["path"], shown);
   ASSERT_EQ(Tool("lmcfs-stat", mnt_, &out, &err), 0) << err;
   EXPECT_NE(out.find(shown), std::string::npos) << out;
+  // A name that is not there, given by a relative path from inside the
+  // mount, is said by its place in the filesystem; the rest is shown.
+  ASSERT_EQ(Sh("cd '" + P(dir) + "' && " LMC_TOOLS_BIN_DIR "/lmcfs-stat " + mnt_ + " 'no\xfe' '" + file +
+               "' >" + root_ + "/o 2>" + root_ + "/e"),
+            1);
+  EXPECT_EQ(ReadFile(root_ + "/e"),
+            "lmcfs-stat: cannot show '/d\\xbd/no\\xfe': no such file or directory in the filesystem\n");
+  EXPECT_NE(ReadFile(root_ + "/o").find("  " + shown + "\n"), std::string::npos) << ReadFile(root_ + "/o");
   ASSERT_EQ(Tool("lmcfs-gc", mnt_ + " --threshold 1 --json", &out, &err), 0) << out << err;
   EXPECT_GT(json::parse(out)["bytes_reclaimed"].get<uint64_t>(), 0u) << out;
   ASSERT_EQ(Tool("lmcfs-fsck", mnt_ + " --deep --json", &out, &err), 0) << out << err;

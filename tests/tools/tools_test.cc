@@ -354,6 +354,15 @@ TEST_F(ToolsOffline, NamesThatAreNotUtf8AreEscapedAndFoundByTheirBytes) {
   EXPECT_EQ(Json(r)["entries"].size(), 2u) << r.out;
   r = RunTool(StatMain, "lmcfs-stat", {store_dir_, "/d\\xbd"});
   EXPECT_EQ(r.rc, 1) << r.out;  // the escaped spelling is another name
+  EXPECT_EQ(r.out, "");
+  EXPECT_EQ(r.err, "lmcfs-stat: cannot show '/d\\xbd': no such file or directory in the filesystem\n");
+  // One there and one not: the one there shown, the other said, exit 1.
+  r = RunTool(StatMain, "lmcfs-stat", {store_dir_, "/two\nlines", "/d\xbd/no\xfe"});
+  EXPECT_EQ(r.rc, 1) << r.out;
+  EXPECT_NE(r.out.find("  /two\\x0alines\n"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("/d\\xbd"), std::string::npos) << r.out;
+  EXPECT_EQ(r.err,
+            "lmcfs-stat: cannot show '/d\\xbd/no\\xfe': no such file or directory in the filesystem\n");
 
   r = RunTool(GcMain, "lmcfs-gc", {store_dir_, "--threshold", "1", "--json"});
   ASSERT_EQ(r.rc, 0) << r.out << r.err;
@@ -828,8 +837,16 @@ TEST_F(ToolsControl, StatGcFsckOverTheSocket) {
 
   r = Call({{"op", "launch"}});
   EXPECT_FALSE(r["ok"].get<bool>());
+  // A missing path is listed, as ls and du go on past one: the others shown.
   r = Call({{"op", "stat"}, {"paths", {"/missing"}}});
-  EXPECT_FALSE(r["ok"].get<bool>());
+  ASSERT_TRUE(r["ok"].get<bool>()) << r.dump();
+  EXPECT_EQ(r["result"]["not_found"], json::array({"/missing"}));
+  EXPECT_EQ(r["result"]["entries"], json::array());
+  r = Call({{"op", "stat"}, {"paths", {"/missing", "/x.bin", "/gone/"}}});
+  ASSERT_TRUE(r["ok"].get<bool>()) << r.dump();
+  EXPECT_EQ(r["result"]["not_found"], json::array({"/missing", "/gone"}));
+  ASSERT_EQ(r["result"]["entries"].size(), 1u);
+  EXPECT_EQ(r["result"]["entries"][0]["path"], "/x.bin");
   // A newer client's version is refused by name.
   std::string resp;
   ASSERT_TRUE(fs::control::Call(fs::control::SocketPath(store_dir_), R"({"op":"stat"})", {}, &resp).ok());

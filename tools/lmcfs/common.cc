@@ -95,9 +95,20 @@ std::string Unescape(const std::string& s) {
   return o;
 }
 
+// The canonical path of p; for a name that does not exist (yet: the tool
+// says so), its directory's canonical path and the name, so that a missing
+// file is still named by where it would be.
 std::string Real(const std::string& p) {
   char buf[PATH_MAX];
-  return ::realpath(p.c_str(), buf) ? std::string(buf) : p;
+  if (::realpath(p.c_str(), buf)) return buf;
+  std::string q = p;
+  while (q.size() > 1 && q.back() == '/') q.pop_back();
+  const auto slash = q.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : q.substr(0, slash);
+  const std::string name = slash == std::string::npos ? q : q.substr(slash + 1);
+  if (name.empty() || name == "." || name == ".." || !::realpath(dir.c_str(), buf)) return p;
+  const std::string d = buf;
+  return d == "/" ? "/" + name : d + "/" + name;
 }
 
 }  // namespace

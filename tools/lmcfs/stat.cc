@@ -21,7 +21,8 @@ constexpr const char* kStatDescription =
     "says), stored bytes (what `du` says), the ratio logical/stored, and what was saved by "
     "the codec, by deltas against earlier checkpoints (an estimate) and by deduplication; "
     "per file and per directory (a directory sums its subtree), then the store's totals. "
-    "TARGET is a mountpoint (asks the daemon) or an unmounted store directory.";
+    "TARGET is a mountpoint (asks the daemon) or an unmounted store directory. Exit code 0, "
+    "or 1 when a PATH does not exist (the others are shown) or on an error.";
 
 std::string Size(const json& v, bool bytes) {
   const int64_t n = v.get<int64_t>();  // savings may be negative (codec overhead)
@@ -273,8 +274,17 @@ int StatMain(int argc, char** argv, std::ostream& out, std::ostream& err) {
   // holds and hides is said after them.
   const json u = t->online ? UnionReport(t->mountpoint) : json();
   if (!u.is_null()) doc["union"] = u;
+  // A name that is not there is said, as ls and du say it, and the rest
+  // shown; the exit code is then 1.
+  const json missing = doc.value("not_found", json::array());
+  for (const auto& m : missing)
+    err << "lmcfs-stat: cannot show '" << EscapeBytes(m.get<std::string>(), true)
+        << "': no such file or directory in the filesystem\n";
+  const int rc = missing.empty() ? 0 : 1;
   if (as_json) {
     out << fs::control::DumpJson(doc, 2) << "\n";
+  } else if (!missing.empty() && doc["entries"].empty()) {
+    // Nothing asked for exists: no table of nothing.
   } else {
     PrintTable(doc, sort, reverse, bytes, files_only, out);
     if (!u.is_null()) {
@@ -287,7 +297,7 @@ int StatMain(int argc, char** argv, std::ostream& out, std::ostream& err) {
       for (const auto& h : u["hidden"]) out << "    " << EscapeBytes(h.get<std::string>(), true) << "\n";
     }
   }
-  return 0;
+  return rc;
 }
 
 }  // namespace lmc::tools

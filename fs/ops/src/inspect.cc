@@ -265,8 +265,11 @@ Result<TreeReport> InspectTree(store::Store* st, const std::vector<std::string>&
     bool found = false;
     for (const auto& [q, ino] : t.paths)
       if (q == p) found = true;
-    if (!found) return Status::NotFound("no file or directory " + p + " in the filesystem");
-    want.push_back(p);
+    if (found) {
+      want.push_back(p);
+    } else {
+      rep.not_found.push_back(p);
+    }
   }
   auto under = [](const std::string& p, const std::string& dir) {
     if (dir == "/") return true;
@@ -296,7 +299,7 @@ Result<TreeReport> InspectTree(store::Store* st, const std::vector<std::string>&
       if (d != index.end()) rep.entries[d->second].space.Add(e.space);
     }
   }
-  if (!want.empty()) {
+  if (!paths.empty()) {  // even when none was found: then no entry
     std::vector<TreeEntry> kept;
     for (auto& e : rep.entries) {
       bool keep = false;

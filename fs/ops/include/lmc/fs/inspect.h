@@ -72,12 +72,13 @@ struct StoreTotals {
 struct TreeReport {
   std::vector<TreeEntry> entries;  // files and directories, in path order
   StoreTotals totals;
+  std::vector<std::string> not_found;  // the paths asked for that do not exist, in the order asked
 };
 
 // Walks the tree from the root. `paths` ("/a/b", relative to the root;
 // empty: everything) limit the entries reported to those paths and what lies
-// below them; totals always cover the whole store. kNotFound names a path
-// that does not exist.
+// below them; totals always cover the whole store. A path that does not
+// exist is listed in not_found (as ls and du go on past a missing name).
 Result<TreeReport> InspectTree(store::Store* store, const std::vector<std::string>& paths = {});
 
 // Filesystem-level consistency (the store's own checks are Store::Fsck).
