@@ -312,6 +312,32 @@ TEST_F(ToolsOffline, FsckFindsABitFlipAndNamesTheFile) {
   EXPECT_EQ(qj["affected_files"], json::array({"/run/bad.bin"}));
 }
 
+// PATH arguments select subtrees, not name prefixes; a path asked twice, or
+// inside another asked, shows each entry once; "/" is everything.
+TEST_F(ToolsOffline, StatPathsSelectSubtreesNotPrefixes) {
+  const uint64_t ck = Mkdir(fs::kRootIno, "ck");
+  Write(Mkdir(ck, "sub"), "f", "1");
+  Write(ck, "g", "22");
+  Write(Mkdir(fs::kRootIno, "ck2"), "h", "333");
+  Write(fs::kRootIno, "ck.bin", "4444");
+  Close();
+  auto paths = [&](std::vector<std::string> args) {
+    args.insert(args.begin(), {store_dir_, "--json"});
+    auto r = RunTool(StatMain, "lmcfs-stat", args);
+    EXPECT_EQ(r.rc, 0) << r.err;
+    std::vector<std::string> out;
+    const json j = Json(r);
+    for (const auto& e : j["entries"]) out.push_back(e["path"]);
+    return out;
+  };
+  using V = std::vector<std::string>;
+  EXPECT_EQ(paths({"/ck"}), (V{"/ck", "/ck/g", "/ck/sub", "/ck/sub/f"}));
+  EXPECT_EQ(paths({"ck/sub/", "/ck/sub/f", "/ck/sub"}), (V{"/ck/sub", "/ck/sub/f"}));
+  EXPECT_EQ(paths({"/ck2", "/ck.bin"}), (V{"/ck.bin", "/ck2", "/ck2/h"}));
+  EXPECT_EQ(paths({"/"}).size(), 8u);
+  EXPECT_EQ(paths({}).size(), 8u);
+}
+
 // A file name is any bytes but '/' and NUL (a checkpoint named in latin-1,
 // a name cut in the middle of a UTF-8 sequence), while JSON is UTF-8:
 // stat shows such names with the odd bytes as \xNN, gives their exact bytes

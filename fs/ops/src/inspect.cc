@@ -7,7 +7,9 @@
 
 #include <algorithm>
 #include <map>
+#include <string_view>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "lmc/bytes.h"
 #include "lmc/fs/records.h"
@@ -262,19 +264,13 @@ Result<TreeReport> InspectTree(store::Store* st, const std::vector<std::string>&
   for (std::string p : paths) {
     while (p.size() > 1 && p.back() == '/') p.pop_back();
     if (p.empty() || p[0] != '/') p = "/" + p;
-    bool found = false;
-    for (const auto& [q, ino] : t.paths)
-      if (q == p) found = true;
-    if (found) {
+    auto at = std::lower_bound(t.paths.begin(), t.paths.end(), std::pair<std::string, uint64_t>(p, 0));
+    if (at != t.paths.end() && at->first == p) {
       want.push_back(p);
     } else {
       rep.not_found.push_back(p);
     }
   }
-  auto under = [](const std::string& p, const std::string& dir) {
-    if (dir == "/") return true;
-    return p == dir || (p.size() > dir.size() && p.compare(0, dir.size(), dir) == 0 && p[dir.size()] == '/');
-  };
   for (const auto& [path, ino] : t.paths) {
     auto it = s.inodes.find(ino);
     if (it == s.inodes.end()) continue;  // dangling: CheckTree reports it
@@ -300,12 +296,21 @@ Result<TreeReport> InspectTree(store::Store* st, const std::vector<std::string>&
     }
   }
   if (!paths.empty()) {  // even when none was found: then no entry
+    // An entry is kept when it or a directory above it was asked for:
+    // a walk up its path, not a pass over every path asked (many paths
+    // against a large tree).
+    const std::unordered_set<std::string> asked(want.begin(), want.end());
+    auto under_asked = [&](std::string_view p) {
+      for (;;) {
+        if (asked.count(std::string(p))) return true;
+        if (p == "/") return false;
+        const size_t slash = p.rfind('/');
+        p = slash == 0 ? std::string_view("/") : p.substr(0, slash);
+      }
+    };
     std::vector<TreeEntry> kept;
-    for (auto& e : rep.entries) {
-      bool keep = false;
-      for (const auto& w : want) keep = keep || under(e.path, w);
-      if (keep) kept.push_back(std::move(e));
-    }
+    for (auto& e : rep.entries)
+      if (under_asked(e.path)) kept.push_back(std::move(e));
     rep.entries = std::move(kept);
   }
   return rep;
