@@ -334,6 +334,10 @@ TEST_F(ToolsOffline, StatPathsSelectSubtreesNotPrefixes) {
   EXPECT_EQ(paths({"/ck"}), (V{"/ck", "/ck/g", "/ck/sub", "/ck/sub/f"}));
   EXPECT_EQ(paths({"ck/sub/", "/ck/sub/f", "/ck/sub"}), (V{"/ck/sub", "/ck/sub/f"}));
   EXPECT_EQ(paths({"/ck2", "/ck.bin"}), (V{"/ck.bin", "/ck2", "/ck2/h"}));
+  // Offline there is no kernel to resolve "." and "..": they are resolved
+  // by name, never above the root.
+  EXPECT_EQ(paths({"./ck//sub/../sub/./f"}), (V{"/ck/sub/f"}));
+  EXPECT_EQ(paths({"../../ck2/"}), (V{"/ck2", "/ck2/h"}));
   EXPECT_EQ(paths({"/"}).size(), 8u);
   EXPECT_EQ(paths({}).size(), 8u);
 }

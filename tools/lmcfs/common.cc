@@ -111,6 +111,29 @@ std::string Real(const std::string& p) {
   return d == "/" ? "/" + name : d + "/" + name;
 }
 
+// p as a path from the filesystem's root: "." and empty parts dropped,
+// ".." taking the part before it (never above the root), as the kernel
+// would resolve it inside the mount; an unmounted store has no kernel to
+// ask.
+std::string Lexical(const std::string& p) {
+  std::vector<std::string> parts;
+  size_t i = 0;
+  while (i <= p.size()) {
+    size_t j = p.find('/', i);
+    if (j == std::string::npos) j = p.size();
+    const std::string part = p.substr(i, j - i);
+    if (part == "..") {
+      if (!parts.empty()) parts.pop_back();
+    } else if (!part.empty() && part != ".") {
+      parts.push_back(part);
+    }
+    i = j + 1;
+  }
+  std::string out;
+  for (const auto& part : parts) out += "/" + part;
+  return out.empty() ? "/" : out;
+}
+
 }  // namespace
 
 std::vector<LmcfsMount> ListLmcfsMounts(const std::string& mounts_file) {
@@ -253,8 +276,7 @@ std::vector<std::string> FsPaths(const Target& t, const std::vector<std::string>
       const std::string r = Real(p);
       if (r.rfind(t.mountpoint + "/", 0) == 0) p = r.substr(t.mountpoint.size());
     }
-    if (p.empty() || p[0] != '/') p = "/" + p;
-    out.push_back(p);
+    out.push_back(Lexical(p));
   }
   return out;
 }
