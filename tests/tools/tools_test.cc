@@ -312,6 +312,31 @@ TEST_F(ToolsOffline, FsckFindsABitFlipAndNamesTheFile) {
   EXPECT_EQ(qj["affected_files"], json::array({"/run/bad.bin"}));
 }
 
+// A file of several names (hard links) counts once in each directory that
+// holds any of them, as du counts it, and once in the totals; each name's
+// own row shows the file.
+TEST_F(ToolsOffline, StatCountsAHardLinkedFileOncePerDirectory) {
+  const uint64_t h = Mkdir(fs::kRootIno, "h"), other = Mkdir(fs::kRootIno, "other");
+  const std::string data = RandomData(700 << 10, 51);
+  const uint64_t ino = Write(h, "a", data);
+  struct stat st;
+  ASSERT_EQ(fs_->Link(ino, h, "b", &st), 0);
+  ASSERT_EQ(fs_->Link(ino, other, "c", &st), 0);
+  Write(other, "d", "dd");
+  Close();
+  auto r = RunTool(StatMain, "lmcfs-stat", {store_dir_, "--json"});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const json j = Json(r);
+  std::map<std::string, json> by;
+  for (const auto& e : j["entries"]) by[e["path"]] = e;
+  for (const char* p : {"/h/a", "/h/b", "/other/c", "/h"}) EXPECT_EQ(by[p]["logical"], data.size()) << p;
+  EXPECT_EQ(by["/other"]["logical"], data.size() + 2);
+  EXPECT_EQ(by["/"]["logical"], j["totals"]["logical"]);
+  EXPECT_EQ(by["/"]["stored"], j["totals"]["stored"]);
+  EXPECT_EQ(by["/h"]["stored"], by["/h/a"]["stored"]);
+  EXPECT_EQ(by["/h/a"]["nlink"], 3u);
+}
+
 // PATH arguments select subtrees, not name prefixes; a path asked twice, or
 // inside another asked, shows each entry once; "/" is everything.
 TEST_F(ToolsOffline, StatPathsSelectSubtreesNotPrefixes) {

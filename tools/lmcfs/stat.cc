@@ -20,7 +20,8 @@ constexpr const char* kStatDescription =
     "Shows how much space files on lmcfs take: logical bytes (what `du --apparent-size` "
     "says), stored bytes (what `du` says), the ratio logical/stored, and what was saved by "
     "the codec, by deltas against earlier checkpoints (an estimate) and by deduplication; "
-    "per file and per directory (a directory sums its subtree), then the store's totals. "
+    "per file and per directory (a directory sums its subtree, hard links once, as du does), "
+    "then the store's totals. "
     "TARGET is a mountpoint (asks the daemon) or an unmounted store directory. Exit code 0, "
     "or 1 when a PATH does not exist (the others are shown) or on an error.";
 

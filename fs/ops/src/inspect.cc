@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 #include <string_view>
 #include <unordered_map>
 #include <unordered_set>
@@ -282,9 +283,12 @@ Result<TreeReport> InspectTree(store::Store* st, const std::vector<std::string>&
     if (!S_ISDIR(e.mode)) e.space = per_ino[ino];
     rep.entries.push_back(std::move(e));
   }
-  // Add each non-directory to every ancestor directory.
+  // Add each non-directory to every ancestor directory, an inode once per
+  // directory however many of its names lie below it (as du counts hard
+  // links), so that a directory's figures are those of what it holds.
   std::unordered_map<std::string, size_t> index;
   for (size_t i = 0; i < rep.entries.size(); i++) index[rep.entries[i].path] = i;
+  std::set<std::pair<size_t, uint64_t>> linked;  // (directory, inode) added, for inodes of several names
   for (const auto& e : rep.entries) {
     if (S_ISDIR(e.mode)) continue;
     std::string p = e.path;
@@ -292,7 +296,9 @@ Result<TreeReport> InspectTree(store::Store* st, const std::vector<std::string>&
       size_t slash = p.rfind('/');
       p = slash == 0 ? "/" : p.substr(0, slash);
       auto d = index.find(p);
-      if (d != index.end()) rep.entries[d->second].space.Add(e.space);
+      if (d == index.end()) continue;
+      if (t.paths_of[e.ino].size() > 1 && !linked.emplace(d->second, e.ino).second) continue;
+      rep.entries[d->second].space.Add(e.space);
     }
   }
   if (!paths.empty()) {  // even when none was found: then no entry
