@@ -662,6 +662,14 @@ TEST_F(ToolsOffline, RetentionListsAndDeletesOnlyWithYes) {
   const std::string ck = tmp_.path() + "/ckpts";
   for (int i = 1; i <= 12; i++) std::filesystem::create_directories(ck + "/step-" + std::to_string(i * 100));
   std::filesystem::create_directories(ck + "/other");
+  // Links named like checkpoints are not checkpoints: not counted among
+  // the last two kept (step-9999 would be the newest), never deleted or
+  // followed; a file so named is not a directory.
+  const std::string outside = tmp_.path() + "/outside";
+  std::filesystem::create_directories(outside + "/keep");
+  std::filesystem::create_directory_symlink(ck + "/step-100", ck + "/step-9999");
+  std::filesystem::create_directory_symlink(outside, ck + "/step-150");
+  std::ofstream(ck + "/step-160") << "a file";
   Close();
   auto r = RunTool(GcMain, "lmcfs-gc",
                    {store_dir_, "--dir", ck, "--pattern", "step-*", "--keep-last", "2", "--keep-every", "5"});
@@ -677,7 +685,9 @@ TEST_F(ToolsOffline, RetentionListsAndDeletesOnlyWithYes) {
   ASSERT_EQ(r.rc, 0) << r.err;
   std::set<std::string> left;
   for (const auto& e : std::filesystem::directory_iterator(ck)) left.insert(e.path().filename().string());
-  EXPECT_EQ(left, (std::set<std::string>{"other", "step-100", "step-600", "step-1100", "step-1200"}));
+  EXPECT_EQ(left, (std::set<std::string>{"other", "step-100", "step-600", "step-1100", "step-1200",
+                                         "step-9999", "step-150", "step-160"}));
+  EXPECT_TRUE(std::filesystem::exists(outside + "/keep"));
 }
 
 // ------------------------------------------------------------ control channel in-process

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common.h"
+#include "lmc/text.h"
 #include "lmcfs_tools.h"
 
 namespace lmc::tools {
@@ -170,7 +171,12 @@ int GcMain(int argc, char** argv, std::ostream& out, std::ostream& err) {
     std::error_code ec;
     for (const auto& e : fsys::directory_iterator(where, ec)) {
       const std::string n = e.path().filename().string();
-      if (e.is_directory() && ::fnmatch(pattern.c_str(), n.c_str(), 0) == 0) names.push_back(n);
+      // Directories only: a symbolic link that matches (a "latest" link
+      // named like a checkpoint) is neither counted among those kept nor
+      // deleted; an entry that cannot be examined is not matched.
+      std::error_code sec;
+      const bool dir = e.is_directory(sec) && !e.is_symlink(sec) && !sec;
+      if (dir && ::fnmatch(pattern.c_str(), n.c_str(), 0) == 0) names.push_back(n);
     }
     if (ec) {
       err << "lmcfs-gc: cannot list " << where << ": " << ec.message() << "\n";
@@ -182,7 +188,7 @@ int GcMain(int argc, char** argv, std::ostream& out, std::ostream& err) {
     if (!as_json) {
       out << (yes && !dry_run ? "deleting" : "would delete") << " " << victims.size() << " of "
           << names.size() << " checkpoint directories in " << where << ":\n";
-      for (const auto& v : victims) out << "  " << v << "\n";
+      for (const auto& v : victims) out << "  " << EscapeBytes(v, /*controls=*/true) << "\n";
       if (!yes && !victims.empty()) out << "(nothing deleted: add --yes to delete them)\n";
     }
     uint64_t left = 0;
