@@ -28,7 +28,7 @@ bool JsonAccepts(const std::string& s) {
 }
 
 TEST(Text, ValidUtf8IsKeptAsItIs) {
-  for (const std::string s : {std::string(), std::string("plain.bin"), std::string("a\\xbd"),
+  for (const std::string& s : {std::string(), std::string("plain.bin"), std::string("a\\xbd"),
                               std::string("gr\xc3\xbc\xc3\x9f"),  // U+00FC U+00DF
                               std::string("\xe2\x82\xac"),        // U+20AC
                               std::string("\xed\x9f\xbf"),        // U+D7FF, below surrogates
@@ -97,8 +97,11 @@ TEST(Text, RandomBytesAgreeWithTheJsonLibrary) {
     const std::string e = EscapeBytes(s);
     EXPECT_TRUE(IsValidUtf8(e)) << EscapeBytes(s, true);
     EXPECT_TRUE(JsonAccepts(e));
-    if (valid) EXPECT_EQ(e, s);
-    if (!valid) EXPECT_NE(e, s);
+    if (valid) {
+      EXPECT_EQ(e, s);
+    } else {
+      EXPECT_NE(e, s);
+    }
   }
 }
 
