@@ -29,13 +29,13 @@ bool JsonAccepts(const std::string& s) {
 
 TEST(Text, ValidUtf8IsKeptAsItIs) {
   for (const std::string& s : {std::string(), std::string("plain.bin"), std::string("a\\xbd"),
-                              std::string("gr\xc3\xbc\xc3\x9f"),  // U+00FC U+00DF
-                              std::string("\xe2\x82\xac"),        // U+20AC
-                              std::string("\xed\x9f\xbf"),        // U+D7FF, below surrogates
-                              std::string("\xee\x80\x80"),        // U+E000, above them
-                              std::string("\xf0\x9f\x98\x80"),    // U+1F600
-                              std::string("\xf4\x8f\xbf\xbf"),    // U+10FFFF, the last
-                              std::string("tab\there", 8)}) {
+                               std::string("gr\xc3\xbc\xc3\x9f"),  // U+00FC U+00DF
+                               std::string("\xe2\x82\xac"),        // U+20AC
+                               std::string("\xed\x9f\xbf"),        // U+D7FF, below surrogates
+                               std::string("\xee\x80\x80"),        // U+E000, above them
+                               std::string("\xf0\x9f\x98\x80"),    // U+1F600
+                               std::string("\xf4\x8f\xbf\xbf"),    // U+10FFFF, the last
+                               std::string("tab\there", 8)}) {
     EXPECT_TRUE(IsValidUtf8(s)) << EscapeBytes(s, true);
     EXPECT_EQ(EscapeBytes(s), s);
     EXPECT_TRUE(JsonAccepts(s));
