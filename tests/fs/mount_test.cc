@@ -766,20 +766,6 @@ TEST_F(MountTool, ErrorsAndDaemonMode) {
                               std::chrono::seconds(10), std::chrono::milliseconds(100));
   EXPECT_TRUE(ok);
   EXPECT_EQ(Sh("test \"$(cat " + mnt2_ + "/f)\" = hi"), 0);
-  // A store path that does not exist is made, and the user is told so: a
-  // mistyped path would otherwise mount an empty store without a word.
-  const std::string fresh = root_ + "/made/for/it";
-  ASSERT_EQ(Sh(bin + " " + fresh + " " + mnt_ + " 2>" + root_ + "/new.err"), 0);
-  EXPECT_EQ(ReadFile(root_ + "/new.err"),
-            "mount.lmcfs: " + fresh + " did not exist: made it for a new store\n");
-  EXPECT_TRUE(IsMounted(mnt_));
-  Sh("fusermount3 -u -z " + mnt_);
-  // The existing store mounted again: nothing said.
-  Sh("fusermount3 -u -z " + mnt2_);
-  EXPECT_TRUE(lmc::testing::WaitUntil(
-      [&] { return Sh(bin + " " + store_ + " " + mnt2_ + " 2>" + root_ + "/again.err") == 0; },
-      std::chrono::seconds(10), std::chrono::milliseconds(100)));
-  EXPECT_EQ(ReadFile(root_ + "/again.err"), "");
 }
 
 // A caller that reads the helper's output (out=$(mount.lmcfs ...), a pipe)
