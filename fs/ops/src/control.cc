@@ -486,8 +486,6 @@ Result<std::string> RunStat(store::Store& st, const std::string& store_dir,
     entries.push_back(std::move(x));
   }
   const StoreTotals& t = rep.totals;
-  json not_found = json::array();
-  for (const auto& p : rep.not_found) not_found.push_back(p);
   json totals = Figures(t.space);
   totals.update({{"inodes", t.inodes},
                  {"dirs", t.dirs},
@@ -512,7 +510,7 @@ Result<std::string> RunStat(store::Store& st, const std::string& store_dir,
     }
   }
   json j = {{"entries", entries}, {"totals", totals}};
-  if (!not_found.empty()) j["not_found"] = not_found;
+  if (!rep.not_found.empty()) j["not_found"] = rep.not_found;
   if (daemon) {
     const store::StoreStats ss = st.Stats();
     json d = {{"uptime_s", uptime_s},

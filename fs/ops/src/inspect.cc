@@ -291,13 +291,15 @@ Result<TreeReport> InspectTree(store::Store* st, const std::vector<std::string>&
   std::set<std::pair<size_t, uint64_t>> linked;  // (directory, inode) added, for inodes of several names
   for (const auto& e : rep.entries) {
     if (S_ISDIR(e.mode)) continue;
+    const auto names = t.paths_of.find(e.ino);
+    const bool several = names != t.paths_of.end() && names->second.size() > 1;
     std::string p = e.path;
     while (p != "/") {
       size_t slash = p.rfind('/');
       p = slash == 0 ? "/" : p.substr(0, slash);
       auto d = index.find(p);
       if (d == index.end()) continue;
-      if (t.paths_of[e.ino].size() > 1 && !linked.emplace(d->second, e.ino).second) continue;
+      if (several && !linked.emplace(d->second, e.ino).second) continue;
       rep.entries[d->second].space.Add(e.space);
     }
   }
