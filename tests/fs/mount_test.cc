@@ -766,6 +766,20 @@ TEST_F(MountTool, ErrorsAndDaemonMode) {
                               std::chrono::seconds(10), std::chrono::milliseconds(100));
   EXPECT_TRUE(ok);
   EXPECT_EQ(Sh("test \"$(cat " + mnt2_ + "/f)\" = hi"), 0);
+  // A store path that does not exist is made, and the user is told so: a
+  // mistyped path would otherwise mount an empty store without a word.
+  const std::string fresh = root_ + "/made/for/it";
+  ASSERT_EQ(Sh(bin + " " + fresh + " " + mnt_ + " 2>" + root_ + "/new.err"), 0);
+  EXPECT_EQ(ReadFile(root_ + "/new.err"),
+            "mount.lmcfs: " + fresh + " did not exist: made it for a new store\n");
+  EXPECT_TRUE(IsMounted(mnt_));
+  Sh("fusermount3 -u -z " + mnt_);
+  // The existing store mounted again: nothing said.
+  Sh("fusermount3 -u -z " + mnt2_);
+  EXPECT_TRUE(lmc::testing::WaitUntil(
+      [&] { return Sh(bin + " " + store_ + " " + mnt2_ + " 2>" + root_ + "/again.err") == 0; },
+      std::chrono::seconds(10), std::chrono::milliseconds(100)));
+  EXPECT_EQ(ReadFile(root_ + "/again.err"), "");
 }
 
 // A caller that reads the helper's output (out=$(mount.lmcfs ...), a pipe)
@@ -774,6 +788,9 @@ TEST_F(MountTool, ErrorsAndDaemonMode) {
 TEST_F(MountTool, DaemonKeepsNoneOfTheCallersDescriptors) {
   const std::string bin = LMC_MOUNT_BIN;
   const std::string log = root_ + "/mount.log";
+  // The store made beforehand: a helper that makes it says so on stderr,
+  // and this test wants the output of a mount that says nothing.
+  ASSERT_EQ(Sh("mkdir -p " + store_), 0);
   // `timeout` exits 124 if the command substitution waits for the daemon.
   ASSERT_EQ(Sh("timeout 30 sh -c 'out=$(" + bin + " " + store_ + " " + mnt_ + " -o log_file=" + log +
                ",log_level=info 2>&1); test -z \"$out\"'"),

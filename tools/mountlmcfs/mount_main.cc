@@ -575,8 +575,13 @@ int Validate(Options* o) {
   std::error_code ec;
   const std::filesystem::path store_path(o->store);
   if (store_path.has_parent_path()) std::filesystem::create_directories(store_path.parent_path(), ec);
-  if (!ec && mkdir(o->store.c_str(), store::kStoreDirMode) != 0 && errno != EEXIST)
-    ec = std::error_code(errno, std::generic_category());
+  bool created = false;
+  if (!ec) {
+    if (mkdir(o->store.c_str(), store::kStoreDirMode) == 0)
+      created = true;
+    else if (errno != EEXIST)
+      ec = std::error_code(errno, std::generic_category());
+  }
   if (ec) {
     std::fprintf(stderr, "mount.lmcfs: cannot create store directory %s: %s\n", o->store.c_str(),
                  ec.message().c_str());
@@ -587,6 +592,10 @@ int Validate(Options* o) {
     return 32;
   }
   o->store = buf;
+  // Said on the terminal: a mistyped store path mounts an empty store,
+  // and the checkpoints the user looks for are in the one meant.
+  if (created)
+    std::fprintf(stderr, "mount.lmcfs: %s did not exist: made it for a new store\n", o->store.c_str());
   // A new store in an empty directory the user made for it (`mkdir S &&
   // mount.lmcfs S M`): nothing in it to protect yet, so it becomes the
   // owner's only instead of being refused.
