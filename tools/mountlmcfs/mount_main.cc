@@ -592,7 +592,7 @@ int Validate(Options* o) {
     return 32;
   }
   o->store = buf;
-  // Said on the terminal: a mistyped store path mounts an empty store,
+  // Said on stderr: a mistyped store path mounts an empty store,
   // and the checkpoints the user looks for are in the one meant.
   if (created)
     std::fprintf(stderr, "mount.lmcfs: %s did not exist: made it for a new store\n", o->store.c_str());
