@@ -489,6 +489,9 @@ class CudaBackend {
     return Sync();
   }
   Status Zero(void* d, size_t n) { return CudaStatus(cudaMemsetAsync(d, 0, n, stream_), "memset"); }
+  // A frame the encoder has just written (the host backend injects faults
+  // here; the device is left as it is).
+  void AfterEncode(uint8_t*, size_t) {}
 
   template <typename Body, typename Args>
   Status Launch(size_t count, const Args& a) {

@@ -281,6 +281,7 @@ class FrameWriter {
       items[i].dst = f.data();
       items[i].cap = f.size();
     }
+    const uint64_t verify_failures = gpu_->stats().encode_verify_failures;
     Status s = gpu_->EncodeBatch(items.data(), count);
     if (!s.ok()) {
       stats_.gpu_failed_batches++;
@@ -291,7 +292,15 @@ class FrameWriter {
     sizes_.clear();
     for (const GpuEncodeItem& it : items)
       sizes_.push_back(it.status.ok() ? Result<size_t>(it.len) : it.status);
-    stats_.gpu_chunks += count;
+    // Frames that did not decode back on the device were encoded again on
+    // the CPU by the codec (its items are right); a device that writes such
+    // frames is not used again.
+    const uint64_t failed = gpu_->stats().encode_verify_failures - verify_failures;
+    if (failed) {
+      stats_.gpu_verify_failures += failed;
+      gpu_ = nullptr;
+    }
+    stats_.gpu_chunks += count - std::min<uint64_t>(failed, count);
     return EmitFrames(chunks, count);
   }
 

@@ -16,7 +16,7 @@ namespace {
 // The injected faults' counters, shared by the lanes.
 struct FaultState {
   EmulatedFaults plan;
-  std::atomic<uint64_t> launches{0}, allocs{0};
+  std::atomic<uint64_t> launches{0}, allocs{0}, frames{0};
 };
 
 class HostBackend {
@@ -67,6 +67,12 @@ class HostBackend {
   Status Histograms(EncStream*, uint32_t* hist, const EncStream* host, size_t count, const uint8_t* sbuf) {
     for (size_t s = 0; s < count; ++s) Histogram(sbuf + host[s].buf, host[s].n, hist + 256 * s);
     return Status::Ok();
+  }
+  // A frame the encoder has just written to device memory (EncodeOneBatch).
+  void AfterEncode(uint8_t* frame, size_t len) {
+    if (!faults_ || !faults_->plan.flip_frame || !len) return;
+    if (++faults_->frames == faults_->plan.flip_frame)
+      frame[std::min<size_t>(len - 1, len * faults_->plan.flip_at_permille / 1000)] ^= 0x10;
   }
   Status Sync() { return Status::Ok(); }
   Status Bind() { return Status::Ok(); }

@@ -1701,9 +1701,21 @@ class BatchCodec final : public GpuCodec {
     B& be = l.be;
     be.Reset();
     std::vector<uint8_t*> outs(gpu.size());
+    std::vector<bool> redo;  // frames that did not decode back: the CPU's to encode
     if (device) {
       for (size_t c = 0; c < gpu.size(); ++c) outs[c] = items[gpu[c]].dst;
       LMC_RETURN_IF_ERROR(EncodeOnDevice(be, items, gpu, outs, false, o_.huffman_block_log2));
+      for (size_t c = 0; c < gpu.size(); ++c)
+        if (items[gpu[c]].status.ok()) be.AfterEncode(items[gpu[c]].dst, items[gpu[c]].len);
+      if (o_.verify_encode) {
+        std::vector<VerifyFrame> v(gpu.size());
+        for (size_t c = 0; c < gpu.size(); ++c) {
+          const GpuEncodeItem& it = items[gpu[c]];
+          const size_t base_len = it.widened_base_offset ? it.base_len : it.n;
+          v[c] = {it.status.ok(), it.dst, it.len, nullptr, it.base, base_len, base_len, false, it.n};
+        }
+        LMC_RETURN_IF_ERROR(VerifyOnDevice(l, v, true, &redo));
+      }
     } else {
       // Host memory: the batch is gathered into one pinned buffer (host
       // copies in parallel), sent with one copy, and the frames come back
@@ -1742,22 +1754,138 @@ class BatchCodec final : public GpuCodec {
         idx[c] = c;
       }
       LMC_RETURN_IF_ERROR(EncodeOnDevice(be, staged.data(), idx, outs, true, o_.huffman_block_log2));
+      for (size_t c = 0; c < gpu.size(); ++c)
+        if (staged[c].status.ok()) be.AfterEncode(outs[c], staged[c].len);
       size_t end = 0;
       for (size_t c = 0; c < gpu.size(); ++c) end = std::max(end, out_off[c] + staged[c].len);
       uint8_t* pout = pin + in_bytes;
       LMC_RETURN_IF_ERROR(be.ToHostAsync(pout, dout, end));
       LMC_RETURN_IF_ERROR(be.Sync());
+      if (o_.verify_encode) {
+        // The frames are still on the device (dout) and their heads on the
+        // host (pout); the bases as staged (a twin's range only).
+        std::vector<VerifyFrame> v(gpu.size());
+        for (size_t c = 0; c < gpu.size(); ++c) {
+          const GpuEncodeItem& it = items[gpu[c]];
+          v[c] = {staged[c].status.ok(),
+                  outs[c],
+                  staged[c].len,
+                  pout + out_off[c],
+                  staged[c].base,
+                  staged[c].base_len,
+                  it.widened_base_offset ? it.base_len : it.n,
+                  true,
+                  it.n};
+        }
+        LMC_RETURN_IF_ERROR(VerifyOnDevice(l, v, false, &redo));
+      }
       Pool().ParallelFor(gpu.size(), 0, [&](size_t c, size_t) {
         GpuEncodeItem& it = items[gpu[c]];
         it.status = staged[c].status;
         it.len = staged[c].len;
-        if (it.status.ok()) std::memcpy(it.dst, pout + out_off[c], it.len);
+        if (it.status.ok() && (redo.empty() || !redo[c])) std::memcpy(it.dst, pout + out_off[c], it.len);
       });
     }
     LMC_RETURN_IF_ERROR(be.Sync());
+    // Frames that did not decode back: the CPU encodes their chunks (the
+    // items' own memory: host, or device through host copies).
+    size_t failed = 0;
+    for (size_t c = 0; c < redo.size(); ++c) {
+      if (!redo[c]) continue;
+      EncodeOnCpu(l, items[gpu[c]], device);
+      failed++;
+    }
     uint64_t bytes = 0;
-    for (size_t g : gpu) bytes += items[g].n;
-    Count(true, gpu.size(), bytes);
+    for (size_t c = 0; c < gpu.size(); ++c)
+      if (redo.empty() || !redo[c]) bytes += items[gpu[c]].n;
+    Count(true, gpu.size() - failed, bytes);
+    if (o_.verify_encode) {
+      std::lock_guard<std::mutex> lk(stats_mu_);
+      stats_.encode_verified_chunks += gpu.size() - failed;
+      stats_.encode_verify_failures += failed;
+    }
+    return Status::Ok();
+  }
+
+  // A frame the device has just written, for VerifyOnDevice.
+  struct VerifyFrame {
+    bool written;          // the encoder gave it an OK status (else nothing to check)
+    const uint8_t* frame;  // device memory
+    size_t len;
+    const uint8_t* head;   // its bytes on the host, or null (device calls: gathered)
+    const uint8_t* base;   // device memory: the base as the encoder read it
+    size_t base_len;       // of `base`
+    size_t plan_base_len;  // the item's own (PlanDecode's checks): a twin chunk's whole length, else n
+    bool twin_staged;      // a paired chunk's base is its twin's range already
+    size_t n;              // the chunk's bytes
+  };
+
+  // GpuCodecOptions::verify_encode: the device decodes the frames of one
+  // encode batch from device memory, into scratch memory, with the
+  // decoder's own checks (headers, coder headers, payload bounds, the
+  // XXH3 checksum the encoder took of the chunk's bytes). (*redo)[c]: frame
+  // c did not decode back, or its header does not plan as a frame the
+  // device decodes (every frame the device writes does), so the caller has
+  // the CPU encode that chunk. `device`: a device call, whose frames' heads
+  // are gathered here (the lane's memory is recycled: the encode is done
+  // with it).
+  Status VerifyOnDevice(Lane& l, const std::vector<VerifyFrame>& v, bool device, std::vector<bool>* redo) {
+    B& be = l.be;
+    const size_t nf = v.size();
+    redo->assign(nf, false);
+    constexpr size_t kHead = frame::HeaderSize(frame::kMaxStreams, true) + hd::kHuffMaxBlockedHead;
+    std::vector<uint8_t> heads;
+    if (device) {
+      std::vector<GpuDecodeItem> g(nf);
+      for (size_t c = 0; c < nf; ++c) {
+        g[c].frame = v[c].written ? v[c].frame : nullptr;
+        g[c].len = v[c].len;
+      }
+      LMC_RETURN_IF_ERROR(GatherHeads(l, g.data(), nf, kHead, &heads));
+    }
+    size_t scratch_bytes = 0;
+    for (const VerifyFrame& f : v) scratch_bytes += Align(f.n);
+    uint8_t* scratch = be.Alloc(scratch_bytes);
+    if (!scratch) return OutOfMemory(be, "GPU: out of device memory to check an encode batch");
+    std::vector<GpuDecodeItem> dec;
+    std::vector<DecPlanItem> plan;
+    std::vector<const uint8_t*> frames;
+    std::vector<uint8_t*> outs;
+    std::vector<size_t> which;  // plan entry -> frame
+    size_t off = 0;
+    for (size_t c = 0; c < nf; ++c) {
+      const VerifyFrame& f = v[c];
+      uint8_t* out = scratch + off;
+      off += Align(f.n);
+      if (!f.written) continue;
+      // Planned as a reader would plan the stored frame: its own base length.
+      GpuDecodeItem it;
+      it.frame = f.frame;
+      it.len = f.len;
+      it.base = f.base;
+      it.base_len = f.plan_base_len;
+      it.dst = out;
+      it.cap = f.n;
+      const uint8_t* head = device ? heads.data() + c * kHead : f.head;
+      const size_t head_len = device ? std::min(kHead, f.len) : f.len;
+      std::optional<DecPlanItem> p = PlanDecode(it, dec.size(), head, head_len);
+      if (!p || p->fi.decoded_size != f.n || p->fi.frame_size != f.len) {
+        (*redo)[c] = true;
+        continue;
+      }
+      if (f.twin_staged) p->fi.base_offset = 0;  // the staged base is the twin's range
+      it.base_len = f.base_len;
+      dec.push_back(it);
+      plan.push_back(std::move(*p));
+      frames.push_back(f.frame);
+      outs.push_back(out);
+      which.push_back(c);
+    }
+    std::vector<bool> bad, fused;
+    LMC_RETURN_IF_ERROR(DecodeOnDevice(be, dec.data(), plan, frames, outs, bad, o_.fuse_merge, o_.fuse_hash,
+                                       o_.huffman_block_log2, &fused));
+    for (size_t k = 0; k < which.size(); ++k)
+      if (bad[k]) (*redo)[which[k]] = true;
     return Status::Ok();
   }
 
@@ -2041,11 +2169,18 @@ std::unique_ptr<GpuCodec> OpenHostEmulatedCodec(const GpuCodecOptions& o = {});
 
 // Faults the host backend injects, for tests of the failure paths: the
 // n-th kernel launch (counted from 1 over all lanes) fails, or throws
-// std::bad_alloc, the n-th allocation fails. 0: never.
+// std::bad_alloc, the n-th allocation fails, the n-th frame written is
+// changed. 0: never.
 struct EmulatedFaults {
   uint64_t fail_launch = 0;
   uint64_t throw_launch = 0;
   uint64_t fail_alloc = 0;
+  // The n-th frame the device writes (counted from 1 over all lanes and
+  // calls) has byte flip_at_permille / 1000 of its length flipped in device
+  // memory right after the encoder wrote it, as a faulty device or a kernel
+  // bug would leave it (what GpuCodecOptions::verify_encode is for).
+  uint64_t flip_frame = 0;
+  uint32_t flip_at_permille = 500;
 };
 std::unique_ptr<GpuCodec> OpenHostEmulatedCodec(const GpuCodecOptions& o, const EmulatedFaults& faults);
 

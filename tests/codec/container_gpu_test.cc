@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "../fake_gpu_codec.h"
+#include "gpu_pipeline.h"  // OpenHostEmulatedCodec
 #include "lmc/container.h"
 #include "test_util.h"
 
@@ -81,6 +82,31 @@ TEST(ContainerGpuTest, BatchesOnTheGpuRoundTripThroughEitherPath) {
   ASSERT_TRUE(CompressBufferInto(data.data(), data.size(), co, &mem, &ms).ok());
   EXPECT_EQ(mem, *packed);
   EXPECT_EQ(ms.gpu_chunks, 13u);
+}
+
+// The emulated GPU pipeline with its 3rd frame changed after the encoder
+// wrote it: the codec's check (verify_encode) finds it, the CPU encodes
+// that chunk, the container is whole and the GPU is not used again by the
+// call (lmc warns).
+TEST(ContainerGpuTest, AFrameThatDoesNotDecodeBackOnTheGpuIsEncodedOnTheCpu) {
+  const auto data = Weights();
+  gpu::EmulatedFaults faults;
+  faults.flip_frame = 3;
+  auto gpu = gpu::OpenHostEmulatedCodec({}, faults);
+  CompressOptions co;
+  co.chunk_size = 64 << 10;
+  co.gpu = gpu.get();
+  CompressStats cs;
+  auto packed = CompressStreamed(data, co, &cs);
+  ASSERT_TRUE(packed.ok()) << packed.status().ToString();
+  EXPECT_EQ(cs.chunks, 13u);
+  EXPECT_EQ(cs.gpu_verify_failures, 1u);
+  EXPECT_EQ(cs.gpu_chunks, 12u);
+  EXPECT_EQ(cs.gpu_failed_batches, 0u);
+  EXPECT_EQ(gpu->stats().encode_verify_failures, 1u);
+  auto back = DecompressBuffer(packed->data(), packed->size());
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(*back, data);
 }
 
 TEST(ContainerGpuTest, ADeviceFailureMovesTheBatchAndTheRestToTheCpu) {

@@ -81,12 +81,26 @@ inline std::vector<GpuEncodeItem> EncodeItems(const std::vector<Case>& cases,
   return items;
 }
 
+// GpuCodecOptions::verify_encode (on by default): the `chunks` the device
+// encoded between `before` and now were all decoded back there, none
+// failing (a failure would be a device fault or a kernel bug).
+inline void ExpectVerified(GpuCodec* codec, const GpuCodecStats& before, size_t chunks) {
+  const GpuCodecStats after = codec->stats();
+  EXPECT_EQ(after.encode_verified_chunks - before.encode_verified_chunks, chunks);
+  EXPECT_EQ(after.encode_verify_failures - before.encode_verify_failures, 0u);
+}
+
 // Every item's frame is the CPU's GPU-profile frame, byte for byte.
 inline void CheckEncodeMatchesCpu(GpuCodec* codec) {
   auto cases = Cases();
   std::vector<std::vector<uint8_t>> out;
   std::vector<GpuEncodeItem> items = EncodeItems(cases, &out);
+  const GpuCodecStats before = codec->stats();
   ASSERT_TRUE(codec->EncodeBatch(items.data(), items.size()).ok());
+  size_t gpu_sized = 0;
+  for (const Case& c : cases) gpu_sized += c.src.size() >= 4096;
+  EXPECT_EQ(codec->stats().encode_chunks - before.encode_chunks, gpu_sized);
+  ExpectVerified(codec, before, gpu_sized);
   Workspace ws;
   for (size_t i = 0; i < cases.size(); ++i) {
     SCOPED_TRACE(::testing::Message() << "case " << i << " dtype " << static_cast<int>(cases[i].dtype)
@@ -443,6 +457,7 @@ inline void CheckHuffmanBlockSizes(Open open, DeviceMemory* mem) {
     before = codec->stats();
     ASSERT_TRUE(codec->EncodeBatchDevice(e.data(), e.size()).ok());
     EXPECT_EQ(codec->stats().encode_chunks - before.encode_chunks, e.size());
+    ExpectVerified(codec.get(), before, e.size());
     std::vector<GpuDecodeItem> d(e.size());
     for (size_t c = 0; c < e.size(); ++c) {
       ASSERT_TRUE(e[c].status.ok()) << e[c].status.ToString();
@@ -512,6 +527,7 @@ inline void CheckRansEncode(GpuCodec* codec) {
   const GpuCodecStats before = codec->stats();
   ASSERT_TRUE(codec->EncodeBatch(items.data(), items.size()).ok());
   EXPECT_EQ(codec->stats().encode_chunks - before.encode_chunks, cases.size());
+  ExpectVerified(codec, before, cases.size());
   Workspace ws;
   std::set<Coder> coders;
   for (size_t i = 0; i < cases.size(); ++i) {
@@ -699,6 +715,7 @@ inline void CheckPairedFrames(GpuCodec* codec, DeviceMemory* mem) {
     // Every case went to the device (the smallest is 8 KiB, over
     // kMinGpuChunk); the bad item to the CPU, which refused it.
     EXPECT_EQ(codec->stats().encode_chunks - before.encode_chunks, nc);
+    ExpectVerified(codec, before, nc);
     EXPECT_EQ(e[nc].status.code(), Code::kInvalidArgument) << e[nc].status.ToString();
     std::vector<GpuDecodeItem> d(nc);
     for (size_t i = 0; i < nc; ++i) {

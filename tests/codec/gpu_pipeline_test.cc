@@ -105,6 +105,93 @@ TEST(GpuPipeline, DeviceFailuresAreTheCallsErrorAndTheNextCallIsRight) {
   }
 }
 
+// A frame changed on the device after the encoder wrote it (a faulty
+// device, a kernel bug) at its start (the header), middle or end: with
+// verify_encode (the default) the call still gives every chunk the CPU's
+// frame, the changed one encoded again on the CPU and counted; without
+// it, that frame would have been stored as it came back and could not be
+// read. Host and device calls, several lanes, deltas and paired masters
+// among the chunks.
+TEST(GpuPipeline, EncodedFramesThatDoNotDecodeBackAreEncodedAgainOnTheCpu) {
+  auto cases = testing::Cases();
+  {
+    testing::Case paired{DType::kF32, testing::Bf16Weights(65536, 21), {}};
+    paired.base.resize(paired.src.size() / 2 + 64);  // bf16 twin, 32 elements ahead
+    for (size_t i = 0; i + 4 <= paired.src.size(); i += 4) {
+      paired.base[64 + i / 2] = paired.src[i + 2];
+      paired.base[64 + i / 2 + 1] = paired.src[i + 3];
+    }
+    cases.push_back(paired);
+  }
+  const size_t paired_case = cases.size() - 1;
+  size_t device_frames = 0;
+  for (const auto& c : cases) device_frames += c.src.size() >= gpu::kMinGpuChunk;
+  Workspace ws;
+  std::vector<std::vector<uint8_t>> ref(cases.size());
+  auto items_of = [&](std::vector<std::vector<uint8_t>>* out) {
+    auto items = testing::EncodeItems(cases, out);
+    items[paired_case].widened_base_offset = 32;
+    items[paired_case].base_len = cases[paired_case].base.size();
+    return items;
+  };
+  {
+    std::vector<std::vector<uint8_t>> out;
+    auto items = items_of(&out);
+    for (size_t i = 0; i < cases.size(); ++i) {
+      EncodeParams p{cases[i].dtype, items[i].base, EncodeProfile::kGpu};
+      p.widened_base_offset = items[i].widened_base_offset;
+      p.base_len = items[i].base_len;
+      ref[i].resize(MaxEncodedSize(cases[i].src.size()));
+      auto r = EncodeChunk(cases[i].src.data(), cases[i].src.size(), p, ref[i].data(), ref[i].size(), ws);
+      ASSERT_TRUE(r.ok()) << r.status().ToString();
+      ref[i].resize(*r);
+    }
+  }
+  for (bool device : {false, true}) {
+    for (uint32_t permille : {0u, 5u, 500u, 999u}) {
+      for (bool verify : {true, false}) {
+        SCOPED_TRACE(::testing::Message() << (device ? "device call" : "host call") << ", byte at "
+                                          << permille << "/1000, verify " << verify);
+        GpuCodecOptions o = testing::ManyLanes();
+        o.verify_encode = verify;
+        gpu::EmulatedFaults f;
+        f.flip_frame = 3;
+        f.flip_at_permille = permille;
+        auto codec = gpu::OpenHostEmulatedCodec(o, f);
+        std::vector<std::vector<uint8_t>> out;
+        auto items = items_of(&out);
+        Status st = device ? codec->EncodeBatchDevice(items.data(), items.size())
+                           : codec->EncodeBatch(items.data(), items.size());
+        ASSERT_TRUE(st.ok()) << st.ToString();
+        size_t differ = 0, unreadable = 0;
+        for (size_t i = 0; i < cases.size(); ++i) {
+          ASSERT_TRUE(items[i].status.ok()) << i << ": " << items[i].status.ToString();
+          out[i].resize(items[i].len);
+          if (out[i] == ref[i]) continue;
+          differ++;
+          std::vector<uint8_t> back(cases[i].src.size() + 1);
+          auto r = DecodeChunk(out[i].data(), out[i].size(), items[i].base,
+                               items[i].base ? cases[i].base.size() : 0, back.data(), back.size(), ws);
+          unreadable += !r.ok() || std::vector<uint8_t>(back.begin(), back.begin() + *r) != cases[i].src;
+        }
+        const GpuCodecStats s = codec->stats();
+        if (verify) {
+          EXPECT_EQ(differ, 0u);
+          EXPECT_EQ(s.encode_verify_failures, 1u);
+          EXPECT_EQ(s.encode_verified_chunks, device_frames - 1);
+          EXPECT_EQ(s.encode_chunks, device_frames - 1);
+        } else {
+          EXPECT_EQ(differ, 1u);
+          EXPECT_EQ(unreadable, 1u);
+          EXPECT_EQ(s.encode_verify_failures, 0u);
+          EXPECT_EQ(s.encode_verified_chunks, 0u);
+          EXPECT_EQ(s.encode_chunks, device_frames);
+        }
+      }
+    }
+  }
+}
+
 TEST(GpuPipeline, DeviceEntryPointsTakeTheSamePaths) {
   auto codec = gpu::OpenHostEmulatedCodec();
   HostMemory mem;

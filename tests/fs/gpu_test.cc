@@ -21,6 +21,7 @@
 #include "core_test_util.h"
 #include "encoder.h"
 #include "gpu_path.h"
+#include "gpu_pipeline.h"  // OpenHostEmulatedCodec
 #include "lmc/codec.h"
 #include "lmc/fs/delta_policy.h"
 #include "lmc/fs/filesystem.h"
@@ -314,6 +315,60 @@ TEST_F(FsGpuPool, GpuFirstFallsBackToTheCpuThreadsWhenTheDeviceFails) {
   EXPECT_EQ(counters_.gpu_failed_batches.load(), 1u);
   EXPECT_EQ(counters_.gpu_encode_chunks.load(), 0u);
   EXPECT_EQ(counters_.cpu_encode_chunks.load(), 12u);
+}
+
+// A frame changed on the device after the encoder wrote it (the emulated
+// GPU pipeline, its 3rd frame's middle byte flipped): the codec decodes
+// every frame back on the device before the call returns, finds that one
+// bad and encodes its chunk on the CPU, so every job's frame decodes to its
+// bytes; the path counts it, says why in its state, and turns the GPU off
+// for the rest of the mount (the CPU threads take the rest). With the
+// check off (verify_encode=false), the changed frame would have reached
+// its job: one job's frame does not decode.
+TEST_F(FsGpuPool, AFrameThatDoesNotDecodeBackIsEncodedOnTheCpuAndTheGpuGoesOff) {
+  for (bool verify : {true, false}) {
+    SCOPED_TRACE(verify ? "verify_encode" : "no check");
+    FsCounters counters;
+    GpuCodecOptions o;
+    o.verify_encode = verify;
+    gpu::EmulatedFaults faults;
+    faults.flip_frame = 3;
+    auto codec = gpu::OpenHostEmulatedCodec(o, faults);
+    GpuPath gpu(codec.get(), "", kMinBatch, 64 << 20, &counters, /*first=*/true);
+    std::vector<std::shared_ptr<EncodeJob>> jobs;
+    {
+      EncoderPool pool(1, &gpu, &counters);
+      for (uint64_t i = 1; i <= 12; i++) {
+        jobs.push_back(Job(i, Bf16Like(kChunk, static_cast<uint32_t>(i + 40)), nullptr));
+        pool.Submit(jobs.back());
+      }
+      ASSERT_TRUE(WaitFor([&] { return AllDone(jobs); })) << "jobs stranded";
+    }
+    size_t unreadable = 0;
+    Workspace ws;
+    for (auto& j : jobs) {
+      ASSERT_TRUE(j->status.ok()) << j->status.ToString();
+      std::vector<uint8_t> out(j->buf->size());
+      auto r = DecodeChunk(reinterpret_cast<const uint8_t*>(j->frame.data()), j->frame.size(), nullptr, 0,
+                           out.data(), out.size(), ws);
+      unreadable += !r.ok() || out != std::vector<uint8_t>(j->buf->begin(), j->buf->end());
+    }
+    EXPECT_EQ(counters.gpu_failed_batches.load(), 0u);
+    if (verify) {
+      for (auto& j : jobs) ExpectRoundTrip(*j, std::nullopt);
+      EXPECT_EQ(unreadable, 0u);
+      EXPECT_EQ(codec->stats().encode_verify_failures, 1u);
+      EXPECT_EQ(counters.gpu_verify_failures.load(), 1u);
+      EXPECT_FALSE(gpu.active());
+      EXPECT_NE(gpu.State().find("did not decode back"), std::string::npos) << gpu.State();
+    } else {
+      EXPECT_EQ(unreadable, 1u);
+      EXPECT_EQ(counters.gpu_verify_failures.load(), 0u);
+      EXPECT_TRUE(gpu.active());
+    }
+    EXPECT_EQ(counters.gpu_encode_chunks.load() + counters.cpu_encode_chunks.load(), jobs.size());
+    EXPECT_GE(counters.gpu_encode_chunks.load(), 3u);
+  }
 }
 
 TEST_F(FsGpuPool, AFailedBatchIsEncodedOnTheCpuAndTheGpuStaysOff) {

@@ -197,39 +197,53 @@ int main(int argc, char** argv) {
     enc[c].dst = out;
     enc[c].cap = cap;
   };
-  std::vector<double> t_dev_enc, t_dev_dec;
+  // The default (verify_encode: every frame decoded back on the device
+  // before the call returns) alternating round by round with a codec that
+  // does not check (the encoder alone), on the same card in the same run.
+  lmc::GpuCodecOptions unchecked_options{0, total + 1};
+  unchecked_options.verify_encode = false;
+  auto unchecked = lmc::GpuCodec::Open(unchecked_options);
+  if (!unchecked.ok()) {
+    std::fprintf(stderr, "lmc_gpu_bench: %s\n", unchecked.status().ToString().c_str());
+    return 1;
+  }
+  std::vector<double> t_dev_enc, t_dev_enc_unchecked, t_dev_dec;
   for (int r = 0; r < reps + 1; ++r) {
-    for (size_t c = 0; c < nchunks; ++c) {
-      set_enc(c, d_in + c * chunk, d_frames + c * fcap, fcap);
-    }
-    CUDA_OK(cudaDeviceSynchronize());
-    auto t0 = Clock::now();
-    auto st = codec->EncodeBatchDevice(enc.data(), enc.size());
-    CUDA_OK(cudaDeviceSynchronize());
-    if (r) t_dev_enc.push_back(Seconds(t0));
-    if (!st.ok()) {
-      std::fprintf(stderr, "GPU encode failed: %s\n", st.ToString().c_str());
-      return 1;
-    }
-    if (r == 0) {
-      // What the codec holds once it has encoded: its slabs, and the local
-      // memory the driver reserves for the largest kernel stack frame on
-      // every thread the card holds (tests/gpu/stack_check.sh).
-      CUDA_OK(cudaMemGetInfo(&free_after, &device_total));
-      size_t stack = 0;
-      CUDA_OK(cudaDeviceGetLimit(&stack, cudaLimitStackSize));
-      cudaDeviceProp p;
-      CUDA_OK(cudaGetDeviceProperties(&p, 0));
-      const double reserved =
-          static_cast<double>(stack) * p.maxThreadsPerMultiProcessor * p.multiProcessorCount;
-      std::printf(
-          "device memory after the first device encode of %.0f MiB: %.0f MiB more in use (the codec's "
-          "slabs and the stacks); per-thread stack %zu bytes, %.0f MiB reserved over %d SMs x %d "
-          "threads\n",
-          total / 1048576.0, (static_cast<double>(free_before) - static_cast<double>(free_after)) / 1048576.0,
-          stack, reserved / 1048576.0, p.multiProcessorCount, p.maxThreadsPerMultiProcessor);
+    for (lmc::GpuCodec* ec : {unchecked->get(), codec.get()}) {
+      for (size_t c = 0; c < nchunks; ++c) {
+        set_enc(c, d_in + c * chunk, d_frames + c * fcap, fcap);
+      }
+      CUDA_OK(cudaDeviceSynchronize());
+      auto t0 = Clock::now();
+      auto st = ec->EncodeBatchDevice(enc.data(), enc.size());
+      CUDA_OK(cudaDeviceSynchronize());
+      if (r) (ec == codec.get() ? t_dev_enc : t_dev_enc_unchecked).push_back(Seconds(t0));
+      if (!st.ok()) {
+        std::fprintf(stderr, "GPU encode failed: %s\n", st.ToString().c_str());
+        return 1;
+      }
+      if (r == 0 && ec == codec.get()) {
+        // What the codec holds once it has encoded: its slabs, and the local
+        // memory the driver reserves for the largest kernel stack frame on
+        // every thread the card holds (tests/gpu/stack_check.sh).
+        CUDA_OK(cudaMemGetInfo(&free_after, &device_total));
+        size_t stack = 0;
+        CUDA_OK(cudaDeviceGetLimit(&stack, cudaLimitStackSize));
+        cudaDeviceProp p;
+        CUDA_OK(cudaGetDeviceProperties(&p, 0));
+        const double reserved =
+            static_cast<double>(stack) * p.maxThreadsPerMultiProcessor * p.multiProcessorCount;
+        std::printf(
+            "device memory after the first device encode of %.0f MiB: %.0f MiB more in use (the codec's "
+            "slabs and the stacks); per-thread stack %zu bytes, %.0f MiB reserved over %d SMs x %d "
+            "threads\n",
+            total / 1048576.0,
+            (static_cast<double>(free_before) - static_cast<double>(free_after)) / 1048576.0, stack,
+            reserved / 1048576.0, p.multiProcessorCount, p.maxThreadsPerMultiProcessor);
+      }
     }
   }
+  const lmc::GpuCodecStats checked_stats = codec->stats();
   size_t gpu_bytes = 0, identical = 0;
   for (size_t c = 0; c < nchunks; ++c) {
     gpu_bytes += enc[c].len;
@@ -674,6 +688,13 @@ int main(int argc, char** argv) {
               "GPU device->device", rate(t_dev_enc), rate(t_dev_dec), gpu_ratio,
               dev_ok ? "exact" : "MISMATCH", identical, nchunks,
               static_cast<unsigned long long>(fused_chunks), nchunks);
+  std::printf(
+      "%-34s %10.2f %10s %8.3f frames checked on the device %llu/%llu, %llu did not decode back "
+      "(rounds alternating with the checked encode above)\n",
+      "GPU device->device, unchecked enc", rate(t_dev_enc_unchecked), "-", gpu_ratio,
+      static_cast<unsigned long long>(checked_stats.encode_verified_chunks),
+      static_cast<unsigned long long>(checked_stats.encode_chunks),
+      static_cast<unsigned long long>(checked_stats.encode_verify_failures));
   std::printf("%-34s %10s %10.2f %8.3f %s (rounds alternating with the line above)\n",
               "GPU device->device, fused, no hash", "-", rate(t_dev_dec_nohash), gpu_ratio,
               dev_ok ? "exact" : "MISMATCH");
@@ -742,7 +763,7 @@ int main(int argc, char** argv) {
           "\"exact\": %s},\n \"gpu_profile_cpu_ratio\": %.4f,\n"
           " \"gpu_d2d\": {\"enc_gbps\": %.3f, \"dec_gbps\": %.3f, \"ratio\": %.4f, \"exact\": %s, "
           "\"frames_identical\": %zu, \"fused_chunks\": %llu, \"dec_gbps_fused_no_hash\": %.3f, "
-          "\"dec_gbps_merge_pass\": %.3f},\n"
+          "\"dec_gbps_merge_pass\": %.3f, \"enc_gbps_unchecked\": %.3f, \"enc_verify_failures\": %llu},\n"
           " \"gpu_h2h\": {\"enc_gbps\": %.3f, \"dec_gbps\": %.3f, \"exact\": %s, \"frames_identical\": "
           "%zu},\n"
           " \"copy_bw_gbps\": %.3f,\n",
@@ -750,6 +771,7 @@ int main(int argc, char** argv) {
           rate(t_cpu_dec), cpu_ratio, cpu_exact ? "true" : "false", ref_ratio, rate(t_dev_enc),
           rate(t_dev_dec), gpu_ratio, dev_ok ? "true" : "false", identical,
           static_cast<unsigned long long>(fused_chunks), rate(t_dev_dec_nohash), rate(t_dev_dec_unfused),
+          rate(t_dev_enc_unchecked), static_cast<unsigned long long>(checked_stats.encode_verify_failures),
           host_default.enc, host_default.dec, host_ok ? "true" : "false", host_identical, copy_bw);
       std::fprintf(
           f,

@@ -824,6 +824,23 @@ TEST(ToolsStatText, CodecLinesWithAFailedGpuAndWithoutOne) {
                 "failed: 1 (12 chunks redone on the CPU)\n"),
             std::string::npos)
       << out.str();
+  {
+    // Frames the GPU wrote that did not decode back there (the codec's
+    // verify_encode): said on the same line.
+    json d2 = doc;
+    d2["daemon"]["gpu_failed_batches"] = 0;
+    d2["daemon"]["gpu_verify_failures"] = 2;
+    d2["daemon"]["gpu"] =
+        "NVIDIA H100 (off after a device failure: 2 frame(s) it wrote did not decode back on it)";
+    std::ostringstream o2;
+    PrintStat(d2.dump(), false, o2);
+    EXPECT_NE(
+        o2.str().find("  GPU: NVIDIA H100 (off after a device failure: 2 frame(s) it wrote did not decode "
+                      "back on it); batches: 1, frames that did not decode back on the GPU: 2 (encoded on "
+                      "the CPU instead)\n"),
+        std::string::npos)
+        << o2.str();
+  }
   EXPECT_NE(
       out.str().find("  waits: writers 1.25 s for the write budget (encoders behind), 0.00 s for commits\n"),
       std::string::npos)

@@ -118,6 +118,12 @@ int Compress(const std::string& in, std::string out, size_t threads, uint32_t ch
       in, out, force, false,
       [&](const ReadFn& r, const WriteFn& w) { return CompressStream(r, w, opts, &stats); }, &op_done);
   if (rc == 0) WarnGpuFailure(in, stats.gpu_failed_batches, stats.gpu_failure);
+  if (rc == 0 && stats.gpu_verify_failures)
+    std::fprintf(
+        stderr,
+        "lmc: warning: %s: the GPU wrote %llu frame(s) that did not decode back on it (a faulty device "
+        "or a GPU codec bug); the CPU encoded those chunks and the rest, nothing is lost\n",
+        in.c_str(), static_cast<unsigned long long>(stats.gpu_verify_failures));
   if (rc == 0 && !quiet) {
     std::string on_gpu;
     if (gpu)

@@ -77,6 +77,9 @@ void PrintCodec(const json& d, bool bytes, std::ostream& out) {
   if (n("gpu_failed_batches"))
     out << ", failed: " << n("gpu_failed_batches") << " (" << n("gpu_fallback_chunks")
         << " chunks redone on the CPU)";
+  if (n("gpu_verify_failures"))
+    out << ", frames that did not decode back on the GPU: " << n("gpu_verify_failures")
+        << " (encoded on the CPU instead)";
   out << "\n";
   // Where the pipelines spent their time since the mount (FsCounters' *_ns).
   if (!d.contains("write_budget_wait_ns")) return;  // a daemon of an older version

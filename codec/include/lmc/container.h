@@ -51,6 +51,10 @@ struct CompressStats {
   uint64_t gpu_chunks = 0;          // chunks the GPU encoded (CompressOptions::gpu)
   uint64_t gpu_failed_batches = 0;  // device failures (0 or 1: the rest went to the CPU)
   std::string gpu_failure;          // the failure's status, when there was one
+  // Frames the GPU wrote that did not decode back on it
+  // (GpuCodecOptions::verify_encode): the CPU encoded those chunks, and
+  // everything after them (the GPU is not used again by this call).
+  uint64_t gpu_verify_failures = 0;
 };
 
 Status CompressStream(const ReadFn& in, const WriteFn& out, const CompressOptions& opts,

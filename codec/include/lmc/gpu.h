@@ -73,6 +73,12 @@ struct GpuCodecStats {
   uint64_t decode_chunks = 0, decode_bytes = 0;  // decoded bytes out
   uint64_t decode_fused_chunks = 0;              // of decode_chunks: by the fused decoder (fuse_merge)
   uint64_t batches = 0;
+  // GpuCodecOptions::verify_encode: of encode_chunks, those whose frames
+  // the device decoded back before the call returned; and the frames that
+  // did not decode back, whose chunks the CPU encoded instead (not in
+  // encode_chunks). A failure means a faulty device or a device codec bug.
+  uint64_t encode_verified_chunks = 0;
+  uint64_t encode_verify_failures = 0;
 };
 
 struct GpuCodecOptions {
@@ -106,6 +112,14 @@ struct GpuCodecOptions {
   // another goes to the CPU). Smaller blocks: more decoding threads, 2 bytes
   // a block more (docs/FORMAT.md, 5.3).
   int huffman_block_log2 = 12;
+  // Encode: before a call returns, the device decodes every frame it wrote,
+  // from device memory, with the decoder's checks down to the frame's XXH3
+  // checksum (taken by the encoder from the chunk's own bytes); a frame that
+  // does not decode back is replaced by the CPU's encoding of its chunk and
+  // counted in encode_verify_failures. So a device fault or a kernel bug
+  // costs speed, never a chunk that cannot be read (docs/ARCHITECTURE.md,
+  // "GPU codec"). Off: for A-B runs of the encoder alone.
+  bool verify_encode = true;
 };
 
 // Batched LMC codec on one CUDA device. Not thread-safe: one caller at a

@@ -116,6 +116,7 @@ std::vector<std::pair<std::string, uint64_t>> Filesystem::NamedCounters() const 
           {"gpu_batches", c.gpu_batches.load()},
           {"gpu_failed_batches", c.gpu_failed_batches.load()},
           {"gpu_fallback_chunks", c.gpu_fallback_chunks.load()},
+          {"gpu_verify_failures", c.gpu_verify_failures.load()},
           {"write_budget_wait_ns", c.write_budget_wait_ns.load()},
           {"commit_wait_ns", c.commit_wait_ns.load()},
           {"gpu_feeder_idle_ns", c.gpu_feeder_idle_ns.load()},
@@ -1015,11 +1016,12 @@ Status Filesystem::Shutdown() {
   if (opts_.gpu)
     spdlog::info(
         "lmcfs: codec paths: GPU encoded {} chunks ({} bytes) and decoded {} ({} bytes), CPU encoded {} and "
-        "decoded {}; {} GPU batches, {} failed; GPU: {}",
+        "decoded {}; {} GPU batches, {} failed; {} GPU frames did not decode back (encoded on the CPU); GPU: "
+        "{}",
         counters_.gpu_encode_chunks.load(), counters_.gpu_encode_bytes.load(),
         counters_.gpu_decode_chunks.load(), counters_.gpu_decode_bytes.load(),
         counters_.cpu_encode_chunks.load(), counters_.cpu_decode_chunks.load(), counters_.gpu_batches.load(),
-        counters_.gpu_failed_batches.load(), GpuState());
+        counters_.gpu_failed_batches.load(), counters_.gpu_verify_failures.load(), GpuState());
   auto sec = [](const std::atomic<uint64_t>& ns) { return static_cast<double>(ns.load()) / 1e9; };
   std::string gpu_times;
   if (opts_.gpu)

@@ -46,10 +46,34 @@ Status GpuPath::Run(size_t count, const std::string& what, Fn&& call) {
 }
 
 Status GpuPath::EncodeBatch(GpuEncodeItem* items, size_t count, const std::string& what) {
-  return Run(count, "encoding " + what, [&] {
+  uint64_t failed = 0;
+  Status s = Run(count, "encoding " + what, [&] {
     NsTimer t(counters_.gpu_encode_call_ns);
-    return codec_->EncodeBatch(items, count);
+    const uint64_t before = codec_->stats().encode_verify_failures;
+    Status st = codec_->EncodeBatch(items, count);
+    failed = codec_->stats().encode_verify_failures - before;
+    return st;
   });
+  if (s.ok() && failed) {
+    // GpuCodecOptions::verify_encode: frames that did not decode back on
+    // the device; the codec encoded those chunks again on the CPU, so the
+    // items are right. A device that writes such frames is not trusted
+    // with more.
+    std::lock_guard lk(mu_);
+    counters_.gpu_verify_failures += failed;
+    if (active()) {
+      active_.store(false, std::memory_order_release);
+      state_ = std::to_string(failed) + " frame(s) it wrote did not decode back on it";
+      spdlog::warn(
+          "lmcfs: the GPU wrote {} frame(s) that did not decode back on it while encoding {} (a faulty "
+          "device "
+          "or a GPU codec bug); the CPU encoded those chunks, nothing is lost; the GPU is off for the rest "
+          "of "
+          "this mount",
+          failed, what);
+    }
+  }
+  return s;
 }
 
 Status GpuPath::DecodeBatch(GpuDecodeItem* items, size_t count, const std::string& what) {

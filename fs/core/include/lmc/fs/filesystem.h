@@ -147,6 +147,11 @@ struct FsCounters {
   std::atomic<uint64_t> gpu_failed_batches{0};  // device failures (at most 1: the GPU is then off)
   std::atomic<uint64_t> gpu_fallback_chunks{
       0};  // chunks of failed batches (or refused by the GPU), redone on the CPU
+  // Frames the GPU wrote that did not decode back on it (the codec's
+  // verify_encode): the codec encoded those chunks again on the CPU inside
+  // the call (they count in gpu_encode_* with the rest of their batch), and
+  // the GPU is then off for the mount.
+  std::atomic<uint64_t> gpu_verify_failures{0};
   // Where the write and codec pipelines spend their time (nanoseconds,
   // summed over threads): what a save waits for, and what the GPU feeder
   // does between device calls (docs/ARCHITECTURE.md, "GPU codec in the
