@@ -57,8 +57,8 @@ void GpuDecodesAsTheCpu(const std::vector<uint8_t>& frame_in, const uint8_t* bas
 }
 
 // The emulated GPU encoder (its device entry point, on exact-size copies)
-// writes the CPU's GPU-profile frame `want` byte for byte: the plan,
-// Huffman and rANS bodies on fuzzed data.
+// writes the CPU's GPU-profile frame `want` byte for byte, and decodes it
+// back itself: the plan, Huffman and rANS bodies on fuzzed data.
 // `base_len` (0: n) and `widened`: a paired chunk's bf16 twin and offset.
 // `block_log2`: the codec's Huffman block size (9-12), as `want`'s.
 void GpuEncodesAsTheCpu(lmc::DType t, const uint8_t* src, size_t n, const uint8_t* base,
@@ -83,7 +83,12 @@ void GpuEncodesAsTheCpu(lmc::DType t, const uint8_t* src, size_t n, const uint8_
   it.widened_base_offset = widened;
   it.dst = out.data();
   it.cap = out.size();
+  // The encode check (verify_encode) decodes the frame back on the
+  // emulated device: with no fault injected, a frame it refuses is a
+  // disagreement between the device's encoder and decoder.
+  const uint64_t verify_failures = gpu->stats().encode_verify_failures;
   if (!gpu->EncodeBatchDevice(&it, 1).ok() || !it.status.ok()) abort();
+  if (gpu->stats().encode_verify_failures != verify_failures) abort();
   if (it.len != want.size() || std::memcmp(out.data(), want.data(), it.len) != 0) abort();
 }
 
