@@ -66,10 +66,8 @@ Status GpuPath::EncodeBatch(GpuEncodeItem* items, size_t count, const std::strin
       state_ = std::to_string(failed) + " frame(s) it wrote did not decode back on it";
       spdlog::warn(
           "lmcfs: the GPU wrote {} frame(s) that did not decode back on it while encoding {} (a faulty "
-          "device "
-          "or a GPU codec bug); the CPU encoded those chunks, nothing is lost; the GPU is off for the rest "
-          "of "
-          "this mount",
+          "device or a GPU codec bug); the CPU encoded those chunks, nothing is lost; the GPU is off for "
+          "the rest of this mount",
           failed, what);
     }
   }
