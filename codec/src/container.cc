@@ -300,7 +300,7 @@ class FrameWriter {
       stats_.gpu_verify_failures += failed;
       gpu_ = nullptr;
     }
-    stats_.gpu_chunks += count - std::min<uint64_t>(failed, count);
+    stats_.gpu_chunks += count - failed;
     return EmitFrames(chunks, count);
   }
 

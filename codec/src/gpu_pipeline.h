@@ -1701,7 +1701,7 @@ class BatchCodec final : public GpuCodec {
     B& be = l.be;
     be.Reset();
     std::vector<uint8_t*> outs(gpu.size());
-    std::vector<bool> redo;  // frames that did not decode back: the CPU's to encode
+    std::vector<bool> redo(gpu.size(), false);  // frames that did not decode back: the CPU's to encode
     if (device) {
       for (size_t c = 0; c < gpu.size(); ++c) outs[c] = items[gpu[c]].dst;
       LMC_RETURN_IF_ERROR(EncodeOnDevice(be, items, gpu, outs, false, o_.huffman_block_log2));
@@ -1783,21 +1783,22 @@ class BatchCodec final : public GpuCodec {
         GpuEncodeItem& it = items[gpu[c]];
         it.status = staged[c].status;
         it.len = staged[c].len;
-        if (it.status.ok() && (redo.empty() || !redo[c])) std::memcpy(it.dst, pout + out_off[c], it.len);
+        if (it.status.ok() && !redo[c]) std::memcpy(it.dst, pout + out_off[c], it.len);
       });
     }
     LMC_RETURN_IF_ERROR(be.Sync());
     // Frames that did not decode back: the CPU encodes their chunks (the
     // items' own memory: host, or device through host copies).
     size_t failed = 0;
-    for (size_t c = 0; c < redo.size(); ++c) {
-      if (!redo[c]) continue;
+    uint64_t bytes = 0;
+    for (size_t c = 0; c < gpu.size(); ++c) {
+      if (!redo[c]) {
+        bytes += items[gpu[c]].n;
+        continue;
+      }
       EncodeOnCpu(l, items[gpu[c]], device);
       failed++;
     }
-    uint64_t bytes = 0;
-    for (size_t c = 0; c < gpu.size(); ++c)
-      if (redo.empty() || !redo[c]) bytes += items[gpu[c]].n;
     Count(true, gpu.size() - failed, bytes);
     if (o_.verify_encode) {
       std::lock_guard<std::mutex> lk(stats_mu_);

@@ -122,7 +122,8 @@ int Compress(const std::string& in, std::string out, size_t threads, uint32_t ch
     std::fprintf(
         stderr,
         "lmc: warning: %s: the GPU wrote %llu frame(s) that did not decode back on it (a faulty device "
-        "or a GPU codec bug); the CPU encoded those chunks and the rest, nothing is lost\n",
+        "or a GPU codec bug); the CPU encoded those chunks and the rest, nothing is lost; check the device "
+        "(nvidia-smi -q, Xid lines in the kernel log)\n",
         in.c_str(), static_cast<unsigned long long>(stats.gpu_verify_failures));
   if (rc == 0 && !quiet) {
     std::string on_gpu;

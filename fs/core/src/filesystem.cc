@@ -1016,8 +1016,8 @@ Status Filesystem::Shutdown() {
   if (opts_.gpu)
     spdlog::info(
         "lmcfs: codec paths: GPU encoded {} chunks ({} bytes) and decoded {} ({} bytes), CPU encoded {} and "
-        "decoded {}; {} GPU batches, {} failed; {} GPU frames did not decode back (encoded on the CPU); GPU: "
-        "{}",
+        "decoded {}; {} GPU batches, {} failed; {} GPU frames did not decode back (encoded on the CPU); "
+        "GPU: {}",
         counters_.gpu_encode_chunks.load(), counters_.gpu_encode_bytes.load(),
         counters_.gpu_decode_chunks.load(), counters_.gpu_decode_bytes.load(),
         counters_.cpu_encode_chunks.load(), counters_.cpu_decode_chunks.load(), counters_.gpu_batches.load(),

@@ -67,7 +67,8 @@ Status GpuPath::EncodeBatch(GpuEncodeItem* items, size_t count, const std::strin
       spdlog::warn(
           "lmcfs: the GPU wrote {} frame(s) that did not decode back on it while encoding {} (a faulty "
           "device or a GPU codec bug); the CPU encoded those chunks, nothing is lost; the GPU is off for "
-          "the rest of this mount",
+          "the rest of this mount. Check the device (nvidia-smi -q, Xid lines in the kernel log) and report "
+          "it with this log; mount with gpu=off to keep it off",
           failed, what);
     }
   }
