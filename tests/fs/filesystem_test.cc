@@ -584,6 +584,40 @@ TEST_F(FsCore, ChunksKeptByTheCacheHoldOnlyTheirOwnPages) {
   ExpectSurvivesReopen(ino, model);
 }
 
+// A stream's tensors share dirty blocks: the bytes after a tensor whose
+// last chunk left for the encoders go on in the rest of its block, while
+// they fit. (A block sealed at each tensor's end gave its pages back, and
+// the pool's next use of it faulted them in again.) The chunks the cache
+// keeps are slices of the blocks, so the pieces a read returns show where
+// the bytes were written.
+TEST_F(FsCore, AStreamsTensorsShareTheirDirtyBlocks) {
+  opts_.chunk_size = 1 << 20;
+  opts_.cache_bytes = 64 << 20;
+  Reopen();
+  uint64_t ino = CreateFile(kRootIno, "tensors.bin");
+  const size_t piece = 3 << 20, pieces = 4;
+  std::string model = Bf16Like(piece * pieces, 36);
+  for (size_t off = 0; off < model.size(); off += piece)
+    ASSERT_EQ(fs_->Write(ino, off, model.data() + off, piece), 0);
+  ASSERT_EQ(fs_->Flush(ino), 0);
+  std::vector<Filesystem::ReadPiece> got;
+  ASSERT_EQ(fs_->ReadPieces(ino, 0, model.size(), &got), 0);
+  ASSERT_EQ(got.size(), model.size() >> 20);  // a chunk each, from the cache
+  std::string back;
+  for (const auto& p : got) {
+    ASSERT_NE(p.data, nullptr);
+    ASSERT_EQ(p.size, size_t{1} << 20);
+    back.append(reinterpret_cast<const char*>(p.data), p.size);
+  }
+  EXPECT_EQ(back, model);
+  auto follows = [&](size_t chunk) { return got[chunk].data == got[chunk - 1].data + (1 << 20); };
+  EXPECT_TRUE(follows(1) && follows(2));  // within a write
+  EXPECT_TRUE(follows(3));                // the second tensor after the first, in its block
+  EXPECT_FALSE(follows(6));               // the third does not fit the 2 MiB left: a new block
+  EXPECT_TRUE(follows(9));                // the fourth after it
+  ExpectSurvivesReopen(ino, model);
+}
+
 TEST_F(FsCore, PipelineBackpressureBlocksWritersAtTheBudget) {
   opts_.write_budget = 64 << 10;  // one chunk's input
   Reopen();

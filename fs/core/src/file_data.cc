@@ -397,9 +397,27 @@ void FileData::InsertDirty(uint64_t off, const uint8_t* p, size_t n, bool stream
       return;
     }
   }
+  // The stream goes on after bytes that left for the encoders: into the
+  // rest of their block.
+  if (tail_ && off == tail_end_ && tail_->cap - tail_->used >= n) {
+    std::shared_ptr<DirtyBlock> b = std::move(tail_);
+    const size_t start = b->used;
+    AppendToDirtyBlock(*b, p, n);
+    dirty_.emplace(off, DirtySeg{std::move(b), start, n});
+    return;
+  }
+  SealTail();
   auto b = NewDirtyBlock(n, stream);
   AppendToDirtyBlock(*b, p, n);
   dirty_.emplace(off, DirtySeg{std::move(b), 0, n});
+}
+
+void FileData::SealTail() {
+  if (!tail_) return;
+  // Held elsewhere: by a slice (a job's input, a cached chunk), else it
+  // goes back to the pool whole when dropped here.
+  SealDirtyBlock(*tail_, tail_.use_count() > 1);
+  tail_.reset();
 }
 
 void FileData::RemoveDirty(uint64_t a, uint64_t b) {
@@ -410,10 +428,18 @@ void FileData::RemoveDirty(uint64_t a, uint64_t b) {
     DirtySeg seg = std::move(it->second);
     it = dirty_.erase(it);
     dirty_bytes_ -= seg.size();
-    // The bytes that end at the block's `used` leave: nothing appends to it
-    // any more (InsertDirty appends only after them).
-    if (e <= b && seg.start + seg.len == seg.blk->used)
-      SealDirtyBlock(*seg.blk, s < a || seg.blk.use_count() > 1);
+    // The bytes that end at the block's `used` leave: no segment appends to
+    // it any more. A write at `e` still may (tail_); a block without room
+    // is sealed at once.
+    if (e <= b && seg.start + seg.len == seg.blk->used) {
+      if (seg.blk->cap > seg.blk->used) {
+        if (tail_ != seg.blk) SealTail();
+        tail_ = seg.blk;
+        tail_end_ = e;
+      } else {
+        SealDirtyBlock(*seg.blk, s < a || seg.blk.use_count() > 1);
+      }
+    }
     if (s < a) {
       dirty_.emplace(s, seg.Slice(0, a - s));
       dirty_bytes_ += a - s;
@@ -798,6 +824,7 @@ int FileData::Write(uint64_t off, const uint8_t* p, size_t n) {
   // An encoder error of an earlier chunk: this write's bytes are buffered
   // (and the failed chunk's are back in dirty); the next flush reports it.
   if (int err = ApplyDone()) write_error_ = err;
+  ReapCommitted();
   if (!streaming_ && off == 0 && extents_.empty() && dirty_.empty() && inflight_.empty()) {
     streaming_ = true;
     stream_pos_ = 0;
@@ -1007,6 +1034,8 @@ int FileData::WaitCommits(size_t keep) {
     committing_.pop_front();
     t->Wait();
     if (t->status.ok()) {
+      // The next ticket may still hold this one (prev): the frames go now.
+      t->batch.Clear();
       shared_.counters.commits++;
       continue;
     }
@@ -1025,8 +1054,22 @@ int FileData::WaitCommits(size_t keep) {
   return 0;
 }
 
+void FileData::ReapCommitted() {
+  while (!committing_.empty()) {
+    CommitTicket& t = *committing_.front();
+    {
+      std::lock_guard lk(t.mu);
+      if (!t.done || !t.status.ok()) return;  // a failure is WaitCommits' to put back
+    }
+    t.batch.Clear();  // done: the committer no longer reads it
+    shared_.counters.commits++;
+    committing_.pop_front();
+  }
+}
+
 int FileData::CommitAsync() {
   if (owner_.purged) return 0;
+  ReapCommitted();
   {
     NsTimer t(shared_.counters.commit_wait_ns);
     if (int err = WaitCommits(CommitTicket::kMaxQueuedPerInode - 1)) return err;
@@ -1084,6 +1127,9 @@ int FileData::Finalize(bool sync) {
   if (!err) err = MaterializeDirty();
   if (!err) err = Drain();
   if (!err) err = Commit(sync);
+  // Everything written left dirty_: its last block's pages past its bytes
+  // go back (or the block to the pool, when the jobs let go of it).
+  SealTail();
   // An error of an earlier write (encoder, background commit) is reported
   // here once, after its bytes were retried.
   const int reported = write_error_;

@@ -169,14 +169,16 @@ struct CutSpec {
 // Blocks of kDirtyBlockSize come from a process-wide pool (no page faults
 // or zero fills in the steady state); others are allocated to size.
 //
-// A block is sealed once the written bytes ending at `used` leave the
-// file's dirty map (cut into a chunk, overwritten, truncated away): no
-// segment ends at `used` any more, so nothing appends to it. Sealing gives
-// the pages past `used` back to the system, so that a chunk a cache keeps,
-// sliced from a block a tensor filled only partly (each tensor of a
-// torch.save starts a block), holds its own bytes' pages, not the whole
-// 8 MiB. `backed` counts the bytes from the start of the block that may
-// hold pages; an append past it (a block from the pool) counts them again.
+// When the written bytes ending at `used` leave the file's dirty map (cut
+// into a chunk, overwritten, truncated away), no segment ends at `used`
+// any more; the file keeps the block as its tail, which the write at the
+// offset those bytes ended at (the stream's next tensor) goes on in
+// (FileData::tail_). A block is sealed once nothing will append to it.
+// Sealing gives the pages past `used` back to the system, so that a chunk
+// a cache keeps, sliced from a block its tensors filled only partly,
+// holds its own bytes' pages, not the whole 8 MiB. `backed` counts the
+// bytes from the start of the block that may hold pages; an append past
+// it (a block from the pool) counts them again.
 struct DirtyBlock {
   static constexpr size_t kDirtyBlockSize = size_t{8} << 20;
   // Less than this past `used` is kept (not worth the call).
@@ -219,6 +221,7 @@ class FileData {
   FileData(Inode& owner, FileDataShared& shared) : owner_(owner), shared_(shared) {}
   FileData(const FileData&) = delete;
   FileData& operator=(const FileData&) = delete;
+  ~FileData() { SealTail(); }
 
   // Every call below: with the owner's mutex held; errors are errnos.
 
@@ -327,6 +330,14 @@ class FileData {
   // then fails too), go back in front of pending_, in order (the next
   // commit retries them); returns the first failure's errno.
   int WaitCommits(size_t keep = 0);
+  // Lets go, without waiting, of this inode's batches at the head of
+  // committing_ that the committer has committed, so that their frames go
+  // back to the pool as the writer goes on. Otherwise a batch committed
+  // stayed until kMaxQueuedPerInode more were queued: up to 80 MiB of
+  // frames an inode, which with 8 writers outgrew the frame pool, and most
+  // frames of a save came from fresh pages (docs/BENCHMARKS.md, "Tensors
+  // share their dirty blocks").
+  void ReapCommitted();
   // Puts a failed job's bytes back into dirty_ where nothing newer covers them.
   void Restore(const EncodeJob& job);
   void ReplaceRange(uint64_t a, uint64_t b, const ExtentRec* nw);
@@ -378,6 +389,20 @@ class FileData {
   std::map<uint64_t, DirtySeg> dirty_;
   uint64_t dirty_bytes_ = 0;
   uint64_t last_write_end_ = 0;  // sequential-write detection (dirty blocks)
+  // The block whose bytes ending at `used` left dirty_ last (cut into a
+  // chunk), and the file offset they ended at. A write at that offset (the
+  // stream going on: the next tensor of a torch.save starts where the last
+  // one's final chunk was cut) is appended to it while it has room, so that
+  // a stream's tensors fill their blocks. Sealing each block at each
+  // tensor's end gave its pages past `used` back, and the pool's next use
+  // of it faulted them in again: 70,000 page faults a GiB of a warm save
+  // with one writer (docs/BENCHMARKS.md, "Tensors share their dirty
+  // blocks"). Sealed (SealTail) when a write
+  // goes elsewhere or does not fit, when another block's end leaves, at
+  // Finalize and with the FileData.
+  std::shared_ptr<DirtyBlock> tail_;
+  uint64_t tail_end_ = 0;
+  void SealTail();
 
   // Sequential stream: active while the file is written from offset 0 in
   // order; bytes [0, stream_pos_) went through the layout parser.
