@@ -466,6 +466,64 @@ TEST_F(FsCore, PipelineCommitRunsOffTheWritersThread) {
   CloseFaultEnv();
 }
 
+// The frames at the committer over all files stay within
+// commit_queue_bytes, plus a batch a writer: with the store stalled (a
+// held pack sync), four writers hand off batches until each waits for its
+// own oldest, not kMaxQueuedPerInode each. They finish once it moves, and
+// the count returns to zero as the batches are taken back.
+TEST_F(FsCore, FramesAtTheCommitterStayWithinTheirBoundOverAllWriters) {
+  store::testing::FaultEnv env;
+  env_ = &env;
+  opts_.batch_limit = 1 << 20;
+  opts_.commit_queue_bytes = 1 << 20;
+  opts_.write_budget = 4 << 20;
+  Reopen();
+  constexpr int kWriters = 4;
+  std::vector<uint64_t> inos;
+  std::vector<std::string> models;
+  for (int w = 0; w < kWriters; w++) {
+    inos.push_back(CreateFile(kRootIno, "rank" + std::to_string(w) + ".bin"));
+    models.push_back(Bf16Like(24 << 20, 40 + w));  // about 16 batches each
+  }
+  env.HoldSyncs(true);
+  std::vector<std::thread> writers;
+  for (int w = 0; w < kWriters; w++)
+    writers.emplace_back([&, w] {
+      for (size_t off = 0; off < models[w].size(); off += 256 << 10)
+        EXPECT_EQ(fs_->Write(inos[w], off, models[w].data() + off, 256 << 10), 0);
+    });
+  ASSERT_TRUE(env.WaitForHeldSyncsFor(1, std::chrono::seconds(20)));
+  auto queued = [&] {
+    for (const auto& [name, v] : fs_->MemoryCounters())
+      if (name == "commit_queue_bytes") return v;
+    ADD_FAILURE() << "no commit_queue_bytes";
+    return uint64_t{0};
+  };
+  // A batch is 1 MiB of frames and at most one frame (a 1 MiB chunk's,
+  // under 1.1 MiB) more; each writer has at most one at the committer
+  // once over the bound.
+  const uint64_t bound = kWriters * ((1u << 20) + MaxEncodedSize(1 << 20));
+  uint64_t most = 0;
+  for (int i = 0; i < 20; i++) {
+    most = std::max(most, queued());
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_GT(most, 0u);
+  EXPECT_LE(most, bound);
+  env.HoldSyncs(false);
+  for (auto& t : writers) t.join();
+  for (int w = 0; w < kWriters; w++) {
+    ASSERT_EQ(fs_->Fsync(inos[w], false), 0);
+    EXPECT_EQ(ReadAll(inos[w]), models[w]);
+  }
+  EXPECT_EQ(queued(), 0u);
+  for (uint64_t ino : inos) ASSERT_EQ(fs_->Release(ino), 0);
+  Reopen();
+  for (int w = 0; w < kWriters; w++) EXPECT_EQ(ReadAll(inos[w]), models[w]);
+  ExpectFsckClean();
+  CloseFaultEnv();
+}
+
 // A batch that fails at the committer goes back, with the inode's batches
 // queued behind it, in front of the pending one: the next commit stores
 // them all in order, nothing is lost, and the failure is reported once, by

@@ -114,6 +114,8 @@ TEST_F(MountTools, StatShowsTheDaemonsMemoryByPart) {
   EXPECT_GE(m["peak_resident_bytes"].get<uint64_t>(), resident);
   EXPECT_EQ(m["write_budget_bytes"], uint64_t{32} << 20);
   EXPECT_EQ(m["write_inflight_bytes"], 0u);  // every write committed by close
+  EXPECT_EQ(m["commit_queue_bytes"], 0u);    // and taken back from the committer
+  EXPECT_EQ(m["commit_queue_limit"], uint64_t{128} << 20);
   // The chunks of m.bin sliced from its dirty blocks, still held as bases
   // of the next save: blocks alive or back in their pool (eight at most),
   // counted by the bytes that may hold pages.
@@ -134,7 +136,9 @@ TEST_F(MountTools, StatShowsTheDaemonsMemoryByPart) {
   std::string out, err;
   ASSERT_EQ(Tool("lmcfs-stat", mnt_ + " -b", &out, &err), 0) << err;
   EXPECT_NE(out.find("  memory: resident "), std::string::npos) << out;
-  EXPECT_NE(out.find("writes in flight 0 of 33554432, write blocks "), std::string::npos) << out;
+  EXPECT_NE(out.find("writes in flight 0 of 33554432, frames at the committer 0 of 134217728, write blocks "),
+            std::string::npos)
+      << out;
   EXPECT_NE(out.find("  index memory: memtables "), std::string::npos) << out;
   EXPECT_NE(out.find(", block caches "), std::string::npos) << out;
   EXPECT_NE(out.find(" of 75497472\n"), std::string::npos) << out;

@@ -854,6 +854,8 @@ TEST(ToolsStatText, CodecLinesWithAFailedGpuAndWithoutOne) {
                              {"peak_resident_bytes", uint64_t{800} << 20},
                              {"write_inflight_bytes", uint64_t{96} << 20},
                              {"write_budget_bytes", uint64_t{256} << 20},
+                             {"commit_queue_bytes", uint64_t{40} << 20},
+                             {"commit_queue_limit", uint64_t{64} << 20},
                              {"write_block_bytes", uint64_t{320} << 20},
                              {"write_block_pool_bytes", uint64_t{64} << 20},
                              {"chunk_cache_bytes", uint64_t{64} << 20},
@@ -872,13 +874,15 @@ TEST(ToolsStatText, CodecLinesWithAFailedGpuAndWithoutOne) {
                              {"trim_returned_bytes", uint64_t{150} << 20}};
   std::ostringstream mem;
   PrintStat(doc.dump(), false, mem);
-  EXPECT_NE(mem.str().find("  memory: resident 700.00 MiB (peak 800.00 MiB); writes in flight 96.00 MiB of "
-                           "256.00 MiB, write blocks 320.00 MiB (64.00 MiB idle), chunk cache 64.00 MiB of "
-                           "64.00 MiB, bases of the next save 200.00 MiB "
-                           "of 256.00 MiB, decoded delta bases 0 B of 256.00 MiB, idle frame buffers 12.00 "
-                           "MiB of 128.00 MiB\n  index memory: memtables 3.00 MiB, table readers 512.00 KiB, "
-                           "block caches 10.00 MiB of 72.00 MiB\n"),
-            std::string::npos)
+  EXPECT_NE(
+      mem.str().find("  memory: resident 700.00 MiB (peak 800.00 MiB); writes in flight 96.00 MiB of "
+                     "256.00 MiB, frames at the committer 40.00 MiB of 64.00 MiB, write blocks 320.00 MiB "
+                     "(64.00 MiB idle), chunk cache 64.00 MiB of "
+                     "64.00 MiB, bases of the next save 200.00 MiB "
+                     "of 256.00 MiB, decoded delta bases 0 B of 256.00 MiB, idle frame buffers 12.00 "
+                     "MiB of 128.00 MiB\n  index memory: memtables 3.00 MiB, table readers 512.00 KiB, "
+                     "block caches 10.00 MiB of 72.00 MiB\n"),
+      std::string::npos)
       << mem.str();
   EXPECT_NE(mem.str().find("  memory given back when quiet: 150.00 MiB in 3 trims\n"), std::string::npos)
       << mem.str();

@@ -46,7 +46,8 @@ void PrintMemory(const json& m, bool bytes, std::ostream& out) {
   };
   out << "  memory: resident " << Size(m.value("resident_bytes", json(0)), bytes) << " (peak "
       << Size(m.value("peak_resident_bytes", json(0)), bytes) << "); writes in flight "
-      << of("write_inflight_bytes", "write_budget_bytes") << ", write blocks "
+      << of("write_inflight_bytes", "write_budget_bytes") << ", frames at the committer "
+      << of("commit_queue_bytes", "commit_queue_limit") << ", write blocks "
       << Size(m.value("write_block_bytes", json(0)), bytes) << " ("
       << Size(m.value("write_block_pool_bytes", json(0)), bytes) << " idle), chunk cache "
       << of("chunk_cache_bytes", "chunk_cache_capacity") << ", bases of the next save "

@@ -12,6 +12,7 @@
 // namespace changes) stay on the caller's thread.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <memory>
@@ -27,6 +28,16 @@ struct CommitTicket {
   static constexpr size_t kMaxQueuedPerInode = 4;
 
   store::Batch batch;  // the committer's while !done; the submitter's again after
+  // The batch's frame bytes, counted in *queued (the frames at the
+  // committer, over all inodes: FsOptions::commit_queue_bytes) from its
+  // hand-off until the submitter takes it back (Unqueue).
+  std::atomic<uint64_t>* queued = nullptr;
+  uint64_t queued_bytes = 0;
+  void Unqueue() {
+    if (queued) *queued -= queued_bytes;
+    queued = nullptr;
+  }
+  ~CommitTicket() { Unqueue(); }
   // The same inode's previous batch at the committer (or nullptr): when it
   // failed, this one is not committed. Dropped once this one is done.
   std::shared_ptr<CommitTicket> prev;

@@ -1033,6 +1033,7 @@ int FileData::WaitCommits(size_t keep) {
     std::shared_ptr<CommitTicket> t = std::move(committing_.front());
     committing_.pop_front();
     t->Wait();
+    t->Unqueue();
     if (t->status.ok()) {
       // The next ticket may still hold this one (prev): the frames go now.
       t->batch.Clear();
@@ -1042,6 +1043,7 @@ int FileData::WaitCommits(size_t keep) {
     store::Batch back = std::move(t->batch);
     for (auto& later : committing_) {
       later->Wait();
+      later->Unqueue();
       back.Absorb(std::move(later->batch));
     }
     committing_.clear();
@@ -1062,6 +1064,7 @@ void FileData::ReapCommitted() {
       if (!t.done || !t.status.ok()) return;  // a failure is WaitCommits' to put back
     }
     t.batch.Clear();  // done: the committer no longer reads it
+    t.Unqueue();
     shared_.counters.commits++;
     committing_.pop_front();
   }
@@ -1073,9 +1076,22 @@ int FileData::CommitAsync() {
   {
     NsTimer t(shared_.counters.commit_wait_ns);
     if (int err = WaitCommits(CommitTicket::kMaxQueuedPerInode - 1)) return err;
+    // The frames at the committer over all inodes stay within
+    // commit_queue_bytes, plus a batch a writer: over it, a writer waits
+    // for its own oldest batch there (never for another inode's, whose
+    // writer may be waiting itself). Without it they grew with the number
+    // of writers, kMaxQueuedPerInode batches each, whenever the store was
+    // slower than the encoders.
+    while (!committing_.empty() &&
+           shared_.committing_bytes.load() + pending_.frame_bytes() > shared_.opts.commit_queue_bytes) {
+      if (int err = WaitCommits(committing_.size() - 1)) return err;
+    }
   }
   pending_.Put(store::Cf::kInodes, InodeKey(owner_.ino), EncodeInode(Durable(owner_.rec)));
   auto t = std::make_shared<CommitTicket>();
+  t->queued_bytes = pending_.frame_bytes();
+  t->queued = &shared_.committing_bytes;
+  shared_.committing_bytes += t->queued_bytes;
   t->batch = std::move(pending_);
   pending_.Clear();
   if (!committing_.empty()) t->prev = committing_.back();

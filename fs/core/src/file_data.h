@@ -139,6 +139,9 @@ struct FileDataShared {
   std::unique_ptr<DeltaPolicy> delta;
   // Bytes charged by jobs in flight over all inodes (FsOptions::write_budget).
   std::atomic<uint64_t> inflight_bytes{0};
+  // Frame bytes of the batches at the committer over all inodes
+  // (FsOptions::commit_queue_bytes; CommitTicket::queued).
+  std::atomic<uint64_t> committing_bytes{0};
   // Commits batches handed off by writers (committer.h); destroyed after the
   // encoders, whose jobs it does not use, and before the caches.
   Committer committer;

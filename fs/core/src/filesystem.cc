@@ -132,6 +132,8 @@ std::vector<std::pair<std::string, uint64_t>> Filesystem::MemoryCounters() const
   const DeltaPolicy::CacheUse delta = d.delta ? d.delta->Cache() : DeltaPolicy::CacheUse{};
   return {{"write_inflight_bytes", d.inflight_bytes.load()},
           {"write_budget_bytes", opts_.write_budget},
+          {"commit_queue_bytes", d.committing_bytes.load()},
+          {"commit_queue_limit", opts_.commit_queue_bytes},
           {"write_block_bytes", DirtyBlockBytes()},
           {"write_block_pool_bytes", DirtyBlockPoolBytes()},
           {"write_block_pool_capacity", DirtyBlockPoolCapacity()},

@@ -41,6 +41,10 @@ struct FsOptions {
   uint32_t chunk_size = 1u << 20;             // codec chunk size (Chunker); default = lmc::kDefaultChunkSize
   uint64_t dirty_limit = uint64_t{64} << 20;  // unchunked bytes per inode before they are chunked early
   uint64_t batch_limit = uint64_t{16} << 20;  // frame bytes per inode before a (non-sync) commit
+  // Frame bytes of the batches at the committer, over all inodes, past
+  // which a writer handing off a batch first waits for its own oldest
+  // there (so at most this plus a batch a writer).
+  uint64_t commit_queue_bytes = uint64_t{128} << 20;
   uint64_t cache_bytes = uint64_t{64} << 20;  // decoded-chunk cache
   // A decoded-chunk cache shared with other filesystems (the stores of a
   // union: one cache of cache_bytes for the mount, not one per store),
