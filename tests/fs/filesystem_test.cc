@@ -467,7 +467,7 @@ TEST_F(FsCore, PipelineCommitRunsOffTheWritersThread) {
 }
 
 // The frames at the committer over all files stay within
-// commit_queue_bytes, plus a batch a writer: with the store stalled (a
+// commit_queue_limit, plus a batch a writer: with the store stalled (a
 // held pack sync), four writers hand off batches until each waits for its
 // own oldest, not kMaxQueuedPerInode each. They finish once it moves, and
 // the count returns to zero as the batches are taken back.
@@ -475,7 +475,7 @@ TEST_F(FsCore, FramesAtTheCommitterStayWithinTheirBoundOverAllWriters) {
   store::testing::FaultEnv env;
   env_ = &env;
   opts_.batch_limit = 1 << 20;
-  opts_.commit_queue_bytes = 1 << 20;
+  opts_.commit_queue_limit = 1 << 20;
   opts_.write_budget = 4 << 20;
   Reopen();
   constexpr int kWriters = 4;
@@ -499,9 +499,9 @@ TEST_F(FsCore, FramesAtTheCommitterStayWithinTheirBoundOverAllWriters) {
     ADD_FAILURE() << "no commit_queue_bytes";
     return uint64_t{0};
   };
-  // A batch is 1 MiB of frames and at most one frame (a 1 MiB chunk's,
-  // under 1.1 MiB) more; each writer has at most one at the committer
-  // once over the bound.
+  // A batch is 1 MiB of frames and at most one frame (of a 1 MiB chunk,
+  // MaxEncodedSize at most) more; each writer has at most one at the
+  // committer once over the bound.
   const uint64_t bound = kWriters * ((1u << 20) + MaxEncodedSize(1 << 20));
   uint64_t most = 0;
   for (int i = 0; i < 20; i++) {

@@ -29,7 +29,7 @@ struct CommitTicket {
 
   store::Batch batch;  // the committer's while !done; the submitter's again after
   // The batch's frame bytes, counted in *queued (the frames at the
-  // committer, over all inodes: FsOptions::commit_queue_bytes) from its
+  // committer, over all inodes: FsOptions::commit_queue_limit) from its
   // hand-off until the submitter takes it back (Unqueue).
   std::atomic<uint64_t>* queued = nullptr;
   uint64_t queued_bytes = 0;

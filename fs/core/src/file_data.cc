@@ -429,16 +429,12 @@ void FileData::RemoveDirty(uint64_t a, uint64_t b) {
     it = dirty_.erase(it);
     dirty_bytes_ -= seg.size();
     // The bytes that end at the block's `used` leave: no segment appends to
-    // it any more. A write at `e` still may (tail_); a block without room
-    // is sealed at once.
-    if (e <= b && seg.start + seg.len == seg.blk->used) {
-      if (seg.blk->cap > seg.blk->used) {
-        if (tail_ != seg.blk) SealTail();
-        tail_ = seg.blk;
-        tail_end_ = e;
-      } else {
-        SealDirtyBlock(*seg.blk, s < a || seg.blk.use_count() > 1);
-      }
+    // it any more, but a write at `e` still may (tail_). A full block has
+    // no pages past its bytes to give back.
+    if (e <= b && seg.start + seg.len == seg.blk->used && seg.blk->cap > seg.blk->used) {
+      if (tail_ != seg.blk) SealTail();
+      tail_ = seg.blk;
+      tail_end_ = e;
     }
     if (s < a) {
       dirty_.emplace(s, seg.Slice(0, a - s));
@@ -1033,13 +1029,11 @@ int FileData::WaitCommits(size_t keep) {
     std::shared_ptr<CommitTicket> t = std::move(committing_.front());
     committing_.pop_front();
     t->Wait();
-    t->Unqueue();
     if (t->status.ok()) {
-      // The next ticket may still hold this one (prev): the frames go now.
-      t->batch.Clear();
-      shared_.counters.commits++;
+      TakeBackCommitted(*t);
       continue;
     }
+    t->Unqueue();
     store::Batch back = std::move(t->batch);
     for (auto& later : committing_) {
       later->Wait();
@@ -1063,11 +1057,17 @@ void FileData::ReapCommitted() {
       std::lock_guard lk(t.mu);
       if (!t.done || !t.status.ok()) return;  // a failure is WaitCommits' to put back
     }
-    t.batch.Clear();  // done: the committer no longer reads it
-    t.Unqueue();
-    shared_.counters.commits++;
+    TakeBackCommitted(t);
     committing_.pop_front();
   }
+}
+
+void FileData::TakeBackCommitted(CommitTicket& t) {
+  // Done: the committer no longer reads the batch, and the next ticket may
+  // still hold this one (prev), so its frames go back to the pool now.
+  t.batch.Clear();
+  t.Unqueue();
+  shared_.counters.commits++;
 }
 
 int FileData::CommitAsync() {
@@ -1077,13 +1077,13 @@ int FileData::CommitAsync() {
     NsTimer t(shared_.counters.commit_wait_ns);
     if (int err = WaitCommits(CommitTicket::kMaxQueuedPerInode - 1)) return err;
     // The frames at the committer over all inodes stay within
-    // commit_queue_bytes, plus a batch a writer: over it, a writer waits
+    // commit_queue_limit, plus a batch a writer: over it, a writer waits
     // for its own oldest batch there (never for another inode's, whose
     // writer may be waiting itself). Without it they grew with the number
     // of writers, kMaxQueuedPerInode batches each, whenever the store was
     // slower than the encoders.
     while (!committing_.empty() &&
-           shared_.committing_bytes.load() + pending_.frame_bytes() > shared_.opts.commit_queue_bytes) {
+           shared_.committing_bytes.load() + pending_.frame_bytes() > shared_.opts.commit_queue_limit) {
       if (int err = WaitCommits(committing_.size() - 1)) return err;
     }
   }

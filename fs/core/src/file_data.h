@@ -140,7 +140,7 @@ struct FileDataShared {
   // Bytes charged by jobs in flight over all inodes (FsOptions::write_budget).
   std::atomic<uint64_t> inflight_bytes{0};
   // Frame bytes of the batches at the committer over all inodes
-  // (FsOptions::commit_queue_bytes; CommitTicket::queued).
+  // (FsOptions::commit_queue_limit; CommitTicket::queued).
   std::atomic<uint64_t> committing_bytes{0};
   // Commits batches handed off by writers (committer.h); destroyed after the
   // encoders, whose jobs it does not use, and before the caches.
@@ -341,6 +341,9 @@ class FileData {
   // frames of a save came from fresh pages (docs/BENCHMARKS.md, "Tensors
   // share their dirty blocks").
   void ReapCommitted();
+  // A batch the committer committed, taken back: its frames to the pool,
+  // out of the committer's count, counted as a commit.
+  void TakeBackCommitted(CommitTicket& t);
   // Puts a failed job's bytes back into dirty_ where nothing newer covers them.
   void Restore(const EncodeJob& job);
   void ReplaceRange(uint64_t a, uint64_t b, const ExtentRec* nw);

@@ -133,7 +133,7 @@ std::vector<std::pair<std::string, uint64_t>> Filesystem::MemoryCounters() const
   return {{"write_inflight_bytes", d.inflight_bytes.load()},
           {"write_budget_bytes", opts_.write_budget},
           {"commit_queue_bytes", d.committing_bytes.load()},
-          {"commit_queue_limit", opts_.commit_queue_bytes},
+          {"commit_queue_limit", opts_.commit_queue_limit},
           {"write_block_bytes", DirtyBlockBytes()},
           {"write_block_pool_bytes", DirtyBlockPoolBytes()},
           {"write_block_pool_capacity", DirtyBlockPoolCapacity()},

@@ -44,7 +44,7 @@ struct FsOptions {
   // Frame bytes of the batches at the committer, over all inodes, past
   // which a writer handing off a batch first waits for its own oldest
   // there (so at most this plus a batch a writer).
-  uint64_t commit_queue_bytes = uint64_t{128} << 20;
+  uint64_t commit_queue_limit = uint64_t{128} << 20;
   uint64_t cache_bytes = uint64_t{64} << 20;  // decoded-chunk cache
   // A decoded-chunk cache shared with other filesystems (the stores of a
   // union: one cache of cache_bytes for the mount, not one per store),
