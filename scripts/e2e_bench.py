@@ -40,8 +40,9 @@ caches), /dev/fuse and scripts/install-deps.sh --bench.
 3. Series. Each method stores the whole training series in one target;
    the stored bytes after each checkpoint are the series plot.
 4. Writers. The --writers-size checkpoint split ZeRO-style (each of N
-   writers holds 1/N of every tensor; the total is fixed), N processes
-   saving their shards at once (torch.save + fsync), plain disk and a fresh
+   writers holds 1/N of every tensor; the total is fixed), N processes,
+   each with its shard in its own memory (own_pages), saving their shards
+   at once (torch.save + fsync), plain disk and a fresh
    lmcfs mount, alternating; aggregate MB/s from the common start to the
    last durable shard; the lmcfs shards compared with the plain ones.
 5. Trainer. A Hugging Face Trainer (scripts/space_bench.py train: small
@@ -566,7 +567,40 @@ def shard(obj, r, n):
     return obj
 
 
-def _write_shard(state, path, go, done):
+def own_pages(obj):
+    """obj with every tensor copied into this process's own memory. A
+    training job's ranks are processes of their own, each holding its state
+    in its own pages; a writer forked from the process that sharded the
+    checkpoint would share that process's pages copy-on-write instead, and
+    pinning a shared page for a direct write (FUSE's direct I/O) makes the
+    kernel copy it first: a cost no real rank pays. One thread: OpenMP's
+    pool does not survive fork()."""
+    if isinstance(obj, torch.Tensor):
+        return obj.clone()
+    if isinstance(obj, dict):
+        return {k: own_pages(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(own_pages(v) for v in obj)
+    return obj
+
+
+def wait_ready(ready, procs):
+    """Waits until every writer in procs has put its line in queue ready
+    (its shard copied); raises if one failed first."""
+    left = len(procs)
+    while left:
+        try:
+            ready.get(timeout=1)
+            left -= 1
+        except queue.Empty:
+            if any(p.exitcode for p in procs):
+                raise RuntimeError('a writer failed before the start')
+
+
+def _write_shard(state, path, ready, go, done):
+    torch.set_num_threads(1)
+    state = own_pages(state)
+    ready.put(path)
     go.wait()
     fs_bench.save(state, path)
     fsync_dir(os.path.dirname(path))
@@ -586,11 +620,12 @@ def measure_writers(ctx, path):
             m.open(case, 0)
             try:
                 fs_bench.drop_caches()
-                go, done = fork.Event(), fork.Queue()
-                procs = [fork.Process(target=_write_shard, args=(shards[r], m.path(f'rank{r}.pt'), go, done))
+                ready, go, done = fork.Queue(), fork.Event(), fork.Queue()
+                procs = [fork.Process(target=_write_shard, args=(shards[r], m.path(f'rank{r}.pt'), ready, go, done))
                          for r in range(n)]
                 for p in procs:
                     p.start()
+                wait_ready(ready, procs)
                 time.sleep(0.5)
                 c0 = fs_bench.cpu_seconds(m.pid) if name == 'lmcfs' else None
                 t0 = time.perf_counter()
@@ -833,8 +868,8 @@ def report(ctx, res, cmdline, t_start, t_end, facts, load0, load1):
         w = res['writers']
         section('Writers',
             f'The {res["writers_label"]} checkpoint ({w["file"]}) split among N writers ZeRO-style (each holds 1/N of '
-            f'every tensor; the total is fixed), N processes saving at once (torch.save + fsync of file and '
-            f'directory), plain disk and a fresh lmcfs mount in the order plain, lmcfs, lmcfs, plain; aggregate '
+            f'every tensor; the total is fixed), N processes, each with its shard in its own memory as a rank has it, '
+            f'saving at once (torch.save + fsync of file and directory), plain disk and a fresh lmcfs mount in the order plain, lmcfs, lmcfs, plain; aggregate '
             f'MB/s from the common start to the last durable shard.')
         p('| writers | total | plain MB/s | lmcfs MB/s | lmcfs / plain (best) | lmcfs stored / logical | '
           'daemon CPU s/GiB | daemon peak RSS MiB | shards |')
