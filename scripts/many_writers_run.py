@@ -20,8 +20,8 @@ bounded time.
 - Memory: the daemon's peak RSS must stay within its configured budget
   (write_buffer + cache_size + base_cache) plus --slack-mib, and each part
   lmcfs-stat reports with a bound (writes in flight, the block pool, the
-  caches, the frame pool, the index's block caches) within it, sampled
-  once a minute.
+  caches, the frame pool, the index's block caches, the frames at the
+  committer) within it, sampled once a minute.
 - At the end: the rebase queue drains; every shard still in the namespace
   reads back byte-identical; lmcfs-fsck is clean online and after unmount.
 
@@ -175,7 +175,8 @@ def main():
             m = json.loads(r.stdout).get('daemon', {}).get('memory', {})
         except (subprocess.TimeoutExpired, ValueError, AttributeError):
             return None
-        return {k: round(v / 2**20, 1) for k, v in m.items() if k.endswith('bytes') or k.endswith('capacity')}
+        return {k: round(v / 2**20, 1) for k, v in m.items()
+                if k.endswith('bytes') or k.endswith('capacity') or k.endswith('limit')}
     def parts_over_bounds(parts):
         # Each bounded part against its bound (MiB), with slack of 4 MiB a
         # rank: a writer waits for the write budget after its write, whose
@@ -187,7 +188,10 @@ def main():
                   ('delta_cache_bytes', parts.get('delta_cache_capacity')),
                   ('base_cache_bytes', parts.get('base_cache_capacity')),
                   ('frame_pool_bytes', parts.get('frame_pool_capacity')),
-                  ('index_block_cache_bytes', parts.get('index_block_cache_capacity'))]
+                  ('index_block_cache_bytes', parts.get('index_block_cache_capacity')),
+                  # the committer's frames: its limit plus a 16 MiB batch a writer
+                  ('commit_queue_bytes', parts['commit_queue_limit'] + 16 * a.ranks
+                   if 'commit_queue_limit' in parts else None)]
         return [f'daemon memory part {k} {parts[k]} MiB over its bound {b} MiB; by part (MiB): {json.dumps(parts)}'
                 for k, b in bounds if b is not None and k in parts and parts[k] > b + tol]
 
@@ -293,7 +297,7 @@ def main():
         last = mem_samples[-1][1]
         stats['memory_mib_last'] = {k: last[k] for k in ('resident_bytes', 'write_block_bytes', 'chunk_cache_bytes',
                                                          'delta_cache_bytes', 'base_cache_bytes',
-                                                         'frame_pool_bytes', 'index_block_cache_bytes') if k in last}
+                                                         'frame_pool_bytes', 'index_block_cache_bytes', 'commit_queue_bytes') if k in last}
     return finish('many_writers_run', stats, failures, work, a.keep)
 
 

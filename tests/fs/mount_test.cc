@@ -845,8 +845,8 @@ TEST_F(MountTool, ACrashLeavesItsStackAndWhatToDoInTheLog) {
 TEST_F(MountHelper, Mount8ConventionAndFstab) {
   const std::string bin = LMC_MOUNT_BIN;
   const std::string opts =
-      "rw,nosuid,nodev,noatime,cache_size=32M,write_buffer=32M,encode_threads=2,read_threads=3,"
-      "gpu=auto,log_level=info,log_file=" +
+      "rw,nosuid,nodev,noatime,cache_size=32M,write_buffer=32M,commit_queue=64M,"
+      "encode_threads=2,read_threads=3,gpu=auto,log_level=info,log_file=" +
       root_ + "/log";
   // As mount(8) calls a helper: SPEC DIR -n -o OPTIONS (with generic options).
   ASSERT_EQ(Sh(bin + " " + store_ + " " + mnt_ + " -n -o " + opts), 0);
@@ -858,6 +858,7 @@ TEST_F(MountHelper, Mount8ConventionAndFstab) {
   // Bad options fail before mounting, with exit code 16 (mount(8)'s usage error).
   EXPECT_EQ(Sh(bin + " " + store_ + " " + mnt2_ + " -o gpu=maybe 2>/dev/null"), 16);
   EXPECT_EQ(Sh(bin + " " + store_ + " " + mnt2_ + " -o write_buffer=12Q 2>/dev/null"), 16);
+  EXPECT_EQ(Sh(bin + " " + store_ + " " + mnt2_ + " -o commit_queue=lots 2>/dev/null"), 16);
   EXPECT_EQ(Sh(bin + " " + store_ + " " + mnt2_ + " -o read_threads=0 2>/dev/null"), 16);
   // gpu=on without a usable GPU codec refuses to mount (exit code 32, in
   // the daemon's child and in the foreground) and says what to do.

@@ -103,7 +103,7 @@ TEST_F(MountTools, StatShowsTheCodecPaths) {
 // The daemon's memory by part: its resident size from the kernel, each
 // bounded holder within its bound, and the bounds the mount was given.
 TEST_F(MountTools, StatShowsTheDaemonsMemoryByPart) {
-  Remount("gc=off,punch=off,gpu=off,cache_size=4M,write_buffer=32M,base_cache=16M");
+  Remount("gc=off,punch=off,gpu=off,cache_size=4M,write_buffer=32M,base_cache=16M,commit_queue=48M");
   const std::string data = RandomData(12 << 20, 31);
   WriteFile(P("m.bin"), data);
   EXPECT_EQ(ReadFile(P("m.bin")), data);
@@ -113,9 +113,9 @@ TEST_F(MountTools, StatShowsTheDaemonsMemoryByPart) {
   EXPECT_GT(resident, uint64_t{4} << 20);  // at least the chunk cache it filled
   EXPECT_GE(m["peak_resident_bytes"].get<uint64_t>(), resident);
   EXPECT_EQ(m["write_budget_bytes"], uint64_t{32} << 20);
-  EXPECT_EQ(m["write_inflight_bytes"], 0u);  // every write committed by close
-  EXPECT_EQ(m["commit_queue_bytes"], 0u);    // and taken back from the committer
-  EXPECT_EQ(m["commit_queue_limit"], uint64_t{128} << 20);
+  EXPECT_EQ(m["write_inflight_bytes"], 0u);                // every write committed by close
+  EXPECT_EQ(m["commit_queue_bytes"], 0u);                  // and taken back from the committer
+  EXPECT_EQ(m["commit_queue_limit"], uint64_t{48} << 20);  // commit_queue=
   // The chunks of m.bin sliced from its dirty blocks, still held as bases
   // of the next save: blocks alive or back in their pool (eight at most),
   // counted by the bytes that may hold pages.
@@ -136,7 +136,7 @@ TEST_F(MountTools, StatShowsTheDaemonsMemoryByPart) {
   std::string out, err;
   ASSERT_EQ(Tool("lmcfs-stat", mnt_ + " -b", &out, &err), 0) << err;
   EXPECT_NE(out.find("  memory: resident "), std::string::npos) << out;
-  EXPECT_NE(out.find("writes in flight 0 of 33554432, frames at the committer 0 of 134217728, write blocks "),
+  EXPECT_NE(out.find("writes in flight 0 of 33554432, frames at the committer 0 of 50331648, write blocks "),
             std::string::npos)
       << out;
   EXPECT_NE(out.find("  index memory: memtables "), std::string::npos) << out;

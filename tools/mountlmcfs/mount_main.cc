@@ -94,6 +94,12 @@ once it is installed as /sbin/mount.lmcfs (cmake --install puts it there).
      write_buffer=BYTES memory for written chunks waiting for or in the
                         encoders, over all files (default 256M); writers wait
                         when it is full
+     commit_queue=BYTES encoded frames handed to the committer and not yet
+                        written to packs, over all files (default 128M),
+                        plus one batch (16M) per writing file; writers wait
+                        when it is full. More lets a slow store (RADOS)
+                        fall further behind the encoders; 0: each writer
+                        waits for its previous batch
      gpu=auto|on|off    the GPU codec path (docs/ARCHITECTURE.md, "GPU codec
                         in the mount"). auto (default): when a usable CUDA GPU
                         is there, written chunks are also encoded in batches
@@ -189,6 +195,7 @@ struct Options {
   bool cache_size_set = false;  // cache_size= given (else gpu=on raises the default)
   uint64_t base_cache = uint64_t{256} << 20;
   uint64_t write_buffer = uint64_t{256} << 20;
+  uint64_t commit_queue = FsOptions{}.commit_queue_limit;
   unsigned encode_threads = 0;
   unsigned read_threads = 0;
   std::string gpu = "auto";
@@ -272,6 +279,11 @@ int ParseArgs(int argc, char** argv, Options* o) {
       } else if (k == "write_buffer") {
         if (!ParseSize(v, &o->write_buffer) || o->write_buffer < (uint64_t{1} << 20)) {
           std::fprintf(stderr, "mount.lmcfs: bad write_buffer '%s' (at least 1M)\n", v.c_str());
+          return false;
+        }
+      } else if (k == "commit_queue") {
+        if (!ParseSize(v, &o->commit_queue)) {
+          std::fprintf(stderr, "mount.lmcfs: bad commit_queue '%s' (a size: 128M, 1G)\n", v.c_str());
           return false;
         }
       } else if (k == "gpu") {
@@ -862,6 +874,7 @@ int Serve(const Options& o, int report_fd) {
   fo.shared_cache = union_cache.get();  // the writable store's tag is 0
   fo.read_pool = union_read_pool.get();
   fo.write_budget = o.write_buffer;
+  fo.commit_queue_limit = o.commit_queue;
   fo.encode_threads = o.encode_threads;
   fo.read_threads = o.read_threads;
   fo.read_only = o.ro || primary_follows;
