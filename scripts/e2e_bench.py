@@ -567,38 +567,41 @@ def shard(obj, r, n):
     return obj
 
 
-def own_pages(obj):
-    """obj with every tensor copied into this process's own memory. A
-    training job's ranks are processes of their own, each holding its state
-    in its own pages; a writer forked from the process that sharded the
-    checkpoint would share that process's pages copy-on-write instead, and
-    pinning a shared page for a direct write (FUSE's direct I/O) makes the
-    kernel copy it first: a cost no real rank pays. One thread: OpenMP's
-    pool does not survive fork()."""
-    if isinstance(obj, torch.Tensor):
-        return obj.clone()
-    if isinstance(obj, dict):
-        return {k: own_pages(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return type(obj)(own_pages(v) for v in obj)
-    return obj
+def own_pages(state):
+    """For a writer forked from the process that sharded the checkpoint:
+    state with every tensor copied into this process's own memory, as a
+    training job's ranks, processes of their own, hold theirs. Shared
+    copy-on-write, a page pinned for a direct write (FUSE's direct I/O)
+    is first copied by the kernel: a cost no real rank pays. Sets this
+    process to one torch thread first: OpenMP's pool does not survive
+    fork()."""
+    torch.set_num_threads(1)
+
+    def copy(obj):
+        if isinstance(obj, torch.Tensor):
+            return obj.clone()
+        if isinstance(obj, dict):
+            return {k: copy(v) for k, v in obj.items()}
+        if isinstance(obj, (list, tuple)):
+            return type(obj)(copy(v) for v in obj)
+        return obj
+    return copy(state)
 
 
-def wait_ready(ready, procs):
-    """Waits until every writer in procs has put its line in queue ready
-    (its shard copied); raises if one failed first."""
-    left = len(procs)
-    while left:
+def gather(q, procs, what):
+    """One item from queue q for each of the writer processes procs, in
+    the order they come; raises, naming `what`, if a writer failed first."""
+    items = []
+    while len(items) < len(procs):
         try:
-            ready.get(timeout=1)
-            left -= 1
+            items.append(q.get(timeout=1))
         except queue.Empty:
             if any(p.exitcode for p in procs):
-                raise RuntimeError('a writer failed before the start')
+                raise RuntimeError(f'a writer failed ({what})')
+    return items
 
 
 def _write_shard(state, path, ready, go, done):
-    torch.set_num_threads(1)
     state = own_pages(state)
     ready.put(path)
     go.wait()
@@ -625,18 +628,12 @@ def measure_writers(ctx, path):
                          for r in range(n)]
                 for p in procs:
                     p.start()
-                wait_ready(ready, procs)
+                gather(ready, procs, f'{name}, {n} writers, before the start')
                 time.sleep(0.5)
                 c0 = fs_bench.cpu_seconds(m.pid) if name == 'lmcfs' else None
                 t0 = time.perf_counter()
                 go.set()
-                ends = []
-                while len(ends) < n:
-                    try:
-                        ends.append(done.get(timeout=1))
-                    except queue.Empty:
-                        if any(p.exitcode for p in procs):
-                            raise RuntimeError(f'a writer failed ({name}, {n} writers)')
+                ends = gather(done, procs, f'{name}, {n} writers')
                 for p in procs:
                     p.join()
                 # The daemon's CPU and memory of the saves alone: taken
@@ -868,9 +865,10 @@ def report(ctx, res, cmdline, t_start, t_end, facts, load0, load1):
         w = res['writers']
         section('Writers',
             f'The {res["writers_label"]} checkpoint ({w["file"]}) split among N writers ZeRO-style (each holds 1/N of '
-            f'every tensor; the total is fixed), N processes, each with its shard in its own memory as a rank has it, '
-            f'saving at once (torch.save + fsync of file and directory), plain disk and a fresh lmcfs mount in the order plain, lmcfs, lmcfs, plain; aggregate '
-            f'MB/s from the common start to the last durable shard.')
+            f'every tensor; the total is fixed), N processes, each with its shard in its own memory as a rank '
+            f'has it, saving at once (torch.save + fsync of file and directory), plain disk and a fresh lmcfs '
+            f'mount in the order plain, lmcfs, lmcfs, plain; aggregate MB/s from the common start to the last '
+            f'durable shard.')
         p('| writers | total | plain MB/s | lmcfs MB/s | lmcfs / plain (best) | lmcfs stored / logical | '
           'daemon CPU s/GiB | daemon peak RSS MiB | shards |')
         p('|---|---|---|---|---|---|---|---|---|')

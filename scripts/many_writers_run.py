@@ -189,7 +189,8 @@ def main():
                   ('base_cache_bytes', parts.get('base_cache_capacity')),
                   ('frame_pool_bytes', parts.get('frame_pool_capacity')),
                   ('index_block_cache_bytes', parts.get('index_block_cache_capacity')),
-                  # the committer's frames: its limit plus a 16 MiB batch a writer
+                  # the committer's frames: its limit plus a batch a writer
+                  # (FsOptions::batch_limit, 16 MiB; not a mount option)
                   ('commit_queue_bytes', parts['commit_queue_limit'] + 16 * a.ranks
                    if 'commit_queue_limit' in parts else None)]
         return [f'daemon memory part {k} {parts[k]} MiB over its bound {b} MiB; by part (MiB): {json.dumps(parts)}'

@@ -9,9 +9,10 @@ daemon warm, as a training job's mount is from its second checkpoint on).
 A save: N processes, forked before the clock starts, each torch.save of
 rank r's shard of --ckpt (1/N of every tensor, scripts/e2e_bench.py's
 shard(), copied into the writer's own memory by own_pages()) into an open
-file, flush, fsync; timed from a common start to the last fsync. Per save: MB/s, the daemon's CPU seconds (utime + stime) and
-minor page faults (from /proc/PID/stat) per GiB saved; after both, the
-daemon's peak resident size (VmHWM).
+file, flush, fsync; timed from a common start to the last fsync. Per
+save: MB/s, the daemon's CPU seconds (utime + stime) and minor page
+faults (from /proc/PID/stat) per GiB saved; after both, the daemon's peak
+resident size (VmHWM).
 
   python3 scripts/writers_ab.py --ckpt /var/tmp/e2e-data/e2e-1G/ckpt-step3.pt \\
       --writers 8 --rounds 2 OLD/mount.lmcfs NEW/mount.lmcfs
@@ -19,7 +20,6 @@ daemon's peak resident size (VmHWM).
 import argparse
 import multiprocessing as mp
 import os
-import queue
 import shutil
 import subprocess
 import sys
@@ -28,7 +28,7 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import e2e_bench  # noqa: E402  (shard, own_pages, wait_ready)
+import e2e_bench  # noqa: E402  (shard, own_pages, gather)
 import fs_bench  # noqa: E402  (drop_caches)
 
 
@@ -40,7 +40,6 @@ def daemon_stat(pid):
 
 
 def _writer(state, path, ready, go, done):
-    torch.set_num_threads(1)
     state = e2e_bench.own_pages(state)  # as a rank holds it, not shared with this process
     ready.put(path)
     go.wait()
@@ -60,17 +59,11 @@ def save(shards, d):
              for r, s in enumerate(shards)]
     for p in procs:
         p.start()
-    e2e_bench.wait_ready(ready, procs)
+    e2e_bench.gather(ready, procs, 'before the start')
     time.sleep(0.5)
     t0 = time.perf_counter()
     go.set()
-    ends = []
-    while len(ends) < len(procs):
-        try:
-            ends.append(done.get(timeout=1))
-        except queue.Empty:
-            if any(p.exitcode for p in procs):
-                raise RuntimeError('a writer failed')
+    ends = e2e_bench.gather(done, procs, 'saving')
     for p in procs:
         p.join()
     dt = max(ends) - t0  # the last fsync, not the writers' exits

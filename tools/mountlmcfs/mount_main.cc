@@ -98,8 +98,8 @@ once it is installed as /sbin/mount.lmcfs (cmake --install puts it there).
                         written to packs, over all files (default 128M),
                         plus one batch (16M) per writing file; writers wait
                         when it is full. More lets a slow store (RADOS)
-                        fall further behind the encoders; 0: each writer
-                        waits for its previous batch
+                        fall further behind the encoders; 0: a writer
+                        hands off a batch once its previous ones are written
      gpu=auto|on|off    the GPU codec path (docs/ARCHITECTURE.md, "GPU codec
                         in the mount"). auto (default): when a usable CUDA GPU
                         is there, written chunks are also encoded in batches
