@@ -11,6 +11,17 @@
 
 namespace lmc {
 
+bool RansCanPay(const uint32_t hist[256], size_t n, size_t huff) {
+  // rans::EstimatedSize is at least the header, 4 bytes a state and the
+  // words' bits, which are sum hist[s] * -log2(freq[s] / 2^kProbBits) minus
+  // 8 a state: at least n * H bits (Gibbs: the normalized frequencies are
+  // a distribution), so it is at least n * H / 8 bytes. With that floor,
+  // rANS is taken only if floor + huff / 16 < huff. The margin covers the
+  // rounding of the sum.
+  const double floor_bytes = EntropyBits(hist, n) / 8 * (1 - 1e-9) - 1;
+  return floor_bytes + static_cast<double>(huff / 16) < static_cast<double>(huff);
+}
+
 Coder ChooseCoder(const uint32_t hist[256], size_t n, Coder huffman, int block_log2) {
   if (n == 0) return Coder::kRaw;
   int distinct = 0;
@@ -18,17 +29,22 @@ Coder ChooseCoder(const uint32_t hist[256], size_t n, Coder huffman, int block_l
   if (distinct == 1) return Coder::kConst;
   size_t huff =
       huffman == Coder::kHuffman ? huff::EncodedSize(hist, n) : huff::BlockedEncodedSize(hist, n, block_log2);
-  // 32 states for long streams: about 1.5x the speed for 112 bytes more.
-  const bool x32 = n >= kRansX32MinSymbols;
-  size_t rans = rans::EstimatedSize(hist, n, x32 ? 32 : 4);
   Coder best = huffman;
   size_t best_size = huff;
   // rANS decodes at about half Huffman's speed: take it only where it pays
   // clearly (skewed streams near or below 1 bit/symbol, where Huffman's
   // 1-bit floor costs up to 10x), not for the ~2% it gains on exponents.
-  if (rans + huff / 16 < huff) {
-    best = x32 ? Coder::kRansX32 : Coder::kRans;
-    best_size = rans;
+  // Its estimate normalizes the histogram (up to thousands of passes over
+  // the symbols on a flat one); skipped where the stream's entropy alone,
+  // a floor under it, already rules rANS out, so the choice is the same.
+  if (RansCanPay(hist, n, huff)) {
+    // 32 states for long streams: about 1.5x the speed for 112 bytes more.
+    const bool x32 = n >= kRansX32MinSymbols;
+    size_t rans = rans::EstimatedSize(hist, n, x32 ? 32 : 4);
+    if (rans + huff / 16 < huff) {
+      best = x32 ? Coder::kRansX32 : Coder::kRans;
+      best_size = rans;
+    }
   }
   if (best_size + n / 128 >= n) return Coder::kRaw;
   return best;
@@ -49,10 +65,19 @@ bool SampleSaysRaw(const uint8_t* p, size_t n, uint32_t sample[256]) {
   std::memset(hist, 0, 256 * sizeof(uint32_t));
   if (n < g_sample_minimum.load(std::memory_order_relaxed)) return false;
   size_t stride = n / kBlocks;
+  // Four tables: a run of one symbol (an exponent plane is mostly a few)
+  // would otherwise wait on each increment of the same counter.
+  uint32_t part[4][256] = {};
   for (size_t b = 0; b < kBlocks; ++b) {
     const uint8_t* q = p + b * stride;
-    for (size_t i = 0; i < kBlock; ++i) ++hist[q[i]];
+    for (size_t i = 0; i < kBlock; i += 4) {
+      ++part[0][q[i]];
+      ++part[1][q[i + 1]];
+      ++part[2][q[i + 2]];
+      ++part[3][q[i + 3]];
+    }
   }
+  for (int s = 0; s < 256; ++s) hist[s] = part[0][s] + part[1][s] + part[2][s] + part[3][s];
   const size_t m = kBlocks * kBlock;
   int distinct = 0;
   for (int s = 0; s < 256; ++s) distinct += hist[s] != 0;

@@ -22,6 +22,12 @@ inline constexpr size_t kRansX32MinSymbols = hd::kRansX32MinSymbols;
 // `block_log2`: the blocked coder's block size (EncodeParams::huffman_block_log2).
 Coder ChooseCoder(const uint32_t hist[256], size_t n, Coder huffman, int block_log2);
 
+// False when rANS cannot be chosen for a stream with histogram `hist` of n
+// symbols whose Huffman size is `huff` bytes: the stream's order-0 entropy,
+// a floor under rans::EstimatedSize, is already within huff / 16 of huff.
+// ChooseCoder skips the rANS estimate then; its choice is the same.
+bool RansCanPay(const uint32_t hist[256], size_t n, size_t huff);
+
 // True when a sample of the stream shows it is so close to uniform that no
 // coder would beat the raw threshold of ChooseCoder, so the full histogram
 // can be skipped (sign+mantissa streams of floats). Only for n >= 64 KiB

@@ -1,5 +1,6 @@
 // HistogramRunsLikely against HistogramRuns on every vector unit this CPU
-// has, and PickLikely's choice.
+// has, PickLikely's choice, the sample SampleSaysRaw counts, and the
+// entropy floor with which ChooseCoder skips the rANS estimate.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -13,6 +14,7 @@
 #include "huffman.h"
 #include "lmc/codec.h"
 #include "lmc/transform.h"
+#include "rans.h"
 #include "test_util.h"
 #include "transform_internal.h"
 
@@ -262,6 +264,78 @@ TEST(HistogramLikely, SampleMinimumSamplesSmallerStreamsAndNeverBelow16KiB) {
   EXPECT_FALSE(SampleSaysRaw(uniform.data(), 16 * 1024 - 1, nullptr));
   EXPECT_EQ(internal::SetSampleMinimum(before), 16u * 1024);
   EXPECT_FALSE(SampleSaysRaw(uniform.data(), uniform.size(), nullptr));
+}
+
+// The sample's histogram is the count of its 32 blocks of 512 symbols, one
+// block every n/32 bytes (the four tables SampleSaysRaw counts in add up).
+TEST(SampleSaysRaw, SampleIsTheCountOfItsBlocks) {
+  std::mt19937 rng(11);
+  for (size_t n : {size_t{64} << 10, size_t{65537}, size_t{262144}, size_t{1} << 20}) {
+    Bytes data(n);
+    // Runs of one symbol, then noise: both the stall case and the flat one.
+    for (size_t i = 0; i < n; ++i)
+      data[i] = i < n / 2 ? static_cast<uint8_t>(i / 4096) : static_cast<uint8_t>(rng());
+    uint32_t sample[256];
+    SampleSaysRaw(data.data(), n, sample);
+    uint32_t want[256] = {};
+    for (size_t b = 0; b < 32; ++b)
+      for (size_t i = 0; i < 512; ++i) ++want[data[b * (n / 32) + i]];
+    for (int v = 0; v < 256; ++v) ASSERT_EQ(sample[v], want[v]) << "n " << n << ", symbol " << v;
+  }
+}
+
+// Histograms from flat to one dominant symbol, over lengths.
+std::vector<std::vector<uint32_t>> CoderHistograms() {
+  std::mt19937 rng(5);
+  std::vector<std::vector<uint32_t>> out;
+  for (int distinct : {2, 3, 8, 32, 100, 256})
+    for (double skew : {0.0, 0.5, 0.9, 0.99, 0.999})
+      for (uint32_t scale : {1000u, 65536u, 262144u}) {
+        std::vector<uint32_t> h(256, 0);
+        const uint32_t top = static_cast<uint32_t>(scale * skew);
+        h[rng() % 256] += top;
+        for (uint32_t i = 0; i < scale - top; ++i) h[rng() % distinct] += 1;
+        out.push_back(h);
+      }
+  return out;
+}
+
+// rANS's estimate never falls below the order-0 entropy (its floor), so a
+// stream RansCanPay rules out is one the estimate would have lost on too:
+// ChooseCoder picks what it picked before it skipped the estimate.
+TEST(ChooseCoder, RansIsRuledOutOnlyWhereItsEstimateLoses) {
+  int ruled_out = 0, can_pay = 0, rans_taken = 0;
+  for (const auto& hv : CoderHistograms()) {
+    const uint32_t* h = hv.data();
+    size_t n = 0;
+    for (uint32_t c : hv) n += c;
+    for (int states : {4, 32}) {
+      const size_t rans = rans::EstimatedSize(h, n, states);
+      ASSERT_GE(static_cast<double>(rans), EntropyBits(h, n) / 8) << "n " << n;
+    }
+    for (Coder huffman : {Coder::kHuffman, Coder::kHuffmanBlocked}) {
+      const size_t huff =
+          huffman == Coder::kHuffman ? huff::EncodedSize(h, n) : huff::BlockedEncodedSize(h, n, 12);
+      const size_t rans = rans::EstimatedSize(h, n, n >= kRansX32MinSymbols ? 32 : 4);
+      const bool taken = rans + huff / 16 < huff;
+      rans_taken += taken;
+      if (RansCanPay(h, n, huff)) {
+        ++can_pay;
+      } else {
+        ++ruled_out;
+        ASSERT_FALSE(taken) << "n " << n << ": rANS " << rans << " would beat Huffman " << huff;
+      }
+      const Coder got = ChooseCoder(h, n, huffman, 12);
+      if (got != Coder::kRaw && got != Coder::kConst) {
+        EXPECT_EQ(got == Coder::kRans || got == Coder::kRansX32, taken) << "n " << n;
+      }
+    }
+  }
+  // Both sides are reached: flat streams skip the estimate, skewed ones
+  // not, and some of those take rANS.
+  EXPECT_GT(ruled_out, 20);
+  EXPECT_GT(can_pay, 20);
+  EXPECT_GT(rans_taken, 5);
 }
 
 }  // namespace
