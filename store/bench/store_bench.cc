@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <memory>
 #include <random>
 #include <vector>
 
@@ -58,7 +59,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s\n", st.status().ToString().c_str());
     return 8;
   }
-  Store& s = **st;
+  std::unique_ptr<Store> owned = std::move(*st);
+  Store& s = *owned;
   // 2. Store appends: batches of 4 distinct 4 MiB frames, sync commits.
   {
     auto t = Clock::now();
@@ -104,6 +106,7 @@ int main(int argc, char** argv) {
     sec = Secs(t);
     std::printf("index lookups: %zu in %.2f s = %.1f us each\n", looks, sec, sec * 1e6 / looks);
   }
+  owned.reset();  // closed before its directory goes
   std::filesystem::remove_all(dir + "/bench_store");
   return 0;
 }
