@@ -3,9 +3,10 @@
 mount.lmcfs binaries side by side in one run (docs/BENCHMARKS.md, "Tensors
 share their dirty blocks"). Needs root (drops the page cache) and /dev/fuse.
 
-Each round, for each binary in turn: a fresh store and mount; save 1 (a
-new daemon: its buffers' first touch), the files deleted; save 2 (the
-daemon warm, as a training job's mount is from its second checkpoint on).
+Each round, for each binary in turn (round r starts with binary r, so
+that no binary always runs first): a fresh store and mount; save 1 (a new
+daemon: its buffers' first touch), the files deleted; save 2 (the daemon
+warm, as a training job's mount is from its second checkpoint on).
 A save: N processes, forked before the clock starts, each torch.save of
 rank r's shard of --ckpt (1/N of every tensor, scripts/e2e_bench.py's
 shard(), copied into the writer's own memory by own_pages()) into an open
@@ -118,7 +119,11 @@ def main():
     del state
     print(f'{a.writers} writers of {os.path.basename(a.ckpt)}; load {os.getloadavg()[0]:.2f}', flush=True)
     for rnd in range(a.rounds):
-        for i, m in enumerate(a.mounts):
+        # Each round starts with the next binary: a place in the order
+        # (first after the shards were made, or after the previous round's
+        # store was deleted) favours no binary over the rounds.
+        k = rnd % len(a.mounts)
+        for m in a.mounts[k:] + a.mounts[:k]:
             run(os.path.abspath(m), shards, a.work, f'round {rnd + 1}, {m}')
 
 

@@ -128,5 +128,27 @@ TEST(DirtyBlocks, ABlockAllocatedToSizeHasNoTail) {
   EXPECT_EQ(c->backed, 1000u);
 }
 
+// The pool keeps up to 32 free blocks while files are written; trimmed
+// (a mount gone quiet) it keeps 8 and frees the rest.
+TEST(DirtyBlocks, ThePoolKeeps32FreeBlocksAndEightOnceTrimmed) {
+  DrainedPool drained;
+  EXPECT_EQ(DirtyBlockPoolCapacity(), 32 * kBlock);
+  std::vector<std::shared_ptr<DirtyBlock>> blocks;
+  for (int i = 0; i < 40; ++i) {
+    blocks.push_back(NewDirtyBlock(4096, true));
+    ASSERT_EQ(blocks.back()->backed, kBlock);
+  }
+  EXPECT_EQ(DirtyBlockPoolBytes(), 0u);
+  blocks.clear();  // 40 dropped: the pool keeps 32, the others are freed
+  EXPECT_EQ(DirtyBlockPoolBytes(), 32 * kBlock);
+  EXPECT_EQ(TrimDirtyBlockPool(), 24 * kBlock);
+  EXPECT_EQ(DirtyBlockPoolBytes(), 8 * kBlock);
+  EXPECT_EQ(TrimDirtyBlockPool(), 0u);  // again: nothing more
+  EXPECT_EQ(DirtyBlockPoolBytes(), 8 * kBlock);
+  // The 8 kept are taken before any new block is made.
+  for (int i = 0; i < 8; ++i) blocks.push_back(NewDirtyBlock(4096, true));
+  EXPECT_EQ(DirtyBlockPoolBytes(), 0u);
+}
+
 }  // namespace
 }  // namespace lmc::fs

@@ -928,11 +928,22 @@ int Serve(const Options& o, int report_fd) {
   // Free memory back to the system once the mount goes quiet (lmc/fs/trim.h):
   // quiet means no read, write, removal or reclamation pass since the last
   // poll and no rebase pending.
-  MemoryTrimmer trimmer(o.trim, [f, &reclaimer] {
-    const FsCounters& c = f->counters();
-    return TrimActivity{c.write_calls + c.read_calls + c.removals + reclaimer.Stats().passes,
-                        f->BackgroundPending() > 0};
-  });
+  // Released: the write blocks kept for the next writes past 64 MiB, then
+  // the allocator's free memory.
+  MemoryTrimmer trimmer(
+      o.trim,
+      [f, &reclaimer] {
+        const FsCounters& c = f->counters();
+        return TrimActivity{c.write_calls + c.read_calls + c.removals + reclaimer.Stats().passes,
+                            f->BackgroundPending() > 0};
+      },
+      [] {
+        const uint64_t before = ReadProcessMemory().resident;
+        Filesystem::ReleaseIdleWriteBlocks();
+        ReleaseFreeMemory();
+        const uint64_t after = ReadProcessMemory().resident;
+        return before > after ? before - after : uint64_t{0};
+      });
   auto daemon_counters = [&reclaimer, f] {
     auto v = f->NamedCounters();
     for (auto& x : reclaimer.Stats().Named()) v.push_back(std::move(x));

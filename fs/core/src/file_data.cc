@@ -37,8 +37,13 @@ EncodeScratch& Scratch() {
 
 // Free dirty blocks of kDirtyBlockSize, shared by every filesystem of the
 // process (and never destroyed: a block may outlive them all in a cache).
-// It keeps at most kMaxFree blocks (64 MiB) for the next writes, each with
-// the bytes from its start that may hold pages (DirtyBlock::backed).
+// It keeps at most kMaxFree blocks (256 MiB) for the next writes, each with
+// the bytes from its start that may hold pages (DirtyBlock::backed): with
+// many files written at once, the blocks alive swing by more than a few
+// (a tail per file, the encoders' inputs, the caches' slices), and a block
+// freed at one swing and allocated again at the next is 8 MiB of fresh
+// pages faulted in and zeroed. Trim(), when the mount goes quiet, frees
+// all but kQuietFree of them.
 class BlockPool {
  public:
   static BlockPool& Get() {
@@ -70,7 +75,23 @@ class BlockPool {
     std::lock_guard lk(mu_);
     return idle_;
   }
-  static constexpr size_t kMaxFree = 8;
+  // Frees the free blocks past the first kQuietFree; their backed bytes.
+  uint64_t Trim() {
+    std::vector<std::pair<std::unique_ptr<uint8_t[]>, size_t>> gone;
+    {
+      std::lock_guard lk(mu_);
+      while (free_.size() > kQuietFree) {
+        idle_ -= free_.back().second;
+        gone.push_back(std::move(free_.back()));
+        free_.pop_back();
+      }
+    }
+    uint64_t bytes = 0;
+    for (const auto& g : gone) bytes += g.second;
+    return bytes;  // freed here, outside the lock
+  }
+  static constexpr size_t kMaxFree = 32;
+  static constexpr size_t kQuietFree = 8;
 
  private:
   std::mutex mu_;
@@ -165,6 +186,7 @@ void SealDirtyBlock(DirtyBlock& b, bool held_elsewhere) {
 uint64_t DirtyBlockBytes() { return g_dirty_block_bytes.load(std::memory_order_relaxed); }
 uint64_t DirtyBlockPoolBytes() { return BlockPool::Get().IdleBytes(); }
 uint64_t DirtyBlockPoolCapacity() { return BlockPool::kMaxFree * DirtyBlock::kDirtyBlockSize; }
+uint64_t TrimDirtyBlockPool() { return BlockPool::Get().Trim(); }
 
 FileDataShared::FileDataShared(store::Store* st, const FsOptions& o, FsCounters* c)
     : store(st),

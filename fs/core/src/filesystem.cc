@@ -143,6 +143,8 @@ std::vector<std::pair<std::string, uint64_t>> Filesystem::MemoryCounters() const
           {"delta_cache_capacity", delta.capacity}};
 }
 
+uint64_t Filesystem::ReleaseIdleWriteBlocks() { return TrimDirtyBlockPool(); }
+
 std::string Filesystem::GpuState() const { return impl_->data.gpu.State(); }
 
 void Filesystem::SetDeltaPolicy(std::unique_ptr<DeltaPolicy> policy) {

@@ -318,6 +318,10 @@ class Filesystem : public FsOps {
   // idle (process-wide), the decoded-chunk cache (the union's, where it is
   // shared) and the delta policy's bases.
   std::vector<std::pair<std::string, uint64_t>> MemoryCounters() const;
+  // Process-wide, for a mount gone quiet (the trimmer): frees the free
+  // write blocks the pool keeps for the next writes but 8 (64 MiB);
+  // returns their bytes that held pages.
+  static uint64_t ReleaseIdleWriteBlocks();
   // The GPU codec path in words, for lmcfs-stat and the log: "CUDA 13.0,
   // NVIDIA H100 (active)", "none (gpu=off)", "off after a device failure
   // (...)".

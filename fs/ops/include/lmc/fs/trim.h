@@ -7,9 +7,10 @@
 // ranks saving at once (scripts/many_writers_run.py). On a training node
 // that memory belongs to the job between saves. Once the mount has had no
 // foreground operation and no background work for `idle`, the trimmer
-// calls malloc_trim(0) once (glibc: every arena's free pages back to the
-// kernel), then waits for the next burst to end. The caches keep what they
-// hold; only free memory goes.
+// calls its release function once (mount.lmcfs: the free write blocks
+// past 8, then malloc_trim(0), glibc: every arena's free pages back to
+// the kernel), then waits for the next burst to end. The caches keep what
+// they hold; only free memory goes.
 #pragma once
 
 #include <chrono>
