@@ -937,13 +937,7 @@ int Serve(const Options& o, int report_fd) {
         return TrimActivity{c.write_calls + c.read_calls + c.removals + reclaimer.Stats().passes,
                             f->BackgroundPending() > 0};
       },
-      [] {
-        const uint64_t before = ReadProcessMemory().resident;
-        Filesystem::ReleaseIdleWriteBlocks();
-        ReleaseFreeMemory();
-        const uint64_t after = ReadProcessMemory().resident;
-        return before > after ? before - after : uint64_t{0};
-      });
+      [] { return ReleaseFreeMemory(Filesystem::ReleaseIdleWriteBlocks); });
   auto daemon_counters = [&reclaimer, f] {
     auto v = f->NamedCounters();
     for (auto& x : reclaimer.Stats().Named()) v.push_back(std::move(x));

@@ -26,21 +26,20 @@ ProcessMemory ReadProcessMemory() {
   return m;
 }
 
-uint64_t ReleaseFreeMemory() {
-#if defined(__GLIBC__)
+uint64_t ReleaseFreeMemory(const std::function<void()>& first) {
   const uint64_t before = ReadProcessMemory().resident;
+  if (first) first();
+#if defined(__GLIBC__)
   ::malloc_trim(0);
+#endif
   const uint64_t after = ReadProcessMemory().resident;
   return before > after ? before - after : 0;
-#else
-  return 0;
-#endif
 }
 
 MemoryTrimmer::MemoryTrimmer(TrimOptions options, TrimActivityFn activity, ReleaseFn release)
     : opts_(options),
       activity_(std::move(activity)),
-      release_(release ? std::move(release) : ReleaseFreeMemory) {}
+      release_(release ? std::move(release) : [] { return ReleaseFreeMemory(); }) {}
 
 MemoryTrimmer::~MemoryTrimmer() { Stop(); }
 

@@ -45,8 +45,8 @@ struct TrimStats {
 class MemoryTrimmer {
  public:
   // `release` gives free memory back and returns the resident bytes it
-  // released (default: malloc_trim(0), measured in /proc/self/statm; a
-  // no-op returning 0 where the C library has no malloc_trim).
+  // released (default: ReleaseFreeMemory(), below, which measures the
+  // resident size in /proc/self/status).
   using ReleaseFn = std::function<uint64_t()>;
   MemoryTrimmer(TrimOptions options, TrimActivityFn activity, ReleaseFn release = nullptr);
   ~MemoryTrimmer();  // Stop()
@@ -79,9 +79,10 @@ class MemoryTrimmer {
   std::thread thread_;
 };
 
-// malloc_trim(0) and the drop of the resident size it caused (0 if it
-// grew meanwhile, and where there is no malloc_trim).
-uint64_t ReleaseFreeMemory();
+// `first` (frees what its owner keeps for reuse), then malloc_trim(0)
+// where the C library has it, and the drop of the resident size they
+// caused (0 if it grew meanwhile).
+uint64_t ReleaseFreeMemory(const std::function<void()>& first = nullptr);
 
 // This process's resident size now and at most (VmRSS and VmHWM of
 // /proc/self/status, bytes); zeros where it cannot be read.
