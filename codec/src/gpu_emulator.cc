@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "gpu_host_memory.h"
 #include "gpu_pipeline.h"
 
 namespace lmc::gpu {
@@ -19,7 +20,7 @@ struct FaultState {
   std::atomic<uint64_t> launches{0}, allocs{0}, frames{0};
 };
 
-class HostBackend {
+class HostBackend : public HostMemory {
  public:
   HostBackend() = default;
   explicit HostBackend(std::shared_ptr<FaultState> f) : faults_(std::move(f)) {}
@@ -29,30 +30,7 @@ class HostBackend {
       alloc_error_ = "emulated: out of device memory";
       return nullptr;
     }
-    // Filled with a pattern, not zeros: the device does not zero either, so
-    // a body that relies on zeroed memory fails here too.
-    auto p = std::make_unique<uint8_t[]>(n ? n : 1);
-    std::memset(p.get(), 0xA5, n ? n : 1);
-    allocs_.push_back(std::move(p));
-    return allocs_.back().get();
-  }
-  void Reset() { allocs_.clear(); }
-  Status ToDevice(void* d, const void* h, size_t n) {
-    if (n) std::memcpy(d, h, n);
-    return Status::Ok();
-  }
-  Status ToHost(void* h, const void* d, size_t n) { return ToDevice(h, d, n); }
-  Status ToHostSync(void* h, const void* d, size_t n) { return ToDevice(h, d, n); }
-  Status ToDeviceSync(void* d, const void* h, size_t n) { return ToDevice(d, h, n); }
-  uint8_t* Pinned(size_t n) {
-    if (pinned_.size() < n) pinned_.resize(n);
-    return pinned_.data();
-  }
-  Status ToDeviceAsync(void* d, const void* h, size_t n) { return ToDevice(d, h, n); }
-  Status ToHostAsync(void* h, const void* d, size_t n) { return ToDevice(h, d, n); }
-  Status Zero(void* d, size_t n) {
-    if (n) std::memset(d, 0, n);
-    return Status::Ok();
+    return HostMemory::Alloc(n);
   }
   template <typename Body, typename Args>
   Status Launch(size_t count, const Args& a) {
@@ -74,10 +52,7 @@ class HostBackend {
     if (++faults_->frames == faults_->plan.flip_frame)
       frame[std::min<size_t>(len - 1, len * faults_->plan.flip_at_permille / 1000)] ^= 0x10;
   }
-  Status Sync() { return Status::Ok(); }
-  Status Bind() { return Status::Ok(); }
   std::string AllocError() const { return alloc_error_; }
-  Status WaitForDefaultStream() { return Status::Ok(); }
   void HostTime(const char*, std::chrono::steady_clock::time_point) {}
   std::string Describe() const { return "host emulation of the GPU pipeline"; }
   std::string Profile() const { return ""; }
@@ -85,8 +60,6 @@ class HostBackend {
  private:
   std::shared_ptr<FaultState> faults_;
   std::string alloc_error_;
-  std::vector<std::unique_ptr<uint8_t[]>> allocs_;
-  std::vector<uint8_t> pinned_;
 };
 
 }  // namespace

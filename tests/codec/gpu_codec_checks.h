@@ -32,12 +32,26 @@ class DeviceMemory {
   virtual void Get(void* h, const uint8_t* d, size_t n) = 0;
 };
 
+// Host memory as the device memory of the host backends' *Device calls.
+class HostArrays : public DeviceMemory {
+ public:
+  uint8_t* Alloc(size_t n) override {
+    bufs_.push_back(std::make_unique<uint8_t[]>(n ? n : 1));
+    return bufs_.back().get();
+  }
+  void Put(uint8_t* d, const void* h, size_t n) override { std::memcpy(d, h, n); }
+  void Get(void* h, const uint8_t* d, size_t n) override { std::memcpy(h, d, n); }
+
+ private:
+  std::vector<std::unique_ptr<uint8_t[]>> bufs_;
+};
+
 struct Case {
   DType dtype;
   std::vector<uint8_t> src, base;
 };
 
-std::vector<Case> Cases() {
+inline std::vector<Case> Cases() {
   std::vector<Case> cases;
   uint32_t seed = 1;
   for (int t = 0; t < kNumDTypes; ++t) {

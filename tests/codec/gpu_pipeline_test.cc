@@ -18,19 +18,6 @@
 namespace lmc {
 namespace {
 
-class HostMemory : public testing::DeviceMemory {
- public:
-  uint8_t* Alloc(size_t n) override {
-    bufs_.push_back(std::make_unique<uint8_t[]>(n ? n : 1));
-    return bufs_.back().get();
-  }
-  void Put(uint8_t* d, const void* h, size_t n) override { std::memcpy(d, h, n); }
-  void Get(void* h, const uint8_t* d, size_t n) override { std::memcpy(h, d, n); }
-
- private:
-  std::vector<std::unique_ptr<uint8_t[]>> bufs_;
-};
-
 TEST(GpuPipeline, EncodesTheCpuGpuProfileFramesByteForByte) {
   auto codec = gpu::OpenHostEmulatedCodec({0, size_t{3} << 20});  // several batches
   testing::CheckEncodeMatchesCpu(codec.get());
@@ -194,17 +181,17 @@ TEST(GpuPipeline, EncodedFramesThatDoNotDecodeBackAreEncodedAgainOnTheCpu) {
 
 TEST(GpuPipeline, DeviceEntryPointsTakeTheSamePaths) {
   auto codec = gpu::OpenHostEmulatedCodec();
-  HostMemory mem;
+  testing::HostArrays mem;
   testing::CheckDeviceEntryPoints(codec.get(), &mem);
 }
 
 TEST(GpuPipeline, FusedDecoderWritesWhatTheMergePassWrites) {
-  HostMemory mem;
+  testing::HostArrays mem;
   testing::CheckFusedDecode([](const GpuCodecOptions& o) { return gpu::OpenHostEmulatedCodec(o); }, &mem);
 }
 
 TEST(GpuPipeline, HuffmanBlockSizesAreWrittenAndDecodedOnTheDevice) {
-  HostMemory mem;
+  testing::HostArrays mem;
   testing::CheckHuffmanBlockSizes([](const GpuCodecOptions& o) { return gpu::OpenHostEmulatedCodec(o); },
                                   &mem);
 }
@@ -267,7 +254,7 @@ TEST(GpuPipeline, RansEncoderWritesTheCpuBytesOrFallsBackToRaw) {
 
 TEST(GpuPipeline, EncodesAndDecodesPairedFp32MastersOnTheDevice) {
   auto codec = gpu::OpenHostEmulatedCodec();
-  HostMemory mem;
+  testing::HostArrays mem;
   testing::CheckPairedFrames(codec.get(), &mem);
 }
 
