@@ -204,6 +204,7 @@ class Runner {
     me.arg = arg;
     me.width = width;
     const unsigned w = static_cast<unsigned>(&me - lanes_.data()) / 32;
+    if (done_in_warp_[w]) LeftEarly(w, op);
     ++at_warp_[w];
     if (at_warp_[w] == WarpSize(w)) ResolveWarp(w);
     Yield();
@@ -283,12 +284,6 @@ class Runner {
   void ResolveWarp(unsigned w) {
     Lane* lane = &lanes_[32 * w];
     const unsigned size = WarpSize(w);
-    if (done_in_warp_[w]) {
-      Fail("warp " + std::to_string(w) + " of block " + std::to_string(block_idx_.x) + ": " +
-           OpName(lane[0].op) + " with a full mask after " + std::to_string(done_in_warp_[w]) +
-           " of its lanes left the kernel");
-      return;
-    }
     if (size != 32) {
       Fail(std::string(OpName(lane[0].op)) + " in a warp of " + std::to_string(size) + " threads");
       return;
@@ -340,6 +335,14 @@ class Runner {
     at_warp_[w] = 0;
   }
 
+  // A full-mask collective of warp w reached after some of its lanes left
+  // the kernel (or, from LaneDone, a lane leaving while others wait).
+  void LeftEarly(unsigned w, WarpOp op) {
+    Fail("warp " + std::to_string(w) + " of block " + std::to_string(block_idx_.x) + ": " + OpName(op) +
+         " with a full mask: " + std::to_string(done_in_warp_[w]) + " of its lanes left the kernel, " +
+         std::to_string(at_warp_[w] + (cur_->wait == Wait::kWarp ? 1 : 0)) + " wait at it");
+  }
+
   // From a thread: stops the launch with `why`.
   void Fail(const std::string& why) {
     if (error_.empty()) error_ = why;
@@ -352,9 +355,8 @@ class Runner {
     const unsigned w = static_cast<unsigned>(&me - lanes_.data()) / 32;
     ++done_in_warp_[w];
     if (at_warp_[w]) {
-      Fail("warp " + std::to_string(w) + " of block " + std::to_string(block_idx_.x) + ": lane " +
-           std::to_string(me.tid.x % 32) + " left the kernel while " + std::to_string(at_warp_[w]) +
-           " lanes wait at a full-mask warp collective");
+      for (unsigned j = 32 * w; j < 32 * w + WarpSize(w); ++j)
+        if (lanes_[j].wait == Wait::kWarp) return LeftEarly(w, lanes_[j].op);
     }
     MaybeReleaseBarrier();
   }
