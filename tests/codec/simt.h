@@ -15,9 +15,13 @@
 //   reads what another thread writes without a barrier between them gives
 //   different results from run to run instead of the one order a loop
 //   would give.
-// Shared memory is `static thread_local`: a block's threads share it, and
-// blocks run one at a time on their thread. It is not cleared between
-// blocks (neither is a device's).
+// Shared memory is `static`: a block's threads share it, and one block
+// runs at a time in the process (launches take a process-wide lock, so
+// that the GPU codec's lanes, threads of their own, take turns). Being a
+// static, each array has ASan's redzones around it: an index past a
+// shared array is caught, as compute-sanitizer's memcheck catches it on
+// a device (a thread_local array would have none). It is not cleared
+// between blocks (neither is a device's).
 //
 // An error stops the launch: Launch returns its description, and the
 // threads still running are dropped where they stand (their stacks are
@@ -29,6 +33,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -474,17 +479,24 @@ T FromBits(uint64_t b) {
 
 }  // namespace detail
 
-// One runner (and its threads' stacks) per calling thread.
-inline detail::Runner& ThisThreadsRunner() {
-  thread_local detail::Runner runner;
-  return runner;
+// The process's runner (its threads' stacks) and the lock launches take
+// (shared memory is static).
+struct Shared {
+  std::mutex mu;
+  detail::Runner runner;
+};
+inline Shared& TheRunner() {
+  static Shared* s = new Shared;  // never destroyed: launches may come from threads still running at exit
+  return *s;
 }
 
 // Runs kernel(args...) on grid x block threads; "" or what went wrong.
 template <typename... P, typename... A>
 std::string Launch(unsigned grid, unsigned block, uint64_t seed, void (*kernel)(P...), const A&... args) {
   const std::function<void()> fn = [&] { kernel(args...); };
-  return ThisThreadsRunner().Run(grid, block, fn, seed);
+  Shared& s = TheRunner();
+  std::lock_guard lk(s.mu);
+  return s.runner.Run(grid, block, fn, seed);
 }
 
 }  // namespace lmc::simt
@@ -494,7 +506,7 @@ std::string Launch(unsigned grid, unsigned block, uint64_t seed, void (*kernel)(
 #define __device__
 #define __host__
 #define __forceinline__ inline
-#define __shared__ static thread_local
+#define __shared__ static
 #define threadIdx (::lmc::simt::detail::Cur().Self().tid)
 #define blockIdx (::lmc::simt::detail::Cur().BlockIdx())
 #define blockDim (::lmc::simt::detail::Cur().BlockDim())
