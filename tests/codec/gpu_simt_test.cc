@@ -58,7 +58,6 @@ class SimtBackend : public gpu::HostMemory {
     error_ = simt::Launch(grid, block, seed_++, kernel, args...);
     std::lock_guard lk(Log().mu);
     ++Log().launches;
-    if (!error_.empty()) Log().errors.push_back(error_);
   }
   template <typename Body, typename Args>
   Status Launch(size_t count, const Args& a) {
@@ -118,16 +117,18 @@ class SimtBackend : public gpu::HostMemory {
     }
     return Status::Ok();
   }
+  // An error for the test (GpuSimt::TearDown) and for the codec's call.
   Status Reported(const std::string& e) {
     std::lock_guard lk(Log().mu);
     Log().errors.push_back(e);
     return Status::IOError("SIMT emulator: " + e);
   }
+  // The error of the launches since the last call, if any.
   Status Taken() {
     if (error_.empty()) return Status::Ok();
-    std::string e = std::move(error_);
+    const std::string e = std::move(error_);
     error_.clear();
-    return Status::IOError("SIMT emulator: " + e);
+    return Reported(e);
   }
 
   uint64_t seed_ = 1;

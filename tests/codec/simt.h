@@ -49,7 +49,7 @@
 #include <sanitizer/common_interface_defs.h>
 #endif
 
-// The threads' stack switch: 14 instructions on x86-64, glibc's
+// The threads' stack switch: 15 instructions on x86-64, glibc's
 // swapcontext elsewhere (or with LMC_SIMT_UCONTEXT defined, to test it),
 // which saves and sets the signal mask at every switch: the GpuSimt tests
 // took 189 s with it on this 2-vCPU VM, 23 s with the instructions.
@@ -129,7 +129,6 @@ struct Lane {
   Dim3 tid;
   Wait wait = Wait::kRunning;
   WarpOp op = WarpOp::kSync;
-  unsigned mask = 0;
   int arg = 0, width = 32;
   uint64_t value = 0, result = 0;
   bool pred = false;
@@ -166,16 +165,18 @@ class Runner {
       lanes_.emplace_back();
       void* m = mmap(nullptr, kStackBytes, PROT_READ | PROT_WRITE,
                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-      if (m == MAP_FAILED) return "no memory for the threads' stacks";
+      if (m == MAP_FAILED) {
+        lanes_.pop_back();
+        return "no memory for the threads' stacks";
+      }
       lanes_.back().stack = static_cast<char*>(m);
     }
-    Runner* outer = tl_runner;
     tl_runner = this;
     std::string err;
     for (unsigned b = 0; b < grid && err.empty(); ++b) err = RunBlock(b);
     if (!err.empty())
       for (unsigned t = 0; t < block; ++t) lanes_[t].dropped = true;
-    tl_runner = outer;
+    tl_runner = nullptr;
     return err;
   }
 
@@ -198,13 +199,12 @@ class Runner {
   }
 
   // A warp collective over all 32 lanes: each lane's value in, its result
-  // out (Resolve).
+  // out (ResolveWarp). Only the full mask is emulated.
   uint64_t Warp(WarpOp op, unsigned mask, uint64_t value, int arg, int width) {
     Lane& me = *cur_;
     if (mask != 0xffffffffu) Fail(std::string(OpName(op)) + " with a partial mask (not emulated)");
     me.wait = Wait::kWarp;
     me.op = op;
-    me.mask = mask;
     me.value = value;
     me.arg = arg;
     me.width = width;
@@ -294,7 +294,7 @@ class Runner {
       return;
     }
     for (unsigned j = 1; j < 32; ++j) {
-      if (lane[j].op != lane[0].op || lane[j].mask != lane[0].mask) {
+      if (lane[j].op != lane[0].op) {
         Fail("warp " + std::to_string(w) + " of block " + std::to_string(block_idx_.x) + ": lane 0 at " +
              OpName(lane[0].op) + ", lane " + std::to_string(j) + " at " + OpName(lane[j].op));
         return;
@@ -377,7 +377,6 @@ class Runner {
     __builtin_unreachable();
   }
 
-#if defined(LMC_SIMT_ASM_SWITCH)
   static void Trampoline() { Entry(); }
   void Prepare(Lane& l) {
 #if defined(LMC_SIMT_ASAN)
@@ -388,22 +387,20 @@ class Runner {
     ASAN_UNPOISON_MEMORY_REGION(l.stack + kStackBytes - used, used);
     l.dropped = false;
 #endif
+#if defined(LMC_SIMT_ASM_SWITCH)
     auto* top = reinterpret_cast<void**>(l.stack + kStackBytes);
     *--top = nullptr;  // Trampoline's return address: it never returns
     *--top = reinterpret_cast<void*>(&Trampoline);
     for (int k = 0; k < 6; ++k) *--top = nullptr;  // rbp rbx r12-r15
     l.sp = top;
-  }
 #else
-  static void Trampoline() { Entry(); }
-  void Prepare(Lane& l) {
     getcontext(&l.uc);
     l.uc.uc_stack.ss_sp = l.stack;
     l.uc.uc_stack.ss_size = kStackBytes;
     l.uc.uc_link = nullptr;
     makecontext(&l.uc, &Trampoline, 0);
-  }
 #endif
+  }
 
   void Resume(Lane& l) {
     cur_ = &l;
