@@ -30,6 +30,9 @@ DEB_PACKAGES=(
   python3 python3-pip python3-venv
   # fio: the outside data-integrity check of the mount (tests/fs/fio_mount_test.cc).
   fio
+  # stress-ng: the outside stress suite's filesystem stressors on a mount
+  # (tests/fs/stress_ng_mount_test.cc).
+  stress-ng
   # Ceph RADOS stores: the client library, and the daemons of the
   # single-host test cluster (scripts/ceph-dev.sh).
   librados-dev libradospp-dev ceph-mon ceph-osd ceph-common
