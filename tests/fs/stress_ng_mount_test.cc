@@ -1,12 +1,13 @@
 // stress-ng, an outside stress suite, against a real mount: its filesystem
-// stressors run at once on one lmcfs mount, the data ones checking what
-// they read back (--verify): sequential and random writes, mixed I/O,
+// and I/O stressors run at once on one lmcfs mount, the data ones checking
+// what they read back (--verify): sequential and random writes, mixed I/O,
 // copy_file_range, fallocate and hole punching, sync_file_range, seeks,
-// readahead, a file mapped and msync'd, sendfile, RLIMIT_FSIZE; and the
-// namespace and metadata calls: renames, directories, many dentries,
-// opens, utimes, chmod, chown, odd file names, getdents, xattrs, POSIX,
-// BSD and OFD locks, leases, mknod. Then every file they made must be
-// gone, also after a remount, and lmcfs-fsck must find the store clean.
+// readahead, mapped files msync'd, POSIX and Linux AIO, writes in reverse
+// order, sendfile, RLIMIT_FSIZE; and the namespace and metadata calls:
+// renames, directories, many dentries, opens, utimes, chmod, chown, odd
+// file names, getdents, xattrs, POSIX, BSD and OFD locks, leases, mknod.
+// Then every file they made must be gone, also after a remount, and
+// lmcfs-fsck must find the store clean.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -43,6 +44,10 @@ constexpr Stressor kStressors[] = {
     {"seek", "--seek-size 16M", 1, 500},
     {"readahead", "--readahead-bytes 16M", 1, 1000},
     {"mmap", "--mmap-file --mmap-bytes 4M", 1, 1},
+    {"msync", "", 1, 300},
+    {"aio", "", 1, 5000},
+    {"aiol", "", 1, 300},
+    {"revio", "", 1, 5000},
     {"sendfile", "", 1, 5000},
     {"fsize", "", 1, 50},
     {"rename", "", 1, 300},
