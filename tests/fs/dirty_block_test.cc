@@ -12,6 +12,7 @@
 
 #include "core_test_util.h"
 #include "file_data.h"
+#include "lmc/fs/filesystem.h"
 
 namespace lmc::fs {
 namespace {
@@ -36,12 +37,15 @@ size_t WholePages(const uint8_t* p, size_t n) {
 }
 
 // The pool's free blocks taken out and held, so that a block dropped in a
-// test is the pool's only one (the pool is process-wide).
+// test is the pool's only one (the pool is process-wide), with the
+// default limit (a Filesystem made by an earlier test sets its own).
 struct DrainedPool {
   std::vector<std::shared_ptr<DirtyBlock>> held;
   DrainedPool() {
+    SetDirtyBlockPoolLimit(FsOptions{}.write_budget);
     while (DirtyBlockPoolBytes() > 0) held.push_back(NewDirtyBlock(1, true));
   }
+  ~DrainedPool() { SetDirtyBlockPoolLimit(FsOptions{}.write_budget); }
 };
 
 constexpr size_t kBlock = DirtyBlock::kDirtyBlockSize;
@@ -148,6 +152,34 @@ TEST(DirtyBlocks, ThePoolKeeps32FreeBlocksAndEightOnceTrimmed) {
   // The 8 kept are taken before any new block is made.
   for (int i = 0; i < 8; ++i) blocks.push_back(NewDirtyBlock(4096, true));
   EXPECT_EQ(DirtyBlockPoolBytes(), 0u);
+}
+
+// A smaller write budget keeps fewer free blocks: no more than it holds,
+// whole blocks, and the quiet mount's 8 no more than that either.
+TEST(DirtyBlocks, TheWriteBudgetBoundsThePool) {
+  DrainedPool drained;
+  std::vector<std::shared_ptr<DirtyBlock>> blocks;
+  for (int i = 0; i < 6; ++i) blocks.push_back(NewDirtyBlock(4096, true));
+  blocks.clear();
+  EXPECT_EQ(DirtyBlockPoolBytes(), 6 * kBlock);
+  // Lowered below what it holds: the blocks past the limit go at once.
+  SetDirtyBlockPoolLimit(3 * kBlock + kBlock / 2);
+  EXPECT_EQ(DirtyBlockPoolCapacity(), 3 * kBlock);
+  EXPECT_EQ(DirtyBlockPoolBytes(), 3 * kBlock);
+  for (int i = 0; i < 5; ++i) blocks.push_back(NewDirtyBlock(4096, true));
+  blocks.clear();
+  EXPECT_EQ(DirtyBlockPoolBytes(), 3 * kBlock);
+  EXPECT_EQ(TrimDirtyBlockPool(), 0u);  // 3 is under the quiet mount's 8
+  // Under one block: none kept.
+  SetDirtyBlockPoolLimit(kBlock - 1);
+  EXPECT_EQ(DirtyBlockPoolCapacity(), 0u);
+  EXPECT_EQ(DirtyBlockPoolBytes(), 0u);
+  blocks.push_back(NewDirtyBlock(4096, true));
+  blocks.clear();
+  EXPECT_EQ(DirtyBlockPoolBytes(), 0u);
+  // More than the default: still 32.
+  SetDirtyBlockPoolLimit(uint64_t{1} << 40);
+  EXPECT_EQ(DirtyBlockPoolCapacity(), 32 * kBlock);
 }
 
 }  // namespace

@@ -424,6 +424,38 @@ TEST_F(FsCore, CrashAfterRenameOverLeavesTheWholeFileNeverAHole) {
   ExpectFsckClean();
 }
 
+// The free dirty blocks kept for the next writes (a process-wide pool)
+// hold no more than the write budget: a mount with write_buffer=24M keeps
+// at most 3 blocks of 8 MiB, not the default's 32.
+TEST_F(FsCore, TheWriteBudgetBoundsTheFreeBlockPool) {
+  auto counter = [&](const std::string& name) {
+    for (const auto& [n, v] : fs_->MemoryCounters())
+      if (n == name) return v;
+    ADD_FAILURE() << "no " << name;
+    return uint64_t{0};
+  };
+  opts_.write_budget = 24 << 20;
+  Reopen();
+  EXPECT_EQ(counter("write_block_pool_capacity"), uint64_t{24} << 20);
+  std::vector<uint64_t> inos;
+  std::vector<std::string> models;
+  for (int f = 0; f < 4; f++) {
+    inos.push_back(CreateFile(kRootIno, "f" + std::to_string(f) + ".bin"));
+    models.push_back(Bf16Like(20 << 20, 60 + f));
+  }
+  for (size_t off = 0; off < models[0].size(); off += 1 << 20)
+    for (int f = 0; f < 4; f++) ASSERT_EQ(fs_->Write(inos[f], off, models[f].data() + off, 1 << 20), 0);
+  for (int f = 0; f < 4; f++) {
+    ASSERT_EQ(fs_->Fsync(inos[f], false), 0);
+    ASSERT_EQ(fs_->Release(inos[f]), 0);
+  }
+  EXPECT_LE(counter("write_block_pool_bytes"), uint64_t{24} << 20);
+  for (int f = 0; f < 4; f++) EXPECT_EQ(ReadAll(inos[f]), models[f]);
+  opts_.write_budget = FsOptions{}.write_budget;
+  Reopen();
+  EXPECT_EQ(counter("write_block_pool_capacity"), uint64_t{256} << 20);
+}
+
 // A batch that reaches batch_limit commits on the committer thread: the
 // pack fdatasync runs there, never on the writer's thread, and the writer,
 // held by nothing else, goes on until kMaxQueuedPerInode of its batches

@@ -6,8 +6,11 @@
 #include "lmc/fs/trim.h"
 
 #include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <memory>
@@ -123,8 +126,10 @@ TEST(MemoryTrimmer, TheThreadTrimsAQuietProcessAndStopsAtOnce) {
 }
 
 // The real release: 16 MiB freed in the middle of the heap (small blocks
-// kept between them, so free() cannot give it back from the top) comes back
-// with malloc_trim. glibc only: a sanitizer's allocator is not glibc's.
+// kept between them, so free() cannot give it back from the top) leaves
+// the process with malloc_trim: its pages are no longer resident (mincore
+// on the freed addresses), and the resident size fell. glibc only: a
+// sanitizer's allocator is not glibc's.
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 #define LMC_SANITIZED_ALLOCATOR 1
 #elif defined(__has_feature)
@@ -136,16 +141,45 @@ TEST(MemoryTrimmer, ReleaseFreeMemoryGivesBackWhatWasFreedInsideTheHeap) {
 #if !defined(__GLIBC__) || defined(LMC_SANITIZED_ALLOCATOR)
   GTEST_SKIP() << "malloc_trim is glibc's allocator's; this build uses another";
 #else
+  const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  constexpr size_t kSize = 100 << 10;  // below the mmap threshold: from the heap
+  // Resident whole pages of the blocks at `at`, in bytes (mincore reads
+  // no byte; a page no longer mapped, as a thread arena's heap given back
+  // whole, is not resident).
+  auto resident = [&](const std::vector<char*>& at) {
+    size_t n = 0;
+    for (char* p : at) {
+      const uintptr_t lo = (reinterpret_cast<uintptr_t>(p) + page - 1) & ~(page - 1);
+      const uintptr_t hi = (reinterpret_cast<uintptr_t>(p) + kSize) & ~(page - 1);
+      for (uintptr_t a = lo; a < hi; a += page) {
+        unsigned char v = 0;
+        if (mincore(reinterpret_cast<void*>(a), page, &v) == 0) {
+          n += v & 1;
+        } else {
+          EXPECT_EQ(errno, ENOMEM);
+        }
+      }
+    }
+    return n * page;
+  };
   ReleaseFreeMemory();  // whatever earlier tests left
   std::vector<std::unique_ptr<char[]> > big, pins;
+  std::vector<char*> at;
   for (int i = 0; i < 160; ++i) {
-    big.emplace_back(new char[100 << 10]);  // below the mmap threshold: from the heap
-    std::memset(big.back().get(), 1, 100 << 10);
+    big.emplace_back(new char[kSize]);
+    std::memset(big.back().get(), 1, kSize);
+    at.push_back(big.back().get());
     pins.emplace_back(new char[64]);
   }
+  const size_t touched = resident(at);
+  EXPECT_GE(touched, uint64_t{15} << 20);
   big.clear();
   const uint64_t returned = ReleaseFreeMemory();
-  EXPECT_GE(returned, uint64_t{8} << 20);
+  // Gone but the pages the allocator's own headers sit in.
+  EXPECT_LE(resident(at), touched / 8);
+  // The resident size fell (by about as much, but other threads of this
+  // process, such as earlier tests' pools, may take some meanwhile).
+  EXPECT_GT(returned, 0u);
   EXPECT_LE(returned, uint64_t{64} << 20);
 #endif
 }

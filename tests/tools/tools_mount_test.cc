@@ -120,10 +120,11 @@ TEST_F(MountTools, StatShowsTheDaemonsMemoryByPart) {
   EXPECT_EQ(m["commit_queue_bytes"], 0u);                  // and taken back from the committer
   EXPECT_EQ(m["commit_queue_limit"], uint64_t{48} << 20);  // commit_queue=
   // The chunks of m.bin sliced from its dirty blocks, still held as bases
-  // of the next save: blocks alive or back in their pool (32 at most),
-  // counted by the bytes that may hold pages.
+  // of the next save: blocks alive or back in their pool (no more than
+  // write_buffer=32M holds: 4 blocks), counted by the bytes that may hold
+  // pages.
   EXPECT_GT(m["write_block_bytes"].get<uint64_t>() + m["write_block_pool_bytes"].get<uint64_t>(), 0u);
-  EXPECT_EQ(m["write_block_pool_capacity"], uint64_t{256} << 20);
+  EXPECT_EQ(m["write_block_pool_capacity"], uint64_t{32} << 20);
   EXPECT_LE(m["write_block_pool_bytes"].get<uint64_t>(), m["write_block_pool_capacity"].get<uint64_t>());
   EXPECT_EQ(m["chunk_cache_capacity"], uint64_t{4} << 20);
   EXPECT_GT(m["chunk_cache_bytes"].get<uint64_t>(), 0u);  // the read decoded into it

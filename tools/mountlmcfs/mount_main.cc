@@ -93,7 +93,8 @@ once it is installed as /sbin/mount.lmcfs (cmake --install puts it there).
                         base once
      write_buffer=BYTES memory for written chunks waiting for or in the
                         encoders, over all files (default 256M); writers wait
-                        when it is full
+                        when it is full. Free write buffers kept for the next
+                        writes stay within it too
      commit_queue=BYTES encoded frames handed to the committer and not yet
                         written to packs, over all files (default 128M),
                         plus one batch (16M) per writing file; writers wait

@@ -37,13 +37,14 @@ EncodeScratch& Scratch() {
 
 // Free dirty blocks of kDirtyBlockSize, shared by every filesystem of the
 // process (and never destroyed: a block may outlive them all in a cache).
-// It keeps at most kMaxFree blocks (256 MiB) for the next writes, each with
-// the bytes from its start that may hold pages (DirtyBlock::backed): with
-// many files written at once, the blocks alive swing by more than a few
+// It keeps at most kMaxFree blocks (256 MiB), and no more than the write
+// budget holds (SetLimit), for the next writes, each with the bytes from
+// its start that may hold pages (DirtyBlock::backed): with many files
+// written at once, the blocks alive swing by more than a few
 // (a tail per file, the encoders' inputs, the caches' slices), and a block
 // freed at one swing and allocated again at the next is 8 MiB of fresh
 // pages faulted in and zeroed. Trim(), when the mount goes quiet, frees
-// all but kQuietFree of them.
+// all but kQuietFree of them (or fewer, as the limit says).
 class BlockPool {
  public:
   static BlockPool& Get() {
@@ -66,7 +67,7 @@ class BlockPool {
   }
   void Give(std::unique_ptr<uint8_t[]> m, size_t backed) {
     std::lock_guard lk(mu_);
-    if (free_.size() < kMaxFree) {
+    if (free_.size() < max_free_) {
       idle_ += backed;
       free_.emplace_back(std::move(m), backed);
     }
@@ -75,12 +76,34 @@ class BlockPool {
     std::lock_guard lk(mu_);
     return idle_;
   }
-  // Frees the free blocks past the first kQuietFree; their backed bytes.
-  uint64_t Trim() {
+  // Frees the free blocks past the first kQuietFree (or the limit, if
+  // lower); their backed bytes.
+  uint64_t Trim() { return FreePast(kQuietFree); }
+  // Keeps at most `bytes` of free blocks (whole blocks, kMaxFree at most)
+  // from now on, and frees those past it.
+  void SetLimit(uint64_t bytes) {
+    {
+      std::lock_guard lk(mu_);
+      max_free_ = static_cast<size_t>(std::min<uint64_t>(bytes / DirtyBlock::kDirtyBlockSize, kMaxFree));
+    }
+    FreePast(kMaxFree);
+  }
+  uint64_t Capacity() {
+    std::lock_guard lk(mu_);
+    return uint64_t{max_free_} * DirtyBlock::kDirtyBlockSize;
+  }
+  static constexpr size_t kMaxFree = 32;
+  static constexpr size_t kQuietFree = 8;
+
+ private:
+  // Frees the free blocks past the first min(keep, max_free_); their
+  // backed bytes.
+  uint64_t FreePast(size_t keep) {
     std::vector<std::pair<std::unique_ptr<uint8_t[]>, size_t>> gone;
     {
       std::lock_guard lk(mu_);
-      while (free_.size() > kQuietFree) {
+      keep = std::min(keep, max_free_);
+      while (free_.size() > keep) {
         idle_ -= free_.back().second;
         gone.push_back(std::move(free_.back()));
         free_.pop_back();
@@ -90,13 +113,11 @@ class BlockPool {
     for (const auto& g : gone) bytes += g.second;
     return bytes;  // freed here, outside the lock
   }
-  static constexpr size_t kMaxFree = 32;
-  static constexpr size_t kQuietFree = 8;
 
- private:
   std::mutex mu_;
   std::vector<std::pair<std::unique_ptr<uint8_t[]>, size_t>> free_;
   uint64_t idle_ = 0;
+  size_t max_free_ = kMaxFree;
 };
 
 // The first entry of an offset-keyed map of non-overlapping ranges that
@@ -185,8 +206,9 @@ void SealDirtyBlock(DirtyBlock& b, bool held_elsewhere) {
 
 uint64_t DirtyBlockBytes() { return g_dirty_block_bytes.load(std::memory_order_relaxed); }
 uint64_t DirtyBlockPoolBytes() { return BlockPool::Get().IdleBytes(); }
-uint64_t DirtyBlockPoolCapacity() { return BlockPool::kMaxFree * DirtyBlock::kDirtyBlockSize; }
+uint64_t DirtyBlockPoolCapacity() { return BlockPool::Get().Capacity(); }
 uint64_t TrimDirtyBlockPool() { return BlockPool::Get().Trim(); }
+void SetDirtyBlockPoolLimit(uint64_t bytes) { BlockPool::Get().SetLimit(bytes); }
 
 FileDataShared::FileDataShared(store::Store* st, const FsOptions& o, FsCounters* c)
     : store(st),

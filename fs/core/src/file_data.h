@@ -209,9 +209,14 @@ uint64_t DirtyBlockBytes();
 uint64_t DirtyBlockPoolBytes();
 // The most the pool keeps (bytes).
 uint64_t DirtyBlockPoolCapacity();
-// Frees the pool's free blocks but 8 (64 MiB; for a mount gone quiet);
-// the backed bytes freed.
+// Frees the pool's free blocks but 8 (64 MiB, or fewer as the limit says;
+// for a mount gone quiet); the backed bytes freed.
 uint64_t TrimDirtyBlockPool();
+// The pool keeps at most `bytes` of free blocks from now on (whole 8 MiB
+// blocks, 32 at most: the default), and frees those past it at once.
+// Process-wide, the last call wins: every Filesystem sets it to its write
+// budget when made (the filesystems of a union share one).
+void SetDirtyBlockPoolLimit(uint64_t bytes);
 
 // Written bytes [start, start+len) of a block.
 struct DirtySeg {

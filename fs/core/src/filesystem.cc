@@ -238,6 +238,9 @@ void Filesystem::Impl::Erase(uint64_t ino) {
 Filesystem::Filesystem(store::Store* store, std::string store_dir, const FsOptions& options)
     : store_(store), store_dir_(std::move(store_dir)), opts_(options) {
   impl_ = std::make_unique<Impl>(this);
+  // The free dirty blocks kept for the next writes hold no more than the
+  // writes in flight may.
+  SetDirtyBlockPoolLimit(opts_.write_budget);
 }
 
 Filesystem::~Filesystem() {
