@@ -420,6 +420,63 @@ with open(q, 'rb') as f:  # unaligned reads across the patches
                 "cache");
 }
 
+// The kernel keeps a directory's attributes for a second (a path's walk
+// then checks each component's permissions without asking the daemon;
+// fuse_ops.h): every change made through the mount shows at once all the
+// same, in stat and in the permission checks of other users (allow_other).
+TEST_F(MountPython, DirectoryAttributesFollowEveryChange) {
+  Remount("allow_other");  // other users reach the mount at all
+  RunPythonBoth(R"PY(
+import os, sys, time
+d = sys.argv[1]
+def stat(p): return os.stat(os.path.join(d, p))
+def tick(): time.sleep(0.02)
+os.mkdir(os.path.join(d, 'a')); st = stat('a')
+assert st.st_nlink == 2 and st.st_mode & 0o777 == 0o755 & ~os.umask(0o022)
+for step in ('mkdir', 'create', 'rename in', 'rename out', 'unlink', 'rmdir', 'link', 'symlink'):
+    tick()
+    if step == 'mkdir': os.mkdir(os.path.join(d, 'a/sub'))
+    if step == 'create': open(os.path.join(d, 'a/f'), 'w').close()
+    if step == 'rename in': open(os.path.join(d, 'g'), 'w').close(); os.rename(os.path.join(d, 'g'), os.path.join(d, 'a/g'))
+    if step == 'rename out': os.rename(os.path.join(d, 'a/g'), os.path.join(d, 'g'))
+    if step == 'unlink': os.unlink(os.path.join(d, 'a/f'))
+    if step == 'rmdir': os.rmdir(os.path.join(d, 'a/sub'))
+    if step == 'link': os.link(os.path.join(d, 'g'), os.path.join(d, 'a/h'))
+    if step == 'symlink': os.symlink('h', os.path.join(d, 'a/s'))
+    now = stat('a')
+    assert now.st_mtime_ns > st.st_mtime_ns, (step, now, st)
+    assert now.st_nlink == (3 if step in ('mkdir', 'create', 'rename in', 'rename out', 'unlink') else 2), (step, now)
+    st = now
+os.chmod(os.path.join(d, 'a'), 0o700); assert stat('a').st_mode & 0o777 == 0o700
+os.utime(os.path.join(d, 'a'), ns=(1_000_000_000, 2_000_000_000))
+assert stat('a').st_atime_ns == 1_000_000_000 and stat('a').st_mtime_ns == 2_000_000_000
+os.rename(os.path.join(d, 'a'), os.path.join(d, 'b'))
+assert not os.path.exists(os.path.join(d, 'a')) and stat('b').st_mtime_ns == 2_000_000_000
+if os.geteuid() == 0:
+    # Another user's checks follow chmod and chown of a directory at once.
+    os.chmod(os.path.dirname(os.path.dirname(d)), 0o711)  # the test's root
+    def nobody_can(fn):
+        pid = os.fork()
+        if pid == 0:
+            os.setgid(65534); os.setuid(65534)
+            try:
+                fn(); os._exit(0)
+            except PermissionError:
+                os._exit(1)
+        return os.waitpid(pid, 0)[1] == 0
+    b = os.path.join(d, 'b')
+    list_b = lambda: os.listdir(b)
+    stat_h = lambda: os.stat(os.path.join(b, 'h'))
+    assert not nobody_can(list_b) and not nobody_can(stat_h)
+    os.chmod(b, 0o755); assert nobody_can(list_b) and nobody_can(stat_h)
+    os.chmod(b, 0o700); assert not nobody_can(list_b) and not nobody_can(stat_h)
+    os.chown(b, 65534, 65534); assert stat('b').st_uid == 65534 and nobody_can(list_b)
+    os.chown(b, 0, 0); assert not nobody_can(list_b)
+    os.chmod(b, 0o755)
+)PY",
+                "dirattrs");
+}
+
 // Memory-mapped writes and reads (numpy memmaps, torch.load(mmap=True)) and
 // O_DIRECT writes and reads.
 TEST_F(MountPython, MmapAndDirectIo) {

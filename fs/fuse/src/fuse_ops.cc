@@ -49,12 +49,17 @@ void Guard(fuse_req_t req, const char* op, Fn&& fn, bool no_reply = false) {
   if (no_reply && !replied) fuse_reply_none(req);
 }
 
+// Seconds the kernel may keep st (FuseContext::attr_timeout says why).
+double AttrTimeout(fuse_req_t req, const struct stat& st) {
+  return S_ISDIR(st.st_mode) ? Ctx(req).dir_attr_timeout : Ctx(req).attr_timeout;
+}
+
 void ReplyEntry(fuse_req_t req, const struct stat& st) {
   fuse_entry_param e{};
   e.ino = st.st_ino;
   e.generation = 0;  // inode numbers are never reused; the root must keep 0
   e.attr = st;
-  e.attr_timeout = Ctx(req).attr_timeout;
+  e.attr_timeout = AttrTimeout(req, st);
   e.entry_timeout = Ctx(req).entry_timeout;
   fuse_reply_entry(req, &e);
 }
@@ -128,7 +133,7 @@ void GetAttr(fuse_req_t req, fuse_ino_t ino, fuse_file_info*) {
     if (err) {
       fuse_reply_err(req, err);
     } else {
-      fuse_reply_attr(req, &st, Ctx(req).attr_timeout);
+      fuse_reply_attr(req, &st, AttrTimeout(req, st));
     }
   });
 }
@@ -151,7 +156,7 @@ void SetAttr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fuse
     if (err) {
       fuse_reply_err(req, err);
     } else {
-      fuse_reply_attr(req, &st, Ctx(req).attr_timeout);
+      fuse_reply_attr(req, &st, AttrTimeout(req, st));
     }
   });
 }
