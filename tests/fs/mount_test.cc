@@ -5,6 +5,7 @@
 // after an unmount/remount. Suites named Mount* carry the ctest label
 // "integration". The fixture (lmc::testing::MountTest, mount_util.h)
 // always unmounts (fusermount3 -u -z) and skips when /dev/fuse is missing.
+#include <dirent.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -104,6 +105,31 @@ TEST_F(MountCoreutils, CpMvLsDuStatTruncateLn) {
 // fallocate(1) and posix_fallocate through the kernel, the same on the
 // mount as on the plain directory (ext4 or tmpfs): holes punched across
 // chunks, ranges zeroed, files extended or not; df -i counts the files.
+// A directory still open when the daemon is told to stop (SIGTERM): the
+// kernel never sends its RELEASEDIR, and the daemon exits cleanly all the
+// same, its handle freed with the session (the ASan stage's LeakSanitizer
+// checks that), the store whole for the next mount.
+TEST_F(MountCoreutils, ADirectoryOpenWhenTheDaemonStopsIsFreed) {
+  WriteFile(P("kept.bin"), "kept");
+  ASSERT_EQ(Sh("mkdir " + P("d") + " && touch " + P("d/x")), 0);
+  DIR* dir = opendir(P("d").c_str());
+  ASSERT_NE(dir, nullptr);
+  ASSERT_NE(readdir(dir), nullptr);
+  ASSERT_EQ(kill(pid_, SIGTERM), 0);
+  int status = 0;
+  const bool exited = lmc::testing::WaitUntil([&] { return waitpid(pid_, &status, WNOHANG) == pid_; },
+                                              std::chrono::seconds(60), std::chrono::milliseconds(50));
+  closedir(dir);
+  ASSERT_TRUE(exited) << "the daemon did not exit on SIGTERM";
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "daemon status " << status;
+  pid_ = -1;
+  mounted_ = false;
+  Sh("fusermount3 -u -z " + mnt_ + " 2>/dev/null");
+  Mount();
+  EXPECT_EQ(ReadFile(P("kept.bin")), "kept");
+  EXPECT_TRUE(fsys::exists(P("d/x")));
+}
+
 TEST_F(MountCoreutils, FallocatePunchZeroExtendAndDfInodes) {
   ASSERT_EQ(Sh("head -c 3000000 /dev/urandom > " + root_ + "/src.bin"), 0);
   for (const std::string& d : {plain_, mnt_}) {

@@ -22,6 +22,38 @@
 #include "lmc/fs/filesystem.h"
 
 namespace lmc::fs {
+
+// A directory handle is a snapshot of its entries; readdir offsets index it
+// (stable whatever changes meanwhile), and offset 0 refreshes it (rewinddir).
+struct DirHandle {
+  std::vector<DirEntry> entries;
+};
+
+DirHandles::DirHandles() = default;
+DirHandles::~DirHandles() = default;
+
+uint64_t DirHandles::Add(std::unique_ptr<DirHandle> h) {
+  const uint64_t fh = reinterpret_cast<uint64_t>(h.get());
+  std::lock_guard lk(mu_);
+  open_.emplace(fh, std::move(h));
+  return fh;
+}
+
+DirHandle* DirHandles::Get(uint64_t fh) {
+  std::lock_guard lk(mu_);
+  auto it = open_.find(fh);
+  return it == open_.end() ? nullptr : it->second.get();
+}
+
+void DirHandles::Remove(uint64_t fh) {
+  std::unique_ptr<DirHandle> gone;
+  std::lock_guard lk(mu_);
+  auto it = open_.find(fh);
+  if (it == open_.end()) return;
+  gone = std::move(it->second);
+  open_.erase(it);
+}
+
 namespace {
 
 FuseContext& Ctx(fuse_req_t req) { return *static_cast<FuseContext*>(fuse_req_userdata(req)); }
@@ -372,12 +404,6 @@ void Fsync(fuse_req_t req, fuse_ino_t ino, int datasync, fuse_file_info*) {
   ErrOp(req, "fsync", [&] { return Fs(req).Fsync(ino, datasync != 0); });
 }
 
-// A directory handle is a snapshot of its entries; readdir offsets index it
-// (stable whatever changes meanwhile), and offset 0 refreshes it (rewinddir).
-struct DirHandle {
-  std::vector<DirEntry> entries;
-};
-
 void OpenDir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   Guard(req, "opendir", [&](bool& r) {
     auto h = std::make_unique<DirHandle>();
@@ -387,14 +413,19 @@ void OpenDir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
       fuse_reply_err(req, err);
       return;
     }
-    fi->fh = reinterpret_cast<uint64_t>(h.get());
-    if (fuse_reply_open(req, fi) == 0) h.release();
+    fi->fh = Ctx(req).dirs.Add(std::move(h));
+    if (fuse_reply_open(req, fi) != 0) Ctx(req).dirs.Remove(fi->fh);
   });
 }
 
 void ReadDir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi) {
   Guard(req, "readdir", [&](bool& r) {
-    auto* h = reinterpret_cast<DirHandle*>(fi->fh);
+    DirHandle* h = Ctx(req).dirs.Get(fi->fh);
+    if (!h) {  // not one we gave out: the kernel's handles come from opendir
+      r = true;
+      fuse_reply_err(req, EBADF);
+      return;
+    }
     if (off == 0) {
       int err = Fs(req).ReadDir(ino, &h->entries);
       if (err) {
@@ -421,7 +452,7 @@ void ReadDir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_i
 }
 
 void ReleaseDir(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
-  delete reinterpret_cast<DirHandle*>(fi->fh);
+  Ctx(req).dirs.Remove(fi->fh);
   fuse_reply_err(req, 0);
 }
 

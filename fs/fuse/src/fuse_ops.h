@@ -6,13 +6,34 @@
 
 #include <atomic>
 #include <cstdint>
+#include <memory>
+#include <mutex>
 #include <string>
+#include <unordered_map>
 
 struct fuse_lowlevel_ops;
 
 namespace lmc::fs {
 
 class FsOps;
+struct DirHandle;  // fuse_ops.cc
+
+// The directory handles the kernel holds (opendir to releasedir). One it
+// never released (an unmount right after a closedir, before its queued
+// RELEASEDIR reached us) goes with the session.
+class DirHandles {
+ public:
+  DirHandles();
+  ~DirHandles();
+  // Keeps h; its file handle for the kernel.
+  uint64_t Add(std::unique_ptr<DirHandle> h);
+  DirHandle* Get(uint64_t fh);
+  void Remove(uint64_t fh);
+
+ private:
+  std::mutex mu_;
+  std::unordered_map<uint64_t, std::unique_ptr<DirHandle>> open_;
+};
 
 // The session's userdata.
 struct FuseContext {
@@ -33,6 +54,7 @@ struct FuseContext {
   std::string mountpoint;
   unsigned read_ahead_kb = 0;
   std::atomic<bool> read_ahead_set{false};
+  DirHandles dirs;
 };
 
 // Sets the read-ahead window of the lmcfs mount at ctx.mountpoint (its
