@@ -46,12 +46,8 @@ DirHandle* DirHandles::Get(uint64_t fh) {
 }
 
 void DirHandles::Remove(uint64_t fh) {
-  std::unique_ptr<DirHandle> gone;
   std::lock_guard lk(mu_);
-  auto it = open_.find(fh);
-  if (it == open_.end()) return;
-  gone = std::move(it->second);
-  open_.erase(it);
+  open_.erase(fh);
 }
 
 namespace {

@@ -40,13 +40,14 @@ struct FuseContext {
   FsOps* fs = nullptr;
   uint32_t max_write = 1u << 20;  // largest FUSE write we ask for (the kernel's limit here)
   double entry_timeout = 1.0;     // seconds the kernel caches names
-  // Files: 0, every stat reaches us, so st_blocks follows the stored size
-  // at once. Directories: as long as their names are kept (their attributes
-  // change through this kernel, which drops them for every entry made or
-  // removed in one, or in another node's daemon, no sooner seen than a
-  // name), so that a path's walk does not ask for each directory's
-  // attributes again (the permission check of each component).
+  // Files and symlinks: 0, every stat reaches us, so st_blocks follows the
+  // stored size at once.
   double attr_timeout = 0.0;
+  // Directories: as long as names (entry_timeout), so that a path's walk
+  // checks each component's permissions without a GETATTR. The kernel
+  // drops a directory's attributes itself whenever an entry is made or
+  // removed in it through this mount, and SETATTR replies with the new
+  // ones; another node's change shows within the second, as its names do.
   double dir_attr_timeout = 1.0;
   // The mount's kernel read-ahead window (FuseSessionOptions::read_ahead_kb),
   // set once, by the first lookup, create or open: the kernel resets it
