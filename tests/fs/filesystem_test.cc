@@ -170,7 +170,7 @@ class FsCore : public ::testing::Test {
   // Releases ino, reopens the store and the filesystem: the file reads
   // `model` and fsck finds nothing wrong.
   void ExpectSurvivesReopen(uint64_t ino, const std::string& model) {
-    ASSERT_EQ(fs_->Release(ino), 0);
+    ASSERT_EQ(fs_->Release(ino, true), 0);
     Reopen();
     EXPECT_EQ(ReadAll(ino), model);
     ExpectFsckClean();
@@ -240,15 +240,15 @@ TEST_F(FsCore, DeltaPolicySeesEachFilesDirectoryName) {
   EXPECT_EQ(dirs_of(b), std::set<std::string>{""});  // the root has no name
   ASSERT_EQ(fs_->Rename(kRootIno, "b.pt", dir, "b.pt", 0), 0);
   EXPECT_EQ(dirs_of(b), std::set<std::string>{"mp_rank_07"});
-  ASSERT_EQ(fs_->Release(a), 0);
-  ASSERT_EQ(fs_->Release(b), 0);
+  ASSERT_EQ(fs_->Release(a, true), 0);
+  ASSERT_EQ(fs_->Release(b, true), 0);
   Reopen();
   gate = InstallGate(true);
   ASSERT_EQ(fs_->Lookup(kRootIno, "mp_rank_07", &st), 0);
   ASSERT_EQ(fs_->Lookup(dir, "model_optim_rng.pt", &st), 0);
   ASSERT_EQ(fs_->Open(st.st_ino, O_WRONLY), 0);
   EXPECT_EQ(dirs_of(st.st_ino), std::set<std::string>{"mp_rank_07"});
-  ASSERT_EQ(fs_->Release(st.st_ino), 0);
+  ASSERT_EQ(fs_->Release(st.st_ino, true), 0);
 }
 
 // An atomic save (safetensors' save_file: .tmpXXXXXX written, then renamed
@@ -286,7 +286,7 @@ TEST_F(FsCore, DeltaPolicyHearsEachNewNameAndEachForgottenInode) {
   }
   // Unlinked and closed: purged, and forgotten by the policy.
   ASSERT_EQ(fs_->Unlink(dir, "model.safetensors"), 0);
-  ASSERT_EQ(fs_->Release(u), 0);
+  ASSERT_EQ(fs_->Release(u, true), 0);
   fs_->Forget(u, 1);
   std::lock_guard lk(gate->mu());
   EXPECT_EQ(gate->forgotten, std::vector<uint64_t>{u});
@@ -318,7 +318,7 @@ TEST_F(FsCore, PipelineReadsAndOverwritesSeeInFlightChunks) {
   ASSERT_EQ(fs_->Flush(ino), 0);
   EXPECT_GE(fs_->counters().chunks_written.load(), 8u);
   EXPECT_EQ(ReadAll(ino), model);
-  ASSERT_EQ(fs_->Release(ino), 0);
+  ASSERT_EQ(fs_->Release(ino, true), 0);
   Reopen();
   EXPECT_EQ(ReadAll(ino), model);
   ExpectFsckClean();
@@ -348,7 +348,7 @@ TEST_F(FsCore, PipelineTruncateWhileEncoding) {
   model.resize(300000, '\0');
   EXPECT_EQ(ReadAll(ino), model);
   ASSERT_EQ(fs_->Flush(ino), 0);
-  ASSERT_EQ(fs_->Release(ino), 0);
+  ASSERT_EQ(fs_->Release(ino, true), 0);
   Reopen();
   EXPECT_EQ(ReadAll(ino), model);
   ExpectFsckClean();
@@ -447,7 +447,7 @@ TEST_F(FsCore, TheWriteBudgetBoundsTheFreeBlockPool) {
     for (int f = 0; f < 4; f++) ASSERT_EQ(fs_->Write(inos[f], off, models[f].data() + off, 1 << 20), 0);
   for (int f = 0; f < 4; f++) {
     ASSERT_EQ(fs_->Fsync(inos[f], false), 0);
-    ASSERT_EQ(fs_->Release(inos[f]), 0);
+    ASSERT_EQ(fs_->Release(inos[f], true), 0);
   }
   EXPECT_LE(counter("write_block_pool_bytes"), uint64_t{24} << 20);
   for (int f = 0; f < 4; f++) EXPECT_EQ(ReadAll(inos[f]), models[f]);
@@ -549,7 +549,7 @@ TEST_F(FsCore, FramesAtTheCommitterStayWithinTheirBoundOverAllWriters) {
     EXPECT_EQ(ReadAll(inos[w]), models[w]);
   }
   EXPECT_EQ(queued(), 0u);
-  for (uint64_t ino : inos) ASSERT_EQ(fs_->Release(ino), 0);
+  for (uint64_t ino : inos) ASSERT_EQ(fs_->Release(ino, true), 0);
   Reopen();
   for (int w = 0; w < kWriters; w++) EXPECT_EQ(ReadAll(inos[w]), models[w]);
   ExpectFsckClean();
@@ -609,7 +609,7 @@ TEST_F(FsCore, FilesThatHitAFullDiskCanBeTruncatedAndUnlinked) {
   EXPECT_EQ(ReadAll(a), "");
   ASSERT_EQ(fs_->Unlink(kRootIno, "b.bin"), 0);
   EXPECT_EQ(fs_->Flush(b), 0);  // unlinked: nothing to make durable
-  ASSERT_EQ(fs_->Release(b), 0);
+  ASSERT_EQ(fs_->Release(b, true), 0);
   fs_->Forget(b, 1);
   EXPECT_EQ(ExtentCount(b), 0u);
   ExpectFsckClean();
@@ -618,7 +618,7 @@ TEST_F(FsCore, FilesThatHitAFullDiskCanBeTruncatedAndUnlinked) {
   ASSERT_EQ(fs_->Flush(a), 0);
   EXPECT_EQ(ReadAll(a), model);
   ExpectFsckClean();
-  for (int i = 0; i < 2; ++i) ASSERT_EQ(fs_->Release(a), 0);
+  for (int i = 0; i < 2; ++i) ASSERT_EQ(fs_->Release(a, true), 0);
   CloseFaultEnv();
 }
 
@@ -731,7 +731,7 @@ TEST_F(FsCore, PipelineBackpressureBlocksWritersAtTheBudget) {
   EXPECT_GE(fs_->counters().write_budget_wait_ns.load(), 200'000'000u);
   ASSERT_EQ(fs_->Flush(ino), 0);
   EXPECT_EQ(ReadAll(ino), model);
-  ASSERT_EQ(fs_->Release(ino), 0);
+  ASSERT_EQ(fs_->Release(ino, true), 0);
   Reopen();
   EXPECT_EQ(ReadAll(ino), model);
 }
@@ -772,7 +772,7 @@ TEST_F(FsCore, PipelineChunkDroppedAtTheEncoderReleasesItsBase) {
   // drops the job, and the encoder hands the base back when it finishes.
   ASSERT_EQ(fs_->Unlink(kRootIno, "dropped.bin"), 0);
   fs_->Forget(ino, 1);
-  ASSERT_EQ(fs_->Release(ino), 0);
+  ASSERT_EQ(fs_->Release(ino, true), 0);
   EXPECT_EQ(gate->released.load(), 0);
   gate->Open();
   // Every chunk the purge dropped passes the gate, gets the base, and hands
@@ -814,7 +814,7 @@ TEST_F(FsCore, PairedChunkWhoseBasePinnedAheadIsGoneIsStoredStandalone) {
   uint64_t ino = CreateFile(kRootIno, "master.bin");
   ASSERT_EQ(fs_->Write(ino, 0, model.data(), model.size()), 0);
   ASSERT_EQ(fs_->Flush(ino), 0);
-  ASSERT_EQ(fs_->Release(ino), 0);
+  ASSERT_EQ(fs_->Release(ino, true), 0);
   EXPECT_GE(gate->offered.load(), 1);
   EXPECT_EQ(gate->released.load(), gate->offered.load());
   {
@@ -832,7 +832,7 @@ TEST_F(FsCore, PipelineDeltaSeamPassesBaseAndName) {
   std::string v1 = Bf16Like(64 << 10, 16);
   ASSERT_EQ(fs_->Write(a, 0, v1.data(), v1.size()), 0);
   ASSERT_EQ(fs_->Flush(a), 0);
-  ASSERT_EQ(fs_->Release(a), 0);
+  ASSERT_EQ(fs_->Release(a, true), 0);
   // v2 differs from v1 in a few bytes; offer v1's chunk as its base.
   std::string v2 = v1;
   for (size_t i = 0; i < v2.size(); i += 4096) v2[i] ^= 1;
@@ -842,7 +842,7 @@ TEST_F(FsCore, PipelineDeltaSeamPassesBaseAndName) {
   ASSERT_EQ(fs_->Rename(kRootIno, "tmp.bin", kRootIno, "v2.bin", 0), 0);
   ASSERT_EQ(fs_->Write(b, 0, v2.data(), v2.size()), 0);
   ASSERT_EQ(fs_->Flush(b), 0);
-  ASSERT_EQ(fs_->Release(b), 0);
+  ASSERT_EQ(fs_->Release(b, true), 0);
   ASSERT_EQ(gate->recorded.size(), 2u);
   EXPECT_EQ(gate->recorded[0].name, "v1.bin");
   EXPECT_FALSE(gate->recorded[0].base.has_value());
@@ -870,7 +870,7 @@ TEST_F(FsCore, StatFsCountsInodes) {
   ASSERT_EQ(fs_->Mkdir(kRootIno, "d", 0755, {1000, 1000}, &st), 0);
   std::vector<uint64_t> inos;
   for (int i = 0; i < 5; i++) inos.push_back(CreateFile(st.st_ino, "f" + std::to_string(i)));
-  for (uint64_t ino : inos) ASSERT_EQ(fs_->Release(ino), 0);
+  for (uint64_t ino : inos) ASSERT_EQ(fs_->Release(ino, true), 0);
   std::this_thread::sleep_for(std::chrono::milliseconds(1100));  // past the once-a-second recount
   EXPECT_EQ(used(), 7u);
   ASSERT_EQ(fs_->Unlink(st.st_ino, "f0"), 0);
@@ -918,8 +918,107 @@ TEST_F(FsCore, FallocateModes) {
   EXPECT_EQ(fs_->Fallocate(ino, 0, 0, 0), EINVAL);
   EXPECT_EQ(fs_->Fallocate(kRootIno, 0, 0, 10), EISDIR);
   ASSERT_EQ(fs_->Flush(ino), 0);
-  ASSERT_EQ(fs_->Release(ino), 0);
+  ASSERT_EQ(fs_->Release(ino, true), 0);
   ExpectSurvivesReopen(ino, want);
+  ExpectFsckClean();
+}
+
+// Seeks every boundary of `ino` from 0 with SEEK_DATA and SEEK_HOLE, as cp
+// and tar do: the ranges [begin, end) of data it finds; every byte between
+// them must read as zero.
+std::vector<std::pair<uint64_t, uint64_t>> SeekMap(Filesystem& fs, uint64_t ino) {
+  struct stat st;
+  EXPECT_EQ(fs.GetAttr(ino, &st), 0);
+  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  std::string bytes;
+  EXPECT_EQ(fs.Read(ino, 0, size, &bytes), 0);
+  std::vector<std::pair<uint64_t, uint64_t>> data;
+  uint64_t pos = 0;
+  while (pos < size) {
+    uint64_t d = 0, h = 0;
+    const int e = fs.Seek(ino, pos, SEEK_DATA, &d);
+    if (e == ENXIO) {
+      d = size;
+    } else {
+      EXPECT_EQ(e, 0);
+      EXPECT_GE(d, pos);
+    }
+    for (uint64_t i = pos; i < d && i < size; ++i)
+      if (bytes[i]) {
+        ADD_FAILURE() << "byte " << i << " reads " << int(bytes[i]) << " inside a hole";
+        break;
+      }
+    if (d >= size) break;
+    EXPECT_EQ(fs.Seek(ino, d, SEEK_HOLE, &h), 0);
+    EXPECT_GT(h, d);
+    EXPECT_LE(h, size);
+    data.emplace_back(d, h);
+    pos = h;
+  }
+  return data;
+}
+
+// SEEK_DATA and SEEK_HOLE: holes are what is stored as nothing (never
+// written, punched, all-zero chunks, the size extended); bytes written but
+// not yet stored, and chunks at the encoders, are data; while a handle
+// that may write is open the whole file is data, since pages a writer
+// dirtied through a shared mapping are the kernel's until written back.
+TEST_F(FsCore, SeekDataAndHoleFindWhatIsStoredAsNothing) {
+  constexpr uint64_t K = 1024, C = 64 * K;  // C: the chunk size
+  uint64_t ino = CreateFile(kRootIno, "sparse.bin");
+  const std::string a = Bf16Like(2 * C, 41), b = Bf16Like(C, 42), c = Bf16Like(16 * K, 43);
+  const std::string zeros(C, '\0');
+  ASSERT_EQ(fs_->Write(ino, 0, a.data(), a.size()), 0);
+  ASSERT_EQ(fs_->Write(ino, 4 * C, b.data(), b.size()), 0);  // [2C, 4C) never written
+  ASSERT_EQ(fs_->Write(ino, 5 * C, zeros.data(), zeros.size()), 0);
+  ASSERT_EQ(fs_->Write(ino, 6 * C, c.data(), c.size()), 0);
+  ASSERT_EQ(fs_->Fallocate(ino, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 16 * K, 32 * K), 0);
+  struct stat in {
+  }, st;
+  in.st_size = static_cast<off_t>(10 * C);
+  ASSERT_EQ(fs_->SetAttr(ino, in, kSetSize, &st), 0);
+  uint64_t pos = 0;
+  // The writer's handle is open: all data, the end the only hole.
+  EXPECT_EQ(fs_->Seek(ino, 20 * K, SEEK_DATA, &pos), 0);
+  EXPECT_EQ(pos, 20 * K);
+  EXPECT_EQ(fs_->Seek(ino, 0, SEEK_HOLE, &pos), 0);
+  EXPECT_EQ(pos, 10 * C);
+  ASSERT_EQ(fs_->Flush(ino), 0);
+  ASSERT_EQ(fs_->Release(ino, true), 0);
+
+  const std::vector<std::pair<uint64_t, uint64_t>> want = {
+      {0, 16 * K}, {48 * K, 2 * C}, {4 * C, 5 * C}, {6 * C, 6 * C + 16 * K}};
+  EXPECT_EQ(SeekMap(*fs_, ino), want);
+  EXPECT_EQ(fs_->Seek(ino, 6 * C + 16 * K, SEEK_DATA, &pos), ENXIO);
+  EXPECT_EQ(fs_->Seek(ino, 10 * C - 1, SEEK_HOLE, &pos), 0);
+  EXPECT_EQ(pos, 10 * C - 1);
+  EXPECT_EQ(fs_->Seek(ino, 10 * C, SEEK_HOLE, &pos), ENXIO);
+  EXPECT_EQ(fs_->Seek(ino, 10 * C, SEEK_DATA, &pos), ENXIO);
+  EXPECT_EQ(fs_->Seek(ino, 0, SEEK_END, &pos), EINVAL);
+  EXPECT_EQ(fs_->Seek(kRootIno, 0, SEEK_DATA, &pos), EISDIR);
+  // A reader's handle changes nothing; the same map from the store.
+  ASSERT_EQ(fs_->Open(ino, O_RDONLY), 0);
+  EXPECT_EQ(SeekMap(*fs_, ino), want);
+  ASSERT_EQ(fs_->Release(ino, false), 0);
+  Reopen();
+  EXPECT_EQ(SeekMap(*fs_, ino), want);
+
+  // Bytes written but not stored: some still buffered, the rest at the
+  // encoders (held there), both data.
+  GatePolicy* gate = InstallGate(false);
+  const std::string d = Bf16Like(20 * C + 1000, 44);
+  uint64_t f = CreateFile(kRootIno, "pending.bin");
+  ASSERT_EQ(fs_->Release(f, true), 0);
+  for (uint64_t off = 0; off < d.size(); off += 32 * K)
+    ASSERT_EQ(fs_->Write(f, 3 * C + off, d.data() + off, std::min<size_t>(32 * K, d.size() - off)), 0);
+  ASSERT_TRUE(gate->WaitCalls(1));
+  EXPECT_EQ(fs_->counters().chunks_written.load(), 0u);
+  const std::vector<std::pair<uint64_t, uint64_t>> pending = {{3 * C, 3 * C + d.size()}};
+  EXPECT_EQ(SeekMap(*fs_, f), pending);
+  gate->Open();
+  ASSERT_EQ(fs_->Flush(f), 0);
+  EXPECT_GE(fs_->counters().chunks_written.load(), 20u);
+  EXPECT_EQ(SeekMap(*fs_, f), pending);
   ExpectFsckClean();
 }
 
@@ -930,7 +1029,7 @@ TEST_F(FsCore, CreateWriteReadPersist) {
     ASSERT_EQ(fs_->Write(ino, off, data.data() + off, 128 << 10), 0);
   EXPECT_EQ(ReadAll(ino), data);  // before flush: dirty + pending
   ASSERT_EQ(fs_->Flush(ino), 0);
-  ASSERT_EQ(fs_->Release(ino), 0);
+  ASSERT_EQ(fs_->Release(ino, true), 0);
   EXPECT_EQ(ReadAll(ino), data);
   struct stat st;
   ASSERT_EQ(fs_->GetAttr(ino, &st), 0);
@@ -957,7 +1056,7 @@ TEST_F(FsCore, CopiesShareChunksAfterTheirBytesCompare) {
     uint64_t ino = CreateFile(kRootIno, name);
     EXPECT_EQ(fs_->Write(ino, 0, data.data(), data.size()), 0);
     EXPECT_EQ(fs_->Fsync(ino, false), 0);
-    EXPECT_EQ(fs_->Release(ino), 0);
+    EXPECT_EQ(fs_->Release(ino, true), 0);
     return ino;
   };
   const uint64_t a = write("a.bin");
@@ -1015,7 +1114,7 @@ TEST_F(FsCore, OverwritesTruncateAndHoles) {
   EXPECT_EQ(ReadAll(ino), model);
   ASSERT_EQ(fs_->GetAttr(ino, &out), 0);
   EXPECT_LT(out.st_blocks * 512, 1 << 20);
-  ASSERT_EQ(fs_->Release(ino), 0);
+  ASSERT_EQ(fs_->Release(ino, true), 0);
   Reopen();
   EXPECT_EQ(ReadAll(ino), model);
   ExpectFsckClean();
@@ -1030,7 +1129,7 @@ TEST_F(FsCore, UnlinkWhileOpenKeepsDataUntilRelease) {
   struct stat st;
   EXPECT_EQ(fs_->Lookup(kRootIno, "victim", &st), ENOENT);
   EXPECT_EQ(ReadAll(ino), data);
-  ASSERT_EQ(fs_->Release(ino), 0);
+  ASSERT_EQ(fs_->Release(ino, true), 0);
   EXPECT_GT(ExtentCount(ino), 0u);  // the kernel still holds a lookup
   fs_->Forget(ino, 1);
   EXPECT_EQ(ExtentCount(ino), 0u);
@@ -1057,7 +1156,7 @@ TEST_F(FsCore, RenameSemantics) {
   ASSERT_EQ(fs_->Write(b, 0, "BB", 2), 0);
   for (uint64_t i : {a, b}) {
     ASSERT_EQ(fs_->Flush(i), 0);
-    ASSERT_EQ(fs_->Release(i), 0);
+    ASSERT_EQ(fs_->Release(i, true), 0);
   }
   EXPECT_EQ(fs_->Rename(kRootIno, "a", kRootIno, "b", RENAME_NOREPLACE), EEXIST);
   ASSERT_EQ(fs_->Rename(kRootIno, "a", kRootIno, "b", RENAME_EXCHANGE), 0);
@@ -1093,7 +1192,7 @@ TEST_F(FsCore, RenameSemantics) {
 
 TEST_F(FsCore, LinksSymlinksAttrs) {
   uint64_t a = CreateFile(kRootIno, "a");
-  ASSERT_EQ(fs_->Release(a), 0);
+  ASSERT_EQ(fs_->Release(a, true), 0);
   struct stat st;
   ASSERT_EQ(fs_->Link(a, kRootIno, "hard", &st), 0);
   EXPECT_EQ(st.st_nlink, 2u);
@@ -1138,7 +1237,7 @@ TEST_F(FsCore, CopyRangeSharesChunks) {
   EXPECT_EQ(ReadAll(b), data);
   for (uint64_t i : {a, b}) {
     ASSERT_EQ(fs_->Flush(i), 0);
-    ASSERT_EQ(fs_->Release(i), 0);
+    ASSERT_EQ(fs_->Release(i, true), 0);
   }
   ASSERT_EQ(fs_->Unlink(kRootIno, "a"), 0);
   fs_->Forget(a, 1);
@@ -1166,7 +1265,7 @@ TEST_F(FsCore, Xattrs) {
   std::string names;
   ASSERT_EQ(fs_->ListXattr(a, &names), 0);
   EXPECT_NE(names.find(std::string("user.k\0", 7)), std::string::npos);
-  ASSERT_EQ(fs_->Release(a), 0);
+  ASSERT_EQ(fs_->Release(a, true), 0);
   Reopen();
   ASSERT_EQ(fs_->GetXattr(a, "user.k", &v), 0);
   EXPECT_EQ(v, "value");
@@ -1242,7 +1341,7 @@ TEST_F(FsCore, RandomOpsMatchModel) {
         m.replace(doff, copied, piece);
       }
     } else if (kind < 96) {
-      for (uint64_t i : inos) ASSERT_EQ(fs_->Release(i), 0);
+      for (uint64_t i : inos) ASSERT_EQ(fs_->Release(i, true), 0);
       Reopen();
       for (uint64_t i : inos) ASSERT_EQ(fs_->Open(i, O_RDWR), 0);
     } else {
@@ -1255,7 +1354,7 @@ TEST_F(FsCore, RandomOpsMatchModel) {
   }
   for (uint64_t i : inos) {
     EXPECT_EQ(ReadAll(i), model[i]);
-    ASSERT_EQ(fs_->Release(i), 0);
+    ASSERT_EQ(fs_->Release(i, true), 0);
   }
   Reopen();
   for (uint64_t i : inos) EXPECT_EQ(ReadAll(i), model[i]);

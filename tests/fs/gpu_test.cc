@@ -512,7 +512,7 @@ class FsGpu : public ::testing::Test {
   }
   void CloseFile(uint64_t ino) {
     EXPECT_EQ(fs_->Flush(ino), 0);
-    EXPECT_EQ(fs_->Release(ino), 0);
+    EXPECT_EQ(fs_->Release(ino, true), 0);
   }
   // Reads the whole file sequentially in 128 KiB reads (read-ahead runs).
   std::string ReadAll(const std::string& name) {
@@ -914,7 +914,7 @@ TEST_F(FsGpu, StoresOfAUnionShareOneCacheAndOneReadAheadPool) {
   for (size_t off = 0; off < b.size(); off += 32 << 10)
     ASSERT_EQ((*fb)->Write(st.st_ino, off, b.data() + off, 32 << 10), 0);
   ASSERT_EQ((*fb)->Flush(st.st_ino), 0);
-  ASSERT_EQ((*fb)->Release(st.st_ino), 0);
+  ASSERT_EQ((*fb)->Release(st.st_ino, true), 0);
   struct stat sa, sbs;
   ASSERT_EQ(fs_->Lookup(kRootIno, "same.bin", &sa), 0);
   ASSERT_EQ((*fb)->Lookup(kRootIno, "same.bin", &sbs), 0);
@@ -971,7 +971,7 @@ TEST_F(FsGpu, WriteThreadsStartWithTheFirstWriteAndNeverForAReadOnlyFilesystem) 
     ASSERT_EQ((*fw)->Create(kRootIno, "ro.bin", 0644, {1000, 1000}, &st), 0);
     ASSERT_EQ((*fw)->Write(st.st_ino, 0, data.data(), data.size()), 0);
     ASSERT_EQ((*fw)->Flush(st.st_ino), 0);
-    ASSERT_EQ((*fw)->Release(st.st_ino), 0);
+    ASSERT_EQ((*fw)->Release(st.st_ino, true), 0);
     (*fw)->Forget(st.st_ino, 1);
     EXPECT_TRUE((*fw)->Shutdown().ok());
   }

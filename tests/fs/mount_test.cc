@@ -155,6 +155,75 @@ TEST_F(MountCoreutils, FallocatePunchZeroExtendAndDfInodes) {
   ASSERT_EQ(Sh("test \"$(df --output=iused " + mnt_ + " | tail -1 | tr -d ' ')\" = 3"), 0);  // root, f, g
 }
 
+// SEEK_DATA and SEEK_HOLE give the same map as the disk's for a file with
+// holes never written, punched and past its last byte (4 KiB-aligned, so
+// that the disk's block granularity does not show), also after a remount;
+// bytes written through a shared mapping count as data before they are
+// written back; cp out of the mount keeps the holes.
+TEST_F(MountCoreutils, SeekDataAndHoleMapSparseFilesAsTheDiskDoes) {
+  RunPythonBoth(R"PY(
+import hashlib, mmap, os, random, subprocess, sys
+d, scratch = sys.argv[1], sys.argv[2]
+M = 1 << 20
+r = random.Random(7)
+p = os.path.join(d, 'sparse.bin')
+def check(cond, what):
+    if not cond:
+        print('FAILED:', what); sys.exit(1)
+def seek_map():
+    out, pos, size = [], 0, os.path.getsize(p)
+    fd = os.open(p, os.O_RDONLY)
+    try:
+        while pos < size:
+            try:
+                a = os.lseek(fd, pos, os.SEEK_DATA)
+            except OSError as e:
+                check(e.errno == 6, f'SEEK_DATA {pos}: {e}')  # ENXIO: no data past pos
+                break
+            b = os.lseek(fd, a, os.SEEK_HOLE)
+            check(pos <= a < b <= size, f'{pos}: data {a}, hole {b}')
+            out.append((a, b))
+            pos = b
+    finally:
+        os.close(fd)
+    return out
+with open(p, 'wb') as f:
+    f.write(r.randbytes(M))
+    f.seek(64 * M); f.write(r.randbytes(3 * M // 2))
+    f.seek(200 * M); f.write(r.randbytes(4096))
+subprocess.run(['fallocate', '-p', '-o', str(256 << 10), '-l', str(256 << 10), p], check=True)
+os.truncate(p, 300 * M)
+first = seek_map()
+check(first == [(0, 256 << 10), (512 << 10, M), (64 * M, 64 * M + 3 * M // 2), (200 * M, 200 * M + 4096)],
+      f'map {first}')
+# A page written into a hole through a shared mapping, not yet written
+# back: data for SEEK_DATA on the same descriptor.
+fd = os.open(p, os.O_RDWR)
+m = mmap.mmap(fd, 0)
+m[100 * M:100 * M + 4096] = r.randbytes(4096)
+check(os.lseek(fd, 100 * M, os.SEEK_DATA) == 100 * M, 'a mapped page written into a hole')
+m.close(); os.close(fd)
+with open(os.path.join(d, 'map.txt'), 'w') as f:
+    f.write(repr(seek_map()) + '\n')
+check(seek_map() == sorted(first + [(100 * M, 100 * M + 4096)]), f'map after the mapped write {seek_map()}')
+# cp out of the tree keeps the holes, and the bytes.
+os.makedirs(scratch, exist_ok=True)
+copy = os.path.join(scratch, 'copy.bin')
+subprocess.run(['cp', p, copy], check=True)
+h = lambda q: hashlib.sha256(open(q, 'rb').read()).hexdigest()
+check(h(copy) == h(p), 'the copy differs')
+check(os.stat(copy).st_blocks * 512 < 16 * M, f'the copy is not sparse: {os.stat(copy).st_blocks} blocks')
+os.unlink(copy)
+)PY",
+                "seek");
+  // The same map from the store alone (RunPythonBoth remounted).
+  ASSERT_EQ(Sh("python3 -c \"import os; fd = os.open('" + P("seek/sparse.bin") +
+               "', os.O_RDONLY); assert os.lseek(fd, 300000, os.SEEK_DATA) == 512 << 10; "
+               "assert os.lseek(fd, 70 << 20, os.SEEK_HOLE) == 70 << 20; "
+               "assert os.lseek(fd, 64 << 20, os.SEEK_HOLE) == (64 << 20) + (3 << 19)\""),
+            0);
+}
+
 // The limits users run into, in a form short enough for CI: 255-byte names (256 refused), a 4095-byte path, a
 // tree 1,000 directories deep, a sparse file past 4 GiB, 10,000 open handles on one file and 20,000 files in
 // one directory. Written, checked, remounted and checked again, then removed.

@@ -70,7 +70,7 @@ class ReclaimCore : public ::testing::Test {
     ASSERT_EQ(fs_->Create(kRootIno, name, 0644, {0, 0}, &st), 0);
     ASSERT_EQ(fs_->Write(st.st_ino, 0, data.data(), data.size()), 0);
     ASSERT_EQ(fs_->Fsync(st.st_ino, false), 0);
-    ASSERT_EQ(fs_->Release(st.st_ino), 0);
+    ASSERT_EQ(fs_->Release(st.st_ino, true), 0);
     fs_->Forget(st.st_ino, 1);
   }
   std::string Read(const std::string& name) {

@@ -89,7 +89,7 @@ class UnionFsTest : public ::testing::Test {
     ASSERT_EQ(fs.Create(dir, path.substr(pos), 0644, {0, 0}, &st), 0) << path;
     ASSERT_EQ(fs.Write(st.st_ino, 0, data.data(), data.size()), 0);
     ASSERT_EQ(fs.Fsync(st.st_ino, false), 0);
-    ASSERT_EQ(fs.Release(st.st_ino), 0);
+    ASSERT_EQ(fs.Release(st.st_ino, true), 0);
   }
   // The inode at path in fs (0: none).
   static uint64_t Find(FsOps& fs, const std::string& path, struct stat* out = nullptr) {
@@ -116,7 +116,7 @@ class UnionFsTest : public ::testing::Test {
       for (auto& p : pieces)
         out +=
             p.data ? std::string(reinterpret_cast<const char*>(p.data), p.size) : std::string(p.size, '\0');
-    fs.Release(ino);
+    fs.Release(ino, false);
     return out;
   }
   static std::vector<std::string> List(FsOps& fs, const std::string& path) {
@@ -201,7 +201,7 @@ TEST_F(UnionFsTest, TruncatingOpenOfAnotherNodesFileMakesItLocal) {
   const std::string mine = "A's new save";
   ASSERT_EQ(u_->Write(ino, 0, mine.data(), mine.size()), 0);
   ASSERT_EQ(u_->Fsync(ino, false), 0);
-  ASSERT_EQ(u_->Release(ino), 0);
+  ASSERT_EQ(u_->Release(ino, true), 0);
   ASSERT_EQ(u_->GetAttr(ino, &st), 0);
   EXPECT_EQ(st.st_size, static_cast<off_t>(mine.size()));
   u_->Forget(ino, 1);

@@ -74,7 +74,7 @@ inline std::vector<std::string> DescribeFs(fs::Filesystem& fsys, store::Store& s
         else
           line += " sha256=" +
                   store::ChunkKey::Of(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()).ToHex();
-        (void)fsys.Release(ino);  // read-only: nothing to flush
+        (void)fsys.Release(ino, false);  // read-only: nothing to flush
       }
     } else if (kind == 'l') {
       std::string target;

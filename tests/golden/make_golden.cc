@@ -184,7 +184,7 @@ uint64_t WriteNewFile(lmc::fs::Filesystem& fs, uint64_t parent, const std::strin
     Check("write " + name,
           fs.Write(st.st_ino, off, bytes.data() + off, std::min<size_t>(kChunk / 2, bytes.size() - off)));
   Check("flush " + name, fs.Flush(st.st_ino));
-  Check("release " + name, fs.Release(st.st_ino));
+  Check("release " + name, fs.Release(st.st_ino, true));
   return st.st_ino;
 }
 

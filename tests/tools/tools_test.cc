@@ -78,7 +78,7 @@ class ToolsOffline : public ::testing::Test {
       EXPECT_EQ(fs_->Write(st.st_ino, off, data.data() + off, n), 0);
     }
     EXPECT_EQ(fs_->Fsync(st.st_ino, false), 0);
-    EXPECT_EQ(fs_->Release(st.st_ino), 0);
+    EXPECT_EQ(fs_->Release(st.st_ino, true), 0);
     fs_->Forget(st.st_ino, 1);  // as the kernel does: unlink then frees the data
     return st.st_ino;
   }
@@ -656,6 +656,30 @@ TEST_F(ToolsOffline, FsckRepairsAWrongReferenceCountAndTreeDamage) {
   EXPECT_NE(r.out.find("clean"), std::string::npos);
   Open();
   EXPECT_EQ(Read(fs::kRootIno, "a.bin"), RandomData(300 << 10, 7));
+}
+
+// A target that is missing or not a directory: each tool names it and says
+// what it expected; lmcfs-fsck exits 8 (operational error, as e2fsck on a
+// missing device), 16 only for a bad command line.
+TEST_F(ToolsOffline, ToolsNameATargetTheyCannotOpen) {
+  const std::string missing = tmp_.path() + "/no-such-store";
+  const std::string file = tmp_.path() + "/a-file";
+  std::ofstream(file) << "not a store";
+  for (const std::string& target : {missing, file}) {
+    using Main = int (*)(int, char**, std::ostream&, std::ostream&);
+    const std::tuple<Main, const char*, int> tools[] = {
+        {StatMain, "lmcfs-stat", 1},
+        {GcMain, "lmcfs-gc", 1},
+        {FsckMain, "lmcfs-fsck", store::kFsckOperationalError}};
+    for (const auto& [main, name, rc] : tools) {
+      auto r = RunTool(main, name, {target});
+      EXPECT_EQ(r.rc, rc) << name << " " << target << ": " << r.err;
+      EXPECT_EQ(r.err.rfind(std::string(name) + ": " + target, 0), 0u) << r.err;
+      EXPECT_NE(r.err.find("expected an lmcfs mountpoint or a store directory"), std::string::npos) << r.err;
+    }
+  }
+  auto r = RunTool(FsckMain, "lmcfs-fsck", {store_dir_, "--no-such-option"});
+  EXPECT_EQ(r.rc, store::kFsckUsage) << r.err;
 }
 
 TEST_F(ToolsOffline, RetentionListsAndDeletesOnlyWithYes) {

@@ -92,10 +92,12 @@ int FsckMain(int argc, char** argv, std::ostream& out, std::ostream& err) {
     const int rc = app.exit(e, out, err);
     return rc == 0 ? store::kFsckOk : store::kFsckUsage;
   }
+  // A target that cannot be opened is an operational error, as for
+  // e2fsck on a missing device; 16 is for the command line itself.
   auto t = ResolveTarget(target);
   if (!t.ok()) {
     err << "lmcfs-fsck: " << t.status().message() << "\n";
-    return store::kFsckUsage;
+    return store::kFsckOperationalError;
   }
   Progress bar(err, "lmcfs-fsck: verifying chunks", quiet || as_json);
   auto on_event = [&](const std::string& e) {

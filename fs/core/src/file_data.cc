@@ -999,6 +999,48 @@ int FileData::Read(uint64_t off, size_t n, std::string* out) {
   return View(off, off + n, reinterpret_cast<uint8_t*>(out->data()));
 }
 
+// Data is what three maps hold, which may overlap one another: the
+// committed extents, the chunks at the encoders and the written bytes; a
+// hole is a range of [0, size) that none of them covers (reads give zeros).
+int FileData::Seek(uint64_t off, bool data, bool holes, uint64_t* out) {
+  const uint64_t size = owner_.rec.size;
+  if (off >= size) return ENXIO;
+  if (!holes) {
+    *out = data ? off : size;
+    return 0;
+  }
+  if (int err = LoadExtents()) return err;
+  if (data) {
+    // The first start of a data range at or after off (clamped to off).
+    uint64_t first = size;
+    auto e = FirstExtentAfter(extents_, off);
+    if (e != extents_.end()) first = std::max(off, e->first);
+    auto d = FirstDirtyAfter(dirty_, off);
+    if (d != dirty_.end()) first = std::min(first, std::max(off, d->first));
+    for (const auto& j : inflight_)
+      if (j->end > off) first = std::min(first, std::max(off, j->begin));
+    if (first >= size) return ENXIO;
+    *out = first;
+    return 0;
+  }
+  // From off, past every data range that covers the position, to the
+  // first position none covers.
+  uint64_t pos = off;
+  while (pos < size) {
+    uint64_t end = pos;
+    auto e = FirstExtentAfter(extents_, pos);
+    if (e != extents_.end() && e->first <= pos) end = std::max(end, e->first + e->second.length);
+    auto d = FirstDirtyAfter(dirty_, pos);
+    if (d != dirty_.end() && d->first <= pos) end = std::max(end, d->first + d->second.size());
+    for (const auto& j : inflight_)
+      if (j->begin <= pos && j->end > pos) end = std::max(end, j->end);
+    if (end == pos) break;
+    pos = end;
+  }
+  *out = std::min(pos, size);
+  return 0;
+}
+
 int FileData::ReadPieces(uint64_t off, size_t n, std::vector<Filesystem::ReadPiece>* pieces) {
   pieces->clear();
   n = PrepareRead(off, n);

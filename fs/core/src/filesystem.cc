@@ -472,6 +472,7 @@ static int MakeNode(Filesystem::Impl& m, bool read_only, uint64_t parent, std::s
   in->dir_name_hint = dir->name_hint;
   in->nlookup = 1;
   in->nopen = open ? 1 : 0;
+  in->nwrite = open ? 1 : 0;
 
   InodeRec dir_rec = dir->rec;
   dir_rec.mtime_ns = dir_rec.ctime_ns = now;
@@ -837,16 +838,18 @@ int Filesystem::Open(uint64_t ino, int flags) {
     if (int e = in->data.Commit(false)) return e;
   }
   in->nopen++;
+  if ((flags & O_ACCMODE) != O_RDONLY) in->nwrite++;
   return 0;
 }
 
-int Filesystem::Release(uint64_t ino) {
+int Filesystem::Release(uint64_t ino, bool writer) {
   Impl& m = *impl_;
   int err = 0;
   InodePtr in = m.Get(ino, &err);
   if (!in) return err;
   std::lock_guard lk(in->mu);
   if (in->nopen > 0) in->nopen--;
+  if (writer && in->nwrite > 0) in->nwrite--;
   if (in->nopen > 0 || in->purged) return 0;
   if (in->rec.nlink == 0 && in->nlookup == 0) {
     store::Batch b;
@@ -870,6 +873,15 @@ int Filesystem::Read(uint64_t ino, uint64_t off, size_t size, std::string* out) 
   return WithInode(*impl_, ino, [&](Inode& in) {
     if (in.IsDir()) return EISDIR;
     return in.data.Read(off, size, out);
+  });
+}
+
+int Filesystem::Seek(uint64_t ino, uint64_t off, int whence, uint64_t* out) {
+  if (whence != SEEK_DATA && whence != SEEK_HOLE) return EINVAL;
+  return WithInode(*impl_, ino, [&](Inode& in) {
+    if (in.IsDir()) return EISDIR;
+    if (!in.IsReg()) return EINVAL;
+    return in.data.Seek(off, whence == SEEK_DATA, in.nwrite == 0, out);
   });
 }
 

@@ -25,6 +25,10 @@ struct Inode {
   bool purged = false;     // deleted from the store; no more commits
   uint64_t nlookup = 0;    // kernel lookup references
   uint64_t nopen = 0;      // open handles
+  // Those of them that may write (opened for writing, or made by create):
+  // while one is open, pages a writer dirtied through a shared mapping may
+  // sit in the kernel's page cache, unseen here (FileData::Seek).
+  uint64_t nwrite = 0;
 
   // The name the file was created, last linked or renamed under (or looked
   // up by), for the delta policy's lineage (lmc/fs/delta_policy.h).

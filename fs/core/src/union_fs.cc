@@ -471,10 +471,16 @@ int UnionFs::Open(uint64_t u, int flags) {
   return Fs(w.idx)->Open(w.ino, flags);
 }
 
-int UnionFs::Release(uint64_t u) {
+int UnionFs::Release(uint64_t u, bool writer) {
   const Where w = Dec(u);
   if (w.idx >= members_.size() || !Fs(w.idx)) return ENOENT;
-  return Fs(w.idx)->Release(w.ino);
+  return Fs(w.idx)->Release(w.ino, writer);
+}
+
+int UnionFs::Seek(uint64_t u, uint64_t off, int whence, uint64_t* out) {
+  const Where w = Dec(u);
+  if (w.idx >= members_.size() || !Fs(w.idx)) return ENOENT;
+  return Fs(w.idx)->Seek(w.ino, off, whence, out);
 }
 
 int UnionFs::ReadPieces(uint64_t u, uint64_t off, size_t size, std::vector<ReadPiece>* pieces) {

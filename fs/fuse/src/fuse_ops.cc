@@ -295,7 +295,7 @@ void Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     // stream short.
     fi->fh = (fi->flags & O_ACCMODE) != O_RDONLY;
     SetCacheMode(fi);
-    if (fuse_reply_open(req, fi) == -ENOENT) Fs(req).Release(ino);  // interrupted open
+    if (fuse_reply_open(req, fi) == -ENOENT) Fs(req).Release(ino, fi->fh != 0);  // interrupted open
   });
 }
 
@@ -317,7 +317,7 @@ void Create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, fu
     fi->fh = 1;
     SetCacheMode(fi);
     if (fuse_reply_create(req, &e, fi) == -ENOENT) {
-      Fs(req).Release(st.st_ino);
+      Fs(req).Release(st.st_ino, true);
       Fs(req).Forget(st.st_ino, 1);
     }
   });
@@ -392,8 +392,24 @@ void Flush(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   ErrOp(req, "flush", [&] { return fi->fh ? Fs(req).Flush(ino) : 0; });
 }
 
-void Release(fuse_req_t req, fuse_ino_t ino, fuse_file_info*) {
-  ErrOp(req, "release", [&] { return Fs(req).Release(ino); });
+void Release(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+  ErrOp(req, "release", [&] { return Fs(req).Release(ino, fi->fh != 0); });
+}
+
+// SEEK_DATA and SEEK_HOLE (the kernel answers SEEK_SET, SEEK_CUR and
+// SEEK_END itself): cp, tar --sparse and rsync --sparse copy a file's
+// holes as holes instead of reading zeros (Filesystem::Seek).
+void Lseek(fuse_req_t req, fuse_ino_t ino, off_t off, int whence, fuse_file_info*) {
+  Guard(req, "lseek", [&](bool& r) {
+    uint64_t pos = 0;
+    int err = off < 0 ? ENXIO : Fs(req).Seek(ino, static_cast<uint64_t>(off), whence, &pos);
+    r = true;
+    if (err) {
+      fuse_reply_err(req, err);
+    } else {
+      fuse_reply_lseek(req, static_cast<off_t>(pos));
+    }
+  });
 }
 
 void Fsync(fuse_req_t req, fuse_ino_t ino, int datasync, fuse_file_info*) {
@@ -566,6 +582,7 @@ fuse_lowlevel_ops MakeOps() {
   o.listxattr = ListXattr;
   o.removexattr = RemoveXattr;
   o.copy_file_range = CopyFileRange;
+  o.lseek = Lseek;
   o.fallocate = Fallocate;
   return o;
 }

@@ -206,7 +206,8 @@ class FsOps {
                      unsigned flags) = 0;
   virtual int ReadDir(uint64_t ino, std::vector<DirEntry>* out) = 0;
   virtual int Open(uint64_t ino, int flags) = 0;
-  virtual int Release(uint64_t ino) = 0;
+  virtual int Release(uint64_t ino, bool writer) = 0;
+  virtual int Seek(uint64_t ino, uint64_t off, int whence, uint64_t* out) = 0;
   virtual int ReadPieces(uint64_t ino, uint64_t off, size_t size, std::vector<ReadPiece>* pieces) = 0;
   virtual int Write(uint64_t ino, uint64_t off, const void* data, size_t size) = 0;
   virtual int Flush(uint64_t ino) = 0;
@@ -255,9 +256,20 @@ class Filesystem : public FsOps {
   // A snapshot of the directory ("." and ".." first): readdir offsets index it.
   int ReadDir(uint64_t ino, std::vector<DirEntry>* out);
 
-  // Files. Open counts an open handle (O_TRUNC truncates); Release drops it.
+  // Files. Open counts an open handle (O_TRUNC truncates); Release drops
+  // it. `writer`: the handle may have written (opened for writing, or made
+  // by Create), as Open counted it.
   int Open(uint64_t ino, int flags);
-  int Release(uint64_t ino);
+  int Release(uint64_t ino, bool writer);
+  // lseek(2)'s SEEK_DATA and SEEK_HOLE (whence) from `off`: *out is the
+  // first offset at or after off in data, or in a hole (the end of the
+  // file counts as one); ENXIO when there is none before the end (off at
+  // or past it included). Holes are ranges stored as nothing: never
+  // written, punched, or written as all zeros (whole chunks). While a
+  // handle that may write is open the whole file is data, as without
+  // SEEK_DATA support: pages a writer dirtied through a shared mapping may
+  // wait in the kernel's page cache, which this cannot see.
+  int Seek(uint64_t ino, uint64_t off, int whence, uint64_t* out);
   int Read(uint64_t ino, uint64_t off, size_t size, std::string* out);
   // The same bytes as pieces to send without copying them (FUSE replies
   // with an iovec): slices of decoded chunks, and zeros for holes. Where

@@ -61,7 +61,8 @@ class UnionFs final : public FsOps {
              unsigned flags) override;
   int ReadDir(uint64_t ino, std::vector<DirEntry>* out) override;
   int Open(uint64_t ino, int flags) override;
-  int Release(uint64_t ino) override;
+  int Release(uint64_t ino, bool writer) override;
+  int Seek(uint64_t ino, uint64_t off, int whence, uint64_t* out) override;
   int ReadPieces(uint64_t ino, uint64_t off, size_t size, std::vector<ReadPiece>* pieces) override;
   int Write(uint64_t ino, uint64_t off, const void* data, size_t size) override;
   int Flush(uint64_t ino) override;
