@@ -1,6 +1,10 @@
 // Helpers of the filesystem core's tests (no mount).
 #pragma once
 
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdint>
 #include <cstring>
 #include <random>
@@ -22,6 +26,31 @@ inline std::string Bf16Like(size_t n, uint32_t seed) {
     s[i + 1] = static_cast<char>(u >> 24);
   }
   return s;
+}
+
+// The whole pages inside [p, p+n): how many there are, and how many of
+// them are resident (mincore reads no byte). A page no longer mapped (a
+// heap given back whole) is not resident; any other mincore error sets
+// `error`.
+struct PageCount {
+  size_t whole = 0, resident = 0;
+  bool error = false;
+};
+inline PageCount CountPages(const void* p, size_t n) {
+  const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const uintptr_t lo = (reinterpret_cast<uintptr_t>(p) + page - 1) & ~(page - 1);
+  const uintptr_t hi = (reinterpret_cast<uintptr_t>(p) + n) & ~(page - 1);
+  PageCount c;
+  for (uintptr_t a = lo; a < hi; a += page) {
+    ++c.whole;
+    unsigned char v = 0;
+    if (mincore(reinterpret_cast<void*>(a), page, &v) == 0) {
+      c.resident += v & 1;
+    } else if (errno != ENOMEM) {
+      c.error = true;
+    }
+  }
+  return c;
 }
 
 }  // namespace lmc::fs::testing

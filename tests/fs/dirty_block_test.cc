@@ -2,7 +2,6 @@
 // block gives the pages past its written bytes back to the system, and
 // the process-wide counters follow what may hold pages.
 #include <gtest/gtest.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -19,22 +18,13 @@ namespace {
 
 const uintptr_t kPage = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
 
-// Resident pages of the whole pages inside [p, p+n).
+// Resident pages of the whole pages inside [p, p+n), all mapped.
 size_t ResidentPages(const uint8_t* p, size_t n) {
-  const uintptr_t lo = (reinterpret_cast<uintptr_t>(p) + kPage - 1) & ~(kPage - 1);
-  const uintptr_t hi = (reinterpret_cast<uintptr_t>(p) + n) & ~(kPage - 1);
-  if (hi <= lo) return 0;
-  std::vector<unsigned char> vec((hi - lo) / kPage);
-  EXPECT_EQ(mincore(reinterpret_cast<void*>(lo), hi - lo, vec.data()), 0);
-  size_t r = 0;
-  for (unsigned char v : vec) r += v & 1;
-  return r;
+  const testing::PageCount c = testing::CountPages(p, n);
+  EXPECT_FALSE(c.error);
+  return c.resident;
 }
-size_t WholePages(const uint8_t* p, size_t n) {
-  const uintptr_t lo = (reinterpret_cast<uintptr_t>(p) + kPage - 1) & ~(kPage - 1);
-  const uintptr_t hi = (reinterpret_cast<uintptr_t>(p) + n) & ~(kPage - 1);
-  return hi > lo ? (hi - lo) / kPage : 0;
-}
+size_t WholePages(const uint8_t* p, size_t n) { return testing::CountPages(p, n).whole; }
 
 // The pool's free blocks taken out and held, so that a block dropped in a
 // test is the pool's only one (the pool is process-wide), with the

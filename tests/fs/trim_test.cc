@@ -6,17 +6,17 @@
 #include "lmc/fs/trim.h"
 
 #include <gtest/gtest.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include <atomic>
-#include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <memory>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "core_test_util.h"
 
 namespace lmc::fs {
 namespace {
@@ -143,22 +143,14 @@ TEST(MemoryTrimmer, ReleaseFreeMemoryGivesBackWhatWasFreedInsideTheHeap) {
 #else
   const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
   constexpr size_t kSize = 100 << 10;  // below the mmap threshold: from the heap
-  // Resident whole pages of the blocks at `at`, in bytes (mincore reads
-  // no byte; a page no longer mapped, as a thread arena's heap given back
-  // whole, is not resident).
+  // Resident whole pages of the blocks at `at`, in bytes (a page no longer
+  // mapped, as a thread arena's heap given back whole, is not resident).
   auto resident = [&](const std::vector<char*>& at) {
     size_t n = 0;
     for (char* p : at) {
-      const uintptr_t lo = (reinterpret_cast<uintptr_t>(p) + page - 1) & ~(page - 1);
-      const uintptr_t hi = (reinterpret_cast<uintptr_t>(p) + kSize) & ~(page - 1);
-      for (uintptr_t a = lo; a < hi; a += page) {
-        unsigned char v = 0;
-        if (mincore(reinterpret_cast<void*>(a), page, &v) == 0) {
-          n += v & 1;
-        } else {
-          EXPECT_EQ(errno, ENOMEM);
-        }
-      }
+      const fs::testing::PageCount c = fs::testing::CountPages(p, kSize);
+      EXPECT_FALSE(c.error);
+      n += c.resident;
     }
     return n * page;
   };
