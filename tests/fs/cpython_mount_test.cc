@@ -1,7 +1,8 @@
 // CPython's own test suites of its file and OS modules, an outside POSIX
 // check, run in a real mount: os, posix, io, fileio, file, shutil,
-// tempfile, mmap, zipfile (torch.save's container), pathlib, glob, stat,
-// fcntl; about 2,300 tests of files, directories, links, modes, times,
+// tempfile, mmap, zipfile (torch.save's container), tarfile (NeMo's .nemo
+// container; nested directories, links, sparse members), pathlib, glob,
+// stat, fcntl; about 2,800 tests of files, directories, links, modes, times,
 // xattrs, locks, mappings, copies and renames. They run first in the plain
 // directory beside the mount (the disk /tmp is on), then with their
 // working directory and TMPDIR in the mount: every test must pass there,
@@ -23,7 +24,7 @@ using MountCPython = MountTest;
 
 constexpr const char* kModules =
     "test_os test_posix test_io test_fileio test_file test_shutil test_tempfile test_mmap test_zipfile "
-    "test_pathlib test_glob test_stat test_fcntl";
+    "test_tarfile test_pathlib test_glob test_stat test_fcntl";
 
 // Compares regrtest's JUnit reports: every test of the mount's run passed
 // or was skipped, each skip also happened on the disk, and both ran the
