@@ -28,6 +28,8 @@ DEB_PACKAGES=(
   libspdlog-dev libfmt-dev libcli11-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-pip python3-venv
+  # help2man: the tools' manual pages, made from their --help and --version.
+  help2man
   # fio: the outside data-integrity check of the mount (tests/fs/fio_mount_test.cc).
   fio
   # stress-ng: the outside stress suite's filesystem stressors on a mount

@@ -159,6 +159,11 @@ class Window {
 
 }  // namespace
 
+std::string CodecFormats() {
+  return "frame versions 1-" + std::to_string(frame::kVersion) + ", .lmc container " +
+         std::to_string(kVersion);
+}
+
 bool IsContainer(const uint8_t* p, size_t n) { return n >= 4 && std::memcmp(p, kMagic, 4) == 0; }
 
 namespace {

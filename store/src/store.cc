@@ -24,9 +24,11 @@
 
 #include "env_rocks_fs.h"
 #include "lmc/bytes.h"
+#include "lmc/container.h"
 #include "lmc/hash.h"
 #include "lmc/store/frame_pool.h"
 #include "lmc/text.h"
+#include "lmc/version.h"
 #include "owner_only_fs.h"
 #include "store_impl.h"
 
@@ -1702,6 +1704,12 @@ StoreStats Store::Stats() const {
                              s.rocks_stats->getTickerCount(rocksdb::COMPACT_WRITE_BYTES);
   }
   return st;
+}
+
+std::string VersionText(std::string_view name) {
+  return std::string(name) + " (lmcfs) " LMC_VERSION "\nformats: store " +
+         std::to_string(fmt::kFormatVersionFirst) + "-" + std::to_string(fmt::kFormatVersion) + ", " +
+         CodecFormats() + "\n";
 }
 
 }  // namespace lmc::store

@@ -24,6 +24,7 @@
 #include "lmc/fs/records.h"
 #include "lmc/store/store.h"
 #include "lmc/text.h"
+#include "lmc/version.h"
 #include "lmcfs_tools.h"
 #include "store_test_util.h"
 #include "tools_test_util.h"
@@ -656,6 +657,40 @@ TEST_F(ToolsOffline, FsckRepairsAWrongReferenceCountAndTreeDamage) {
   EXPECT_NE(r.out.find("clean"), std::string::npos);
   Open();
   EXPECT_EQ(Read(fs::kRootIno, "a.bin"), RandomData(300 << 10, 7));
+}
+
+// Every tool answers -V and --version as Unix tools do, on stdout with exit
+// code 0: its name, "(lmcfs)" and the release, then the formats it reads.
+// Where help2man is installed the build makes each tool's manual page from
+// that and --help (tools/CMakeLists.txt).
+TEST(ToolsVersion, EveryToolNamesItsReleaseAndFormats) {
+  const std::string dir = LMC_TOOLS_BIN_DIR;
+  const std::pair<std::string, std::string> tools[] = {{dir + "/lmcfs-stat", "lmcfs-stat"},
+                                                       {dir + "/lmcfs-gc", "lmcfs-gc"},
+                                                       {dir + "/lmcfs-fsck", "lmcfs-fsck"},
+                                                       {LMC_MOUNT_BIN, "mount.lmcfs"},
+                                                       {LMC_BIN, "lmc"}};
+  for (const auto& [bin, name] : tools) {
+    for (const char* flag : {"--version", "-V"}) {
+      std::string out;
+      FILE* p = popen((bin + " " + flag + " 2>/dev/null").c_str(), "r");
+      ASSERT_NE(p, nullptr);
+      char buf[512];
+      for (size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
+      EXPECT_EQ(pclose(p), 0) << name << " " << flag;
+      EXPECT_EQ(out.substr(0, out.find('\n')), name + " (lmcfs) " LMC_VERSION) << out;
+      const std::string formats = name == "lmc" ? "formats: frame versions 1-" : "formats: store 1-";
+      EXPECT_NE(out.find("\n" + formats), std::string::npos) << out;
+      EXPECT_NE(out.find(".lmc container 1\n"), std::string::npos) << out;
+    }
+    const std::string page = std::string(LMC_MAN_DIR) + "/" + name + (name == "lmc" ? ".1" : ".8");
+    if (!std::filesystem::exists(LMC_MAN_DIR)) continue;  // no help2man, or a sanitizer build
+    std::ifstream in(page);
+    std::stringstream text;
+    text << in.rdbuf();
+    EXPECT_NE(text.str().find(".SH SYNOPSIS"), std::string::npos) << page;
+    EXPECT_NE(text.str().find("lmcfs " LMC_VERSION), std::string::npos) << page;
+  }
 }
 
 // A target that is missing or not a directory: each tool names it and says

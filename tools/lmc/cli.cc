@@ -18,6 +18,7 @@
 #include "lmc/layout.h"
 #include "lmc/thread_pool.h"
 #include "lmc/transform.h"
+#include "lmc/version.h"
 
 namespace lmc::cli {
 namespace {
@@ -263,7 +264,7 @@ int LmcMain(const std::vector<std::string>& args) {
 int LmcMain(const std::vector<std::string>& args, const GpuOpenFn& open_gpu) {
   CLI::App app{"lmc: lossless compression of LLM checkpoints (safetensors, PyTorch, GGUF, npy)", "lmc"};
   app.require_subcommand(1);
-  app.set_version_flag("--version", "lmc 0.1.0 (frame format 1)");
+  app.set_version_flag("-V,--version", "lmc (lmcfs) " LMC_VERSION "\nformats: " + CodecFormats());
 
   size_t threads = 0;
   uint32_t chunk = 0;

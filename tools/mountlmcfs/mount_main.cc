@@ -47,7 +47,7 @@
 namespace lmc::fs {
 namespace {
 
-constexpr const char* kUsage = R"(usage: mount.lmcfs [STORE] MOUNTPOINT [-o OPTIONS] [-f] [-snv]
+constexpr const char* kUsage = R"(Usage: mount.lmcfs [STORE] MOUNTPOINT [-o OPTIONS] [-f] [-snv]
 
 Mounts the lmcfs chunk store STORE at MOUNTPOINT. Files written there are
 stored compressed and deduplicated; reads return the exact bytes written.
@@ -75,6 +75,7 @@ once it is installed as /sbin/mount.lmcfs (cmake --install puts it there).
   -s, -n, -v          mount(8) helper flags (sloppy, no mtab, verbose): accepted
   -t TYPE             mount(8)'s type argument: accepted and ignored
   -h, --help          this text
+  -V, --version       the release, and the store and codec formats it reads
   -o OPTIONS          comma-separated:
      store=PATH         the store (instead of the STORE argument)
      encode_threads=N   threads that encode written chunks (default: one per
@@ -399,6 +400,9 @@ int ParseArgs(int argc, char** argv, Options* o) {
     std::string a = argv[i];
     if (a == "-h" || a == "--help") {
       std::fputs(kUsage, stdout);
+      return 0;
+    } else if (a == "-V" || a == "--version") {
+      std::fputs(store::VersionText("mount.lmcfs").c_str(), stdout);
       return 0;
     } else if (a == "-f") {
       o->foreground = true;

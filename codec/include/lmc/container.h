@@ -21,6 +21,10 @@ namespace lmc {
 class ThreadPool;
 class GpuCodec;  // lmc/gpu.h
 
+// The codec's formats this build writes and reads, for --version: "frame
+// versions 1-5, .lmc container 1".
+std::string CodecFormats();
+
 // Reads up to n bytes; returns 0 at end of input.
 using ReadFn = std::function<Result<size_t>(uint8_t* buf, size_t n)>;
 // Writes all n bytes or fails.

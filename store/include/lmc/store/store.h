@@ -506,6 +506,11 @@ struct FsckReport {
 // Exit code of an fsck run that may have failed to run at all.
 int FsckExitCode(const Result<FsckReport>& r);
 
+// What this build reads and writes, for every tool's --version: the
+// release, then the store's and the codec's formats, as
+// "NAME (lmcfs) 0.1.0\nformats: store 1-4, frame versions 1-5, .lmc container 1\n".
+std::string VersionText(std::string_view name);
+
 class Store {
  public:
   // Opens (or creates) the store in dir. A store opened by another Store,
