@@ -1709,7 +1709,7 @@ StoreStats Store::Stats() const {
 std::string VersionText(std::string_view name) {
   return std::string(name) + " (lmcfs) " LMC_VERSION "\nformats: store " +
          std::to_string(fmt::kFormatVersionFirst) + "-" + std::to_string(fmt::kFormatVersion) + ", " +
-         CodecFormats() + "\n";
+         CodecFormats();
 }
 
 }  // namespace lmc::store

@@ -2,7 +2,7 @@
 // check, run in a real mount: os, posix, io, fileio, file, shutil,
 // tempfile, mmap, zipfile (torch.save's container), tarfile (NeMo's .nemo
 // container; nested directories, links, sparse members), pathlib, glob,
-// stat, fcntl; about 2,800 tests of files, directories, links, modes, times,
+// stat, fcntl; 2,902 tests of files, directories, links, modes, times,
 // xattrs, locks, mappings, copies and renames. They run first in the plain
 // directory beside the mount (the disk /tmp is on), then with their
 // working directory and TMPDIR in the mount: every test must pass there,

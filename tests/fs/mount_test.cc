@@ -102,9 +102,6 @@ TEST_F(MountCoreutils, CpMvLsDuStatTruncateLn) {
   ASSERT_EQ(Sh("test ! -e " + m + "/d"), 0);
 }
 
-// fallocate(1) and posix_fallocate through the kernel, the same on the
-// mount as on the plain directory (ext4 or tmpfs): holes punched across
-// chunks, ranges zeroed, files extended or not; df -i counts the files.
 // A directory still open when the daemon is told to stop (SIGTERM): the
 // kernel never sends its RELEASEDIR, and the daemon exits cleanly all the
 // same, its handle freed with the session (the ASan stage's LeakSanitizer
@@ -130,6 +127,9 @@ TEST_F(MountCoreutils, ADirectoryOpenWhenTheDaemonStopsIsFreed) {
   EXPECT_TRUE(fsys::exists(P("d/x")));
 }
 
+// fallocate(1) and posix_fallocate through the kernel, the same on the
+// mount as on the plain directory (ext4 or tmpfs): holes punched across
+// chunks, ranges zeroed, files extended or not; df -i counts the files.
 TEST_F(MountCoreutils, FallocatePunchZeroExtendAndDfInodes) {
   ASSERT_EQ(Sh("head -c 3000000 /dev/urandom > " + root_ + "/src.bin"), 0);
   for (const std::string& d : {plain_, mnt_}) {

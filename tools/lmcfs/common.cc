@@ -23,12 +23,6 @@ namespace lmc::tools {
 
 using json = nlohmann::json;
 
-std::string VersionFlagText(std::string_view tool) {
-  std::string v = store::VersionText(tool);
-  if (!v.empty() && v.back() == '\n') v.pop_back();
-  return v;
-}
-
 std::string HumanSize(uint64_t b) {
   const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
   double v = static_cast<double>(b);

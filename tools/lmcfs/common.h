@@ -21,9 +21,6 @@ namespace lmc::tools {
 
 // "1.50 GiB"; exact bytes below 1 KiB.
 std::string HumanSize(uint64_t bytes);
-// What -V/--version prints (store::VersionText, without its last newline:
-// CLI11 adds one).
-std::string VersionFlagText(std::string_view tool);
 
 // A progress bar with rate and ETA on stderr, drawn only when `err` is the
 // process's stderr and that is a terminal (so pipes, logs and in-process

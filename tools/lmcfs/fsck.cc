@@ -75,7 +75,7 @@ std::string IndexDamageHint(const Status& st) {
 
 int FsckMain(int argc, char** argv, std::ostream& out, std::ostream& err) {
   CLI::App app(kFsckDescription, "lmcfs-fsck");
-  app.set_version_flag("-V,--version", VersionFlagText("lmcfs-fsck"));
+  app.set_version_flag("-V,--version", store::VersionText("lmcfs-fsck"));
   std::string target, quarantine;
   bool repair = false, as_json = false, quiet = false, deep = false;
   app.add_option("TARGET", target, "store directory (or mountpoint: verify only)")->required();

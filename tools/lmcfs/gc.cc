@@ -120,7 +120,7 @@ bool RemoveTree(const fsys::path& p, uint64_t* left, std::string* error) {
 
 int GcMain(int argc, char** argv, std::ostream& out, std::ostream& err) {
   CLI::App app(kGcDescription, "lmcfs-gc");
-  app.set_version_flag("-V,--version", VersionFlagText("lmcfs-gc"));
+  app.set_version_flag("-V,--version", store::VersionText("lmcfs-gc"));
   std::string target, rate_s, pattern, dir;
   double threshold = 0.5;
   bool dry_run = false, as_json = false, quiet = false, yes = false;

@@ -226,7 +226,7 @@ void PrintStat(const std::string& doc, bool bytes, std::ostream& out) {
 
 int StatMain(int argc, char** argv, std::ostream& out, std::ostream& err) {
   CLI::App app(kStatDescription, "lmcfs-stat");
-  app.set_version_flag("-V,--version", VersionFlagText("lmcfs-stat"));
+  app.set_version_flag("-V,--version", store::VersionText("lmcfs-stat"));
   std::string target, sort = "name";
   std::vector<std::string> paths;
   bool as_json = false, bytes = false, reverse = false, files_only = false;

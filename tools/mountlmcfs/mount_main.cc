@@ -402,7 +402,7 @@ int ParseArgs(int argc, char** argv, Options* o) {
       std::fputs(kUsage, stdout);
       return 0;
     } else if (a == "-V" || a == "--version") {
-      std::fputs(store::VersionText("mount.lmcfs").c_str(), stdout);
+      std::printf("%s\n", store::VersionText("mount.lmcfs").c_str());
       return 0;
     } else if (a == "-f") {
       o->foreground = true;

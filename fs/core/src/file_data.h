@@ -250,9 +250,9 @@ class FileData {
   int Write(uint64_t off, const uint8_t* p, size_t n);
   int Read(uint64_t off, size_t n, std::string* out);
   // Filesystem::Seek: the first offset at or after `off` in data (`data`)
-  // or in a hole. Data: the committed extents (but hole ones), the chunks
-  // at the encoders and the written bytes, whatever their bytes; the rest
-  // of [0, size) is holes. `holes` false: no holes but the end of the file.
+  // or in a hole. Data: the committed extents, the chunks at the encoders
+  // and the written bytes, whatever their bytes; the rest of [0, size) is
+  // holes. `holes` false: no holes but the end of the file.
   int Seek(uint64_t off, bool data, bool holes, uint64_t* out);
   // Filesystem::ReadPieces.
   int ReadPieces(uint64_t off, size_t n, std::vector<Filesystem::ReadPiece>* pieces);

@@ -312,7 +312,7 @@ void Create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, fu
     fuse_entry_param e{};
     e.ino = st.st_ino;
     e.attr = st;
-    e.attr_timeout = Ctx(req).attr_timeout;
+    e.attr_timeout = AttrTimeout(req, st);
     e.entry_timeout = Ctx(req).entry_timeout;
     fi->fh = 1;
     SetCacheMode(fi);
@@ -397,8 +397,8 @@ void Release(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
 }
 
 // SEEK_DATA and SEEK_HOLE (the kernel answers SEEK_SET, SEEK_CUR and
-// SEEK_END itself): cp, tar --sparse and rsync --sparse copy a file's
-// holes as holes instead of reading zeros (Filesystem::Seek).
+// SEEK_END itself): cp and tar --sparse skip a file's holes instead of
+// reading zeros (Filesystem::Seek).
 void Lseek(fuse_req_t req, fuse_ino_t ino, off_t off, int whence, fuse_file_info*) {
   Guard(req, "lseek", [&](bool& r) {
     uint64_t pos = 0;

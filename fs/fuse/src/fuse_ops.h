@@ -41,7 +41,9 @@ struct FuseContext {
   uint32_t max_write = 1u << 20;  // largest FUSE write we ask for (the kernel's limit here)
   double entry_timeout = 1.0;     // seconds the kernel caches names
   // Files and symlinks: 0, every stat reaches us, so st_blocks follows the
-  // stored size at once.
+  // stored size at once. The cost: with auto_inval_data the kernel asks
+  // for a file's attributes before every read(), so each read is a
+  // GETATTR to the daemon first, even from the page cache.
   double attr_timeout = 0.0;
   // Directories: as long as names (entry_timeout), so that a path's walk
   // checks each component's permissions without a GETATTR. The kernel

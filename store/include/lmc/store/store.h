@@ -508,7 +508,8 @@ int FsckExitCode(const Result<FsckReport>& r);
 
 // What this build reads and writes, for every tool's --version: the
 // release, then the store's and the codec's formats, as
-// "NAME (lmcfs) 0.1.0\nformats: store 1-4, frame versions 1-5, .lmc container 1\n".
+// "NAME (lmcfs) 0.1.0\nformats: store 1-4, frame versions 1-5, .lmc container 1"
+// (no newline at the end: CLI11 adds one).
 std::string VersionText(std::string_view name);
 
 class Store {
