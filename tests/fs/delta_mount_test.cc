@@ -549,6 +549,45 @@ save_file({'v': v}, f'{out}/other-2.safetensors')
   ExpectSame("");
 }
 
+// The kernel keeps a file's attributes for a second (fuse_ops.h), and a
+// rebase shrinks an older save's stored size after its writer is gone:
+// the daemon tells the kernel, so that a stat right after the rebase shows
+// the new st_blocks. Each older save is stat'ed while the next one is
+// still open (its chunks uncommitted, so no rebase has run), then again
+// once the rebases are done.
+TEST_F(MountDeltaTest, MountStatShowsEachRebaseAtOnce) {
+  const std::string script = WriteScript("rebases.py", R"(
+import os, sys, time, torch
+from safetensors.torch import save
+out = sys.argv[1]
+try:
+    os.getxattr(out, 'user.lmcfs.pending_rebases'); mount = True
+except OSError:
+    mount = False  # the plain directory: the same files, nothing to check
+def stored(p): return int(os.getxattr(p, 'user.lmcfs.stored_bytes'))
+def path(v): return f'{out}/model-{v}.safetensors'
+torch.manual_seed(3)
+w = torch.randn(1024, 1024)
+shrunk = 0
+for v in range(1, 5):
+    w[:16] += 0.5  # the first chunk changes, the other three stay
+    with open(path(v), 'wb') as f:
+        f.write(save({'w': w}))
+        before = [os.stat(path(u)).st_blocks for u in range(1, v)]
+    if not mount: continue
+    t = time.monotonic()
+    while int(os.getxattr(out, 'user.lmcfs.pending_rebases')) and time.monotonic() - t < 60: pass
+    for u in range(1, v):
+        st = os.stat(path(u))
+        assert st.st_blocks == (stored(path(u)) + 511) // 512, (v, u, st.st_blocks, stored(path(u)))
+        shrunk += st.st_blocks < before[u - 1]
+# Saves 1 and 2 become deltas; 3 stays standalone (delta_chain=2).
+assert shrunk == 2 or not mount, f'{shrunk} rebases shrank a file, not 2: the test saw too little'
+)");
+  ASSERT_NO_FATAL_FAILURE(RunInBoth(script));
+  EXPECT_GT(Xattr(P("model-1.safetensors"), "delta_bytes"), 0u);
+}
+
 // DeepSpeed itself (PyPI's deepspeed on its CPU accelerator, gloo): a
 // pipeline of identical blocks (PipelineModule; GPT-NeoX and
 // Megatron-DeepSpeed train this way) with ZeRO stage 1 saves three

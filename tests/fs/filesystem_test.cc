@@ -23,6 +23,8 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "core_test_util.h"
 #include "fault_env.h"
@@ -1020,6 +1022,65 @@ TEST_F(FsCore, SeekDataAndHoleFindWhatIsStoredAsNothing) {
   EXPECT_GE(fs_->counters().chunks_written.load(), 20u);
   EXPECT_EQ(SeekMap(*fs_, f), pending);
   ExpectFsckClean();
+}
+
+// The attribute listener (FsOps::SetAttrListener; the mount drops the
+// kernel's cached attributes on each call) hears of what changed a stat
+// of the file without the call that changed it being one the kernel
+// drops its copy after (writes, truncates): the flush that stores the
+// rest, an fsync, a copy's source committed, a release. Calls that change
+// nothing tell nothing.
+TEST_F(FsCore, AttrListenerHearsOfWhatTheKernelCannotSee) {
+  std::mutex mu;
+  std::vector<uint64_t> told;
+  ASSERT_TRUE(fs_->SetAttrListener([&](uint64_t ino) {
+    std::lock_guard lk(mu);
+    told.push_back(ino);
+  }));
+  auto take = [&] {
+    std::lock_guard lk(mu);
+    return std::exchange(told, {});
+  };
+  auto blocks = [&](uint64_t ino) {
+    struct stat st;
+    EXPECT_EQ(fs_->GetAttr(ino, &st), 0);
+    return st.st_blocks;
+  };
+  const uint64_t ino = CreateFile(kRootIno, "a.bin");
+  const std::string a = Bf16Like(1 << 20, 51);
+  ASSERT_EQ(fs_->Write(ino, 0, a.data(), a.size()), 0);
+  EXPECT_EQ(take(), std::vector<uint64_t>{});  // the kernel drops its copy after a write itself
+  const blkcnt_t written = blocks(ino);
+  ASSERT_EQ(fs_->Flush(ino), 0);
+  EXPECT_EQ(take(), std::vector<uint64_t>{ino});
+  EXPECT_GT(blocks(ino), written);
+  ASSERT_EQ(fs_->Flush(ino), 0);  // nothing left to store
+  std::string out;
+  ASSERT_EQ(fs_->Read(ino, 0, 4096, &out), 0);
+  EXPECT_EQ(take(), std::vector<uint64_t>{});
+  // Written again, then stored by an fsync, and by a copy's source.
+  ASSERT_EQ(fs_->Write(ino, 1 << 20, a.data(), a.size()), 0);
+  ASSERT_EQ(fs_->Fsync(ino, false), 0);
+  EXPECT_EQ(take(), std::vector<uint64_t>{ino});
+  ASSERT_EQ(fs_->Write(ino, 2 << 20, a.data(), a.size()), 0);
+  const uint64_t dst = CreateFile(kRootIno, "b.bin");
+  uint64_t copied = 0;
+  ASSERT_EQ(fs_->CopyRange(ino, 0, dst, 0, 3 << 20, &copied), 0);
+  EXPECT_EQ(copied, uint64_t{3} << 20);
+  EXPECT_EQ(take(), std::vector<uint64_t>{ino});  // not dst: the kernel drops its copy itself
+  // The last release of a writer whose bytes were never flushed.
+  ASSERT_EQ(fs_->Write(ino, 3 << 20, a.data(), a.size()), 0);
+  ASSERT_EQ(fs_->Release(ino, true), 0);
+  EXPECT_EQ(take(), std::vector<uint64_t>{ino});
+  ASSERT_EQ(fs_->Release(dst, true), 0);
+  EXPECT_EQ(take(), std::vector<uint64_t>{});
+  // Nobody listening: the same calls, nobody told.
+  ASSERT_TRUE(fs_->SetAttrListener(nullptr));
+  ASSERT_EQ(fs_->Open(ino, O_WRONLY), 0);
+  ASSERT_EQ(fs_->Write(ino, 4 << 20, a.data(), a.size()), 0);
+  ASSERT_EQ(fs_->Flush(ino), 0);
+  ASSERT_EQ(fs_->Release(ino, true), 0);
+  EXPECT_EQ(take(), std::vector<uint64_t>{});
 }
 
 TEST_F(FsCore, CreateWriteReadPersist) {

@@ -572,6 +572,77 @@ if os.geteuid() == 0:
                 "dirattrs");
 }
 
+// The kernel keeps a file's attributes for a second too, and the daemon
+// tells it of every change it makes on its own (the stored size after the
+// encoders, a flush, an fsync, a copy's source committed: fuse_ops.h).
+// Each step below stats the file while the kernel holds its attributes from
+// a stat just before: what it shows must be the change, at once. On the
+// mount, st_blocks must be the stored bytes (user.lmcfs.stored_bytes) each
+// time; elsewhere the same script checks size, times and links as the disk
+// keeps them.
+TEST_F(MountPython, FileAttributesFollowEveryChange) {
+  RunPythonBoth(R"PY(
+import mmap, os, random, sys, time
+d = sys.argv[1]
+rnd = random.Random(17)
+M = 1 << 20
+piece = rnd.randbytes(4096)
+def data(n, tag): return (piece + bytes([tag]) * 4096) * (n // 8192)  # compressible
+def stored(p):
+    try: return int(os.getxattr(p, 'user.lmcfs.stored_bytes'))
+    except OSError: return None  # not the mount
+def check(p, what, fd=None):
+    st = os.fstat(fd) if fd is not None else os.stat(p)
+    s = stored(p)
+    if s is not None:
+        assert st.st_blocks == (s + 511) // 512, (what, st.st_blocks, s)
+    return st
+def tick(): time.sleep(0.02)
+p, q = os.path.join(d, 'f.bin'), os.path.join(d, 'g.bin')
+# Written in 1 MiB pieces, fstat'ed after each (the kernel keeps what it
+# got), then closed: the flush stores the rest.
+fd = os.open(p, os.O_WRONLY | os.O_CREAT, 0o644)
+for i in range(8):
+    os.write(fd, data(M, i)); os.fstat(fd)
+os.close(fd)
+st = check(p, 'close')
+assert st.st_size == 8 * M
+if stored(p) is not None: assert 0 < stored(p) < 8 * M, stored(p)
+with open(p, 'rb') as f: assert f.read() == b''.join(data(M, i) for i in range(8))
+assert check(p, 'read').st_mtime_ns == st.st_mtime_ns
+tick(); os.truncate(p, 3 * M); now = check(p, 'truncate')
+assert now.st_size == 3 * M and now.st_mtime_ns > st.st_mtime_ns; st = now
+# Written and fsync'ed with the handle open: fstat and stat show the
+# stored size the fsync made.
+fd = os.open(p, os.O_WRONLY)
+tick(); os.pwrite(fd, data(2 * M, 9), 5 * M); os.fstat(fd); check(p, 'write')
+os.fsync(fd); now = check(p, 'fsync', fd); check(p, 'fsync')
+assert now.st_size == 7 * M and now.st_mtime_ns > st.st_mtime_ns; st = now
+# A copy's source with bytes not yet stored: the copy commits them.
+os.pwrite(fd, data(M, 10), 7 * M); os.fstat(fd)
+fi = os.open(p, os.O_RDONLY); fo = os.open(q, os.O_WRONLY | os.O_CREAT, 0o644)
+n = 0
+while n < 8 * M: n += os.copy_file_range(fi, fo, 8 * M - n)
+os.close(fi); os.close(fo)
+check(p, 'copy source'); check(q, 'copy')
+assert os.stat(q).st_size == 8 * M
+os.close(fd); check(p, 'close')
+# A page written through a shared mapping, written back by msync.
+with open(p, 'r+b') as f:
+    m = mmap.mmap(f.fileno(), 0); m[100:200] = b'M' * 100; m.flush(); m.close()
+    check(p, 'msync', f.fileno())
+check(p, 'mmap close')
+# Links, mode, times.
+os.link(p, os.path.join(d, 'h.bin')); assert check(p, 'link').st_nlink == 2
+os.unlink(os.path.join(d, 'h.bin')); assert check(p, 'unlink').st_nlink == 1
+os.chmod(p, 0o600); assert check(p, 'chmod').st_mode & 0o777 == 0o600
+os.utime(p, ns=(1_000_000_000, 2_000_000_000)); assert check(p, 'utime').st_mtime_ns == 2_000_000_000
+with open(p, 'ab') as f: f.write(b'tail')
+assert check(p, 'append').st_size == 8 * M + 4
+)PY",
+                "fileattrs");
+}
+
 // Memory-mapped writes and reads (numpy memmaps, torch.load(mmap=True)) and
 // O_DIRECT writes and reads.
 TEST_F(MountPython, MmapAndDirectIo) {

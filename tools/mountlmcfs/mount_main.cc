@@ -984,6 +984,10 @@ int Serve(const Options& o, int report_fd) {
   session.extra = o.fuse_opts;
   session.threads = o.fuse_threads;
   session.read_ahead_kb = o.read_ahead_kb;
+  // Another node's changes reach a follower with no notice the kernel
+  // could get: its files' attributes are asked for every time (a union's
+  // are too: UnionFs does not tell).
+  session.file_attr_timeout = primary_follows ? 0.0 : 1.0;
   auto on_mounted = [&] {
     // Which codec path runs, and why (a GPU that is there but cannot be
     // used is worth a warning; gpu=off or no GPU at all is not).

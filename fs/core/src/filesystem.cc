@@ -74,6 +74,35 @@ int WithInode(Filesystem::Impl& m, uint64_t ino, Fn&& fn) {
   return fn(*in);
 }
 
+// What a stat shows of a file that the filesystem may change on its own
+// (FsOps::SetAttrListener).
+struct AttrStamp {
+  uint64_t size, stored;
+  int64_t mtime_ns, ctime_ns;
+  explicit AttrStamp(const Inode& in)
+      : size(in.rec.size), stored(in.rec.stored), mtime_ns(in.rec.mtime_ns), ctime_ns(in.rec.ctime_ns) {}
+  bool operator==(const AttrStamp&) const = default;
+};
+
+// WithInode, and the attribute listener told after the mutex is released
+// if fn changed what a stat shows (never under it: the kernel, handling
+// the notice, may wait for a read this daemon serves under that mutex).
+template <typename Fn>
+int WithInodeTelling(Filesystem::Impl& m, uint64_t ino, Fn&& fn) {
+  int err = 0;
+  InodePtr in = m.Get(ino, &err);
+  if (!in) return err;
+  bool changed;
+  {
+    std::lock_guard lk(in->mu);
+    const AttrStamp before(*in);
+    err = fn(*in);
+    changed = !(AttrStamp(*in) == before);
+  }
+  if (changed) m.TellAttr(ino);
+  return err;
+}
+
 }  // namespace
 
 Filesystem::Impl::Impl(Filesystem* f) : fs(f), store(f->store_), data(f->store_, f->opts_, &f->counters_) {}
@@ -95,6 +124,7 @@ std::vector<std::pair<std::string, uint64_t>> Filesystem::NamedCounters() const 
   return {{"write_calls", c.write_calls.load()},
           {"write_bytes", c.write_bytes.load()},
           {"read_calls", c.read_calls.load()},
+          {"getattr_calls", c.getattr_calls.load()},
           {"removals", c.removals.load()},
           {"bytes_encoded", c.bytes_written.load()},
           {"chunks_written", c.chunks_written.load()},
@@ -188,8 +218,24 @@ void Filesystem::Impl::RefreshFrameLen(uint64_t ino, uint64_t off, const store::
   int err = 0;
   InodePtr in = Get(ino, &err);
   if (!in) return;  // deleted since
-  std::lock_guard lk(in->mu);
-  in->data.RefreshFrameLen(off, key, frame_len);
+  {
+    std::lock_guard lk(in->mu);
+    const uint64_t before = in->rec.stored;
+    in->data.RefreshFrameLen(off, key, frame_len);
+    if (in->rec.stored == before) return;
+  }
+  TellAttr(ino);
+}
+
+void Filesystem::Impl::TellAttr(uint64_t ino) {
+  std::shared_lock lk(attr_mu);
+  if (attr_listener) attr_listener(ino);
+}
+
+bool Filesystem::SetAttrListener(AttrListener fn) {
+  std::unique_lock lk(impl_->attr_mu);
+  impl_->attr_listener = std::move(fn);
+  return true;
 }
 
 InodePtr Filesystem::Impl::Get(uint64_t ino, int* err) {
@@ -375,6 +421,7 @@ void Filesystem::Forget(uint64_t ino, uint64_t nlookup) {
 }
 
 int Filesystem::GetAttr(uint64_t ino, struct stat* out) {
+  counters_.getattr_calls++;
   return WithInode(*impl_, ino, [&](Inode& in) {
     FillStat(in, out);
     return 0;
@@ -844,33 +891,31 @@ int Filesystem::Open(uint64_t ino, int flags) {
 
 int Filesystem::Release(uint64_t ino, bool writer) {
   Impl& m = *impl_;
-  int err = 0;
-  InodePtr in = m.Get(ino, &err);
-  if (!in) return err;
-  std::lock_guard lk(in->mu);
-  if (in->nopen > 0) in->nopen--;
-  if (writer && in->nwrite > 0) in->nwrite--;
-  if (in->nopen > 0 || in->purged) return 0;
-  if (in->rec.nlink == 0 && in->nlookup == 0) {
-    store::Batch b;
-    if (int e = in->data.Purge(&b)) return e;
-    Status s = store_->Commit(b, false);
-    if (!s.ok()) return m.ToErrno(s, "purge", ino);
-    in->MarkPurged();
-    m.Erase(ino);
-    return 0;
-  }
-  // Unlinked but still looked up: purged at the last forget (what it did
-  // not commit is dropped then).
-  if (in->rec.nlink == 0) return 0;
-  // flush normally did this already; release's error is discarded by the
-  // kernel, so this is only a safety net.
-  return in->data.Finalize(false);
+  return WithInodeTelling(m, ino, [&](Inode& in) {
+    if (in.nopen > 0) in.nopen--;
+    if (writer && in.nwrite > 0) in.nwrite--;
+    if (in.nopen > 0 || in.purged) return 0;
+    if (in.rec.nlink == 0 && in.nlookup == 0) {
+      store::Batch b;
+      if (int e = in.data.Purge(&b)) return e;
+      Status s = store_->Commit(b, false);
+      if (!s.ok()) return m.ToErrno(s, "purge", ino);
+      in.MarkPurged();
+      m.Erase(ino);
+      return 0;
+    }
+    // Unlinked but still looked up: purged at the last forget (what it did
+    // not commit is dropped then).
+    if (in.rec.nlink == 0) return 0;
+    // flush normally did this already; release's error is discarded by the
+    // kernel, so this is only a safety net.
+    return in.data.Finalize(false);
+  });
 }
 
 int Filesystem::Read(uint64_t ino, uint64_t off, size_t size, std::string* out) {
   counters_.read_calls++;
-  return WithInode(*impl_, ino, [&](Inode& in) {
+  return WithInodeTelling(*impl_, ino, [&](Inode& in) {
     if (in.IsDir()) return EISDIR;
     return in.data.Read(off, size, out);
   });
@@ -887,7 +932,7 @@ int Filesystem::Seek(uint64_t ino, uint64_t off, int whence, uint64_t* out) {
 
 int Filesystem::ReadPieces(uint64_t ino, uint64_t off, size_t size, std::vector<ReadPiece>* pieces) {
   counters_.read_calls++;
-  return WithInode(*impl_, ino, [&](Inode& in) {
+  return WithInodeTelling(*impl_, ino, [&](Inode& in) {
     if (in.IsDir()) return EISDIR;
     return in.data.ReadPieces(off, size, pieces);
   });
@@ -931,12 +976,12 @@ static bool Unnamed(const Inode& in) { return in.IsReg() && in.rec.nlink == 0; }
 
 int Filesystem::Flush(uint64_t ino) {
   if (opts_.read_only) return 0;
-  return WithInode(*impl_, ino, [&](Inode& in) { return Unnamed(in) ? 0 : in.data.Finalize(false); });
+  return WithInodeTelling(*impl_, ino, [&](Inode& in) { return Unnamed(in) ? 0 : in.data.Finalize(false); });
 }
 
 int Filesystem::Fsync(uint64_t ino, bool /*datasync*/) {
   if (opts_.read_only) return 0;
-  return WithInode(*impl_, ino, [&](Inode& in) { return Unnamed(in) ? 0 : in.data.Finalize(true); });
+  return WithInodeTelling(*impl_, ino, [&](Inode& in) { return Unnamed(in) ? 0 : in.data.Finalize(true); });
 }
 
 int Filesystem::FsyncDir(uint64_t ino) {
@@ -966,17 +1011,26 @@ int Filesystem::CopyRange(uint64_t src, uint64_t soff, uint64_t dst, uint64_t do
     *copied = buf.size();
     return 0;
   }
-  MultiLock locks({si.get(), di.get()});
-  if (!si->IsReg() || !di->IsReg()) return EINVAL;
-  if (di->purged) return EIO;
-  if (soff >= si->rec.size || len == 0) return 0;
-  len = std::min(len, si->rec.size - soff);
-  if (doff + len < doff || doff + len > (uint64_t{1} << 62)) return EFBIG;
-  // src's bytes must all be in committed extents to be shared.
-  if (int e = si->data.Finalize(false)) return e;
-  if (int e = di->data.CloneFrom(si->data, soff, doff, len)) return e;
-  *copied = len;
-  return 0;
+  bool src_changed = false;
+  const int e = [&] {
+    MultiLock locks({si.get(), di.get()});
+    if (!si->IsReg() || !di->IsReg()) return EINVAL;
+    if (di->purged) return EIO;
+    if (soff >= si->rec.size || len == 0) return 0;
+    len = std::min(len, si->rec.size - soff);
+    if (doff + len < doff || doff + len > (uint64_t{1} << 62)) return EFBIG;
+    // src's bytes must all be in committed extents to be shared (which
+    // may change its stored size: the kernel is told, as after a flush).
+    const AttrStamp before(*si);
+    int err = si->data.Finalize(false);
+    src_changed = !(AttrStamp(*si) == before);
+    if (err) return err;
+    if ((err = di->data.CloneFrom(si->data, soff, doff, len))) return err;
+    *copied = len;
+    return 0;
+  }();
+  if (src_changed) m.TellAttr(src);
+  return e;
 }
 
 int Filesystem::StatFs(struct statvfs* out) {

@@ -53,6 +53,11 @@ struct Filesystem::Impl {
   // inode's mutex; nothing when the inode is gone.
   void RefreshFrameLen(uint64_t ino, uint64_t off, const store::ChunkKey& key, uint32_t frame_len);
 
+  // FsOps::SetAttrListener's listener; called under the shared lock.
+  std::shared_mutex attr_mu;
+  AttrListener attr_listener;
+  void TellAttr(uint64_t ino);
+
   // Last member: what the data pipelines share (its encoder threads are
   // joined first, while everything their jobs use lives).
   FileDataShared data;

@@ -275,7 +275,8 @@ void Rename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t newp
 // page and fills the cache with a checkpoint nobody reads yet. A write-only
 // descriptor cannot be mmapped, so direct I/O changes nothing for mappings;
 // pages other opens cached are dropped on their next read, when the kernel
-// sees the new mtime (FUSE_CAP_AUTO_INVAL_DATA, attr timeout 0).
+// sees the new mtime (FUSE_CAP_AUTO_INVAL_DATA: each write drops the
+// kernel's copy of the file's attributes, so that read asks again).
 void SetCacheMode(fuse_file_info* fi) {
   fi->keep_cache = 1;
   if ((fi->flags & O_ACCMODE) == O_WRONLY) fi->direct_io = 1;
@@ -294,6 +295,9 @@ void Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     // may have written, so that closing a reader does not cut a writer's
     // stream short.
     fi->fh = (fi->flags & O_ACCMODE) != O_RDONLY;
+    // A reader's close has nothing to flush (Flush below does nothing for
+    // it): the kernel skips the FLUSH round trip (FOPEN_NOFLUSH).
+    if (!fi->fh) fi->noflush = 1;
     SetCacheMode(fi);
     if (fuse_reply_open(req, fi) == -ENOENT) Fs(req).Release(ino, fi->fh != 0);  // interrupted open
   });
@@ -385,7 +389,8 @@ void Write(fuse_req_t req, fuse_ino_t ino, const char* buf, size_t size, off_t o
   });
 }
 
-// flush comes with every close(); its error is what close() returns, so the
+// flush comes with every close() of a handle that may have written
+// (readers' opens ask for none); its error is what close() returns, so the
 // data is finalized here, not in release: release comes after close()
 // returned, its error is discarded, and a rename or open can overtake it.
 void Flush(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {

@@ -1,8 +1,11 @@
 // ServeFuse (lmc/fs/fuse_session.h): one libfuse low-level session over the
 // adapters of fuse_ops.cc.
 #include <fuse3/fuse_lowlevel.h>
+#include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <thread>
 
 #include "fuse_ops.h"
@@ -48,12 +51,24 @@ int ServeFuse(FsOps* fs, const FuseSessionOptions& o, const std::function<void()
     *error = "cannot mount at " + o.mountpoint + " (see the message above)";
     return kFuseFailure;
   }
+  // The files' attribute timeout, with the filesystem telling the kernel
+  // of the changes it makes on its own (attributes only: offset -1 drops no
+  // pages). The listener goes before the session does.
+  const bool tells = o.file_attr_timeout > 0 && fs->SetAttrListener([se](uint64_t ino) {
+    const int rc = fuse_lowlevel_notify_inval_inode(se, ino, -1, 0);
+    // ENOENT: the kernel holds no such inode (nothing cached to drop);
+    // ENOSYS: before INIT; ENODEV: unmounted meanwhile.
+    if (rc != 0 && rc != -ENOENT && rc != -ENOSYS && rc != -ENODEV)
+      spdlog::warn("lmcfs: telling the kernel that inode {} changed failed ({})", ino, std::strerror(-rc));
+  });
+  if (tells) ctx.attr_timeout = o.file_attr_timeout;
   if (on_mounted) on_mounted();
   fuse_loop_config* cfg = fuse_loop_cfg_create();
   unsigned threads = o.threads ? o.threads : std::max(4u, 2 * std::thread::hardware_concurrency());
   fuse_loop_cfg_set_max_threads(cfg, threads);
   int rc = fuse_session_loop_mt(se, cfg);
   fuse_loop_cfg_destroy(cfg);
+  if (tells) fs->SetAttrListener(nullptr);
   fuse_session_unmount(se);
   fuse_remove_signal_handlers(se);
   fuse_session_destroy(se);

@@ -126,6 +126,7 @@ struct FsCounters {
   std::atomic<uint64_t> eio{0};  // operations answered EIO (corruption, I/O)
   std::atomic<uint64_t> write_calls{0};
   std::atomic<uint64_t> read_calls{0};
+  std::atomic<uint64_t> getattr_calls{0};  // stats the kernel asked for (its cached copy expired)
   // Files removed or cut (chunk references released by a purge, truncate or
   // overwrite): what may leave dead bytes behind.
   std::atomic<uint64_t> removals{0};
@@ -221,6 +222,15 @@ class FsOps {
   virtual int ListXattr(uint64_t ino, std::string* names) = 0;
   virtual int RemoveXattr(uint64_t ino, std::string_view name) = 0;
   virtual int StatFs(struct statvfs* out) = 0;
+  // Who hears of a file whose attributes (size, stored bytes, times) the
+  // filesystem changed on its own, not as the reply to the call that asked
+  // (the stored size after encoding, a rebase, a later commit), so that the
+  // kernel's cached copy can be dropped (the glue: FUSE's
+  // notify_inval_inode). Called with the inode number and no lock of the
+  // filesystem held, from any thread. nullptr: nobody. False: this FsOps
+  // cannot tell (the kernel must then ask every time).
+  using AttrListener = std::function<void(uint64_t ino)>;
+  virtual bool SetAttrListener(AttrListener) { return false; }
 };
 
 class Filesystem : public FsOps {
@@ -302,6 +312,12 @@ class Filesystem : public FsOps {
   int ListXattr(uint64_t ino, std::string* names);  // NUL-terminated names
   int RemoveXattr(uint64_t ino, std::string_view name);
   int StatFs(struct statvfs* out);
+  // Told after Read, ReadPieces, Flush, Fsync, Release and CopyRange (the
+  // source) whenever they changed a stat of the file, and after the delta
+  // policy's rebases and re-encodings changed its stored bytes. Write,
+  // SetAttr, Fallocate and CopyRange's destination are not told: the
+  // kernel drops its copy after each of those itself.
+  bool SetAttrListener(AttrListener fn) override;
 
   // Flushes every inode and purges unlinked ones, then finishes the delta
   // policy's background work (FlushBackground); called once at unmount.
