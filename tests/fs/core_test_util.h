@@ -7,8 +7,12 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
+#include <functional>
+#include <mutex>
 #include <random>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace lmc::fs::testing {
 
@@ -52,5 +56,26 @@ inline PageCount CountPages(const void* p, size_t n) {
   }
   return c;
 }
+
+// The inode numbers an attribute listener (FsOps::SetAttrListener) was
+// told of, from any thread; Take returns them in order and forgets them.
+// Must outlive the listener's installation.
+class AttrNotices {
+ public:
+  std::function<void(uint64_t)> Listener() {
+    return [this](uint64_t ino) {
+      std::lock_guard l(mu_);
+      told_.push_back(ino);
+    };
+  }
+  std::vector<uint64_t> Take() {
+    std::lock_guard l(mu_);
+    return std::exchange(told_, {});
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<uint64_t> told_;
+};
 
 }  // namespace lmc::fs::testing

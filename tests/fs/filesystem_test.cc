@@ -133,6 +133,7 @@ class FsCore : public ::testing::Test {
     if (gate_open_) gate_open_();  // a failed test must not leave encoders held
     gate_open_ = nullptr;
     if (fs_) {
+      fs_->SetAttrListener(nullptr);  // a test's listener may be gone (a failed assertion)
       EXPECT_TRUE(fs_->Shutdown().ok());
     }
     fs_.reset();
@@ -1031,16 +1032,9 @@ TEST_F(FsCore, SeekDataAndHoleFindWhatIsStoredAsNothing) {
 // rest, an fsync, a copy's source committed, a release. Calls that change
 // nothing tell nothing.
 TEST_F(FsCore, AttrListenerHearsOfWhatTheKernelCannotSee) {
-  std::mutex mu;
-  std::vector<uint64_t> told;
-  ASSERT_TRUE(fs_->SetAttrListener([&](uint64_t ino) {
-    std::lock_guard lk(mu);
-    told.push_back(ino);
-  }));
-  auto take = [&] {
-    std::lock_guard lk(mu);
-    return std::exchange(told, {});
-  };
+  testing::AttrNotices notices;
+  ASSERT_TRUE(fs_->SetAttrListener(notices.Listener()));
+  auto take = [&] { return notices.Take(); };
   auto blocks = [&](uint64_t ino) {
     struct stat st;
     EXPECT_EQ(fs_->GetAttr(ino, &st), 0);

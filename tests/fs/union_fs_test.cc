@@ -13,7 +13,9 @@
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <vector>
 
+#include "core_test_util.h"
 #include "lmc/fs/filesystem.h"
 #include "lmc/store/store.h"
 
@@ -48,6 +50,7 @@ class UnionFsTest : public ::testing::Test {
         std::vector<UnionMember>{{"A", a_.fs.get(), true}, {"B", b_follow_.fs.get(), false}});
   }
   void TearDown() override {
+    if (a_.fs) a_.fs->SetAttrListener(nullptr);  // a test's listener may be gone (a failed assertion)
     u_.reset();
     b_follow_.Close();
     b_.Close();
@@ -208,6 +211,49 @@ TEST_F(UnionFsTest, TruncatingOpenOfAnotherNodesFileMakesItLocal) {
   EXPECT_EQ(Get(*u_, "ckpt/latest.pt"), mine);
   EXPECT_EQ(Get(*a_.fs, "ckpt/latest.pt"), mine);
   EXPECT_EQ(Get(*b_.fs, "ckpt/latest.pt"), "B's old save") << "B's store is untouched";
+}
+
+// The kernel may keep the attributes of the writable member's files (the
+// mount tells it of each change the filesystem makes on its own, by union
+// inode), not those of a follower's: another node changes them, with no
+// notice this node could give.
+TEST_F(UnionFsTest, TheWritableMembersChangesAreToldByUnionInode) {
+  Put(*b_.fs, "theirs.pt", "B's save");
+  Follow();
+  testing::AttrNotices notices;
+  ASSERT_TRUE(u_->SetAttrListener(notices.Listener()));
+  auto take = [&] { return notices.Take(); };
+  std::string data(256 << 10, '\0');
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>((i * 7) % 13);
+  struct stat st;
+  ASSERT_EQ(u_->Mkdir(kRoot, "d", 0755, {0, 0}, &st), 0);
+  ASSERT_EQ(u_->Create(st.st_ino, "mine.pt", 0644, {0, 0}, &st), 0);
+  const uint64_t mine = st.st_ino;
+  ASSERT_EQ(u_->Write(mine, 0, data.data(), data.size()), 0);
+  ASSERT_EQ(u_->Flush(mine), 0);
+  EXPECT_EQ(take(), std::vector<uint64_t>{mine});
+  ASSERT_EQ(u_->GetAttr(mine, &st), 0);
+  EXPECT_EQ(st.st_ino, static_cast<ino_t>(mine));
+  EXPECT_GT(st.st_blocks, 0);
+  ASSERT_EQ(u_->Release(mine, true), 0);
+  EXPECT_TRUE(u_->TellsAttrOf(mine));
+  const uint64_t theirs = Find(*u_, "theirs.pt");
+  ASSERT_NE(theirs, 0u);
+  EXPECT_FALSE(u_->TellsAttrOf(theirs));
+  // Saved over here: the writable member's new file answers for the
+  // follower's union inode, which its notices do not name.
+  ASSERT_EQ(u_->Open(theirs, O_WRONLY | O_TRUNC), 0);
+  ASSERT_EQ(u_->Write(theirs, 0, data.data(), data.size()), 0);
+  ASSERT_EQ(u_->Flush(theirs), 0);
+  ASSERT_EQ(u_->Release(theirs, true), 0);
+  const std::vector<uint64_t> after = take();
+  ASSERT_EQ(after.size(), 1u);
+  EXPECT_NE(after[0], theirs);
+  EXPECT_FALSE(u_->TellsAttrOf(theirs));
+  ASSERT_TRUE(u_->SetAttrListener(nullptr));
+  // A union of followers only cannot tell.
+  UnionFs followers(std::vector<UnionMember>{{"B", b_follow_.fs.get(), false}});
+  EXPECT_FALSE(followers.SetAttrListener([](uint64_t) {}));
 }
 
 // A member whose store does not exist yet joins when it is attached.

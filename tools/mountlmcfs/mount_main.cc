@@ -985,8 +985,8 @@ int Serve(const Options& o, int report_fd) {
   session.threads = o.fuse_threads;
   session.read_ahead_kb = o.read_ahead_kb;
   // Another node's changes reach a follower with no notice the kernel
-  // could get: its files' attributes are asked for every time (a union's
-  // are too: UnionFs does not tell).
+  // could get: its files' attributes are asked for every time (in a union,
+  // those of the followers' files: UnionFs::TellsAttrOf).
   session.file_attr_timeout = primary_follows ? 0.0 : 1.0;
   auto on_mounted = [&] {
     // Which codec path runs, and why (a GPU that is there but cannot be

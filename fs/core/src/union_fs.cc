@@ -172,6 +172,20 @@ int UnionFs::GetAttr(uint64_t u, struct stat* out) {
   return r;
 }
 
+bool UnionFs::SetAttrListener(AttrListener fn) {
+  if (rw_ < 0 || !Fs(static_cast<size_t>(rw_))) return false;
+  const size_t rw = static_cast<size_t>(rw_);
+  if (!fn) return Fs(rw)->SetAttrListener(nullptr);
+  return Fs(rw)->SetAttrListener([rw, fn = std::move(fn)](uint64_t ino) { fn(Enc(rw, ino)); });
+}
+
+bool UnionFs::TellsAttrOf(uint64_t u) const {
+  // By the member in u itself: a follower's file that a truncating open
+  // redirected to the writable member keeps its union inode, which the
+  // writable member's notices do not name.
+  return rw_ >= 0 && u != kRoot && (u & ((1u << kIdxBits) - 1)) == static_cast<uint64_t>(rw_);
+}
+
 int UnionFs::Writable(uint64_t u, Where* w) const {
   *w = Dec(u);
   if (w->idx >= members_.size() || !Fs(w->idx)) return ENOENT;

@@ -79,7 +79,9 @@ void Guard(fuse_req_t req, const char* op, Fn&& fn, bool no_reply = false) {
 
 // Seconds the kernel may keep st (FuseContext::attr_timeout says why).
 double AttrTimeout(fuse_req_t req, const struct stat& st) {
-  return S_ISDIR(st.st_mode) ? Ctx(req).dir_attr_timeout : Ctx(req).attr_timeout;
+  const FuseContext& c = Ctx(req);
+  if (S_ISDIR(st.st_mode)) return c.dir_attr_timeout;
+  return c.attr_timeout > 0 && c.fs->TellsAttrOf(st.st_ino) ? c.attr_timeout : 0.0;
 }
 
 void ReplyEntry(fuse_req_t req, const struct stat& st) {

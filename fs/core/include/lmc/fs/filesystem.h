@@ -231,6 +231,10 @@ class FsOps {
   // cannot tell (the kernel must then ask every time).
   using AttrListener = std::function<void(uint64_t ino)>;
   virtual bool SetAttrListener(AttrListener) { return false; }
+  // Whether that listener hears of every such change of ino's attributes
+  // (a union's followers' files: no, another node changes them). Asked
+  // only once SetAttrListener said it can tell.
+  virtual bool TellsAttrOf(uint64_t /*ino*/) const { return true; }
 };
 
 class Filesystem : public FsOps {

@@ -76,6 +76,11 @@ class UnionFs final : public FsOps {
   int ListXattr(uint64_t ino, std::string* names) override;
   int RemoveXattr(uint64_t ino, std::string_view name) override;
   int StatFs(struct statvfs* out) override;
+  // The writable member's listener, its inode numbers made the union's; it
+  // tells of the writable member's files only. False without a writable
+  // member.
+  bool SetAttrListener(AttrListener fn) override;
+  bool TellsAttrOf(uint64_t ino) const override;
 
   // Member idx's filesystem, once it is there (see UnionMember::fs).
   void Attach(size_t idx, Filesystem* fs);
