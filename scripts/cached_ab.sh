@@ -74,7 +74,11 @@ for round in $(seq "$ROUNDS"); do
     bin=$A
     [ $which = B ] && bin=$B
     rm -rf "$WORK/store" "$WORK/mnt" && mkdir -p "$WORK/mnt"
-    "$bin" "$WORK/store" "$WORK/mnt" -o gc=off 2>/dev/null
+    if ! "$bin" "$WORK/store" "$WORK/mnt" -o gc=off 2>"$WORK/mount.err"; then
+      echo "cached_ab: $bin did not mount (its message below)" >&2
+      cat "$WORK/mount.err" >&2
+      exit 1
+    fi
     echo "$which, round $round: $(measure "$WORK/mnt")"
     fusermount3 -u "$WORK/mnt"
   done

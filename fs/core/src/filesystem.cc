@@ -915,7 +915,7 @@ int Filesystem::Release(uint64_t ino, bool writer) {
 
 int Filesystem::Read(uint64_t ino, uint64_t off, size_t size, std::string* out) {
   counters_.read_calls++;
-  return WithInodeTelling(*impl_, ino, [&](Inode& in) {
+  return WithInode(*impl_, ino, [&](Inode& in) {
     if (in.IsDir()) return EISDIR;
     return in.data.Read(off, size, out);
   });
@@ -932,7 +932,7 @@ int Filesystem::Seek(uint64_t ino, uint64_t off, int whence, uint64_t* out) {
 
 int Filesystem::ReadPieces(uint64_t ino, uint64_t off, size_t size, std::vector<ReadPiece>* pieces) {
   counters_.read_calls++;
-  return WithInodeTelling(*impl_, ino, [&](Inode& in) {
+  return WithInode(*impl_, ino, [&](Inode& in) {
     if (in.IsDir()) return EISDIR;
     return in.data.ReadPieces(off, size, pieces);
   });

@@ -316,8 +316,8 @@ class Filesystem : public FsOps {
   int ListXattr(uint64_t ino, std::string* names);  // NUL-terminated names
   int RemoveXattr(uint64_t ino, std::string_view name);
   int StatFs(struct statvfs* out);
-  // Told after Read, ReadPieces, Flush, Fsync, Release and CopyRange (the
-  // source) whenever they changed a stat of the file, and after the delta
+  // Told after Flush, Fsync, Release and CopyRange (the source) whenever
+  // they changed a stat of the file, and after the delta
   // policy's rebases and re-encodings changed its stored bytes. Write,
   // SetAttr, Fallocate and CopyRange's destination are not told: the
   // kernel drops its copy after each of those itself.
