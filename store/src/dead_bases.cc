@@ -72,12 +72,15 @@ Result<DeadBaseReport> Store::RewriteDeadBases(const DeadBaseOptions& options,
   // 2. Re-encode the live dependants standalone. A dependant that is dead
   // itself is left alone: it goes once its own dependants are rewritten.
   Batch batch;
+  std::vector<ChunkKey> in_batch;
   std::vector<uint8_t> decoded;
   Workspace ws;
   auto flush = [&]() -> Status {
     if (batch.empty()) return Status::Ok();
     LMC_RETURN_IF_ERROR(Commit(batch, true));
     batch.Clear();
+    if (options.committed) options.committed(in_batch);
+    in_batch.clear();
     return Status::Ok();
   };
   for (const ChunkKey& base : dead) {
@@ -106,6 +109,7 @@ Result<DeadBaseReport> Store::RewriteDeadBases(const DeadBaseOptions& options,
                                                             : ReencodeStandalone(decoded.data(), n, dtype);
       LMC_RETURN_IF_ERROR(frame.status());
       batch.RewriteChunk(dep, *frame);
+      in_batch.push_back(dep);
       r.rewritten++;
       r.bytes_before += e->record_size();
       r.bytes_after += fmt::kRecordHeaderSize + frame->size();

@@ -16,6 +16,8 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <map>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <string>
 #include <vector>
@@ -586,6 +588,118 @@ assert shrunk == 2 or not mount, f'{shrunk} rebases shrank a file, not 2: the te
 )");
   ASSERT_NO_FATAL_FAILURE(RunInBoth(script));
   EXPECT_GT(Xattr(P("model-1.safetensors"), "delta_bytes"), 0u);
+}
+
+// Garbage collection re-encodes the chunks of an older save whose delta
+// bases a removal left dead; their frames grow, and the files' stored
+// bytes must follow: st_blocks (what du adds up) must equal what
+// lmcfs-stat computes from the chunk index. Three saves of a tensor whose
+// first chunk changes each time: saves 1 and 2 hold that chunk as a delta
+// on the next save's (delta_chain=2).
+class MountDeltaGcTest : public MountDeltaTest {
+ protected:
+  void SetUp() override {
+    MountDeltaTest::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
+    options_.wait_for_control_socket = true;
+    RemountDelta(mode_, ExtraOptions());
+    const std::string script = WriteScript("saves.py", R"(
+import sys, torch
+from safetensors.torch import save_file
+torch.manual_seed(5)
+w = torch.randn(1024, 1024)
+for v in range(1, 4):
+    w[:16] += 0.5  # the first chunk changes, the other three stay
+    save_file({'w': w}, f'{sys.argv[1]}/model-{v}.safetensors')
+)");
+    ASSERT_NO_FATAL_FAILURE(RunInBoth(script));
+    ASSERT_GT(Xattr(P("model-2.safetensors"), "delta_bytes"), 0u);
+    ASSERT_GT(Xattr(P("model-1.safetensors"), "delta_bytes"), 0u);
+    ASSERT_NO_FATAL_FAILURE(
+        ExpectDuFollows({"model-1.safetensors", "model-2.safetensors", "model-3.safetensors"}));
+  }
+  virtual std::string ExtraOptions() const = 0;
+
+  // Runs a tool; returns its output (stdout and stderr).
+  std::string Tool(const std::string& name, const std::string& args) {
+    const std::string out = root_ + "/tool.out";
+    EXPECT_EQ(Sh(std::string(LMC_TOOLS_BIN_DIR) + "/" + name + " " + args + " >" + out + " 2>&1"), 0)
+        << ReadFile(out);
+    return ReadFile(out);
+  }
+  // Each file's st_blocks and stored_bytes against the chunk index, as
+  // lmcfs-stat sees it.
+  void ExpectDuFollows(const std::vector<std::string>& files) {
+    nlohmann::json j = nlohmann::json::parse(Tool("lmcfs-stat", mnt_ + " --json"), nullptr, false);
+    ASSERT_TRUE(j.is_object());
+    std::map<std::string, uint64_t> stored;
+    for (const auto& e : j["entries"]) stored[e["path"].get<std::string>()] = e["stored"].get<uint64_t>();
+    for (const std::string& f : files) {
+      struct stat st;
+      ASSERT_EQ(stat(P(f).c_str(), &st), 0) << f;
+      EXPECT_EQ(static_cast<uint64_t>(st.st_blocks), (stored["/" + f] + 511) / 512) << f;
+      EXPECT_EQ(Xattr(P(f), "stored_bytes"), stored["/" + f]) << f;
+    }
+  }
+  uint64_t Blocks(const std::string& f) {
+    struct stat st;
+    EXPECT_EQ(stat(P(f).c_str(), &st), 0) << f;
+    return static_cast<uint64_t>(st.st_blocks);
+  }
+  void Remove(const std::string& f) { ASSERT_EQ(Sh("rm " + P(f) + " " + plain_ + "/" + f), 0); }
+};
+
+// Only the explicit runs re-encode.
+class MountDeltaExplicitGcTest : public MountDeltaGcTest {
+  std::string ExtraOptions() const override { return ",gc=off"; }
+};
+
+// lmcfs-gc on the mountpoint (the daemon refreshes its inodes and tells
+// the kernel), then on the unmounted store (the tool rewrites the records).
+TEST_F(MountDeltaExplicitGcTest, MountDuFollowsGcReencodingOlderSaves) {
+  // Online: model-3's changed chunk is now only model-2's delta base.
+  uint64_t before = Blocks("model-2.safetensors");
+  Remove("model-3.safetensors");
+  Tool("lmcfs-gc", mnt_);
+  EXPECT_EQ(Xattr(P("model-2.safetensors"), "delta_bytes"), 0u);
+  EXPECT_GT(Blocks("model-2.safetensors"), before)
+      << "the re-encoded chunk did not grow: the test saw nothing";
+  ExpectDuFollows({"model-1.safetensors", "model-2.safetensors"});
+
+  // Offline: model-2's changed chunk is now only model-1's delta base.
+  before = Blocks("model-1.safetensors");
+  Remove("model-2.safetensors");
+  Unmount();
+  Tool("lmcfs-gc", store_);
+  {
+    auto s = OpenStore();
+    ASSERT_TRUE(s);
+    ExpectFsckClean(*s);
+  }
+  Mount();
+  EXPECT_EQ(Xattr(P("model-1.safetensors"), "delta_bytes"), 0u);
+  EXPECT_GT(Blocks("model-1.safetensors"), before)
+      << "the re-encoded chunk did not grow: the test saw nothing";
+  ExpectDuFollows({"model-1.safetensors"});
+  ExpectSame("");
+}
+
+// The daemon's own reclamation (gc=auto, the default) does the same when
+// the mount goes idle after a removal.
+class MountDeltaAutoGcTest : public MountDeltaGcTest {
+  std::string ExtraOptions() const override { return ""; }
+};
+
+TEST_F(MountDeltaAutoGcTest, MountDuFollowsReclamationReencodingOlderSaves) {
+  const uint64_t before = Blocks("model-2.safetensors");
+  Remove("model-3.safetensors");
+  ASSERT_TRUE(lmc::testing::WaitUntil([&] { return Xattr(P("model-2.safetensors"), "delta_bytes") == 0; },
+                                      std::chrono::seconds(60), std::chrono::milliseconds(100)))
+      << "the idle mount did not re-encode model-2's delta within 60 s";
+  EXPECT_GT(Blocks("model-2.safetensors"), before)
+      << "the re-encoded chunk did not grow: the test saw nothing";
+  ExpectDuFollows({"model-1.safetensors", "model-2.safetensors"});
+  ExpectSame("");
 }
 
 // DeepSpeed itself (PyPI's deepspeed on its CPU accelerator, gloo): a

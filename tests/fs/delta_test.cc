@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -641,12 +642,21 @@ TEST_F(DeltaPolicyTest, GcHookRewritesDependantsOfDeadBasesAndReports) {
   ASSERT_TRUE(store_->GetChunkInfo(second.keys[0])->base.has_value());
   DeleteFile(1, first);
   std::vector<std::string> events;
-  auto hook = control::DeadBaseGcHook();
+  // The files using the re-encoded chunks are told which ones (the mount
+  // refreshes their st_blocks); what that returns is reported.
+  std::set<store::ChunkKey> told;
+  auto hook = control::DeadBaseGcHook([&](const std::vector<store::ChunkKey>& keys) -> Result<uint64_t> {
+    told.insert(keys.begin(), keys.end());
+    return uint64_t{keys.size() + 1000};
+  });
   ASSERT_TRUE(hook(*store_, [&](const std::string& e) { events.push_back(e); }).ok());
   ASSERT_FALSE(events.empty());
   EXPECT_NE(events.back().find("\"done\":true"), std::string::npos) << events.back();
   EXPECT_NE(events.back().find("\"rewritten\":" + std::to_string(kChunks)), std::string::npos)
       << events.back();
+  EXPECT_NE(events.back().find("\"extents_refreshed\":" + std::to_string(kChunks + 1000)), std::string::npos)
+      << events.back();
+  EXPECT_EQ(told, std::set<store::ChunkKey>(second.keys.begin(), second.keys.end()));
   for (const auto& k : first.keys) EXPECT_TRUE(store_->GetChunkInfo(k).status().IsNotFound());
   for (const auto& k : second.keys) EXPECT_FALSE(store_->GetChunkInfo(k)->base.has_value());
   ExpectReads(second);

@@ -254,7 +254,11 @@ int GcMain(int argc, char** argv, std::ostream& out, std::ostream& err) {
     o.threshold = threshold;
     o.rate_bytes_per_s = rate;
     o.dry_run = dry_run;
-    o.before_compact = fs::control::DeadBaseGcHook();  // as the daemon does: dependants of dead delta bases
+    // As the daemon does: dependants of dead delta bases re-encoded, then the
+    // files using them take the new frame lengths (st_blocks).
+    store::Store* s = st->get();
+    o.before_compact = fs::control::DeadBaseGcHook(
+        [s](const std::vector<store::ChunkKey>& keys) { return fs::RefreshStoredBytes(s, keys); });
     auto r = fs::control::RunGc(**st, o, on_event);
     if (!r.ok()) {
       bar.Finish();

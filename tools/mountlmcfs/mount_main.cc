@@ -926,10 +926,15 @@ int Serve(const Options& o, int report_fd) {
   // Background reclamation (lmc/fs/reclaim.h): idle means no read, write or
   // removal since the last poll and no rebase pending.
   Filesystem* f = fs.get();
-  Reclaimer reclaimer(store.get(), o.reclaim, [f] {
-    const FsCounters& c = f->counters();
-    return ReclaimActivity{c.write_calls + c.read_calls + c.removals, c.removals};
-  });
+  // Chunks re-encoded by gc changed length: the files using them follow.
+  auto reencoded = [f](const std::vector<store::ChunkKey>& keys) { return f->ChunksReencoded(keys); };
+  Reclaimer reclaimer(
+      store.get(), o.reclaim,
+      [f] {
+        const FsCounters& c = f->counters();
+        return ReclaimActivity{c.write_calls + c.read_calls + c.removals, c.removals};
+      },
+      reencoded);
   // Free memory back to the system once the mount goes quiet (lmc/fs/trim.h):
   // quiet means no read, write, removal or reclamation pass since the last
   // poll and no rebase pending.
@@ -1001,7 +1006,7 @@ int Serve(const Options& o, int report_fd) {
       spdlog::info("lmcfs: mounted {} at {}; codec path: CPU ({}; GPU: {})", o.store, o.mountpoint, gpu_why,
                    GpuDescription());
     control.SetBeforeCompact(
-        control::DeadBaseGcHook());  // lmcfs-gc re-encodes dependants of dead delta bases
+        control::DeadBaseGcHook(reencoded));  // lmcfs-gc re-encodes dependants of dead delta bases
     auto daemon = [&] {
       auto memory = f->MemoryCounters();
       const TrimStats ts = trimmer.Stats();

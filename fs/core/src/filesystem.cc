@@ -182,9 +182,7 @@ void Filesystem::SetDeltaPolicy(std::unique_ptr<DeltaPolicy> policy) {
   if (impl_->data.delta && !opts_.read_only) {
     Impl* m = impl_.get();
     impl_->data.delta->SetRebaseListener(
-        [m](uint64_t ino, uint64_t off, const store::ChunkKey& key, uint32_t frame_len) {
-          m->RefreshFrameLen(ino, off, key, frame_len);
-        });
+        [m](uint64_t ino, uint64_t off, const store::ChunkKey& key) { m->RefreshFrameLen(ino, off, key); });
   }
   if (impl_->data.delta) {
     store::Store* st = store_;
@@ -213,18 +211,29 @@ int Filesystem::Impl::ToErrno(const Status& s, std::string_view what, uint64_t i
   return data.ToErrno(s, what, ino);
 }
 
-void Filesystem::Impl::RefreshFrameLen(uint64_t ino, uint64_t off, const store::ChunkKey& key,
-                                       uint32_t frame_len) {
+bool Filesystem::Impl::RefreshFrameLen(uint64_t ino, uint64_t off, const store::ChunkKey& key) {
   int err = 0;
   InodePtr in = Get(ino, &err);
-  if (!in) return;  // deleted since
+  if (!in) return false;  // deleted since
   {
     std::lock_guard lk(in->mu);
+    auto info = store->GetChunkInfo(key);
+    if (!info.ok()) return false;  // released since
     const uint64_t before = in->rec.stored;
-    in->data.RefreshFrameLen(off, key, frame_len);
-    if (in->rec.stored == before) return;
+    in->data.RefreshFrameLen(off, key, info->frame_len);
+    if (in->rec.stored == before) return false;
   }
   TellAttr(ino);
+  return true;
+}
+
+Result<uint64_t> Filesystem::ChunksReencoded(const std::vector<store::ChunkKey>& keys) {
+  if (keys.empty() || opts_.read_only) return uint64_t{0};
+  LMC_ASSIGN_OR_RETURN(std::vector<ExtentPlace> places,
+                       FindExtentsUsing(store_, ChunkKeySet(keys.begin(), keys.end())));
+  uint64_t n = 0;
+  for (const ExtentPlace& p : places) n += impl_->RefreshFrameLen(p.ino, p.offset, p.key);
+  return n;
 }
 
 void Filesystem::Impl::TellAttr(uint64_t ino) {

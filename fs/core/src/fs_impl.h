@@ -49,9 +49,12 @@ struct Filesystem::Impl {
   void Erase(uint64_t ino);
   int ToErrno(const Status& s, std::string_view what, uint64_t ino);
 
-  // The delta policy called back: see FileData::RefreshFrameLen. Takes the
-  // inode's mutex; nothing when the inode is gone.
-  void RefreshFrameLen(uint64_t ino, uint64_t off, const store::ChunkKey& key, uint32_t frame_len);
+  // The chunk at (ino, off) was re-encoded (the delta policy, garbage
+  // collection): see FileData::RefreshFrameLen. Reads the frame length the
+  // store has now under the inode's mutex, so that of two re-encodings told
+  // in either order the later one's length stays. Nothing when the inode
+  // or the chunk is gone. Returns whether the stored bytes changed.
+  bool RefreshFrameLen(uint64_t ino, uint64_t off, const store::ChunkKey& key);
 
   // FsOps::SetAttrListener's listener; called under the shared lock.
   std::shared_mutex attr_mu;

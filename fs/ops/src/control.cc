@@ -19,6 +19,7 @@
 #include <list>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 #include <thread>
 
@@ -425,22 +426,40 @@ Result<std::string> CompleteFsck(store::Store& st, const store::FsckReport& r, c
   return DumpJson(j);
 }
 
-std::function<Status(store::Store&, const EventFn&)> DeadBaseGcHook() {
-  return [](store::Store& st, const EventFn& events) -> Status {
-    auto event = [&](const store::DeadBaseReport& r, bool done) {
+std::function<Status(store::Store&, const EventFn&)> DeadBaseGcHook(ReencodedFn reencoded) {
+  return [reencoded = std::move(reencoded)](store::Store& st, const EventFn& events) -> Status {
+    auto event = [&](const store::DeadBaseReport& r, std::optional<uint64_t> refreshed) {
       if (!events) return;
-      events("{\"event\":\"dead_bases\",\"done\":" + std::string(done ? "true" : "false") +
-             ",\"chunks_scanned\":" + std::to_string(r.chunks_scanned) + ",\"dead_bases\":" +
-             std::to_string(r.dead_bases) + ",\"dead_base_bytes\":" + std::to_string(r.dead_base_bytes) +
-             ",\"rewritten\":" + std::to_string(r.rewritten) + ",\"bytes_before\":" +
-             std::to_string(r.bytes_before) + ",\"bytes_after\":" + std::to_string(r.bytes_after) + "}");
+      json j = {{"event", "dead_bases"},
+                {"done", refreshed.has_value()},
+                {"chunks_scanned", r.chunks_scanned},
+                {"dead_bases", r.dead_bases},
+                {"dead_base_bytes", r.dead_base_bytes},
+                {"rewritten", r.rewritten},
+                {"bytes_before", r.bytes_before},
+                {"bytes_after", r.bytes_after}};
+      if (refreshed) j["extents_refreshed"] = *refreshed;
+      events(DumpJson(j));
     };
-    auto r = st.RewriteDeadBases({}, [&](const store::DeadBaseReport& p) {
-      event(p, false);
+    std::vector<store::ChunkKey> rewritten;
+    store::DeadBaseOptions o;
+    o.committed = [&](const std::vector<store::ChunkKey>& keys) {
+      rewritten.insert(rewritten.end(), keys.begin(), keys.end());
+    };
+    auto r = st.RewriteDeadBases(o, [&](const store::DeadBaseReport& p) {
+      event(p, std::nullopt);
       return true;
     });
+    Result<uint64_t> refreshed = uint64_t{0};
+    if (reencoded && !rewritten.empty()) refreshed = reencoded(rewritten);
     if (!r.ok()) return r.status();
-    event(*r, true);
+    if (!refreshed.ok())
+      return Status::IOError(
+          "dead delta bases were re-encoded, but refreshing the stored bytes of the files using them "
+          "failed (" +
+          refreshed.status().ToString() +
+          "); their data is intact, but st_blocks, du and lmcfs-stat may show their old sizes");
+    event(*r, *refreshed);
     return Status::Ok();
   };
 }

@@ -142,6 +142,7 @@ struct ChunkFacts {
   bool derived = false;  // a delta on its bf16 twin (Store::DerivedFromTwin)
   std::optional<ChunkKey> base;
   bool indexed = true;
+  uint32_t frame_len = 0;  // the index's (an extent's own copy may be older)
 };
 
 }  // namespace
@@ -184,6 +185,7 @@ Result<TreeReport> InspectTree(store::Store* st, const std::vector<std::string>&
       continue;
     }
     tot.chunks++;
+    f.frame_len = info->frame_len;
     tot.unique_frames += info->frame_len;
     f.base = info->base;
     f.delta = info->base.has_value();
@@ -220,9 +222,13 @@ Result<TreeReport> InspectTree(store::Store* st, const std::vector<std::string>&
       for (const auto& r : e->second) {
         if (r.hole) continue;
         if (distinct.insert(r.rec.key).second) f.chunks++;
-        const uint64_t share = r.rec.Stored();
-        f.stored += share;
         const ChunkFacts& cf = chunks[r.rec.key];
+        // The frame's length now, from the index: what the file's own
+        // records say (st_blocks) follows a re-encoding a moment later.
+        ExtentRec now = r.rec;
+        if (cf.indexed) now.frame_len = cf.frame_len;
+        const uint64_t share = now.Stored();
+        f.stored += share;
         charged += static_cast<double>(share) / static_cast<double>(std::max<uint64_t>(cf.extent_refs, 1));
         if (cf.delta) {
           f.delta_stored += share;
@@ -488,6 +494,50 @@ Result<uint64_t> RepairTree(store::Store* st, const TreeCheck& check) {
   }
   if (!b.empty()) LMC_RETURN_IF_ERROR(st->Commit(b, true));
   return n;
+}
+
+Result<uint64_t> RefreshStoredBytes(store::Store* st, const std::vector<ChunkKey>& keys) {
+  LMC_ASSIGN_OR_RETURN(std::vector<ExtentPlace> places,
+                       FindExtentsUsing(st, ChunkKeySet(keys.begin(), keys.end())));
+  std::map<uint64_t, std::vector<const ExtentPlace*>> by_inode;
+  for (const ExtentPlace& p : places) by_inode[p.ino].push_back(&p);
+  std::unordered_map<ChunkKey, uint32_t, ChunkKeyHash> frame_len;
+  for (const ExtentPlace& p : places) {
+    if (frame_len.count(p.key)) continue;
+    auto info = st->GetChunkInfo(p.key);
+    if (!info.ok()) return info.status();  // an extent names it: the store must hold it (fsck)
+    frame_len[p.key] = info->frame_len;
+  }
+  store::Batch b;
+  uint64_t changed = 0, inodes = 0;
+  for (const auto& [ino, at] : by_inode) {
+    auto iv = st->Get(Cf::kInodes, InodeKey(ino));
+    if (iv.status().IsNotFound()) continue;  // a stray extent (fsck reports it)
+    LMC_RETURN_IF_ERROR(iv.status());
+    auto rec = DecodeInode(*iv);
+    if (!rec) continue;  // a bad record (fsck reports it)
+    bool dirty = false;
+    for (const ExtentPlace* p : at) {
+      const std::string key = store::ExtentKey(p->ino, p->offset);
+      LMC_ASSIGN_OR_RETURN(std::string v, st->Get(Cf::kExtents, key));
+      auto x = DecodeExtentRec(v);
+      if (!x || x->frame_len == frame_len[p->key]) continue;
+      rec->stored -= std::min(rec->stored, x->Stored());
+      x->frame_len = frame_len[p->key];
+      rec->stored += x->Stored();
+      b.Put(Cf::kExtents, key, EncodeExtentRec(*x));
+      dirty = true;
+      changed++;
+    }
+    if (!dirty) continue;
+    b.Put(Cf::kInodes, InodeKey(ino), EncodeInode(*rec));
+    if (++inodes % 1024 == 0) {
+      LMC_RETURN_IF_ERROR(st->Commit(b, true));
+      b.Clear();
+    }
+  }
+  if (!b.empty()) LMC_RETURN_IF_ERROR(st->Commit(b, true));
+  return changed;
 }
 
 Result<std::vector<std::string>> PathsUsingChunks(store::Store* st, const std::set<ChunkKey>& bad) {

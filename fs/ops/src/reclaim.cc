@@ -28,8 +28,9 @@ std::vector<std::pair<std::string, uint64_t>> ReclaimStats::Named() const {
           {"reclaim_last_pass_unix", static_cast<uint64_t>(last_pass_unix)}};
 }
 
-Reclaimer::Reclaimer(store::Store* store, ReclaimOptions options, ReclaimActivityFn activity)
-    : store_(store), opts_(options), activity_(std::move(activity)) {}
+Reclaimer::Reclaimer(store::Store* store, ReclaimOptions options, ReclaimActivityFn activity,
+                     ReencodedFn reencoded)
+    : store_(store), opts_(options), activity_(std::move(activity)), reencoded_(std::move(reencoded)) {}
 
 Reclaimer::~Reclaimer() { Stop(); }
 
@@ -75,7 +76,21 @@ Result<uint64_t> Reclaimer::Pass(const std::function<bool()>& busy, bool idle) {
   // dependants (a dead base); rewriting them standalone lets it go.
   const ReclaimActivity act = Activity();
   if (idle && act.removals != removals_seen_) {
-    auto r = store_->RewriteDeadBases({}, [&](const store::DeadBaseReport&) { return !busy(); });
+    std::vector<store::ChunkKey> rewritten;
+    store::DeadBaseOptions o;
+    o.committed = [&](const std::vector<store::ChunkKey>& keys) {
+      rewritten.insert(rewritten.end(), keys.begin(), keys.end());
+    };
+    auto r = store_->RewriteDeadBases(o, [&](const store::DeadBaseReport&) { return !busy(); });
+    // What it committed changed frame lengths, whatever came after.
+    if (reencoded_ && !rewritten.empty()) {
+      auto n = reencoded_(rewritten);
+      if (!n.ok())
+        spdlog::warn(
+            "lmcfs: refreshing the stored bytes of the files using {} re-encoded chunks failed ({}); their "
+            "data is intact, but st_blocks, du and lmcfs-stat may show their old sizes",
+            rewritten.size(), n.status().ToString());
+    }
     if (!r.ok()) {
       status = r.status();
     } else {

@@ -6,6 +6,7 @@
 
 #include "lmc/bytes.h"
 #include "lmc/store/extent.h"
+#include "lmc/store/store.h"
 
 namespace lmc::fs {
 
@@ -105,6 +106,18 @@ std::optional<ExtentRec> DecodeExtentRec(std::string_view v) {
   e.decoded_len = LoadLE32(x->trailer.data() + 4);
   if (e.decoded_len == 0 || uint64_t{e.chunk_offset} + e.length > e.decoded_len) return std::nullopt;
   return e;
+}
+
+Result<std::vector<ExtentPlace>> FindExtentsUsing(store::Store* st, const ChunkKeySet& keys) {
+  std::vector<ExtentPlace> places;
+  if (keys.empty()) return places;
+  LMC_RETURN_IF_ERROR(st->Scan(store::Cf::kExtents, "", [&](std::string_view k, std::string_view v) {
+    auto x = store::DecodeExtent(v);
+    if (!x || x->hole() || !keys.count(x->chunk)) return true;
+    if (auto where = store::ParseExtentKey(k)) places.push_back({where->first, where->second, x->chunk});
+    return true;
+  }));
+  return places;
 }
 
 }  // namespace lmc::fs

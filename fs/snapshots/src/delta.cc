@@ -655,7 +655,7 @@ void SnapshotDeltaPolicy::RebaseLoop() {
           const bool done = info.ok() && info->base && *info->base == it->next;
           if (done && it->paired) counters_.paired_later++;
           if (!done || !listener_) continue;
-          if (it->prev_ino != 0) listener_(it->prev_ino, it->prev_offset, it->prev, info->frame_len);
+          if (it->prev_ino != 0) listener_(it->prev_ino, it->prev_offset, it->prev);
           // Referenced by more extents than its place, if the place still
           // holds it (the chunks based on it hold the rest of its count):
           // those are found by a scan.
@@ -663,7 +663,7 @@ void SnapshotDeltaPolicy::RebaseLoop() {
           const uint64_t at_place = PlaceHolds(it->prev_ino, it->prev_offset, it->prev) ? 1 : 0;
           if (dependants.ok() && info->refcount > *dependants + at_place &&
               shared_rebased_.size() < kMaxShared)
-            shared_rebased_[it->prev] = Shared{info->frame_len, it->prev_ino, it->prev_offset};
+            shared_rebased_[it->prev] = Shared{it->prev_ino, it->prev_offset};
         }
       }
       batch.Clear();
@@ -727,47 +727,29 @@ bool SnapshotDeltaPolicy::PlaceHolds(uint64_t ino, uint64_t offset, const store:
 
 void SnapshotDeltaPolicy::ReconcileShared() {
   counters_.shared_scans++;
-  // The frame each chunk has now (gc may have re-encoded one meanwhile).
-  for (auto it = shared_rebased_.begin(); it != shared_rebased_.end();) {
-    auto info = store_->GetChunkInfo(it->first);
-    if (!info.ok()) {
-      it = shared_rebased_.erase(it);
-      continue;
-    }
-    it->second.frame_len = info->frame_len;
-    ++it;
-  }
   if (shared_rebased_.empty()) return;
-  struct Place {
-    uint64_t ino = 0, offset = 0;
-    store::ChunkKey key;
-    uint32_t frame_len = 0;
-  };
-  std::vector<Place> places;
-  uint64_t scanned = 0;
+  ChunkKeySet keys;
+  for (const auto& [key, place] : shared_rebased_) keys.insert(key);
   const int64_t t0 = NowNs();
-  Status st = store_->Scan(store::Cf::kExtents, "", [&](std::string_view k, std::string_view v) {
-    scanned++;
-    auto x = store::DecodeExtent(v);
-    if (!x || x->hole()) return true;
-    auto it = shared_rebased_.find(x->chunk);
-    if (it == shared_rebased_.end()) return true;
-    auto where = store::ParseExtentKey(k);
-    if (where && (where->first != it->second.ino || where->second != it->second.offset))
-      places.push_back({where->first, where->second, x->chunk, it->second.frame_len});
-    return true;
-  });
-  spdlog::debug("delta: {} extents scanned in {} ms for {} re-encoded shared chunks: {} other places",
-                scanned, (NowNs() - t0) / 1000000, shared_rebased_.size(), places.size());
+  auto found = FindExtentsUsing(store_, keys);
+  std::vector<ExtentPlace> places;
+  if (found.ok()) {
+    for (const ExtentPlace& p : *found) {
+      const Shared& told = shared_rebased_.at(p.key);
+      if (p.ino != told.ino || p.offset != told.offset) places.push_back(p);
+    }
+  }
+  spdlog::debug("delta: extents scanned in {} ms for {} re-encoded shared chunks: {} other places",
+                (NowNs() - t0) / 1000000, shared_rebased_.size(), places.size());
   shared_rebased_.clear();
-  if (!st.ok()) {
+  if (!found.ok()) {
     spdlog::warn(
         "delta: scanning the extents for chunks shared with re-encoded ones failed ({}); their files' "
         "stored bytes (st_blocks, du) stay as they were; the data is unaffected",
-        st.ToString());
+        found.status().ToString());
     return;
   }
-  for (const Place& p : places) listener_(p.ino, p.offset, p.key, p.frame_len);
+  for (const ExtentPlace& p : places) listener_(p.ino, p.offset, p.key);
   counters_.shared_refreshed += places.size();
 }
 

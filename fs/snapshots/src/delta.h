@@ -198,7 +198,6 @@ class SnapshotDeltaPolicy final : public DeltaPolicy {
   // kMaxShared keys a scan. Scans are spaced by ten times the last one's
   // duration, at least 2 s (a flush does not wait).
   struct Shared {
-    uint32_t frame_len = 0;
     uint64_t ino = 0, offset = 0;  // the place the listener was told about
   };
   void ReconcileShared();

@@ -413,6 +413,10 @@ struct DeadBaseOptions {
   std::function<Result<std::vector<uint8_t>>(const ChunkKey& key, const uint8_t* decoded, size_t n,
                                              DType dtype)>
       reencode;
+  // Called after each commit with the chunks it re-encoded. Their frames
+  // changed length, and the files' extents record frame lengths for
+  // st_blocks (fs::ExtentRec): the filesystem refreshes those.
+  std::function<void(const std::vector<ChunkKey>& rewritten)> committed;
   uint64_t max_chunks = UINT64_MAX;  // stop after rewriting this many dependants
   uint64_t batch_bytes = 64u << 20;  // frame bytes per commit
   bool dry_run = false;              // only report what would be done

@@ -52,9 +52,9 @@ struct BaseChoice {
 };
 
 // Told, on the policy's background thread, that the chunk `key` written at
-// (ino, offset) was re-encoded and its frame is now frame_len bytes.
-using RebaseListener =
-    std::function<void(uint64_t ino, uint64_t offset, const store::ChunkKey& key, uint32_t frame_len)>;
+// (ino, offset) was re-encoded: its frame changed length (the filesystem
+// reads the length the store has now).
+using RebaseListener = std::function<void(uint64_t ino, uint64_t offset, const store::ChunkKey& key)>;
 // The inode of a directory given as a path from the mount root; nullopt if
 // there is none (yet).
 using PathResolver = std::function<std::optional<uint64_t>(const std::string& path)>;

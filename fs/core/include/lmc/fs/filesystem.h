@@ -370,6 +370,14 @@ class Filesystem : public FsOps {
   // write or while no write is in flight (encoder jobs hold the pointer).
   void SetDeltaPolicy(std::unique_ptr<DeltaPolicy> policy);
 
+  // A maintenance run re-encoded these chunks in the store (garbage
+  // collection of dead delta bases, Store::RewriteDeadBases): their frames
+  // changed length. Every file extent naming one takes the length the store
+  // has now, so that st_blocks, du and lmcfs-stat follow; the kernel is told
+  // (SetAttrListener). One scan of the extents. Returns the extents
+  // refreshed; an error leaves st_blocks as it was, never the data.
+  Result<uint64_t> ChunksReencoded(const std::vector<store::ChunkKey>& keys);
+
   const FsOptions& options() const { return opts_; }
   FsCounters& counters() { return counters_; }
   store::Store* store() { return store_; }

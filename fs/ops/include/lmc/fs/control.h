@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "lmc/fs/inspect.h"
 #include "lmc/status.h"
 #include "lmc/store/store.h"
 
@@ -100,8 +101,11 @@ Result<std::string> CompleteFsck(store::Store& store, const store::FsckReport& r
 
 // gc's hook for dead delta bases (GcOptions::before_compact, also
 // ControlServer::SetBeforeCompact): Store::RewriteDeadBases with the LMC
-// codec, one progress event per commit ({"event":"dead_bases",...}).
-std::function<Status(store::Store&, const EventFn&)> DeadBaseGcHook();
+// codec, one progress event per commit ({"event":"dead_bases",...}), then
+// `reencoded` with the dependants it re-encoded (also when it failed part
+// way: what it committed changed all the same). The last event says how
+// many extents that refreshed ("extents_refreshed").
+std::function<Status(store::Store&, const EventFn&)> DeadBaseGcHook(ReencodedFn reencoded);
 
 // What a mounted filesystem adds to a stat's "daemon" object: its own
 // counters (name -> value, e.g. fs::Filesystem::NamedCounters, which hold

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <set>
 #include <string>
@@ -116,6 +117,20 @@ Result<TreeCheck> CheckTree(store::Store* store);
 // store commit. Returns how many problems were repaired. Only on an
 // unmounted store.
 Result<uint64_t> RepairTree(store::Store* store, const TreeCheck& check);
+
+// Told which chunks a maintenance run re-encoded (their frames changed
+// length), to refresh the frame lengths the files' extents record
+// (st_blocks); returns the extents changed. A mount's is
+// fs::Filesystem::ChunksReencoded; offline, RefreshStoredBytes.
+using ReencodedFn = std::function<Result<uint64_t>(const std::vector<store::ChunkKey>& keys)>;
+
+// Offline (no mount holds the store): a maintenance run re-encoded `keys`
+// (Store::RewriteDeadBases), so their frames changed length. Every extent
+// naming one takes the frame length the store has now, and its inode's
+// stored bytes (st_blocks) follow; one commit per 1,024 inodes. Returns the
+// extents changed. A mounted filesystem does this itself
+// (fs::Filesystem::ChunksReencoded): its inodes in memory hold the same.
+Result<uint64_t> RefreshStoredBytes(store::Store* store, const std::vector<store::ChunkKey>& keys);
 
 // Paths whose data uses any of `chunks`, directly or as a delta base of a
 // chunk they use. Inodes no path reaches are reported as "<inode N>".

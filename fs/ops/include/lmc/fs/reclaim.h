@@ -26,6 +26,7 @@
 #include <utility>
 #include <vector>
 
+#include "lmc/fs/inspect.h"
 #include "lmc/status.h"
 #include "lmc/store/store.h"
 
@@ -73,8 +74,10 @@ struct ReclaimStats {
 class Reclaimer {
  public:
   // `store` must outlive the Reclaimer. The dead-base rewrite uses the LMC
-  // codec (Store::RewriteDeadBases' default).
-  Reclaimer(store::Store* store, ReclaimOptions options, ReclaimActivityFn activity);
+  // codec (Store::RewriteDeadBases' default) and tells `reencoded` (the
+  // mount's filesystem) which chunks it re-encoded.
+  Reclaimer(store::Store* store, ReclaimOptions options, ReclaimActivityFn activity,
+            ReencodedFn reencoded = {});
   ~Reclaimer();  // Stop()
   Reclaimer(const Reclaimer&) = delete;
   Reclaimer& operator=(const Reclaimer&) = delete;
@@ -103,6 +106,7 @@ class Reclaimer {
   store::Store* store_;
   const ReclaimOptions opts_;
   ReclaimActivityFn activity_;
+  ReencodedFn reencoded_;
   uint64_t removals_seen_ = 0;  // removals at the last dead-base rewrite (Loop's thread)
 
   mutable std::mutex mu_;  // guards stats_ and stop_

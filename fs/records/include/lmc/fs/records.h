@@ -7,8 +7,15 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_set>
+#include <vector>
 
+#include "lmc/status.h"
 #include "lmc/store/chunk_key.h"
+
+namespace lmc::store {
+class Store;
+}
 
 namespace lmc::fs {
 
@@ -65,5 +72,15 @@ struct ExtentRec {
 };
 std::string EncodeExtentRec(const ExtentRec& e);
 std::optional<ExtentRec> DecodeExtentRec(std::string_view v);
+
+// Where files use chunks: each data extent (inode, file offset) naming one
+// of `keys`, in key order. One scan of the extents column family, so for a
+// set of chunks at a time (those a maintenance run re-encoded).
+struct ExtentPlace {
+  uint64_t ino = 0, offset = 0;
+  store::ChunkKey key;
+};
+using ChunkKeySet = std::unordered_set<store::ChunkKey, store::ChunkKeyHash>;
+Result<std::vector<ExtentPlace>> FindExtentsUsing(store::Store* st, const ChunkKeySet& keys);
 
 }  // namespace lmc::fs
