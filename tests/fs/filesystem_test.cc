@@ -31,6 +31,7 @@
 #include "file_data.h"
 #include "lmc/codec.h"
 #include "lmc/fs/delta_policy.h"
+#include "lmc/fs/inspect.h"
 #include "lmc/store/store.h"
 
 namespace lmc::fs {
@@ -425,6 +426,35 @@ TEST_F(FsCore, CrashAfterRenameOverLeavesTheWholeFileNeverAHole) {
   ASSERT_EQ(fs_->Lookup(kRootIno, "model.safetensors", &got_st), 0) << "the rename was committed";
   EXPECT_EQ(ReadAll(got_st.st_ino), model) << "the renamed file holds what was written, not a hole";
   ExpectFsckClean();
+}
+
+// The same save closed normally: the rename commits the source's buffered
+// bytes first, and the inode record it writes must count them in its
+// stored bytes (st_blocks), also after a remount. Before, the rename wrote
+// the record as it was before that commit (0 stored bytes here) and no
+// later commit wrote it again; lmcfs-fsck's stored-bytes check found it.
+TEST_F(FsCore, ARenameThatCommitsTheSourceRecordsItsStoredBytes) {
+  const std::string model = Bf16Like(6 * (64 << 10) + 999, 42);
+  struct stat st;
+  ASSERT_EQ(fs_->Create(kRootIno, ".tmpSAVE", 0600, {0, 0}, &st), 0);
+  const uint64_t ino = st.st_ino;
+  ASSERT_EQ(fs_->Write(ino, 0, model.data(), model.size()), 0);
+  ASSERT_EQ(fs_->Rename(kRootIno, ".tmpSAVE", kRootIno, "model.safetensors", 0), 0);
+  ASSERT_EQ(fs_->Flush(ino), 0);
+  ASSERT_EQ(fs_->Release(ino, true), 0);
+  struct stat before;
+  ASSERT_EQ(fs_->GetAttr(ino, &before), 0);
+  ASSERT_GT(before.st_blocks, 0);
+  Reopen();
+  struct stat after;
+  ASSERT_EQ(fs_->GetAttr(ino, &after), 0);
+  EXPECT_EQ(after.st_blocks, before.st_blocks);
+  auto check = CheckTree(store_.get());
+  ASSERT_TRUE(check.ok()) << check.status().ToString();
+  EXPECT_TRUE(check->stale_stored.empty())
+      << check->stale_stored[0].path << " records " << check->stale_stored[0].recorded << ", holds "
+      << check->stale_stored[0].actual;
+  EXPECT_EQ(ReadAll(ino), model);
 }
 
 // The free dirty blocks kept for the next writes (a process-wide pool)

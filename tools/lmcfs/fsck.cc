@@ -38,6 +38,20 @@ void PrintReport(const json& r, std::ostream& out) {
   for (const auto& p : r["tree"]["problems"])
     out << "filesystem: " << p["message"].get<std::string>()
         << (p["repaired"].get<bool>() ? " (repaired)" : "") << "\n";
+  // Accounting, not data: no problem counted, so the exit code stays.
+  const json& stale = r["tree"]["stale_stored"];
+  for (const auto& s : stale)
+    out << "filesystem: " << EscapeBytes(s["path"].get<std::string>(), true) << " (inode "
+        << s["ino"].get<uint64_t>() << ") shows " << s["recorded"].get<uint64_t>()
+        << " stored bytes (st_blocks), its chunks hold " << s["actual"].get<uint64_t>()
+        << (s["repaired"].get<bool>() ? " (repaired)" : "") << "\n";
+  if (!stale.empty() && !stale[0]["repaired"].get<bool>())
+    out << "filesystem: " << stale.size() << " file" << (stale.size() == 1 ? "'s" : "s'")
+        << " stored sizes are out of date (a re-encoding cut short by a crash); their data is "
+           "intact; "
+        << (r["online"].get<bool>() ? "unmount and run lmcfs-fsck --repair STORE to set them"
+                                    : "lmcfs-fsck --repair sets them")
+        << "\n";
   if (!r["affected_files"].empty()) {
     out << "files affected by corruption (" << r["affected_files"].size() << "):\n";
     for (const auto& f : r["affected_files"]) out << "  " << EscapeBytes(f.get<std::string>(), true) << "\n";

@@ -823,6 +823,10 @@ int Filesystem::Rename(uint64_t parent, std::string_view name, uint64_t newparen
   // crash before the writer's close leaves the new name at full size (the
   // writer's ftruncate) over a hole (found by scripts/crash_run.py).
   if (int e = sin->IsReg() ? sin->data.Finalize(false) : sin->data.Commit(false)) return e;
+  // That applied the source's last chunks, so its stored bytes (st_blocks)
+  // changed since the copy above: the record this rename writes, which no
+  // later commit may write again, must count them.
+  sr.stored = sin->rec.stored;
   // The delta policy keys lineage by name: a file written under a
   // temporary name (the atomic save above) gets its lineage now.
   if (m.data.delta) {

@@ -22,6 +22,7 @@
 #include <optional>
 #include <set>
 #include <thread>
+#include <tuple>
 
 #include "lmc/bytes.h"
 #include "lmc/fs/inspect.h"
@@ -320,9 +321,10 @@ Result<std::string> RunFsck(store::Store& st, const FsckRunOptions& o, const Eve
 Result<std::string> CompleteFsck(store::Store& st, const store::FsckReport& r, const FsckRunOptions& o,
                                  const FsckTiming& t) {
   LMC_ASSIGN_OR_RETURN(TreeCheck tc, CheckTree(&st));
-  if (o.online && !tc.problems.empty()) {
-    // Concurrent commits can fall between the per-family snapshots: keep
-    // only what a second pass sees too.
+  if (o.online && (!tc.problems.empty() || !tc.stale_stored.empty())) {
+    // Concurrent commits can fall between the per-family snapshots (and a
+    // rebase's refresh of the files follows its commit): keep only what a
+    // second pass sees too.
     LMC_ASSIGN_OR_RETURN(TreeCheck again, CheckTree(&st));
     std::set<std::pair<std::string, std::string>> seen;
     for (const auto& p : again.problems) seen.emplace(p.key_hex, p.message);
@@ -330,6 +332,11 @@ Result<std::string> CompleteFsck(store::Store& st, const store::FsckReport& r, c
     for (auto& p : tc.problems)
       if (seen.count({p.key_hex, p.message})) kept.push_back(std::move(p));
     tc.problems = std::move(kept);
+    std::set<std::tuple<uint64_t, uint64_t, uint64_t>> stale;
+    for (const auto& s : again.stale_stored) stale.emplace(s.ino, s.recorded, s.actual);
+    std::erase_if(tc.stale_stored, [&](const StaleStored& s) {
+      return !stale.count({s.ino, s.recorded, s.actual});
+    });
   }
 
   // Chunks the store found bad or missing, confirmed one by one.
@@ -374,6 +381,16 @@ Result<std::string> CompleteFsck(store::Store& st, const store::FsckReport& r, c
     }
     LMC_ASSIGN_OR_RETURN(tree_fixed, RepairTree(&st, tc));
   }
+  // Stored bytes out of date: accounting, not an error; set by --repair.
+  const bool stale_repaired = o.repair && !o.online && trusted && !tc.stale_stored.empty();
+  if (stale_repaired) LMC_RETURN_IF_ERROR(RepairStoredBytes(&st, tc).status());
+  json stale = json::array();
+  for (const auto& s : tc.stale_stored)
+    stale.push_back({{"path", s.path},
+                     {"ino", s.ino},
+                     {"recorded", s.recorded},
+                     {"actual", s.actual},
+                     {"repaired", stale_repaired}});
 
   const uint64_t errors = r.errors() + tc.problems.size();
   const uint64_t fixed = r.fixed() + tree_fixed;
@@ -394,34 +411,37 @@ Result<std::string> CompleteFsck(store::Store& st, const store::FsckReport& r, c
     store_problems.push_back(std::move(e));
   }
   using K = store::FsckProblem::Kind;
-  json j = {
-      {"online", o.online},
-      {"repair", o.repair && !o.online},
-      {"exit_code", store::FsckExitCode(errors, fixed)},
-      {"errors", errors},
-      {"fixed", fixed},
-      {"seconds", Since(t.start)},
-      {"verify_seconds", t.verify_seconds},
-      {"verified_bytes", t.verified_bytes},
-      {"store",
-       {{"chunks_checked", r.chunks_checked},
-        {"bad_records", r.Count(K::kBadRecord)},
-        {"bad_index_values", r.Count(K::kBadIndexValue)},
-        {"missing_chunks", r.Count(K::kMissingChunk)},
-        {"refcount_mismatches", r.Count(K::kRefcountMismatch)},
-        {"live_bytes_mismatches", r.Count(K::kLiveBytesMismatch)},
-        {"orphan_packs", r.Count(K::kOrphanPack)},
-        {"orphan_bytes", r.orphan_bytes},
-        {"missing_packs", r.Count(K::kMissingPack)},
-        {"errors", r.errors()},
-        {"fixed", r.fixed()},
-        {"messages", r.Messages()},
-        {"problems", store_problems}}},
-      {"tree",
-       {{"inodes", tc.inodes}, {"dirents", tc.dirents}, {"extents", tc.extents}, {"problems", problems}}},
-      {"bad_chunks", json::array()},
-      {"affected_files", affected},
-      {"quarantine", quarantine.empty() ? "" : o.quarantine_path}};
+  json j = {{"online", o.online},
+            {"repair", o.repair && !o.online},
+            {"exit_code", store::FsckExitCode(errors, fixed)},
+            {"errors", errors},
+            {"fixed", fixed},
+            {"seconds", Since(t.start)},
+            {"verify_seconds", t.verify_seconds},
+            {"verified_bytes", t.verified_bytes},
+            {"store",
+             {{"chunks_checked", r.chunks_checked},
+              {"bad_records", r.Count(K::kBadRecord)},
+              {"bad_index_values", r.Count(K::kBadIndexValue)},
+              {"missing_chunks", r.Count(K::kMissingChunk)},
+              {"refcount_mismatches", r.Count(K::kRefcountMismatch)},
+              {"live_bytes_mismatches", r.Count(K::kLiveBytesMismatch)},
+              {"orphan_packs", r.Count(K::kOrphanPack)},
+              {"orphan_bytes", r.orphan_bytes},
+              {"missing_packs", r.Count(K::kMissingPack)},
+              {"errors", r.errors()},
+              {"fixed", r.fixed()},
+              {"messages", r.Messages()},
+              {"problems", store_problems}}},
+            {"tree",
+             {{"inodes", tc.inodes},
+              {"dirents", tc.dirents},
+              {"extents", tc.extents},
+              {"problems", problems},
+              {"stale_stored", stale}}},
+            {"bad_chunks", json::array()},
+            {"affected_files", affected},
+            {"quarantine", quarantine.empty() ? "" : o.quarantine_path}};
   for (const auto& k : bad) j["bad_chunks"].push_back(k.ToHex());
   return DumpJson(j);
 }

@@ -421,7 +421,7 @@ Result<TreeCheck> CheckTree(store::Store* st) {
       c.problems.push_back(std::move(p));
     }
   }
-  std::unordered_map<ChunkKey, bool, ChunkKeyHash> indexed;
+  std::unordered_map<ChunkKey, std::optional<uint32_t>, ChunkKeyHash> indexed;  // -> frame length
   for (const auto& [k, v] : s.extent_kv) {
     auto key = store::ParseExtentKey(k);
     auto e = store::DecodeExtent(v);
@@ -439,7 +439,8 @@ Result<TreeCheck> CheckTree(store::Store* st) {
     if (it == indexed.end()) {
       auto info = st->GetChunkInfo(e->chunk);
       if (!info.ok() && !info.status().IsNotFound()) return info.status();
-      it = indexed.emplace(e->chunk, info.ok()).first;
+      it = indexed.emplace(e->chunk, info.ok() ? std::optional<uint32_t>(info->frame_len) : std::nullopt)
+               .first;
     }
     if (!it->second)
       c.problems.push_back({.kind = TreeProblem::kMissingChunk,
@@ -449,6 +450,22 @@ Result<TreeCheck> CheckTree(store::Store* st) {
                             .value_hex = Hex(v),
                             .ino = key->first,
                             .chunk = e->chunk});
+  }
+  // Stored bytes (st_blocks) against the frames the index holds now.
+  for (const auto& [ino, rec] : s.inodes) {
+    if (!S_ISREG(rec.mode)) continue;
+    uint64_t actual = 0;
+    bool known = true;
+    if (auto e = s.extents.find(ino); e != s.extents.end()) {
+      for (const ExtentRow& row : e->second) {
+        if (row.hole) continue;
+        ExtentRec now = row.rec;
+        if (now.decoded_len == 0) known = false;  // another fs version's extent: no frame lengths
+        if (auto it = indexed.find(now.key); it != indexed.end() && it->second) now.frame_len = *it->second;
+        actual += now.Stored();
+      }
+    }
+    if (known && actual != rec.stored) c.stale_stored.push_back({ino, path_of(ino), rec.stored, actual});
   }
   return c;
 }
@@ -496,48 +513,85 @@ Result<uint64_t> RepairTree(store::Store* st, const TreeCheck& check) {
   return n;
 }
 
-Result<uint64_t> RefreshStoredBytes(store::Store* st, const std::vector<ChunkKey>& keys) {
-  LMC_ASSIGN_OR_RETURN(std::vector<ExtentPlace> places,
-                       FindExtentsUsing(st, ChunkKeySet(keys.begin(), keys.end())));
-  std::map<uint64_t, std::vector<const ExtentPlace*>> by_inode;
-  for (const ExtentPlace& p : places) by_inode[p.ino].push_back(&p);
-  std::unordered_map<ChunkKey, uint32_t, ChunkKeyHash> frame_len;
-  for (const ExtentPlace& p : places) {
-    if (frame_len.count(p.key)) continue;
-    auto info = st->GetChunkInfo(p.key);
-    if (!info.ok()) return info.status();  // an extent names it: the store must hold it (fsck)
-    frame_len[p.key] = info->frame_len;
-  }
+namespace {
+
+// Puts in `b` ino's extents with the frame lengths the index has now and
+// its inode with `stored` their sum, where either differs. Returns the
+// extents changed, or -1 when only the inode's sum was wrong; 0: nothing
+// to do (also for an inode that is gone or does not decode, and for
+// extents of another fs version, whose frame lengths are unknown).
+Result<int64_t> RecomputeStored(store::Store* st, uint64_t ino, store::Batch* b) {
+  auto iv = st->Get(Cf::kInodes, InodeKey(ino));
+  if (iv.status().IsNotFound()) return int64_t{0};  // stray extents (fsck reports them)
+  LMC_RETURN_IF_ERROR(iv.status());
+  auto rec = DecodeInode(*iv);
+  if (!rec || !S_ISREG(rec->mode)) return int64_t{0};  // a bad record (fsck reports it)
+  std::vector<std::pair<std::string, ExtentRec>> changed;
+  uint64_t stored = 0;
+  Status status;
+  LMC_RETURN_IF_ERROR(
+      st->Scan(Cf::kExtents, store::ExtentKeyPrefix(ino), [&](std::string_view k, std::string_view v) {
+        auto raw = store::DecodeExtent(v);
+        if (!raw || raw->hole()) return true;
+        auto x = DecodeExtentRec(v);
+        if (!x) {
+          status = Status::Unsupported("extent without frame lengths");
+          return false;
+        }
+        auto info = st->GetChunkInfo(x->key);
+        if (!info.ok()) {
+          if (!info.status().IsNotFound()) status = info.status();
+          // A missing chunk (fsck reports it): the extent keeps its length.
+        } else if (x->frame_len != info->frame_len) {
+          x->frame_len = info->frame_len;
+          changed.emplace_back(std::string(k), *x);
+        }
+        stored += x->Stored();
+        return true;
+      }));
+  if (status.code() == Code::kUnsupported) return int64_t{0};
+  LMC_RETURN_IF_ERROR(status);
+  if (changed.empty() && rec->stored == stored) return int64_t{0};
+  for (const auto& [k, x] : changed) b->Put(Cf::kExtents, k, EncodeExtentRec(x));
+  rec->stored = stored;
+  b->Put(Cf::kInodes, InodeKey(ino), EncodeInode(*rec));
+  return changed.empty() ? int64_t{-1} : static_cast<int64_t>(changed.size());
+}
+
+// RecomputeStored for each of `inos`, committed every 1,024 inodes.
+// Returns the extents changed and the inodes rewritten.
+Result<std::pair<uint64_t, uint64_t>> RecomputeStoredOf(store::Store* st, const std::set<uint64_t>& inos) {
   store::Batch b;
-  uint64_t changed = 0, inodes = 0;
-  for (const auto& [ino, at] : by_inode) {
-    auto iv = st->Get(Cf::kInodes, InodeKey(ino));
-    if (iv.status().IsNotFound()) continue;  // a stray extent (fsck reports it)
-    LMC_RETURN_IF_ERROR(iv.status());
-    auto rec = DecodeInode(*iv);
-    if (!rec) continue;  // a bad record (fsck reports it)
-    bool dirty = false;
-    for (const ExtentPlace* p : at) {
-      const std::string key = store::ExtentKey(p->ino, p->offset);
-      LMC_ASSIGN_OR_RETURN(std::string v, st->Get(Cf::kExtents, key));
-      auto x = DecodeExtentRec(v);
-      if (!x || x->frame_len == frame_len[p->key]) continue;
-      rec->stored -= std::min(rec->stored, x->Stored());
-      x->frame_len = frame_len[p->key];
-      rec->stored += x->Stored();
-      b.Put(Cf::kExtents, key, EncodeExtentRec(*x));
-      dirty = true;
-      changed++;
-    }
-    if (!dirty) continue;
-    b.Put(Cf::kInodes, InodeKey(ino), EncodeInode(*rec));
+  uint64_t extents = 0, inodes = 0;
+  for (uint64_t ino : inos) {
+    LMC_ASSIGN_OR_RETURN(int64_t n, RecomputeStored(st, ino, &b));
+    if (n == 0) continue;
+    extents += n > 0 ? static_cast<uint64_t>(n) : 0;
     if (++inodes % 1024 == 0) {
       LMC_RETURN_IF_ERROR(st->Commit(b, true));
       b.Clear();
     }
   }
   if (!b.empty()) LMC_RETURN_IF_ERROR(st->Commit(b, true));
-  return changed;
+  return std::make_pair(extents, inodes);
+}
+
+}  // namespace
+
+Result<uint64_t> RefreshStoredBytes(store::Store* st, const std::vector<ChunkKey>& keys) {
+  LMC_ASSIGN_OR_RETURN(std::vector<ExtentPlace> places,
+                       FindExtentsUsing(st, ChunkKeySet(keys.begin(), keys.end())));
+  std::set<uint64_t> inos;
+  for (const ExtentPlace& p : places) inos.insert(p.ino);
+  LMC_ASSIGN_OR_RETURN(auto done, RecomputeStoredOf(st, inos));
+  return done.first;
+}
+
+Result<uint64_t> RepairStoredBytes(store::Store* st, const TreeCheck& check) {
+  std::set<uint64_t> inos;
+  for (const StaleStored& s : check.stale_stored) inos.insert(s.ino);
+  LMC_ASSIGN_OR_RETURN(auto done, RecomputeStoredOf(st, inos));
+  return done.second;
 }
 
 Result<std::vector<std::string>> PathsUsingChunks(store::Store* st, const std::set<ChunkKey>& bad) {

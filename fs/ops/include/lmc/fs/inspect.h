@@ -105,8 +105,20 @@ struct TreeProblem {
 // Stable lower-case name of a kind ("dangling_dirent", ...; docs/FORMAT.md, "Control protocol").
 const char* TreeProblemKindName(TreeProblem::Kind kind);
 
+// A file whose stored bytes (st_blocks) differ from what its extents'
+// chunks hold now: a re-encoding whose refresh of the files was cut short
+// (a crash between the two commits). Accounting, not data: reported apart
+// from the problems, repaired by RepairStoredBytes.
+struct StaleStored {
+  uint64_t ino = 0;
+  std::string path;
+  uint64_t recorded = 0;  // the inode's stored bytes
+  uint64_t actual = 0;    // its extents' shares of their frames, from the index
+};
+
 struct TreeCheck {
   std::vector<TreeProblem> problems;
+  std::vector<StaleStored> stale_stored;
   uint64_t inodes = 0, dirents = 0, extents = 0;
 };
 Result<TreeCheck> CheckTree(store::Store* store);
@@ -123,6 +135,11 @@ Result<uint64_t> RepairTree(store::Store* store, const TreeCheck& check);
 // (st_blocks); returns the extents changed. A mount's is
 // fs::Filesystem::ChunksReencoded; offline, RefreshStoredBytes.
 using ReencodedFn = std::function<Result<uint64_t>(const std::vector<store::ChunkKey>& keys)>;
+
+// Sets the stored bytes of the files `check` found stale: their extents
+// take the frame lengths the index has now, their inodes the sum. Only on
+// an unmounted store. Returns the files repaired.
+Result<uint64_t> RepairStoredBytes(store::Store* store, const TreeCheck& check);
 
 // Offline (no mount holds the store): a maintenance run re-encoded `keys`
 // (Store::RewriteDeadBases), so their frames changed length. Every extent
