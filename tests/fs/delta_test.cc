@@ -11,6 +11,7 @@
 #include <random>
 #include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "lineage.h"
@@ -474,6 +475,42 @@ TEST_F(DeltaPolicyTest, ReverseRebasesQueuedAtACrashAreDoneByTheNextMount) {
   EXPECT_EQ(queued(), 0);
   EXPECT_EQ(policy_->counters().rebased.load(), 0u);
   ExpectReads(third);
+}
+
+// A rebase shrinks a prior version's frames in its commit; the files'
+// stored bytes follow when the listener (the filesystem) is told, after
+// it. A refresh record, written with the rebase and deleted once the
+// listener was told, carries the places over a crash between the two:
+// the next mount's listener is told of them when it is installed.
+TEST_F(DeltaPolicyTest, ReverseRebasesKeepARefreshRecordUntilTheListenerIsTold) {
+  auto records = [&] { return MetaRecords("rebase-refresh/"); };
+  MakePolicy({});
+  auto first = WriteFile(1, "ckpt_step_1.pt", 0);
+  auto second = WriteFile(2, "ckpt_step_2.pt", 1);
+  policy_->Flush();
+  for (int i = 0; i < kChunks; ++i) ASSERT_EQ(store_->GetChunkInfo(first.keys[i])->base, second.keys[i]);
+  // No listener yet (as after a crash between the commit and the telling).
+  EXPECT_EQ(records(), kChunks);
+  std::set<std::tuple<uint64_t, uint64_t, store::ChunkKey>> told;
+  auto listen = [&](uint64_t ino, uint64_t off, const store::ChunkKey& key) { told.emplace(ino, off, key); };
+  MakePolicy({});  // the next mount
+  policy_->SetRebaseListener(listen);
+  std::set<std::tuple<uint64_t, uint64_t, store::ChunkKey>> want;
+  for (int i = 0; i < kChunks; ++i) want.emplace(1, first.offsets[i], first.keys[i]);
+  EXPECT_EQ(told, want);
+  EXPECT_EQ(records(), 0);
+  // With a listener: told after the commit, and no record left.
+  told.clear();
+  auto third = WriteFile(3, "ckpt_step_3.pt", 2);
+  policy_->Flush();
+  want.clear();
+  for (int i = 0; i < kChunks; ++i) want.emplace(2, second.offsets[i], second.keys[i]);
+  EXPECT_EQ(told, want);
+  EXPECT_EQ(records(), 0);
+  ExpectReads(first);
+  ExpectReads(second);
+  ExpectReads(third);
+  ExpectFsckClean();
 }
 
 TEST_F(DeltaPolicyTest, ReverseRebaseOfANewChunkThatNeverCommitsIsDropped) {

@@ -46,7 +46,56 @@ SnapshotDeltaPolicy::SnapshotDeltaPolicy(store::Store* store, DeltaOptions opts)
 namespace {
 constexpr std::string_view kRebasePrefix = "rebase/";
 constexpr std::string_view kPairRebasePrefix = "rebase-pair/";
+constexpr std::string_view kRefreshPrefix = "rebase-refresh/";
 }  // namespace
+
+std::string SnapshotDeltaPolicy::RefreshRecordKey(uint64_t ino, uint64_t offset) {
+  std::string k(kRefreshPrefix);
+  AppendBEBytes(&k, ino, 8);
+  AppendBEBytes(&k, offset, 8);
+  return k;
+}
+
+void SnapshotDeltaPolicy::SetRebaseListener(RebaseListener fn) {
+  {
+    std::lock_guard l(rq_mu_);
+    listener_ = fn;
+  }
+  if (!fn) return;
+  // Refreshes a crash cut short (between a rebase's commit and the
+  // listener's): told now, then their records go.
+  struct Place {
+    std::string record;
+    uint64_t ino, offset;
+    store::ChunkKey key;
+  };
+  std::vector<Place> left;
+  Status st = store_->Scan(store::Cf::kMeta, kRefreshPrefix, [&](std::string_view k, std::string_view v) {
+    if (k.size() != kRefreshPrefix.size() + 16 || v.size() != store::ChunkKey::kSize) return true;
+    left.push_back({std::string(k), LoadBEBytes(k.data() + kRefreshPrefix.size(), 8),
+                    LoadBEBytes(k.data() + kRefreshPrefix.size() + 8, 8),
+                    store::ChunkKey::FromBytes(reinterpret_cast<const uint8_t*>(v.data()))});
+    return true;
+  });
+  if (!st.ok()) {
+    spdlog::warn(
+        "delta: reading the refreshes an earlier mount left failed ({}); those files' stored bytes "
+        "(st_blocks) may stay as they were (lmcfs-fsck --repair sets them)",
+        st.ToString());
+    return;
+  }
+  if (left.empty()) return;
+  store::Batch done;
+  for (const Place& p : left) {
+    fn(p.ino, p.offset, p.key);
+    done.Delete(store::Cf::kMeta, p.record);
+  }
+  if (Status cs = store_->Commit(done, false); !cs.ok())
+    spdlog::warn("delta: deleting {} refresh records failed ({}); the next mount tells them again",
+                 left.size(), cs.ToString());
+  spdlog::info("delta: stored bytes of {} places refreshed that an earlier mount's end cut short",
+               left.size());
+}
 
 std::string SnapshotDeltaPolicy::RebaseRecordKey(const RebaseItem& it) {
   std::string k(it.paired ? kPairRebasePrefix : kRebasePrefix);
@@ -615,9 +664,10 @@ void SnapshotDeltaPolicy::RebaseLoop() {
       // Idle: the other extents of shared chunks that were re-encoded.
       if (!reconcile_now()) continue;
       in_progress_ = 1;
+      const RebaseListener listener = listener_;
       l.unlock();
       const int64_t t0 = NowNs();
-      ReconcileShared();
+      ReconcileShared(listener);
       const int64_t took = NowNs() - t0;
       l.lock();
       next_reconcile_ns_ = NowNs() + std::max(kReconcileMinGapNs, 10 * took);
@@ -630,6 +680,7 @@ void SnapshotDeltaPolicy::RebaseLoop() {
     std::vector<RebaseItem> take(rq_.begin(), rq_.end());
     rq_.clear();
     in_progress_ = take.size();
+    const RebaseListener listener = listener_;
     l.unlock();
 
     std::vector<RebaseItem> waiting;
@@ -654,8 +705,8 @@ void SnapshotDeltaPolicy::RebaseLoop() {
           auto info = store_->GetChunkInfo(it->prev);
           const bool done = info.ok() && info->base && *info->base == it->next;
           if (done && it->paired) counters_.paired_later++;
-          if (!done || !listener_) continue;
-          if (it->prev_ino != 0) listener_(it->prev_ino, it->prev_offset, it->prev);
+          if (!done || !listener) continue;
+          if (it->prev_ino != 0) listener(it->prev_ino, it->prev_offset, it->prev);
           // Referenced by more extents than its place, if the place still
           // holds it (the chunks based on it hold the rest of its count):
           // those are found by a scan.
@@ -665,6 +716,16 @@ void SnapshotDeltaPolicy::RebaseLoop() {
               shared_rebased_.size() < kMaxShared)
             shared_rebased_[it->prev] = Shared{it->prev_ino, it->prev_offset};
         }
+        // The places are told: their refresh records go (a failure leaves
+        // them to the next mount, which tells them again). With no
+        // listener yet they stay for the one SetRebaseListener installs.
+        store::Batch told;
+        for (const RebaseItem* it : in_batch)
+          if (listener && it->prev_ino != 0)
+            told.Delete(store::Cf::kMeta, RefreshRecordKey(it->prev_ino, it->prev_offset));
+        if (Status ts = told.empty() ? Status::Ok() : store_->Commit(told, false); !ts.ok())
+          spdlog::warn("delta: deleting refresh records failed ({}); the next mount tells them again",
+                       ts.ToString());
       }
       batch.Clear();
       in_batch.clear();
@@ -687,6 +748,10 @@ void SnapshotDeltaPolicy::RebaseLoop() {
           added++;
           in_batch.push_back(&it);
           batch.Delete(store::Cf::kMeta, RebaseRecordKey(it));
+          // Until the listener is told (after the commit), a crash would
+          // leave the place's stored bytes as they were: the record says so.
+          if (it.prev_ino != 0)
+            batch.Put(store::Cf::kMeta, RefreshRecordKey(it.prev_ino, it.prev_offset), it.prev.view());
           break;
         case Outcome::kWaiting:
           if (!flushing && NowNs() - it.queued_ns < kRebaseWaitNs) {
@@ -725,7 +790,7 @@ bool SnapshotDeltaPolicy::PlaceHolds(uint64_t ino, uint64_t offset, const store:
   return x && !x->hole() && x->chunk == key;
 }
 
-void SnapshotDeltaPolicy::ReconcileShared() {
+void SnapshotDeltaPolicy::ReconcileShared(const RebaseListener& listener) {
   counters_.shared_scans++;
   if (shared_rebased_.empty()) return;
   ChunkKeySet keys;
@@ -749,7 +814,8 @@ void SnapshotDeltaPolicy::ReconcileShared() {
         found.status().ToString());
     return;
   }
-  for (const ExtentPlace& p : places) listener_(p.ino, p.offset, p.key);
+  if (listener)
+    for (const ExtentPlace& p : places) listener(p.ino, p.offset, p.key);
   counters_.shared_refreshed += places.size();
 }
 

@@ -103,7 +103,9 @@ class SnapshotDeltaPolicy final : public DeltaPolicy {
   void Release(const store::ChunkKey& base) override { store_->UnpinChunk(base); }
   void Flush() override;
   void StopBackground() override;
-  void SetRebaseListener(RebaseListener fn) override { listener_ = std::move(fn); }
+  // Also tells fn of the places whose refresh a crash cut short (their
+  // refresh records, RefreshRecordKey), before it returns.
+  void SetRebaseListener(RebaseListener fn) override;
   void SetPathResolver(PathResolver fn) override { resolver_ = std::move(fn); }
   uint64_t Pending() const override;
   std::vector<std::pair<std::string, uint64_t>> Counters() const override;
@@ -156,6 +158,12 @@ class SnapshotDeltaPolicy final : public DeltaPolicy {
   };
   enum class Outcome { kAdded, kWaiting, kSkipped };
   void RebaseLoop();
+  // The record that the extent at (ino, offset), which holds `prev`, still
+  // has to take prev's new frame length (docs/FORMAT.md, "Rebase
+  // records"): put in the rebase's batch, deleted once the listener was
+  // told, so that a crash between the two leaves it for the next mount
+  // (SetRebaseListener).
+  static std::string RefreshRecordKey(uint64_t ino, uint64_t offset);
   // The persistent record of a queued rebase (docs/FORMAT.md, "Rebase
   // records"): written with the new chunk, deleted with the rebase (or
   // when it is skipped), reloaded by the next mount.
@@ -189,7 +197,7 @@ class SnapshotDeltaPolicy final : public DeltaPolicy {
   size_t in_progress_ = 0;  // items taken by the worker, not yet finished
   int flushers_ = 0;        // Flush calls waiting: waiting items are dropped
   bool stop_ = false;
-  RebaseListener listener_;  // set before the first write
+  RebaseListener listener_;  // guarded by rq_mu_ (the worker copies it with the items it takes)
   PathResolver resolver_;    // likewise
   // Rebased chunks that more extents reference than the one the listener
   // was told about (deduplicated: a copy, weights saved twice), with that
@@ -200,7 +208,7 @@ class SnapshotDeltaPolicy final : public DeltaPolicy {
   struct Shared {
     uint64_t ino = 0, offset = 0;  // the place the listener was told about
   };
-  void ReconcileShared();
+  void ReconcileShared(const RebaseListener& listener);
   // Whether the committed extent at (ino, offset) references `key`.
   bool PlaceHolds(uint64_t ino, uint64_t offset, const store::ChunkKey& key);
   static constexpr size_t kMaxShared = 65536;
