@@ -17,12 +17,12 @@ using json = nlohmann::json;
 constexpr const char* kFsckDescription =
     "Verifies an lmcfs store: every pack and record checksum (with --deep also every chunk "
     "decoded and checked against its SHA-256 key), the index, reference counts, delta bases, "
-    "and the filesystem's directory entries, link counts and extents. Lists the files any "
-    "corruption affects. TARGET is an unmounted store directory, or a mountpoint (verify "
-    "only; commits wait only while the index is checked). --repair (store directory only) fixes counts, "
-    "drops "
-    "leaked chunks and orphan pack data, removes entries that point nowhere, and writes the "
-    "metadata of what it removed to a quarantine report first.\n"
+    "and the filesystem's directory entries, link counts, extents and stored sizes. Lists the files any "
+    "corruption affects, and the files whose stored size (st_blocks) is out of date with their chunks "
+    "(data intact; not counted as an error). TARGET is an unmounted store directory, or a mountpoint "
+    "(verify only; commits wait only while the index is checked). --repair (store directory only) fixes "
+    "counts, drops leaked chunks and orphan pack data, removes entries that point nowhere, sets stored "
+    "sizes, and writes the metadata of what it removed to a quarantine report first.\n"
     "Exit codes (fsck(8)): 0 clean, 1 errors corrected, 4 errors left uncorrected, "
     "8 operational error, 16 usage error, 32 cancelled.";
 
