@@ -478,7 +478,8 @@ std::function<Status(store::Store&, const EventFn&)> DeadBaseGcHook(ReencodedFn 
           "dead delta bases were re-encoded, but refreshing the stored bytes of the files using them "
           "failed (" +
           refreshed.status().ToString() +
-          "); their data is intact, but st_blocks, du and lmcfs-stat may show their old sizes");
+          "); their data is intact, but st_blocks and du may show their old sizes: lmcfs-fsck --repair on "
+          "the unmounted store sets them");
     event(*r, *refreshed);
     return Status::Ok();
   };

@@ -88,7 +88,8 @@ Result<uint64_t> Reclaimer::Pass(const std::function<bool()>& busy, bool idle) {
       if (!n.ok())
         spdlog::warn(
             "lmcfs: refreshing the stored bytes of the files using {} re-encoded chunks failed ({}); their "
-            "data is intact, but st_blocks, du and lmcfs-stat may show their old sizes",
+            "data is intact, but st_blocks and du may show their old sizes (lmcfs-fsck --repair on the "
+            "unmounted store sets them)",
             rewritten.size(), n.status().ToString());
     }
     if (!r.ok()) {
