@@ -77,6 +77,7 @@ Result<DeadBaseReport> Store::RewriteDeadBases(const DeadBaseOptions& options,
   Workspace ws;
   auto flush = [&]() -> Status {
     if (batch.empty()) return Status::Ok();
+    if (options.before_commit) options.before_commit(in_batch, &batch);
     LMC_RETURN_IF_ERROR(Commit(batch, true));
     batch.Clear();
     if (options.committed) options.committed(in_batch);

@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "lmc/fs/inspect.h"
 #include "lmc/store/extent.h"
 #include "lmc/store/store.h"
 #include "mount_util.h"
@@ -680,6 +681,72 @@ TEST_F(MountDeltaExplicitGcTest, MountDuFollowsGcReencodingOlderSaves) {
   EXPECT_EQ(Xattr(P("model-1.safetensors"), "delta_bytes"), 0u);
   EXPECT_GT(Blocks("model-1.safetensors"), before)
       << "the re-encoded chunk did not grow: the test saw nothing";
+  ExpectDuFollows({"model-1.safetensors"});
+  ExpectSame("");
+}
+
+// A gc cut short between its rewrite's commit and the refresh (a crash):
+// the refresh records it left make the next mount refresh those files, or
+// lmcfs-gc on the unmounted store; they go once it has.
+TEST_F(MountDeltaExplicitGcTest, TheFilesACrashedGcLeftStaleAreRefreshedNextTime) {
+  auto records = [](lmc::store::Store& s) {
+    uint64_t n = 0;
+    EXPECT_TRUE(s.Scan(lmc::store::Cf::kMeta, "reencode-refresh/", [&](std::string_view, std::string_view) {
+                   n++;
+                   return true;
+                 }).ok());
+    return n;
+  };
+  // The rewrite commits; the refresh never happens. `stale` is the file
+  // left with its old stored size.
+  auto crashed_gc = [&](const std::string& stale) {
+    auto s = OpenStore();
+    ASSERT_TRUE(s);
+    auto run = lmc::fs::RewriteDeadBasesRefreshing(
+        s.get(),
+        [](const std::vector<lmc::store::ChunkKey>&) -> lmc::Result<uint64_t> {
+          return lmc::Status::IOError("crash");
+        },
+        nullptr);
+    ASSERT_TRUE(run.report.ok()) << run.report.status().ToString();
+    ASSERT_GT(run.report->rewritten, 0u);
+    EXPECT_FALSE(run.refreshed.ok());
+    EXPECT_EQ(records(*s), run.report->rewritten);
+    auto tree = lmc::fs::CheckTree(s.get());
+    ASSERT_TRUE(tree.ok());
+    ASSERT_EQ(tree->stale_stored.size(), 1u);
+    EXPECT_EQ(tree->stale_stored[0].path, "/" + stale);
+  };
+  auto expect_done = [&] {
+    auto s = OpenStore();
+    ASSERT_TRUE(s);
+    EXPECT_EQ(records(*s), 0u);
+    auto tree = lmc::fs::CheckTree(s.get());
+    ASSERT_TRUE(tree.ok());
+    EXPECT_TRUE(tree->stale_stored.empty());
+    ExpectFsckClean(*s);
+  };
+  // The next mount refreshes model-2 (model-3 held its delta base).
+  uint64_t before = Blocks("model-2.safetensors");
+  Remove("model-3.safetensors");
+  Unmount();
+  ASSERT_NO_FATAL_FAILURE(crashed_gc("model-2.safetensors"));
+  Mount();
+  EXPECT_EQ(Xattr(P("model-2.safetensors"), "delta_bytes"), 0u);
+  EXPECT_GT(Blocks("model-2.safetensors"), before) << "the mount did not refresh what the gc left";
+  ExpectDuFollows({"model-1.safetensors", "model-2.safetensors"});
+  Unmount();
+  expect_done();
+  // lmcfs-gc on the unmounted store refreshes model-1 (model-2 held its base).
+  Mount();
+  before = Blocks("model-1.safetensors");
+  Remove("model-2.safetensors");
+  Unmount();
+  ASSERT_NO_FATAL_FAILURE(crashed_gc("model-1.safetensors"));
+  Tool("lmcfs-gc", store_);
+  expect_done();
+  Mount();
+  EXPECT_GT(Blocks("model-1.safetensors"), before) << "lmcfs-gc did not refresh what the gc left";
   ExpectDuFollows({"model-1.safetensors"});
   ExpectSame("");
 }

@@ -6,17 +6,20 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <random>
 #include <set>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <vector>
 
 #include "lineage.h"
 #include "lmc/codec.h"
 #include "lmc/fs/control.h"
+#include "lmc/fs/inspect.h"
 #include "lmc/fs/snapshots.h"
 #include "lmc/store/extent.h"
 #include "lmc/store/store.h"
@@ -189,6 +192,19 @@ class DeltaPolicyTest : public ::testing::Test {
   void MakePolicy(DeltaOptions o) {
     o.chunk_size = kChunk;  // as the chunker cut (WriteTensor)
     policy_ = std::make_unique<SnapshotDeltaPolicy>(store_.get(), o);
+  }
+  // The records a gc leaves until the files using its re-encoded chunks
+  // are told (RewriteDeadBasesRefreshing).
+  uint64_t ReencodeRefreshRecords() {
+    uint64_t n = 0;
+    EXPECT_TRUE(store_
+                    ->Scan(store::Cf::kMeta, "reencode-refresh/",
+                           [&](std::string_view, std::string_view) {
+                             n++;
+                             return true;
+                           })
+                    .ok());
+    return n;
   }
   static DeltaOptions Forward() {
     DeltaOptions o;
@@ -513,6 +529,33 @@ TEST_F(DeltaPolicyTest, ReverseRebasesKeepARefreshRecordUntilTheListenerIsTold) 
   ExpectFsckClean();
 }
 
+// A new version that was committed and is gone again (its file overwritten
+// or removed before the rebase thread got to it) is given up at once: its
+// rebase record says it was committed. Waiting for it would hold the
+// queue, and whatever waits for it to drain (gc and trimming wait for an
+// idle mount), for 30 s.
+TEST_F(DeltaPolicyTest, ReverseRebaseOnANewVersionGoneSinceIsGivenUpAtOnce) {
+  DeltaOptions o;
+  o.background = false;  // the rebases wait until the second save is gone
+  MakePolicy(o);
+  auto first = WriteFile(1, "ckpt_step_1.pt", 0);
+  auto second = WriteFile(2, "ckpt_step_2.pt", 1);
+  ASSERT_EQ(MetaRecords("rebase/"), kChunks);
+  DeleteFile(2, second);
+  for (const auto& k : second.keys) ASSERT_TRUE(store_->GetChunkInfo(k).status().IsNotFound());
+  MakePolicy({});  // the rebase thread finds the records (no Flush: it would drop them anyway)
+  const auto t0 = std::chrono::steady_clock::now();
+  while (policy_->Pending() != 0 && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10))
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(policy_->Pending(), 0u) << "the rebase thread is still waiting for a chunk that is gone";
+  EXPECT_EQ(policy_->counters().rebase_skipped.load(), static_cast<uint64_t>(kChunks));
+  EXPECT_EQ(policy_->counters().rebase_dropped.load(), 0u);
+  EXPECT_EQ(MetaRecords("rebase/"), 0);
+  for (const auto& k : first.keys) EXPECT_FALSE(store_->GetChunkInfo(k)->base.has_value());
+  ExpectReads(first);
+  ExpectFsckClean();
+}
+
 TEST_F(DeltaPolicyTest, ReverseRebaseOfANewChunkThatNeverCommitsIsDropped) {
   MakePolicy({});
   auto first = WriteFile(1, "ckpt_step_1.pt", 0);
@@ -694,8 +737,56 @@ TEST_F(DeltaPolicyTest, GcHookRewritesDependantsOfDeadBasesAndReports) {
   EXPECT_NE(events.back().find("\"extents_refreshed\":" + std::to_string(kChunks + 1000)), std::string::npos)
       << events.back();
   EXPECT_EQ(told, std::set<store::ChunkKey>(second.keys.begin(), second.keys.end()));
+  // Told: no refresh record stays for a later mount.
+  EXPECT_EQ(ReencodeRefreshRecords(), 0u);
   for (const auto& k : first.keys) EXPECT_TRUE(store_->GetChunkInfo(k).status().IsNotFound());
   for (const auto& k : second.keys) EXPECT_FALSE(store_->GetChunkInfo(k)->base.has_value());
+  ExpectReads(second);
+  ExpectFsckClean();
+}
+
+// A refresh that fails (or a crash before it) leaves a record per
+// re-encoded chunk, committed with the rewrite; RefreshLeftOver tells them
+// later, then they go.
+TEST_F(DeltaPolicyTest, GcRefreshRecordsStayUntilTheFilesAreTold) {
+  MakePolicy(Forward());
+  auto first = WriteFile(1, "ckpt_step_1.pt", 0);
+  auto second = WriteFile(2, "ckpt_step_2.pt", 1);
+  DeleteFile(1, first);
+  const std::set<store::ChunkKey> want(second.keys.begin(), second.keys.end());
+  std::set<store::ChunkKey> told;
+  auto failing = [&](const std::vector<store::ChunkKey>& keys) -> Result<uint64_t> {
+    told.insert(keys.begin(), keys.end());
+    return Status::IOError("refresh failed");
+  };
+  auto hook = control::DeadBaseGcHook(failing);
+  Status st = hook(*store_, nullptr);
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.ToString().find("lmcfs-fsck --repair"), std::string::npos) << st.ToString();
+  EXPECT_EQ(told, want);
+  EXPECT_EQ(ReencodeRefreshRecords(), static_cast<uint64_t>(kChunks));
+  for (const auto& k : second.keys) EXPECT_FALSE(store_->GetChunkInfo(k)->base.has_value());
+  // Failing again: the records stay.
+  told.clear();
+  EXPECT_FALSE(RefreshLeftOver(store_.get(), failing).ok());
+  EXPECT_EQ(told, want);
+  EXPECT_EQ(ReencodeRefreshRecords(), static_cast<uint64_t>(kChunks));
+  // Told: they go, and nothing is told twice.
+  told.clear();
+  auto ok = [&](const std::vector<store::ChunkKey>& keys) -> Result<uint64_t> {
+    told.insert(keys.begin(), keys.end());
+    return uint64_t{keys.size()};
+  };
+  auto n = RefreshLeftOver(store_.get(), ok);
+  ASSERT_TRUE(n.ok()) << n.status().ToString();
+  EXPECT_EQ(*n, static_cast<uint64_t>(kChunks));
+  EXPECT_EQ(told, want);
+  EXPECT_EQ(ReencodeRefreshRecords(), 0u);
+  told.clear();
+  n = RefreshLeftOver(store_.get(), ok);
+  ASSERT_TRUE(n.ok());
+  EXPECT_EQ(*n, 0u);
+  EXPECT_TRUE(told.empty());
   ExpectReads(second);
   ExpectFsckClean();
 }

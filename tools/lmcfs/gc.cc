@@ -257,8 +257,14 @@ int GcMain(int argc, char** argv, std::ostream& out, std::ostream& err) {
     // As the daemon does: dependants of dead delta bases re-encoded, then the
     // files using them take the new frame lengths (st_blocks).
     store::Store* s = st->get();
-    o.before_compact = fs::control::DeadBaseGcHook(
-        [s](const std::vector<store::ChunkKey>& keys) { return fs::RefreshStoredBytes(s, keys); });
+    auto refresh = [s](const std::vector<store::ChunkKey>& keys) { return fs::RefreshStoredBytes(s, keys); };
+    // What a gc that a crash cut short left to refresh, first.
+    if (!dry_run) {
+      if (auto left = fs::RefreshLeftOver(s, refresh); !left.ok())
+        err << "lmcfs-gc: " << t->store << ": refreshing the stored bytes an earlier gc left failed ("
+            << left.status().message() << "); lmcfs-fsck --repair sets them\n";
+    }
+    o.before_compact = fs::control::DeadBaseGcHook(refresh);
     auto r = fs::control::RunGc(**st, o, on_event);
     if (!r.ok()) {
       bar.Finish();

@@ -34,6 +34,7 @@
 #include "lmc/fs/control.h"
 #include "lmc/fs/filesystem.h"
 #include "lmc/fs/fuse_session.h"
+#include "lmc/fs/inspect.h"
 #include "lmc/fs/reclaim.h"
 #include "lmc/fs/snapshots.h"
 #include "lmc/fs/trim.h"
@@ -928,6 +929,14 @@ int Serve(const Options& o, int report_fd) {
   Filesystem* f = fs.get();
   // Chunks re-encoded by gc changed length: the files using them follow.
   auto reencoded = [f](const std::vector<store::ChunkKey>& keys) { return f->ChunksReencoded(keys); };
+  // A gc that a crash cut short between its rewrite and the refresh.
+  if (!(o.ro || primary_follows)) {
+    if (auto left = RefreshLeftOver(f->store(), reencoded); !left.ok())
+      spdlog::warn(
+          "lmcfs: refreshing the stored bytes an earlier gc left to refresh failed ({}); st_blocks and du "
+          "may show old sizes for some files (lmcfs-fsck --repair on the unmounted store sets them)",
+          left.status().ToString());
+  }
   Reclaimer reclaimer(
       store.get(), o.reclaim,
       [f] {

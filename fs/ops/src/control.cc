@@ -461,26 +461,19 @@ std::function<Status(store::Store&, const EventFn&)> DeadBaseGcHook(ReencodedFn 
       if (refreshed) j["extents_refreshed"] = *refreshed;
       events(DumpJson(j));
     };
-    std::vector<store::ChunkKey> rewritten;
-    store::DeadBaseOptions o;
-    o.committed = [&](const std::vector<store::ChunkKey>& keys) {
-      rewritten.insert(rewritten.end(), keys.begin(), keys.end());
-    };
-    auto r = st.RewriteDeadBases(o, [&](const store::DeadBaseReport& p) {
+    DeadBaseRun run = RewriteDeadBasesRefreshing(&st, reencoded, [&](const store::DeadBaseReport& p) {
       event(p, std::nullopt);
       return true;
     });
-    Result<uint64_t> refreshed = uint64_t{0};
-    if (reencoded && !rewritten.empty()) refreshed = reencoded(rewritten);
-    if (!r.ok()) return r.status();
-    if (!refreshed.ok())
+    if (!run.report.ok()) return run.report.status();
+    if (!run.refreshed.ok())
       return Status::IOError(
           "dead delta bases were re-encoded, but refreshing the stored bytes of the files using them "
           "failed (" +
-          refreshed.status().ToString() +
+          run.refreshed.status().ToString() +
           "); their data is intact, but st_blocks and du may show their old sizes: lmcfs-fsck --repair on "
           "the unmounted store sets them");
-    event(*r, *refreshed);
+    event(*run.report, *run.refreshed);
     return Status::Ok();
   };
 }

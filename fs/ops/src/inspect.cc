@@ -3,6 +3,7 @@
 // docs/ARCHITECTURE.md, "Operating tools").
 #include "lmc/fs/inspect.h"
 
+#include <spdlog/spdlog.h>
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -585,6 +586,67 @@ Result<uint64_t> RefreshStoredBytes(store::Store* st, const std::vector<ChunkKey
   for (const ExtentPlace& p : places) inos.insert(p.ino);
   LMC_ASSIGN_OR_RETURN(auto done, RecomputeStoredOf(st, inos));
   return done.first;
+}
+
+namespace {
+constexpr std::string_view kReencodeRefreshPrefix = "reencode-refresh/";
+std::string ReencodeRefreshKey(const ChunkKey& key) {
+  std::string k(kReencodeRefreshPrefix);
+  k.append(key.view());
+  return k;
+}
+// Deletes the records of `keys` (after their files were told).
+Status DeleteReencodeRecords(store::Store* st, const std::vector<ChunkKey>& keys) {
+  store::Batch b;
+  for (const ChunkKey& k : keys) b.Delete(Cf::kMeta, ReencodeRefreshKey(k));
+  return b.empty() ? Status::Ok() : st->Commit(b, false);
+}
+}  // namespace
+
+DeadBaseRun RewriteDeadBasesRefreshing(store::Store* st, const ReencodedFn& reencoded,
+                                       const store::DeadBaseProgressFn& progress) {
+  DeadBaseRun run;
+  std::vector<ChunkKey> rewritten;
+  store::DeadBaseOptions o;
+  if (reencoded) {
+    o.before_commit = [](const std::vector<ChunkKey>& keys, store::Batch* b) {
+      for (const ChunkKey& k : keys) b->Put(Cf::kMeta, ReencodeRefreshKey(k), "");
+    };
+    o.committed = [&](const std::vector<ChunkKey>& keys) {
+      rewritten.insert(rewritten.end(), keys.begin(), keys.end());
+    };
+  }
+  run.report = st->RewriteDeadBases(o, progress);
+  // What was committed changed frame lengths, whatever came after.
+  if (rewritten.empty()) return run;
+  run.reencoded = rewritten.size();
+  run.refreshed = reencoded(rewritten);
+  if (run.refreshed.ok()) {
+    if (Status ds = DeleteReencodeRecords(st, rewritten); !ds.ok())
+      spdlog::warn(
+          "lmcfs: deleting {} re-encode refresh records failed ({}); the next mount refreshes "
+          "those files again",
+          rewritten.size(), ds.ToString());
+  }
+  return run;
+}
+
+Result<uint64_t> RefreshLeftOver(store::Store* st, const ReencodedFn& reencoded) {
+  std::vector<ChunkKey> keys;
+  LMC_RETURN_IF_ERROR(st->Scan(Cf::kMeta, kReencodeRefreshPrefix, [&](std::string_view k, std::string_view) {
+    if (k.size() == kReencodeRefreshPrefix.size() + ChunkKey::kSize)
+      keys.push_back(
+          ChunkKey::FromBytes(reinterpret_cast<const uint8_t*>(k.data()) + kReencodeRefreshPrefix.size()));
+    return true;
+  }));
+  if (keys.empty()) return uint64_t{0};
+  LMC_ASSIGN_OR_RETURN(uint64_t n, reencoded(keys));
+  LMC_RETURN_IF_ERROR(DeleteReencodeRecords(st, keys));
+  spdlog::info(
+      "lmcfs: stored bytes of {} extents refreshed for {} chunks an earlier gc re-encoded (its "
+      "end was cut short)",
+      n, keys.size());
+  return n;
 }
 
 Result<uint64_t> RepairStoredBytes(store::Store* st, const TreeCheck& check) {

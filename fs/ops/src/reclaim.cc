@@ -76,22 +76,15 @@ Result<uint64_t> Reclaimer::Pass(const std::function<bool()>& busy, bool idle) {
   // dependants (a dead base); rewriting them standalone lets it go.
   const ReclaimActivity act = Activity();
   if (idle && act.removals != removals_seen_) {
-    std::vector<store::ChunkKey> rewritten;
-    store::DeadBaseOptions o;
-    o.committed = [&](const std::vector<store::ChunkKey>& keys) {
-      rewritten.insert(rewritten.end(), keys.begin(), keys.end());
-    };
-    auto r = store_->RewriteDeadBases(o, [&](const store::DeadBaseReport&) { return !busy(); });
-    // What it committed changed frame lengths, whatever came after.
-    if (reencoded_ && !rewritten.empty()) {
-      auto n = reencoded_(rewritten);
-      if (!n.ok())
-        spdlog::warn(
-            "lmcfs: refreshing the stored bytes of the files using {} re-encoded chunks failed ({}); their "
-            "data is intact, but st_blocks and du may show their old sizes (lmcfs-fsck --repair on the "
-            "unmounted store sets them)",
-            rewritten.size(), n.status().ToString());
-    }
+    DeadBaseRun run =
+        RewriteDeadBasesRefreshing(store_, reencoded_, [&](const store::DeadBaseReport&) { return !busy(); });
+    if (!run.refreshed.ok())
+      spdlog::warn(
+          "lmcfs: refreshing the stored bytes of the files using {} re-encoded chunks failed ({}); their "
+          "data is intact, but st_blocks and du may show their old sizes (lmcfs-fsck --repair on the "
+          "unmounted store sets them)",
+          run.reencoded, run.refreshed.status().ToString());
+    const auto& r = run.report;
     if (!r.ok()) {
       status = r.status();
     } else {

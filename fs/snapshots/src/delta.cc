@@ -555,7 +555,18 @@ void SnapshotDeltaPolicy::Flush() {
 
 SnapshotDeltaPolicy::Outcome SnapshotDeltaPolicy::PrepareRebase(const RebaseItem& it, store::Batch* batch) {
   auto next = store_->GetChunkInfo(it.next);
-  if (next.status().IsNotFound()) return Outcome::kWaiting;  // not committed yet (or gone)
+  if (next.status().IsNotFound()) {
+    // Not committed yet, or committed and gone since (the file was
+    // overwritten or removed): the item's record commits with the new
+    // chunk or after it, so a record without the chunk means gone, and
+    // waiting for it would only hold the queue (and whoever waits for it
+    // to drain) for kRebaseWaitNs.
+    if (store_->Get(store::Cf::kMeta, RebaseRecordKey(it)).ok()) {
+      counters_.rebase_skipped++;
+      return Outcome::kSkipped;
+    }
+    return Outcome::kWaiting;
+  }
   auto prev = store_->GetChunkInfo(it.prev);
   // A paired item's master is as long as it was written (4-byte values); its
   // twin holds the bf16 values from base_offset on.

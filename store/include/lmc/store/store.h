@@ -417,6 +417,10 @@ struct DeadBaseOptions {
   // changed length, and the files' extents record frame lengths for
   // st_blocks (fs::ExtentRec): the filesystem refreshes those.
   std::function<void(const std::vector<ChunkKey>& rewritten)> committed;
+  // Called before each commit with the chunks it re-encodes and its batch:
+  // records the caller adds (the filesystem's refresh records,
+  // fs::RewriteDeadBasesRefreshing) commit with the rewrites or not at all.
+  std::function<void(const std::vector<ChunkKey>& rewriting, Batch* batch)> before_commit;
   uint64_t max_chunks = UINT64_MAX;  // stop after rewriting this many dependants
   uint64_t batch_bytes = 64u << 20;  // frame bytes per commit
   bool dry_run = false;              // only report what would be done

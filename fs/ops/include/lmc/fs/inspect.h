@@ -149,6 +149,26 @@ Result<uint64_t> RepairStoredBytes(store::Store* store, const TreeCheck& check);
 // (fs::Filesystem::ChunksReencoded): its inodes in memory hold the same.
 Result<uint64_t> RefreshStoredBytes(store::Store* store, const std::vector<store::ChunkKey>& keys);
 
+// Store::RewriteDeadBases with the files following (st_blocks). Each commit
+// also puts a refresh record per re-encoded chunk (docs/FORMAT.md,
+// "Re-encode refresh records"); when the run is over, `reencoded` is told of
+// every chunk it re-encoded and, if that succeeded, the records go. A crash
+// in between leaves them to RefreshLeftOver. `reencoded` unset: no records,
+// nobody told (nothing holds frame lengths to refresh).
+struct DeadBaseRun {
+  Result<store::DeadBaseReport> report = store::DeadBaseReport{};
+  Result<uint64_t> refreshed = uint64_t{0};  // extents changed, or why refreshing failed
+  uint64_t reencoded = 0;                    // chunks told
+};
+DeadBaseRun RewriteDeadBasesRefreshing(store::Store* store, const ReencodedFn& reencoded,
+                                       const store::DeadBaseProgressFn& progress);
+
+// The refresh records of a RewriteDeadBasesRefreshing that a crash cut
+// short: `reencoded` is told of their chunks, then they go. Returns the
+// extents changed. Wherever a store is opened for writing with files to
+// refresh: a mount before it serves, lmcfs-gc on an unmounted store.
+Result<uint64_t> RefreshLeftOver(store::Store* store, const ReencodedFn& reencoded);
+
 // Paths whose data uses any of `chunks`, directly or as a delta base of a
 // chunk they use. Inodes no path reaches are reported as "<inode N>".
 Result<std::vector<std::string>> PathsUsingChunks(store::Store* store,
