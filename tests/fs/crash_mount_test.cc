@@ -1,5 +1,5 @@
 // The fault runs' bounded CI forms (issue 16, "Fault runs"): crashes, rot,
-// many writers.
+// many writers, and a soak of mixed file operations.
 //
 // The daemon killed with SIGKILL at random moments while real writers
 // (torch.save with fsync, safetensors' save_file, transformers'
@@ -76,6 +76,19 @@ TEST(MountManyWriters, RanksReadersRetentionAndGcTogether) {
   const std::string slack;
 #endif
   const std::string cmd = RunCommand("many_writers_run.py", "--seconds 30 --seed 5" + slack);
+  EXPECT_EQ(lmc::testing::Shell(cmd), 0) << cmd << " (its output above says what failed)";
+}
+
+// Checkpoint series mixed with writes at random offsets, truncates, renames
+// over other files, links, copy_file_range, shared mappings, lmcfs-gc,
+// dropped caches and remounts, against the same operations on the plain
+// disk: the bounded CI form of scripts/soak_run.py (the long form is
+// `--ops 3000`). Every file matches its shadow, st_blocks its stored
+// bytes, and the store is clean under lmcfs-fsck --deep with no stale
+// stored size.
+TEST(MountSoakRun, MixedOperationsMatchThePlainDisk) {
+  if (const std::string why = Unrunnable(); !why.empty()) GTEST_SKIP() << why;
+  const std::string cmd = RunCommand("soak_run.py", "--ops 200 --seed 11");
   EXPECT_EQ(lmc::testing::Shell(cmd), 0) << cmd << " (its output above says what failed)";
 }
 
