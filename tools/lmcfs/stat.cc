@@ -53,7 +53,9 @@ void PrintMemory(const json& m, bool bytes, std::ostream& out) {
       << of("chunk_cache_bytes", "chunk_cache_capacity") << ", bases of the next save "
       << of("delta_cache_bytes", "delta_cache_capacity") << ", decoded delta bases "
       << of("base_cache_bytes", "base_cache_capacity") << ", idle frame buffers "
-      << of("frame_pool_bytes", "frame_pool_capacity") << "\n";
+      << of("frame_pool_bytes", "frame_pool_capacity");
+  if (m.contains("inodes_cached")) out << ", " << m["inodes_cached"].get<uint64_t>() << " inodes cached";
+  out << "\n";
   out << "  index memory: memtables " << Size(m.value("index_memtable_bytes", json(0)), bytes)
       << ", table readers " << Size(m.value("index_table_reader_bytes", json(0)), bytes) << ", block caches "
       << of("index_block_cache_bytes", "index_block_cache_capacity") << "\n";

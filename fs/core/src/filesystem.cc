@@ -170,7 +170,8 @@ std::vector<std::pair<std::string, uint64_t>> Filesystem::MemoryCounters() const
           {"chunk_cache_bytes", d.cache.bytes()},
           {"chunk_cache_capacity", d.cache.capacity()},
           {"delta_cache_bytes", delta.bytes},
-          {"delta_cache_capacity", delta.capacity}};
+          {"delta_cache_capacity", delta.capacity},
+          {"inodes_cached", impl_->CachedInodes()}};
 }
 
 uint64_t Filesystem::ReleaseIdleWriteBlocks() { return TrimDirtyBlockPool(); }
@@ -212,19 +213,39 @@ int Filesystem::Impl::ToErrno(const Status& s, std::string_view what, uint64_t i
 }
 
 bool Filesystem::Impl::RefreshFrameLen(uint64_t ino, uint64_t off, const store::ChunkKey& key) {
+  bool cached;
+  {
+    std::lock_guard lk(table_mu);
+    cached = table.count(ino) != 0;
+  }
   int err = 0;
   InodePtr in = Get(ino, &err);
   if (!in) return false;  // deleted since
+  bool changed = false;
   {
     std::lock_guard lk(in->mu);
     auto info = store->GetChunkInfo(key);
-    if (!info.ok()) return false;  // released since
-    const uint64_t before = in->rec.stored;
-    in->data.RefreshFrameLen(off, key, info->frame_len);
-    if (in->rec.stored == before) return false;
+    if (info.ok()) {  // else released since
+      const uint64_t before = in->rec.stored;
+      in->data.RefreshFrameLen(off, key, info->frame_len);
+      changed = in->rec.stored != before;
+    }
   }
-  TellAttr(ino);
-  return true;
+  if (!cached) EvictIfUnused(in);
+  if (changed) TellAttr(ino);
+  return changed;
+}
+
+void Filesystem::Impl::EvictIfUnused(const InodePtr& in) {
+  // Only if ns_mu is free: Shutdown holds it while it waits for the rebase
+  // thread, which calls this. Left in the table, the inode costs memory,
+  // nothing else.
+  std::unique_lock ns(ns_mu, std::try_to_lock);
+  if (!ns.owns_lock()) return;
+  std::lock_guard il(in->mu);
+  if (in->nlookup || in->nopen || !in->Clean()) return;
+  std::lock_guard tl(table_mu);
+  if (auto it = table.find(in->ino); it != table.end() && it->second == in) table.erase(it);
 }
 
 Result<uint64_t> Filesystem::ChunksReencoded(const std::vector<store::ChunkKey>& keys) {

@@ -47,6 +47,10 @@ struct Filesystem::Impl {
   // Sets *err (ENOENT, EIO).
   InodePtr Get(uint64_t ino, int* err);
   void Erase(uint64_t ino);
+  uint64_t CachedInodes() {
+    std::lock_guard lk(table_mu);
+    return table.size();
+  }
   int ToErrno(const Status& s, std::string_view what, uint64_t ino);
 
   // The chunk at (ino, off) was re-encoded (the delta policy, garbage
@@ -54,7 +58,15 @@ struct Filesystem::Impl {
   // store has now under the inode's mutex, so that of two re-encodings told
   // in either order the later one's length stays. Nothing when the inode
   // or the chunk is gone. Returns whether the stored bytes changed.
+  // An inode the kernel does not know (it was not in the table before) is
+  // evicted again once refreshed, so that refreshing a whole store's files
+  // after gc does not leave them all, and their extent maps, in memory.
   bool RefreshFrameLen(uint64_t ino, uint64_t off, const store::ChunkKey& key);
+  // Takes `in` out of the table if nothing holds it: no kernel reference,
+  // no handle, nothing unwritten. Needs ns_mu exclusively (as Forget does),
+  // so that no Lookup is between its Get and its reference; when another
+  // thread holds it, `in` stays (best effort: it never waits for ns_mu).
+  void EvictIfUnused(const InodePtr& in);
 
   // FsOps::SetAttrListener's listener; called under the shared lock.
   std::shared_mutex attr_mu;
