@@ -8,15 +8,19 @@ deltas) are mixed with what users and tools also do to such files: writes
 at random offsets, truncates, renames over other files, hard links,
 copy_file_range, a shared mapping written back, deletes, `lmcfs-gc` on the
 mountpoint, dropped page caches, and remounts with `lmcfs-fsck` of the
-unmounted store in between. Every few operations every file is compared
+unmounted store in between. With --writers N, N threads do their
+operations at once, each in its own directory, while lmcfs-gc and dropped
+caches come beside them. Every few operations every file is compared
 with its shadow (bytes, size, links), and, once the rebases are done,
 each file's st_blocks with its stored bytes. At the end the store must be
 clean under `lmcfs-fsck --deep` with no stale stored size.
 
   python3 scripts/soak_run.py --ops 400 --seed 1
-  python3 scripts/soak_run.py --ops 3000 --options gc_dead=1   # long form
-Prints the seed; the same seed replays the same operations. A failure
-keeps the work directory (store, shadow, daemon log).
+  python3 scripts/soak_run.py --ops 3000 --options gc_dead=1     # long form
+  python3 scripts/soak_run.py --ops 3000 --writers 4             # at once
+Prints the seed; with one writer the same seed replays the same
+operations. A failure keeps the work directory (store, shadow, daemon
+log, ops.log: every operation in order).
 """
 import argparse
 import io
@@ -27,6 +31,7 @@ import random
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -42,33 +47,30 @@ class Failure(Exception):
     pass
 
 
-class Soak:
-    def __init__(self, args, work):
-        self.a = args
-        self.rnd = random.Random(args.seed)
-        self.work = work
-        self.store = os.path.join(work, 'store')
-        self.mnt = os.path.join(work, 'mnt')
-        self.shadow = os.path.join(work, 'shadow')
-        for d in (self.mnt, self.shadow):
-            os.makedirs(d)
-        self.log = os.path.join(work, 'daemon.log')
-        self.options = f'log_file={self.log},log_level=info' + (',' + args.options if args.options else '')
-        torch.manual_seed(args.seed)
+class Worker:
+    """One writer: its own random stream, checkpoint slots and directory
+    (the whole tree when it is the only one), so that writers running at
+    once never touch each other's files."""
+
+    def __init__(self, soak, k, seed):
+        self.soak = soak
+        self.rnd = random.Random(seed)
+        self.gen = torch.Generator().manual_seed(seed)
+        self.top = f'w{k}' if soak.a.writers > 1 else ''
+        self.mnt = os.path.join(soak.mnt, self.top) if self.top else soak.mnt
+        self.shadow = os.path.join(soak.shadow, self.top) if self.top else soak.shadow
+        os.makedirs(self.shadow, exist_ok=True)  # and its directory on the mount, once mounted
         # Checkpoint slots: directory, name, format, and the tensors they evolve.
         self.slots = []
-        for i in range(args.slots):
+        for i in range(soak.a.slots):
             fmt = ('st', 'st_atomic', 'pt')[i % 3]
             d = f'run{i % 2}'
-            sd = {f'layer{j}.weight': (torch.randn(256, 512 * (1 + j % 3)) * 0.02).to(torch.bfloat16)
-                  for j in range(4)}
-            sd['head.fp32'] = torch.randn(512, 1024) * 0.02
+            sd = {f'layer{j}.weight': (torch.randn(256, 512 * (1 + j % 3), generator=self.gen) * 0.02).to(
+                torch.bfloat16) for j in range(4)}
+            sd['head.fp32'] = torch.randn(512, 1024, generator=self.gen) * 0.02
             self.slots.append({'dir': d, 'fmt': fmt, 'sd': sd, 'step': 0})
-        self.stats = {'ops': 0, 'checks': 0, 'remounts': 0, 'gcs': 0, 'saves': 0}
-        self.ops_log = open(os.path.join(work, 'ops.log'), 'w')
-        self.t0 = time.time()
+        self.piece = 1 << 20
 
-    # -- paths -------------------------------------------------------------
     def both(self, rel):
         return os.path.join(self.mnt, rel), os.path.join(self.shadow, rel)
 
@@ -80,8 +82,23 @@ class Soak:
         return sorted(out)
 
     def note(self, msg):
-        self.ops_log.write(f'{self.stats["ops"]} ({time.time() - self.t0:.1f} s): {msg}\n')
-        self.ops_log.flush()
+        self.soak.note((f'[{self.top}] ' if self.top else '') + msg)
+
+    def count(self, what):
+        with self.soak.lock:
+            self.soak.stats[what] += 1
+
+    def run(self, n, failures):
+        ops = [(self.op_save, 30), (self.op_pwrite, 12), (self.op_truncate, 5), (self.op_unlink, 4),
+               (self.op_rename, 6), (self.op_link, 3), (self.op_copy, 5), (self.op_mmap, 3)]
+        fns, weights = zip(*ops)
+        try:
+            for _ in range(n):
+                self.count('ops')
+                self.rnd.choices(fns, weights)[0]()
+        except (Failure, OSError) as e:
+            self.note(f'FAILED: {e}')
+            failures.append(f'{self.top or "writer"}: {e}')
 
     # -- writing the same bytes to both sides ----------------------------------
     def write_pieces(self, path, data, offset=0, fsync=True, create=True):
@@ -103,7 +120,7 @@ class Soak:
         s = self.rnd.choice(self.slots)
         s['step'] += 1
         for k, t in s['sd'].items():  # a training step: small changes
-            noise = torch.randn(t.shape) * (0.0005 if self.rnd.random() < 0.8 else 0.01)
+            noise = torch.randn(t.shape, generator=self.gen) * (0.0005 if self.rnd.random() < 0.8 else 0.01)
             s['sd'][k] = (t.float() + noise).to(t.dtype)
         if s['fmt'] == 'pt':
             buf = io.BytesIO()
@@ -124,7 +141,7 @@ class Soak:
         else:
             for p in self.both(name):
                 self.write_pieces(p, data)
-        self.stats['saves'] += 1
+        self.count('saves')
         self.note(f'save {name} step {s["step"]} {len(data)} bytes piece {self.piece}')
 
     def pick(self):
@@ -240,6 +257,41 @@ class Soak:
                 m.close()
         self.note(f'mmap {rel} at {off}')
 
+
+class Soak:
+    def __init__(self, args, work):
+        self.a = args
+        self.rnd = random.Random(args.seed)
+        self.work = work
+        self.store = os.path.join(work, 'store')
+        self.mnt = os.path.join(work, 'mnt')
+        self.shadow = os.path.join(work, 'shadow')
+        for d in (self.mnt, self.shadow):
+            os.makedirs(d)
+        self.log = os.path.join(work, 'daemon.log')
+        self.options = f'log_file={self.log},log_level=info' + (',' + args.options if args.options else '')
+        self.stats = {'ops': 0, 'checks': 0, 'remounts': 0, 'gcs': 0, 'saves': 0}
+        self.ops_log = open(os.path.join(work, 'ops.log'), 'w')
+        self.t0 = time.time()
+        self.lock = threading.Lock()
+        self.workers = [Worker(self, k, args.seed * 1000 + k) for k in range(args.writers)]
+
+    # -- paths -------------------------------------------------------------
+    def both(self, rel):
+        return os.path.join(self.mnt, rel), os.path.join(self.shadow, rel)
+
+    def files(self):
+        out = []
+        for dirpath, _, names in os.walk(self.shadow):
+            for n in names:
+                out.append(os.path.relpath(os.path.join(dirpath, n), self.shadow))
+        return sorted(out)
+
+    def note(self, msg):
+        with self.lock:
+            self.ops_log.write(f'{self.stats["ops"]} ({time.time() - self.t0:.1f} s): {msg}\n')
+            self.ops_log.flush()
+
     def op_gc(self):
         thr = self.rnd.choice(['0.5', '0.9', '1'])
         r = subprocess.run([self.tool('lmcfs-gc'), '-q', '--threshold', thr, self.mnt],
@@ -304,16 +356,31 @@ class Soak:
 
     def run(self):
         mount(self.a.build, self.store, self.mnt, self.options)
-        ops = [(self.op_save, 30), (self.op_pwrite, 12), (self.op_truncate, 5), (self.op_unlink, 4),
-               (self.op_rename, 6), (self.op_link, 3), (self.op_copy, 5), (self.op_mmap, 3),
-               (self.op_gc, 3), (self.op_drop, 3), (self.op_remount, 2)]
-        fns, weights = zip(*ops)
+        for w in self.workers:
+            os.makedirs(w.mnt, exist_ok=True)
+        # Rounds: each writer does --check-every file operations (at once,
+        # when there are several) while this thread may run lmcfs-gc or
+        # drop the page cache beside them; then every file is checked, and
+        # now and then the store is remounted (fsck'd in between).
+        rounds = max(1, self.a.ops // (self.a.check_every * self.a.writers))
         try:
-            for i in range(self.a.ops):
-                self.stats['ops'] = i + 1
-                self.rnd.choices(fns, weights)[0]()
-                if (i + 1) % self.a.check_every == 0:
-                    self.check(blocks=(i + 1) % (4 * self.a.check_every) == 0)
+            for r in range(rounds):
+                failures = []
+                threads = [threading.Thread(target=w.run, args=(self.a.check_every, failures))
+                           for w in self.workers]
+                for t in threads:
+                    t.start()
+                beside = self.rnd.choices([None, self.op_gc, self.op_drop], [4, 3, 3])[0]
+                if beside:
+                    time.sleep(self.rnd.random() * 0.5)
+                    beside()
+                for t in threads:
+                    t.join()
+                if failures:
+                    raise Failure('; '.join(failures))
+                self.check(blocks=r % 4 == 3)
+                if self.rnd.random() < 0.15:
+                    self.op_remount()
             self.check(blocks=True)
             unmount(self.mnt, self.store)
             self.fsck(deep=True)
@@ -332,7 +399,10 @@ def main():
     ap.add_argument('--ops', type=int, default=400)
     ap.add_argument('--seed', type=int, default=None)
     ap.add_argument('--slots', type=int, default=4, help='checkpoint files evolved in turn')
-    ap.add_argument('--check-every', type=int, default=10)
+    ap.add_argument('--check-every', type=int, default=10, help='file operations a writer does between checks')
+    ap.add_argument('--writers', type=int, default=1,
+                    help='writers at once, each in its own directory (more than one: the operations '
+                         'interleave as the threads run, so a seed no longer replays them exactly)')
     ap.add_argument('--options', default='', help='more mount options (e.g. gc_dead=1,delta_chain=2)')
     ap.add_argument('--keep', action='store_true', help='keep the work directory')
     a = ap.parse_args()

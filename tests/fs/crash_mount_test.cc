@@ -82,14 +82,16 @@ TEST(MountManyWriters, RanksReadersRetentionAndGcTogether) {
 // Checkpoint series mixed with writes at random offsets, truncates, renames
 // over other files, links, copy_file_range, shared mappings, lmcfs-gc,
 // dropped caches and remounts, against the same operations on the plain
-// disk: the bounded CI form of scripts/soak_run.py (the long form is
-// `--ops 3000`). Every file matches its shadow, st_blocks its stored
-// bytes, and the store is clean under lmcfs-fsck --deep with no stale
-// stored size.
+// disk, by one writer and by three at once: the bounded CI form of
+// scripts/soak_run.py (the long form is `--ops 3000`). Every file matches
+// its shadow, st_blocks its stored bytes, and the store is clean under
+// lmcfs-fsck --deep with no stale stored size.
 TEST(MountSoakRun, MixedOperationsMatchThePlainDisk) {
   if (const std::string why = Unrunnable(); !why.empty()) GTEST_SKIP() << why;
-  const std::string cmd = RunCommand("soak_run.py", "--ops 200 --seed 11");
-  EXPECT_EQ(lmc::testing::Shell(cmd), 0) << cmd << " (its output above says what failed)";
+  for (const char* args : {"--ops 200 --seed 11", "--ops 300 --writers 3 --seed 12"}) {
+    const std::string cmd = RunCommand("soak_run.py", args);
+    EXPECT_EQ(lmc::testing::Shell(cmd), 0) << cmd << " (its output above says what failed)";
+  }
 }
 
 }  // namespace
