@@ -47,7 +47,21 @@ class Failure(Exception):
     pass
 
 
-class Worker:
+class Tree:
+    """A directory on the mount and its shadow on the plain disk."""
+
+    def both(self, rel):
+        return os.path.join(self.mnt, rel), os.path.join(self.shadow, rel)
+
+    def files(self):
+        out = []
+        for dirpath, _, names in os.walk(self.shadow):
+            for n in names:
+                out.append(os.path.relpath(os.path.join(dirpath, n), self.shadow))
+        return sorted(out)
+
+
+class Worker(Tree):
     """One writer: its own random stream, checkpoint slots and directory
     (the whole tree when it is the only one), so that writers running at
     once never touch each other's files."""
@@ -70,16 +84,6 @@ class Worker:
             sd['head.fp32'] = torch.randn(512, 1024, generator=self.gen) * 0.02
             self.slots.append({'dir': d, 'fmt': fmt, 'sd': sd, 'step': 0})
         self.piece = 1 << 20
-
-    def both(self, rel):
-        return os.path.join(self.mnt, rel), os.path.join(self.shadow, rel)
-
-    def files(self):
-        out = []
-        for dirpath, _, names in os.walk(self.shadow):
-            for n in names:
-                out.append(os.path.relpath(os.path.join(dirpath, n), self.shadow))
-        return sorted(out)
 
     def note(self, msg):
         self.soak.note((f'[{self.top}] ' if self.top else '') + msg)
@@ -258,7 +262,7 @@ class Worker:
         self.note(f'mmap {rel} at {off}')
 
 
-class Soak:
+class Soak(Tree):
     def __init__(self, args, work):
         self.a = args
         self.rnd = random.Random(args.seed)
@@ -275,17 +279,6 @@ class Soak:
         self.t0 = time.time()
         self.lock = threading.Lock()
         self.workers = [Worker(self, k, args.seed * 1000 + k) for k in range(args.writers)]
-
-    # -- paths -------------------------------------------------------------
-    def both(self, rel):
-        return os.path.join(self.mnt, rel), os.path.join(self.shadow, rel)
-
-    def files(self):
-        out = []
-        for dirpath, _, names in os.walk(self.shadow):
-            for n in names:
-                out.append(os.path.relpath(os.path.join(dirpath, n), self.shadow))
-        return sorted(out)
 
     def note(self, msg):
         with self.lock:
