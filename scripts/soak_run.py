@@ -7,7 +7,8 @@ plus small changes, so that background rebases turn older saves into
 deltas) are mixed with what users and tools also do to such files: writes
 at random offsets, truncates, renames over other files, hard links,
 copy_file_range, a shared mapping written back, deletes, `lmcfs-gc` on the
-mountpoint, dropped page caches, and remounts with `lmcfs-fsck` of the
+mountpoint, fallocate (holes punched, ranges zeroed, space allocated),
+appends, dropped page caches, and remounts with `lmcfs-fsck` of the
 unmounted store in between. With --writers N, N threads do their
 operations at once, each in its own directory, while lmcfs-gc and dropped
 caches come beside them. Every few operations every file is compared
@@ -23,6 +24,7 @@ operations. A failure keeps the work directory (store, shadow, daemon
 log, ops.log: every operation in order).
 """
 import argparse
+import ctypes
 import io
 import json
 import mmap
@@ -41,6 +43,9 @@ import torch  # noqa: E402
 from safetensors.torch import save as st_bytes  # noqa: E402
 
 M = 1 << 20
+FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE, FALLOC_FL_ZERO_RANGE = 0x01, 0x02, 0x10
+LIBC = ctypes.CDLL(None, use_errno=True)
+LIBC.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_long, ctypes.c_long]
 
 
 class Failure(Exception):
@@ -94,7 +99,8 @@ class Worker(Tree):
 
     def run(self, n, failures):
         ops = [(self.op_save, 30), (self.op_pwrite, 12), (self.op_truncate, 5), (self.op_unlink, 4),
-               (self.op_rename, 6), (self.op_link, 3), (self.op_copy, 5), (self.op_mmap, 3)]
+               (self.op_rename, 6), (self.op_link, 3), (self.op_copy, 5), (self.op_mmap, 3),
+               (self.op_fallocate, 3), (self.op_append, 3)]
         fns, weights = zip(*ops)
         try:
             for _ in range(n):
@@ -243,6 +249,38 @@ class Worker(Tree):
                 os.close(fi)
                 os.close(fo)
         self.note(f'copy {rel} -> {to}')
+
+    def op_fallocate(self):
+        rel = self.pick()
+        if not rel:
+            return
+        size = os.path.getsize(self.both(rel)[1])
+        mode = self.rnd.choice([FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, FALLOC_FL_ZERO_RANGE,
+                                FALLOC_FL_ZERO_RANGE | FALLOC_FL_KEEP_SIZE, 0])
+        off = self.rnd.randrange(0, size + M)
+        n = self.rnd.choice([1, 4096, M, self.rnd.randrange(1, 3 * M)])
+        for p in self.both(rel):
+            fd = os.open(p, os.O_WRONLY)
+            try:
+                if LIBC.fallocate(fd, mode, ctypes.c_long(off), ctypes.c_long(n)) != 0:
+                    e = ctypes.get_errno()
+                    raise OSError(e, f'fallocate mode {mode:#x} at {off} len {n}: {os.strerror(e)}', p)
+            finally:
+                os.close(fd)
+        self.note(f'fallocate {rel} mode {mode:#x} at {off} len {n}')
+
+    def op_append(self):
+        rel = self.pick()
+        if not rel:
+            return
+        data = self.rnd.randbytes(self.rnd.choice([1, 4096, 100000, M + 3]))
+        for p in self.both(rel):
+            fd = os.open(p, os.O_WRONLY | os.O_APPEND)
+            try:
+                os.write(fd, data)
+            finally:
+                os.close(fd)
+        self.note(f'append {rel} {len(data)} bytes')
 
     def op_mmap(self):
         rel = self.pick()
