@@ -516,17 +516,22 @@ Result<uint64_t> RepairTree(store::Store* st, const TreeCheck& check) {
 
 namespace {
 
+// What RecomputeStored put in its batch.
+struct Recomputed {
+  uint64_t extents = 0;  // extents whose frame length changed
+  bool inode = false;    // the inode record (its `stored`) was rewritten
+};
+
 // Puts in `b` ino's extents with the frame lengths the index has now and
-// its inode with `stored` their sum, where either differs. Returns the
-// extents changed, or -1 when only the inode's sum was wrong; 0: nothing
-// to do (also for an inode that is gone or does not decode, and for
-// extents of another fs version, whose frame lengths are unknown).
-Result<int64_t> RecomputeStored(store::Store* st, uint64_t ino, store::Batch* b) {
+// its inode with `stored` their sum, where either differs. Nothing for an
+// inode that is gone or does not decode, or whose extents are of another
+// fs version (their frame lengths are unknown).
+Result<Recomputed> RecomputeStored(store::Store* st, uint64_t ino, store::Batch* b) {
   auto iv = st->Get(Cf::kInodes, InodeKey(ino));
-  if (iv.status().IsNotFound()) return int64_t{0};  // stray extents (fsck reports them)
+  if (iv.status().IsNotFound()) return Recomputed{};  // stray extents (fsck reports them)
   LMC_RETURN_IF_ERROR(iv.status());
   auto rec = DecodeInode(*iv);
-  if (!rec || !S_ISREG(rec->mode)) return int64_t{0};  // a bad record (fsck reports it)
+  if (!rec || !S_ISREG(rec->mode)) return Recomputed{};  // a bad record (fsck reports it)
   std::vector<std::pair<std::string, ExtentRec>> changed;
   uint64_t stored = 0;
   Status status;
@@ -550,13 +555,13 @@ Result<int64_t> RecomputeStored(store::Store* st, uint64_t ino, store::Batch* b)
         stored += x->Stored();
         return true;
       }));
-  if (status.code() == Code::kUnsupported) return int64_t{0};
+  if (status.code() == Code::kUnsupported) return Recomputed{};
   LMC_RETURN_IF_ERROR(status);
-  if (changed.empty() && rec->stored == stored) return int64_t{0};
+  if (changed.empty() && rec->stored == stored) return Recomputed{};
   for (const auto& [k, x] : changed) b->Put(Cf::kExtents, k, EncodeExtentRec(x));
   rec->stored = stored;
   b->Put(Cf::kInodes, InodeKey(ino), EncodeInode(*rec));
-  return changed.empty() ? int64_t{-1} : static_cast<int64_t>(changed.size());
+  return Recomputed{changed.size(), true};
 }
 
 // RecomputeStored for each of `inos`, committed every 1,024 inodes.
@@ -565,9 +570,9 @@ Result<std::pair<uint64_t, uint64_t>> RecomputeStoredOf(store::Store* st, const 
   store::Batch b;
   uint64_t extents = 0, inodes = 0;
   for (uint64_t ino : inos) {
-    LMC_ASSIGN_OR_RETURN(int64_t n, RecomputeStored(st, ino, &b));
-    if (n == 0) continue;
-    extents += n > 0 ? static_cast<uint64_t>(n) : 0;
+    LMC_ASSIGN_OR_RETURN(Recomputed r, RecomputeStored(st, ino, &b));
+    if (!r.inode) continue;
+    extents += r.extents;
     if (++inodes % 1024 == 0) {
       LMC_RETURN_IF_ERROR(st->Commit(b, true));
       b.Clear();
