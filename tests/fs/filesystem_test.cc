@@ -459,6 +459,67 @@ TEST_F(FsCore, ARenameThatCommitsTheSourceRecordsItsStoredBytes) {
   EXPECT_EQ(ReadAll(ino), model);
 }
 
+// A dedup hit whose chunk every other file released before this file's
+// commit is stored anew by that commit (encoded standalone, another frame
+// length than the one matched): the file's extents and stored bytes take
+// the new length. Found by scripts/soak_run.py with 4 writers (a safetensors
+// header shared by saves of the same step).
+TEST_F(FsCore, ADedupHitStoredAnewAtCommitRecordsItsNewFrameLength) {
+  opts_.batch_limit = 64 << 20;  // b.bin commits only when flushed
+  Reopen();
+  const std::string model = Bf16Like(3 * (64 << 10), 31);
+  const uint64_t a = CreateFile(kRootIno, "a.bin");
+  ASSERT_EQ(fs_->Write(a, 0, model.data(), model.size()), 0);
+  ASSERT_EQ(fs_->Flush(a), 0);
+  ASSERT_EQ(fs_->Release(a, true), 0);
+  // a.bin's chunks coded as fp32 (as a rebase or gc may have coded them:
+  // another frame length than a fresh standalone encoding).
+  {
+    store::Batch batch;
+    ASSERT_TRUE(store_
+                    ->Scan(store::Cf::kExtents, store::ExtentKeyPrefix(a),
+                           [&](std::string_view k, std::string_view v) {
+                             auto x = DecodeExtentRec(v);
+                             if (!x || k.size() != 16) return true;
+                             EncodeParams params;
+                             params.dtype = DType::kF32;
+                             std::vector<uint8_t> frame(MaxEncodedSize(x->length));
+                             Workspace ws;
+                             auto n = EncodeChunk(
+                                 reinterpret_cast<const uint8_t*>(model.data()) + LoadBE64(k.data() + 8),
+                                 x->length, params, frame.data(), frame.size(), ws);
+                             EXPECT_TRUE(n.ok());
+                             if (!n.ok()) return false;
+                             EXPECT_NE(*n, x->frame_len);
+                             frame.resize(*n);
+                             batch.RewriteChunk(x->key, frame);
+                             return true;
+                           })
+                    .ok());
+    ASSERT_TRUE(store_->Commit(batch).ok());
+  }
+  // b.bin's encoders match a.bin's chunks (more than dirty_limit written
+  // behind them, so that they are encoded before the flush)...
+  const uint64_t b = CreateFile(kRootIno, "b.bin");
+  const std::string data = model + Bf16Like(24 * (64 << 10), 32);
+  ASSERT_EQ(fs_->Write(b, 0, data.data(), data.size()), 0);
+  for (int i = 0; i < 2000 && fs_->counters().matched_chunks.load() < 3; i++)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ASSERT_EQ(fs_->counters().matched_chunks.load(), 3u);
+  // ...which are gone before b.bin commits.
+  ASSERT_EQ(fs_->Unlink(kRootIno, "a.bin"), 0);
+  fs_->Forget(a, 1);
+  const uint64_t before = store_->Stats().encoded_at_commit;
+  ASSERT_EQ(fs_->Flush(b), 0);
+  ASSERT_EQ(fs_->Release(b, true), 0);
+  ASSERT_EQ(store_->Stats().encoded_at_commit, before + 3) << "the store did not store the matches anew";
+  auto check = CheckTree(store_.get());
+  ASSERT_TRUE(check.ok()) << check.status().ToString();
+  for (const auto& st : check->stale_stored)
+    ADD_FAILURE() << st.path << " records " << st.recorded << " stored bytes, holds " << st.actual;
+  EXPECT_EQ(ReadAll(b), data);
+}
+
 // Refreshing the stored bytes of the files using re-encoded chunks (after
 // gc, ChunksReencoded) loads inodes the kernel may have forgotten: those
 // are refreshed, then go out of the table again, with their extent maps;

@@ -742,17 +742,22 @@ int FileData::ApplyJob(EncodeJob& job) {
   ExtentRec e;
   e.length = static_cast<uint32_t>(job.end - job.begin);
   e.key = job.key;
-  // A chunk the store held already is charged its stored frame, as a dedup hit.
-  e.frame_len = job.match ? job.match->frame_len : static_cast<uint32_t>(job.frame.size());
+  // A chunk the store held already is charged its stored frame, as a dedup
+  // hit: as the index has it now (under the inode's mutex), not as the
+  // encoder found it, since a re-encoding (rebase, gc) may have committed
+  // in between and refreshed every file but this one (see RefreshKeys).
+  e.frame_len =
+      job.match ? shared_.FrameLenNow(e.key, job.match->frame_len) : static_cast<uint32_t>(job.frame.size());
   e.decoded_len = e.length;
   if (shared_.delta) {
     ChunkOrigin origin{owner_.ino,         owner_.name_hint, &job.spec,
                        owner_.parent_hint, job.key_owner,    owner_.dir_name_hint};
     shared_.delta->Record(origin, job.key, job.base_key, job.buf, &pending_);
   }
-  if (job.match)
+  if (job.match) {
     pending_.AddMatchedChunk(e.key, *job.match, job.buf, job.key_owner);
-  else
+    matched_.emplace_back(job.begin, e.key);
+  } else
     pending_.AddChunk(e.key, std::move(job.frame), e.decoded_len, job.base_key, job.key_owner, job.seal);
   pending_chunks_ = true;
   ReplaceRange(job.begin, job.end, &e);
@@ -1205,7 +1210,23 @@ int FileData::Commit(bool sync) {
   pending_.Clear();
   pending_chunks_ = false;
   owner_.rec_dirty = false;
+  // Every dedup hit applied so far is committed now (the queued batches
+  // settled above, the rest just now).
+  if (!matched_.empty()) RecheckMatched();
   return 0;
+}
+
+void FileData::RecheckMatched() {
+  std::vector<std::pair<uint64_t, store::ChunkKey>> matched;
+  matched.swap(matched_);
+  ChunkKeySet stored_anew;
+  for (const auto& [off, key] : matched) {
+    auto it = extents_.find(off);
+    if (it == extents_.end() || it->second.key != key) continue;  // overwritten since
+    if (shared_.FrameLenNow(key, it->second.frame_len) != it->second.frame_len) stored_anew.insert(key);
+  }
+  // Rare: every extent naming them (a write may have split one since).
+  if (!stored_anew.empty()) RefreshKeys(stored_anew);
 }
 
 void FileData::RefreshFrameLen(uint64_t off, const store::ChunkKey& key, uint32_t frame_len) {
@@ -1221,6 +1242,29 @@ void FileData::RefreshFrameLen(uint64_t off, const store::ChunkKey& key, uint32_
   if (Commit(false) != 0)
     spdlog::warn("lmcfs: inode {}: recording the new frame length of {} failed; st_blocks stays as it was",
                  owner_.ino, key.ToHex());
+}
+
+uint64_t FileData::RefreshKeys(const ChunkKeySet& keys) {
+  if (owner_.purged || !owner_.IsReg() || !extents_loaded_) return 0;  // else all in the store
+  uint64_t changed = 0;
+  for (auto& [off, x] : extents_) {
+    if (!keys.count(x.key)) continue;
+    const uint32_t now = shared_.FrameLenNow(x.key, x.frame_len);
+    if (now == x.frame_len) continue;
+    owner_.rec.stored -= std::min(owner_.rec.stored, x.Stored());
+    x.frame_len = now;
+    owner_.rec.stored += x.Stored();
+    pending_.Put(store::Cf::kExtents, store::ExtentKey(owner_.ino, off), EncodeExtentRec(x));
+    changed++;
+  }
+  if (!changed) return 0;
+  owner_.rec_dirty = true;
+  if (Commit(false) != 0)
+    spdlog::warn(
+        "lmcfs: inode {}: recording the new frame lengths of re-encoded chunks failed; st_blocks "
+        "stays as it was",
+        owner_.ino);
+  return changed;
 }
 
 int FileData::Finalize(bool sync) {
@@ -1258,6 +1302,9 @@ int FileData::CloneFrom(FileData& src, uint64_t soff, uint64_t doff, uint64_t le
     ExtentRec x = it->second;
     x.chunk_offset = static_cast<uint32_t>(x.chunk_offset + (s - it->first));
     x.length = static_cast<uint32_t>(e - s);
+    // The frame length the index has now: src's may predate a re-encoding
+    // whose refresh has not reached src yet (see RefreshKeys).
+    x.frame_len = shared_.FrameLenNow(x.key, x.frame_len);
     uint64_t at = doff + (s - soff);
     pending_.Ref(x.key);
     pending_.Put(store::Cf::kExtents, store::ExtentKey(owner_.ino, at), EncodeExtentRec(x));

@@ -151,6 +151,12 @@ struct FileDataShared {
   // The errno for a failed store call: ENOENT, ENOSPC, or EIO (counted and
   // logged with `what` and the inode).
   int ToErrno(const Status& s, std::string_view what, uint64_t ino);
+  // The frame length the index holds for `key` now; `fallback` when the
+  // chunk is not (or no longer) indexed or the lookup fails.
+  uint32_t FrameLenNow(const store::ChunkKey& key, uint32_t fallback) const {
+    auto info = store->GetChunkInfo(key);
+    return info.ok() ? static_cast<uint32_t>(info->frame_len) : fallback;
+  }
 };
 
 // A range of a file to cut into one chunk; dtype nullopt: detect. `spec`
@@ -290,6 +296,13 @@ class FileData {
   // stored bytes (st_blocks) and commits them; nothing when the extent no
   // longer holds `key`.
   void RefreshFrameLen(uint64_t off, const store::ChunkKey& key, uint32_t frame_len);
+  // Chunks `keys` were re-encoded: every extent in memory naming one takes
+  // the frame length the index has now, committed or not (an extent made
+  // from a dedup hit or a clone before the re-encoding and committed after
+  // it is in no scan of the store's extents), and the owner's stored bytes
+  // follow. Nothing when the extents were never loaded (then the store's
+  // extents are all there are). Returns the extents changed.
+  uint64_t RefreshKeys(const ChunkKeySet& keys);
 
   // Changes (xattrs) to commit with the next Commit.
   store::Batch& pending() { return pending_; }
@@ -399,6 +412,13 @@ class FileData {
   // Committed (or in pending_) extents: file offset -> extent. Loaded on
   // first data access; they never overlap.
   bool extents_loaded_ = false;
+  // Dedup hits applied since the last Commit: (offset, key). A matched
+  // chunk that every other file released before this file's commit is
+  // stored anew by that commit (Store: AddMatchedChunk encodes it
+  // standalone), so its frame length is not the one matched; Commit checks
+  // these against the index once they are committed (RecheckMatched).
+  std::vector<std::pair<uint64_t, store::ChunkKey>> matched_;
+  void RecheckMatched();
   // Durable(): the size set explicitly, and the end of the applied chunks.
   uint64_t size_floor_ = 0, data_end_ = 0;
   std::map<uint64_t, ExtentRec> extents_;

@@ -184,6 +184,9 @@ void Filesystem::SetDeltaPolicy(std::unique_ptr<DeltaPolicy> policy) {
     Impl* m = impl_.get();
     impl_->data.delta->SetRebaseListener(
         [m](uint64_t ino, uint64_t off, const store::ChunkKey& key) { m->RefreshFrameLen(ino, off, key); });
+    impl_->data.delta->SetReencodedListener([m](const std::vector<store::ChunkKey>& keys) {
+      m->RefreshCached(ChunkKeySet(keys.begin(), keys.end()));
+    });
   }
   if (impl_->data.delta) {
     store::Store* st = store_;
@@ -245,15 +248,46 @@ void Filesystem::Impl::EvictIfUnused(const InodePtr& in) {
   std::lock_guard il(in->mu);
   if (in->nlookup || in->nopen || !in->Clean()) return;
   std::lock_guard tl(table_mu);
-  if (auto it = table.find(in->ino); it != table.end() && it->second == in) table.erase(it);
+  // Held by the table and the caller only: another thread that got it
+  // from the table (a second refresh of the same file) would go on with an
+  // inode that the next Get no longer returns, and two inodes of one file
+  // would write over each other's records. Under table_mu no new holder
+  // can appear.
+  if (auto it = table.find(in->ino); it != table.end() && it->second == in && in.use_count() == 2)
+    table.erase(it);
 }
 
 Result<uint64_t> Filesystem::ChunksReencoded(const std::vector<store::ChunkKey>& keys) {
   if (keys.empty() || opts_.read_only) return uint64_t{0};
-  LMC_ASSIGN_OR_RETURN(std::vector<ExtentPlace> places,
-                       FindExtentsUsing(store_, ChunkKeySet(keys.begin(), keys.end())));
-  uint64_t n = 0;
+  const ChunkKeySet set(keys.begin(), keys.end());
+  // The inodes in memory first (their extents not yet committed too), then
+  // the store's extents: an inode evicted in between was clean, so its
+  // extents are all in the store.
+  uint64_t n = impl_->RefreshCached(set);
+  LMC_ASSIGN_OR_RETURN(std::vector<ExtentPlace> places, FindExtentsUsing(store_, set));
   for (const ExtentPlace& p : places) n += impl_->RefreshFrameLen(p.ino, p.offset, p.key);
+  return n;
+}
+
+uint64_t Filesystem::Impl::RefreshCached(const ChunkKeySet& keys) {
+  std::vector<InodePtr> all;
+  {
+    std::lock_guard lk(table_mu);
+    all.reserve(table.size());
+    for (auto& [ino, in] : table) all.push_back(in);
+  }
+  uint64_t n = 0;
+  for (const InodePtr& in : all) {
+    uint64_t changed;
+    {
+      std::lock_guard lk(in->mu);
+      changed = in->data.RefreshKeys(keys);
+    }
+    if (changed) {
+      n += changed;
+      TellAttr(in->ino);
+    }
+  }
   return n;
 }
 

@@ -62,8 +62,14 @@ struct Filesystem::Impl {
   // evicted again once refreshed, so that refreshing a whole store's files
   // after gc does not leave them all, and their extent maps, in memory.
   bool RefreshFrameLen(uint64_t ino, uint64_t off, const store::ChunkKey& key);
+  // Chunks `keys` were re-encoded: every inode in memory refreshes its
+  // extents naming one (FileData::RefreshKeys), committed or not, and the
+  // kernel is told. Run after the re-encoding's commit, so that an extent
+  // made before it is refreshed here and one made after it reads the new
+  // length from the index. Returns the extents changed.
+  uint64_t RefreshCached(const ChunkKeySet& keys);
   // Takes `in` out of the table if nothing holds it: no kernel reference,
-  // no handle, nothing unwritten. Needs ns_mu exclusively (as Forget does),
+  // no handle, nothing unwritten, no other thread's pointer. Needs ns_mu exclusively (as Forget does),
   // so that no Lookup is between its Get and its reference; when another
   // thread holds it, `in` stays (best effort: it never waits for ns_mu).
   void EvictIfUnused(const InodePtr& in);

@@ -56,6 +56,11 @@ std::string SnapshotDeltaPolicy::RefreshRecordKey(uint64_t ino, uint64_t offset)
   return k;
 }
 
+void SnapshotDeltaPolicy::SetReencodedListener(ReencodedListener fn) {
+  std::lock_guard l(rq_mu_);
+  reencoded_listener_ = std::move(fn);
+}
+
 void SnapshotDeltaPolicy::SetRebaseListener(RebaseListener fn) {
   {
     std::lock_guard l(rq_mu_);
@@ -692,6 +697,7 @@ void SnapshotDeltaPolicy::RebaseLoop() {
     rq_.clear();
     in_progress_ = take.size();
     const RebaseListener listener = listener_;
+    const ReencodedListener reencoded = reencoded_listener_;
     l.unlock();
 
     std::vector<RebaseItem> waiting;
@@ -712,10 +718,12 @@ void SnapshotDeltaPolicy::RebaseLoop() {
         if (done < added) counters_.rebase_skipped += added - done;  // refused under the commit lock
         // The files' extents still carry the old frame length (st_blocks):
         // the filesystem refreshes them.
+        std::vector<store::ChunkKey> done_keys;
         for (const RebaseItem* it : in_batch) {
           auto info = store_->GetChunkInfo(it->prev);
           const bool done = info.ok() && info->base && *info->base == it->next;
           if (done && it->paired) counters_.paired_later++;
+          if (done) done_keys.push_back(it->prev);
           if (!done || !listener) continue;
           if (it->prev_ino != 0) listener(it->prev_ino, it->prev_offset, it->prev);
           // Referenced by more extents than its place, if the place still
@@ -727,6 +735,10 @@ void SnapshotDeltaPolicy::RebaseLoop() {
               shared_rebased_.size() < kMaxShared)
             shared_rebased_[it->prev] = Shared{it->prev_ino, it->prev_offset};
         }
+        // Extents in memory (a dedup hit or a clone made before the commit
+        // and committed after it, which neither the place nor the shared
+        // scan reaches), after the places and the counts above.
+        if (reencoded && !done_keys.empty()) reencoded(done_keys);
         // The places are told: their refresh records go (a failure leaves
         // them to the next mount, which tells them again). With no
         // listener yet they stay for the one SetRebaseListener installs.

@@ -106,6 +106,7 @@ class SnapshotDeltaPolicy final : public DeltaPolicy {
   // Also tells fn of the places whose refresh a crash cut short (their
   // refresh records, RefreshRecordKey), before it returns.
   void SetRebaseListener(RebaseListener fn) override;
+  void SetReencodedListener(ReencodedListener fn) override;
   void SetPathResolver(PathResolver fn) override { resolver_ = std::move(fn); }
   uint64_t Pending() const override;
   std::vector<std::pair<std::string, uint64_t>> Counters() const override;
@@ -197,8 +198,9 @@ class SnapshotDeltaPolicy final : public DeltaPolicy {
   size_t in_progress_ = 0;  // items taken by the worker, not yet finished
   int flushers_ = 0;        // Flush calls waiting: waiting items are dropped
   bool stop_ = false;
-  RebaseListener listener_;  // guarded by rq_mu_ (the worker copies it with the items it takes)
-  PathResolver resolver_;    // likewise
+  RebaseListener listener_;               // guarded by rq_mu_ (the worker copies it with the items it takes)
+  ReencodedListener reencoded_listener_;  // likewise
+  PathResolver resolver_;                 // likewise
   // Rebased chunks that more extents reference than the one the listener
   // was told about (deduplicated: a copy, weights saved twice), with that
   // place (and a frame length ReconcileShared re-reads): it scans the extents and

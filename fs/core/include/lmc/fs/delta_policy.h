@@ -55,6 +55,11 @@ struct BaseChoice {
 // (ino, offset) was re-encoded: its frame changed length (the filesystem
 // reads the length the store has now).
 using RebaseListener = std::function<void(uint64_t ino, uint64_t offset, const store::ChunkKey& key)>;
+// Told, on the policy's background thread after each commit of
+// re-encodings, every chunk it re-encoded: the filesystem refreshes the
+// extents naming them that it holds in memory (committed or not), which no
+// place and no scan of the store's extents reaches.
+using ReencodedListener = std::function<void(const std::vector<store::ChunkKey>& keys)>;
 // The inode of a directory given as a path from the mount root; nullopt if
 // there is none (yet).
 using PathResolver = std::function<std::optional<uint64_t>(const std::string& path)>;
@@ -106,6 +111,7 @@ class DeltaPolicy {
   virtual void StopBackground() {}
   virtual uint64_t Pending() const { return 0; }
   virtual void SetRebaseListener(RebaseListener) {}
+  virtual void SetReencodedListener(ReencodedListener) {}
   virtual void SetPathResolver(PathResolver) {}
   // Named counters for lmcfs-stat's daemon section.
   virtual std::vector<std::pair<std::string, uint64_t>> Counters() const { return {}; }
