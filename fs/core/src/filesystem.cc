@@ -221,22 +221,33 @@ bool Filesystem::Impl::RefreshFrameLen(uint64_t ino, uint64_t off, const store::
     std::lock_guard lk(table_mu);
     cached = table.count(ino) != 0;
   }
-  int err = 0;
-  InodePtr in = Get(ino, &err);
-  if (!in) return false;  // deleted since
+  InodePtr in;
   bool changed = false;
-  {
+  // A forget may take the inode out of the table between Get and its lock:
+  // then the next Get loads it again, from the records that forget left.
+  for (int tries = 0; tries < 2; tries++) {
+    int err = 0;
+    in = Get(ino, &err);
+    if (!in) return false;  // deleted since
     std::lock_guard lk(in->mu);
+    if (!InTable(in)) continue;
     auto info = store->GetChunkInfo(key);
     if (info.ok()) {  // else released since
       const uint64_t before = in->rec.stored;
       in->data.RefreshFrameLen(off, key, info->frame_len);
       changed = in->rec.stored != before;
     }
+    break;
   }
   if (!cached) EvictIfUnused(in);
   if (changed) TellAttr(ino);
   return changed;
+}
+
+bool Filesystem::Impl::InTable(const InodePtr& in) {
+  std::lock_guard tl(table_mu);
+  auto it = table.find(in->ino);
+  return it != table.end() && it->second == in;
 }
 
 void Filesystem::Impl::EvictIfUnused(const InodePtr& in) {
@@ -281,6 +292,9 @@ uint64_t Filesystem::Impl::RefreshCached(const ChunkKeySet& keys) {
     uint64_t changed;
     {
       std::lock_guard lk(in->mu);
+      // Forgotten since (its records are all in the store: the scan after
+      // this finds them).
+      if (!InTable(in)) continue;
       changed = in->data.RefreshKeys(keys);
     }
     if (changed) {

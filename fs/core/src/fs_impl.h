@@ -62,6 +62,11 @@ struct Filesystem::Impl {
   // evicted again once refreshed, so that refreshing a whole store's files
   // after gc does not leave them all, and their extent maps, in memory.
   bool RefreshFrameLen(uint64_t ino, uint64_t off, const store::ChunkKey& key);
+  // Whether `in` is still the table's inode for its number (forget and
+  // eviction take it out with its mutex held: call with in->mu held).
+  // Background work that holds an inode from before must not write through
+  // one that is out: the next Get loads another from the records.
+  bool InTable(const InodePtr& in);
   // Chunks `keys` were re-encoded: every inode in memory refreshes its
   // extents naming one (FileData::RefreshKeys), committed or not, and the
   // kernel is told. Run after the re-encoding's commit, so that an extent
