@@ -743,11 +743,9 @@ int FileData::ApplyJob(EncodeJob& job) {
   e.length = static_cast<uint32_t>(job.end - job.begin);
   e.key = job.key;
   // A chunk the store held already is charged its stored frame, as a dedup
-  // hit: as the index has it now (under the inode's mutex), not as the
-  // encoder found it, since a re-encoding (rebase, gc) may have committed
-  // in between and refreshed every file but this one (see RefreshKeys).
-  e.frame_len =
-      job.match ? shared_.FrameLenNow(e.key, job.match->frame_len) : static_cast<uint32_t>(job.frame.size());
+  // hit. The frame may change before this file commits (a re-encoding, or
+  // the commit storing it anew): Commit rechecks it (RecheckMatched).
+  e.frame_len = job.match ? job.match->frame_len : static_cast<uint32_t>(job.frame.size());
   e.decoded_len = e.length;
   if (shared_.delta) {
     ChunkOrigin origin{owner_.ino,         owner_.name_hint, &job.spec,
@@ -1229,16 +1227,19 @@ void FileData::RecheckMatched() {
   if (!stored_anew.empty()) RefreshKeys(stored_anew);
 }
 
-void FileData::RefreshFrameLen(uint64_t off, const store::ChunkKey& key, uint32_t frame_len) {
-  if (owner_.purged || !owner_.IsReg() || LoadExtents() != 0) return;
-  auto it = extents_.find(off);
-  if (it == extents_.end() || it->second.key != key || it->second.frame_len == frame_len) return;
-  ExtentRec& x = it->second;
+void FileData::SetFrameLen(uint64_t off, ExtentRec& x, uint32_t frame_len) {
   owner_.rec.stored -= std::min(owner_.rec.stored, x.Stored());
   x.frame_len = frame_len;
   owner_.rec.stored += x.Stored();
   owner_.rec_dirty = true;
   pending_.Put(store::Cf::kExtents, store::ExtentKey(owner_.ino, off), EncodeExtentRec(x));
+}
+
+void FileData::RefreshFrameLen(uint64_t off, const store::ChunkKey& key, uint32_t frame_len) {
+  if (owner_.purged || !owner_.IsReg() || LoadExtents() != 0) return;
+  auto it = extents_.find(off);
+  if (it == extents_.end() || it->second.key != key || it->second.frame_len == frame_len) return;
+  SetFrameLen(off, it->second, frame_len);
   if (Commit(false) != 0)
     spdlog::warn("lmcfs: inode {}: recording the new frame length of {} failed; st_blocks stays as it was",
                  owner_.ino, key.ToHex());
@@ -1251,14 +1252,10 @@ uint64_t FileData::RefreshKeys(const ChunkKeySet& keys) {
     if (!keys.count(x.key)) continue;
     const uint32_t now = shared_.FrameLenNow(x.key, x.frame_len);
     if (now == x.frame_len) continue;
-    owner_.rec.stored -= std::min(owner_.rec.stored, x.Stored());
-    x.frame_len = now;
-    owner_.rec.stored += x.Stored();
-    pending_.Put(store::Cf::kExtents, store::ExtentKey(owner_.ino, off), EncodeExtentRec(x));
+    SetFrameLen(off, x, now);
     changed++;
   }
   if (!changed) return 0;
-  owner_.rec_dirty = true;
   if (Commit(false) != 0)
     spdlog::warn(
         "lmcfs: inode {}: recording the new frame lengths of re-encoded chunks failed; st_blocks "

@@ -297,9 +297,9 @@ class FileData {
   // longer holds `key`.
   void RefreshFrameLen(uint64_t off, const store::ChunkKey& key, uint32_t frame_len);
   // Chunks `keys` were re-encoded: every extent in memory naming one takes
-  // the frame length the index has now, committed or not (an extent made
-  // from a dedup hit or a clone before the re-encoding and committed after
-  // it is in no scan of the store's extents), and the owner's stored bytes
+  // the frame length the index has now, committed or not (an extent cloned
+  // before the re-encoding and committed after it is in no scan of the
+  // store's extents), and the owner's stored bytes
   // follow. Nothing when the extents were never loaded (then the store's
   // extents are all there are). Returns the extents changed.
   uint64_t RefreshKeys(const ChunkKeySet& keys);
@@ -419,6 +419,9 @@ class FileData {
   // these against the index once they are committed (RecheckMatched).
   std::vector<std::pair<uint64_t, store::ChunkKey>> matched_;
   void RecheckMatched();
+  // Sets the extent at `off` to a frame of frame_len bytes, the owner's
+  // stored bytes with it, and puts the extent in pending_.
+  void SetFrameLen(uint64_t off, ExtentRec& x, uint32_t frame_len);
   // Durable(): the size set explicitly, and the end of the applied chunks.
   uint64_t size_floor_ = 0, data_end_ = 0;
   std::map<uint64_t, ExtentRec> extents_;
