@@ -340,14 +340,20 @@ InodePtr Filesystem::Impl::Get(uint64_t ino, int* err) {
 
 void Filesystem::DropCachedInodes() {
   Impl& m = *impl_;
-  std::lock_guard lk(m.table_mu);
-  for (auto it = m.table.begin(); it != m.table.end();) {
-    bool open;
-    {
-      std::lock_guard il(it->second->mu);
-      open = it->second->nopen > 0;
-    }
-    it = open ? std::next(it) : m.table.erase(it);
+  std::vector<InodePtr> all;
+  {
+    std::lock_guard lk(m.table_mu);
+    all.reserve(m.table.size());
+    for (auto& [ino, in] : m.table) all.push_back(in);
+  }
+  // Inode::mu before table_mu, as everywhere (a forget holds the inode's
+  // mutex while it erases): the open count cannot change between the look
+  // and the erase.
+  for (const InodePtr& in : all) {
+    std::lock_guard il(in->mu);
+    if (in->nopen > 0) continue;
+    std::lock_guard lk(m.table_mu);
+    if (auto it = m.table.find(in->ino); it != m.table.end() && it->second == in) m.table.erase(it);
   }
 }
 
