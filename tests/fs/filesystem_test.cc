@@ -194,6 +194,36 @@ class FsCore : public ::testing::Test {
     gate_open_ = [raw] { raw->Open(); };
     return raw;
   }
+  // Rewrites the chunks of file `ino` (whose bytes are `data`) coded as
+  // fp32, as a rebase or gc may code them: another frame length than the
+  // file's extents name. Returns their keys; nobody is told.
+  std::vector<store::ChunkKey> RecodeAsF32(uint64_t ino, const std::string& data) {
+    std::vector<store::ChunkKey> keys;
+    store::Batch batch;
+    EXPECT_TRUE(store_
+                    ->Scan(store::Cf::kExtents, store::ExtentKeyPrefix(ino),
+                           [&](std::string_view k, std::string_view v) {
+                             auto x = DecodeExtentRec(v);
+                             if (!x || k.size() != 16) return true;
+                             EncodeParams params;
+                             params.dtype = DType::kF32;
+                             std::vector<uint8_t> frame(MaxEncodedSize(x->length));
+                             Workspace ws;
+                             auto n = EncodeChunk(
+                                 reinterpret_cast<const uint8_t*>(data.data()) + LoadBE64(k.data() + 8),
+                                 x->length, params, frame.data(), frame.size(), ws);
+                             EXPECT_TRUE(n.ok());
+                             if (!n.ok()) return false;
+                             EXPECT_NE(*n, x->frame_len);
+                             frame.resize(*n);
+                             batch.RewriteChunk(x->key, frame);
+                             keys.push_back(x->key);
+                             return true;
+                           })
+                    .ok());
+    EXPECT_TRUE(store_->Commit(batch).ok());
+    return keys;
+  }
   uint64_t ExtentCount(uint64_t ino) {
     std::string prefix(8, '\0');
     for (int i = 0; i < 8; i++) prefix[i] = static_cast<char>(ino >> (56 - 8 * i));
@@ -474,30 +504,7 @@ TEST_F(FsCore, ADedupHitStoredAnewAtCommitRecordsItsNewFrameLength) {
   ASSERT_EQ(fs_->Release(a, true), 0);
   // a.bin's chunks coded as fp32 (as a rebase or gc may have coded them:
   // another frame length than a fresh standalone encoding).
-  {
-    store::Batch batch;
-    ASSERT_TRUE(store_
-                    ->Scan(store::Cf::kExtents, store::ExtentKeyPrefix(a),
-                           [&](std::string_view k, std::string_view v) {
-                             auto x = DecodeExtentRec(v);
-                             if (!x || k.size() != 16) return true;
-                             EncodeParams params;
-                             params.dtype = DType::kF32;
-                             std::vector<uint8_t> frame(MaxEncodedSize(x->length));
-                             Workspace ws;
-                             auto n = EncodeChunk(
-                                 reinterpret_cast<const uint8_t*>(model.data()) + LoadBE64(k.data() + 8),
-                                 x->length, params, frame.data(), frame.size(), ws);
-                             EXPECT_TRUE(n.ok());
-                             if (!n.ok()) return false;
-                             EXPECT_NE(*n, x->frame_len);
-                             frame.resize(*n);
-                             batch.RewriteChunk(x->key, frame);
-                             return true;
-                           })
-                    .ok());
-    ASSERT_TRUE(store_->Commit(batch).ok());
-  }
+  RecodeAsF32(a, model);
   // b.bin's encoders match a.bin's chunks (more than dirty_limit written
   // behind them, so that they are encoded before the flush)...
   const uint64_t b = CreateFile(kRootIno, "b.bin");
@@ -513,6 +520,43 @@ TEST_F(FsCore, ADedupHitStoredAnewAtCommitRecordsItsNewFrameLength) {
   ASSERT_EQ(fs_->Flush(b), 0);
   ASSERT_EQ(fs_->Release(b, true), 0);
   ASSERT_EQ(store_->Stats().encoded_at_commit, before + 3) << "the store did not store the matches anew";
+  auto check = CheckTree(store_.get());
+  ASSERT_TRUE(check.ok()) << check.status().ToString();
+  for (const auto& st : check->stale_stored)
+    ADD_FAILURE() << st.path << " records " << st.recorded << " stored bytes, holds " << st.actual;
+  EXPECT_EQ(ReadAll(b), data);
+}
+
+// The other way round: a chunk this file encoded itself (nothing in the
+// store to match yet) that another file stored, coded otherwise, before
+// this file's commit. The commit takes a reference on that record, so the
+// file holds that record's frame length, not the one it encoded.
+TEST_F(FsCore, AChunkStoredByAnotherFileBeforeTheCommitRecordsThatFrameLength) {
+  opts_.batch_limit = 64 << 20;  // b.bin commits only when flushed
+  Reopen();
+  const std::string model = Bf16Like(3 * (64 << 10), 33);
+  // b.bin's encoders code the model's chunks themselves (more than
+  // dirty_limit written behind them)...
+  const uint64_t b = CreateFile(kRootIno, "b.bin");
+  const std::string data = model + Bf16Like(24 * (64 << 10), 34);
+  ASSERT_EQ(fs_->Write(b, 0, data.data(), data.size()), 0);
+  for (int i = 0; i < 2000 && fs_->counters().cpu_encode_chunks.load() < 3; i++)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ASSERT_GE(fs_->counters().cpu_encode_chunks.load(), 3u);
+  // ...then a.bin stores the same chunks, and they are coded as fp32 (as
+  // a rebase or gc may code them: another frame length).
+  const uint64_t a = CreateFile(kRootIno, "a.bin");
+  ASSERT_EQ(fs_->Write(a, 0, model.data(), model.size()), 0);
+  ASSERT_EQ(fs_->Flush(a), 0);
+  ASSERT_EQ(fs_->Release(a, true), 0);
+  const std::vector<store::ChunkKey> keys = RecodeAsF32(a, model);
+  // Told, as gc tells the files it re-encoded (a.bin; b.bin's extents are
+  // not applied yet).
+  ASSERT_TRUE(fs_->ChunksReencoded(keys).ok());
+  const uint64_t dedup = store_->Stats().dedup_hits;
+  ASSERT_EQ(fs_->Flush(b), 0);
+  ASSERT_EQ(fs_->Release(b, true), 0);
+  ASSERT_GE(store_->Stats().dedup_hits, dedup + 3) << "b.bin's commit did not find a.bin's chunks";
   auto check = CheckTree(store_.get());
   ASSERT_TRUE(check.ok()) << check.status().ToString();
   for (const auto& st : check->stale_stored)

@@ -743,8 +743,9 @@ int FileData::ApplyJob(EncodeJob& job) {
   e.length = static_cast<uint32_t>(job.end - job.begin);
   e.key = job.key;
   // A chunk the store held already is charged its stored frame, as a dedup
-  // hit. The frame may change before this file commits (a re-encoding, or
-  // the commit storing it anew): Commit rechecks it (RecheckMatched).
+  // hit. The frame may change before this file commits (a re-encoding, the
+  // commit storing it anew, or another file storing this file's own chunk
+  // first): Commit rechecks it (RecheckCommitted).
   e.frame_len = job.match ? job.match->frame_len : static_cast<uint32_t>(job.frame.size());
   e.decoded_len = e.length;
   if (shared_.delta) {
@@ -752,10 +753,10 @@ int FileData::ApplyJob(EncodeJob& job) {
                        owner_.parent_hint, job.key_owner,    owner_.dir_name_hint};
     shared_.delta->Record(origin, job.key, job.base_key, job.buf, &pending_);
   }
-  if (job.match) {
+  applied_.emplace_back(job.begin, e.key);
+  if (job.match)
     pending_.AddMatchedChunk(e.key, *job.match, job.buf, job.key_owner);
-    matched_.emplace_back(job.begin, e.key);
-  } else
+  else
     pending_.AddChunk(e.key, std::move(job.frame), e.decoded_len, job.base_key, job.key_owner, job.seal);
   pending_chunks_ = true;
   ReplaceRange(job.begin, job.end, &e);
@@ -1208,17 +1209,17 @@ int FileData::Commit(bool sync) {
   pending_.Clear();
   pending_chunks_ = false;
   owner_.rec_dirty = false;
-  // Every dedup hit applied so far is committed now (the queued batches
+  // Every chunk applied so far is committed now (the queued batches
   // settled above, the rest just now).
-  if (!matched_.empty()) RecheckMatched();
+  if (!applied_.empty()) RecheckCommitted();
   return 0;
 }
 
-void FileData::RecheckMatched() {
-  std::vector<std::pair<uint64_t, store::ChunkKey>> matched;
-  matched.swap(matched_);
+void FileData::RecheckCommitted() {
+  std::vector<std::pair<uint64_t, store::ChunkKey>> applied;
+  applied.swap(applied_);
   ChunkKeySet stored_anew;
-  for (const auto& [off, key] : matched) {
+  for (const auto& [off, key] : applied) {
     auto it = extents_.find(off);
     if (it == extents_.end() || it->second.key != key) continue;  // overwritten since
     if (shared_.FrameLenNow(key, it->second.frame_len) != it->second.frame_len) stored_anew.insert(key);

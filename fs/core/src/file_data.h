@@ -412,13 +412,15 @@ class FileData {
   // Committed (or in pending_) extents: file offset -> extent. Loaded on
   // first data access; they never overlap.
   bool extents_loaded_ = false;
-  // Dedup hits applied since the last Commit: (offset, key). A matched
-  // chunk that every other file released before this file's commit is
-  // stored anew by that commit (Store: AddMatchedChunk encodes it
-  // standalone), so its frame length is not the one matched; Commit checks
-  // these against the index once they are committed (RecheckMatched).
-  std::vector<std::pair<uint64_t, store::ChunkKey>> matched_;
-  void RecheckMatched();
+  // Chunks applied since the last Commit: (offset, key). The frame the
+  // store keeps for one may not be the one its extent names: a dedup hit
+  // that every other file released before this file's commit is stored
+  // anew by that commit (Store: AddMatchedChunk encodes it standalone),
+  // and a chunk this file encoded itself that another file stored first,
+  // coded otherwise, only takes a reference on that record. Commit checks
+  // these against the index once they are committed (RecheckCommitted).
+  std::vector<std::pair<uint64_t, store::ChunkKey>> applied_;
+  void RecheckCommitted();
   // Sets the extent at `off` to a frame of frame_len bytes, the owner's
   // stored bytes with it, and puts the extent in pending_.
   void SetFrameLen(uint64_t off, ExtentRec& x, uint32_t frame_len);
