@@ -6,9 +6,11 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <mutex>
 #include <random>
 #include <set>
 #include <string>
@@ -527,6 +529,57 @@ TEST_F(DeltaPolicyTest, ReverseRebasesKeepARefreshRecordUntilTheListenerIsTold) 
   ExpectReads(second);
   ExpectReads(third);
   ExpectFsckClean();
+}
+
+// A rebased chunk that another file shares (a copy of the prior version):
+// that file's extent is found by the idle scan after the commit
+// (ReconcileShared). The chunk's re-encode record, put with the rebase,
+// stays until then, so a crash before the scan leaves it for the next
+// mount (RefreshLeftOver); a chunk no other file shares keeps none.
+TEST_F(DeltaPolicyTest, ReverseRebasesOfSharedChunksKeepARecordUntilTheCopiesAreTold) {
+  MakePolicy({});
+  std::mutex mu;
+  std::set<std::tuple<uint64_t, uint64_t, store::ChunkKey>> told;
+  uint64_t records_while_copy_told = 0;
+  policy_->SetRebaseListener([&](uint64_t ino, uint64_t off, const store::ChunkKey& key) {
+    const uint64_t n = ino == 9 ? ReencodeRefreshRecords() : 0;
+    std::lock_guard l(mu);
+    told.emplace(ino, off, key);
+    records_while_copy_told = std::max(records_while_copy_told, n);
+  });
+  auto first = WriteFile(1, "ckpt_step_1.pt", 0);
+  {
+    store::Batch copy;  // inode 9: a cp of the first save
+    for (int i = 0; i < kChunks; ++i) {
+      copy.Ref(first.keys[i]);
+      store::Extent e;
+      e.length = first.data[i].size();
+      e.chunk = first.keys[i];
+      copy.Put(store::Cf::kExtents, store::ExtentKey(9, first.offsets[i]), store::EncodeExtent(e));
+    }
+    ASSERT_TRUE(store_->Commit(copy).ok());
+  }
+  auto second = WriteFile(2, "ckpt_step_2.pt", 1);
+  policy_->Flush();
+  for (int i = 0; i < kChunks; ++i) ASSERT_EQ(store_->GetChunkInfo(first.keys[i])->base, second.keys[i]);
+  {
+    std::lock_guard l(mu);
+    for (int i = 0; i < kChunks; ++i) {
+      EXPECT_TRUE(told.count({1, first.offsets[i], first.keys[i]})) << "the place, chunk " << i;
+      EXPECT_TRUE(told.count({9, first.offsets[i], first.keys[i]})) << "the copy, chunk " << i;
+    }
+    EXPECT_EQ(records_while_copy_told, static_cast<uint64_t>(kChunks))
+        << "the shared chunks' records were gone before the copy was told";
+  }
+  EXPECT_EQ(ReencodeRefreshRecords(), 0u) << "left after the copy was told";
+  // The second save's chunks, which nobody else holds, leave no record.
+  auto third = WriteFile(3, "ckpt_step_3.pt", 2);
+  policy_->Flush();
+  for (int i = 0; i < kChunks; ++i) ASSERT_EQ(store_->GetChunkInfo(second.keys[i])->base, third.keys[i]);
+  EXPECT_EQ(ReencodeRefreshRecords(), 0u);
+  ExpectReads(first);
+  ExpectReads(second);
+  ExpectReads(third);
 }
 
 // A new version that was committed and is gone again (its file overwritten

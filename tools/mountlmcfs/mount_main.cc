@@ -929,11 +929,13 @@ int Serve(const Options& o, int report_fd) {
   Filesystem* f = fs.get();
   // Chunks re-encoded by gc changed length: the files using them follow.
   auto reencoded = [f](const std::vector<store::ChunkKey>& keys) { return f->ChunksReencoded(keys); };
-  // A gc that a crash cut short between its rewrite and the refresh.
+  // A gc or a rebase of a shared chunk that a crash cut short between its
+  // re-encoding and the refresh of the files using the chunks.
   if (!(o.ro || primary_follows)) {
     if (auto left = RefreshLeftOver(f->store(), reencoded); !left.ok())
       spdlog::warn(
-          "lmcfs: refreshing the stored bytes an earlier gc left to refresh failed ({}); st_blocks and du "
+          "lmcfs: refreshing the stored bytes an earlier mount or gc left to refresh failed ({}); st_blocks "
+          "and du "
           "may show old sizes for some files (lmcfs-fsck --repair on the unmounted store sets them)",
           left.status().ToString());
   }

@@ -594,12 +594,6 @@ Result<uint64_t> RefreshStoredBytes(store::Store* st, const std::vector<ChunkKey
 }
 
 namespace {
-constexpr std::string_view kReencodeRefreshPrefix = "reencode-refresh/";
-std::string ReencodeRefreshKey(const ChunkKey& key) {
-  std::string k(kReencodeRefreshPrefix);
-  k.append(key.view());
-  return k;
-}
 // Deletes the records of `keys` (after their files were told).
 Status DeleteReencodeRecords(store::Store* st, const std::vector<ChunkKey>& keys) {
   store::Batch b;
@@ -638,18 +632,19 @@ DeadBaseRun RewriteDeadBasesRefreshing(store::Store* st, const ReencodedFn& reen
 
 Result<uint64_t> RefreshLeftOver(store::Store* st, const ReencodedFn& reencoded) {
   std::vector<ChunkKey> keys;
-  LMC_RETURN_IF_ERROR(st->Scan(Cf::kMeta, kReencodeRefreshPrefix, [&](std::string_view k, std::string_view) {
-    if (k.size() == kReencodeRefreshPrefix.size() + ChunkKey::kSize)
-      keys.push_back(
-          ChunkKey::FromBytes(reinterpret_cast<const uint8_t*>(k.data()) + kReencodeRefreshPrefix.size()));
-    return true;
-  }));
+  LMC_RETURN_IF_ERROR(
+      st->Scan(Cf::kMeta, kMetaReencodeRefreshPrefix, [&](std::string_view k, std::string_view) {
+        if (k.size() == kMetaReencodeRefreshPrefix.size() + ChunkKey::kSize)
+          keys.push_back(ChunkKey::FromBytes(reinterpret_cast<const uint8_t*>(k.data()) +
+                                             kMetaReencodeRefreshPrefix.size()));
+        return true;
+      }));
   if (keys.empty()) return uint64_t{0};
   LMC_ASSIGN_OR_RETURN(uint64_t n, reencoded(keys));
   LMC_RETURN_IF_ERROR(DeleteReencodeRecords(st, keys));
   spdlog::info(
-      "lmcfs: stored bytes of {} extents refreshed for {} chunks an earlier gc re-encoded (its "
-      "end was cut short)",
+      "lmcfs: stored bytes of {} extents refreshed for {} chunks that an earlier gc or rebase "
+      "re-encoded (it was cut short before it told their files)",
       n, keys.size());
   return n;
 }

@@ -85,6 +85,12 @@ std::string OrphanKey(uint64_t ino) {
   return k;
 }
 
+std::string ReencodeRefreshKey(const store::ChunkKey& key) {
+  std::string k(kMetaReencodeRefreshPrefix);
+  k.append(key.view());
+  return k;
+}
+
 std::string EncodeExtentRec(const ExtentRec& e) {
   store::Extent x;
   x.length = e.length;

@@ -719,21 +719,32 @@ void SnapshotDeltaPolicy::RebaseLoop() {
         // The files' extents still carry the old frame length (st_blocks):
         // the filesystem refreshes them.
         std::vector<store::ChunkKey> done_keys;
+        // The re-encode records of the chunks no other file shares go with
+        // the places' records below; the shared ones' stay until
+        // ReconcileShared told their other places.
+        std::vector<store::ChunkKey> not_shared;
         for (const RebaseItem* it : in_batch) {
           auto info = store_->GetChunkInfo(it->prev);
           const bool done = info.ok() && info->base && *info->base == it->next;
           if (done && it->paired) counters_.paired_later++;
           if (done) done_keys.push_back(it->prev);
-          if (!done || !listener) continue;
+          if (!listener) continue;
+          if (!done) {
+            not_shared.push_back(it->prev);
+            continue;
+          }
           if (it->prev_ino != 0) listener(it->prev_ino, it->prev_offset, it->prev);
           // Referenced by more extents than its place, if the place still
           // holds it (the chunks based on it hold the rest of its count):
           // those are found by a scan.
           auto dependants = store_->CountDependants(it->prev);
           const uint64_t at_place = PlaceHolds(it->prev_ino, it->prev_offset, it->prev) ? 1 : 0;
-          if (dependants.ok() && info->refcount > *dependants + at_place &&
-              shared_rebased_.size() < kMaxShared)
+          const bool shared = !dependants.ok() || info->refcount > *dependants + at_place;
+          if (shared && shared_rebased_.size() < kMaxShared)
             shared_rebased_[it->prev] = Shared{it->prev_ino, it->prev_offset};
+          else if (!shared)
+            not_shared.push_back(it->prev);
+          // (Shared past kMaxShared: the record stays for the next mount.)
         }
         // Extents in memory (a dedup hit or a clone made before the commit
         // and committed after it, which neither the place nor the shared
@@ -746,6 +757,7 @@ void SnapshotDeltaPolicy::RebaseLoop() {
         for (const RebaseItem* it : in_batch)
           if (listener && it->prev_ino != 0)
             told.Delete(store::Cf::kMeta, RefreshRecordKey(it->prev_ino, it->prev_offset));
+        for (const store::ChunkKey& k : not_shared) told.Delete(store::Cf::kMeta, ReencodeRefreshKey(k));
         if (Status ts = told.empty() ? Status::Ok() : store_->Commit(told, false); !ts.ok())
           spdlog::warn("delta: deleting refresh records failed ({}); the next mount tells them again",
                        ts.ToString());
@@ -775,6 +787,11 @@ void SnapshotDeltaPolicy::RebaseLoop() {
           // leave the place's stored bytes as they were: the record says so.
           if (it.prev_ino != 0)
             batch.Put(store::Cf::kMeta, RefreshRecordKey(it.prev_ino, it.prev_offset), it.prev.view());
+          // And the other files that may share the chunk (a copy, a dedup
+          // hit): known only after the commit, so every rebased chunk has
+          // a re-encode record until then; the next mount refreshes every
+          // file using a chunk whose record a crash left.
+          batch.Put(store::Cf::kMeta, ReencodeRefreshKey(it.prev), "");
           break;
         case Outcome::kWaiting:
           if (!flushing && NowNs() - it.queued_ns < kRebaseWaitNs) {
@@ -833,13 +850,18 @@ void SnapshotDeltaPolicy::ReconcileShared(const RebaseListener& listener) {
   if (!found.ok()) {
     spdlog::warn(
         "delta: scanning the extents for chunks shared with re-encoded ones failed ({}); their files' "
-        "stored bytes (st_blocks, du) stay as they were; the data is unaffected",
+        "stored bytes (st_blocks, du) stay as they were until the next mount; the data is unaffected",
         found.status().ToString());
-    return;
+    return;  // their re-encode records stay for the next mount
   }
   if (listener)
     for (const ExtentPlace& p : places) listener(p.ino, p.offset, p.key);
   counters_.shared_refreshed += places.size();
+  store::Batch told;
+  for (const store::ChunkKey& k : keys) told.Delete(store::Cf::kMeta, ReencodeRefreshKey(k));
+  if (Status ts = store_->Commit(told, false); !ts.ok())
+    spdlog::warn("delta: deleting re-encode records failed ({}); the next mount refreshes those files again",
+                 ts.ToString());
 }
 
 Result<bool> ParseDeltaOption(std::string_view key, std::string_view value, DeltaOptions* out) {

@@ -163,9 +163,10 @@ struct DeadBaseRun {
 DeadBaseRun RewriteDeadBasesRefreshing(store::Store* store, const ReencodedFn& reencoded,
                                        const store::DeadBaseProgressFn& progress);
 
-// The refresh records of a RewriteDeadBasesRefreshing that a crash cut
-// short: `reencoded` is told of their chunks, then they go. Returns the
-// extents changed. Wherever a store is opened for writing with files to
+// The re-encode refresh records that a crash cut short (of a
+// RewriteDeadBasesRefreshing, or of a rebase of a chunk other files share:
+// SnapshotDeltaPolicy): `reencoded` is told of their chunks, then they go.
+// Returns the extents changed. Wherever a store is opened for writing with files to
 // refresh: a mount before it serves, lmcfs-gc on an unmounted store.
 Result<uint64_t> RefreshLeftOver(store::Store* store, const ReencodedFn& reencoded);
 

@@ -57,6 +57,11 @@ inline constexpr std::string_view kMetaOrphanPrefix = "fs/orphan/";  // + ino u6
 std::string OrphanKey(uint64_t ino);
 inline constexpr std::string_view kMetaXattrPrefix = "fs/xattr/";  // + ino u64 BE + name: value
 std::string XattrPrefix(uint64_t ino);
+// + a chunk key (32 bytes), empty value: the files using that chunk may
+// hold an old frame length for it (a re-encoding: gc's dead-base rewrite,
+// a rebase of a chunk other files share); deleted once they were told.
+inline constexpr std::string_view kMetaReencodeRefreshPrefix = "reencode-refresh/";
+std::string ReencodeRefreshKey(const store::ChunkKey& key);
 
 // A data extent in memory. Its store value is lmc/store/extent.h with an
 // 8-byte trailer: u32 frame length, u32 decoded length of the chunk, so
