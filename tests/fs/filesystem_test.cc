@@ -564,6 +564,35 @@ TEST_F(FsCore, AChunkStoredByAnotherFileBeforeTheCommitRecordsThatFrameLength) {
   EXPECT_EQ(ReadAll(b), data);
 }
 
+// A copy (copy_file_range) of a file whose chunks were re-encoded and
+// whose extents do not know it yet (the refresh comes after the commit):
+// the copy takes each chunk's frame length from the index, not from the
+// source's extent.
+TEST_F(FsCore, ACloneTakesTheFrameLengthTheIndexHasNotTheSources) {
+  const std::string model = Bf16Like(3 * (64 << 10), 35);
+  const uint64_t a = CreateFile(kRootIno, "a.bin");
+  ASSERT_EQ(fs_->Write(a, 0, model.data(), model.size()), 0);
+  ASSERT_EQ(fs_->Flush(a), 0);
+  RecodeAsF32(a, model);  // nobody told: a.bin's extents keep the old lengths
+  const uint64_t b = CreateFile(kRootIno, "b.bin");
+  uint64_t copied = 0;
+  ASSERT_EQ(fs_->CopyRange(a, 0, b, 0, model.size(), &copied), 0);
+  ASSERT_EQ(copied, model.size());
+  ASSERT_EQ(fs_->Flush(b), 0);
+  ASSERT_EQ(fs_->Release(b, true), 0);
+  auto check = CheckTree(store_.get());
+  ASSERT_TRUE(check.ok()) << check.status().ToString();
+  bool source_stale = false;
+  for (const auto& st : check->stale_stored) {
+    if (st.path == "/a.bin") source_stale = true;
+    if (st.path == "/b.bin")
+      ADD_FAILURE() << st.path << " records " << st.recorded << " stored bytes, holds " << st.actual;
+  }
+  EXPECT_TRUE(source_stale) << "a.bin was told after all: this test needs its extents stale";
+  EXPECT_EQ(ReadAll(b), model);
+  ASSERT_EQ(fs_->Release(a, true), 0);
+}
+
 // Refreshing the stored bytes of the files using re-encoded chunks (after
 // gc, ChunksReencoded) loads inodes the kernel may have forgotten: those
 // are refreshed, then go out of the table again, with their extent maps;
