@@ -175,8 +175,9 @@ TEST_F(MountTools, StatShowsTheDaemonsMemoryByPart) {
   EXPECT_NE(out.find(" of 75497472\n"), std::string::npos) << out;
 }
 
-// Once the mount is quiet for trim_idle seconds (no read, write or removal,
-// no rebase queued), the daemon gives its free memory back: once a burst.
+// Once the mount is quiet for trim_idle seconds (no read, write, removal,
+// chunk or commit, no rebase queued), the daemon gives its free memory
+// back: once a burst.
 TEST_F(MountTools, TheDaemonGivesFreeMemoryBackOnceQuiet) {
   Remount("gc=off,punch=off,gpu=off,trim_idle=1");
   WriteFile(P("t.bin"), RandomData(24 << 20, 41));
