@@ -566,11 +566,18 @@ SnapshotDeltaPolicy::Outcome SnapshotDeltaPolicy::PrepareRebase(const RebaseItem
     // chunk or after it, so a record without the chunk means gone, and
     // waiting for it would only hold the queue (and whoever waits for it
     // to drain) for kRebaseWaitNs.
+    // The two reads are not one snapshot: a commit landing between them
+    // shows the record without the chunk. The chunk read again after the
+    // record was seen tells a commit in between from a chunk gone.
     if (store_->Get(store::Cf::kMeta, RebaseRecordKey(it)).ok()) {
-      counters_.rebase_skipped++;
-      return Outcome::kSkipped;
+      next = store_->GetChunkInfo(it.next);
+      if (next.status().IsNotFound()) {
+        counters_.rebase_skipped++;
+        return Outcome::kSkipped;
+      }
+    } else {
+      return Outcome::kWaiting;
     }
-    return Outcome::kWaiting;
   }
   auto prev = store_->GetChunkInfo(it.prev);
   // A paired item's master is as long as it was written (4-byte values); its
