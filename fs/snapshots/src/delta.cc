@@ -726,10 +726,11 @@ void SnapshotDeltaPolicy::RebaseLoop() {
         // The files' extents still carry the old frame length (st_blocks):
         // the filesystem refreshes them.
         std::vector<store::ChunkKey> done_keys;
-        // The re-encode records of the chunks no other file shares go with
-        // the places' records below; the shared ones' stay until
-        // ReconcileShared told their other places.
-        std::vector<store::ChunkKey> not_shared;
+        // Re-encode records that go with the places' records below: chunks
+        // not rebased after all, and rebased ones no other file shares. A
+        // shared chunk's record stays until ReconcileShared told its other
+        // places.
+        std::vector<store::ChunkKey> drop_records;
         for (const RebaseItem* it : in_batch) {
           auto info = store_->GetChunkInfo(it->prev);
           const bool done = info.ok() && info->base && *info->base == it->next;
@@ -737,7 +738,7 @@ void SnapshotDeltaPolicy::RebaseLoop() {
           if (done) done_keys.push_back(it->prev);
           if (!listener) continue;
           if (!done) {
-            not_shared.push_back(it->prev);
+            drop_records.push_back(it->prev);
             continue;
           }
           if (it->prev_ino != 0) listener(it->prev_ino, it->prev_offset, it->prev);
@@ -750,7 +751,7 @@ void SnapshotDeltaPolicy::RebaseLoop() {
           if (shared && shared_rebased_.size() < kMaxShared)
             shared_rebased_[it->prev] = Shared{it->prev_ino, it->prev_offset};
           else if (!shared)
-            not_shared.push_back(it->prev);
+            drop_records.push_back(it->prev);
           // (Shared past kMaxShared: the record stays for the next mount.)
         }
         // Extents in memory (a dedup hit or a clone made before the commit
@@ -764,7 +765,7 @@ void SnapshotDeltaPolicy::RebaseLoop() {
         for (const RebaseItem* it : in_batch)
           if (listener && it->prev_ino != 0)
             told.Delete(store::Cf::kMeta, RefreshRecordKey(it->prev_ino, it->prev_offset));
-        for (const store::ChunkKey& k : not_shared) told.Delete(store::Cf::kMeta, ReencodeRefreshKey(k));
+        for (const store::ChunkKey& k : drop_records) told.Delete(store::Cf::kMeta, ReencodeRefreshKey(k));
         if (Status ts = told.empty() ? Status::Ok() : store_->Commit(told, false); !ts.ok())
           spdlog::warn("delta: deleting refresh records failed ({}); the next mount tells them again",
                        ts.ToString());
