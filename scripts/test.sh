@@ -63,12 +63,8 @@ no_reports "ASan+UBSan"
 # background, stays in), the limits walk (one process, one file or name
 # at a time; 2 minutes under TSan) and CPython's suites (POSIX semantics,
 # one test at a time in each of two processes; 10 minutes under TSan, 110 s
-# under ASan) stay out. So does the write-block pool's trim test
-# (MountTools.TheWriteBlockPoolShrinksOnceQuiet): it times quiet against a
-# 3 s idle limit, and beside the other TSan mounts the daemon's fsyncs run
-# that long between chunks (6 of 6 runs failed with 3 at once, 3 of 3
-# passed alone, 2026-12-06); it runs in the plain and ASan stages.
-tsan_skip='^(Index/CrashTest\.|MountCrashRun|MountRotRun|MountDeltaTest\.Mount(Forward)?SeriesIsIdentical|MountDeltaTest\.MountKeepLastK|MountPair\.MastersCostLess|MountCoreutils\.Limits|MountCPython\.|MountTools\.TheWriteBlockPoolShrinksOnceQuiet)'
+# under ASan) stay out.
+tsan_skip='^(Index/CrashTest\.|MountCrashRun|MountRotRun|MountDeltaTest\.Mount(Forward)?SeriesIsIdentical|MountDeltaTest\.MountKeepLastK|MountPair\.MastersCostLess|MountCoreutils\.Limits|MountCPython\.)'
 stage "TSan build"
 cmake -S . -B build-tsan "${gen[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLMC_WERROR=ON -DLMC_TSAN=ON \
   -DLMC_CUDA=OFF -DLMC_LINE_TABLES=ON >/dev/null

@@ -947,11 +947,12 @@ int Serve(const Options& o, int report_fd) {
       },
       reencoded);
   // Free memory back to the system once the mount goes quiet (lmc/fs/trim.h):
-  // quiet means no read, write, removal, chunk applied, data commit or
-  // reclamation pass since the last poll and no rebase pending (a writer's
-  // fsync and close encode and commit what its writes left: the blocks
-  // they free come back after that, and trimming before it would miss
-  // them).
+  // quiet means no read, write, removal, chunk applied, data commit, flush,
+  // fsync, release or reclamation pass since the last poll, none of them
+  // still running, and no rebase pending (a writer's fsync and close encode
+  // and commit what its writes left, and may wait on the disk for longer
+  // than the quiet time; the blocks they free come back after that, and
+  // trimming before it would miss them).
   // Released: the write blocks kept for the next writes past 64 MiB, then
   // the allocator's free memory.
   MemoryTrimmer trimmer(
@@ -959,8 +960,8 @@ int Serve(const Options& o, int report_fd) {
       [f, &reclaimer] {
         const FsCounters& c = f->counters();
         return TrimActivity{c.write_calls + c.read_calls + c.removals + c.chunks_written + c.commits +
-                                reclaimer.Stats().passes,
-                            f->BackgroundPending() > 0};
+                                c.flush_calls + reclaimer.Stats().passes,
+                            f->BackgroundPending() > 0 || c.flushes_in_flight > 0};
       },
       [] { return ReleaseFreeMemory(Filesystem::ReleaseIdleWriteBlocks); });
   auto daemon_counters = [&reclaimer, f] {

@@ -125,6 +125,8 @@ std::vector<std::pair<std::string, uint64_t>> Filesystem::NamedCounters() const 
           {"write_bytes", c.write_bytes.load()},
           {"read_calls", c.read_calls.load()},
           {"getattr_calls", c.getattr_calls.load()},
+          {"flush_calls", c.flush_calls.load()},
+          {"flushes_in_flight", c.flushes_in_flight.load()},
           {"removals", c.removals.load()},
           {"bytes_encoded", c.bytes_written.load()},
           {"chunks_written", c.chunks_written.load()},
@@ -977,7 +979,26 @@ int Filesystem::Open(uint64_t ino, int flags) {
   return 0;
 }
 
+namespace {
+// A flush, fsync or release while it runs (FsCounters::flush_calls,
+// flushes_in_flight).
+class FlushScope {
+ public:
+  explicit FlushScope(FsCounters& c) : c_(c) {
+    c_.flush_calls++;
+    c_.flushes_in_flight++;
+  }
+  ~FlushScope() { c_.flushes_in_flight--; }
+  FlushScope(const FlushScope&) = delete;
+  FlushScope& operator=(const FlushScope&) = delete;
+
+ private:
+  FsCounters& c_;
+};
+}  // namespace
+
 int Filesystem::Release(uint64_t ino, bool writer) {
+  FlushScope scope(counters_);
   Impl& m = *impl_;
   return WithInodeTelling(m, ino, [&](Inode& in) {
     if (in.nopen > 0) in.nopen--;
@@ -1064,16 +1085,19 @@ static bool Unnamed(const Inode& in) { return in.IsReg() && in.rec.nlink == 0; }
 
 int Filesystem::Flush(uint64_t ino) {
   if (opts_.read_only) return 0;
+  FlushScope scope(counters_);
   return WithInodeTelling(*impl_, ino, [&](Inode& in) { return Unnamed(in) ? 0 : in.data.Finalize(false); });
 }
 
 int Filesystem::Fsync(uint64_t ino, bool /*datasync*/) {
   if (opts_.read_only) return 0;
+  FlushScope scope(counters_);
   return WithInodeTelling(*impl_, ino, [&](Inode& in) { return Unnamed(in) ? 0 : in.data.Finalize(true); });
 }
 
 int Filesystem::FsyncDir(uint64_t ino) {
   if (opts_.read_only) return 0;
+  FlushScope scope(counters_);
   return WithInode(*impl_, ino, [&](Inode& in) {
     // Namespace changes are already committed (WAL not synced): a synced
     // commit makes all of them durable.

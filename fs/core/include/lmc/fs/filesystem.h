@@ -127,6 +127,12 @@ struct FsCounters {
   std::atomic<uint64_t> write_calls{0};
   std::atomic<uint64_t> read_calls{0};
   std::atomic<uint64_t> getattr_calls{0};  // stats the kernel asked for (its cached copy expired)
+  // Flushes, fsyncs (of files and directories) and releases: counted when
+  // they start, and how many run now (a gauge, not a count). A writer's
+  // close or fsync encodes and commits what its writes left, and may wait
+  // on the disk for longer than the memory trimmer's quiet time.
+  std::atomic<uint64_t> flush_calls{0};
+  std::atomic<uint64_t> flushes_in_flight{0};
   // Files removed or cut (chunk references released by a purge, truncate or
   // overwrite): what may leave dead bytes behind.
   std::atomic<uint64_t> removals{0};

@@ -30,7 +30,8 @@ struct TrimOptions {
 };
 
 // Polled: a count that changes with every foreground operation or
-// background pass, and whether background work (rebases) is still queued.
+// background pass, and whether work is still queued or running (rebases,
+// a flush or fsync waiting on the disk): busy either way.
 struct TrimActivity {
   uint64_t operations = 0;
   bool background_pending = false;
