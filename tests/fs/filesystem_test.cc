@@ -197,6 +197,22 @@ class FsCore : public ::testing::Test {
   // Rewrites the chunks of file `ino` (whose bytes are `data`) coded as
   // fp32, as a rebase or gc may code them: another frame length than the
   // file's extents name. Returns their keys; nobody is told.
+  void ChunkStoredByAnotherFileBeforeTheCommit(uint64_t batch_limit, bool zeros_after);
+  // Once the encoders coded the first 3 chunks written (the model's, by
+  // the file being written), a.bin stores `model` and its chunks are
+  // coded as fp32, as a rebase or gc may code them (another frame
+  // length); a.bin is told, as gc tells the files it re-encoded (the
+  // other file's extents are not applied yet).
+  void StoreRecodedOnceEncoded(const std::string& model) {
+    for (int i = 0; i < 2000 && fs_->counters().cpu_encode_chunks.load() < 3; i++)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    ASSERT_GE(fs_->counters().cpu_encode_chunks.load(), 3u);
+    const uint64_t a = CreateFile(kRootIno, "a.bin");
+    ASSERT_EQ(fs_->Write(a, 0, model.data(), model.size()), 0);
+    ASSERT_EQ(fs_->Flush(a), 0);
+    ASSERT_EQ(fs_->Release(a, true), 0);
+    ASSERT_TRUE(fs_->ChunksReencoded(RecodeAsF32(a, model)).ok());
+  }
   std::vector<store::ChunkKey> RecodeAsF32(uint64_t ino, const std::string& data) {
     std::vector<store::ChunkKey> keys;
     store::Batch batch;
@@ -530,29 +546,23 @@ TEST_F(FsCore, ADedupHitStoredAnewAtCommitRecordsItsNewFrameLength) {
 // The other way round: a chunk this file encoded itself (nothing in the
 // store to match yet) that another file stored, coded otherwise, before
 // this file's commit. The commit takes a reference on that record, so the
-// file holds that record's frame length, not the one it encoded.
-TEST_F(FsCore, AChunkStoredByAnotherFileBeforeTheCommitRecordsThatFrameLength) {
-  opts_.batch_limit = 64 << 20;  // b.bin commits only when flushed
+// file holds that record's frame length, not the one it encoded. Once
+// with b.bin committed only when flushed, once with every chunk a batch
+// of its own and zeros after the model (holes: no batch after the model's
+// last chunk, so the flush finds nothing left to commit, only that
+// batch's chunk to check).
+void FsCore::ChunkStoredByAnotherFileBeforeTheCommit(uint64_t batch_limit, bool zeros_after) {
+  opts_.batch_limit = batch_limit;
   Reopen();
   const std::string model = Bf16Like(3 * (64 << 10), 33);
   // b.bin's encoders code the model's chunks themselves (more than
   // dirty_limit written behind them)...
   const uint64_t b = CreateFile(kRootIno, "b.bin");
-  const std::string data = model + Bf16Like(24 * (64 << 10), 34);
+  const std::string data =
+      model + (zeros_after ? std::string(24 * (64 << 10), '\0') : Bf16Like(24 * (64 << 10), 34));
   ASSERT_EQ(fs_->Write(b, 0, data.data(), data.size()), 0);
-  for (int i = 0; i < 2000 && fs_->counters().cpu_encode_chunks.load() < 3; i++)
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  ASSERT_GE(fs_->counters().cpu_encode_chunks.load(), 3u);
-  // ...then a.bin stores the same chunks, and they are coded as fp32 (as
-  // a rebase or gc may code them: another frame length).
-  const uint64_t a = CreateFile(kRootIno, "a.bin");
-  ASSERT_EQ(fs_->Write(a, 0, model.data(), model.size()), 0);
-  ASSERT_EQ(fs_->Flush(a), 0);
-  ASSERT_EQ(fs_->Release(a, true), 0);
-  const std::vector<store::ChunkKey> keys = RecodeAsF32(a, model);
-  // Told, as gc tells the files it re-encoded (a.bin; b.bin's extents are
-  // not applied yet).
-  ASSERT_TRUE(fs_->ChunksReencoded(keys).ok());
+  // ...then a.bin stores the same chunks, coded otherwise.
+  ASSERT_NO_FATAL_FAILURE(StoreRecodedOnceEncoded(model));
   const uint64_t dedup = store_->Stats().dedup_hits;
   ASSERT_EQ(fs_->Flush(b), 0);
   ASSERT_EQ(fs_->Release(b, true), 0);
@@ -561,6 +571,67 @@ TEST_F(FsCore, AChunkStoredByAnotherFileBeforeTheCommitRecordsThatFrameLength) {
   ASSERT_TRUE(check.ok()) << check.status().ToString();
   for (const auto& st : check->stale_stored)
     ADD_FAILURE() << st.path << " records " << st.recorded << " stored bytes, holds " << st.actual;
+  EXPECT_EQ(ReadAll(b), data);
+}
+
+TEST_F(FsCore, AChunkStoredByAnotherFileBeforeTheCommitRecordsThatFrameLength) {
+  ChunkStoredByAnotherFileBeforeTheCommit(64 << 20, false);
+}
+
+TEST_F(FsCore, AChunkStoredByAnotherFileBeforeItsBatchRecordsThatFrameLength) {
+  ChunkStoredByAnotherFileBeforeTheCommit(1, true);
+}
+
+// A file written for long without a flush: the chunks of each batch the
+// committer finished are checked against the index when the next batch
+// goes to it, so the stored bytes the store records for the file are
+// right from batch to batch (a crash before the close leaves none stale),
+// and the chunks left to check are a few batches', not the whole file's.
+TEST_F(FsCore, ALongWriteRecordsTheFrameLengthsOfItsCommittedBatchesBeforeItsFlush) {
+  const std::string model = Bf16Like(3 * (64 << 10), 36);
+  const uint64_t b = CreateFile(kRootIno, "b.bin");
+  const std::string data = model + Bf16Like(80 * (64 << 10), 37);
+  constexpr size_t kPiece = 64 << 10;
+  size_t written = 0;
+  auto write_to = [&](size_t end) {
+    for (; written < end; written += kPiece) {
+      ASSERT_EQ(fs_->Write(b, written, data.data() + written, kPiece), 0);
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));  // the encoders go on
+    }
+  };
+  // b.bin's encoders code the model's chunks themselves (more than
+  // dirty_limit written behind them, in one write); no write since
+  // applies them.
+  ASSERT_EQ(fs_->Write(b, 0, data.data(), 24 * kPiece), 0);
+  written = 24 * kPiece;
+  // a.bin stores the same chunks, coded otherwise: b.bin's batch takes a
+  // reference on those records when it is committed.
+  ASSERT_NO_FATAL_FAILURE(StoreRecodedOnceEncoded(model));
+  // b.bin writes on, never flushed: its batches go to the committer, the
+  // first with the model's chunks...
+  const uint64_t dedup = store_->Stats().dedup_hits;
+  write_to(40 * kPiece);
+  for (int i = 0; i < 2000 && store_->Stats().dedup_hits < dedup + 3; i++)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ASSERT_GE(store_->Stats().dedup_hits, dedup + 3) << "b.bin's batches did not find a.bin's chunks";
+  // ...and more after it was committed.
+  write_to(data.size());
+  std::vector<StaleStored> stale;
+  for (int i = 0; i < 200; i++) {
+    auto check = CheckTree(store_.get());
+    ASSERT_TRUE(check.ok()) << check.status().ToString();
+    stale = check->stale_stored;
+    if (stale.empty()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  for (const auto& st : stale)
+    ADD_FAILURE() << st.path << " records " << st.recorded << " stored bytes, holds " << st.actual
+                  << " before its flush";
+  ASSERT_EQ(fs_->Flush(b), 0);
+  ASSERT_EQ(fs_->Release(b, true), 0);
+  auto check = CheckTree(store_.get());
+  ASSERT_TRUE(check.ok()) << check.status().ToString();
+  EXPECT_TRUE(check->stale_stored.empty());
   EXPECT_EQ(ReadAll(b), data);
 }
 

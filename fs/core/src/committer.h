@@ -41,6 +41,9 @@ struct CommitTicket {
   // The same inode's previous batch at the committer (or nullptr): when it
   // failed, this one is not committed. Dropped once this one is done.
   std::shared_ptr<CommitTicket> prev;
+  // The submitter's own count: one past the number of the last chunk its
+  // batch holds (FileData::applied_committed_).
+  uint64_t applied_end = 0;
 
   std::mutex mu;
   std::condition_variable cv;

@@ -1158,6 +1158,7 @@ void FileData::TakeBackCommitted(CommitTicket& t) {
   t.batch.Clear();
   t.Unqueue();
   shared_.counters.commits++;
+  applied_committed_ = std::max(applied_committed_, t.applied_end);
 }
 
 int FileData::CommitAsync() {
@@ -1177,8 +1178,12 @@ int FileData::CommitAsync() {
       if (int err = WaitCommits(committing_.size() - 1)) return err;
     }
   }
+  // The chunks of the batches committed since the last hand-off: their
+  // frame lengths that changed go out with this batch.
+  if (applied_committed_ > applied_first_) RecheckCommitted(applied_committed_ - applied_first_);
   pending_.Put(store::Cf::kInodes, InodeKey(owner_.ino), EncodeInode(Durable(owner_.rec)));
   auto t = std::make_shared<CommitTicket>();
+  t->applied_end = applied_first_ + applied_.size();
   t->queued_bytes = pending_.frame_bytes();
   t->queued = &shared_.committing_bytes;
   shared_.committing_bytes += t->queued_bytes;
@@ -1201,7 +1206,11 @@ int FileData::Commit(bool sync) {
   // A batch that failed at the committer is back in pending_ and committed
   // below; its error is reported by the next Finalize all the same.
   SettleQueued();
-  if (pending_.empty() && !owner_.rec_dirty && !sync) return 0;
+  // Nothing left to commit: every chunk applied went out in a batch, all
+  // settled now, and only those batches' checks can be left to do.
+  if (pending_.empty() && !owner_.rec_dirty && !sync &&
+      (applied_.empty() || RecheckCommitted(applied_.size()) == 0))
+    return 0;
   pending_.Put(store::Cf::kInodes, InodeKey(owner_.ino), EncodeInode(Durable(owner_.rec)));
   Status s = shared_.store->Commit(pending_, sync);
   if (!s.ok()) return shared_.ToErrno(s, "commit", owner_.ino);
@@ -1211,21 +1220,28 @@ int FileData::Commit(bool sync) {
   owner_.rec_dirty = false;
   // Every chunk applied so far is committed now (the queued batches
   // settled above, the rest just now).
-  if (!applied_.empty()) RecheckCommitted();
+  if (!applied_.empty() && RecheckCommitted(applied_.size()) > 0 && Commit(false) != 0)
+    spdlog::warn(
+        "lmcfs: inode {}: recording the new frame lengths of chunks stored anew failed; st_blocks "
+        "stays as it was",
+        owner_.ino);
   return 0;
 }
 
-void FileData::RecheckCommitted() {
-  std::vector<std::pair<uint64_t, store::ChunkKey>> applied;
-  applied.swap(applied_);
+uint64_t FileData::RecheckCommitted(size_t n) {
+  n = std::min(n, applied_.size());
   ChunkKeySet stored_anew;
-  for (const auto& [off, key] : applied) {
+  for (size_t i = 0; i < n; ++i) {
+    const auto& [off, key] = applied_[i];
     auto it = extents_.find(off);
     if (it == extents_.end() || it->second.key != key) continue;  // overwritten since
     if (shared_.FrameLenNow(key, it->second.frame_len) != it->second.frame_len) stored_anew.insert(key);
   }
+  applied_.erase(applied_.begin(), applied_.begin() + static_cast<std::ptrdiff_t>(n));
+  applied_first_ += n;
+  applied_committed_ = std::max(applied_committed_, applied_first_);
   // Rare: every extent naming them (a write may have split one since).
-  if (!stored_anew.empty()) RefreshKeys(stored_anew);
+  return stored_anew.empty() ? 0 : SetFrameLensOf(stored_anew);
 }
 
 void FileData::SetFrameLen(uint64_t off, ExtentRec& x, uint32_t frame_len) {
@@ -1246,7 +1262,7 @@ void FileData::RefreshFrameLen(uint64_t off, const store::ChunkKey& key, uint32_
                  owner_.ino, key.ToHex());
 }
 
-uint64_t FileData::RefreshKeys(const ChunkKeySet& keys) {
+uint64_t FileData::SetFrameLensOf(const ChunkKeySet& keys) {
   if (owner_.purged || !owner_.IsReg() || !extents_loaded_) return 0;  // else all in the store
   uint64_t changed = 0;
   for (auto& [off, x] : extents_) {
@@ -1256,6 +1272,11 @@ uint64_t FileData::RefreshKeys(const ChunkKeySet& keys) {
     SetFrameLen(off, x, now);
     changed++;
   }
+  return changed;
+}
+
+uint64_t FileData::RefreshKeys(const ChunkKeySet& keys) {
+  const uint64_t changed = SetFrameLensOf(keys);
   if (!changed) return 0;
   if (Commit(false) != 0)
     spdlog::warn(

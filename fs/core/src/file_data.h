@@ -412,15 +412,27 @@ class FileData {
   // Committed (or in pending_) extents: file offset -> extent. Loaded on
   // first data access; they never overlap.
   bool extents_loaded_ = false;
-  // Chunks applied since the last Commit: (offset, key). The frame the
+  // Chunks applied and not checked yet: (offset, key). The frame the
   // store keeps for one may not be the one its extent names: a dedup hit
   // that every other file released before this file's commit is stored
   // anew by that commit (Store: AddMatchedChunk encodes it standalone),
   // and a chunk this file encoded itself that another file stored first,
-  // coded otherwise, only takes a reference on that record. Commit checks
-  // these against the index once they are committed (RecheckCommitted).
-  std::vector<std::pair<uint64_t, store::ChunkKey>> applied_;
-  void RecheckCommitted();
+  // coded otherwise, only takes a reference on that record. Each is
+  // checked against the index once it is committed (RecheckCommitted):
+  // those of the batches the committer finished by the next batch handed
+  // to it (so a file written for long without a flush holds a list of a
+  // few batches, and its stored bytes in the store are right from batch to
+  // batch), the rest by Commit.
+  std::deque<std::pair<uint64_t, store::ChunkKey>> applied_;
+  // The number (among every chunk this file applied) of applied_.front(),
+  // and one past the last chunk of the batches the committer finished
+  // (CommitTicket::applied_end).
+  uint64_t applied_first_ = 0, applied_committed_ = 0;
+  // Checks the first n of applied_ and drops them; frame lengths that
+  // changed go to pending_ (SetFrameLen). Returns the extents changed.
+  uint64_t RecheckCommitted(size_t n);
+  // RefreshKeys without its commit: the extents changed are in pending_.
+  uint64_t SetFrameLensOf(const ChunkKeySet& keys);
   // Sets the extent at `off` to a frame of frame_len bytes, the owner's
   // stored bytes with it, and puts the extent in pending_.
   void SetFrameLen(uint64_t off, ExtentRec& x, uint32_t frame_len);
