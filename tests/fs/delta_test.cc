@@ -7,9 +7,12 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <functional>
+#include <future>
 #include <mutex>
 #include <random>
 #include <set>
@@ -221,15 +224,18 @@ class DeltaPolicyTest : public ::testing::Test {
   };
   // Writes "file" `name` (inode ino): one tensor of kChunks chunks, as the
   // pipeline would; `between` runs after ChooseBase and before the commit.
+  // Without `commit`, the batch is dropped, or left in *uncommitted.
   Written WriteFile(uint64_t ino, const std::string& name, int step,
-                    const std::function<void()>& between = {}, bool commit = true, uint64_t parent = 0) {
+                    const std::function<void()>& between = {}, bool commit = true, uint64_t parent = 0,
+                    store::Batch* uncommitted = nullptr) {
     return WriteTensor(ino, name, DType::kF32, Weights(kChunks * kChunk / 4, step, 42), between, commit,
-                       parent);
+                       parent, uncommitted);
   }
   // The same for any tensor: `bytes` of `dtype` at file offset 128, cut
   // into chunks of kChunk bytes (the last one shorter).
   Written WriteTensor(uint64_t ino, const std::string& name, DType dtype, const std::vector<uint8_t>& bytes,
-                      const std::function<void()>& between = {}, bool commit = true, uint64_t parent = 0) {
+                      const std::function<void()>& between = {}, bool commit = true, uint64_t parent = 0,
+                      store::Batch* uncommitted = nullptr) {
     Written w;
     store::Batch batch;
     Workspace ws;
@@ -271,7 +277,10 @@ class DeltaPolicyTest : public ::testing::Test {
       w.data.push_back(std::move(d));
       w.offsets.push_back(spec.offset);
     }
-    if (!commit) return w;
+    if (!commit) {
+      if (uncommitted) *uncommitted = std::move(batch);
+      return w;
+    }
     Status st = store_->Commit(batch);
     EXPECT_TRUE(st.ok()) << st.ToString();
     return w;
@@ -606,6 +615,41 @@ TEST_F(DeltaPolicyTest, ReverseRebaseOnANewVersionGoneSinceIsGivenUpAtOnce) {
   EXPECT_EQ(MetaRecords("rebase/"), 0);
   for (const auto& k : first.keys) EXPECT_FALSE(store_->GetChunkInfo(k)->base.has_value());
   ExpectReads(first);
+  ExpectFsckClean();
+}
+
+// The rebase thread looks for an item's new chunk, then (not found) for
+// the item's record, and the two reads are not one snapshot: the writer's
+// commit landing between them shows the record without the chunk, which
+// also means "committed and gone since". The chunk is read again before
+// the item is given up, so the prior version still becomes a delta.
+TEST_F(DeltaPolicyTest, ReverseRebaseWhoseNewVersionCommitsBetweenItsReadsIsDone) {
+  MakePolicy({});
+  auto first = WriteFile(1, "ckpt_step_1.pt", 0);
+  policy_->Flush();
+  std::promise<void> written;
+  std::shared_future<void> ready = written.get_future().share();
+  store::Batch second_batch;
+  std::atomic<int> calls{0};
+  policy_->TestBetweenRebaseReads([&] {
+    if (calls++ != 0) return;
+    ready.wait();  // the writer's batch is whole
+    EXPECT_TRUE(store_->Commit(second_batch).ok());
+  });
+  auto second = WriteFile(2, "ckpt_step_2.pt", 1, {}, /*commit=*/false, 0, &second_batch);
+  written.set_value();
+  policy_->Flush();
+  EXPECT_GE(calls.load(), 1) << "no item read its new chunk before the commit";
+  EXPECT_EQ(policy_->counters().rebase_skipped.load(), 0u);
+  EXPECT_EQ(policy_->counters().rebased.load(), static_cast<uint64_t>(kChunks));
+  for (size_t i = 0; i < first.keys.size(); ++i) {
+    auto info = store_->GetChunkInfo(first.keys[i]);
+    ASSERT_TRUE(info.ok());
+    ASSERT_TRUE(info->base.has_value()) << "chunk " << i << " was left standalone";
+    EXPECT_EQ(*info->base, second.keys[i]);
+  }
+  ExpectReads(first);
+  ExpectReads(second);
   ExpectFsckClean();
 }
 

@@ -569,6 +569,7 @@ SnapshotDeltaPolicy::Outcome SnapshotDeltaPolicy::PrepareRebase(const RebaseItem
     // The two reads are not one snapshot: a commit landing between them
     // shows the record without the chunk. The chunk read again after the
     // record was seen tells a commit in between from a chunk gone.
+    if (between_rebase_reads_) between_rebase_reads_();
     if (store_->Get(store::Cf::kMeta, RebaseRecordKey(it)).ok()) {
       next = store_->GetChunkInfo(it.next);
       if (next.status().IsNotFound()) {

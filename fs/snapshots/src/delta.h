@@ -38,6 +38,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -113,6 +114,11 @@ class SnapshotDeltaPolicy final : public DeltaPolicy {
   CacheUse Cache() const override { return {cache_.bytes(), cache_.capacity()}; }
   const DeltaCounters& counters() const { return counters_; }
   const DeltaOptions& options() const { return opts_; }
+  // Tests only: runs on the rebase thread between an item's read of its
+  // new chunk (not found) and its read of the item's record, where a
+  // commit may land (PrepareRebase). Set before the items it should see
+  // are recorded.
+  void TestBetweenRebaseReads(std::function<void()> fn) { between_rebase_reads_ = std::move(fn); }
 
  private:
   using Bytes = store::ChunkBytes;
@@ -234,6 +240,7 @@ class SnapshotDeltaPolicy final : public DeltaPolicy {
   std::mutex dir_mu_;  // guards the two below
   std::optional<uint64_t> base_dir_ino_;
   int64_t base_dir_checked_ns_ = 0;
+  std::function<void()> between_rebase_reads_;  // TestBetweenRebaseReads
   std::thread rebaser_;
 };
 
