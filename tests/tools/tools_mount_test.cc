@@ -176,8 +176,8 @@ TEST_F(MountTools, StatShowsTheDaemonsMemoryByPart) {
 }
 
 // Once the mount is quiet for trim_idle seconds (no read, write, removal,
-// chunk or commit, no rebase queued), the daemon gives its free memory
-// back: once a burst.
+// chunk, commit, flush, fsync or release, none running, no rebase queued),
+// the daemon gives its free memory back: once a burst.
 TEST_F(MountTools, TheDaemonGivesFreeMemoryBackOnceQuiet) {
   const std::string t = RandomData(24 << 20, 41);
   Remount("gc=off,punch=off,gpu=off,trim_idle=1");
