@@ -214,6 +214,9 @@ class FsCore : public ::testing::Test {
     ASSERT_TRUE(fs_->ChunksReencoded(RecodeAsF32(a, model)).ok());
   }
   std::vector<store::ChunkKey> RecodeAsF32(uint64_t ino, const std::string& data) {
+    return RecodeAs(ino, data, DType::kF32);
+  }
+  std::vector<store::ChunkKey> RecodeAs(uint64_t ino, const std::string& data, DType dtype) {
     std::vector<store::ChunkKey> keys;
     store::Batch batch;
     EXPECT_TRUE(store_
@@ -222,7 +225,7 @@ class FsCore : public ::testing::Test {
                              auto x = DecodeExtentRec(v);
                              if (!x || k.size() != 16) return true;
                              EncodeParams params;
-                             params.dtype = DType::kF32;
+                             params.dtype = dtype;
                              std::vector<uint8_t> frame(MaxEncodedSize(x->length));
                              Workspace ws;
                              auto n = EncodeChunk(
@@ -632,6 +635,55 @@ TEST_F(FsCore, ALongWriteRecordsTheFrameLengthsOfItsCommittedBatchesBeforeItsFlu
   auto check = CheckTree(store_.get());
   ASSERT_TRUE(check.ok()) << check.status().ToString();
   EXPECT_TRUE(check->stale_stored.empty());
+  EXPECT_EQ(ReadAll(b), data);
+}
+
+// A file whose chunks are applied but not committed yet (dedup hits on
+// another file's chunks, its batch not full) when those chunks are
+// re-encoded (gc, a rebase): the store's extents do not name it yet, so
+// only the walk of the inodes in memory (RefreshCached) gives it the new
+// frame lengths, and its st_blocks is right before its flush too.
+TEST_F(FsCore, AFileWhoseChunksAreNotCommittedYetTakesTheirReencodedFrameLengths) {
+  opts_.batch_limit = 64 << 20;  // b.bin commits only when flushed
+  Reopen();
+  constexpr size_t kChunk = 64 << 10;
+  const std::string model = Bf16Like(3 * kChunk, 38);
+  const uint64_t a = CreateFile(kRootIno, "a.bin");
+  ASSERT_EQ(fs_->Write(a, 0, model.data(), model.size()), 0);
+  ASSERT_EQ(fs_->Flush(a), 0);
+  ASSERT_EQ(fs_->Release(a, true), 0);
+  auto blocks = [&](uint64_t ino) {
+    struct stat st;
+    EXPECT_EQ(fs_->GetAttr(ino, &st), 0);
+    return st.st_blocks;
+  };
+  const blkcnt_t a_before = blocks(a);
+  // b.bin's encoders match a.bin's chunks (more than dirty_limit written
+  // behind them); the next write applies them. Zeros after the model are
+  // holes: nothing else adds to b.bin's stored bytes.
+  const uint64_t b = CreateFile(kRootIno, "b.bin");
+  const std::string data = model + std::string(25 * kChunk, '\0');
+  ASSERT_EQ(fs_->Write(b, 0, data.data(), data.size() - kChunk), 0);
+  for (int i = 0; i < 2000 && fs_->counters().matched_chunks.load() < 3; i++)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ASSERT_EQ(fs_->counters().matched_chunks.load(), 3u);
+  ASSERT_EQ(fs_->Write(b, data.size() - kChunk, data.data() + data.size() - kChunk, kChunk), 0);
+  ASSERT_EQ(blocks(b), a_before) << "b.bin's matches are not applied: this test needs them applied";
+  ASSERT_EQ(ExtentCount(b), 0u) << "b.bin committed: this test needs its extents in memory only";
+  // a.bin's chunks coded as plain bytes (a frame length far from the
+  // bf16 coding's), and the files using them told.
+  auto n = fs_->ChunksReencoded(RecodeAs(a, model, DType::kBytes));
+  ASSERT_TRUE(n.ok()) << n.status().ToString();
+  const blkcnt_t a_after = blocks(a);
+  ASSERT_NE(a_after, a_before) << "the re-encoding did not change a.bin's st_blocks";
+  EXPECT_EQ(blocks(b), a_after) << "b.bin kept the frame lengths of before the re-encoding";
+  ASSERT_EQ(fs_->Flush(b), 0);
+  ASSERT_EQ(fs_->Release(b, true), 0);
+  EXPECT_EQ(blocks(b), a_after);
+  auto check = CheckTree(store_.get());
+  ASSERT_TRUE(check.ok()) << check.status().ToString();
+  for (const auto& st : check->stale_stored)
+    ADD_FAILURE() << st.path << " records " << st.recorded << " stored bytes, holds " << st.actual;
   EXPECT_EQ(ReadAll(b), data);
 }
 

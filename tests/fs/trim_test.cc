@@ -77,12 +77,12 @@ TEST(MemoryTrimmer, WorkRestartsTheQuietTimeAndEachBurstEarnsOneTrim) {
 TEST(MemoryTrimmer, QueuedBackgroundWorkIsNotQuiet) {
   Harness h;
   const Clock::time_point t0 = Clock::now();
-  h.activity.background_pending = true;  // rebases of the last save still queued
+  h.activity.busy = true;  // rebases of the last save still queued
   EXPECT_FALSE(h.trimmer.Poll(t0));
   EXPECT_FALSE(h.trimmer.Poll(t0 + 30s));
   EXPECT_FALSE(h.trimmer.Poll(t0 + 1h));
   EXPECT_EQ(h.releases, 0);
-  h.activity.background_pending = false;  // drained: quiet since the last busy poll
+  h.activity.busy = false;  // drained: quiet since the last busy poll
   EXPECT_FALSE(h.trimmer.Poll(t0 + 1h + 1s));
   EXPECT_FALSE(h.trimmer.Poll(t0 + 1h + 9s));
   EXPECT_TRUE(h.trimmer.Poll(t0 + 1h + 10s));

@@ -62,7 +62,7 @@ bool MemoryTrimmer::Poll(std::chrono::steady_clock::time_point now) {
   const TrimActivity a = activity_();
   {
     std::lock_guard l(mu_);
-    if (!seen_ || a.operations != last_ops_ || a.background_pending) {
+    if (!seen_ || a.operations != last_ops_ || a.busy) {
       // Busy (or the first look): the quiet time starts over, and the end
       // of this burst earns a trim.
       trimmed_ = false;

@@ -34,7 +34,7 @@ struct TrimOptions {
 // a flush or fsync waiting on the disk): busy either way.
 struct TrimActivity {
   uint64_t operations = 0;
-  bool background_pending = false;
+  bool busy = false;  // rebases queued or running, a flush or fsync in flight
 };
 using TrimActivityFn = std::function<TrimActivity()>;
 
