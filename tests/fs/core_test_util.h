@@ -32,6 +32,16 @@ inline std::string Bf16Like(size_t n, uint32_t seed) {
   return s;
 }
 
+// A one-tensor safetensors file: header, then the tensor's bytes.
+inline std::string Safetensors(const char* dtype, size_t elems, const std::string& bytes) {
+  std::string h = std::string("{\"w\":{\"dtype\":\"") + dtype + "\",\"shape\":[" + std::to_string(elems) +
+                  "],\"data_offsets\":[0," + std::to_string(bytes.size()) + "]}}";
+  h.resize((h.size() + 7) / 8 * 8, ' ');
+  std::string f(8, '\0');
+  for (int i = 0; i < 8; ++i) f[i] = static_cast<char>(h.size() >> (8 * i));
+  return f + h + bytes;
+}
+
 // The whole pages inside [p, p+n): how many there are, and how many of
 // them are resident (mincore reads no byte). A page no longer mapped (a
 // heap given back whole) is not resident; any other mincore error sets

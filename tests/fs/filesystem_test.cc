@@ -266,6 +266,7 @@ class FsCore : public ::testing::Test {
 };
 
 using testing::Bf16Like;
+using testing::Safetensors;
 
 // The delta policy learns the name of each file's directory (a file role
 // may keep it: Megatron's mp_rank_NN/model_optim_rng.pt), whether the file
@@ -636,6 +637,33 @@ TEST_F(FsCore, ALongWriteRecordsTheFrameLengthsOfItsCommittedBatchesBeforeItsFlu
   ASSERT_TRUE(check.ok()) << check.status().ToString();
   EXPECT_TRUE(check->stale_stored.empty());
   EXPECT_EQ(ReadAll(b), data);
+}
+
+// A sequential save in writes of 1 MiB, its tensor's chunks not on the
+// writes' boundaries: no chunk lies across two write blocks, so every chunk
+// goes to the encoders as a slice of its block, none as a copy. The first
+// block fills exactly (8 writes): the head of the chunk it ends in moves to
+// the next block (less than a chunk). From there on each block starts on a
+// chunk boundary: a write is split where its chunk ends, and nothing more
+// moves. Before, one chunk a block was copied into a buffer of its own.
+TEST_F(FsCore, ASequentialSaveHandsEveryChunkToTheEncodersAsASliceOfOneBlock) {
+  opts_.dirty_limit = 64 << 20;  // the stream's pieces stay buffered until cut
+  Reopen();
+  constexpr size_t kWrite = 1 << 20;
+  const size_t tensor = 3 * DirtyBlock::kDirtyBlockSize + 5 * (64 << 10);
+  const std::string file = Safetensors("BF16", tensor / 2, Bf16Like(tensor, 39));
+  ASSERT_NE((file.size() - tensor) % opts_.chunk_size, 0u) << "the tensor must not start on a write boundary";
+  const uint64_t ino = CreateFile(kRootIno, "model.safetensors");
+  for (size_t off = 0; off < file.size(); off += kWrite)
+    ASSERT_EQ(fs_->Write(ino, off, file.data() + off, std::min(kWrite, file.size() - off)), 0);
+  ASSERT_EQ(fs_->Flush(ino), 0);
+  const FsCounters& c = fs_->counters();
+  EXPECT_EQ(c.chunk_input_copies.load(), 0u);
+  EXPECT_GT(c.dirty_carried_bytes.load(), 0u);
+  EXPECT_LT(c.dirty_carried_bytes.load(), opts_.chunk_size);
+  EXPECT_GE(c.chunks_written.load(), tensor / opts_.chunk_size);
+  EXPECT_EQ(ReadAll(ino), file);
+  ExpectSurvivesReopen(ino, file);
 }
 
 // A file whose chunks are applied but not committed yet (dedup hits on

@@ -35,6 +35,7 @@ namespace {
 
 using lmc::testing::FakeGpuCodec;
 using testing::Bf16Like;
+using testing::Safetensors;
 
 constexpr size_t kChunk = 64 << 10;
 
@@ -628,16 +629,6 @@ TEST_F(FsGpu, WritesGoThroughGpuBatchesAndReadBackByteIdentical) {
   EXPECT_EQ(fs_->GetXattr(kRootIno, "user.lmcfs.gpu", &v), 0);
   EXPECT_EQ(v, "fake GPU codec (CPU) (active)");
   ExpectFsckClean();
-}
-
-// A one-tensor safetensors file: header, then the tensor's bytes.
-std::string Safetensors(const char* dtype, size_t elems, const std::string& bytes) {
-  std::string h = std::string("{\"w\":{\"dtype\":\"") + dtype + "\",\"shape\":[" + std::to_string(elems) +
-                  "],\"data_offsets\":[0," + std::to_string(bytes.size()) + "]}}";
-  h.resize((h.size() + 7) / 8 * 8, ' ');
-  std::string f(8, '\0');
-  for (int i = 0; i < 8; ++i) f[i] = static_cast<char>(h.size() >> (8 * i));
-  return f + h + bytes;
 }
 
 // With pairing (the snapshot policy, pair=on), the fp32 masters of

@@ -435,10 +435,55 @@ void FileData::InsertDirty(uint64_t off, const uint8_t* p, size_t n, bool stream
     auto prev = std::prev(it);
     DirtySeg& x = prev->second;
     DirtyBlock& b = *x.blk;
-    if (prev->first + x.len == off && x.start + x.len == b.used && b.cap - b.used >= n) {
-      AppendToDirtyBlock(b, p, n);
-      x.len += n;
-      return;
+    if (prev->first + x.len == off && x.start + x.len == b.used) {
+      if (b.cap - b.used >= n) {
+        AppendToDirtyBlock(b, p, n);
+        x.len += n;
+        return;
+      }
+      // The block is full and the stream goes on. The segment holds the
+      // stream's bytes not cut into chunks yet (the layout parser hands
+      // tensors on in pieces of a few chunks), from a chunk's start, so
+      // the chunk these bytes complete most likely ends `need` bytes into
+      // this write. A chunk split between two blocks would be copied into
+      // a buffer of its own when it is cut (ChunkInput: a fresh megabyte,
+      // its pages faulted in, one chunk in eight of a sequential save).
+      // So the write is split there when the block has room for its head:
+      // the chunk ends in this block, the next one starts the new block,
+      // and a stream of equal writes keeps its blocks on chunk boundaries
+      // from then on. Else the chunk's head moves to the new block with
+      // the write (at most a chunk copied, no allocation). Where a chunk
+      // falls elsewhere (a tensor ends inside the segment), it is copied as
+      // before.
+      const size_t cs = shared_.opts.chunk_size;
+      const size_t move = cs ? x.len % cs : 0;
+      if (stream && streaming_ && move > 0) {
+        const size_t need = cs - move;
+        if (need < n && need <= b.cap - b.used) {
+          AppendToDirtyBlock(b, p, need);
+          x.len += need;
+          SealTail();
+          auto nb = NewDirtyBlock(n - need, true);
+          AppendToDirtyBlock(*nb, p + need, n - need);
+          dirty_.emplace_hint(it, off + need, DirtySeg{std::move(nb), 0, n - need});
+          return;
+        }
+        if (move + n <= DirtyBlock::kDirtyBlockSize) {
+          SealTail();
+          auto nb = NewDirtyBlock(move + n, true);
+          AppendToDirtyBlock(*nb, x.data() + (x.len - move), move);
+          AppendToDirtyBlock(*nb, p, n);
+          shared_.counters.dirty_carried_bytes += move;
+          DirtySeg moved{std::move(nb), 0, move + n};
+          if (x.len == move) {
+            x = std::move(moved);
+          } else {
+            x.len -= move;
+            dirty_.emplace_hint(it, off - move, std::move(moved));
+          }
+          return;
+        }
+      }
     }
   }
   // The stream goes on after bytes that left for the encoders: into the
@@ -624,6 +669,7 @@ int FileData::ChunkInput(uint64_t a, uint64_t b, store::ChunkBytes* out) {
   }
   uint8_t* w;
   *out = store::NewChunkBytes(b - a, &w);
+  shared_.counters.chunk_input_copies++;
   if (CopyDirty(a, b, w)) return 0;
   return View(a, b, w);
 }

@@ -130,6 +130,8 @@ std::vector<std::pair<std::string, uint64_t>> Filesystem::NamedCounters() const 
           {"removals", c.removals.load()},
           {"bytes_encoded", c.bytes_written.load()},
           {"chunks_written", c.chunks_written.load()},
+          {"chunk_input_copies", c.chunk_input_copies.load()},
+          {"dirty_carried_bytes", c.dirty_carried_bytes.load()},
           {"data_commits", c.commits.load()},
           {"cache_hits", c.cache_hits.load()},
           {"cache_misses", c.cache_misses.load()},

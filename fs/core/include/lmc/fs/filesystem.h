@@ -140,6 +140,13 @@ struct FsCounters {
   std::atomic<uint64_t> commits{0};      // store commits of data batches
   std::atomic<uint64_t> chunks_written{0};
   std::atomic<uint64_t> bytes_written{0};  // logical bytes encoded into chunks
+  // Chunks handed to the encoders as a copy of their bytes (they lay in
+  // several write blocks, or partly in the store), not as a slice of one
+  // block; and the bytes a stream's writes carried into a new block with
+  // them (the head of the chunk being assembled when its block filled), so
+  // that its chunk is a slice (docs/ARCHITECTURE.md, "Write path").
+  std::atomic<uint64_t> chunk_input_copies{0};
+  std::atomic<uint64_t> dirty_carried_bytes{0};
   std::atomic<uint64_t> cache_hits{0};
   std::atomic<uint64_t> cache_misses{0};
   // The codec paths (docs/ARCHITECTURE.md, "GPU codec in the mount"):
