@@ -666,6 +666,42 @@ TEST_F(FsCore, ASequentialSaveHandsEveryChunkToTheEncodersAsASliceOfOneBlock) {
   ExpectSurvivesReopen(ino, file);
 }
 
+// The same with tensors of odd lengths, small ones between big ones, so
+// that tensors end inside the bytes a full block holds and a chunk of
+// small tensors waits for the next big one: the next chunk starts where
+// the parser's regions end (the big tensor's start), not a whole number of
+// chunks after the block's last cut (the small tensors' chunk).
+TEST_F(FsCore, TensorsEndingInsideABlockLeaveNoChunkAcrossTwoBlocks) {
+  opts_.dirty_limit = 64 << 20;
+  Reopen();
+  constexpr size_t kWrite = 1 << 20;
+  // Big tensors with small ones between them (packed into a chunk of
+  // their own, which waits for the next big tensor).
+  const std::vector<size_t> lengths = {
+      (5 << 20) + 1234, 1000, (3 << 20) + 10 * 1024 + 6, (9 << 20) + 4096, 30000, 512, (2 << 20) + 70000,
+      (7 << 20) + 2,    2222, (6 << 20) + 33334};
+  std::string header = "{";
+  std::string data;
+  for (size_t i = 0; i < lengths.size(); i++) {
+    header += (i ? ",\"t" : "\"t") + std::to_string(i) + "\":{\"dtype\":\"BF16\",\"shape\":[" +
+              std::to_string(lengths[i] / 2) + "],\"data_offsets\":[" + std::to_string(data.size()) + "," +
+              std::to_string(data.size() + lengths[i]) + "]}";
+    data += Bf16Like(lengths[i], 40 + static_cast<uint32_t>(i));
+  }
+  header += "}";
+  header.resize((header.size() + 7) / 8 * 8, ' ');
+  std::string file(8, '\0');
+  for (int i = 0; i < 8; ++i) file[i] = static_cast<char>(header.size() >> (8 * i));
+  file += header + data;
+  const uint64_t ino = CreateFile(kRootIno, "model.safetensors");
+  for (size_t off = 0; off < file.size(); off += kWrite)
+    ASSERT_EQ(fs_->Write(ino, off, file.data() + off, std::min(kWrite, file.size() - off)), 0);
+  ASSERT_EQ(fs_->Flush(ino), 0);
+  EXPECT_EQ(fs_->counters().chunk_input_copies.load(), 0u);
+  EXPECT_EQ(ReadAll(ino), file);
+  ExpectSurvivesReopen(ino, file);
+}
+
 // A file whose chunks are applied but not committed yet (dedup hits on
 // another file's chunks, its batch not full) when those chunks are
 // re-encoded (gc, a rebase): the store's extents do not name it yet, so

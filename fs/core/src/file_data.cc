@@ -456,7 +456,16 @@ void FileData::InsertDirty(uint64_t off, const uint8_t* p, size_t n, bool stream
       // falls elsewhere (a tensor ends inside the segment), it is copied as
       // before.
       const size_t cs = shared_.opts.chunk_size;
-      const size_t move = cs ? x.len % cs : 0;
+      uint64_t base = prev->first;  // a cut: a chunk's start
+      // Better: where the parser's regions end (a tensor's start, or a
+      // multiple of its pieces from there) when that is inside the
+      // segment: after a tensor ends, the segment starts with the header
+      // bytes before the next one, which go to a chunk of their own.
+      if (streaming_ && cs && kRegionPieceBytes % cs == 0) {
+        const uint64_t covered = parser_->bytes_covered();
+        if (covered > base && covered <= off) base = covered;
+      }
+      const size_t move = cs ? static_cast<size_t>((off - base) % cs) : 0;
       if (stream && streaming_ && move > 0) {
         const size_t need = cs - move;
         if (need < n && need <= b.cap - b.used) {
