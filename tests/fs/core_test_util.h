@@ -32,14 +32,31 @@ inline std::string Bf16Like(size_t n, uint32_t seed) {
   return s;
 }
 
-// A one-tensor safetensors file: header, then the tensor's bytes.
-inline std::string Safetensors(const char* dtype, size_t elems, const std::string& bytes) {
-  std::string h = std::string("{\"w\":{\"dtype\":\"") + dtype + "\",\"shape\":[" + std::to_string(elems) +
-                  "],\"data_offsets\":[0," + std::to_string(bytes.size()) + "]}}";
+// A safetensors file of the tensors' bytes in order (named t0, t1, ...,
+// or w for a single tensor), all of one dtype of elem_size bytes.
+inline std::string SafetensorsOf(const char* dtype, size_t elem_size,
+                                 const std::vector<std::string>& tensors) {
+  std::string h = "{";
+  uint64_t at = 0;
+  for (size_t i = 0; i < tensors.size(); i++) {
+    const std::string name = tensors.size() == 1 ? "w" : "t" + std::to_string(i);
+    h += (i ? ",\"" : "\"") + name + "\":{\"dtype\":\"" + dtype + "\",\"shape\":[" +
+         std::to_string(tensors[i].size() / elem_size) + "],\"data_offsets\":[" + std::to_string(at) + "," +
+         std::to_string(at + tensors[i].size()) + "]}";
+    at += tensors[i].size();
+  }
+  h += "}";
   h.resize((h.size() + 7) / 8 * 8, ' ');
   std::string f(8, '\0');
   for (int i = 0; i < 8; ++i) f[i] = static_cast<char>(h.size() >> (8 * i));
-  return f + h + bytes;
+  f += h;
+  for (const std::string& t : tensors) f += t;
+  return f;
+}
+
+// A one-tensor safetensors file: header, then the tensor's bytes.
+inline std::string Safetensors(const char* dtype, size_t elems, const std::string& bytes) {
+  return SafetensorsOf(dtype, elems ? bytes.size() / elems : 1, {bytes});
 }
 
 // The whole pages inside [p, p+n): how many there are, and how many of

@@ -213,6 +213,14 @@ class FsCore : public ::testing::Test {
     ASSERT_EQ(fs_->Release(a, true), 0);
     ASSERT_TRUE(fs_->ChunksReencoded(RecodeAsF32(a, model)).ok());
   }
+  // Writes `data` from offset 0 in writes of 1 MiB (as FUSE hands on a
+  // large write), then flushes.
+  void WriteInMiBs(uint64_t ino, const std::string& data) {
+    constexpr size_t kWrite = 1 << 20;
+    for (size_t off = 0; off < data.size(); off += kWrite)
+      ASSERT_EQ(fs_->Write(ino, off, data.data() + off, std::min(kWrite, data.size() - off)), 0);
+    ASSERT_EQ(fs_->Flush(ino), 0);
+  }
   std::vector<store::ChunkKey> RecodeAsF32(uint64_t ino, const std::string& data) {
     return RecodeAs(ino, data, DType::kF32);
   }
@@ -267,6 +275,7 @@ class FsCore : public ::testing::Test {
 
 using testing::Bf16Like;
 using testing::Safetensors;
+using testing::SafetensorsOf;
 
 // The delta policy learns the name of each file's directory (a file role
 // may keep it: Megatron's mp_rank_NN/model_optim_rng.pt), whether the file
@@ -645,18 +654,15 @@ TEST_F(FsCore, ALongWriteRecordsTheFrameLengthsOfItsCommittedBatchesBeforeItsFlu
 // block fills exactly (8 writes): the head of the chunk it ends in moves to
 // the next block (less than a chunk). From there on each block starts on a
 // chunk boundary: a write is split where its chunk ends, and nothing more
-// moves. Before, one chunk a block was copied into a buffer of its own.
+// moves.
 TEST_F(FsCore, ASequentialSaveHandsEveryChunkToTheEncodersAsASliceOfOneBlock) {
   opts_.dirty_limit = 64 << 20;  // the stream's pieces stay buffered until cut
   Reopen();
-  constexpr size_t kWrite = 1 << 20;
   const size_t tensor = 3 * DirtyBlock::kDirtyBlockSize + 5 * (64 << 10);
   const std::string file = Safetensors("BF16", tensor / 2, Bf16Like(tensor, 39));
   ASSERT_NE((file.size() - tensor) % opts_.chunk_size, 0u) << "the tensor must not start on a write boundary";
   const uint64_t ino = CreateFile(kRootIno, "model.safetensors");
-  for (size_t off = 0; off < file.size(); off += kWrite)
-    ASSERT_EQ(fs_->Write(ino, off, file.data() + off, std::min(kWrite, file.size() - off)), 0);
-  ASSERT_EQ(fs_->Flush(ino), 0);
+  ASSERT_NO_FATAL_FAILURE(WriteInMiBs(ino, file));
   const FsCounters& c = fs_->counters();
   EXPECT_EQ(c.chunk_input_copies.load(), 0u);
   EXPECT_GT(c.dirty_carried_bytes.load(), 0u);
@@ -674,29 +680,17 @@ TEST_F(FsCore, ASequentialSaveHandsEveryChunkToTheEncodersAsASliceOfOneBlock) {
 TEST_F(FsCore, TensorsEndingInsideABlockLeaveNoChunkAcrossTwoBlocks) {
   opts_.dirty_limit = 64 << 20;
   Reopen();
-  constexpr size_t kWrite = 1 << 20;
   // Big tensors with small ones between them (packed into a chunk of
   // their own, which waits for the next big tensor).
   const std::vector<size_t> lengths = {
       (5 << 20) + 1234, 1000, (3 << 20) + 10 * 1024 + 6, (9 << 20) + 4096, 30000, 512, (2 << 20) + 70000,
       (7 << 20) + 2,    2222, (6 << 20) + 33334};
-  std::string header = "{";
-  std::string data;
-  for (size_t i = 0; i < lengths.size(); i++) {
-    header += (i ? ",\"t" : "\"t") + std::to_string(i) + "\":{\"dtype\":\"BF16\",\"shape\":[" +
-              std::to_string(lengths[i] / 2) + "],\"data_offsets\":[" + std::to_string(data.size()) + "," +
-              std::to_string(data.size() + lengths[i]) + "]}";
-    data += Bf16Like(lengths[i], 40 + static_cast<uint32_t>(i));
-  }
-  header += "}";
-  header.resize((header.size() + 7) / 8 * 8, ' ');
-  std::string file(8, '\0');
-  for (int i = 0; i < 8; ++i) file[i] = static_cast<char>(header.size() >> (8 * i));
-  file += header + data;
+  std::vector<std::string> tensors;
+  for (size_t i = 0; i < lengths.size(); i++)
+    tensors.push_back(Bf16Like(lengths[i], 40 + static_cast<uint32_t>(i)));
+  const std::string file = SafetensorsOf("BF16", 2, tensors);
   const uint64_t ino = CreateFile(kRootIno, "model.safetensors");
-  for (size_t off = 0; off < file.size(); off += kWrite)
-    ASSERT_EQ(fs_->Write(ino, off, file.data() + off, std::min(kWrite, file.size() - off)), 0);
-  ASSERT_EQ(fs_->Flush(ino), 0);
+  ASSERT_NO_FATAL_FAILURE(WriteInMiBs(ino, file));
   EXPECT_EQ(fs_->counters().chunk_input_copies.load(), 0u);
   EXPECT_EQ(ReadAll(ino), file);
   ExpectSurvivesReopen(ino, file);

@@ -443,32 +443,28 @@ void FileData::InsertDirty(uint64_t off, const uint8_t* p, size_t n, bool stream
       }
       // The block is full and the stream goes on. The segment holds the
       // stream's bytes not cut into chunks yet (the layout parser hands
-      // tensors on in pieces of a few chunks), from a chunk's start, so
-      // the chunk these bytes complete most likely ends `need` bytes into
-      // this write. A chunk split between two blocks would be copied into
-      // a buffer of its own when it is cut (ChunkInput: a fresh megabyte,
-      // its pages faulted in, one chunk in eight of a sequential save).
-      // So the write is split there when the block has room for its head:
-      // the chunk ends in this block, the next one starts the new block,
-      // and a stream of equal writes keeps its blocks on chunk boundaries
-      // from then on. Else the chunk's head moves to the new block with
-      // the write (at most a chunk copied, no allocation). Where a chunk
-      // falls elsewhere (a tensor ends inside the segment), it is copied as
-      // before.
+      // tensors on in pieces of a few chunks). A chunk split between two
+      // blocks would be copied into a buffer of its own when it is cut
+      // (ChunkInput: a fresh allocation, its pages faulted in). So the
+      // chunk these bytes are the head of ends in this block when it has
+      // room for the chunk's tail (the write is split there, and a stream
+      // of equal writes keeps its blocks on chunk boundaries from then
+      // on), else its head moves to the new block with the write (less
+      // than a chunk copied, no allocation). A guess that misses costs a
+      // copy when the chunk is cut, never bytes.
       const size_t cs = shared_.opts.chunk_size;
-      uint64_t base = prev->first;  // a cut: a chunk's start
-      // Better: where the parser's regions end (a tensor's start, or a
-      // multiple of its pieces from there) when that is inside the
-      // segment: after a tensor ends, the segment starts with the header
-      // bytes before the next one, which go to a chunk of their own.
-      if (streaming_ && cs && kRegionPieceBytes % cs == 0) {
+      if (stream && streaming_ && cs) {
+        // The next chunks start a whole number of chunks after the
+        // parser's regions end (a big tensor's start, or a piece of it)
+        // when that is in the segment, else after the segment's start (a
+        // cut): a chunk of headers or small tensors waits in the chunker
+        // before a big tensor.
+        uint64_t base = prev->first;
         const uint64_t covered = parser_->bytes_covered();
-        if (covered > base && covered <= off) base = covered;
-      }
-      const size_t move = cs ? static_cast<size_t>((off - base) % cs) : 0;
-      if (stream && streaming_ && move > 0) {
+        if (kRegionPieceBytes % cs == 0 && covered > base && covered <= off) base = covered;
+        const size_t move = static_cast<size_t>((off - base) % cs);
         const size_t need = cs - move;
-        if (need < n && need <= b.cap - b.used) {
+        if (move > 0 && need < n && need <= b.cap - b.used) {
           AppendToDirtyBlock(b, p, need);
           x.len += need;
           SealTail();
@@ -477,7 +473,7 @@ void FileData::InsertDirty(uint64_t off, const uint8_t* p, size_t n, bool stream
           dirty_.emplace_hint(it, off + need, DirtySeg{std::move(nb), 0, n - need});
           return;
         }
-        if (move + n <= DirtyBlock::kDirtyBlockSize) {
+        if (move > 0 && move + n <= DirtyBlock::kDirtyBlockSize) {
           SealTail();
           auto nb = NewDirtyBlock(move + n, true);
           AppendToDirtyBlock(*nb, x.data() + (x.len - move), move);

@@ -144,7 +144,8 @@ struct FsCounters {
   // several write blocks, or partly in the store), not as a slice of one
   // block; and the bytes a stream's writes carried into a new block with
   // them (the head of the chunk being assembled when its block filled), so
-  // that its chunk is a slice (docs/ARCHITECTURE.md, "Write path").
+  // that its chunk is a slice (docs/ARCHITECTURE.md, "Blocks end on chunk
+  // boundaries").
   std::atomic<uint64_t> chunk_input_copies{0};
   std::atomic<uint64_t> dirty_carried_bytes{0};
   std::atomic<uint64_t> cache_hits{0};
