@@ -1603,7 +1603,48 @@ int Store::BackingSpace(struct statvfs* out) const {
 const std::string& Store::Name() const { return impl_->dir; }
 const KeyScheme& Store::keys() const { return impl_->keys; }
 
-Result<uint64_t> Store::Refresh() {
+namespace {
+
+// The filesystem's keys in a journal record (Store::Refresh's on_key).
+class FsKeysOf : public rocksdb::WriteBatch::Handler {
+ public:
+  FsKeysOf(const std::array<rocksdb::ColumnFamilyHandle*, 4>& cfs, const Store::RefreshKeyFn& fn) : fn_(fn) {
+    for (size_t i = 0; i < cfs.size(); ++i) ids_[i] = cfs[i] ? cfs[i]->GetID() : UINT32_MAX;
+  }
+  rocksdb::Status PutCF(uint32_t cf, const rocksdb::Slice& key, const rocksdb::Slice&) override {
+    Tell(cf, key);
+    return rocksdb::Status::OK();
+  }
+  rocksdb::Status DeleteCF(uint32_t cf, const rocksdb::Slice& key) override {
+    Tell(cf, key);
+    return rocksdb::Status::OK();
+  }
+  rocksdb::Status SingleDeleteCF(uint32_t cf, const rocksdb::Slice& key) override {
+    Tell(cf, key);
+    return rocksdb::Status::OK();
+  }
+  rocksdb::Status DeleteRangeCF(uint32_t cf, const rocksdb::Slice& begin, const rocksdb::Slice&) override {
+    Tell(cf, begin);
+    return rocksdb::Status::OK();
+  }
+  rocksdb::Status MergeCF(uint32_t cf, const rocksdb::Slice& key, const rocksdb::Slice&) override {
+    Tell(cf, key);
+    return rocksdb::Status::OK();
+  }
+  void LogData(const rocksdb::Slice&) override {}
+
+ private:
+  void Tell(uint32_t cf, const rocksdb::Slice& key) {
+    for (size_t i = 0; i < ids_.size(); ++i)
+      if (ids_[i] == cf) fn_(static_cast<Cf>(i), key.ToStringView());
+  }
+  const Store::RefreshKeyFn& fn_;
+  std::array<uint32_t, 4> ids_{};
+};
+
+}  // namespace
+
+Result<uint64_t> Store::Refresh(const RefreshKeyFn& on_key) {
   Impl& s = *impl_;
   if (!s.opts.read_only || !s.journal)
     return Status::InvalidArgument("store " + s.dir + ": Refresh is for read-only journaled stores");
@@ -1616,7 +1657,13 @@ Result<uint64_t> Store::Refresh() {
       [&](uint64_t, std::string_view data) -> Status {
         rocksdb::WriteBatch wb{std::string(data)};
         applied++;
-        return FromRocks(s.db->Write(rocksdb::WriteOptions(), &wb), "applying the index journal");
+        LMC_RETURN_IF_ERROR(
+            FromRocks(s.db->Write(rocksdb::WriteOptions(), &wb), "applying the index journal"));
+        if (on_key) {
+          FsKeysOf keys(s.fs_cf, on_key);
+          LMC_RETURN_IF_ERROR(FromRocks(wb.Iterate(&keys), "reading an applied journal record"));
+        }
+        return Status::Ok();
       },
       &bytes, /*writable=*/false);
   if (st.code() == Code::kAborted) {

@@ -85,24 +85,30 @@ inline PageCount CountPages(const void* p, size_t n) {
 }
 
 // The inode numbers an attribute listener (FsOps::SetAttrListener) was
-// told of, from any thread; Take returns them in order and forgets them.
-// Must outlive the listener's installation.
+// told of, from any thread; Take returns them in order and forgets them
+// (TakeData: those told with data = true). Must outlive the listener's
+// installation.
 class AttrNotices {
  public:
-  std::function<void(uint64_t)> Listener() {
-    return [this](uint64_t ino) {
+  std::function<void(uint64_t, bool)> Listener() {
+    return [this](uint64_t ino, bool data) {
       std::lock_guard l(mu_);
       told_.push_back(ino);
+      if (data) data_.push_back(ino);
     };
   }
   std::vector<uint64_t> Take() {
     std::lock_guard l(mu_);
     return std::exchange(told_, {});
   }
+  std::vector<uint64_t> TakeData() {
+    std::lock_guard l(mu_);
+    return std::exchange(data_, {});
+  }
 
  private:
   std::mutex mu_;
-  std::vector<uint64_t> told_;
+  std::vector<uint64_t> told_, data_;
 };
 
 }  // namespace lmc::fs::testing

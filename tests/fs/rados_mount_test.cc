@@ -86,6 +86,18 @@ class RadosMount : public ::testing::Test {
     return extra.empty() ? o : o + "," + extra;
   }
 
+  // Nodes A and B mount the union of stores NS-a and NS-b at mnt_a and
+  // mnt_b, each writing its own (A first).
+  void MountUnion() {
+    const std::string a = ns_ + "-a", b = ns_ + "-b";
+    const std::string spec = "rados:lmcfs/" + a + "," + b;
+    union_stores_ = {a, b};
+    pid_a_ = StartMount(LMC_MOUNT_BIN, spec, root_ + "/mnt_a", Options("a", "rw=" + a));
+    ASSERT_GT(pid_a_, 0);
+    pid_b_ = StartMount(LMC_MOUNT_BIN, spec, root_ + "/mnt_b", Options("b", "rw=" + b));
+    ASSERT_GT(pid_b_, 0);
+  }
+
   std::string root_, ns_, store_;
   pid_t pid_a_ = -1, pid_b_ = -1;
   std::vector<std::string> union_stores_;  // the stores a union test made
@@ -147,13 +159,9 @@ TEST_F(RadosMount, NodeKilledMidSeriesAnotherTakesOverByteIdentical) {
 TEST_F(RadosMount, UnionShowsEveryNodesShardsWithinASecond) {
   const std::string mnt_a = root_ + "/mnt_a", mnt_b = root_ + "/mnt_b", plain = root_ + "/plain";
   const std::string a = ns_ + "-a", b = ns_ + "-b";
-  const std::string spec = "rados:lmcfs/" + a + "," + b;
-  union_stores_ = {a, b};
   // Node A mounts before B's store exists: B joins A's union when it appears.
-  pid_a_ = StartMount(LMC_MOUNT_BIN, spec, mnt_a, Options("a", "rw=" + a));
-  ASSERT_GT(pid_a_, 0);
-  pid_b_ = StartMount(LMC_MOUNT_BIN, spec, mnt_b, Options("b", "rw=" + b));
-  ASSERT_GT(pid_b_, 0);
+  MountUnion();
+  if (HasFatalFailure()) return;
   const std::string script = root_ + "/shard.py";
   {
     FILE* f = std::fopen(script.c_str(), "w");
@@ -246,6 +254,61 @@ for d in (out, plain):
       << "after both nodes rotated, node A shows no old checkpoint";
   EXPECT_EQ(Shell("cmp " + plain + "/step100/rank1.pt " + mnt_b + "/step100/rank1.pt 2>/dev/null"), 1 + 1)
       << "gone on B too";
+  StopMount(mnt_a, pid_a_);
+  pid_a_ = -1;
+  StopMount(mnt_b, pid_b_);
+  pid_b_ = -1;
+}
+
+// Node B rewrites a file in place, with the same size, and sets its
+// mtime back (as `cp -p` or `rsync -t` over an old copy can): node A,
+// which read the file into its page cache, reads the new bytes at once.
+// Its follower's refresh tells A's kernel that the file's bytes changed;
+// the kernel's own check (FUSE_CAP_AUTO_INVAL_DATA) compares only mtime and
+// size, and kept the old pages.
+TEST_F(RadosMount, AFollowerDropsWhatItCachedOfAFileAnotherNodeRewrote) {
+  const std::string mnt_a = root_ + "/mnt_a", mnt_b = root_ + "/mnt_b", plain = root_ + "/plain";
+  MountUnion();
+  if (HasFatalFailure()) return;
+  const std::string script = root_ + "/rewrite.py";
+  {
+    FILE* f = std::fopen(script.c_str(), "w");
+    ASSERT_TRUE(f);
+    std::fputs(R"(
+import os, random, sys
+mode, path, copy, seed = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+data = random.Random(seed).randbytes(4 << 20)
+with open(copy, 'wb') as f:
+    f.write(data)
+st = os.stat(path) if mode == 'rewrite' else None
+with open(path, 'r+b' if st else 'wb') as f:
+    f.write(data); f.flush(); os.fsync(f.fileno())
+if st:
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    with open(path, 'rb') as f:
+        os.fsync(f.fileno())
+)",
+               f);
+    std::fclose(f);
+  }
+  ASSERT_EQ(Shell("python3 " + script + " new " + mnt_b + "/f.bin " + plain + "/v1 1"), 0);
+  ASSERT_TRUE(
+      lmc::testing::WaitUntil([&] { return Shell("cmp -s " + plain + "/v1 " + mnt_a + "/f.bin") == 0; },
+                              std::chrono::seconds(5), std::chrono::milliseconds(20)))
+      << "node A does not read node B's file after 5 s";
+  const std::string mtime = "stat -c %y " + mnt_a + "/f.bin";
+  ASSERT_EQ(Shell(mtime + " > " + root_ + "/mtime1"), 0);
+  ASSERT_EQ(Shell("python3 " + script + " rewrite " + mnt_b + "/f.bin " + plain + "/v2 2"), 0);
+  const auto t0 = std::chrono::steady_clock::now();
+  const bool seen =
+      lmc::testing::WaitUntil([&] { return Shell("cmp -s " + plain + "/v2 " + mnt_a + "/f.bin") == 0; },
+                              std::chrono::seconds(5), std::chrono::milliseconds(10));
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_TRUE(seen) << "node A still reads the old bytes 5 s after node B rewrote the file";
+  std::printf("node A read node B's rewrite %.0f ms after its fsync\n", ms);
+  EXPECT_LT(ms, 1500) << "seen later than a second";
+  EXPECT_EQ(Shell(mtime + " | cmp -s - " + root_ + "/mtime1"), 0) << "the same mtime, as B set it back";
+  EXPECT_EQ(Shell("cmp -s " + plain + "/v2 " + mnt_b + "/f.bin"), 0);
   StopMount(mnt_a, pid_a_);
   pid_a_ = -1;
   StopMount(mnt_b, pid_b_);

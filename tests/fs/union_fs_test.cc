@@ -52,7 +52,9 @@ class UnionFsTest : public ::testing::Test {
         std::vector<UnionMember>{{"A", a_.fs.get(), true}, {"B", b_follow_.fs.get(), false}});
   }
   void TearDown() override {
-    if (a_.fs) a_.fs->SetAttrListener(nullptr);  // a test's listener may be gone (a failed assertion)
+    // A test's listener may be gone (a failed assertion).
+    for (Node* n : {&a_, &b_follow_})
+      if (n->fs) n->fs->SetAttrListener(nullptr);
     u_.reset();
     b_follow_.Close();
     b_.Close();
@@ -135,10 +137,12 @@ class UnionFsTest : public ::testing::Test {
     return names;
   }
   // What node A sees of B after B's writes: the follower applies them.
+  // As the mount's follower thread does (Filesystem::FollowerRefreshed).
   void Follow() {
-    auto n = b_follow_.store->Refresh();
+    Filesystem::Refreshed changed;
+    auto n = b_follow_.store->Refresh([&](store::Cf cf, std::string_view key) { changed.Add(cf, key); });
     ASSERT_TRUE(n.ok()) << n.status().ToString();
-    b_follow_.fs->DropCachedInodes();
+    b_follow_.fs->FollowerRefreshed(changed);
   }
 
   std::string dir_;
@@ -217,8 +221,8 @@ TEST_F(UnionFsTest, TruncatingOpenOfAnotherNodesFileMakesItLocal) {
 
 // The kernel may keep the attributes of the writable member's files (the
 // mount tells it of each change the filesystem makes on its own, by union
-// inode), not those of a follower's: another node changes them, with no
-// notice this node could give.
+// inode), and of the followers' (below), but not those of a follower's
+// file that a truncating open made the writable member's.
 TEST_F(UnionFsTest, TheWritableMembersChangesAreToldByUnionInode) {
   Put(*b_.fs, "theirs.pt", "B's save");
   Follow();
@@ -241,7 +245,8 @@ TEST_F(UnionFsTest, TheWritableMembersChangesAreToldByUnionInode) {
   EXPECT_TRUE(u_->TellsAttrOf(mine));
   const uint64_t theirs = Find(*u_, "theirs.pt");
   ASSERT_NE(theirs, 0u);
-  EXPECT_FALSE(u_->TellsAttrOf(theirs));
+  EXPECT_TRUE(u_->TellsAttrOf(theirs));
+  EXPECT_FALSE(u_->TellsAttrOf(kRoot)) << "every member's root is in it";
   // Saved over here: the writable member's new file answers for the
   // follower's union inode, which its notices do not name.
   ASSERT_EQ(u_->Open(theirs, O_WRONLY | O_TRUNC), 0);
@@ -251,11 +256,69 @@ TEST_F(UnionFsTest, TheWritableMembersChangesAreToldByUnionInode) {
   const std::vector<uint64_t> after = take();
   ASSERT_EQ(after.size(), 1u);
   EXPECT_NE(after[0], theirs);
-  EXPECT_FALSE(u_->TellsAttrOf(theirs));
+  EXPECT_FALSE(u_->TellsAttrOf(theirs)) << "redirected to a file whose notices name another inode";
   ASSERT_TRUE(u_->SetAttrListener(nullptr));
-  // A union of followers only cannot tell.
+}
+
+// A follower's refresh tells the listener of each file another node
+// changed, by union inode, with its bytes when they changed (so that the
+// kernel drops its pages too: another node may rewrite a file in place
+// with its old size and mtime, as `cp -p` does); a file open here is told
+// of again once closed, since the kernel cached the version it opened.
+TEST_F(UnionFsTest, AFollowersRefreshTellsOfWhatAnotherNodeChanged) {
+  Put(*b_.fs, "theirs.pt", "B's first save");
+  Put(*b_.fs, "other.pt", "untouched");
+  Follow();
+  testing::AttrNotices notices;
+  ASSERT_TRUE(u_->SetAttrListener(notices.Listener()));
+  const uint64_t theirs = Find(*u_, "theirs.pt"), other = Find(*u_, "other.pt");
+  ASSERT_NE(theirs, 0u);
+  ASSERT_NE(other, 0u);
+  EXPECT_EQ(Get(*u_, "theirs.pt"), "B's first save");
+  const uint64_t b_ino = Find(*b_.fs, "theirs.pt");
+  auto overwrite = [&](const std::string& data) {
+    ASSERT_EQ(b_.fs->Open(b_ino, O_WRONLY | O_TRUNC), 0);
+    ASSERT_EQ(b_.fs->Write(b_ino, 0, data.data(), data.size()), 0);
+    ASSERT_EQ(b_.fs->Fsync(b_ino, false), 0);
+    ASSERT_EQ(b_.fs->Release(b_ino, true), 0);
+  };
+  overwrite("B's later save");  // the same length
+  Follow();
+  EXPECT_EQ(notices.TakeData(), std::vector<uint64_t>{theirs});
+  std::vector<uint64_t> told = notices.Take();
+  EXPECT_EQ(std::count(told.begin(), told.end(), theirs), 1);
+  EXPECT_EQ(std::count(told.begin(), told.end(), other), 0) << "a file nobody changed";
+  EXPECT_EQ(Get(*u_, "theirs.pt"), "B's later save");
+  // Attributes only: no page to drop.
+  struct stat st {};
+  ASSERT_EQ(b_.fs->GetAttr(b_ino, &st), 0);
+  st.st_mode = 0600;
+  ASSERT_EQ(b_.fs->SetAttr(b_ino, st, kSetMode, &st), 0);
+  ASSERT_EQ(b_.fs->Fsync(b_ino, false), 0);
+  Follow();
+  told = notices.Take();
+  EXPECT_EQ(std::count(told.begin(), told.end(), theirs), 1) << "chmod";
+  EXPECT_TRUE(notices.TakeData().empty());
+  // Changed while open here: told now and once closed, then no more.
+  ASSERT_EQ(u_->Open(theirs, O_RDONLY), 0);
+  overwrite("B's third save!");
+  Follow();
+  EXPECT_EQ(notices.TakeData(), std::vector<uint64_t>{theirs});
+  notices.Take();
+  Follow();
+  EXPECT_TRUE(notices.Take().empty()) << "still open";
+  ASSERT_EQ(u_->Release(theirs, false), 0);
+  Follow();
+  EXPECT_EQ(notices.TakeData(), std::vector<uint64_t>{theirs}) << "closed";
+  EXPECT_EQ(notices.Take(), std::vector<uint64_t>{theirs});
+  Follow();
+  EXPECT_TRUE(notices.Take().empty());
+  EXPECT_EQ(Get(*u_, "theirs.pt"), "B's third save!");
+  ASSERT_TRUE(u_->SetAttrListener(nullptr));
+  // A union of followers only tells too.
   UnionFs followers(std::vector<UnionMember>{{"B", b_follow_.fs.get(), false}});
-  EXPECT_FALSE(followers.SetAttrListener([](uint64_t) {}));
+  EXPECT_TRUE(followers.SetAttrListener([](uint64_t, bool) {}));
+  EXPECT_TRUE(followers.SetAttrListener(nullptr));
 }
 
 // A member whose store does not exist yet joins when it is attached.
@@ -279,8 +342,10 @@ TEST_F(UnionFsTest, DroppingCachedInodesBesideForgetsHangsNothing) {
   Filesystem& fs = *b_follow_.fs;
   const int rounds = 2000;
   std::atomic<bool> done{false};
+  Filesystem::Refreshed something;  // as after a refresh that applied records
+  something.attrs.insert(kRoot);
   std::thread dropper([&] {
-    while (!done.load()) fs.DropCachedInodes();
+    while (!done.load()) fs.FollowerRefreshed(something);
   });
   int seen = 0;
   for (int r = 0; r < rounds; r++) {

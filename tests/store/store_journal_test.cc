@@ -8,6 +8,7 @@
 #include <condition_variable>
 #include <map>
 #include <mutex>
+#include <set>
 #include <thread>
 
 #include "fault_env.h"
@@ -246,14 +247,22 @@ TEST_P(JournalTest, FollowerSeesTheWritersCommits) {
       std::printf("notify after commit: %.2f ms\n",
                   std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
     }
-    auto n = f->Refresh();
+    // Each extent the round wrote is reported with its column family
+    // (a file's in the filesystem's keys), nothing else of the fs's.
+    std::set<std::pair<Cf, std::string>> keys;
+    auto n = f->Refresh([&](Cf cf, std::string_view key) { keys.emplace(cf, std::string(key)); });
     ASSERT_TRUE(n.ok()) << n.status().ToString();
     EXPECT_GT(*n, 0u);
+    std::set<std::pair<Cf, std::string>> want;
+    for (uint64_t i = 1; i <= 5; ++i) want.emplace(Cf::kExtents, ExtentKey(i, 0));
+    EXPECT_EQ(keys, want) << "round " << r;
     ExpectModel(*f, m, "follower after round " + std::to_string(r));
   }
-  auto again = f->Refresh();
+  int told = 0;
+  auto again = f->Refresh([&](Cf, std::string_view) { told++; });
   ASSERT_TRUE(again.ok());
   EXPECT_EQ(*again, 0u) << "nothing new";
+  EXPECT_EQ(told, 0);
   Batch b;
   AddFileChunk(b, 50, RandomBytes(100, 50));
   EXPECT_FALSE(f->Commit(b).ok()) << "a follower cannot commit";

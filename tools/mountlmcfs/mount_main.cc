@@ -683,7 +683,8 @@ bool OpenGpu(const Options& o, int report_fd, std::unique_ptr<GpuCodec>* codec, 
 
 // Stores another node writes, followed: each is refreshed when its writer
 // notifies (RADOS watch/notify) and at least once a second, and its
-// filesystem then forgets the inodes it holds, so that what that node
+// filesystem then forgets the inodes it holds and tells the kernel of each
+// file that changed (Filesystem::FollowerRefreshed), so that what that node
 // closed is seen here within a second (docs/ARCHITECTURE.md, "The union").
 // A union's store that does not exist yet (its node has not mounted) is
 // opened once it does, and joins the union then.
@@ -799,10 +800,13 @@ class Followers {
             if (union_fs) union_fs->Attach(idx, fs);
             spdlog::info("lmcfs: union store {} appeared and joined the union", spec);
           }
-        } else if (auto n = store->Refresh(); !n.ok()) {
-          spdlog::error("lmcfs: following {}: {}", name, n.status().ToString());
-        } else if (*n > 0) {
-          fs->DropCachedInodes();
+        } else {
+          Filesystem::Refreshed changed;
+          auto n = store->Refresh([&](store::Cf cf, std::string_view key) { changed.Add(cf, key); });
+          if (!n.ok()) spdlog::error("lmcfs: following {}: {}", name, n.status().ToString());
+          // Also with nothing new: files that changed while open here are
+          // told of once closed.
+          fs->FollowerRefreshed(changed);
         }
         l.lock();
       }
@@ -1005,10 +1009,10 @@ int Serve(const Options& o, int report_fd) {
   session.extra = o.fuse_opts;
   session.threads = o.fuse_threads;
   session.read_ahead_kb = o.read_ahead_kb;
-  // Another node's changes reach a follower with no notice the kernel
-  // could get: its files' attributes are asked for every time (in a union,
-  // those of the followers' files: UnionFs::TellsAttrOf).
-  session.file_attr_timeout = primary_follows ? 0.0 : 1.0;
+  // Kept a second, as directories' are: the filesystem tells the kernel of
+  // its own changes, and the followers of each change another node made
+  // as their refresh applies it (Filesystem::FollowerRefreshed).
+  session.file_attr_timeout = 1.0;
   auto on_mounted = [&] {
     // Which codec path runs, and why (a GPU that is there but cannot be
     // used is worth a warning; gpu=off or no GPU at all is not).

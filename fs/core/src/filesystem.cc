@@ -309,9 +309,9 @@ uint64_t Filesystem::Impl::RefreshCached(const ChunkKeySet& keys) {
   return n;
 }
 
-void Filesystem::Impl::TellAttr(uint64_t ino) {
+void Filesystem::Impl::TellAttr(uint64_t ino, bool data) {
   std::shared_lock lk(attr_mu);
-  if (attr_listener) attr_listener(ino);
+  if (attr_listener) attr_listener(ino, data);
 }
 
 bool Filesystem::SetAttrListener(AttrListener fn) {
@@ -342,7 +342,23 @@ InodePtr Filesystem::Impl::Get(uint64_t ino, int* err) {
   return in;
 }
 
-void Filesystem::DropCachedInodes() {
+void Filesystem::Refreshed::Add(store::Cf cf, std::string_view key) {
+  if (key.size() < 8) return;
+  const uint64_t ino = LoadBE64(key.data());
+  switch (cf) {
+    case store::Cf::kInodes:
+    case store::Cf::kDirents:  // an entry made or removed: the directory's times and size
+      attrs.insert(ino);
+      break;
+    case store::Cf::kExtents:
+      data.insert(ino);
+      break;
+    case store::Cf::kMeta:  // xattrs, which the kernel does not cache; the filesystem's own keys
+      break;
+  }
+}
+
+void Filesystem::FollowerRefreshed(const Refreshed& changed) {
   Impl& m = *impl_;
   std::vector<InodePtr> all;
   {
@@ -353,12 +369,40 @@ void Filesystem::DropCachedInodes() {
   // Inode::mu before table_mu, as everywhere (a forget holds the inode's
   // mutex while it erases): the open count cannot change between the look
   // and the erase.
-  for (const InodePtr& in : all) {
+  auto forget_unopened = [&](const InodePtr& in) {
     std::lock_guard il(in->mu);
-    if (in->nopen > 0) continue;
+    if (in->nopen > 0) return false;
     std::lock_guard lk(m.table_mu);
     if (auto it = m.table.find(in->ino); it != m.table.end() && it->second == in) m.table.erase(it);
+    return true;
+  };
+  // Closed since they changed: what the kernel cached while they were open
+  // is of the version they opened.
+  std::vector<std::pair<uint64_t, bool>> tell;
+  for (auto it = m.changed_while_open.begin(); it != m.changed_while_open.end();) {
+    InodePtr in;
+    {
+      std::lock_guard lk(m.table_mu);
+      if (auto t = m.table.find(it->first); t != m.table.end()) in = t->second;
+    }
+    if (in && !forget_unopened(in)) {
+      ++it;
+      continue;
+    }
+    tell.emplace_back(it->first, it->second);
+    it = m.changed_while_open.erase(it);
   }
+  if (!changed.empty()) {
+    for (const InodePtr& in : all) {
+      if (forget_unopened(in)) continue;
+      const bool data = changed.data.count(in->ino) > 0;
+      if (data || changed.attrs.count(in->ino)) m.changed_while_open[in->ino] |= data;
+    }
+    for (uint64_t ino : changed.attrs)
+      if (!changed.data.count(ino)) tell.emplace_back(ino, false);
+    for (uint64_t ino : changed.data) tell.emplace_back(ino, true);
+  }
+  for (const auto& [ino, data] : tell) m.TellAttr(ino, data);
 }
 
 void Filesystem::Impl::Erase(uint64_t ino) {

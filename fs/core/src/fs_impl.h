@@ -82,7 +82,10 @@ struct Filesystem::Impl {
   // FsOps::SetAttrListener's listener; called under the shared lock.
   std::shared_mutex attr_mu;
   AttrListener attr_listener;
-  void TellAttr(uint64_t ino);
+  void TellAttr(uint64_t ino, bool data = false);
+  // FollowerRefreshed: changed inodes that were open then (ino -> data
+  // changed), told of again once closed.
+  std::unordered_map<uint64_t, bool> changed_while_open;
 
   // Last member: what the data pipelines share (its encoder threads are
   // joined first, while everything their jobs use lives).

@@ -25,7 +25,14 @@ UnionFs::UnionFs(std::vector<UnionMember> members)
 }
 
 void UnionFs::Attach(size_t idx, Filesystem* fs) {
-  if (idx < members_.size()) fs_[idx].store(fs, std::memory_order_release);
+  if (idx >= members_.size()) return;
+  std::lock_guard l(listener_mu_);
+  if (fs && listener_) fs->SetAttrListener(MemberListener(idx));
+  fs_[idx].store(fs, std::memory_order_release);
+}
+
+FsOps::AttrListener UnionFs::MemberListener(size_t idx) const {
+  return [idx, fn = listener_](uint64_t ino, bool data) { fn(Enc(idx, ino), data); };
 }
 
 uint64_t UnionFs::Enc(size_t idx, uint64_t ino) {
@@ -173,17 +180,21 @@ int UnionFs::GetAttr(uint64_t u, struct stat* out) {
 }
 
 bool UnionFs::SetAttrListener(AttrListener fn) {
-  if (rw_ < 0 || !Fs(static_cast<size_t>(rw_))) return false;
-  const size_t rw = static_cast<size_t>(rw_);
-  if (!fn) return Fs(rw)->SetAttrListener(nullptr);
-  return Fs(rw)->SetAttrListener([rw, fn = std::move(fn)](uint64_t ino) { fn(Enc(rw, ino)); });
+  std::lock_guard l(listener_mu_);
+  listener_ = std::move(fn);
+  bool ok = true;
+  for (size_t i = 0; i < members_.size(); ++i)
+    if (Filesystem* f = Fs(i)) ok = f->SetAttrListener(listener_ ? MemberListener(i) : nullptr) && ok;
+  return ok;
 }
 
 bool UnionFs::TellsAttrOf(uint64_t u) const {
-  // By the member in u itself: a follower's file that a truncating open
-  // redirected to the writable member keeps its union inode, which the
-  // writable member's notices do not name.
-  return rw_ >= 0 && u != kRoot && (u & ((1u << kIdxBits) - 1)) == static_cast<uint64_t>(rw_);
+  // A follower's file that a truncating open redirected to the writable
+  // member keeps its union inode, which the writable member's notices do
+  // not name. The root merges every member's.
+  if (u == kRoot) return false;
+  std::lock_guard l(mu_);
+  return redirect_.count(u) == 0;
 }
 
 int UnionFs::Writable(uint64_t u, Where* w) const {

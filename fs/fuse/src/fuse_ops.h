@@ -42,9 +42,10 @@ struct FuseContext {
   double entry_timeout = 1.0;     // seconds the kernel caches names
   // Files and symlinks: FuseSessionOptions::file_attr_timeout (1 s) where
   // the filesystem tells the kernel of every change it makes on its own
-  // (the stored size after encoding or a rebase: st_blocks), so that stat
-  // shows them at once all the same; else (a union's followers' files,
-  // FsOps::TellsAttrOf) 0, every stat reaches us. With
+  // (the stored size after encoding or a rebase: st_blocks) and of every
+  // change a follower's refresh applies, so that stat shows them at once
+  // all the same; else (FsOps::TellsAttrOf: a union's file redirected to
+  // the writable member) 0, every stat reaches us. With
   // 0, auto_inval_data makes the kernel ask for a file's attributes before
   // every read(): each read, even from the page cache, is a GETATTR to the
   // daemon first (a 4 KiB read cost 16 us instead of 1).

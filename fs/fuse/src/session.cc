@@ -53,9 +53,11 @@ int ServeFuse(FsOps* fs, const FuseSessionOptions& o, const std::function<void()
   }
   // The files' attribute timeout, with the filesystem telling the kernel
   // of the changes it makes on its own (attributes only: offset -1 drops no
-  // pages). The listener goes before the session does.
-  const bool tells = o.file_attr_timeout > 0 && fs->SetAttrListener([se](uint64_t ino) {
-    const int rc = fuse_lowlevel_notify_inval_inode(se, ino, -1, 0);
+  // pages) and of those a follower's refresh brings (the bytes too: offset
+  // 0, length 0 drops every cached page of the file). The listener goes
+  // before the session does.
+  const bool tells = o.file_attr_timeout > 0 && fs->SetAttrListener([se](uint64_t ino, bool data) {
+    const int rc = fuse_lowlevel_notify_inval_inode(se, ino, data ? 0 : -1, 0);
     // ENOENT: the kernel holds no such inode (nothing cached to drop);
     // ENOSYS: before INIT; ENODEV: unmounted meanwhile.
     if (rc != 0 && rc != -ENOENT && rc != -ENOSYS && rc != -ENODEV)

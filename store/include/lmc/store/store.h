@@ -628,8 +628,12 @@ class Store {
   // writes): applies the journal records the writer appended since the
   // last call; returns how many. Aborted when the writer's snapshot has
   // trimmed records not yet read: open the store again. Reads running
-  // meanwhile see the state before or after each record.
-  Result<uint64_t> Refresh();
+  // meanwhile see the state before or after each record. on_key, if set,
+  // hears of each key of the filesystem's column families that an applied
+  // record put or deleted (a key deleted by range: its range's start), so
+  // that the follower can tell who caches those records that they changed.
+  using RefreshKeyFn = std::function<void(Cf cf, std::string_view key)>;
+  Result<uint64_t> Refresh(const RefreshKeyFn& on_key = nullptr);
   // Calls fn whenever the writer of this RADOS store commits (RADOS
   // watch/notify on the journal head), until the handle dies. Unsupported
   // for other stores.

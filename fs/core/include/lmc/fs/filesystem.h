@@ -18,6 +18,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -242,8 +243,10 @@ class FsOps {
   // kernel's cached copy can be dropped (the glue: FUSE's
   // notify_inval_inode). Called with the inode number and no lock of the
   // filesystem held, from any thread. nullptr: nobody. False: this FsOps
-  // cannot tell (the kernel must then ask every time).
-  using AttrListener = std::function<void(uint64_t ino)>;
+  // cannot tell (the kernel must then ask every time). `data`: the file's
+  // bytes changed too (another node wrote them: a follower's refresh), so
+  // pages cached of it must go as well.
+  using AttrListener = std::function<void(uint64_t ino, bool data)>;
   virtual bool SetAttrListener(AttrListener) { return false; }
   // Whether that listener hears of every such change of ino's attributes
   // (a union's followers' files: no, another node changes them). Asked
@@ -341,10 +344,25 @@ class Filesystem : public FsOps {
   // policy's background work (FlushBackground); called once at unmount.
   Status Shutdown();
 
-  // A read-only Filesystem over a follower store (store::Store::Refresh
-  // applied another node's commits): forgets the inodes it holds in memory
-  // that no handle has open, so that the next access loads them again.
-  void DropCachedInodes();
+  // What a follower store's refresh changed (store::Store::Refresh's
+  // keys), by inode: records of the inode itself or of entries in it
+  // (a directory), and extents (a file's bytes).
+  struct Refreshed {
+    std::unordered_set<uint64_t> attrs, data;
+    void Add(store::Cf cf, std::string_view key);
+    bool empty() const { return attrs.empty() && data.empty(); }
+  };
+  // A read-only Filesystem over a follower store, after each refresh
+  // (every second and at each notice, whether it applied records or not).
+  // When `changed` is not empty (store::Store::Refresh applied another
+  // node's commits): forgets the inodes it holds in memory that no handle
+  // has open, so that the next access loads them again, and tells the
+  // attribute listener of each changed inode (with `data` for the
+  // extents'). A changed file open here keeps the version it opened; once
+  // its last handle is closed it is forgotten and told of again at the next
+  // call, so that what the kernel cached of that version goes too. One
+  // caller at a time.
+  void FollowerRefreshed(const Refreshed& changed);
 
   // Background work of the delta policy (reverse deltas re-encode the prior
   // version of each chunk written): FlushBackground does what can be done

@@ -76,9 +76,11 @@ class UnionFs final : public FsOps {
   int ListXattr(uint64_t ino, std::string* names) override;
   int RemoveXattr(uint64_t ino, std::string_view name) override;
   int StatFs(struct statvfs* out) override;
-  // The writable member's listener, its inode numbers made the union's; it
-  // tells of the writable member's files only. False without a writable
-  // member.
+  // Every member's listener (a member attached later's too), its inode
+  // numbers made the union's: the writable member tells of the changes it
+  // makes on its own, the followers of another node's (the mount calls
+  // Filesystem::FollowerRefreshed after each refresh). False if a member
+  // cannot tell.
   bool SetAttrListener(AttrListener fn) override;
   bool TellsAttrOf(uint64_t ino) const override;
 
@@ -117,6 +119,8 @@ class UnionFs final : public FsOps {
 
   // Member idx's filesystem, nullptr while it is not there.
   Filesystem* Fs(size_t idx) const { return fs_[idx].load(std::memory_order_acquire); }
+  // listener_ for member idx's inode numbers (listener_mu_ held).
+  AttrListener MemberListener(size_t idx) const;
 
   std::vector<UnionMember> members_;
   std::unique_ptr<std::atomic<Filesystem*>[]> fs_;
@@ -133,6 +137,8 @@ class UnionFs final : public FsOps {
   uint64_t shadowed_ = 0;
   std::set<std::string> shadowed_paths_;
   std::mutex copy_up_mu_;
+  std::mutex listener_mu_;  // SetAttrListener and Attach: guards listener_
+  AttrListener listener_;
 };
 
 }  // namespace lmc::fs

@@ -25,9 +25,9 @@ struct FuseSessionOptions {
   // create or open (it needs root; otherwise the default stays). 0 leaves it.
   unsigned read_ahead_kb = 4096;
   // Seconds the kernel keeps a file's attributes, where `fs` tells of the
-  // changes it makes on its own (FsOps::SetAttrListener): each is then
-  // dropped from the kernel's cache at once. 0 (or an FsOps that cannot
-  // tell, or a store another node writes): the kernel asks for them at
+  // changes it makes on its own and of those a follower's refresh brings
+  // (FsOps::SetAttrListener): each is then dropped from the kernel's cache
+  // at once. 0 (or an FsOps that cannot tell): the kernel asks for them at
   // every stat and before every read().
   double file_attr_timeout = 1.0;
 };
