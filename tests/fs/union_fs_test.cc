@@ -10,9 +10,13 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <filesystem>
+#include <map>
 #include <memory>
+#include <random>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -319,6 +323,94 @@ TEST_F(UnionFsTest, AFollowersRefreshTellsOfWhatAnotherNodeChanged) {
   UnionFs followers(std::vector<UnionMember>{{"B", b_follow_.fs.get(), false}});
   EXPECT_TRUE(followers.SetAttrListener([](uint64_t, bool) {}));
   EXPECT_TRUE(followers.SetAttrListener(nullptr));
+}
+
+// Random changes on node B (new files, ranges overwritten in place, some
+// with the file's old length, truncations, renames over other names,
+// unlinks), each committed; after every few, node A's follower refreshes:
+// every file reads through the union as B wrote it, the listing matches,
+// and each file whose bytes B changed in place since the last refresh was
+// told with its pages, by its union inode.
+TEST_F(UnionFsTest, AFollowerMatchesTheWriterAfterEachRefresh) {
+  std::mt19937_64 rng(20261206);
+  auto bytes = [&](size_t n) {
+    std::string d(n, '\0');
+    for (char& c : d) c = static_cast<char>(rng() >> 56);
+    return d;
+  };
+  testing::AttrNotices notices;
+  ASSERT_TRUE(u_->SetAttrListener(notices.Listener()));
+  std::map<std::string, std::string> model;  // what B holds
+  std::set<std::string> rewritten;           // bytes changed in place since the last refresh
+  int refreshes = 0, in_place = 0;
+  for (int step = 0; step < 160; ++step) {
+    const std::string name = "f" + std::to_string(rng() % 8);
+    const uint64_t ino = Find(*b_.fs, name);
+    const int op = static_cast<int>(rng() % 4);
+    if (!ino) {
+      model[name] = bytes(rng() % (96 << 10));
+      Put(*b_.fs, name, model[name]);
+    } else if (op == 0 || op == 1) {
+      // A range written over (op 0: within the file, its length kept).
+      std::string& m = model[name];
+      const size_t off = m.empty() ? 0 : rng() % m.size();
+      size_t n = 1 + rng() % (32 << 10);
+      if (op == 0 && !m.empty()) n = std::min(n, m.size() - off);
+      const std::string d = bytes(n);
+      ASSERT_EQ(b_.fs->Open(ino, O_WRONLY), 0);
+      ASSERT_EQ(b_.fs->Write(ino, off, d.data(), d.size()), 0);
+      ASSERT_EQ(b_.fs->Fsync(ino, false), 0);
+      ASSERT_EQ(b_.fs->Release(ino, true), 0);
+      if (m.size() < off + n) m.resize(off + n);
+      m.replace(off, n, d);
+      rewritten.insert(name);
+    } else if (op == 2) {
+      std::string& m = model[name];
+      struct stat st {};
+      st.st_size = static_cast<off_t>(rng() % (m.size() + 1));
+      ASSERT_EQ(b_.fs->SetAttr(ino, st, kSetSize, &st), 0);
+      ASSERT_EQ(b_.fs->Fsync(ino, false), 0);
+      m.resize(static_cast<size_t>(st.st_size));
+      rewritten.insert(name);
+    } else if (rng() % 2) {
+      const std::string to = "f" + std::to_string(rng() % 8);
+      if (to != name) {
+        ASSERT_EQ(b_.fs->Rename(kRoot, name, kRoot, to, 0), 0);
+        ASSERT_EQ(b_.fs->FsyncDir(kRoot), 0);
+        model[to] = model[name];
+        model.erase(name);
+        rewritten.erase(to);  // another inode under that name now
+        if (rewritten.erase(name)) rewritten.insert(to);
+      }
+    } else {
+      ASSERT_EQ(b_.fs->Unlink(kRoot, name), 0);
+      ASSERT_EQ(b_.fs->FsyncDir(kRoot), 0);
+      model.erase(name);
+      rewritten.erase(name);
+    }
+    if (step % 5 != 4) continue;
+    Follow();
+    refreshes++;
+    const std::vector<uint64_t> data = notices.TakeData();
+    notices.Take();
+    for (const std::string& n : rewritten) {
+      const uint64_t u = Find(*u_, n);
+      ASSERT_NE(u, 0u) << n;
+      EXPECT_EQ(std::count(data.begin(), data.end(), u), 1) << n << " changed in place, step " << step;
+      in_place++;
+    }
+    rewritten.clear();
+    std::vector<std::string> names;
+    for (const auto& [n, d] : model) {
+      names.push_back(n);
+      EXPECT_TRUE(Get(*u_, n) == d) << n << " after step " << step;
+    }
+    EXPECT_EQ(List(*u_, ""), names) << "after step " << step;
+    if (HasFailure()) return;
+  }
+  EXPECT_EQ(refreshes, 32);
+  EXPECT_GT(in_place, 20) << "the changes this test is about";
+  ASSERT_TRUE(u_->SetAttrListener(nullptr));
 }
 
 // A member whose store does not exist yet joins when it is attached.
