@@ -1269,6 +1269,17 @@ Status Store::Impl::Corrupt(const ChunkKey& key, uint64_t pack, uint64_t off, co
 }
 
 bool Store::Impl::Moved(const ChunkKey& key, const fmt::ChunkEntry& e) {
+  if (opts.read_only && journal) {
+    std::lock_guard l(journal_mu);
+    auto n =
+        ApplyJournal([this](Cf cf, std::string_view k) { caught_up_keys.emplace_back(cf, std::string(k)); });
+    if (n.ok()) {
+      caught_up_records += *n;
+    } else {
+      spdlog::debug("store {}: catching up with the writer's journal for chunk {}: {}", dir, key.ToHex(),
+                    n.status().ToString());
+    }
+  }
   auto now = LoadEntry(key);
   if (!now.ok()) return now.status().IsNotFound();
   return now->pack_id != e.pack_id || now->offset != e.offset;
@@ -1383,8 +1394,12 @@ Result<size_t> Store::Impl::Read(const ChunkKey& key, uint8_t* dst, size_t cap, 
     auto f = PackFile(e.pack_id);
     if (!f.ok()) {
       // Compaction may have moved the chunk and retired the pack after we
-      // read the entry: read the entry again.
-      if (f.status().IsNotFound() && attempt < 3) continue;
+      // read the entry: read the entry again (a follower's after catching
+      // up with the writer's journal: Moved).
+      if (f.status().IsNotFound() && attempt < 3) {
+        (void)Moved(key, e);
+        continue;
+      }
       if (f.status().IsNotFound()) return Corrupt(key, e.pack_id, e.offset, "pack file missing");
       return f.status();
     }
@@ -1644,23 +1659,18 @@ class FsKeysOf : public rocksdb::WriteBatch::Handler {
 
 }  // namespace
 
-Result<uint64_t> Store::Refresh(const RefreshKeyFn& on_key) {
-  Impl& s = *impl_;
-  if (!s.opts.read_only || !s.journal)
-    return Status::InvalidArgument("store " + s.dir + ": Refresh is for read-only journaled stores");
-  std::lock_guard l(s.journal_mu);
-  const uint64_t at = s.LocalJournalSeq();
+Result<uint64_t> Store::Impl::ApplyJournal(const std::function<void(Cf, std::string_view)>& on_key) {
+  const uint64_t at = LocalJournalSeq();
   uint64_t bytes = 0;
   uint64_t applied = 0;
-  Status st = s.journal->Replay(
+  Status st = journal->Replay(
       at,
       [&](uint64_t, std::string_view data) -> Status {
         rocksdb::WriteBatch wb{std::string(data)};
         applied++;
-        LMC_RETURN_IF_ERROR(
-            FromRocks(s.db->Write(rocksdb::WriteOptions(), &wb), "applying the index journal"));
+        LMC_RETURN_IF_ERROR(FromRocks(db->Write(rocksdb::WriteOptions(), &wb), "applying the index journal"));
         if (on_key) {
-          FsKeysOf keys(s.fs_cf, on_key);
+          FsKeysOf keys(fs_cf, on_key);
           LMC_RETURN_IF_ERROR(FromRocks(wb.Iterate(&keys), "reading an applied journal record"));
         }
         return Status::Ok();
@@ -1668,23 +1678,36 @@ Result<uint64_t> Store::Refresh(const RefreshKeyFn& on_key) {
       &bytes, /*writable=*/false);
   if (st.code() == Code::kAborted) {
     // The writer's snapshot trimmed records this reader had not read.
-    LMC_RETURN_IF_ERROR(s.journal->Reload());
-    return Status::Aborted("store " + s.dir + ": this follower fell behind the writer's index snapshot (" +
+    LMC_RETURN_IF_ERROR(journal->Reload());
+    return Status::Aborted("store " + dir + ": this follower fell behind the writer's index snapshot (" +
                            st.message() + "); open the store again");
   }
   LMC_RETURN_IF_ERROR(st);
   if (applied > 0) {
     // New packs the writer started.
-    std::lock_guard cl(s.commit_mu);
-    std::unique_ptr<rocksdb::Iterator> it(s.db->NewIterator(rocksdb::ReadOptions(), s.packs_cf));
+    std::lock_guard cl(commit_mu);
+    std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(rocksdb::ReadOptions(), packs_cf));
     for (it->SeekToFirst(); it->Valid(); it->Next()) {
       auto id = fmt::ParsePackKey(it->key().ToStringView());
       if (!id) continue;
       auto m = fmt::DecodePackMeta(*id, it->value().ToStringView());
-      if (m.ok()) s.packs[*id] = *m;
+      if (m.ok()) packs[*id] = *m;
     }
   }
   return applied;
+}
+
+Result<uint64_t> Store::Refresh(const RefreshKeyFn& on_key) {
+  Impl& s = *impl_;
+  if (!s.opts.read_only || !s.journal)
+    return Status::InvalidArgument("store " + s.dir + ": Refresh is for read-only journaled stores");
+  std::lock_guard l(s.journal_mu);
+  // What reads applied since the last call (Impl::Moved) is this call's too.
+  const uint64_t caught_up = std::exchange(s.caught_up_records, 0);
+  for (const auto& [cf, key] : std::exchange(s.caught_up_keys, {}))
+    if (on_key) on_key(cf, key);
+  LMC_ASSIGN_OR_RETURN(uint64_t applied, s.ApplyJournal(on_key));
+  return caught_up + applied;
 }
 
 Result<std::unique_ptr<FileLock>> Store::WatchChanges(std::function<void()> fn) {

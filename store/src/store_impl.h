@@ -74,6 +74,14 @@ struct Store::Impl {
   std::unique_ptr<IndexJournal> journal;
   std::mutex journal_mu;
   bool local_behind = false;  // a journaled batch failed to apply locally (journal_mu)
+  // A follower (StoreOptions::read_only, journaled): the keys and count of
+  // the records a read's catch-up applied (Moved), which the next
+  // Store::Refresh reports as its own (journal_mu).
+  std::vector<std::pair<Cf, std::string>> caught_up_keys;
+  uint64_t caught_up_records = 0;
+  // Applies the journal records appended since the local index's last one;
+  // on_key (may be empty) hears of their filesystem keys. journal_mu held.
+  Result<uint64_t> ApplyJournal(const std::function<void(Cf, std::string_view)>& on_key);
   // Where Open moved a damaged index before rebuilding it from the journal
   // (StoreOptions::rebuild_damaged_index); "" if it did not.
   std::string rebuilt_index_aside;
@@ -242,7 +250,10 @@ struct Store::Impl {
   Status CheckRecord(const ChunkKey& key, const fmt::ChunkEntry& e, const uint8_t* rec);
   // Whether chunk `key` is no longer where entry e says (released, or its
   // record rewritten or moved since): a read of e's record that failed
-  // verification is then retried from the new entry, not reported.
+  // verification is then retried from the new entry, not reported. A
+  // follower first applies what the writer's journal has that its index
+  // lacks: the writer may have released, punched or moved the record since
+  // the last refresh.
   bool Moved(const ChunkKey& key, const fmt::ChunkEntry& e);
   Result<size_t> Read(const ChunkKey& key, uint8_t* dst, size_t cap, Workspace& ws, bool verify_hash,
                       int depth);

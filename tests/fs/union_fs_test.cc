@@ -102,6 +102,12 @@ class UnionFsTest : public ::testing::Test {
     ASSERT_EQ(fs.Fsync(st.st_ino, false), 0);
     ASSERT_EQ(fs.Release(st.st_ino, true), 0);
   }
+  static std::string RandomBytes(size_t n, uint64_t seed) {
+    std::mt19937_64 rng(seed);
+    std::string d(n, '\0');
+    for (char& c : d) c = static_cast<char>(rng() >> 56);
+    return d;
+  }
   // The inode at path in fs (0: none).
   static uint64_t Find(FsOps& fs, const std::string& path, struct stat* out = nullptr) {
     uint64_t ino = kRoot;
@@ -411,6 +417,58 @@ TEST_F(UnionFsTest, AFollowerMatchesTheWriterAfterEachRefresh) {
   EXPECT_EQ(refreshes, 32);
   EXPECT_GT(in_place, 20) << "the changes this test is about";
   ASSERT_TRUE(u_->SetAttrListener(nullptr));
+}
+
+// A file open on node A that node B removes (its records released and
+// their blocks punched) before A's follower refreshes: A's read finds the
+// record gone, catches up with B's journal, and fails with ESTALE (NFS's
+// answer), not as corruption (EIO, a store error logged and counted).
+TEST_F(UnionFsTest, AFileTheWriterRemovedWhileOpenHereReadsAsStale) {
+  const std::string big = RandomBytes(16 << 20, 7);
+  Put(*b_.fs, "ck.pt", big);
+  Follow();
+  const uint64_t u = Find(*u_, "ck.pt");
+  ASSERT_EQ(u_->Open(u, O_RDONLY), 0);
+  std::vector<ReadPiece> pieces;
+  ASSERT_EQ(u_->ReadPieces(u, 0, 4096, &pieces), 0);
+  const uint64_t bi = Find(*b_.fs, "ck.pt");
+  ASSERT_EQ(b_.fs->Unlink(kRoot, "ck.pt"), 0);
+  b_.fs->Forget(bi, 2);  // Put's create and Find's lookup
+  ASSERT_EQ(b_.fs->FsyncDir(kRoot), 0);
+  b_.store->PunchDeadRecords();
+  ASSERT_GT(b_.store->Stats().punched_bytes, 8u << 20) << "the records this test reads are gone";
+  pieces.clear();
+  EXPECT_EQ(u_->ReadPieces(u, 14 << 20, 1 << 20, &pieces), ESTALE);
+  EXPECT_EQ(b_follow_.store->Stats().corruptions, 0u) << "a record another node released is not corrupt";
+  EXPECT_EQ(u_->Release(u, false), 0);
+  Follow();
+  EXPECT_EQ(Find(*u_, "ck.pt"), 0u);
+}
+
+// Node B's compaction moves a file's records to a new pack and deletes the
+// old one before node A's follower refreshes: A's read of the file finds
+// the pack gone, catches up with B's journal, and reads the records where
+// they are now.
+TEST_F(UnionFsTest, AFollowerReadsRecordsTheWriterMovedSinceItsLastRefresh) {
+  const std::string keep = RandomBytes(1 << 20, 8);
+  Put(*b_.fs, "keep.pt", keep);
+  Put(*b_.fs, "gone.pt", RandomBytes(1 << 20, 9));
+  Follow();
+  const uint64_t u = Find(*u_, "keep.pt");
+  ASSERT_NE(u, 0u);
+  const uint64_t bi = Find(*b_.fs, "gone.pt");
+  ASSERT_EQ(b_.fs->Unlink(kRoot, "gone.pt"), 0);
+  b_.fs->Forget(bi, 2);
+  ASSERT_EQ(b_.fs->FsyncDir(kRoot), 0);
+  store::CompactOptions co;
+  co.live_fraction_threshold = 0.9;
+  co.seal_active_dead_bytes = 1;
+  auto rep = b_.store->Compact(co);
+  ASSERT_TRUE(rep.ok()) << rep.status().ToString();
+  ASSERT_GT(rep->chunks_moved, 0u) << "keep.pt's records moved";
+  ASSERT_GT(rep->packs_compacted, 0u) << "and the pack they were in is gone";
+  EXPECT_EQ(Get(*u_, "keep.pt"), keep);
+  EXPECT_EQ(b_follow_.store->Stats().corruptions, 0u);
 }
 
 // A member whose store does not exist yet joins when it is attached.

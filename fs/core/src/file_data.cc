@@ -365,8 +365,9 @@ void ReadAhead::Finish(const store::ChunkKey& key) {
 }
 
 namespace {
-// Whether a line about a full or read-only store may be logged now: one
-// every 10 s at most, since such a store fails every write.
+// Whether a line about a full or read-only store, or a follower's open
+// file gone stale, may be logged now: one every 10 s at most, since such a
+// store fails every write (and such a file every read).
 bool LogNow() {
   static std::atomic<int64_t> last_ns{0};
   const int64_t now = NowNs();
@@ -610,6 +611,19 @@ int FileData::GetChunk(const ExtentRec& e, store::ChunkBytes* out) {
   uint8_t* w;
   store::ChunkBytes buf = store::NewChunkBytes(e.decoded_len, &w);
   auto r = shared_.store->ReadChunk(e.key, w, buf->size(), Scratch().ws);
+  if (!r.ok() && r.status().IsNotFound() && shared_.opts.read_only) {
+    // A follower: the node that writes the store released the chunk (the
+    // file was removed or written over there) since this inode was loaded,
+    // and the store caught up with that node's journal before saying so.
+    // NFS's answer to the same case.
+    if (LogNow())
+      spdlog::warn(
+          "lmcfs: inode {} was removed or rewritten by the node that writes its store after it was "
+          "opened here (its chunk {} is gone): reads of this open file fail with ESTALE; open it again "
+          "to read what that node holds now",
+          owner_.ino, e.key.ToHex());
+    return ESTALE;
+  }
   if (!r.ok()) return shared_.ToErrno(r.status(), "read chunk " + e.key.ToHex(), owner_.ino);
   if (*r != e.decoded_len)
     return shared_.ToErrno(Status::Corruption("chunk " + e.key.ToHex() + " has an unexpected length"),
