@@ -1659,7 +1659,7 @@ class FsKeysOf : public rocksdb::WriteBatch::Handler {
 
 }  // namespace
 
-Result<uint64_t> Store::Impl::ApplyJournal(const std::function<void(Cf, std::string_view)>& on_key) {
+Result<uint64_t> Store::Impl::ApplyJournal(const RefreshKeyFn& on_key) {
   const uint64_t at = LocalJournalSeq();
   uint64_t bytes = 0;
   uint64_t applied = 0;

@@ -81,7 +81,7 @@ struct Store::Impl {
   uint64_t caught_up_records = 0;
   // Applies the journal records appended since the local index's last one;
   // on_key (may be empty) hears of their filesystem keys. journal_mu held.
-  Result<uint64_t> ApplyJournal(const std::function<void(Cf, std::string_view)>& on_key);
+  Result<uint64_t> ApplyJournal(const RefreshKeyFn& on_key);
   // Where Open moved a damaged index before rebuilding it from the journal
   // (StoreOptions::rebuild_damaged_index); "" if it did not.
   std::string rebuilt_index_aside;

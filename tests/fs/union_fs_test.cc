@@ -339,11 +339,7 @@ TEST_F(UnionFsTest, AFollowersRefreshTellsOfWhatAnotherNodeChanged) {
 // told with its pages, by its union inode.
 TEST_F(UnionFsTest, AFollowerMatchesTheWriterAfterEachRefresh) {
   std::mt19937_64 rng(20261206);
-  auto bytes = [&](size_t n) {
-    std::string d(n, '\0');
-    for (char& c : d) c = static_cast<char>(rng() >> 56);
-    return d;
-  };
+  auto bytes = [&](size_t n) { return RandomBytes(n, rng()); };
   testing::AttrNotices notices;
   ASSERT_TRUE(u_->SetAttrListener(notices.Listener()));
   std::map<std::string, std::string> model;  // what B holds

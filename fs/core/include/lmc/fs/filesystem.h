@@ -249,8 +249,9 @@ class FsOps {
   using AttrListener = std::function<void(uint64_t ino, bool data)>;
   virtual bool SetAttrListener(AttrListener) { return false; }
   // Whether that listener hears of every such change of ino's attributes
-  // (a union's followers' files: no, another node changes them). Asked
-  // only once SetAttrListener said it can tell.
+  // (a union inode that a truncating open redirected to the writable
+  // member: no, that member's notices name another inode). Asked only once
+  // SetAttrListener said it can tell.
   virtual bool TellsAttrOf(uint64_t /*ino*/) const { return true; }
 };
 
@@ -335,8 +336,9 @@ class Filesystem : public FsOps {
   int StatFs(struct statvfs* out);
   // Told after Flush, Fsync, Release and CopyRange (the source) whenever
   // they changed a stat of the file, and after the delta
-  // policy's rebases and re-encodings changed its stored bytes. Write,
-  // SetAttr, Fallocate and CopyRange's destination are not told: the
+  // policy's rebases and re-encodings changed its stored bytes; over a
+  // follower store, by FollowerRefreshed of what another node changed.
+  // Write, SetAttr, Fallocate and CopyRange's destination are not told: the
   // kernel drops its copy after each of those itself.
   bool SetAttrListener(AttrListener fn) override;
 
