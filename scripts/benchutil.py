@@ -86,3 +86,23 @@ def finish(prog, stats, failures, work, keep=False):
     for f in failures:
         print('FAILED: ' + f, flush=True)
     return 1 if failures else 0
+
+
+def train_gpt_series(steps, width, vocab=8192, layers=4):
+    """A small GPT-style model trained with AdamW on this machine (seeded):
+    yields (step, model, optimizer) after each of `steps` steps of two
+    batches, for the caller to save as it likes."""
+    import torch
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(d_model=width, nhead=8, dim_feedforward=4 * width, batch_first=True)
+    model = torch.nn.Sequential(torch.nn.Embedding(vocab, width), torch.nn.TransformerEncoder(layer, num_layers=layers),
+                                torch.nn.Linear(width, vocab))
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-4)
+    for step in range(1, steps + 1):
+        for _ in range(2):
+            x = torch.randint(0, vocab, (4, 64))
+            loss = torch.nn.functional.cross_entropy(model(x).reshape(-1, vocab), x.reshape(-1))
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        yield step, model, opt

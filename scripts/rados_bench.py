@@ -36,7 +36,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchutil import daemon_pid, wait_exit  # noqa: E402
+from benchutil import daemon_pid, train_gpt_series, wait_exit  # noqa: E402
 
 RANKS = 4
 
@@ -48,18 +48,7 @@ def log(msg):
 def make_shards(out, steps, width):
     """Trains a small GPT-style model and writes out/step{S}_rank{R}.pt."""
     import torch
-    torch.manual_seed(0)
-    layer = torch.nn.TransformerEncoderLayer(d_model=width, nhead=8, dim_feedforward=4 * width, batch_first=True)
-    model = torch.nn.Sequential(torch.nn.Embedding(8192, width), torch.nn.TransformerEncoder(layer, num_layers=4),
-                                torch.nn.Linear(width, 8192))
-    opt = torch.optim.AdamW(model.parameters(), lr=3e-4)
-    for step in range(1, steps + 1):
-        for _ in range(2):
-            x = torch.randint(0, 8192, (4, 64))
-            loss = torch.nn.functional.cross_entropy(model(x).reshape(-1, 8192), x.reshape(-1))
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
+    for step, model, opt in train_gpt_series(steps, width):
         sd = model.state_dict()
         names = list(sd)
         osd = opt.state_dict()

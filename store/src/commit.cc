@@ -587,6 +587,10 @@ Status Store::Impl::EnsureActivePack() {
     return st;
   }
   std::shared_ptr<File> shared(std::move(f));
+  if (cache_holes) {
+    std::lock_guard hl(holes_mu);
+    pack_holes[id] = 0;
+  }
   {
     std::unique_lock l(files_mu);
     files[id] = shared;

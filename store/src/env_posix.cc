@@ -489,6 +489,15 @@ Status Env::PunchHole(const std::string& path, uint64_t, uint64_t) {
   return Status::Unsupported("this store's Env cannot punch holes in " + path);
 }
 
+Status Env::PunchHoles(const std::string& path, std::span<const Range> ranges, size_t* done) {
+  *done = 0;
+  for (const Range& r : ranges) {
+    LMC_RETURN_IF_ERROR(PunchHole(path, r.off, r.len));
+    ++*done;
+  }
+  return Status::Ok();
+}
+
 Status Env::SpaceOf(const std::string& dir, uint64_t*, uint64_t*) {
   return Status::Unsupported("this store's Env cannot tell the free space of " + dir);
 }

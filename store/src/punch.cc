@@ -24,6 +24,10 @@ constexpr auto kGather = std::chrono::milliseconds(20);
 
 void Store::Impl::QueueDead(std::vector<DeadRange> ranges) {
   if (ranges.empty() || !punch_enabled.load(std::memory_order_relaxed)) return;
+  for (DeadRange& r : ranges) {
+    auto it = packs.find(r.pack);
+    r.pack_end = it != packs.end() ? std::max(it->second.size, r.off + r.len) : r.off + r.len;
+  }
   {
     std::lock_guard l(punch_mu);
     punch_queue.insert(punch_queue.end(), ranges.begin(), ranges.end());
@@ -72,34 +76,74 @@ void Store::Impl::PunchDead() {
   for (const DeadRange& r : q) {
     if (!holes.empty() && holes.back().pack == r.pack && r.off <= holes.back().off + holes.back().len) {
       holes.back().len = std::max(holes.back().len, r.off + r.len - holes.back().off);
+      holes.back().pack_end = std::max(holes.back().pack_end, r.pack_end);
       continue;
     }
     holes.push_back(r);
   }
-  for (const DeadRange& h : holes) {
-    // Whole blocks inside the dead bytes only: a block that also holds a
-    // live record's bytes is never touched, nor the active pack's last
-    // partial block (a dead record ends at or before the committed end,
-    // and the next direct append rewrites from that block on).
-    const uint64_t a = (h.off + kBlock - 1) / kBlock * kBlock;
-    const uint64_t b = (h.off + h.len) / kBlock * kBlock;
-    if (b <= a) continue;
-    Status st = env->PunchHole(PackPath(h.pack), a, b - a);
-    if (st.ok()) {
-      n_punched += b - a;
-      n_holes++;
-      continue;
+  // Whole blocks inside the dead bytes only: a block that also holds a
+  // live record's bytes is never touched, nor the block that holds a
+  // pack's last committed byte (the active pack's next direct append
+  // rewrites from there, and in RADOS zeroing an object's tail truncates
+  // it: the object would end before its committed bytes). One request per
+  // pack (Env::PunchHoles).
+  for (size_t i = 0; i < holes.size();) {
+    const uint64_t pack = holes[i].pack;
+    std::vector<Env::Range> ranges;
+    for (; i < holes.size() && holes[i].pack == pack; ++i) {
+      const uint64_t a = (holes[i].off + kBlock - 1) / kBlock * kBlock;
+      const uint64_t last = holes[i].pack_end > 0 ? (holes[i].pack_end - 1) / kBlock * kBlock : 0;
+      const uint64_t b = std::min((holes[i].off + holes[i].len) / kBlock * kBlock, last);
+      if (b > a) ranges.push_back({a, b - a});
     }
-    if (st.IsNotFound()) continue;  // compaction deleted the pack meanwhile
+    if (ranges.empty()) continue;
+    size_t done = 0;
+    Status st = env->PunchHoles(PackPath(pack), ranges, &done);
+    uint64_t bytes = 0;
+    for (size_t k = 0; k < done; ++k) bytes += ranges[k].len;
+    n_punched += bytes;
+    n_holes += done;
+    if (cache_holes && bytes > 0) {
+      std::lock_guard l(holes_mu);
+      // A pack not cached has the holes counted in its attribute already.
+      if (auto it = pack_holes.find(pack); it != pack_holes.end()) it->second += bytes;
+    }
+    if (st.ok() || st.IsNotFound()) continue;  // not found: compaction deleted the pack meanwhile
     if (st.code() == Code::kUnsupported) {
       spdlog::info("store {}: {}; dead records are given back by compaction only", dir, st.message());
       punch_enabled = false;
       return;
     }
     spdlog::warn("store {}: punching dead records in {} failed ({}); compaction gives their space back", dir,
-                 PackPath(h.pack), st.ToString());
+                 PackPath(pack), st.ToString());
     return;
   }
+}
+
+uint64_t Store::Impl::PackOnDisk(uint64_t id, uint64_t size, bool ask) {
+  if (!punch_enabled) return size;
+  if (!cache_holes) {
+    if (!ask) return size;
+    auto d = env->FileDiskBytes(PackPath(id));
+    return d.ok() ? std::min(size, *d) : size;
+  }
+  {
+    std::lock_guard l(holes_mu);
+    if (auto it = pack_holes.find(id); it != pack_holes.end()) return size - std::min(size, it->second);
+  }
+  if (!ask) return size;
+  // Read once: the object's size less its holes (the committed size can be
+  // below the object's, an uncommitted tail, never above). A punch that
+  // overlaps the read and finds the pack not cached yet may be missed:
+  // the pack then counts that hole as still on disk (compaction may copy
+  // it for nothing), never the reverse.
+  auto d = env->FileDiskBytes(PackPath(id));
+  auto object = env->OpenFile(PackPath(id), Env::OpenMode::kRead);
+  if (!d.ok() || !object.ok()) return size;
+  const uint64_t holes = (*object)->Size() - std::min((*object)->Size(), *d);
+  std::lock_guard l(holes_mu);
+  pack_holes.try_emplace(id, holes);
+  return size - std::min(size, pack_holes[id]);
 }
 
 void Store::Impl::StartPuncher() {

@@ -13,13 +13,17 @@
 #ifdef LMC_HAVE_RADOS
 #include <algorithm>
 #include <atomic>
+#include <charconv>
 #include <chrono>
 #include <condition_variable>
 #include <list>
+#include <map>
 #include <mutex>
+#include <optional>
 #include <rados/librados.hpp>
 #include <set>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 #endif
 
@@ -122,9 +126,16 @@ Result<std::unique_ptr<RadosEnv>> RadosEnv::Open(const std::string& store, const
 namespace {
 
 constexpr char kEndAttr[] = "lmcfs.end";
+// Bytes of the object given back by PunchHole (zeroed ranges, which the
+// OSD's object store deallocates), in decimal; absent for none. Only the
+// store's lock holder punches, one round at a time, so a plain
+// read-modify-write under a compare of the old value suffices.
+constexpr char kHolesAttr[] = "lmcfs.holes";
 constexpr char kLockName[] = "lmcfs";
 // Largest single write op: below the OSD's osd_max_write_size (90 MB).
 constexpr size_t kMaxWriteOp = size_t{64} << 20;
+// Most ranges zeroed in one operation.
+constexpr size_t kMaxZeroOps = 64;
 
 std::string RandomCookie() {
   std::random_device rd;
@@ -381,6 +392,10 @@ class RadosEnvImpl final : public RadosEnv {
   Status DeleteFile(const std::string& path) override {
     LMC_ASSIGN_OR_RETURN(std::string oid, Oid(path));
     LMC_RETURN_IF_ERROR(CheckLock("deleting " + oid));
+    {
+      std::lock_guard l(holes_mu_);
+      holes_.erase(oid);
+    }
     if (int r = io_.remove(oid); r < 0) return Error(r, "deleting " + oid);
     return Status::Ok();
   }
@@ -436,11 +451,81 @@ class RadosEnvImpl final : public RadosEnv {
   Result<uint64_t> DiskBytes(const std::string& dir) override {
     uint64_t total = 0;
     LMC_RETURN_IF_ERROR(ForEachUnder(dir, [&](const std::string& oid, const std::string&) {
-      uint64_t size = 0;
-      time_t mtime = 0;
-      if (io_.stat(oid, &size, &mtime) == 0) total += size;
+      if (auto n = ObjectDiskBytes(oid); n.ok()) total += *n;
     }));
     return total;
+  }
+
+  Result<uint64_t> FileDiskBytes(const std::string& path) override {
+    LMC_ASSIGN_OR_RETURN(std::string oid, Oid(path));
+    return ObjectDiskBytes(oid);
+  }
+
+  Status PunchHole(const std::string& path, uint64_t off, uint64_t len) override {
+    const Range r{off, len};
+    size_t done = 0;
+    return PunchHoles(path, std::span<const Range>(&r, 1), &done);
+  }
+
+  // Zeroes the ranges (CEPH_OSD_OP_ZERO, which BlueStore deallocates) and
+  // adds their lengths to the object's holes attribute, up to kMaxZeroOps
+  // ranges an operation, which also asserts the object exists (a write
+  // would create it again after compaction deleted it). The count each
+  // object was last given is kept, so that a punch is one round trip.
+  Status PunchHoles(const std::string& path, std::span<const Range> ranges, size_t* done) override {
+    *done = 0;
+    LMC_ASSIGN_OR_RETURN(std::string oid, Oid(path));
+    LMC_RETURN_IF_ERROR(CheckLock("giving back dead bytes of " + oid));
+    const std::string what = "giving back dead bytes of " + oid;
+    for (int attempt = 0; *done < ranges.size();) {
+      std::optional<uint64_t> holes;
+      {
+        std::lock_guard l(holes_mu_);
+        if (auto it = holes_.find(oid); it != holes_.end()) holes = it->second;
+      }
+      bool present = true;
+      if (!holes) {
+        librados::bufferlist old;
+        const int gr = io_.getxattr(oid, kHolesAttr, old);
+        if (gr < 0 && gr != -ENODATA) return Error(gr, what);
+        present = gr >= 0;
+        holes = present ? ParseHoles(old) : 0;
+      }
+      const auto group = ranges.subspan(*done, std::min(ranges.size() - *done, kMaxZeroOps));
+      uint64_t now = *holes;
+      librados::ObjectWriteOperation op;
+      op.assert_exists();
+      librados::bufferlist expect, count;
+      expect.append(std::to_string(*holes));
+      if (present) op.cmpxattr(kHolesAttr, LIBRADOS_CMPXATTR_OP_EQ, expect);
+      for (const Range& r : group) {
+        if (r.len == 0) continue;
+        op.zero(r.off, r.len);
+        now += r.len;
+      }
+      count.append(std::to_string(now));
+      op.setxattr(kHolesAttr, count);
+      const int r = io_.operate(oid, &op);
+      if (r == -ECANCELED && attempt++ < 3) {  // the count changed: read it again
+        std::lock_guard l(holes_mu_);
+        holes_.erase(oid);
+        continue;
+      }
+      if (r < 0) {
+        std::lock_guard l(holes_mu_);
+        holes_.erase(oid);
+      }
+      if (r == -EOPNOTSUPP)
+        return Status::Unsupported("pool " + spec_.pool +
+                                   " cannot zero ranges of objects (an erasure-coded pool?)");
+      if (r < 0) return Error(r, what);
+      {
+        std::lock_guard l(holes_mu_);
+        holes_[oid] = now;
+      }
+      *done += group.size();
+    }
+    return Status::Ok();
   }
 
   Status ClusterSpace(uint64_t* total, uint64_t* avail) override {
@@ -460,6 +545,29 @@ class RadosEnvImpl final : public RadosEnv {
   std::atomic<bool> lock_lost_{false}, lock_held_{false};
 
  private:
+  static uint64_t ParseHoles(const librados::bufferlist& bl) {
+    const std::string s = bl.to_str();
+    uint64_t v = 0;
+    std::from_chars(s.data(), s.data() + s.size(), v);
+    return v;
+  }
+
+  // An object's size less the bytes PunchHole gave back: its size and
+  // attributes in one read.
+  Result<uint64_t> ObjectDiskBytes(const std::string& oid) {
+    librados::ObjectReadOperation op;
+    uint64_t size = 0;
+    time_t mtime = 0;
+    int stat_r = 0, attrs_r = 0;
+    std::map<std::string, librados::bufferlist> attrs;
+    op.stat(&size, &mtime, &stat_r);
+    op.getxattrs(&attrs, &attrs_r);
+    if (int r = io_.operate(oid, &op, nullptr); r < 0) return Error(r, "reading the size of " + oid);
+    auto it = attrs.find(kHolesAttr);
+    const uint64_t holes = it == attrs.end() ? 0 : ParseHoles(it->second);
+    return size - std::min(size, holes);
+  }
+
   std::string prefix_;
   RadosOptions opts_;
   RadosSpec spec_;
@@ -468,6 +576,9 @@ class RadosEnvImpl final : public RadosEnv {
   std::string cookie_;
   std::mutex notify_mu_;
   std::vector<librados::AioCompletion*> notifies_;  // notifies not known to be complete
+  // The holes attribute PunchHoles last wrote, by object (holes_mu_).
+  std::mutex holes_mu_;
+  std::unordered_map<std::string, uint64_t> holes_;
 };
 
 Result<size_t> RadosFile::ReadAt(uint64_t off, size_t n, uint8_t* dst) const {

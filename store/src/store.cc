@@ -442,7 +442,9 @@ Result<std::unique_ptr<Store>> Store::Open(const std::string& dir, const StoreOp
   if (!s->opts.read_only) {
     LMC_RETURN_IF_ERROR(s->EnsureDependantsIndex(fresh));
     LMC_RETURN_IF_ERROR(s->ReapPinnedDead());
-    if (s->opts.punch_dead && !s->rados) s->StartPuncher();
+    // A RADOS store caches its packs' holes (a round trip to learn each).
+    s->cache_holes = s->rados != nullptr;
+    if (s->opts.punch_dead) s->StartPuncher();
   }
   return std::unique_ptr<Store>(new Store(std::move(s)));
 }
@@ -1722,6 +1724,7 @@ const std::vector<std::string>& Store::OpenRepairs() const { return impl_->open_
 StoreStats Store::Stats() const {
   Impl& s = *impl_;
   StoreStats st;
+  uint64_t pack_disk_cached = 0;
   {
     std::lock_guard l(s.commit_mu);
     for (const auto& [id, m] : s.packs) {
@@ -1729,6 +1732,9 @@ StoreStats Store::Stats() const {
       st.pack_bytes += m.size;
       st.live_bytes += m.live;
       if (m.live == 0 && !(s.active && id == s.active_id)) st.empty_packs++;
+      // No round trip: a pack whose holes are not cached yet counts whole
+      // until compaction's first look at it reads them.
+      if (s.cache_holes) pack_disk_cached += s.PackOnDisk(id, m.size, false);
     }
   }
   st.commits = s.n_commits;
@@ -1749,7 +1755,9 @@ StoreStats Store::Stats() const {
   st.punched_bytes = s.n_punched;
   st.punched_holes = s.n_holes;
   st.pack_disk_bytes = st.pack_bytes;
-  if (s.punch_enabled) {
+  if (s.punch_enabled && s.cache_holes) {
+    st.pack_disk_bytes = pack_disk_cached;
+  } else if (s.punch_enabled) {
     if (auto d = s.env->DiskBytes(s.pack_dir); d.ok()) st.pack_disk_bytes = *d;
   }
   if (s.base_cache) {

@@ -163,6 +163,10 @@ struct Store::Impl {
   // take the queue.
   struct DeadRange {
     uint64_t pack = 0, off = 0, len = 0;
+    // The pack's committed size when the range died (QueueDead sets it):
+    // the block holding the pack's last byte is never punched. In RADOS a
+    // zeroed range that reaches the object's end truncates the object.
+    uint64_t pack_end = 0;
   };
   std::mutex punch_mu;
   std::condition_variable punch_cv;
@@ -176,7 +180,21 @@ struct Store::Impl {
   std::mutex punch_run_mu;  // one PunchDead at a time
   std::thread puncher;
   std::atomic<uint64_t> n_punched{0}, n_holes{0};
-  void QueueDead(std::vector<DeadRange> ranges);
+  // Where a pack's bytes on disk cost a round trip to learn (RADOS: its
+  // size less its holes attribute, Env::FileDiskBytes), the holes of each
+  // pack this process knows: packs it created (none yet) and packs read
+  // once on demand (PackOnDisk); the puncher adds what it gives back. A
+  // POSIX store asks the filesystem (st_blocks) each time. holes_mu, taken
+  // after commit_mu, if at all.
+  bool cache_holes = false;
+  std::mutex holes_mu;
+  std::unordered_map<uint64_t, uint64_t> pack_holes;  // holes_mu
+  // What pack `id` (committed size `size`) holds on disk: `size` less its
+  // holes; `size` where punching is off or the Env cannot tell. With
+  // `ask` false, a pack whose holes are not cached counts whole (no round
+  // trip).
+  uint64_t PackOnDisk(uint64_t id, uint64_t size, bool ask = true);
+  void QueueDead(std::vector<DeadRange> ranges);  // commit_mu held
   // Punches what is queued (after making the index durable). Takes no store
   // lock but punch_mu briefly.
   void PunchDead();

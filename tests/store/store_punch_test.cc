@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "fault_env.h"
+#include "store_backend.h"
 #include "store_test_util.h"
 
 namespace lmc::store::testing {
@@ -270,6 +271,179 @@ TEST(PunchTest, CompactionTakesEmptyPacksAndPunchesWhatItMoved) {
   EXPECT_GT(m->bytes_copied, 0u);
   s->PunchDeadRecords();
   ExpectClean(*s, files, "everything moved");
+}
+
+// --- Journaled stores, local and in RADOS. A RADOS store punches by
+// zeroing the object's range (BlueStore deallocates it) and counts what it
+// gave back in an attribute of the object, which a later mount reads.
+
+class PunchBackendTest : public ::testing::TestWithParam<Backend> {};
+
+TEST_P(PunchBackendTest, DeadRecordsGoBackAndALaterMountKnowsTheHoles) {
+  LMC_SKIP_WITHOUT_CLUSTER(GetParam());
+  TestStore ts(GetParam());
+  StoreOptions o = ts.Options();
+  o.pack_size_limit = 4 * kFile;  // four records a pack: several packs
+  o.pack_size_floor = 4 * kFile;
+  auto s = OpenOrDie(ts.spec(), o);
+  FileModel files = WriteFiles(*s, 1, 16, 700);
+  s->PunchDeadRecords();
+  const StoreStats full = s->Stats();
+  ASSERT_GE(full.packs, 4u);
+  EXPECT_EQ(full.punched_bytes, 0u);
+
+  for (uint64_t i = 1; i <= 16; i += 2) Delete(*s, files, i);  // eight records, none adjacent
+  s->PunchDeadRecords();
+  const StoreStats st = s->Stats();
+  EXPECT_EQ(st.punched_holes, 8u);
+  EXPECT_GE(st.punched_bytes, 8 * (kFile - 2 * kBlock));
+  // What the packs hold now, as the store reports it and as the backend
+  // itself tells (st_blocks; the objects' sizes less their holes
+  // attributes). A filesystem may take a block or two to describe holes.
+  auto disk = ts.BaseEnv()->DiskBytes(ts.spec() + "/packs");
+  ASSERT_TRUE(disk.ok()) << disk.status().ToString();
+  EXPECT_EQ(st.pack_disk_bytes, *disk);
+  EXPECT_LE(*disk, full.pack_disk_bytes - st.punched_bytes + 4 * kBlock);
+  if (GetParam() == Backend::kRados) EXPECT_EQ(*disk, st.pack_bytes - st.punched_bytes);
+  EXPECT_LT(st.dead_disk_bytes(), 8 * 2 * kBlock + 4 * kBlock);
+  ExpectClean(*s, files, "after punching");
+
+  // A later mount: the holes are known again before anything is copied. By
+  // committed bytes half of each pack is dead; on disk almost nothing is.
+  s.reset();
+  s = OpenOrDie(ts.spec(), o);
+  CompactOptions co;
+  co.policy = CompactOptions::Policy::kCostBenefit;
+  co.target_dead_fraction = 0.10;
+  co.judge_by_disk = true;
+  auto r = s->Compact(co);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->bytes_copied, 0u) << "the packs' holes were not known after reopening";
+  EXPECT_LT(s->Stats().dead_disk_bytes(), 8 * 2 * kBlock + 4 * kBlock);
+  ExpectClean(*s, files, "reopened");
+  FileModel more = WriteFiles(*s, 100, 3, 900);
+  files.insert(more.begin(), more.end());
+  ExpectClean(*s, files, "appended after the holes");
+}
+
+// Records that end a pack die: their blocks go, but not the one holding
+// the pack's last byte. In RADOS zeroing an object's tail truncates it;
+// the store would then find its packs shorter than their committed bytes.
+TEST_P(PunchBackendTest, ThePacksLastRecordsDieAndThePacksKeepTheirSize) {
+  LMC_SKIP_WITHOUT_CLUSTER(GetParam());
+  TestStore ts(GetParam());
+  StoreOptions o = ts.Options();
+  o.pack_size_limit = kFile;  // one record a pack: each is its pack's last
+  o.pack_size_floor = kFile;
+  auto s = OpenOrDie(ts.spec(), o);
+  auto sizes = [&] {
+    std::map<std::string, uint64_t> m;
+    auto names = ts.BaseEnv()->ListDir(ts.spec() + "/packs");
+    EXPECT_TRUE(names.ok()) << names.status().ToString();
+    for (const std::string& n : names.ok() ? *names : std::vector<std::string>{}) {
+      auto f = ts.BaseEnv()->OpenFile(ts.spec() + "/packs/" + n, Env::OpenMode::kRead);
+      EXPECT_TRUE(f.ok()) << f.status().ToString();
+      if (f.ok()) m[n] = (*f)->Size();
+    }
+    return m;
+  };
+  // Records that end their packs on a block boundary (the worst case: the
+  // dead record's last block is whole). A probe record tells the pack's
+  // bytes besides the payload.
+  FileModel files;
+  files[1] = RandomBytes(kFile, 800);
+  {
+    Batch b;
+    AddFileChunk(b, 1, files[1]);
+    ASSERT_TRUE(s->Commit(b).ok());
+  }
+  const uint64_t overhead = s->Stats().pack_bytes - kFile;
+  const size_t aligned = kFile + (kBlock - (kFile + overhead) % kBlock) % kBlock;
+  for (uint64_t i = 2; i <= 6; ++i) {
+    files[i] = RandomBytes(i % 2 == 0 ? aligned : kFile, 800 + i);
+    Batch b;
+    AddFileChunk(b, i, files[i]);
+    ASSERT_TRUE(s->Commit(b).ok());
+  }
+  const auto before = sizes();
+  uint64_t ends_aligned = 0;
+  for (const auto& [name, size] : before) ends_aligned += size % kBlock == 0;
+  EXPECT_GE(ends_aligned, 3u) << "the test meant three packs to end on a block boundary";
+  for (uint64_t i : {2, 4, 6}) Delete(*s, files, i);  // 6: the active pack's last record
+  s->PunchDeadRecords();
+  const StoreStats st = s->Stats();
+  EXPECT_EQ(st.punched_holes, 3u);
+  EXPECT_GE(st.punched_bytes, 3 * (kFile - 3 * kBlock));
+  EXPECT_EQ(sizes(), before) << "a punch changed a pack's size";
+  ExpectClean(*s, files, "after punching");
+  s.reset();
+  s = OpenOrDie(ts.spec(), o);
+  ExpectClean(*s, files, "reopened");
+  FileModel more = WriteFiles(*s, 100, 2, 900);
+  files.insert(more.begin(), more.end());
+  ExpectClean(*s, files, "appended");
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, PunchBackendTest, ::testing::Values(Backend::kJournaled, Backend::kRados),
+                         [](const auto& info) { return BackendName(info.param); });
+
+// The RADOS Env's hole itself: zeros where it was, every other byte and
+// the size kept, the count added up; a missing object is not created.
+TEST(RadosPunchTest, AHoleReadsAsZerosAndKeepsTheRest) {
+  LMC_SKIP_WITHOUT_CLUSTER(Backend::kRados);
+  TestStore ts(Backend::kRados);
+  Env* env = ts.BaseEnv();
+  ASSERT_NE(env, nullptr);
+  const std::string path = ts.spec() + "/packs/obj";
+  const std::vector<uint8_t> bytes = RandomBytes(64 << 10, 42);
+  {
+    auto f = env->OpenFile(path, Env::OpenMode::kCreate);
+    ASSERT_TRUE(f.ok()) << f.status().ToString();
+    ASSERT_TRUE((*f)->Append(bytes.data(), bytes.size()).ok());
+  }
+  ASSERT_TRUE(env->PunchHole(path, 4096, 8192).ok());
+  ASSERT_TRUE(env->PunchHole(path, 32768, 4096).ok());
+  std::vector<uint8_t> want = bytes;
+  std::fill(want.begin() + 4096, want.begin() + 4096 + 8192, 0);
+  std::fill(want.begin() + 32768, want.begin() + 32768 + 4096, 0);
+  auto f = env->OpenFile(path, Env::OpenMode::kRead);
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  EXPECT_EQ((*f)->Size(), bytes.size());
+  std::vector<uint8_t> got(bytes.size());
+  auto n = (*f)->ReadAt(0, got.size(), got.data());
+  ASSERT_TRUE(n.ok()) << n.status().ToString();
+  EXPECT_EQ(*n, bytes.size());
+  EXPECT_TRUE(got == want) << "a hole's bytes or its neighbours' differ";
+  auto d = env->FileDiskBytes(path);
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_EQ(*d, bytes.size() - 8192 - 4096);
+
+  // Several ranges in one request; then another client's punch changes the
+  // count this one cached, and this one's next punch reads it again.
+  const Env::Range three[] = {{16384, 4096}, {24576, 4096}, {49152, 8192}};
+  size_t done = 0;
+  ASSERT_TRUE(env->PunchHoles(path, three, &done).ok());
+  EXPECT_EQ(done, 3u);
+  auto other = RadosEnv::Open(ts.spec(), RadosOptions{});
+  ASSERT_TRUE(other.ok()) << other.status().ToString();
+  ASSERT_TRUE((*other)->PunchHole(path, 0, 4096).ok());
+  ASSERT_TRUE(env->PunchHole(path, 57344, 4096).ok());
+  for (const auto& [off, len] :
+       {std::pair<size_t, size_t>{16384, 4096}, {24576, 4096}, {49152, 8192}, {0, 4096}, {57344, 4096}})
+    std::fill(want.begin() + off, want.begin() + off + len, 0);
+  std::fill(got.begin(), got.end(), 0xee);
+  n = (*f)->ReadAt(0, got.size(), got.data());
+  ASSERT_TRUE(n.ok()) << n.status().ToString();
+  EXPECT_EQ(*n, bytes.size()) << "the object lost its tail";
+  EXPECT_TRUE(got == want) << "a hole's bytes or its neighbours' differ";
+  d = env->FileDiskBytes(path);
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_EQ(*d, bytes.size() - 8192 - 4096 - 16384 - 4096 - 4096) << "the holes' count lost a punch";
+
+  const std::string gone = ts.spec() + "/packs/gone";
+  Status st = env->PunchHole(gone, 0, 4096);
+  EXPECT_TRUE(st.IsNotFound()) << st.ToString();
+  EXPECT_FALSE(env->FileExists(gone)) << "punching a missing object created it";
 }
 
 }  // namespace

@@ -89,9 +89,19 @@ class Env {
   // filesystem (fallocate PUNCH_HOLE | KEEP_SIZE): the range then reads as
   // zeros and the file keeps its size. The store punches only whole
   // 4 KiB-aligned blocks of records no index entry names any more
-  // (docs/ARCHITECTURE.md, "Hole punching"). kUnsupported where the
-  // filesystem or the Env cannot (the default); kNotFound for no file.
+  // (docs/ARCHITECTURE.md, "Hole punching"). The range must end before
+  // the file's last byte: in RADOS, zeroing an object's tail truncates it.
+  // kUnsupported where the filesystem or the Env cannot (the default);
+  // kNotFound for no file.
   virtual Status PunchHole(const std::string& path, uint64_t off, uint64_t len);
+  // PunchHole of several ranges of one file, in order, stopping at the
+  // first failure; *done: how many were punched. The default punches each
+  // in turn; an Env whose punch is a network request sends them together
+  // (RADOS: one operation per pack).
+  struct Range {
+    uint64_t off = 0, len = 0;
+  };
+  virtual Status PunchHoles(const std::string& path, std::span<const Range> ranges, size_t* done);
   // The size of the filesystem that holds `dir` and the bytes free on it
   // for this process (statvfs: f_blocks and f_bavail). kUnsupported where
   // the Env cannot tell (the default).

@@ -93,7 +93,9 @@ class RadosEnv : public Env {
  public:
   // Connects to the cluster (bounded: 30 s) and opens the pool.
   static Result<std::unique_ptr<RadosEnv>> Open(const std::string& store, const RadosOptions& options);
-  // Bytes the objects under `dir` hold (their sizes).
+  // Bytes the objects under `dir` hold: their sizes less the bytes
+  // PunchHole gave back (each object keeps that count in an attribute).
+  // FileDiskBytes is one object's, one read.
   Result<uint64_t> DiskBytes(const std::string& dir) override = 0;
   // The cluster's raw space (rados df): total and available bytes.
   virtual Status ClusterSpace(uint64_t* total, uint64_t* avail) = 0;
