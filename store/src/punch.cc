@@ -133,10 +133,11 @@ uint64_t Store::Impl::PackOnDisk(uint64_t id, uint64_t size, bool ask) {
   }
   if (!ask) return size;
   // Read once: the object's size less its holes (the committed size can be
-  // below the object's, an uncommitted tail, never above). A punch that
-  // overlaps the read and finds the pack not cached yet may be missed:
-  // the pack then counts that hole as still on disk (compaction may copy
-  // it for nothing), never the reverse.
+  // below the object's, an uncommitted tail, never above). The puncher
+  // reads every pack so before its first round; were a compaction's read
+  // to overlap a punch of a pack not cached yet, the pack would count that
+  // hole as still on disk (compaction might copy it for nothing), never
+  // the reverse.
   auto d = env->FileDiskBytes(PackPath(id));
   auto object = env->OpenFile(PackPath(id), Env::OpenMode::kRead);
   if (!d.ok() || !object.ok()) return size;
@@ -149,6 +150,23 @@ uint64_t Store::Impl::PackOnDisk(uint64_t id, uint64_t size, bool ask) {
 void Store::Impl::StartPuncher() {
   punch_enabled = true;
   puncher = std::thread([this] {
+    // Packs from earlier mounts: their holes read once, here, so that
+    // Stats (lmcfs-stat, the reclaimer's bound) counts them from the start;
+    // punches queued meanwhile wait (and no read races a punch).
+    if (cache_holes) {
+      std::vector<std::pair<uint64_t, uint64_t>> sizes;
+      {
+        std::lock_guard l(commit_mu);
+        for (const auto& [id, m] : packs) sizes.emplace_back(id, m.size);
+      }
+      for (const auto& [id, size] : sizes) {
+        {
+          std::lock_guard l(punch_mu);
+          if (punch_stop) break;
+        }
+        PackOnDisk(id, size);
+      }
+    }
     for (;;) {
       {
         std::unique_lock l(punch_mu);

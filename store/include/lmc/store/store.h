@@ -330,8 +330,9 @@ struct StoreStats {
   uint64_t punched_holes = 0;
   // Bytes the pack files occupy on disk (allocated blocks, as du counts
   // them): pack_bytes less the holes punched. pack_bytes where the Env
-  // cannot tell. In RADOS: less the holes this process punched or has read
-  // from the packs' attributes (a pack not read yet counts whole).
+  // cannot tell. In RADOS: less the holes counted in the packs' attributes,
+  // read once at open by the store's punching thread (a pack not read yet
+  // counts whole).
   uint64_t pack_disk_bytes = 0;
   // Memory held now (lmcfs-stat's "memory" line): decoded delta bases
   // (StoreOptions::base_cache_bytes), and the index's memtables, table
