@@ -304,7 +304,9 @@ TEST_P(PunchBackendTest, DeadRecordsGoBackAndALaterMountKnowsTheHoles) {
   ASSERT_TRUE(disk.ok()) << disk.status().ToString();
   EXPECT_EQ(st.pack_disk_bytes, *disk);
   EXPECT_LE(*disk, full.pack_disk_bytes - st.punched_bytes + 4 * kBlock);
-  if (GetParam() == Backend::kRados) EXPECT_EQ(*disk, st.pack_bytes - st.punched_bytes);
+  if (GetParam() == Backend::kRados) {
+    EXPECT_EQ(*disk, st.pack_bytes - st.punched_bytes);
+  }
   EXPECT_LT(st.dead_disk_bytes(), 8 * 2 * kBlock + 4 * kBlock);
   ExpectClean(*s, files, "after punching");
 
