@@ -8,7 +8,8 @@
 // working directory and TMPDIR in the mount: every test must pass there,
 // and a test may be skipped there only where it is skipped on the disk too
 // (a test that skips itself for a missing feature, say xattrs or hard
-// links, would otherwise pass unnoticed).
+// links, would otherwise pass unnoticed), or where it refused a Unix
+// socket path for its length (the runs' paths differ in length).
 #include <gtest/gtest.h>
 
 #include <string>
@@ -47,6 +48,11 @@ disk, mount = cases(sys.argv[1]), cases(sys.argv[2])
 bad = []
 for name, got in sorted(mount.items()):
     want = disk.get(name)
+    # A socket path's length is the path string's, not the filesystem's:
+    # the two runs' paths differ by their directory names and the pids in
+    # them, so a bind refused for length alone is no difference.
+    if got.startswith("skipped: cannot bind Unix socket: AF_UNIX path too long"):
+        continue
     if got == "failed" or (got != "passed" and got != want):
         bad.append(f"{name}: {got} in the mount, {want} on the disk")
 for name in sorted(set(disk) - set(mount)):
@@ -63,8 +69,13 @@ TEST_F(MountCPython, FileAndOsSuitesPassAsOnTheDisk) {
                     "libpythonX.Y-testsuite)";
   auto run = [&](const std::string& dir, const std::string& name) {
     const std::string xml = root_ + "/" + name + ".xml", log = root_ + "/" + name + ".log";
-    Sh("mkdir -p " + dir + "/cpython");
-    const int rc = Sh("cd " + dir + "/cpython && TMPDIR=" + dir + "/cpython python3 -m test -j2 " + kModules +
+    // A short working directory: test_pathlib binds a Unix socket at
+    // DIR/c/test_python_PID/test_python_worker_PID/@test_PID_tmp/mysock
+    // (UTF-8 suffixes included), and an AF_UNIX path holds at most 108
+    // bytes; with "cpython" there, the mount's path fit only with short
+    // pids.
+    Sh("mkdir -p " + dir + "/c");
+    const int rc = Sh("cd " + dir + "/c && TMPDIR=" + dir + "/c python3 -m test -j2 " + kModules +
                       " --junit-xml " + xml + " >" + log + " 2>&1");
     return std::make_pair(rc, xml);
   };
@@ -76,7 +87,7 @@ TEST_F(MountCPython, FileAndOsSuitesPassAsOnTheDisk) {
   EXPECT_EQ(Sh("python3 " + compare + " " + disk_xml + " " + mount_xml + " >" + out + " 2>&1"), 0)
       << ReadFile(out);
   // The suites cleaned up after themselves through the mount.
-  EXPECT_EQ(Sh("test -z \"$(ls -A " + mnt_ + "/cpython)\""), 0);
+  EXPECT_EQ(Sh("test -z \"$(ls -A " + mnt_ + "/c)\""), 0);
   const std::string fsck = root_ + "/fsck.out";
   EXPECT_EQ(Sh(std::string(LMC_TOOLS_BIN_DIR) + "/lmcfs-fsck " + mnt_ + " >" + fsck + " 2>&1"), 0)
       << ReadFile(fsck);
