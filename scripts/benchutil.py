@@ -88,6 +88,13 @@ def finish(prog, stats, failures, work, keep=False):
     return 1 if failures else 0
 
 
+def rados_rm_namespace(ns, pool='lmcfs'):
+    """Removes every object of a RADOS namespace (a store rados:POOL/NS)."""
+    objs = subprocess.run(['rados', '-p', pool, '-N', ns, 'ls'], capture_output=True, text=True).stdout.split()
+    for o in objs:
+        subprocess.run(['rados', '-p', pool, '-N', ns, 'rm', o], check=False)
+
+
 def train_gpt_series(steps, width, vocab=8192, layers=4):
     """A small GPT-style model trained with AdamW on this machine (seeded):
     yields (step, model, optimizer) after each of `steps` steps of two

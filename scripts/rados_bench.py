@@ -36,7 +36,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchutil import daemon_pid, train_gpt_series, wait_exit  # noqa: E402
+from benchutil import daemon_pid, rados_rm_namespace, train_gpt_series, wait_exit  # noqa: E402
 
 RANKS = 4
 
@@ -80,12 +80,6 @@ for f in files:
         o.flush()
         os.fsync(o.fileno())
 '''
-
-
-def rados_rm_namespace(ns):
-    objs = subprocess.run(['rados', '-p', 'lmcfs', '-N', ns, 'ls'], capture_output=True, text=True).stdout.split()
-    for o in objs:
-        subprocess.run(['rados', '-p', 'lmcfs', '-N', ns, 'rm', o], check=False)
 
 
 def mount(build, store, mnt, local, extra=''):

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Space a RADOS store takes on its OSD under checkpoint rotation: hole
 punching on (the default) against off, in the same run
-(docs/BENCHMARKS.md, "Stores in RADOS: dead records given back at once").
+(docs/BENCHMARKS.md, "Dead records given back at once in RADOS").
 
 A small GPT-style model trained with AdamW saves --saves checkpoints
 (torch.save: fp32 weights and both moments) into /dev/shm first. Each
@@ -26,7 +26,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchutil import daemon_pid, train_gpt_series, wait_exit  # noqa: E402
+from benchutil import daemon_pid, rados_rm_namespace, train_gpt_series, wait_exit  # noqa: E402
 
 MIB = 1 << 20
 CONFIGS = [('punch=off', 'punch=off'), ('punch=on', '')]
@@ -51,12 +51,6 @@ def allocated(asok):
     out = subprocess.run(['ceph', '--admin-daemon', asok, 'perf', 'dump'], capture_output=True, text=True,
                          check=True).stdout
     return json.loads(out)['bluestore']['bluestore_allocated']
-
-
-def rados_rm_namespace(ns):
-    objs = subprocess.run(['rados', '-p', 'lmcfs', '-N', ns, 'ls'], capture_output=True, text=True).stdout.split()
-    for o in objs:
-        subprocess.run(['rados', '-p', 'lmcfs', '-N', ns, 'rm', o], check=False)
 
 
 def run_config(args, label, extra, src, names, asok, tmp, tag):
@@ -97,7 +91,7 @@ def run_config(args, label, extra, src, names, asok, tmp, tag):
         rados_rm_namespace(name)
         shutil.rmtree(local, ignore_errors=True)
     return {'config': label, 'after_each_save': per_save, 'peak': max(per_save + drain), 'end': drain[-1],
-            'live_apparent': live, 'save_mb_s': logical / MIB / secs}
+            'live_apparent': live, 'save_mib_s': logical / MIB / secs}
 
 
 def main():
@@ -127,7 +121,7 @@ def main():
                 res['round'] = r + 1
                 results.append(res)
                 log(f"round {r + 1} {label}: peak {res['peak'] / MIB:.0f} MiB, end {res['end'] / MIB:.0f} MiB, "
-                    f"live files {res['live_apparent'] / MIB:.0f} MiB, saves {res['save_mb_s']:.0f} MB/s; "
+                    f"live files {res['live_apparent'] / MIB:.0f} MiB, saves {res['save_mib_s']:.0f} MiB/s; "
                     f"after each save (MiB): {[round(x / MIB) for x in res['after_each_save']]}")
     finally:
         shutil.rmtree(src, ignore_errors=True)
@@ -138,7 +132,7 @@ def main():
     for res in results:
         print(f"| {res['round']} | {res['config']} | {', '.join(str(round(x / MIB)) for x in res['after_each_save'])} "
               f"| {res['peak'] / MIB:.0f} | {res['end'] / MIB:.0f} | {res['live_apparent'] / MIB:.0f} | "
-              f"{res['end'] / res['live_apparent']:.2f} | {res['save_mb_s']:.0f} |")
+              f"{res['end'] / res['live_apparent']:.2f} | {res['save_mib_s']:.0f} |")
     if args.json:
         with open(args.json, 'w') as f:
             json.dump(results, f, indent=1)

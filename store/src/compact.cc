@@ -22,10 +22,6 @@ struct ReadRecordCopy {
   std::vector<uint8_t> record;
 };
 
-// What pack `id` (committed size `size`) holds on disk: its committed
-// bytes less the holes punched in it (Store::Impl::PackOnDisk).
-uint64_t OnDisk(Store::Impl& s, uint64_t id, uint64_t size) { return s.PackOnDisk(id, size); }
-
 // Appends a slice of copied records to the active pack and points their
 // chunks at it, in one synced index batch that also moves their live bytes
 // from the old pack to the active one. commit_mu held. A chunk whose entry
@@ -156,7 +152,7 @@ Status CompactPack(Store::Impl& s, uint64_t id, const std::vector<ChunkKey>& key
   s.packs.erase(id);
   // What deleting the file gives back: its committed bytes, less the holes
   // already punched in it (those were given back when punched).
-  report.bytes_reclaimed += OnDisk(s, id, old_size);
+  report.bytes_reclaimed += s.PackOnDisk(id, old_size);
   {
     std::lock_guard hl(s.holes_mu);
     s.pack_holes.erase(id);
@@ -184,7 +180,7 @@ Status SealActiveIfDead(Store::Impl& s, uint64_t min_dead, bool by_disk) {
   if (it == s.packs.end()) return Status::Ok();  // nothing committed to it yet
   fmt::PackMeta m = it->second;
   // Dead bytes still on disk: those punched need no compaction.
-  const uint64_t size = by_disk ? OnDisk(s, s.active_id, m.size) : m.size;
+  const uint64_t size = by_disk ? s.PackOnDisk(s.active_id, m.size) : m.size;
   const uint64_t record_bytes = size > fmt::kPackHeaderSize ? size - fmt::kPackHeaderSize : 0;
   if (record_bytes < m.live || record_bytes - m.live < min_dead) return Status::Ok();
   m.state = fmt::PackState::kSealed;
@@ -208,7 +204,7 @@ void SelectPacks(Store::Impl& s, const CompactOptions& options, CompactReport& r
     // punched in it (hole punching gives dead records back without
     // compaction; copying a pack whose dead records are already holes would
     // only write its live ones again).
-    const uint64_t size = options.judge_by_disk ? OnDisk(s, id, m.size) : m.size;
+    const uint64_t size = options.judge_by_disk ? s.PackOnDisk(id, m.size) : m.size;
     pack_bytes += size;
     const uint64_t record_bytes = size > fmt::kPackHeaderSize ? size - fmt::kPackHeaderSize : 0;
     dead += size - std::min(size, m.live);
@@ -256,14 +252,7 @@ Result<CompactReport> Store::Compact(const CompactOptions& options, const Compac
   CompactReport report;
   // Where a pack's holes cost a round trip (RADOS), those not cached yet
   // are read before commit_mu is taken: no commit waits for them.
-  if (options.judge_by_disk && s.cache_holes) {
-    std::vector<std::pair<uint64_t, uint64_t>> sizes;
-    {
-      std::lock_guard l(s.commit_mu);
-      for (const auto& [id, m] : s.packs) sizes.emplace_back(id, m.size);
-    }
-    for (const auto& [id, size] : sizes) s.PackOnDisk(id, size);
-  }
+  if (options.judge_by_disk && s.cache_holes) s.CachePackHoles([] { return false; });
   {
     std::lock_guard l(s.commit_mu);
     if (!options.dry_run)

@@ -132,19 +132,32 @@ uint64_t Store::Impl::PackOnDisk(uint64_t id, uint64_t size, bool ask) {
     if (auto it = pack_holes.find(id); it != pack_holes.end()) return size - std::min(size, it->second);
   }
   if (!ask) return size;
-  // Read once: the object's size less its holes (the committed size can be
-  // below the object's, an uncommitted tail, never above). The puncher
-  // reads every pack so before its first round; were a compaction's read
-  // to overlap a punch of a pack not cached yet, the pack would count that
+  // Read once: the object's size less its holes, one read. The holes are
+  // taken as the committed size less that: an object longer than its
+  // committed bytes (an uncommitted tail; Recover cuts those at open)
+  // would count fewer holes than it has, never more. The puncher reads
+  // every pack so before its first round; were a compaction's read to
+  // overlap a punch of a pack not cached yet, the pack would count that
   // hole as still on disk (compaction might copy it for nothing), never
   // the reverse.
   auto d = env->FileDiskBytes(PackPath(id));
-  auto object = env->OpenFile(PackPath(id), Env::OpenMode::kRead);
-  if (!d.ok() || !object.ok()) return size;
-  const uint64_t holes = (*object)->Size() - std::min((*object)->Size(), *d);
+  if (!d.ok()) return size;
+  const uint64_t holes = size - std::min(size, *d);
   std::lock_guard l(holes_mu);
   pack_holes.try_emplace(id, holes);
   return size - std::min(size, pack_holes[id]);
+}
+
+void Store::Impl::CachePackHoles(const std::function<bool()>& stop) {
+  std::vector<std::pair<uint64_t, uint64_t>> sizes;
+  {
+    std::lock_guard l(commit_mu);
+    for (const auto& [id, m] : packs) sizes.emplace_back(id, m.size);
+  }
+  for (const auto& [id, size] : sizes) {
+    if (stop()) return;
+    PackOnDisk(id, size);
+  }
 }
 
 void Store::Impl::StartPuncher() {
@@ -153,20 +166,11 @@ void Store::Impl::StartPuncher() {
     // Packs from earlier mounts: their holes read once, here, so that
     // Stats (lmcfs-stat, the reclaimer's bound) counts them from the start;
     // punches queued meanwhile wait (and no read races a punch).
-    if (cache_holes) {
-      std::vector<std::pair<uint64_t, uint64_t>> sizes;
-      {
-        std::lock_guard l(commit_mu);
-        for (const auto& [id, m] : packs) sizes.emplace_back(id, m.size);
-      }
-      for (const auto& [id, size] : sizes) {
-        {
-          std::lock_guard l(punch_mu);
-          if (punch_stop) break;
-        }
-        PackOnDisk(id, size);
-      }
-    }
+    if (cache_holes)
+      CachePackHoles([this] {
+        std::lock_guard l(punch_mu);
+        return punch_stop;
+      });
     for (;;) {
       {
         std::unique_lock l(punch_mu);

@@ -475,8 +475,8 @@ class RadosEnvImpl final : public RadosEnv {
   Status PunchHoles(const std::string& path, std::span<const Range> ranges, size_t* done) override {
     *done = 0;
     LMC_ASSIGN_OR_RETURN(std::string oid, Oid(path));
-    LMC_RETURN_IF_ERROR(CheckLock("giving back dead bytes of " + oid));
     const std::string what = "giving back dead bytes of " + oid;
+    LMC_RETURN_IF_ERROR(CheckLock(what));
     for (int attempt = 0; *done < ranges.size();) {
       std::optional<uint64_t> holes;
       {

@@ -158,7 +158,8 @@ struct Store::Impl {
   // Hole punching (docs/ARCHITECTURE.md, "Hole punching"). A committed
   // index batch that kills records (released, rebased, rewritten, moved by
   // compaction) queues their places; the puncher thread makes the index
-  // durable (SyncWAL) and then punches the whole blocks inside them. Lock
+  // durable (a synced barrier write; a journaled store's batches already
+  // are) and then punches the whole blocks inside them. Lock
   // order: commit_mu before punch_mu; punch_mu is held only to queue or
   // take the queue.
   struct DeadRange {
@@ -194,6 +195,9 @@ struct Store::Impl {
   // `ask` false, a pack whose holes are not cached counts whole (no round
   // trip).
   uint64_t PackOnDisk(uint64_t id, uint64_t size, bool ask = true);
+  // Reads the holes of every pack not cached yet (cache_holes), outside
+  // commit_mu, until stop() says so.
+  void CachePackHoles(const std::function<bool()>& stop);
   void QueueDead(std::vector<DeadRange> ranges);  // commit_mu held
   // Punches what is queued (after making the index durable). Takes no store
   // lock but punch_mu briefly.
