@@ -19,6 +19,9 @@
 #include <cstring>
 #include <ctime>
 #include <filesystem>
+#include <map>
+#include <optional>
+#include <string>
 #include <unordered_map>
 #include <utility>
 
@@ -26,6 +29,7 @@
 #include "lmc/bytes.h"
 #include "lmc/container.h"
 #include "lmc/hash.h"
+#include "lmc/store/extent.h"
 #include "lmc/store/frame_pool.h"
 #include "lmc/text.h"
 #include "lmc/version.h"
@@ -1273,8 +1277,8 @@ Status Store::Impl::Corrupt(const ChunkKey& key, uint64_t pack, uint64_t off, co
 bool Store::Impl::Moved(const ChunkKey& key, const fmt::ChunkEntry& e) {
   if (opts.read_only && journal) {
     std::lock_guard l(journal_mu);
-    auto n =
-        ApplyJournal([this](Cf cf, std::string_view k) { caught_up_keys.emplace_back(cf, std::string(k)); });
+    auto n = ApplyJournal(
+        [this](Cf cf, std::string_view k, KeyChange how) { caught_up_keys.emplace_back(cf, k, how); });
     if (n.ok()) {
       caught_up_records += *n;
     } else {
@@ -1623,13 +1627,63 @@ const KeyScheme& Store::keys() const { return impl_->keys; }
 namespace {
 
 // The filesystem's keys in a journal record (Store::Refresh's on_key).
+// Before the record is applied, Remember notes what each extent it puts
+// replaces (the first Extent::kEncodedSize bytes), so that a put changing
+// only the trailer is told as such.
 class FsKeysOf : public rocksdb::WriteBatch::Handler {
  public:
   FsKeysOf(const std::array<rocksdb::ColumnFamilyHandle*, 4>& cfs, const Store::RefreshKeyFn& fn) : fn_(fn) {
     for (size_t i = 0; i < cfs.size(); ++i) ids_[i] = cfs[i] ? cfs[i]->GetID() : UINT32_MAX;
+    extents_ = cfs[static_cast<size_t>(Cf::kExtents)];
   }
-  rocksdb::Status PutCF(uint32_t cf, const rocksdb::Slice& key, const rocksdb::Slice&) override {
-    Tell(cf, key);
+  // The extents' values the record replaces, read from db (before it is
+  // applied). A key the record puts twice counts as changed.
+  rocksdb::Status Remember(rocksdb::DB* db, const rocksdb::WriteBatch& wb) {
+    if (!extents_) return rocksdb::Status::OK();
+    struct Puts : rocksdb::WriteBatch::Handler {
+      uint32_t id;
+      std::vector<std::string> keys;
+      rocksdb::Status PutCF(uint32_t cf, const rocksdb::Slice& key, const rocksdb::Slice&) override {
+        if (cf == id) keys.push_back(key.ToString());
+        return rocksdb::Status::OK();
+      }
+      // The rest passes (the Handler's defaults refuse other column families).
+      rocksdb::Status DeleteCF(uint32_t, const rocksdb::Slice&) override { return rocksdb::Status::OK(); }
+      rocksdb::Status SingleDeleteCF(uint32_t, const rocksdb::Slice&) override {
+        return rocksdb::Status::OK();
+      }
+      rocksdb::Status DeleteRangeCF(uint32_t, const rocksdb::Slice&, const rocksdb::Slice&) override {
+        return rocksdb::Status::OK();
+      }
+      rocksdb::Status MergeCF(uint32_t, const rocksdb::Slice&, const rocksdb::Slice&) override {
+        return rocksdb::Status::OK();
+      }
+      void LogData(const rocksdb::Slice&) override {}
+    } puts;
+    puts.id = extents_->GetID();
+    rocksdb::Status st = wb.Iterate(&puts);
+    if (!st.ok()) return st;
+    for (std::string& k : puts.keys) {
+      std::string v;
+      st = db->Get(rocksdb::ReadOptions(), extents_, k, &v);
+      if (st.IsNotFound()) continue;
+      if (!st.ok()) return st;
+      if (v.size() < Extent::kEncodedSize) continue;
+      v.resize(Extent::kEncodedSize);
+      auto [it, fresh] = before_.try_emplace(std::move(k), std::move(v));
+      if (!fresh) it->second.clear();  // put twice: changed
+    }
+    return rocksdb::Status::OK();
+  }
+  rocksdb::Status PutCF(uint32_t cf, const rocksdb::Slice& key, const rocksdb::Slice& value) override {
+    Store::KeyChange how = Store::KeyChange::kChanged;
+    if (extents_ && cf == extents_->GetID() && value.size() >= Extent::kEncodedSize) {
+      auto it = before_.find(key.ToStringView());
+      if (it != before_.end() && !it->second.empty() &&
+          std::memcmp(it->second.data(), value.data(), Extent::kEncodedSize) == 0)
+        how = Store::KeyChange::kTrailerOnly;
+    }
+    Tell(cf, key, how);
     return rocksdb::Status::OK();
   }
   rocksdb::Status DeleteCF(uint32_t cf, const rocksdb::Slice& key) override {
@@ -1651,12 +1705,14 @@ class FsKeysOf : public rocksdb::WriteBatch::Handler {
   void LogData(const rocksdb::Slice&) override {}
 
  private:
-  void Tell(uint32_t cf, const rocksdb::Slice& key) {
+  void Tell(uint32_t cf, const rocksdb::Slice& key, Store::KeyChange how = Store::KeyChange::kChanged) {
     for (size_t i = 0; i < ids_.size(); ++i)
-      if (ids_[i] == cf) fn_(static_cast<Cf>(i), key.ToStringView());
+      if (ids_[i] == cf) fn_(static_cast<Cf>(i), key.ToStringView(), how);
   }
   const Store::RefreshKeyFn& fn_;
   std::array<uint32_t, 4> ids_{};
+  rocksdb::ColumnFamilyHandle* extents_ = nullptr;
+  std::map<std::string, std::string, std::less<>> before_;  // extent key -> its first 48 bytes ("": changed)
 };
 
 }  // namespace
@@ -1670,11 +1726,13 @@ Result<uint64_t> Store::Impl::ApplyJournal(const RefreshKeyFn& on_key) {
       [&](uint64_t, std::string_view data) -> Status {
         rocksdb::WriteBatch wb{std::string(data)};
         applied++;
-        LMC_RETURN_IF_ERROR(FromRocks(db->Write(rocksdb::WriteOptions(), &wb), "applying the index journal"));
+        std::optional<FsKeysOf> keys;
         if (on_key) {
-          FsKeysOf keys(fs_cf, on_key);
-          LMC_RETURN_IF_ERROR(FromRocks(wb.Iterate(&keys), "reading an applied journal record"));
+          keys.emplace(fs_cf, on_key);
+          LMC_RETURN_IF_ERROR(FromRocks(keys->Remember(db, wb), "reading what a journal record replaces"));
         }
+        LMC_RETURN_IF_ERROR(FromRocks(db->Write(rocksdb::WriteOptions(), &wb), "applying the index journal"));
+        if (keys) LMC_RETURN_IF_ERROR(FromRocks(wb.Iterate(&*keys), "reading an applied journal record"));
         return Status::Ok();
       },
       &bytes, /*writable=*/false);
@@ -1706,8 +1764,8 @@ Result<uint64_t> Store::Refresh(const RefreshKeyFn& on_key) {
   std::lock_guard l(s.journal_mu);
   // What reads applied since the last call (Impl::Moved) is this call's too.
   const uint64_t caught_up = std::exchange(s.caught_up_records, 0);
-  for (const auto& [cf, key] : std::exchange(s.caught_up_keys, {}))
-    if (on_key) on_key(cf, key);
+  for (const auto& [cf, key, how] : std::exchange(s.caught_up_keys, {}))
+    if (on_key) on_key(cf, key, how);
   LMC_ASSIGN_OR_RETURN(uint64_t applied, s.ApplyJournal(on_key));
   return caught_up + applied;
 }

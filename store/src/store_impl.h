@@ -21,6 +21,7 @@
 #include <span>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <unordered_map>
 #include <vector>
 
@@ -77,7 +78,7 @@ struct Store::Impl {
   // A follower (StoreOptions::read_only, journaled): the keys and count of
   // the records a read's catch-up applied (Moved), which the next
   // Store::Refresh reports as its own (journal_mu).
-  std::vector<std::pair<Cf, std::string>> caught_up_keys;
+  std::vector<std::tuple<Cf, std::string, KeyChange>> caught_up_keys;
   uint64_t caught_up_records = 0;
   // Applies the journal records appended since the local index's last one;
   // on_key (may be empty) hears of their filesystem keys. journal_mu held.

@@ -11,6 +11,7 @@
 #include <mutex>
 #include <random>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -109,6 +110,25 @@ class AttrNotices {
  private:
   std::mutex mu_;
   std::vector<uint64_t> told_, data_;
+};
+
+// What an FsOps's entry listener told: (directory inode, name), in order.
+class EntryNotices {
+ public:
+  std::function<void(uint64_t, std::string_view)> Listener() {
+    return [this](uint64_t parent, std::string_view name) {
+      std::lock_guard l(mu_);
+      told_.emplace_back(parent, std::string(name));
+    };
+  }
+  std::vector<std::pair<uint64_t, std::string>> Take() {
+    std::lock_guard l(mu_);
+    return std::exchange(told_, {});
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<std::pair<uint64_t, std::string>> told_;
 };
 
 }  // namespace lmc::fs::testing

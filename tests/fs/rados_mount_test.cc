@@ -98,6 +98,25 @@ class RadosMount : public ::testing::Test {
     ASSERT_GT(pid_b_, 0);
   }
 
+  // Writes a Python script into the test's directory; returns its path.
+  std::string Script(const std::string& name, const char* text) {
+    const std::string path = root_ + "/" + name;
+    FILE* f = std::fopen(path.c_str(), "w");
+    EXPECT_TRUE(f) << path;
+    if (f) {
+      std::fputs(text, f);
+      std::fclose(f);
+    }
+    return path;
+  }
+  // Unmounts both nodes' mounts (each flushes and closes its stores).
+  void StopBoth() {
+    StopMount(root_ + "/mnt_a", pid_a_);
+    pid_a_ = -1;
+    StopMount(root_ + "/mnt_b", pid_b_);
+    pid_b_ = -1;
+  }
+
   std::string root_, ns_, store_;
   pid_t pid_a_ = -1, pid_b_ = -1;
   std::vector<std::string> union_stores_;  // the stores a union test made
@@ -107,13 +126,7 @@ TEST_F(RadosMount, NodeKilledMidSeriesAnotherTakesOverByteIdentical) {
   const std::string mnt_a = root_ + "/mnt_a", mnt_b = root_ + "/mnt_b", plain = root_ + "/plain";
   pid_a_ = StartMount(LMC_MOUNT_BIN, store_, mnt_a, Options("a"));
   ASSERT_GT(pid_a_, 0);
-  const std::string script = root_ + "/save.py";
-  {
-    FILE* f = std::fopen(script.c_str(), "w");
-    ASSERT_TRUE(f);
-    std::fputs(kRadosSaveScript, f);
-    std::fclose(f);
-  }
+  const std::string script = Script("save.py", kRadosSaveScript);
   ASSERT_EQ(Shell("python3 " + script + " " + mnt_a + " " + plain), 0);
   ASSERT_EQ(Shell("head -c 3000000 /dev/urandom > " + plain + "/random.bin && cp " + plain + "/random.bin " +
                   mnt_a + "/ && sync " + mnt_a + "/random.bin"),
@@ -162,11 +175,7 @@ TEST_F(RadosMount, UnionShowsEveryNodesShardsWithinASecond) {
   // Node A mounts before B's store exists: B joins A's union when it appears.
   MountUnion();
   if (HasFatalFailure()) return;
-  const std::string script = root_ + "/shard.py";
-  {
-    FILE* f = std::fopen(script.c_str(), "w");
-    ASSERT_TRUE(f);
-    std::fputs(R"(
+  const std::string script = Script("shard.py", R"(
 import os, sys, torch
 rank, out, plain = int(sys.argv[1]), sys.argv[2], sys.argv[3]
 torch.manual_seed(rank)
@@ -177,10 +186,7 @@ for d in (out, plain):
     with open(p, 'wb') as f:
         torch.save(m.state_dict(), f)
         f.flush(); os.fsync(f.fileno())
-)",
-               f);
-    std::fclose(f);
-  }
+)");
   ASSERT_EQ(Shell("python3 " + script + " 0 " + mnt_a + " " + plain), 0);
   ASSERT_EQ(Shell("python3 " + script + " 1 " + mnt_b + " " + plain), 0);
   // Node A sees rank 1's shard (written on B), and a file B closes now
@@ -254,10 +260,115 @@ for d in (out, plain):
       << "after both nodes rotated, node A shows no old checkpoint";
   EXPECT_EQ(Shell("cmp " + plain + "/step100/rank1.pt " + mnt_b + "/step100/rank1.pt 2>/dev/null"), 1 + 1)
       << "gone on B too";
-  StopMount(mnt_a, pid_a_);
-  pid_a_ = -1;
-  StopMount(mnt_b, pid_b_);
-  pid_b_ = -1;
+  StopBoth();
+}
+
+// Node B saves over a name node A has just looked up (a new file renamed
+// onto it, as every atomic save does): node A opens the new file as soon
+// as its listing shows B's later change. Before A's follower told the
+// kernel of the names it changed, A's kernel kept the name leading to the
+// removed file for its entry timeout (a second), and opening a name that
+// exists failed with ENOENT meanwhile.
+TEST_F(RadosMount, ANameAnotherNodeSavedOverOpensTheNewFileAtOnce) {
+  const std::string mnt_a = root_ + "/mnt_a", mnt_b = root_ + "/mnt_b";
+  MountUnion();
+  if (HasFatalFailure()) return;
+  const std::string script = Script("saveover.py", R"(
+import os, sys, time
+a, b = sys.argv[1], sys.argv[2]
+def save(name, data):
+    tmp = f'{b}/.{name}.tmp'
+    with open(tmp, 'wb') as f:
+        f.write(data); f.flush(); os.fsync(f.fileno())
+    os.rename(tmp, f'{b}/{name}')
+    fd = os.open(b, os.O_RDONLY); os.fsync(fd); os.close(fd)
+def read(path):
+    with open(path, 'rb') as f:
+        return f.read()
+def wait(what, timeout):
+    t0 = time.monotonic(); errors = []
+    while time.monotonic() - t0 < timeout:
+        try:
+            if what(): return time.monotonic() - t0, errors
+        except OSError as e:
+            errors.append(e.strerror)
+        time.sleep(0.005)
+    sys.exit(f'not within {timeout} s; errors meanwhile: {sorted(set(errors))}')
+v1, v2 = os.urandom(300000), os.urandom(200000)
+save('latest.pt', v1)
+wait(lambda: read(f'{a}/latest.pt') == v1, 5)  # A's kernel now holds the name
+save('latest.pt', v2)
+with open(f'{b}/marker', 'wb') as f:
+    f.flush(); os.fsync(f.fileno())
+wait(lambda: 'marker' in os.listdir(a), 5)  # A has applied B's save
+took, errors = wait(lambda: read(f'{a}/latest.pt') == v2, 5)
+print(f'node A opened the new file {took * 1000:.0f} ms after its listing showed the save; '
+      f'{len(errors)} failed opens meanwhile {sorted(set(errors))}')
+if took > 0.4 or errors:
+    sys.exit('node A kept the name of the removed file')
+)");
+  EXPECT_EQ(Shell("python3 " + script + " " + mnt_a + " " + mnt_b), 0);
+  StopBoth();
+}
+
+// Node B saves a checkpoint, node A reads it into its page cache, then B
+// saves the next one: B's rebase re-encodes the first as deltas against
+// the second, which changes only the first's stored size. Node A's
+// follower hears of the new stored size and keeps the pages it cached of
+// the first checkpoint (its bytes did not change). Before, every extent a
+// refresh named dropped its file's pages: each save on B made A read the
+// checkpoint before it again, from RADOS, through its new delta chain.
+TEST_F(RadosMount, AFollowerKeepsThePagesOfACheckpointTheWriterRebased) {
+  const std::string mnt_a = root_ + "/mnt_a", mnt_b = root_ + "/mnt_b";
+  if (Shell("command -v fincore >/dev/null") != 0) GTEST_SKIP() << "fincore (util-linux) is missing";
+  MountUnion();
+  if (HasFatalFailure()) return;
+  const std::string script = Script("rebased.py", R"(
+import hashlib, os, subprocess, sys, time, torch
+a, b = sys.argv[1], sys.argv[2]
+torch.manual_seed(5)
+w = {f'layer{i}.weight': torch.randn(512, 1024) for i in range(4)}
+def save(name):
+    with open(f'{b}/{name}', 'wb') as f:
+        torch.save(w, f); f.flush(); os.fsync(f.fileno())
+def digest(path):
+    with open(path, 'rb') as f:
+        return hashlib.sha256(f.read()).hexdigest()
+def resident(path):
+    out = subprocess.run(['fincore', '--bytes', '--noheadings', '--output', 'RES', path],
+                         check=True, capture_output=True, text=True).stdout
+    return int(out.split()[0])
+def stored(path):
+    return int(os.getxattr(path, 'user.lmcfs.stored_bytes'))
+def wait(what, timeout, why):
+    t0 = time.monotonic()
+    while not what():
+        if time.monotonic() - t0 > timeout: sys.exit(why)
+        time.sleep(0.02)
+save('ckpt-1.pt')
+want = digest(f'{b}/ckpt-1.pt')
+size = os.path.getsize(f'{b}/ckpt-1.pt')
+wait(lambda: os.path.exists(f'{a}/ckpt-1.pt') and digest(f'{a}/ckpt-1.pt') == want, 10, "A never read B's save")
+if resident(f'{a}/ckpt-1.pt') < size // 2: sys.exit('A did not cache what it read')
+before = stored(f'{b}/ckpt-1.pt')
+for t in w.values():
+    t.add_(torch.randn_like(t) * 1e-4)  # a training step's change
+save('ckpt-2.pt')
+wait(lambda: int(os.getxattr(b, 'user.lmcfs.pending_rebases')) == 0, 60, "B's rebases never drained")
+after = stored(f'{b}/ckpt-1.pt')
+if after >= before: sys.exit(f'B did not rebase ckpt-1.pt ({before} -> {after} stored bytes)')
+wait(lambda: stored(f'{a}/ckpt-1.pt') == after, 10, 'A never heard of the rebase')
+kept = resident(f'{a}/ckpt-1.pt')
+t0 = time.monotonic()
+same = digest(f'{a}/ckpt-1.pt') == want
+took = time.monotonic() - t0
+print(f'ckpt-1.pt: {size} bytes, stored {before} -> {after} on B; node A kept {kept} bytes of its pages '
+      f'and read it again in {took * 1000:.1f} ms')
+if not same: sys.exit('A reads other bytes')
+if kept < size // 2: sys.exit('A dropped the pages of a file whose bytes did not change')
+)");
+  EXPECT_EQ(Shell("python3 " + script + " " + mnt_a + " " + mnt_b), 0);
+  StopBoth();
 }
 
 // Node B rewrites a file in place, with the same size, and sets its
@@ -270,11 +381,7 @@ TEST_F(RadosMount, AFollowerDropsWhatItCachedOfAFileAnotherNodeRewrote) {
   const std::string mnt_a = root_ + "/mnt_a", mnt_b = root_ + "/mnt_b", plain = root_ + "/plain";
   MountUnion();
   if (HasFatalFailure()) return;
-  const std::string script = root_ + "/rewrite.py";
-  {
-    FILE* f = std::fopen(script.c_str(), "w");
-    ASSERT_TRUE(f);
-    std::fputs(R"(
+  const std::string script = Script("rewrite.py", R"(
 import os, random, sys
 mode, path, copy, seed = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 data = random.Random(seed).randbytes(4 << 20)
@@ -287,10 +394,7 @@ if st:
     os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
     with open(path, 'rb') as f:
         os.fsync(f.fileno())
-)",
-               f);
-    std::fclose(f);
-  }
+)");
   ASSERT_EQ(Shell("python3 " + script + " new " + mnt_b + "/f.bin " + plain + "/v1 1"), 0);
   ASSERT_TRUE(
       lmc::testing::WaitUntil([&] { return Shell("cmp -s " + plain + "/v1 " + mnt_a + "/f.bin") == 0; },
@@ -309,10 +413,7 @@ if st:
   EXPECT_LT(ms, 1500) << "seen later than a second";
   EXPECT_EQ(Shell(mtime + " | cmp -s - " + root_ + "/mtime1"), 0) << "the same mtime, as B set it back";
   EXPECT_EQ(Shell("cmp -s " + plain + "/v2 " + mnt_b + "/f.bin"), 0);
-  StopMount(mnt_a, pid_a_);
-  pid_a_ = -1;
-  StopMount(mnt_b, pid_b_);
-  pid_b_ = -1;
+  StopBoth();
 }
 
 }  // namespace

@@ -58,7 +58,10 @@ class UnionFsTest : public ::testing::Test {
   void TearDown() override {
     // A test's listener may be gone (a failed assertion).
     for (Node* n : {&a_, &b_follow_})
-      if (n->fs) n->fs->SetAttrListener(nullptr);
+      if (n->fs) {
+        n->fs->SetAttrListener(nullptr);
+        n->fs->SetEntryListener(nullptr);
+      }
     u_.reset();
     b_follow_.Close();
     b_.Close();
@@ -150,7 +153,8 @@ class UnionFsTest : public ::testing::Test {
   // As the mount's follower thread does (Filesystem::FollowerRefreshed).
   void Follow() {
     Filesystem::Refreshed changed;
-    auto n = b_follow_.store->Refresh([&](store::Cf cf, std::string_view key) { changed.Add(cf, key); });
+    auto n = b_follow_.store->Refresh(
+        [&](store::Cf cf, std::string_view key, store::Store::KeyChange how) { changed.Add(cf, key, how); });
     ASSERT_TRUE(n.ok()) << n.status().ToString();
     b_follow_.fs->FollowerRefreshed(changed);
   }
@@ -329,6 +333,79 @@ TEST_F(UnionFsTest, AFollowersRefreshTellsOfWhatAnotherNodeChanged) {
   UnionFs followers(std::vector<UnionMember>{{"B", b_follow_.fs.get(), false}});
   EXPECT_TRUE(followers.SetAttrListener([](uint64_t, bool) {}));
   EXPECT_TRUE(followers.SetAttrListener(nullptr));
+}
+
+// A follower's refresh tells the entry listener of each name another node
+// made, removed or renamed, by the union inode the kernel knows its
+// directory by (a directory both nodes hold included), and before any
+// attribute notice of that refresh: a name saved over must be looked up
+// again before the kernel asks for its old file's attributes, which are
+// gone (ENOENT for a name that exists). The union's own changes are not
+// told (the kernel made them), nor names in a directory the union never
+// handed out.
+TEST_F(UnionFsTest, AFollowersRefreshTellsOfEachNameAnotherNodeChanged) {
+  Put(*b_.fs, "theirs.pt", "B's");
+  Put(*b_.fs, "runs/old.pt", "B's old");
+  Put(*b_.fs, "runs/keep.pt", "B's new");
+  Follow();
+  // runs/ as the kernel first looked it up (B's alone); then the writable
+  // member makes runs/ too, and a later lookup names the merged directory
+  // by A's inode. The kernel may hold both: both are told.
+  const uint64_t runs_b = Find(*u_, "runs");
+  Put(*u_, "runs/mine.pt", "A's");
+  const uint64_t runs = Find(*u_, "runs");
+  ASSERT_NE(runs, 0u);
+  ASSERT_NE(runs_b, 0u);
+  ASSERT_NE(runs, runs_b);
+  std::vector<std::string> log;  // both listeners, in order
+  std::mutex mu;
+  ASSERT_TRUE(u_->SetEntryListener([&](uint64_t parent, std::string_view name) {
+    std::lock_guard l(mu);
+    log.push_back("entry " + std::to_string(parent) + " " + std::string(name));
+  }));
+  ASSERT_TRUE(u_->SetAttrListener([&](uint64_t ino, bool) {
+    std::lock_guard l(mu);
+    log.push_back("attr " + std::to_string(ino));
+  }));
+  auto take = [&] {
+    std::lock_guard l(mu);
+    return std::exchange(log, {});
+  };
+  const uint64_t b_runs = Find(*b_.fs, "runs");
+  ASSERT_NE(b_runs, 0u);
+  ASSERT_EQ(b_.fs->Unlink(kRoot, "theirs.pt"), 0);
+  ASSERT_EQ(b_.fs->Rename(b_runs, "keep.pt", b_runs, "old.pt", 0), 0);  // saved over
+  Put(*b_.fs, "runs/new.pt", "B's newest");
+  Put(*b_.fs, "elsewhere/x.pt", "never looked up here");
+  Follow();
+  const std::vector<std::string> told = take();
+  std::vector<std::string> entries, want = {"entry 1 elsewhere", "entry 1 theirs.pt"};
+  for (const uint64_t dir : {runs, runs_b})
+    for (const char* name : {"keep.pt", "new.pt", "old.pt"})
+      want.push_back("entry " + std::to_string(dir) + " " + name);
+  size_t last_entry = 0, first_attr = told.size();
+  for (size_t i = 0; i < told.size(); ++i) {
+    if (told[i].rfind("entry ", 0) == 0) {
+      entries.push_back(told[i]);
+      last_entry = i;
+    } else {
+      first_attr = std::min(first_attr, i);
+    }
+  }
+  std::sort(entries.begin(), entries.end());
+  std::sort(want.begin(), want.end());
+  EXPECT_EQ(entries, want);
+  EXPECT_LT(last_entry, first_attr) << "entries before attributes";
+  EXPECT_LT(first_attr, told.size()) << "the refresh told attributes too";
+  EXPECT_EQ(Get(*u_, "runs/old.pt"), "B's new");
+  EXPECT_EQ(Find(*u_, "theirs.pt"), 0u);
+  // The union's own change: the kernel made it, nobody is told.
+  take();
+  ASSERT_EQ(u_->Unlink(runs, "mine.pt"), 0);
+  Follow();
+  for (const std::string& t : take()) EXPECT_NE(t.rfind("entry ", 0), 0u) << t;
+  ASSERT_TRUE(u_->SetEntryListener(nullptr));
+  ASSERT_TRUE(u_->SetAttrListener(nullptr));
 }
 
 // Random changes on node B (new files, ranges overwritten in place, some

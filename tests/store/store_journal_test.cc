@@ -250,7 +250,8 @@ TEST_P(JournalTest, FollowerSeesTheWritersCommits) {
     // Each extent the round wrote is reported with its column family
     // (a file's in the filesystem's keys), nothing else of the fs's.
     std::set<std::pair<Cf, std::string>> keys;
-    auto n = f->Refresh([&](Cf cf, std::string_view key) { keys.emplace(cf, std::string(key)); });
+    auto n = f->Refresh(
+        [&](Cf cf, std::string_view key, Store::KeyChange) { keys.emplace(cf, std::string(key)); });
     ASSERT_TRUE(n.ok()) << n.status().ToString();
     EXPECT_GT(*n, 0u);
     std::set<std::pair<Cf, std::string>> want;
@@ -259,7 +260,7 @@ TEST_P(JournalTest, FollowerSeesTheWritersCommits) {
     ExpectModel(*f, m, "follower after round " + std::to_string(r));
   }
   int told = 0;
-  auto again = f->Refresh([&](Cf, std::string_view) { told++; });
+  auto again = f->Refresh([&](Cf, std::string_view, Store::KeyChange) { told++; });
   ASSERT_TRUE(again.ok());
   EXPECT_EQ(*again, 0u) << "nothing new";
   EXPECT_EQ(told, 0);
@@ -272,6 +273,65 @@ TEST_P(JournalTest, FollowerSeesTheWritersCommits) {
   auto s = OpenOrDie(t.spec(), t.Options(nullptr, 2));
   ASSERT_TRUE(s);
   ExpectModel(*s, m, "after the follower");
+}
+
+// A follower's refresh says how each extent changed: an extent put over
+// one that names the same bytes of the file (flags, length, chunk, offset)
+// with another trailer (the filesystem's: a rebase's new frame length) is
+// kTrailerOnly, so the follower's kernel may keep that file's pages; a new
+// extent, one naming another chunk or offset, and a deleted one are
+// kChanged.
+TEST_P(JournalTest, FollowerToldWhichExtentsKeptTheirBytes) {
+  LMC_SKIP_WITHOUT_CLUSTER(GetParam());
+  TestStore t(GetParam());
+  auto w = OpenOrDie(t.spec(), t.Options(nullptr, 0));
+  ASSERT_TRUE(w);
+  Batch first;
+  AddFileChunk(first, 1, RandomBytes(3000, 1));
+  AddFileChunk(first, 2, RandomBytes(3000, 2));
+  AddFileChunk(first, 3, RandomBytes(3000, 3));
+  ASSERT_TRUE(w->Commit(first).ok());
+  auto fo = t.Options(nullptr, 1);
+  fo.read_only = true;
+  auto f = OpenOrDie(t.spec(), fo);
+  ASSERT_TRUE(f);
+  auto extent = [&](uint64_t ino) {
+    auto v = w->Get(Cf::kExtents, ExtentKey(ino, 0));
+    EXPECT_TRUE(v.ok());
+    auto e = DecodeExtent(v.ok() ? *v : std::string());
+    EXPECT_TRUE(e.has_value());
+    return e.value_or(Extent{});
+  };
+  Batch second;
+  Extent same = extent(1);
+  same.trailer = std::string("\x07\x00\x01\x00", 4);  // a new frame length
+  second.Put(Cf::kExtents, ExtentKey(1, 0), EncodeExtent(same));
+  Extent moved = extent(2);
+  moved.chunk_offset = 1;
+  moved.length -= 1;
+  moved.trailer = same.trailer;
+  second.Put(Cf::kExtents, ExtentKey(2, 0), EncodeExtent(moved));
+  second.Delete(Cf::kExtents, ExtentKey(3, 0));
+  second.Put(Cf::kExtents, ExtentKey(4, 0), EncodeExtent(same));
+  ASSERT_TRUE(w->Commit(second).ok());
+  std::map<std::string, Store::KeyChange> told;
+  auto n = f->Refresh([&](Cf cf, std::string_view key, Store::KeyChange how) {
+    if (cf == Cf::kExtents) told[std::string(key)] = how;
+  });
+  ASSERT_TRUE(n.ok()) << n.status().ToString();
+  const std::map<std::string, Store::KeyChange> want = {
+      {ExtentKey(1, 0), Store::KeyChange::kTrailerOnly},
+      {ExtentKey(2, 0), Store::KeyChange::kChanged},
+      {ExtentKey(3, 0), Store::KeyChange::kChanged},
+      {ExtentKey(4, 0), Store::KeyChange::kChanged},
+  };
+  EXPECT_EQ(told, want);
+  // The trailer-only put is applied all the same.
+  auto v = f->Get(Cf::kExtents, ExtentKey(1, 0));
+  ASSERT_TRUE(v.ok());
+  auto e = DecodeExtent(*v);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->trailer, same.trailer);
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, JournalTest, ::testing::Values(Backend::kJournaled, Backend::kRados),

@@ -802,7 +802,9 @@ class Followers {
           }
         } else {
           Filesystem::Refreshed changed;
-          auto n = store->Refresh([&](store::Cf cf, std::string_view key) { changed.Add(cf, key); });
+          auto n = store->Refresh([&](store::Cf cf, std::string_view key, store::Store::KeyChange how) {
+            changed.Add(cf, key, how);
+          });
           if (!n.ok()) spdlog::error("lmcfs: following {}: {}", name, n.status().ToString());
           // Also with nothing new: files that changed while open here are
           // told of once closed.

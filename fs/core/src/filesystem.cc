@@ -320,6 +320,17 @@ bool Filesystem::SetAttrListener(AttrListener fn) {
   return true;
 }
 
+void Filesystem::Impl::TellEntry(uint64_t parent, std::string_view name) {
+  std::shared_lock lk(attr_mu);
+  if (entry_listener) entry_listener(parent, name);
+}
+
+bool Filesystem::SetEntryListener(EntryListener fn) {
+  std::unique_lock lk(impl_->attr_mu);
+  impl_->entry_listener = std::move(fn);
+  return true;
+}
+
 InodePtr Filesystem::Impl::Get(uint64_t ino, int* err) {
   std::lock_guard lk(table_mu);
   auto it = table.find(ino);
@@ -342,16 +353,23 @@ InodePtr Filesystem::Impl::Get(uint64_t ino, int* err) {
   return in;
 }
 
-void Filesystem::Refreshed::Add(store::Cf cf, std::string_view key) {
+void Filesystem::Refreshed::Add(store::Cf cf, std::string_view key, store::Store::KeyChange how) {
   if (key.size() < 8) return;
   const uint64_t ino = LoadBE64(key.data());
   switch (cf) {
     case store::Cf::kInodes:
-    case store::Cf::kDirents:  // an entry made or removed: the directory's times and size
       attrs.insert(ino);
       break;
+    case store::Cf::kDirents:  // an entry made or removed: the directory's times and size too
+      attrs.insert(ino);
+      entries.emplace(ino, std::string(key.substr(8)));
+      break;
     case store::Cf::kExtents:
-      data.insert(ino);
+      // The same bytes re-encoded elsewhere: the kernel keeps its pages.
+      if (how == store::Store::KeyChange::kTrailerOnly)
+        attrs.insert(ino);
+      else
+        data.insert(ino);
       break;
     case store::Cf::kMeta:  // xattrs, which the kernel does not cache; the filesystem's own keys
       break;
@@ -402,6 +420,7 @@ void Filesystem::FollowerRefreshed(const Refreshed& changed) {
       if (!changed.data.count(ino)) tell.emplace_back(ino, false);
     for (uint64_t ino : changed.data) tell.emplace_back(ino, true);
   }
+  for (const auto& [parent, name] : changed.entries) m.TellEntry(parent, name);
   for (const auto& [ino, data] : tell) m.TellAttr(ino, data);
 }
 

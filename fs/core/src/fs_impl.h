@@ -79,10 +79,13 @@ struct Filesystem::Impl {
   // thread holds it, `in` stays (best effort: it never waits for ns_mu).
   void EvictIfUnused(const InodePtr& in);
 
-  // FsOps::SetAttrListener's listener; called under the shared lock.
+  // FsOps::SetAttrListener's and SetEntryListener's listeners; called
+  // under the shared lock.
   std::shared_mutex attr_mu;
   AttrListener attr_listener;
+  EntryListener entry_listener;
   void TellAttr(uint64_t ino, bool data = false);
+  void TellEntry(uint64_t parent, std::string_view name);
   // FollowerRefreshed: changed inodes that were open then (ino -> data
   // changed), told of again once closed.
   std::unordered_map<uint64_t, bool> changed_while_open;

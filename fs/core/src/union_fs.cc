@@ -28,11 +28,28 @@ void UnionFs::Attach(size_t idx, Filesystem* fs) {
   if (idx >= members_.size()) return;
   std::lock_guard l(listener_mu_);
   if (fs && listener_) fs->SetAttrListener(MemberListener(idx));
+  if (fs && entry_listener_) fs->SetEntryListener(MemberEntryListener(idx));
   fs_[idx].store(fs, std::memory_order_release);
 }
 
 FsOps::AttrListener UnionFs::MemberListener(size_t idx) const {
   return [idx, fn = listener_](uint64_t ino, bool data) { fn(Enc(idx, ino), data); };
+}
+
+FsOps::EntryListener UnionFs::MemberEntryListener(size_t idx) const {
+  return [this, idx, fn = entry_listener_](uint64_t parent, std::string_view name) {
+    for (const uint64_t u : UnionDirsOf(idx, parent)) fn(u, name);
+  };
+}
+
+std::vector<uint64_t> UnionFs::UnionDirsOf(size_t idx, uint64_t ino) const {
+  if (ino == kRoot) return {kRoot};
+  std::vector<uint64_t> out;
+  std::lock_guard l(mu_);
+  for (const auto& [u, dir] : dirs_)
+    for (const Where& w : dir.members)
+      if (w.idx == idx && w.ino == ino) out.push_back(u);
+  return out;
 }
 
 uint64_t UnionFs::Enc(size_t idx, uint64_t ino) {
@@ -185,6 +202,16 @@ bool UnionFs::SetAttrListener(AttrListener fn) {
   bool ok = true;
   for (size_t i = 0; i < members_.size(); ++i)
     if (Filesystem* f = Fs(i)) ok = f->SetAttrListener(listener_ ? MemberListener(i) : nullptr) && ok;
+  return ok;
+}
+
+bool UnionFs::SetEntryListener(EntryListener fn) {
+  std::lock_guard l(listener_mu_);
+  entry_listener_ = std::move(fn);
+  bool ok = true;
+  for (size_t i = 0; i < members_.size(); ++i)
+    if (Filesystem* f = Fs(i))
+      ok = f->SetEntryListener(entry_listener_ ? MemberEntryListener(i) : nullptr) && ok;
   return ok;
 }
 

@@ -6,10 +6,12 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <string_view>
 #include <thread>
 
 #include "fuse_ops.h"
 #include "lmc/fs/fuse_session.h"
+#include "lmc/text.h"
 
 namespace lmc::fs {
 
@@ -64,6 +66,17 @@ int ServeFuse(FsOps* fs, const FuseSessionOptions& o, const std::function<void()
       spdlog::warn("lmcfs: telling the kernel that inode {} changed failed ({})", ino, std::strerror(-rc));
   });
   if (tells) ctx.attr_timeout = o.file_attr_timeout;
+  // Names another node made, removed or renamed (a follower's refresh):
+  // the kernel drops its entry at once instead of keeping it for
+  // entry_timeout, in which a name saved over would lead to the removed
+  // file (ENOENT for a name that exists).
+  const bool tells_entries = fs->SetEntryListener([se](uint64_t parent, std::string_view name) {
+    const int rc = fuse_lowlevel_notify_inval_entry(se, parent, name.data(), name.size());
+    // ENOENT: the kernel holds no such directory or entry.
+    if (rc != 0 && rc != -ENOENT && rc != -ENOSYS && rc != -ENODEV)
+      spdlog::warn("lmcfs: telling the kernel that entry {} of directory {} changed failed ({})",
+                   EscapeBytes(name, true), parent, std::strerror(-rc));
+  });
   if (on_mounted) on_mounted();
   fuse_loop_config* cfg = fuse_loop_cfg_create();
   unsigned threads = o.threads ? o.threads : std::max(4u, 2 * std::thread::hardware_concurrency());
@@ -71,6 +84,7 @@ int ServeFuse(FsOps* fs, const FuseSessionOptions& o, const std::function<void()
   int rc = fuse_session_loop_mt(se, cfg);
   fuse_loop_cfg_destroy(cfg);
   if (tells) fs->SetAttrListener(nullptr);
+  if (tells_entries) fs->SetEntryListener(nullptr);
   fuse_session_unmount(se);
   fuse_remove_signal_handlers(se);
   fuse_session_destroy(se);

@@ -633,8 +633,13 @@ class Store {
   // meanwhile see the state before or after each record. on_key, if set,
   // hears of each key of the filesystem's column families that an applied
   // record put or deleted (a key deleted by range: its range's start), so
-  // that the follower can tell who caches those records that they changed.
-  using RefreshKeyFn = std::function<void(Cf cf, std::string_view key)>;
+  // that the follower can tell who caches those records that they changed,
+  // and how: kTrailerOnly for an extent put over one with the same first
+  // Extent::kEncodedSize bytes (the same bytes of the file: flags, length,
+  // chunk, offset), whose filesystem trailer alone differs (a rebase's or
+  // re-encoding's new frame length: the file's stored size, not its bytes).
+  enum class KeyChange : uint8_t { kChanged, kTrailerOnly };
+  using RefreshKeyFn = std::function<void(Cf cf, std::string_view key, KeyChange how)>;
   Result<uint64_t> Refresh(const RefreshKeyFn& on_key = nullptr);
   // Calls fn whenever the writer of this RADOS store commits (RADOS
   // watch/notify on the journal head), until the handle dies. Unsupported

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <set>
 #include <string>
 #include <string_view>
 #include <unordered_set>
@@ -253,6 +254,16 @@ class FsOps {
   // member: no, that member's notices name another inode). Asked only once
   // SetAttrListener said it can tell.
   virtual bool TellsAttrOf(uint64_t /*ino*/) const { return true; }
+  // Who hears of a name in a directory that changed without a call through
+  // this FsOps: another node made, removed or renamed it (a follower's
+  // refresh), so that the kernel's cached entry can be dropped (the glue:
+  // FUSE's notify_inval_entry). Without it the kernel keeps the old entry
+  // for its timeout, and a name another node saved over (rename onto
+  // `latest.pt`) answers with the removed file: ENOENT. Called with the
+  // directory's inode number, the name, and no lock of the filesystem
+  // held. False: this FsOps cannot tell.
+  using EntryListener = std::function<void(uint64_t parent, std::string_view name)>;
+  virtual bool SetEntryListener(EntryListener) { return false; }
 };
 
 class Filesystem : public FsOps {
@@ -341,6 +352,9 @@ class Filesystem : public FsOps {
   // Write, SetAttr, Fallocate and CopyRange's destination are not told: the
   // kernel drops its copy after each of those itself.
   bool SetAttrListener(AttrListener fn) override;
+  // Told by FollowerRefreshed of each entry another node's commits made or
+  // removed, before the attribute listener hears of the inodes.
+  bool SetEntryListener(EntryListener fn) override;
 
   // Flushes every inode and purges unlinked ones, then finishes the delta
   // policy's background work (FlushBackground); called once at unmount.
@@ -348,19 +362,25 @@ class Filesystem : public FsOps {
 
   // What a follower store's refresh changed (store::Store::Refresh's
   // keys), by inode: records of the inode itself or of entries in it
-  // (a directory), and extents (a file's bytes).
+  // (a directory), and extents (a file's bytes; an extent whose trailer
+  // alone changed, a rebase's new frame length: its stored size only); and
+  // the entries made or removed (directory inode, name).
   struct Refreshed {
     std::unordered_set<uint64_t> attrs, data;
-    void Add(store::Cf cf, std::string_view key);
-    bool empty() const { return attrs.empty() && data.empty(); }
+    std::set<std::pair<uint64_t, std::string>> entries;
+    void Add(store::Cf cf, std::string_view key,
+             store::Store::KeyChange how = store::Store::KeyChange::kChanged);
+    bool empty() const { return attrs.empty() && data.empty() && entries.empty(); }
   };
   // A read-only Filesystem over a follower store, after each refresh
   // (every second and at each notice, whether it applied records or not).
   // When `changed` is not empty (store::Store::Refresh applied another
   // node's commits): forgets the inodes it holds in memory that no handle
-  // has open, so that the next access loads them again, and tells the
-  // attribute listener of each changed inode (with `data` for the
-  // extents'). A changed file open here keeps the version it opened; once
+  // has open, so that the next access loads them again, tells the entry
+  // listener of each entry made or removed, then the attribute listener of
+  // each changed inode (with `data` for the extents'): entries first, so
+  // that a name saved over is looked up again before its old file's
+  // attributes are asked for. A changed file open here keeps the version it opened; once
   // its last handle is closed it is forgotten and told of again at the next
   // call, so that what the kernel cached of that version goes too. One
   // caller at a time.

@@ -83,6 +83,11 @@ class UnionFs final : public FsOps {
   // cannot tell.
   bool SetAttrListener(AttrListener fn) override;
   bool TellsAttrOf(uint64_t ino) const override;
+  // Every member's entry listener, each directory named by the union inode
+  // the kernel knows it by (a directory several members hold is the first
+  // holder's); an entry of a directory the union has not handed to the
+  // kernel is not told (nothing of it is cached).
+  bool SetEntryListener(EntryListener fn) override;
 
   // Member idx's filesystem, once it is there (see UnionMember::fs).
   void Attach(size_t idx, Filesystem* fs);
@@ -119,8 +124,14 @@ class UnionFs final : public FsOps {
 
   // Member idx's filesystem, nullptr while it is not there.
   Filesystem* Fs(size_t idx) const { return fs_[idx].load(std::memory_order_acquire); }
-  // listener_ for member idx's inode numbers (listener_mu_ held).
+  // listener_ and entry_listener_ for member idx's inode numbers
+  // (listener_mu_ held).
   AttrListener MemberListener(size_t idx) const;
+  EntryListener MemberEntryListener(size_t idx) const;
+  // The union inodes the kernel may know member idx's directory ino by
+  // (a later lookup after the writable member made it too names it by
+  // that member's inode): none if the union handed no such directory out.
+  std::vector<uint64_t> UnionDirsOf(size_t idx, uint64_t ino) const;
 
   std::vector<UnionMember> members_;
   std::unique_ptr<std::atomic<Filesystem*>[]> fs_;
@@ -137,8 +148,9 @@ class UnionFs final : public FsOps {
   uint64_t shadowed_ = 0;
   std::set<std::string> shadowed_paths_;
   std::mutex copy_up_mu_;
-  std::mutex listener_mu_;  // SetAttrListener and Attach: guards listener_
+  std::mutex listener_mu_;  // Set*Listener and Attach: guards the listeners
   AttrListener listener_;
+  EntryListener entry_listener_;
 };
 
 }  // namespace lmc::fs
