@@ -518,6 +518,44 @@ TEST_F(UnionFsTest, AFileTheWriterRemovedWhileOpenHereReadsAsStale) {
   EXPECT_EQ(Find(*u_, "ck.pt"), 0u);
 }
 
+// Node A opens node B's file and has not read it yet when B saves over it
+// (a new file renamed onto the name) or rewrites it in place: A's first
+// read finds the version it opened gone and fails with ESTALE. Before, it
+// loaded the extents the index held then, none (zeros) or the new
+// version's, under the old version's size: a stress of saves over names
+// on B and reads on A read all-zero files.
+TEST_F(UnionFsTest, AFileOpenedHereAndChangedThereBeforeItsFirstReadReadsAsStale) {
+  Put(*b_.fs, "latest.pt", RandomBytes(300000, 1));
+  Put(*b_.fs, "inplace.pt", RandomBytes(200000, 2));
+  Follow();
+  const uint64_t latest = Find(*u_, "latest.pt"), inplace = Find(*u_, "inplace.pt");
+  ASSERT_NE(latest, 0u);
+  ASSERT_NE(inplace, 0u);
+  ASSERT_EQ(u_->Open(latest, O_RDONLY), 0);
+  ASSERT_EQ(u_->Open(inplace, O_RDONLY), 0);
+  const uint64_t old_bi = Find(*b_.fs, "latest.pt");
+  Put(*b_.fs, ".latest.pt.tmp", RandomBytes(100000, 3));
+  ASSERT_EQ(b_.fs->Rename(kRoot, ".latest.pt.tmp", kRoot, "latest.pt", 0), 0);
+  b_.fs->Forget(old_bi, 2);  // Put's create and Find's lookup: the old file goes
+  ASSERT_EQ(b_.fs->FsyncDir(kRoot), 0);
+  const uint64_t bi = Find(*b_.fs, "inplace.pt");
+  const std::string v2 = RandomBytes(150000, 4);
+  ASSERT_EQ(b_.fs->Open(bi, O_WRONLY | O_TRUNC), 0);
+  ASSERT_EQ(b_.fs->Write(bi, 0, v2.data(), v2.size()), 0);
+  ASSERT_EQ(b_.fs->Fsync(bi, false), 0);
+  ASSERT_EQ(b_.fs->Release(bi, true), 0);
+  Follow();
+  std::vector<ReadPiece> pieces;
+  EXPECT_EQ(u_->ReadPieces(latest, 0, 4096, &pieces), ESTALE) << "saved over";
+  pieces.clear();
+  EXPECT_EQ(u_->ReadPieces(inplace, 0, 4096, &pieces), ESTALE) << "rewritten in place";
+  EXPECT_EQ(u_->Release(latest, false), 0);
+  EXPECT_EQ(u_->Release(inplace, false), 0);
+  Follow();
+  EXPECT_EQ(Get(*u_, "inplace.pt"), v2) << "opened again: the new version";
+  EXPECT_EQ(Get(*u_, "latest.pt").size(), 100000u);
+}
+
 // Node B's compaction moves a file's records to a new pack and deletes the
 // old one before node A's follower refreshes: A's read of the file finds
 // the pack gone, catches up with B's journal, and reads the records where

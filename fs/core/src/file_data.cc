@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <cstring>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <tuple>
 
@@ -421,9 +422,35 @@ int FileData::LoadExtents() {
                                  });
   if (!s.ok()) return shared_.ToErrno(s, "load extents", owner_.ino);
   if (bad) return shared_.ToErrno(Status::Corruption("undecodable extent"), "load extents", owner_.ino);
+  if (shared_.opts.read_only && owner_.IsReg()) {
+    // A follower loads a file's extents at its first use, maybe after a
+    // refresh applied the writing node's removal or rewrite of the file
+    // since its record was loaded here: no extents (read as zeros) or
+    // another version's, under this version's size. The scan saw the
+    // index at one moment; the record read after it must still be the
+    // version loaded (its size and mtime), else the version opened here
+    // is gone and its reads fail with ESTALE (ReadableExtents), as for a
+    // chunk gone (GetChunk).
+    auto v = shared_.store->Get(store::Cf::kInodes, InodeKey(owner_.ino));
+    if (!v.ok() && !v.status().IsNotFound()) return shared_.ToErrno(v.status(), "load inode", owner_.ino);
+    const std::optional<InodeRec> now = v.ok() ? DecodeInode(*v) : std::nullopt;
+    stale_ = !now || now->size != owner_.rec.size || now->mtime_ns != owner_.rec.mtime_ns;
+  }
   extents_ = std::move(m);
   extents_loaded_ = true;
   return 0;
+}
+
+int FileData::ReadableExtents() {
+  if (int err = LoadExtents()) return err;
+  if (!stale_) return 0;
+  if (LogNow())
+    spdlog::warn(
+        "lmcfs: inode {} was removed or rewritten by the node that writes its store after it was opened "
+        "here, before its first read: reads of this open file fail with ESTALE; open it again to read "
+        "what that node holds now",
+        owner_.ino);
+  return ESTALE;
 }
 
 void FileData::InsertDirty(uint64_t off, const uint8_t* p, size_t n, bool stream) {
@@ -638,7 +665,7 @@ int FileData::GetChunk(const ExtentRec& e, store::ChunkBytes* out) {
 // The file's current bytes [a, b): zeros, then extents, then dirty bytes.
 int FileData::View(uint64_t a, uint64_t b, uint8_t* out) {
   std::memset(out, 0, b - a);
-  if (int err = LoadExtents()) return err;
+  if (int err = ReadableExtents()) return err;
   auto it = FirstExtentAfter(extents_, a);
   for (; it != extents_.end() && it->first < b; ++it) {
     uint64_t s = std::max(a, it->first), e = std::min(b, it->first + it->second.length);
@@ -1078,7 +1105,7 @@ int FileData::Seek(uint64_t off, bool data, bool holes, uint64_t* out) {
     *out = data ? off : size;
     return 0;
   }
-  if (int err = LoadExtents()) return err;
+  if (int err = ReadableExtents()) return err;
   if (data) {
     // The first start of a data range at or after off (clamped to off).
     uint64_t first = size;
@@ -1114,7 +1141,7 @@ int FileData::ReadPieces(uint64_t off, size_t n, std::vector<Filesystem::ReadPie
   pieces->clear();
   n = PrepareRead(off, n);
   if (n == 0) return 0;
-  if (int err = LoadExtents()) return err;
+  if (int err = ReadableExtents()) return err;
   const uint64_t a = off, b = off + n;
   // Dirty bytes or chunks at the encoders over the range: one copy (View).
   bool layered = false;
@@ -1368,7 +1395,7 @@ int FileData::Finalize(bool sync) {
 }
 
 int FileData::CloneFrom(FileData& src, uint64_t soff, uint64_t doff, uint64_t len) {
-  if (int err = src.LoadExtents()) return err;
+  if (int err = src.ReadableExtents()) return err;
   if (int err = LoadExtents()) return err;
   // This file's stream cannot continue past bytes that did not go through
   // it, and its jobs must not land on the cloned range later.

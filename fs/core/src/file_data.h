@@ -313,6 +313,10 @@ class FileData {
 
  private:
   int LoadExtents();
+  // LoadExtents for reading the file's bytes: ESTALE for a follower's file
+  // that the node writing its store removed or rewrote between this
+  // inode's load here and its extents' (stale_).
+  int ReadableExtents();
   // Drops the chunks at the encoders (their bytes and delta bases released).
   void DropJobs();
   // Forgets every change to the file's data that is not committed: written
@@ -412,6 +416,10 @@ class FileData {
   // Committed (or in pending_) extents: file offset -> extent. Loaded on
   // first data access; they never overlap.
   bool extents_loaded_ = false;
+  // A follower's file whose record, read again after its extents were
+  // loaded, was gone or of another size or mtime: the version opened here
+  // is gone, its reads fail with ESTALE.
+  bool stale_ = false;
   // Chunks applied and not checked yet: (offset, key). The frame the
   // store keeps for one may not be the one its extent names: a dedup hit
   // that every other file released before this file's commit is stored
