@@ -416,4 +416,113 @@ if st:
   StopBoth();
 }
 
+// Node B saves over names the way training jobs do (each file a temporary
+// fsync'd and renamed onto its name, in five step directories, one of them
+// removed every seventh round) while three threads on node A list, stat,
+// open and read everything there, as a job resuming or an evaluator
+// reading the latest checkpoint does. Every file carries its own SHA-256:
+// each read must be one whole version. A name gone between a listing and
+// its open (ENOENT) and a file removed between its open and its first read
+// (ESTALE) are answers; wrong bytes never are. Without FileData's check at
+// the first read (f8cda5e), node A read files as all zeros at the opened
+// version's size: 7 and 3 files in two runs of 20 s.
+// LMC_STRESS_SECONDS sets the time (default 20 s).
+TEST_F(RadosMount, AFollowerReadsWholeVersionsWhileAnotherNodeSavesOver) {
+  const std::string mnt_a = root_ + "/mnt_a", mnt_b = root_ + "/mnt_b";
+  MountUnion();
+  if (HasFatalFailure()) return;
+  const char* env = std::getenv("LMC_STRESS_SECONDS");
+  const std::string seconds = env && *env ? env : "20";
+  const std::string script = Script("stress.py", R"(
+import errno, hashlib, os, random, sys, threading, time
+a, b, secs = sys.argv[1], sys.argv[2], float(sys.argv[3])
+stop = time.monotonic() + secs
+lock = threading.Lock()
+last = [time.monotonic()]
+stats = dict(saves=0, rmdirs=0, lists=0, no_dir=0, reads=0, enoent=0, estale=0, bad=0)
+failures = []
+def count(what, n=1):
+    with lock:
+        stats[what] += n
+        last[0] = time.monotonic()
+def whole(data):
+    return len(data) >= 32 and hashlib.sha256(data[32:]).digest() == data[:32]
+def writer():
+    rng = random.Random(1)
+    step = 0
+    try:
+        while time.monotonic() < stop:
+            step += 1
+            d = f'{b}/step{step % 5}'
+            os.makedirs(d, exist_ok=True)
+            for name in ('latest.pt', 'model.safetensors', f'rank{step % 3}.bin'):
+                body = rng.randbytes(rng.randrange(1000, 300000))
+                tmp = f'{d}/.{name}.tmp'
+                with open(tmp, 'wb') as f:
+                    f.write(hashlib.sha256(body).digest() + body)
+                    f.flush(); os.fsync(f.fileno())
+                os.rename(tmp, f'{d}/{name}')
+                count('saves')
+            if step % 7 == 0:
+                victim = f'{b}/step{(step + 2) % 5}'
+                if os.path.isdir(victim):
+                    for n in os.listdir(victim):
+                        os.unlink(f'{victim}/{n}')
+                    os.rmdir(victim)
+                    count('rmdirs')
+    except Exception as e:
+        failures.append(f'node B: {e!r}')
+def reader(seed):
+    rng = random.Random(seed)
+    try:
+        while time.monotonic() < stop:
+            d = f'{a}/step{rng.randrange(5)}'
+            try:
+                names = os.listdir(d)
+            except FileNotFoundError:  # between B's rmdir and its next makedirs
+                count('no_dir')
+                continue
+            count('lists')
+            try:
+                for n in names:
+                    if n.startswith('.'):
+                        continue
+                    p = f'{d}/{n}'
+                    os.stat(p)
+                    with open(p, 'rb') as f:
+                        data = f.read()
+                    count('reads')
+                    if not whole(data):
+                        count('bad')
+                        print(f'WRONG BYTES: {p}: {len(data)} bytes, {data.count(0)} of them zeros', flush=True)
+            except OSError as e:
+                if e.errno == errno.ENOENT:
+                    count('enoent')
+                elif e.errno == errno.ESTALE:
+                    count('estale')
+                else:
+                    raise
+    except Exception as e:
+        failures.append(f'node A: {e!r}')
+threads = [threading.Thread(target=writer, daemon=True)]
+threads += [threading.Thread(target=reader, args=(i,), daemon=True) for i in range(3)]
+for t in threads:
+    t.start()
+while any(t.is_alive() for t in threads):
+    time.sleep(0.5)
+    if time.monotonic() - last[0] > 20:
+        print(f'HANG: no operation finished in 20 s; {stats}', flush=True)
+        os._exit(2)
+print(f'{secs:.0f} s: {stats}', flush=True)
+if failures:
+    sys.exit(f'failed: {failures}')
+if stats['bad']:
+    sys.exit(f"node A read {stats['bad']} files as bytes no version of them held")
+if stats['saves'] < 30 or stats['reads'] < 100:
+    sys.exit('too little happened to tell anything')
+)");
+  EXPECT_EQ(Shell("python3 " + script + " " + mnt_a + " " + mnt_b + " " + seconds), 0);
+  StopBoth();
+}
+
 }  // namespace
