@@ -17,8 +17,13 @@ def mount(build, store, mnt, options):
 
 
 def unmount(mnt, store):
-    """Unmounts, then waits (30 s at most) for the daemon to flush and let go of the store's lock."""
+    """Unmounts, then waits (30 s at most) for the daemon to flush and exit
+    (a store in a directory: to let go of its lock)."""
+    pid = daemon_pid(store)
     subprocess.run(['fusermount3', '-u', mnt], check=True)
+    if pid:
+        wait_exit(pid)
+        return
     for _ in range(300):
         if subprocess.run(['fuser', os.path.join(store, 'LOCK')], capture_output=True).returncode != 0:
             return

@@ -16,6 +16,7 @@ partial file can be checked against them.
 
   python3 scripts/crash_run.py --kills 200                              # long form
   python3 scripts/crash_run.py --kills 4 --seed 16                      # CI form (MountCrashRun)
+  python3 scripts/crash_run.py --kills 20 --store rados:lmcfs/crash1    # in RADOS
 A failure keeps the work directory (store, daemon log, the writer's log,
 and evidence/KILL/{got,want}.bin for a file that is not a prefix).
 Prints the seed; the same seed replays the same kill delays. Files
@@ -34,7 +35,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchutil import daemon_pid, sha256_file as sha, wait_exit  # noqa: E402
+from benchutil import daemon_pid, rados_rm_namespace, sha256_file as sha, wait_exit  # noqa: E402
 
 WRITER = r'''
 import hashlib, io, json, os, sys, torch
@@ -113,6 +114,10 @@ def main():
     ap.add_argument('--min-delay', type=float, default=0.3)
     ap.add_argument('--max-delay', type=float, default=4.0)
     ap.add_argument('--keep', action='store_true', help='keep the work directory')
+    ap.add_argument('--store', default='',
+                    help='a store in RADOS (rados:POOL/NS, a namespace of its own: emptied at the end): each '
+                         'mount after a kill takes it over (-o takeover, the killed node\'s 3 s lease waited '
+                         'out, its address fenced) with the local index the killed daemon left')
     ap.add_argument('--full-every', type=int, default=10,
                     help='read every fsync\'d file again after every Nth kill (and the last); '
                          'new and rewritten files after every kill')
@@ -120,6 +125,8 @@ def main():
                     help='a file being written that is not a prefix of its bytes: fail the run (default), or '
                          'report it, keep it as evidence and go on (the CI form)')
     a = ap.parse_args()
+    if a.store and not a.store.startswith('rados:'):
+        ap.error('--store takes rados:POOL/NS')
     seed = a.seed if a.seed is not None else random.SystemRandom().randrange(1 << 30)
     print(f'crash_run: seed {seed} (replay: --seed {seed})', flush=True)
     rng = random.Random(seed)
@@ -127,17 +134,32 @@ def main():
     tools = os.path.join(a.build, 'tools', 'lmcfs')
     work = tempfile.mkdtemp(prefix='lmcfs_crash_', dir='/var/tmp')
     store, mnt, ref = (os.path.join(work, x) for x in ('store', 'mnt', 'ref'))
+    opts = f'log_file={work}/log,log_level=info'
+    if a.store:
+        store = a.store
+        opts += f',local_dir={work}/local,lease=3'
     for d in (mnt, ref):
         os.makedirs(d)
     progress = os.path.join(work, 'progress.jsonl')
     stats = {'seed': seed, 'kills': 0, 'files_verified': 0, 'bytes_verified': 0, 'partial_files': 0}
     failures = []
     checked = {}  # name -> sha verified after some kill
+
+    def fsck(target, k):
+        r = subprocess.run([os.path.join(tools, 'lmcfs-fsck'), target], capture_output=True, text=True)
+        if r.returncode != 0:
+            failures.append(f'kill {k}: lmcfs-fsck exit {r.returncode}: {r.stdout[-2000:]}{r.stderr[-2000:]}')
+        return r.returncode == 0
     writer = None
     try:
         step = 0
         for k in range(a.kills + 1):
-            subprocess.run([mount_bin, store, mnt, '-o', f'log_file={work}/log,log_level=info'], check=True)
+            subprocess.run([mount_bin, store, mnt, '-o', opts + (',takeover' if a.store and k > 0 else '')],
+                           check=True)
+            if a.store and k > 0:
+                if not fsck(mnt, k - 1):
+                    break
+                log(f'kill {k}/{a.kills}: taken over, fsck clean')
             # Everything the writer saw fsync'd so far must be there, exactly.
             done, started = {}, {}
             if os.path.exists(progress):
@@ -226,9 +248,9 @@ def main():
                 if not os.path.exists(f'/proc/{pid}'):
                     break
                 time.sleep(0.05)
-            fsck = subprocess.run([os.path.join(tools, 'lmcfs-fsck'), store], capture_output=True, text=True)
-            if fsck.returncode != 0:
-                failures.append(f'kill {k}: lmcfs-fsck exit {fsck.returncode}: {fsck.stdout[-2000:]}')
+            if a.store:
+                continue  # checked on the next mount, which takes the store over (the lease lives on)
+            if not fsck(store, k):
                 break
             log(f'kill {k + 1}/{a.kills}: fsck clean')
         if not failures:
@@ -261,6 +283,9 @@ def main():
             log(f'work directory kept: {work}')
         else:
             shutil.rmtree(work, ignore_errors=True)
+            if a.store:
+                pool, ns = a.store[len('rados:'):].split('/', 1)
+                rados_rm_namespace(ns, pool)
     print(json.dumps(stats))
     for f in failures:
         print('FAIL: ' + f)

@@ -19,6 +19,7 @@ clean under `lmcfs-fsck --deep` with no stale stored size.
   python3 scripts/soak_run.py --ops 400 --seed 1
   python3 scripts/soak_run.py --ops 3000 --options gc_dead=1     # long form
   python3 scripts/soak_run.py --ops 3000 --writers 4             # at once
+  python3 scripts/soak_run.py --ops 400 --store rados:lmcfs/soak1  # in RADOS
 Prints the seed; with one writer the same seed replays the same
 operations. A failure keeps the work directory (store, shadow, daemon
 log, ops.log: every operation in order).
@@ -37,7 +38,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchutil import finish, mount, sha256_file as sha, unmount, wait_rebases  # noqa: E402
+from benchutil import finish, mount, rados_rm_namespace, sha256_file as sha, unmount, wait_rebases  # noqa: E402
 
 import torch  # noqa: E402
 from safetensors.torch import save as st_bytes  # noqa: E402
@@ -305,13 +306,17 @@ class Soak(Tree):
         self.a = args
         self.rnd = random.Random(args.seed)
         self.work = work
-        self.store = os.path.join(work, 'store')
+        # A store in RADOS (--store rados:POOL/NS) keeps its local index
+        # under the work directory; otherwise the store is a directory there.
+        self.store = args.store or os.path.join(work, 'store')
         self.mnt = os.path.join(work, 'mnt')
         self.shadow = os.path.join(work, 'shadow')
         for d in (self.mnt, self.shadow):
             os.makedirs(d)
         self.log = os.path.join(work, 'daemon.log')
         self.options = f'log_file={self.log},log_level=info' + (',' + args.options if args.options else '')
+        if args.store:
+            self.options += f',local_dir={os.path.join(work, "local")},lease=5'
         self.stats = {'ops': 0, 'checks': 0, 'remounts': 0, 'gcs': 0, 'saves': 0}
         self.ops_log = open(os.path.join(work, 'ops.log'), 'w')
         self.t0 = time.time()
@@ -435,8 +440,13 @@ def main():
                     help='writers at once, each in its own directory (more than one: the operations '
                          'interleave as the threads run, so a seed no longer replays them exactly)')
     ap.add_argument('--options', default='', help='more mount options (e.g. gc_dead=1,delta_chain=2)')
+    ap.add_argument('--store', default='',
+                    help='a store in RADOS (rados:POOL/NS, a namespace of its own: emptied at the end) '
+                         'instead of a directory in the work directory')
     ap.add_argument('--keep', action='store_true', help='keep the work directory')
     a = ap.parse_args()
+    if a.store and not a.store.startswith('rados:'):
+        ap.error('--store takes rados:POOL/NS')
     if a.seed is None:
         a.seed = random.randrange(1 << 30)
     a.build = os.path.abspath(a.build)
@@ -447,6 +457,9 @@ def main():
     failures = s.run()
     s.stats['seconds'] = round(time.time() - t0, 1)
     s.stats['seed'] = a.seed
+    if a.store and not failures and not a.keep:
+        pool, ns = a.store[len('rados:'):].split('/', 1)
+        rados_rm_namespace(ns, pool)
     return finish('soak_run', s.stats, failures, work, a.keep)
 
 

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <random>
@@ -665,31 +666,38 @@ class RadosLock final : public FileLock {
 
   Status Acquire() {
     const RadosOptions& o = env_->opts();
-    const std::string desc = Hostname() + " pid " + std::to_string(getpid()) + " " + env_->ClientAddress();
+    // The holder's lease is in its description: a takeover waits out that
+    // lease, not its own, and the refusal says how long it is.
+    const std::string desc = Hostname() + " pid " + std::to_string(getpid()) + " " + env_->ClientAddress() +
+                             " lease " + std::to_string(o.lease_seconds) + " s";
     std::list<librados::locker_t> previous;
     int r = Try(desc);
     if (r == -EBUSY || r == -EEXIST) {
-      std::string holder = Holder(&previous);
+      uint32_t lease = o.lease_seconds;  // a holder of before 2026-12-07 did not say
+      std::string holder = Holder(&previous, &lease);
+      const std::string secs = std::to_string(lease) + " s";
       if (o.takeover == Takeover::kNo)
         return Status::Busy("store " + env_->prefix() + " is held by " + holder +
-                            ": it is mounted on another node. Unmount it there; if that node is dead, mount "
-                            "with -o takeover (waits out its lease of " +
-                            std::to_string(o.lease_seconds) + " s, then fences it)");
+                            ": it is mounted on another node. Unmount it there. If that node died, its lease "
+                            "lapses within " +
+                            secs +
+                            " of its death: then open the store again, or mount "
+                            "with -o takeover, which waits for that and fences the dead node");
       if (o.takeover == Takeover::kForce) {
         LMC_RETURN_IF_ERROR(Fence(previous));
         for (const auto& l : previous) env_->io().break_lock(oid_, kLockName, l.client, l.cookie);
         r = Try(desc);
       } else {
         spdlog::warn("store {}: held by {}; waiting up to {} s for its lease to lapse", env_->prefix(),
-                     holder, o.lease_seconds + 2);
-        const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(o.lease_seconds + 2);
+                     holder, lease + 2);
+        const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(lease + 2);
         while ((r == -EBUSY || r == -EEXIST) && std::chrono::steady_clock::now() < until) {
           std::this_thread::sleep_for(std::chrono::milliseconds(250));
           r = Try(desc);
         }
         if (r == -EBUSY || r == -EEXIST)
           return Status::Busy("store " + env_->prefix() + " is held by " + holder +
-                              ", which renewed its lease for " + std::to_string(o.lease_seconds + 2) +
+                              ", which renewed its lease of " + secs + " for " + std::to_string(lease + 2) +
                               " s: it is alive. Unmount it there, or fence it with -o takeover=force");
         if (r == 0) {
           Status f = Fence(previous);
@@ -716,13 +724,19 @@ class RadosLock final : public FileLock {
     return env_->io().lock_exclusive(oid_, kLockName, env_->cookie(), desc, &dur, 0);
   }
 
-  std::string Holder(std::list<librados::locker_t>* lockers) {
+  // The holders of the lock and the description the last one wrote (its
+  // host, pid, address and lease); *lease is set to the lease it names.
+  std::string Holder(std::list<librados::locker_t>* lockers, uint32_t* lease) {
     int exclusive = 0;
     std::string tag;
     env_->io().list_lockers(oid_, kLockName, &exclusive, &tag, lockers);
     librados::bufferlist bl;
     std::string desc;
     if (env_->io().read(oid_, bl, 4096, 0) > 0) desc = bl.to_str();
+    if (const size_t at = desc.rfind(" lease "); at != std::string::npos) {
+      unsigned n = 0;
+      if (std::sscanf(desc.c_str() + at, " lease %u s", &n) == 1 && n > 0 && n <= 24 * 3600) *lease = n;
+    }
     std::string who = desc.empty() ? "another client" : desc;
     for (const auto& l : *lockers) who += " [" + l.client + " at " + l.address + "]";
     return who;

@@ -344,6 +344,22 @@ class RadosLockTest : public ::testing::Test {
   void SetUp() override {
     if (!RadosUnavailable().empty()) GTEST_SKIP() << RadosUnavailable();
   }
+  // Writes a round into t's store and closes it, then leaves the store's
+  // lock as a node that died holding it would: taken for `lease` seconds
+  // by a client that exits without unlocking (the rados command), with
+  // `description` as LOCK's content unless empty.
+  void HeldByADeadNode(TestStore& t, Model& m, int lease, const std::string& description = "") {
+    {
+      auto a = OpenOrDie(t.spec(), t.Options(nullptr, 0));
+      ASSERT_TRUE(a);
+      WriteRound(*a, m, 1);
+    }
+    const std::string rados = "rados -p lmcfs -N " + t.spec().substr(t.spec().find('/') + 1);
+    std::string cmd = rados + " lock get LOCK lmcfs --lock-cookie deadnode --lock-duration " +
+                      std::to_string(lease) + " --lock-type exclusive";
+    if (!description.empty()) cmd = "printf '" + description + "' | " + rados + " put LOCK - && " + cmd;
+    ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  }
 };
 
 TEST_F(RadosLockTest, SecondWriterIsRefusedNamingTheHolder) {
@@ -447,18 +463,8 @@ TEST_F(RadosLockTest, FollowersShareOneClientThatFencingAWriterDoesNotCut) {
 TEST_F(RadosLockTest, TakeoverAfterTheLeaseOfADeadHolder) {
   TestStore t(Backend::kRados);
   Model m;
-  {
-    auto a = OpenOrDie(t.spec(), t.Options(nullptr, 0));
-    ASSERT_TRUE(a);
-    WriteRound(*a, m, 1);
-  }
-  // A lock taken by a client that then exits without unlocking (the rados
-  // command), as a node that died would leave it.
-  const std::string ns = t.spec().substr(t.spec().find('/') + 1);
-  const std::string cmd =
-      "rados -p lmcfs -N " + ns +
-      " lock get LOCK lmcfs --lock-cookie deadnode --lock-duration 3 --lock-type exclusive";
-  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  HeldByADeadNode(t, m, 3);
+  if (HasFatalFailure()) return;
   auto refused = Store::Open(t.spec(), t.Options(nullptr, 1));
   ASSERT_FALSE(refused.ok());
   EXPECT_TRUE(refused.status().code() == Code::kBusy) << refused.status().ToString();
@@ -469,6 +475,32 @@ TEST_F(RadosLockTest, TakeoverAfterTheLeaseOfADeadHolder) {
   ASSERT_TRUE(b.ok()) << b.status().ToString();
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(20));
   ExpectModel(**b, m, "after waiting out the lease");
+}
+
+// A dead holder whose lease is longer than the new node's: the refusal
+// names the holder's lease, and takeover waits out that lease, not its
+// own. Before, a takeover with a lease of 2 s gave up after 4 s and
+// called the dead node alive.
+TEST_F(RadosLockTest, TakeoverWaitsOutTheDeadHoldersOwnLease) {
+  TestStore t(Backend::kRados);
+  Model m;
+  // What a holder with lease=8 leaves (its description as Acquire writes it).
+  const auto locked = std::chrono::steady_clock::now();
+  HeldByADeadNode(t, m, 8, "deadnode pid 1 v1:127.0.0.1:0/1 lease 8 s");
+  if (HasFatalFailure()) return;
+  auto o = t.Options(nullptr, 1);
+  o.rados.lease_seconds = 2;
+  auto refused = Store::Open(t.spec(), o);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_TRUE(refused.status().code() == Code::kBusy) << refused.status().ToString();
+  EXPECT_NE(refused.status().message().find("lapses within 8 s"), std::string::npos)
+      << refused.status().ToString();
+  o.rados.takeover = Takeover::kLease;
+  auto b = Store::Open(t.spec(), o);
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  EXPECT_GE(std::chrono::steady_clock::now() - locked, std::chrono::seconds(7))
+      << "taken before the lease lapsed";
+  ExpectModel(**b, m, "after waiting out the dead holder's lease");
 }
 
 }  // namespace
