@@ -94,10 +94,21 @@ def finish(prog, stats, failures, work, keep=False):
 
 
 def rados_rm_namespace(ns, pool='lmcfs'):
-    """Removes every object of a RADOS namespace (a store rados:POOL/NS)."""
+    """Removes every object of a RADOS namespace (a store rados:POOL/NS) and
+    the local index the tools kept of it in this user's default place
+    (lmc::store::DefaultLocalDir)."""
     objs = subprocess.run(['rados', '-p', pool, '-N', ns, 'ls'], capture_output=True, text=True).stdout.split()
     for o in objs:
         subprocess.run(['rados', '-p', pool, '-N', ns, 'rm', o], check=False)
+    if os.geteuid() == 0:
+        base = '/var/cache/lmcfs'
+    elif os.environ.get('XDG_CACHE_HOME'):
+        base = os.path.join(os.environ['XDG_CACHE_HOME'], 'lmcfs')
+    elif os.environ.get('HOME'):
+        base = os.path.join(os.environ['HOME'], '.cache', 'lmcfs')
+    else:
+        base = f'/tmp/lmcfs-{os.geteuid()}'
+    shutil.rmtree(os.path.join(base, 'rados', pool, ns), ignore_errors=True)
 
 
 def train_gpt_series(steps, width, vocab=8192, layers=4):

@@ -37,6 +37,15 @@ inline int Shell(const std::string& cmd) {
   return WIFEXITED(rc) ? WEXITSTATUS(rc) : 128;
 }
 
+// Why the tests of a store in RADOS (label ceph) cannot run here ("" where
+// they can): they need the cluster CEPH_CONF names (scripts/ceph-dev.sh).
+inline std::string NoCephCluster() {
+  const char* conf = std::getenv("CEPH_CONF");
+  if (!conf || !std::filesystem::exists(conf))
+    return "no Ceph cluster: CEPH_CONF is unset or names no file (scripts/ceph-dev.sh start)";
+  return "";
+}
+
 inline bool IsLmcfsMounted(const std::string& dir) {
   std::ifstream f("/proc/self/mounts");
   std::string line;

@@ -47,9 +47,7 @@ for step in (10, 20, 30):
 class RadosMount : public ::testing::Test {
  protected:
   void SetUp() override {
-    const char* conf = std::getenv("CEPH_CONF");
-    if (!conf || !std::filesystem::exists(conf))
-      GTEST_SKIP() << "no Ceph cluster: CEPH_CONF is unset or names no file (scripts/ceph-dev.sh start)";
+    if (const std::string why = lmc::testing::NoCephCluster(); !why.empty()) GTEST_SKIP() << why;
     if (access("/dev/fuse", R_OK | W_OK) != 0) GTEST_SKIP() << "/dev/fuse is not available";
     if (Shell("python3 -c 'import torch' 2>/dev/null") != 0) GTEST_SKIP() << "python3 with torch is missing";
     std::string tmpl = "/tmp/lmcfs_RadosMount_XXXXXX";
