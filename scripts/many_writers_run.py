@@ -27,6 +27,7 @@ bounded time.
 
   python3 scripts/many_writers_run.py --seconds 3600     # long form
   python3 scripts/many_writers_run.py --seconds 40       # CI form (MountManyWriters)
+  python3 scripts/many_writers_run.py --seconds 300 --store rados:lmcfs/many1   # in RADOS
 
 A failure keeps the work directory (store, daemon log, stacks.txt, rss.json,
 and memory.json: the daemon's memory by part once a minute, from
@@ -45,7 +46,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchutil import daemon_pid, finish, wait_exit, wait_rebases  # noqa: E402
+from benchutil import daemon_pid, finish, rados_rm_namespace, wait_exit, wait_rebases  # noqa: E402
 
 # Budget the daemon is mounted with (the mount's own defaults are larger).
 WRITE_BUFFER_MIB, CACHE_MIB, BASE_CACHE_MIB = 128, 64, 128
@@ -131,18 +132,23 @@ def main():
     # seed 516930176); 512 was too little (842 MiB failed a first run).
     ap.add_argument('--slack-mib', type=int, default=768, help='daemon memory allowed beyond its caches')
     ap.add_argument('--seed', type=int, default=None)
+    ap.add_argument('--store', default='',
+                    help='a store in RADOS (rados:POOL/NS, a namespace of its own: emptied when the run passes) '
+                         'instead of a directory in the work directory')
     ap.add_argument('--keep', action='store_true')
     a = ap.parse_args()
+    if a.store and not a.store.startswith('rados:'):
+        ap.error('--store takes rados:POOL/NS')
     seed = a.seed if a.seed is not None else random.SystemRandom().randrange(1 << 30)
     print(f'many_writers_run: seed {seed} (replay: --seed {seed})', flush=True)
     mount_bin = os.path.join(a.build, 'tools', 'mountlmcfs', 'mount.lmcfs')
     tools = os.path.join(a.build, 'tools', 'lmcfs')
     work = tempfile.mkdtemp(prefix='lmcfs_many_', dir='/var/tmp')
-    store, mnt = os.path.join(work, 'store'), os.path.join(work, 'mnt')
+    store, mnt = a.store or os.path.join(work, 'store'), os.path.join(work, 'mnt')
     os.makedirs(mnt)
     logf = os.path.join(work, 'log')
     opts = (f'log_file={logf},log_level=info,write_buffer={WRITE_BUFFER_MIB}M,cache_size={CACHE_MIB}M,'
-            f'base_cache={BASE_CACHE_MIB}M')
+            f'base_cache={BASE_CACHE_MIB}M' + (f',local_dir={work}/local' if a.store else ''))
     subprocess.run([mount_bin, store, mnt, '-o', opts], check=True)
     pid = daemon_pid(store)
     budget_kib = (WRITE_BUFFER_MIB + CACHE_MIB + BASE_CACHE_MIB + a.slack_mib) * 1024
@@ -299,6 +305,9 @@ def main():
         stats['memory_mib_last'] = {k: last[k] for k in ('resident_bytes', 'write_block_bytes', 'chunk_cache_bytes',
                                                          'delta_cache_bytes', 'base_cache_bytes',
                                                          'frame_pool_bytes', 'index_block_cache_bytes', 'commit_queue_bytes') if k in last}
+    if a.store and not failures and not a.keep:
+        pool, ns = a.store[len('rados:'):].split('/', 1)
+        rados_rm_namespace(ns, pool)
     return finish('many_writers_run', stats, failures, work, a.keep)
 
 
