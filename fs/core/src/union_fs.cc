@@ -462,7 +462,10 @@ int UnionFs::ReadDir(uint64_t u, std::vector<DirEntry>* out) {
     std::vector<DirEntry> entries;
     const int r = Fs(d.idx)->ReadDir(d.ino, &entries);
     if (r) {
-      spdlog::warn("lmcfs union: listing {} in member {}: {}", path, members_[d.idx].name, std::strerror(r));
+      // ENOENT: the node writing that member removed the directory since
+      // the lookup here, which is no fault of anyone's.
+      spdlog::log(r == ENOENT ? spdlog::level::debug : spdlog::level::warn,
+                  "lmcfs union: listing {} in member {}: {}", path, members_[d.idx].name, std::strerror(r));
       if (first_member && &d == &dir.back()) return r;
       continue;
     }
