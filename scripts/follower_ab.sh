@@ -18,20 +18,10 @@ B=$2
 ROUNDS=${3:-2}
 WORK=${WORK:-/var/tmp/lmcfs-follower-ab}
 WRITER=build/tools/mountlmcfs/mount.lmcfs
-eval "$(scripts/ceph-dev.sh start)"
-NS=fab-$$-$RANDOM
-SPEC=rados:lmcfs/$NS-a,$NS-b
-cleanup() {
-  fusermount3 -u -z "$WORK/mnt_a" 2>/dev/null || true
-  fusermount3 -u -z "$WORK/mnt_b" 2>/dev/null || true
-  for s in "$NS-a" "$NS-b"; do
-    rados -p lmcfs -N "$s" ls 2>/dev/null | while read -r o; do rados -p lmcfs -N "$s" rm "$o"; done
-  done
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
-rm -rf "$WORK"
-mkdir -p "$WORK/mnt_a" "$WORK/mnt_b" "$WORK/local_b"
+# shellcheck source=scripts/union_ab_lib.sh
+. scripts/union_ab_lib.sh
+union_ab_setup fab a b
+mkdir -p "$WORK/local_b"
 "$WRITER" "$SPEC" "$WORK/mnt_b" -o "rw=$NS-b,local_dir=$WORK/local_b,log_file=$WORK/log_b"
 python3 -c "import os, sys; open(sys.argv[1], 'wb').write(os.urandom(64 << 20))" "$WORK/mnt_b/f.bin"
 sync "$WORK/mnt_b/f.bin"

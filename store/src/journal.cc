@@ -182,12 +182,47 @@ Status IndexJournal::Replay(uint64_t after, const std::function<Status(uint64_t,
   if (after < snapshot_seq_)
     return Status::InvalidArgument("journal replay from " + std::to_string(after) +
                                    " before the snapshot at " + std::to_string(snapshot_seq_));
-  LMC_ASSIGN_OR_RETURN(std::vector<Segment> segs, Segments());
-  uint64_t expected = after + 1;
-  uint64_t last_seq = 0;  // the journal's last record (0: none seen)
-  since_snapshot_ = 0;
-  // A reader goes on from its cursor when it is where it stopped.
+  // A reader goes on from its cursor when it is where it stopped. It lists
+  // nothing then (a listing of a RADOS store visits every object of its
+  // pool's placement groups, and a follower replays after each of the
+  // writer's commits): it reads its segment from the cursor on, then the
+  // segment that would follow, named by the next record's number (a
+  // segment starts at the record after the last one of the one before).
+  // Its segment gone (a snapshot deleted it) or the next one found after
+  // a record it could not read yet: the listed replay below decides.
   const bool resume = !writable && !cursor_seg_.empty() && cursor_seq_ == after;
+  std::vector<Segment> segs;
+  if (resume) {
+    if (auto first = fmt::ParseHex16(std::string_view(cursor_seg_).substr(4)))
+      segs.push_back({*first, cursor_seg_});
+  }
+  if (segs.empty()) {
+    LMC_ASSIGN_OR_RETURN(segs, Segments());
+    // A reader behind the writer's last snapshot: the records it lacks
+    // went into the snapshot with the segments that held them (before, a
+    // reader found no segment and replayed nothing, as if nothing was new).
+    if (!writable && (segs.empty() || segs.front().first > after + 1)) {
+      LMC_RETURN_IF_ERROR(ReadHead());
+      if (snapshot_seq_ > after)
+        return Status::Aborted("the writer's index snapshot at journal record " +
+                               std::to_string(snapshot_seq_) + " holds records after this reader's " +
+                               std::to_string(after) + " that the journal no longer has");
+    }
+  }
+  uint64_t expected = after + 1;
+  // The journal's last record (0: none seen); a reader resuming read it up
+  // to `after` before.
+  uint64_t last_seq = resume ? after : 0;
+  since_snapshot_ = 0;
+  // Without a listing, the segment read is taken as the last until the
+  // next one is found.
+  const auto listed_again = [&](uint64_t at) -> Status {
+    cursor_seg_.clear();
+    uint64_t more = 0;
+    Status st = Replay(at, apply, &more, writable);
+    *replayed += more;
+    return st;
+  };
   for (size_t i = 0; i < segs.size(); ++i) {
     const bool last = i + 1 == segs.size();
     if (resume && segs[i].name < cursor_seg_) {
@@ -205,8 +240,12 @@ Status IndexJournal::Replay(uint64_t after, const std::function<Status(uint64_t,
     // writer that lost the store can no longer append to it) and lets a
     // torn tail be cut.
     std::unique_ptr<File> f;
-    LMC_ASSIGN_OR_RETURN(
-        f, env_->OpenFile(path, last && writable ? Env::OpenMode::kReadWrite : Env::OpenMode::kRead));
+    {
+      auto opened = env_->OpenFile(path, last && writable ? Env::OpenMode::kReadWrite : Env::OpenMode::kRead);
+      if (resume && !opened.ok() && opened.status().IsNotFound()) return listed_again(expected - 1);
+      LMC_RETURN_IF_ERROR(opened.status());
+      f = std::move(opened).value();
+    }
     const uint64_t base = resume && segs[i].name == cursor_seg_ ? cursor_off_ : 0;
     std::string data;
     if (base > 0) {
@@ -306,6 +345,16 @@ Status IndexJournal::Replay(uint64_t after, const std::function<Status(uint64_t,
     cursor_seg_ = segs[i].name;
     cursor_off_ = base + pos;
     cursor_seq_ = prev;
+    if (resume && last) {
+      const std::string next = SegmentName(prev + 1);
+      if (env_->FileExists(dir_ + "/" + next)) {
+        // Every record here read: go on there. Else the writer began
+        // the next segment after this one's tail was read: the record
+        // there is whole now, or damaged.
+        if (pos != data.size()) return listed_again(expected - 1);
+        segs.push_back({prev + 1, next});
+      }
+    }
     if (last && pos == 0 && base == 0 && writable) {
       f.reset();
       LMC_RETURN_IF_ERROR(env_->DeleteFile(path));

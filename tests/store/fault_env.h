@@ -10,6 +10,7 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <map>
@@ -127,7 +128,13 @@ class FaultEnv final : public Env {
         st.dir_synced = true;
     return Status::Ok();
   }
-  Result<std::vector<std::string>> ListDir(const std::string& path) override { return base_->ListDir(path); }
+  Result<std::vector<std::string>> ListDir(const std::string& path) override {
+    listings_++;
+    return base_->ListDir(path);
+  }
+  // ListDir calls so far (in RADOS each is a scan of the pool's placement
+  // groups).
+  int Listings() const { return listings_.load(); }
   bool FileExists(const std::string& path) override { return base_->FileExists(path); }
   Status DeleteFile(const std::string& path) override {
     LMC_RETURN_IF_ERROR(Step("unlink " + path));
@@ -300,6 +307,7 @@ class FaultEnv final : public Env {
     st.synced = std::min(st.synced, size);
   }
 
+  std::atomic<int> listings_{0};
   Env* base_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
