@@ -346,6 +346,7 @@ TEST_P(JournalTest, AFollowerReadsOnFromItsCursorWithoutListing) {
   ASSERT_TRUE(w);
   WriteRound(*w, m, 8);
   refresh("in the segment after the snapshot");
+  ExpectModel(*f, m, "the follower's index against the journal after the snapshot");
   EXPECT_GT(listed, 0) << "a follower whose segment is gone lists the journal";
   // A follower that had not read the records a snapshot took with their
   // segments is told so (before, it found no segment and saw nothing new).
