@@ -214,8 +214,7 @@ Status IndexJournal::Replay(uint64_t after, const std::function<Status(uint64_t,
   // to `after` before.
   uint64_t last_seq = resume ? after : 0;
   since_snapshot_ = 0;
-  // Without a listing, the segment read is taken as the last until the
-  // next one is found.
+  // The listed replay from record `at` on (the cursor forgotten).
   const auto listed_again = [&](uint64_t at) -> Status {
     cursor_seg_.clear();
     uint64_t more = 0;
@@ -345,6 +344,8 @@ Status IndexJournal::Replay(uint64_t after, const std::function<Status(uint64_t,
     cursor_seg_ = segs[i].name;
     cursor_off_ = base + pos;
     cursor_seq_ = prev;
+    // Without a listing, the segment read is the last one until the next
+    // is found by its name.
     if (resume && last) {
       const std::string next = SegmentName(prev + 1);
       if (env_->FileExists(dir_ + "/" + next)) {
