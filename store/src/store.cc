@@ -21,6 +21,7 @@
 #include <filesystem>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -1720,32 +1721,138 @@ class FsKeysOf : public rocksdb::WriteBatch::Handler {
   std::map<std::string, std::string, std::less<>> before_;  // extent key -> its first 48 bytes ("": changed)
 };
 
+// Writes wb (`what`, for errors) to the local index; on_key, if set, hears
+// of its filesystem keys.
+Status WriteTelling(rocksdb::DB* db, const std::array<rocksdb::ColumnFamilyHandle*, 4>& fs_cf,
+                    rocksdb::WriteBatch& wb, const Store::RefreshKeyFn& on_key, const std::string& what) {
+  std::optional<FsKeysOf> keys;
+  if (on_key) {
+    keys.emplace(fs_cf, on_key);
+    LMC_RETURN_IF_ERROR(FromRocks(keys->Remember(db, wb), "reading what " + what + " replaces"));
+  }
+  LMC_RETURN_IF_ERROR(FromRocks(db->Write(rocksdb::WriteOptions(), &wb), "applying " + what));
+  if (keys) LMC_RETURN_IF_ERROR(FromRocks(wb.Iterate(&*keys), "reading " + what + " once applied"));
+  return Status::Ok();
+}
+
 }  // namespace
 
+Result<uint64_t> Store::Impl::CatchUpWithSnapshot(const RefreshKeyFn& on_key) {
+  std::unordered_map<uint32_t, rocksdb::ColumnFamilyHandle*> by_id;
+  for (auto* h : handles) by_id[h->GetID()] = h;
+  // The snapshot lists a column family at a time, each in key order
+  // (ScanIndex); the local index is read alongside, as it was before this
+  // write (no other writer: journal_mu).
+  rocksdb::WriteBatch wb;
+  uint64_t changed = 0;
+  const rocksdb::Snapshot* view = db->GetSnapshot();
+  rocksdb::ReadOptions ro;
+  ro.snapshot = view;
+  std::set<uint32_t> seen;
+  rocksdb::ColumnFamilyHandle* cur = nullptr;
+  std::unique_ptr<rocksdb::Iterator> it;
+  std::string last;
+  const auto start = [&](rocksdb::ColumnFamilyHandle* h) {
+    cur = h;
+    seen.insert(h->GetID());
+    it.reset(db->NewIterator(ro, h));
+    it->SeekToFirst();
+  };
+  // The local entries of `cur` from the iterator's on are not in the
+  // snapshot.
+  const auto drop_rest = [&]() -> Status {
+    for (; it->Valid(); it->Next()) {
+      wb.Delete(cur, it->key());
+      changed++;
+    }
+    return FromRocks(it->status(), "reading the local index");
+  };
+  Status st = journal->LoadSnapshot([&](uint32_t cf, std::string_view k, std::string_view v) -> Status {
+    const rocksdb::Slice key(k.data(), k.size()), value(v.data(), v.size());
+    if (!cur || cur->GetID() != cf) {
+      if (cur) LMC_RETURN_IF_ERROR(drop_rest());
+      auto h = by_id.find(cf);
+      if (h == by_id.end())
+        return Status::Corruption("index snapshot names column family " + std::to_string(cf));
+      if (seen.count(cf))
+        return Status::Corruption("index snapshot lists column family " + std::to_string(cf) + " twice");
+      start(h->second);
+    } else if (cur->GetComparator()->Compare(key, last) <= 0) {
+      return Status::Corruption("index snapshot's keys of column family " + std::to_string(cf) +
+                                " are out of order");
+    }
+    const rocksdb::Comparator* cmp = cur->GetComparator();
+    for (; it->Valid() && cmp->Compare(it->key(), key) < 0; it->Next()) {
+      wb.Delete(cur, it->key());
+      changed++;
+    }
+    if (it->Valid() && cmp->Compare(it->key(), key) == 0) {
+      if (it->value() != value) {
+        wb.Put(cur, key, value);
+        changed++;
+      }
+      it->Next();
+    } else {
+      wb.Put(cur, key, value);
+      changed++;
+    }
+    last.assign(k);
+    return FromRocks(it->status(), "reading the local index");
+  });
+  if (st.ok() && cur) st = drop_rest();
+  // A column family the snapshot does not list is empty in it.
+  for (auto* h : handles) {
+    if (!st.ok() || seen.count(h->GetID())) continue;
+    start(h);
+    st = drop_rest();
+  }
+  it.reset();
+  db->ReleaseSnapshot(view);
+  LMC_RETURN_IF_ERROR(st);
+  wb.Put(handles[0], fmt::kJournalIdKey, journal->id());
+  uint8_t seq[8];
+  StoreLE64(seq, journal->snapshot_seq());
+  wb.Put(handles[0], fmt::kJournalSeqKey, rocksdb::Slice(reinterpret_cast<const char*>(seq), 8));
+  LMC_RETURN_IF_ERROR(WriteTelling(db, fs_cf, wb, on_key, "the index snapshot"));
+  return changed;
+}
+
 Result<uint64_t> Store::Impl::ApplyJournal(const RefreshKeyFn& on_key) {
-  const uint64_t at = LocalJournalSeq();
   uint64_t bytes = 0;
   uint64_t applied = 0;
-  Status st = journal->Replay(
-      at,
-      [&](uint64_t, std::string_view data) -> Status {
-        rocksdb::WriteBatch wb{std::string(data)};
-        applied++;
-        std::optional<FsKeysOf> keys;
-        if (on_key) {
-          keys.emplace(fs_cf, on_key);
-          LMC_RETURN_IF_ERROR(FromRocks(keys->Remember(db, wb), "reading what a journal record replaces"));
-        }
-        LMC_RETURN_IF_ERROR(FromRocks(db->Write(rocksdb::WriteOptions(), &wb), "applying the index journal"));
-        if (keys) LMC_RETURN_IF_ERROR(FromRocks(wb.Iterate(&*keys), "reading an applied journal record"));
-        return Status::Ok();
-      },
-      &bytes, /*writable=*/false);
+  const auto apply = [&](uint64_t, std::string_view data) -> Status {
+    rocksdb::WriteBatch wb{std::string(data)};
+    applied++;
+    return WriteTelling(db, fs_cf, wb, on_key, "a journal record");
+  };
+  Status st = journal->Replay(LocalJournalSeq(), apply, &bytes, /*writable=*/false);
   if (st.code() == Code::kAborted) {
-    // The writer's snapshot trimmed records this reader had not read.
-    LMC_RETURN_IF_ERROR(journal->Reload());
-    return Status::Aborted("store " + dir + ": this follower fell behind the writer's index snapshot (" +
-                           st.message() + "); open the store again");
+    // The writer's snapshot took records this reader had not read (it was
+    // slow, or away), or its segment was written again: the snapshot is
+    // the index at its record, and the records after it follow. A snapshot
+    // part that fails to read was most likely deleted by the writer's next
+    // snapshot meanwhile: HEAD is read again and the catch-up tried again.
+    const std::string why = st.message();
+    Result<uint64_t> caught = Status::Aborted("not tried");
+    for (int attempt = 0; attempt < 3; ++attempt) {
+      LMC_RETURN_IF_ERROR(journal->Reload());
+      caught = CatchUpWithSnapshot(on_key);
+      if (caught.ok() || !(caught.status().IsNotFound() || caught.status().IsCorruption())) break;
+    }
+    if (!caught.ok()) {
+      const std::string m = "store " + dir + ": this follower fell behind the writer's index (" + why +
+                            ") and could not catch up from its snapshot: " + caught.status().ToString();
+      // A snapshot that fails its checks three times is damaged; other
+      // errors (the cluster out of reach) keep their code.
+      return caught.status().IsNotFound() || caught.status().IsCorruption() ? Status::Corruption(m)
+                                                                            : Status::IOError(m);
+    }
+    spdlog::info(
+        "store {}: this follower fell behind the writer's index ({}); caught up from its snapshot at "
+        "journal record {} ({} entries changed)",
+        dir, why, journal->snapshot_seq(), *caught);
+    if (*caught > 0) applied++;
+    st = journal->Replay(LocalJournalSeq(), apply, &bytes, /*writable=*/false);
   }
   LMC_RETURN_IF_ERROR(st);
   if (applied > 0) {

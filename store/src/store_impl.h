@@ -82,6 +82,11 @@ struct Store::Impl {
   uint64_t caught_up_records = 0;
   // Applies the journal records appended since the local index's last one;
   // on_key (may be empty) hears of their filesystem keys. journal_mu held.
+  // A follower behind the writer's last snapshot (the records it lacks went
+  // into it with their segments): the local index made the snapshot's in
+  // one write of what differs, which on_key hears of as records' keys.
+  // Returns the number of entries put or deleted. journal_mu held.
+  Result<uint64_t> CatchUpWithSnapshot(const RefreshKeyFn& on_key);
   Result<uint64_t> ApplyJournal(const RefreshKeyFn& on_key);
   // Where Open moved a damaged index before rebuilding it from the journal
   // (StoreOptions::rebuild_damaged_index); "" if it did not.

@@ -628,9 +628,11 @@ class Store {
 
   // A follower (StoreOptions::read_only, a journaled store another node
   // writes): applies the journal records the writer appended since the
-  // last call; returns how many. Aborted when the writer's snapshot has
-  // trimmed records not yet read: open the store again. Reads running
-  // meanwhile see the state before or after each record. on_key, if set,
+  // last call; returns how many. A follower the writer's snapshot left
+  // behind (it took records not yet read, with their segments) makes its
+  // index the snapshot's in one write of what differs (counted as one
+  // record), then applies the records after it. Reads running meanwhile
+  // see the state before or after each record. on_key, if set,
   // hears of each key of the filesystem's column families that an applied
   // record put or deleted (a key deleted by range: its range's start), so
   // that the follower can tell who caches those records that they changed,
