@@ -129,11 +129,12 @@ Status IndexJournal::ReadHead() {
     }
   }
   if (!have_id || !have_snap || !have_parts) return Status::Corruption(dir_ + "/HEAD is incomplete");
-  snapshot_bytes_ = 0;
+  uint64_t parts_bytes = 0;
   for (uint32_t i = 0; i < snapshot_parts_; ++i) {
     auto f = env_->OpenFile(dir_ + "/" + PartName(snapshot_seq_, i), Env::OpenMode::kRead);
-    if (f.ok()) snapshot_bytes_ += (*f)->Size();
+    if (f.ok()) parts_bytes += (*f)->Size();
   }
+  snapshot_bytes_ = parts_bytes;
   // Every HEAD this lmcfs writes has the check line; one without it is an
   // older writer's, which has only the lines above: a line of neither kind
   // is a damaged check line (its name flipped, so nothing checked it).
@@ -213,7 +214,7 @@ Status IndexJournal::Replay(uint64_t after, const std::function<Status(uint64_t,
   // The journal's last record (0: none seen); a reader resuming read it up
   // to `after` before.
   uint64_t last_seq = resume ? after : 0;
-  since_snapshot_ = 0;
+  if (!resume) since_snapshot_ = 0;
   // The listed replay from record `at` on (the cursor forgotten).
   const auto listed_again = [&](uint64_t at) -> Status {
     cursor_seg_.clear();
@@ -440,7 +441,7 @@ Status IndexJournal::Unappend() {
     return st;
   }
   next_seq_--;
-  since_snapshot_ -= std::min(since_snapshot_, size - last_append_at_);
+  since_snapshot_ -= std::min(since_snapshot_.load(), size - last_append_at_);
   last_append_at_ = UINT64_MAX;
   return Status::Ok();
 }

@@ -12,9 +12,11 @@
 //                             WriteBatch's contents)
 //   snap-<16 hex seq>-<part>  the index at SEQ, in parts of at most 8 MiB
 //
-// Thread safety: none; the store serialises Append (journal_mu).
+// Thread safety: none; the store serialises Append (journal_mu), except
+// bytes_since_snapshot and snapshot_bytes, which any thread may read.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -93,10 +95,12 @@ class IndexJournal {
   // fn(seq, data) for every record after the snapshot, in order (what
   // LoadSnapshot then these make is the index; fsck compares).
   Status ForEachRecord(const std::function<Status(uint64_t seq, std::string_view data)>& fn);
-  // Journal bytes since the last snapshot.
-  uint64_t bytes_since_snapshot() const { return since_snapshot_; }
+  // Journal bytes since the last snapshot: the records after it that this
+  // journal appended, or read in the segments its replays read (a reader
+  // adds each replay's to the last one's).
+  uint64_t bytes_since_snapshot() const { return since_snapshot_.load(std::memory_order_relaxed); }
   // Bytes of the last snapshot's parts (0: none, or not known).
-  uint64_t snapshot_bytes() const { return snapshot_bytes_; }
+  uint64_t snapshot_bytes() const { return snapshot_bytes_.load(std::memory_order_relaxed); }
 
   // Writes a snapshot of the index at `seq` (the caller's scan calls the
   // sink for every entry of a consistent view at seq), points HEAD at it,
@@ -122,8 +126,8 @@ class IndexJournal {
   uint64_t snapshot_seq_ = 0;
   uint32_t snapshot_parts_ = 0;
   uint64_t next_seq_ = 1;
-  uint64_t since_snapshot_ = 0;
-  uint64_t snapshot_bytes_ = 0;
+  std::atomic<uint64_t> since_snapshot_{0};
+  std::atomic<uint64_t> snapshot_bytes_{0};
   bool replayed_ = false, broken_ = false;
   bool damaged_ = false;                  // Replay skipped a damaged record the local index holds
   bool unsynced_ = false;                 // seg_ has appends not yet synced

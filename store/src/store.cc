@@ -448,7 +448,7 @@ Result<std::unique_ptr<Store>> Store::Open(const std::string& dir, const StoreOp
     LMC_RETURN_IF_ERROR(s->EnsureDependantsIndex(fresh));
     LMC_RETURN_IF_ERROR(s->ReapPinnedDead());
     // A RADOS store caches its packs' holes (a round trip to learn each).
-    s->cache_holes = s->rados != nullptr;
+    s->cache_holes = IsRadosSpec(s->dir);
     if (s->opts.punch_dead) s->StartPuncher();
   }
   return std::unique_ptr<Store>(new Store(std::move(s)));
@@ -1608,6 +1608,20 @@ Result<Store::DiskUsage> Store::GetDiskUsage() const {
     LMC_ASSIGN_OR_RETURN(u.index, s.env->DiskBytes(s.index_dir));
   }
   LMC_ASSIGN_OR_RETURN(u.packs, s.env->DiskBytes(s.pack_dir));
+  return u;
+}
+
+Result<Store::DiskUsage> Store::KnownDiskUsage() const {
+  Impl& s = *impl_;
+  if (!IsRadosSpec(s.dir) || !s.journal) return GetDiskUsage();
+  DiskUsage u;
+  {
+    std::lock_guard l(s.commit_mu);
+    for (const auto& [id, m] : s.packs) u.packs += s.PackOnDisk(id, m.size, false);
+  }
+  LMC_ASSIGN_OR_RETURN(u.index, Env::Default()->DiskBytes(s.index_dir));
+  u.index += s.journal->snapshot_bytes() + s.journal->bytes_since_snapshot();
+  u.total = u.packs + u.index;
   return u;
 }
 

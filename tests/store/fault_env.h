@@ -132,8 +132,8 @@ class FaultEnv final : public Env {
     listings_++;
     return base_->ListDir(path);
   }
-  // ListDir calls so far (in RADOS each is a scan of the pool's placement
-  // groups).
+  // ListDir and DiskBytes calls so far (in RADOS each is a scan of the
+  // pool's placement groups).
   int Listings() const { return listings_.load(); }
   bool FileExists(const std::string& path) override { return base_->FileExists(path); }
   Status DeleteFile(const std::string& path) override {
@@ -167,7 +167,11 @@ class FaultEnv final : public Env {
   Result<std::unique_ptr<FileLock>> LockFile(const std::string& path) override {
     return base_->LockFile(path);
   }
-  Result<uint64_t> DiskBytes(const std::string& dir) override { return base_->DiskBytes(dir); }
+  // Counted with the listings: it lists the directory (in RADOS, the pool).
+  Result<uint64_t> DiskBytes(const std::string& dir) override {
+    listings_++;
+    return base_->DiskBytes(dir);
+  }
   Result<uint64_t> FileDiskBytes(const std::string& path) override { return base_->FileDiskBytes(path); }
   // Holes are punched by the store's own thread at times no test controls,
   // so they are not counted as crash points (the store never depends on one

@@ -474,6 +474,37 @@ TEST_P(JournalTest, FollowerToldWhichExtentsKeptTheirBytes) {
   EXPECT_EQ(e->trailer, same.trailer);
 }
 
+// statfs (df) and the mount root's attributes ask the store's disk usage
+// often: for a RADOS store KnownDiskUsage lists nothing (GetDiskUsage lists
+// the pool three times and reads the size of every object), and agrees
+// with the listing: the packs to the byte, with the holes punched for dead
+// records, the journal and the rest within the few small objects it does
+// not count (HEAD, LOCK, the store's configuration).
+TEST_P(JournalTest, KnownDiskUsageListsNothingAndAgreesWithTheListing) {
+  LMC_SKIP_WITHOUT_CLUSTER(GetParam());
+  TestStore t(GetParam());
+  FaultEnv env(t.BaseEnv());
+  auto w = OpenOrDie(t.spec(), t.Options(&env, 0));
+  ASSERT_TRUE(w);
+  Model m;
+  for (int r = 1; r <= 4; ++r) WriteRound(*w, m, r, 8);
+  w->PunchDeadRecords();
+  ASSERT_GT(w->Stats().punched_bytes, 0u) << "nothing was punched: the test checks no holes";
+  const int before = env.Listings();
+  auto known = w->KnownDiskUsage();
+  ASSERT_TRUE(known.ok()) << known.status().ToString();
+  if (GetParam() == Backend::kRados) {
+    EXPECT_EQ(env.Listings(), before) << "KnownDiskUsage listed the store";
+  }
+  auto exact = w->GetDiskUsage();
+  ASSERT_TRUE(exact.ok()) << exact.status().ToString();
+  EXPECT_EQ(known->packs, exact->packs);
+  EXPECT_LE(known->index, exact->index);
+  EXPECT_LE(exact->index - known->index, 4096u) << "journal: " << known->index << " of " << exact->index;
+  EXPECT_LE(known->total, exact->total);
+  EXPECT_LE(exact->total - known->total, 8192u) << known->total << " of " << exact->total;
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, JournalTest, ::testing::Values(Backend::kJournaled, Backend::kRados),
                          [](const auto& info) { return BackendName(info.param); });
 

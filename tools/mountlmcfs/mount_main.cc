@@ -986,7 +986,7 @@ int Serve(const Options& o, int report_fd) {
     a.emplace_back("dead_disk_bytes", std::to_string(ss.dead_disk_bytes()));
     a.emplace_back("pack_disk_bytes", std::to_string(ss.pack_disk_bytes));
     a.emplace_back("punched_bytes", std::to_string(ss.punched_bytes));
-    if (auto u = f->store()->GetDiskUsage(); u.ok()) a.emplace_back("disk_bytes", std::to_string(u->total));
+    if (auto u = f->store()->KnownDiskUsage(); u.ok()) a.emplace_back("disk_bytes", std::to_string(u->total));
     a.emplace_back("reclaimed_bytes", std::to_string(rs.bytes_reclaimed));
     a.emplace_back("reclaim_copied_bytes", std::to_string(rs.bytes_copied));
     a.emplace_back("reclaim_passes", std::to_string(rs.passes));

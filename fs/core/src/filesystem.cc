@@ -1215,7 +1215,7 @@ int Filesystem::StatFs(struct statvfs* out) {
   // The backing filesystem's size and free space, with used = what the
   // store directory occupies (df's used is f_blocks - f_bfree), so df on
   // the mount shows what lmcfs costs on the disk.
-  if (auto u = store_->GetDiskUsage(); u.ok() && out->f_frsize > 0) {
+  if (auto u = store_->KnownDiskUsage(); u.ok() && out->f_frsize > 0) {
     const uint64_t used = (u->total + out->f_frsize - 1) / out->f_frsize;
     out->f_bfree = out->f_blocks > used ? out->f_blocks - used : 0;
     out->f_bavail = std::min<uint64_t>(out->f_bavail, out->f_bfree);

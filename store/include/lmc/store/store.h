@@ -602,6 +602,14 @@ class Store {
     uint64_t total = 0, index = 0, packs = 0;
   };
   Result<DiskUsage> GetDiskUsage() const;
+  // The same as this node knows it, for what asks often (statfs, the mount
+  // root's attributes). For a RADOS store, where GetDiskUsage lists the
+  // pool and reads each object's size, nothing is asked of the cluster:
+  // the packs by their sizes less the holes known (Stats().pack_disk_bytes),
+  // the journal by its snapshot and the records since it that this node
+  // wrote or read, and the node's local index by its files. Objects of a
+  // few bytes (HEAD, LOCK) are not counted. Other stores: GetDiskUsage.
+  Result<DiskUsage> KnownDiskUsage() const;
   // The backing storage's size and free space, as statvfs(3) fills them:
   // the filesystem of a POSIX store's directory, the Ceph cluster's raw
   // space for a RADOS store. Returns 0 or an errno.
