@@ -309,6 +309,51 @@ if took > 0.4 or errors:
   StopBoth();
 }
 
+// Node A opens a log node B is writing and reads it only after B appended
+// to it (a job's log or metrics file followed from another node): A reads
+// whole versions of the file, the one B had written at A's open, then, once
+// the kernel asks for the file's attributes again (a second), the rest.
+// Until 2026-12-07 A's first read failed with ESTALE.
+TEST_F(RadosMount, AFileAnotherNodeAppendsToReadsOnAfterItsOpenHere) {
+  const std::string mnt_a = root_ + "/mnt_a", mnt_b = root_ + "/mnt_b";
+  MountUnion();
+  if (HasFatalFailure()) return;
+  const std::string script = Script("append.py", R"(
+import os, sys, time
+a, b = sys.argv[1], sys.argv[2]
+part1, part2 = os.urandom(300000), os.urandom(200000)
+with open(f'{b}/train.log', 'wb') as w:
+    w.write(part1); w.flush(); os.fsync(w.fileno())
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < 5:
+        try:
+            if os.stat(f'{a}/train.log').st_size == len(part1): break
+        except OSError:
+            pass
+        time.sleep(0.01)
+    r = open(f'{a}/train.log', 'rb')
+    w.write(part2); w.flush(); os.fsync(w.fileno())
+    with open(f'{b}/marker', 'wb') as m:
+        m.flush(); os.fsync(m.fileno())
+t0 = time.monotonic()
+while 'marker' not in os.listdir(a):
+    if time.monotonic() - t0 > 5: sys.exit('node A did not see the marker within 5 s')
+    time.sleep(0.01)
+first = r.read()
+if first != (part1 + part2)[:len(first)] or len(first) < len(part1):
+    sys.exit(f'first read: {len(first)} bytes, not a prefix of the file of at least {len(part1)}')
+time.sleep(1.5)  # the kernel's attributes of the file expire
+rest = r.read()
+got = first + rest
+r.close()
+print(f'node A read {len(first)} bytes, then {len(rest)} more after the attributes expired')
+if got != part1 + part2:
+    sys.exit(f'read {len(got)} bytes in all, not the {len(part1 + part2)} node B wrote')
+)");
+  EXPECT_EQ(Shell("python3 " + script + " " + mnt_a + " " + mnt_b), 0);
+  StopBoth();
+}
+
 // Node B saves a checkpoint, node A reads it into its page cache, then B
 // saves the next one: B's rebase re-encodes the first as deltas against
 // the second, which changes only the first's stored size. Node A's

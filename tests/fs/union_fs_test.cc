@@ -518,41 +518,66 @@ TEST_F(UnionFsTest, AFileTheWriterRemovedWhileOpenHereReadsAsStale) {
   EXPECT_EQ(Find(*u_, "ck.pt"), 0u);
 }
 
-// Node A opens node B's file and has not read it yet when B saves over it
-// (a new file renamed onto the name) or rewrites it in place: A's first
-// read finds the version it opened gone and fails with ESTALE. Before, it
-// loaded the extents the index held then, none (zeros) or the new
-// version's, under the old version's size: a stress of saves over names
-// on B and reads on A read all-zero files.
-TEST_F(UnionFsTest, AFileOpenedHereAndChangedThereBeforeItsFirstReadReadsAsStale) {
+// Node A opens node B's files and has not read them yet when B saves over
+// one (a new file renamed onto the name: the file opened is removed),
+// rewrites one in place and appends to one. A's first read of the removed
+// file fails with ESTALE; the others read as they are now, whole, at
+// their new sizes, as an open after the change would (and as NFS reads).
+// Before f8cda5e, A loaded the extents the index held at its first read
+// under the size of its open: a stress of saves over names on B and reads
+// on A read all-zero files. Until 2026-12-07 a file changed in place, an
+// append included, failed with ESTALE too.
+TEST_F(UnionFsTest, AFileOpenedHereAndChangedThereBeforeItsFirstReadReadsAsItIsNow) {
+  const std::string v1 = RandomBytes(200000, 2), log1 = RandomBytes(70000, 5);
   Put(*b_.fs, "latest.pt", RandomBytes(300000, 1));
-  Put(*b_.fs, "inplace.pt", RandomBytes(200000, 2));
+  Put(*b_.fs, "inplace.pt", v1);
+  Put(*b_.fs, "train.log", log1);
   Follow();
-  const uint64_t latest = Find(*u_, "latest.pt"), inplace = Find(*u_, "inplace.pt");
+  const uint64_t latest = Find(*u_, "latest.pt"), inplace = Find(*u_, "inplace.pt"),
+                 log = Find(*u_, "train.log");
   ASSERT_NE(latest, 0u);
   ASSERT_NE(inplace, 0u);
-  ASSERT_EQ(u_->Open(latest, O_RDONLY), 0);
-  ASSERT_EQ(u_->Open(inplace, O_RDONLY), 0);
+  ASSERT_NE(log, 0u);
+  for (uint64_t ino : {latest, inplace, log}) ASSERT_EQ(u_->Open(ino, O_RDONLY), 0);
   const uint64_t old_bi = Find(*b_.fs, "latest.pt");
   Put(*b_.fs, ".latest.pt.tmp", RandomBytes(100000, 3));
   ASSERT_EQ(b_.fs->Rename(kRoot, ".latest.pt.tmp", kRoot, "latest.pt", 0), 0);
   b_.fs->Forget(old_bi, 2);  // Put's create and Find's lookup: the old file goes
   ASSERT_EQ(b_.fs->FsyncDir(kRoot), 0);
-  const uint64_t bi = Find(*b_.fs, "inplace.pt");
-  const std::string v2 = RandomBytes(150000, 4);
-  ASSERT_EQ(b_.fs->Open(bi, O_WRONLY | O_TRUNC), 0);
-  ASSERT_EQ(b_.fs->Write(bi, 0, v2.data(), v2.size()), 0);
-  ASSERT_EQ(b_.fs->Fsync(bi, false), 0);
-  ASSERT_EQ(b_.fs->Release(bi, true), 0);
+  const auto write = [&](const std::string& name, int flags, uint64_t off, const std::string& data) {
+    const uint64_t bi = Find(*b_.fs, name);
+    ASSERT_EQ(b_.fs->Open(bi, O_WRONLY | flags), 0);
+    ASSERT_EQ(b_.fs->Write(bi, off, data.data(), data.size()), 0);
+    ASSERT_EQ(b_.fs->Fsync(bi, false), 0);
+    ASSERT_EQ(b_.fs->Release(bi, true), 0);
+  };
+  const std::string v2 = RandomBytes(150000, 4), log2 = RandomBytes(50000, 6);
+  write("inplace.pt", O_TRUNC, 0, v2);
+  write("train.log", O_APPEND, log1.size(), log2);
   Follow();
   std::vector<ReadPiece> pieces;
-  EXPECT_EQ(u_->ReadPieces(latest, 0, 4096, &pieces), ESTALE) << "saved over";
-  pieces.clear();
-  EXPECT_EQ(u_->ReadPieces(inplace, 0, 4096, &pieces), ESTALE) << "rewritten in place";
-  EXPECT_EQ(u_->Release(latest, false), 0);
-  EXPECT_EQ(u_->Release(inplace, false), 0);
+  EXPECT_EQ(u_->ReadPieces(latest, 0, 4096, &pieces), ESTALE) << "saved over: the file opened is gone";
+  const auto read = [&](uint64_t ino, size_t n) {
+    std::vector<ReadPiece> got;
+    std::string out;
+    EXPECT_EQ(u_->ReadPieces(ino, 0, n, &got), 0);
+    for (auto& p : got)
+      out += p.data ? std::string(reinterpret_cast<const char*>(p.data), p.size) : std::string(p.size, '\0');
+    return out;
+  };
+  const std::string now_inplace = read(inplace, 300000), now_log = read(log, 300000);
+  EXPECT_EQ(now_inplace.size(), v2.size());
+  EXPECT_TRUE(now_inplace == v2) << "rewritten in place: not the new version";
+  EXPECT_EQ(now_log.size(), log1.size() + log2.size());
+  EXPECT_TRUE(now_log == log1 + log2) << "appended to: not the new version";
+  struct stat st;
+  ASSERT_EQ(u_->GetAttr(inplace, &st), 0);
+  EXPECT_EQ(st.st_size, static_cast<off_t>(v2.size()));
+  ASSERT_EQ(u_->GetAttr(log, &st), 0);
+  EXPECT_EQ(st.st_size, static_cast<off_t>(log1.size() + log2.size()));
+  for (uint64_t ino : {latest, inplace, log}) EXPECT_EQ(u_->Release(ino, false), 0);
   Follow();
-  EXPECT_EQ(Get(*u_, "inplace.pt"), v2) << "opened again: the new version";
+  EXPECT_EQ(Get(*u_, "inplace.pt"), v2) << "opened again";
   EXPECT_EQ(Get(*u_, "latest.pt").size(), 100000u);
 }
 

@@ -408,33 +408,60 @@ int FileDataShared::ToErrno(const Status& s, std::string_view what, uint64_t ino
 int FileData::LoadExtents() {
   if (extents_loaded_) return 0;
   std::map<uint64_t, ExtentRec> m;
-  bool bad = false;
-  Status s = shared_.store->Scan(store::Cf::kExtents, store::ExtentKeyPrefix(owner_.ino),
-                                 [&](std::string_view k, std::string_view v) {
-                                   auto key = store::ParseExtentKey(k);
-                                   auto e = DecodeExtentRec(v);
-                                   if (!key || !e) {
-                                     bad = true;
-                                     return false;
-                                   }
-                                   m.emplace(key->second, *e);
-                                   return true;
-                                 });
-  if (!s.ok()) return shared_.ToErrno(s, "load extents", owner_.ino);
-  if (bad) return shared_.ToErrno(Status::Corruption("undecodable extent"), "load extents", owner_.ino);
+  const auto scan = [&]() -> int {
+    m.clear();
+    bool bad = false;
+    Status s = shared_.store->Scan(store::Cf::kExtents, store::ExtentKeyPrefix(owner_.ino),
+                                   [&](std::string_view k, std::string_view v) {
+                                     auto key = store::ParseExtentKey(k);
+                                     auto e = DecodeExtentRec(v);
+                                     if (!key || !e) {
+                                       bad = true;
+                                       return false;
+                                     }
+                                     m.emplace(key->second, *e);
+                                     return true;
+                                   });
+    if (!s.ok()) return shared_.ToErrno(s, "load extents", owner_.ino);
+    if (bad) return shared_.ToErrno(Status::Corruption("undecodable extent"), "load extents", owner_.ino);
+    return 0;
+  };
+  if (int err = scan()) return err;
   if (shared_.opts.read_only && owner_.IsReg()) {
     // A follower loads a file's extents at its first use, maybe after a
     // refresh applied the writing node's removal or rewrite of the file
     // since its record was loaded here: no extents (read as zeros) or
     // another version's, under this version's size. The scan saw the
     // index at one moment; the record read after it must still be the
-    // version loaded (its size and mtime), else the version opened here
-    // is gone and its reads fail with ESTALE (ReadableExtents), as for a
-    // chunk gone (GetChunk).
-    auto v = shared_.store->Get(store::Cf::kInodes, InodeKey(owner_.ino));
-    if (!v.ok() && !v.status().IsNotFound()) return shared_.ToErrno(v.status(), "load inode", owner_.ino);
-    const std::optional<InodeRec> now = v.ok() ? DecodeInode(*v) : std::nullopt;
-    stale_ = !now || now->size != owner_.rec.size || now->mtime_ns != owner_.rec.mtime_ns;
+    // version loaded (its size and mtime). A file removed since fails its
+    // reads with ESTALE (ReadableExtents), as for a chunk gone (GetChunk).
+    // A file changed in place since (appended to, rewritten), of which
+    // nothing was read here yet, is read as the version the index holds
+    // now, as an open after the change would (and as NFS reads): its
+    // record is taken once a scan is known to be of it, the record read
+    // before that scan being the same, byte for byte (a commit puts a
+    // file's extents and record together).
+    std::optional<std::string> before;
+    for (int attempt = 0;; ++attempt) {
+      auto v = shared_.store->Get(store::Cf::kInodes, InodeKey(owner_.ino));
+      if (!v.ok() && !v.status().IsNotFound()) return shared_.ToErrno(v.status(), "load inode", owner_.ino);
+      const std::optional<InodeRec> now = v.ok() ? DecodeInode(*v) : std::nullopt;
+      if (now && now->size == owner_.rec.size && now->mtime_ns == owner_.rec.mtime_ns) break;
+      if (!now || !S_ISREG(now->mode) || attempt == 3) {
+        stale_ = true;
+        break;
+      }
+      if (before && *before == *v) {
+        spdlog::debug(
+            "lmcfs: inode {} changed on the node that writes its store between its open here and its "
+            "first read: read at size {} (opened at {})",
+            owner_.ino, now->size, owner_.rec.size);
+        owner_.rec = *now;
+        break;
+      }
+      before = std::move(v).value();
+      if (int err = scan()) return err;
+    }
   }
   extents_ = std::move(m);
   extents_loaded_ = true;
@@ -446,9 +473,9 @@ int FileData::ReadableExtents() {
   if (!stale_) return 0;
   if (LogNow())
     spdlog::warn(
-        "lmcfs: inode {} was removed or rewritten by the node that writes its store after it was opened "
-        "here, before its first read: reads of this open file fail with ESTALE; open it again to read "
-        "what that node holds now",
+        "lmcfs: inode {} was removed by the node that writes its store after it was opened here, before "
+        "its first read: reads of this open file fail with ESTALE; open its name again to read what that "
+        "node holds now",
         owner_.ino);
   return ESTALE;
 }
@@ -725,6 +752,9 @@ int FileData::ChunkInput(uint64_t a, uint64_t b, store::ChunkBytes* out) {
 // The bytes leave `dirty` now and live in the job (reads see them there)
 // until ApplyDone/Drain applies the job, in submission order.
 int FileData::MaterializeRanges(const std::vector<CutSpec>& specs) {
+  // Nothing to cut (a close of a file nothing was written to): no scan of
+  // the extents (on a follower, that load is its first read's to make).
+  if (specs.empty()) return 0;
   if (int err = LoadExtents()) return err;
   for (const CutSpec& s : specs) {
     const uint64_t end = std::min(s.end, owner_.rec.size);
@@ -1041,6 +1071,10 @@ void FileData::DecodeNow(const std::vector<ExtentRec>& todo) {
 }
 
 size_t FileData::PrepareRead(uint64_t off, size_t n) {
+  // A follower's first read loads the extents first: a file changed in
+  // place since its open here is read at its size now (LoadExtents). An
+  // error is the caller's again at its own load (ReadableExtents).
+  if (shared_.opts.read_only && !extents_loaded_) (void)LoadExtents();
   if (off >= owner_.rec.size) return 0;
   n = static_cast<size_t>(std::min<uint64_t>(n, owner_.rec.size - off));
   // Sequential reads decode this read's chunks and the next ones ahead in

@@ -314,8 +314,9 @@ class FileData {
  private:
   int LoadExtents();
   // LoadExtents for reading the file's bytes: ESTALE for a follower's file
-  // that the node writing its store removed or rewrote between this
-  // inode's load here and its extents' (stale_).
+  // that the node writing its store removed between this inode's load here
+  // and its extents' (stale_); one it changed in place meanwhile is read
+  // as it is now (LoadExtents takes its record again).
   int ReadableExtents();
   // Drops the chunks at the encoders (their bytes and delta bases released).
   void DropJobs();
@@ -417,8 +418,8 @@ class FileData {
   // first data access; they never overlap.
   bool extents_loaded_ = false;
   // A follower's file whose record, read again after its extents were
-  // loaded, was gone or of another size or mtime: the version opened here
-  // is gone, its reads fail with ESTALE.
+  // loaded, was gone (or kept changing): the version opened here is gone,
+  // its reads fail with ESTALE.
   bool stale_ = false;
   // Chunks applied and not checked yet: (offset, key). The frame the
   // store keeps for one may not be the one its extent names: a dedup hit
