@@ -337,8 +337,9 @@ TEST_F(UnionFsTest, AFollowersRefreshTellsOfWhatAnotherNodeChanged) {
 
 // A follower's refresh tells the entry listener of each name another node
 // made, removed or renamed, by the union inode the kernel knows its
-// directory by (a directory both nodes hold included), and before any
-// attribute notice of that refresh: a name saved over must be looked up
+// directory by (a directory both nodes hold included; its attributes are
+// told by those inodes too), and before any attribute notice of that
+// refresh: a name saved over must be looked up
 // again before the kernel asks for its old file's attributes, which are
 // gone (ENOENT for a name that exists). The union's own changes are not
 // told (the kernel made them), nor names in a directory the union never
@@ -397,6 +398,12 @@ TEST_F(UnionFsTest, AFollowersRefreshTellsOfEachNameAnotherNodeChanged) {
   EXPECT_EQ(entries, want);
   EXPECT_LT(last_entry, first_attr) << "entries before attributes";
   EXPECT_LT(first_attr, told.size()) << "the refresh told attributes too";
+  // runs/ changed (its entries, so its times and size): its attributes are
+  // told by both union inodes too (before, by B's member inode's alone,
+  // which the kernel does not know the merged directory by).
+  for (const uint64_t dir : {runs, runs_b})
+    EXPECT_NE(std::find(told.begin(), told.end(), "attr " + std::to_string(dir)), told.end())
+        << "runs/ as " << dir;
   EXPECT_EQ(Get(*u_, "runs/old.pt"), "B's new");
   EXPECT_EQ(Find(*u_, "theirs.pt"), 0u);
   // The union's own change: the kernel made it, nobody is told.

@@ -33,7 +33,14 @@ void UnionFs::Attach(size_t idx, Filesystem* fs) {
 }
 
 FsOps::AttrListener UnionFs::MemberListener(size_t idx) const {
-  return [idx, fn = listener_](uint64_t ino, bool data) { fn(Enc(idx, ino), data); };
+  // A directory is told by the union inodes the kernel knows it by: a
+  // directory other members hold too is the first holder's (its times,
+  // size and link count are what another node's entries in it change).
+  return [this, idx, fn = listener_](uint64_t ino, bool data) {
+    const std::vector<uint64_t> dirs = UnionDirsOf(idx, ino);
+    if (dirs.empty()) fn(Enc(idx, ino), data);
+    for (const uint64_t u : dirs) fn(u, data);
+  };
 }
 
 FsOps::EntryListener UnionFs::MemberEntryListener(size_t idx) const {
