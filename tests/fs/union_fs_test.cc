@@ -539,13 +539,15 @@ TEST_F(UnionFsTest, AFileOpenedHereAndChangedThereBeforeItsFirstReadReadsAsItIsN
   Put(*b_.fs, "latest.pt", RandomBytes(300000, 1));
   Put(*b_.fs, "inplace.pt", v1);
   Put(*b_.fs, "train.log", log1);
+  Put(*b_.fs, "seeked.log", log1);
   Follow();
   const uint64_t latest = Find(*u_, "latest.pt"), inplace = Find(*u_, "inplace.pt"),
-                 log = Find(*u_, "train.log");
+                 log = Find(*u_, "train.log"), seeked = Find(*u_, "seeked.log");
   ASSERT_NE(latest, 0u);
   ASSERT_NE(inplace, 0u);
   ASSERT_NE(log, 0u);
-  for (uint64_t ino : {latest, inplace, log}) ASSERT_EQ(u_->Open(ino, O_RDONLY), 0);
+  ASSERT_NE(seeked, 0u);
+  for (uint64_t ino : {latest, inplace, log, seeked}) ASSERT_EQ(u_->Open(ino, O_RDONLY), 0);
   const uint64_t old_bi = Find(*b_.fs, "latest.pt");
   Put(*b_.fs, ".latest.pt.tmp", RandomBytes(100000, 3));
   ASSERT_EQ(b_.fs->Rename(kRoot, ".latest.pt.tmp", kRoot, "latest.pt", 0), 0);
@@ -561,7 +563,12 @@ TEST_F(UnionFsTest, AFileOpenedHereAndChangedThereBeforeItsFirstReadReadsAsItIsN
   const std::string v2 = RandomBytes(150000, 4), log2 = RandomBytes(50000, 6);
   write("inplace.pt", O_TRUNC, 0, v2);
   write("train.log", O_APPEND, log1.size(), log2);
+  write("seeked.log", O_APPEND, log1.size(), log2);
   Follow();
+  // SEEK_HOLE before any read: the end of the file as it is now.
+  uint64_t hole = 0;
+  ASSERT_EQ(u_->Seek(seeked, 0, SEEK_HOLE, &hole), 0);
+  EXPECT_EQ(hole, log1.size() + log2.size());
   std::vector<ReadPiece> pieces;
   EXPECT_EQ(u_->ReadPieces(latest, 0, 4096, &pieces), ESTALE) << "saved over: the file opened is gone";
   const auto read = [&](uint64_t ino, size_t n) {
@@ -582,7 +589,7 @@ TEST_F(UnionFsTest, AFileOpenedHereAndChangedThereBeforeItsFirstReadReadsAsItIsN
   EXPECT_EQ(st.st_size, static_cast<off_t>(v2.size()));
   ASSERT_EQ(u_->GetAttr(log, &st), 0);
   EXPECT_EQ(st.st_size, static_cast<off_t>(log1.size() + log2.size()));
-  for (uint64_t ino : {latest, inplace, log}) EXPECT_EQ(u_->Release(ino, false), 0);
+  for (uint64_t ino : {latest, inplace, log, seeked}) EXPECT_EQ(u_->Release(ino, false), 0);
   Follow();
   EXPECT_EQ(Get(*u_, "inplace.pt"), v2) << "opened again";
   EXPECT_EQ(Get(*u_, "latest.pt").size(), 100000u);

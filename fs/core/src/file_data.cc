@@ -1133,6 +1133,11 @@ int FileData::Read(uint64_t off, size_t n, std::string* out) {
 // committed extents, the chunks at the encoders and the written bytes; a
 // hole is a range of [0, size) that none of them covers (reads give zeros).
 int FileData::Seek(uint64_t off, bool data, bool holes, uint64_t* out) {
+  // A follower's file changed in place since its open here is seen at its
+  // size now, as its reads see it (PrepareRead).
+  if (shared_.opts.read_only && holes && !extents_loaded_) {
+    if (int err = ReadableExtents()) return err;
+  }
   const uint64_t size = owner_.rec.size;
   if (off >= size) return ENXIO;
   if (!holes) {
