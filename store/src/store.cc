@@ -1856,8 +1856,8 @@ Result<uint64_t> Store::Impl::ApplyJournal(const RefreshKeyFn& on_key) {
     if (!caught.ok()) {
       const std::string m = "store " + dir + ": this follower fell behind the writer's index (" + why +
                             ") and could not catch up from its snapshot: " + caught.status().ToString();
-      // A snapshot that fails its checks three times is damaged; other
-      // errors (the cluster out of reach) keep their code.
+      // A snapshot that fails its checks three times is damaged; any other
+      // failure (the cluster out of reach, the local index) is an I/O error.
       return caught.status().IsNotFound() || caught.status().IsCorruption() ? Status::Corruption(m)
                                                                             : Status::IOError(m);
     }
