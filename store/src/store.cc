@@ -1112,8 +1112,8 @@ Status Store::Impl::OpenJournaled(bool fresh) {
 // last edit reads as a torn tail drops a flush); the journal, checked
 // record by record, is then the truth.
 Result<std::vector<std::string>> Store::Impl::CompareWithJournal() {
-  // A follower's view of HEAD is of its open or its last fall behind: the
-  // writer may have written snapshots since, and deleted the records they
+  // A follower's view of HEAD is of its open or of the last replay that
+  // read it again: the writer may have written snapshots since, and deleted the records they
   // hold with their segments (compared with the old snapshot, the index
   // held entries "not in the journal").
   if (opts.read_only) LMC_RETURN_IF_ERROR(journal->Reload());
@@ -1615,10 +1615,7 @@ Result<Store::DiskUsage> Store::KnownDiskUsage() const {
   Impl& s = *impl_;
   if (!IsRadosSpec(s.dir) || !s.journal) return GetDiskUsage();
   DiskUsage u;
-  {
-    std::lock_guard l(s.commit_mu);
-    for (const auto& [id, m] : s.packs) u.packs += s.PackOnDisk(id, m.size, false);
-  }
+  u.packs = Stats().pack_disk_bytes;  // holes cached: no round trip (cache_holes)
   LMC_ASSIGN_OR_RETURN(u.index, Env::Default()->DiskBytes(s.index_dir));
   u.index += s.journal->snapshot_bytes() + s.journal->bytes_since_snapshot();
   u.total = u.packs + u.index;
