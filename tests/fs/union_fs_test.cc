@@ -411,6 +411,17 @@ TEST_F(UnionFsTest, AFollowersRefreshTellsOfEachNameAnotherNodeChanged) {
   ASSERT_EQ(u_->Unlink(runs, "mine.pt"), 0);
   Follow();
   for (const std::string& t : take()) EXPECT_NE(t.rfind("entry ", 0), 0u) << t;
+  // The kernel forgets runs/ by both inodes: B's next change in it is told
+  // by neither (no entry notice; its attributes by B's own inode alone).
+  u_->Forget(runs, 1000);
+  u_->Forget(runs_b, 1000);
+  Put(*b_.fs, "runs/later.pt", "B's later");
+  Follow();
+  for (const std::string& t : take()) {
+    EXPECT_NE(t, "entry " + std::to_string(runs) + " later.pt");
+    EXPECT_NE(t, "entry " + std::to_string(runs_b) + " later.pt");
+    EXPECT_NE(t, "attr " + std::to_string(runs)) << "a directory the kernel forgot";
+  }
   ASSERT_TRUE(u_->SetEntryListener(nullptr));
   ASSERT_TRUE(u_->SetAttrListener(nullptr));
 }

@@ -21,7 +21,22 @@ UnionFs::UnionFs(std::vector<UnionMember> members)
   }
   Dir root;
   for (size_t i = 0; i < members_.size(); ++i) root.members.push_back({i, kRoot});
+  IndexDir(kRoot, root, true);
   dirs_.emplace(kRoot, std::move(root));
+}
+
+void UnionFs::IndexDir(uint64_t u, const Dir& d, bool add) {
+  for (const Where& w : d.members) {
+    const uint64_t k = (w.ino << kIdxBits) | w.idx;
+    if (add) {
+      dirs_by_member_[k].push_back(u);
+      continue;
+    }
+    auto it = dirs_by_member_.find(k);
+    if (it == dirs_by_member_.end()) continue;
+    std::erase(it->second, u);
+    if (it->second.empty()) dirs_by_member_.erase(it);
+  }
 }
 
 void UnionFs::Attach(size_t idx, Filesystem* fs) {
@@ -51,12 +66,9 @@ FsOps::EntryListener UnionFs::MemberEntryListener(size_t idx) const {
 
 std::vector<uint64_t> UnionFs::UnionDirsOf(size_t idx, uint64_t ino) const {
   if (ino == kRoot) return {kRoot};
-  std::vector<uint64_t> out;
   std::lock_guard l(mu_);
-  for (const auto& [u, dir] : dirs_)
-    for (const Where& w : dir.members)
-      if (w.idx == idx && w.ino == ino) out.push_back(u);
-  return out;
+  auto it = dirs_by_member_.find((ino << kIdxBits) | idx);
+  return it == dirs_by_member_.end() ? std::vector<uint64_t>{} : it->second;
 }
 
 uint64_t UnionFs::Enc(size_t idx, uint64_t ino) {
@@ -142,8 +154,10 @@ int UnionFs::Lookup(uint64_t parent, std::string_view name, struct stat* out) {
     }
     std::lock_guard l(mu_);
     Dir& d = dirs_[u];
+    IndexDir(u, d, false);
     d.path = full;
     d.members = merged;
+    IndexDir(u, d, true);
     for (const Where& w : merged) d.references[w.idx]++;
   } else {
     for (size_t i = 1; i < hits.size(); ++i) {
@@ -175,7 +189,10 @@ void UnionFs::Forget(uint64_t u, uint64_t nlookup) {
         for (const Where& w : it->second.members)
           if (w.idx == idx && k) forget.push_back({w, k});
       }
-      if (empty) dirs_.erase(it);
+      if (empty) {
+        IndexDir(u, it->second, false);
+        dirs_.erase(it);
+      }
       l.unlock();
       for (const auto& [w, k] : forget) Fs(w.idx)->Forget(w.ino, k);
       return;
@@ -292,7 +309,9 @@ int UnionFs::WritableDir(uint64_t u, uint64_t* ino) {
     fs.Forget(cur, 1);
     return ENOENT;
   }
+  IndexDir(u, it->second, false);
   it->second.members.insert(it->second.members.begin(), Where{rw, cur});
+  IndexDir(u, it->second, true);
   it->second.references[rw]++;
   *ino = cur;
   return 0;
@@ -327,8 +346,10 @@ int UnionFs::Mkdir(uint64_t parent, std::string_view name, mode_t mode, const Ca
   out->st_ino = u;
   std::lock_guard l(mu_);
   Dir& d = dirs_[u];
+  IndexDir(u, d, false);
   d.path = path.empty() ? std::string(name) : path + "/" + std::string(name);
   d.members = {Where{static_cast<size_t>(rw_), u >> kIdxBits}};
+  IndexDir(u, d, true);
   d.references[rw_]++;
   return 0;
 }
@@ -411,9 +432,12 @@ int UnionFs::Rmdir(uint64_t parent, std::string_view name) {
     DirMembers(parent, &unused, &path);
     path = path.empty() ? std::string(name) : path + "/" + std::string(name);
     std::lock_guard l(mu_);
-    for (auto& [u, d] : dirs_)
-      if (d.path == path)
-        std::erase_if(d.members, [&](const Where& w) { return w.idx == static_cast<size_t>(rw_); });
+    for (auto& [u, d] : dirs_) {
+      if (d.path != path) continue;
+      IndexDir(u, d, false);
+      std::erase_if(d.members, [&](const Where& w) { return w.idx == static_cast<size_t>(rw_); });
+      IndexDir(u, d, true);
+    }
   }
   return elsewhere ? EROFS : 0;
 }

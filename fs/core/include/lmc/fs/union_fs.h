@@ -132,12 +132,20 @@ class UnionFs final : public FsOps {
   // (a later lookup after the writable member made it too names it by
   // that member's inode): none if the union handed no such directory out.
   std::vector<uint64_t> UnionDirsOf(size_t idx, uint64_t ino) const;
+  // Adds u to (add) or takes it from dirs_by_member_ under each of d's
+  // members (mu_ held): every change to a Dir's members goes between a
+  // call with false and one with true.
+  void IndexDir(uint64_t u, const Dir& d, bool add);
 
   std::vector<UnionMember> members_;
   std::unique_ptr<std::atomic<Filesystem*>[]> fs_;
   int rw_ = -1;  // index of the writable member
   mutable std::mutex mu_;
   std::unordered_map<uint64_t, Dir> dirs_;
+  // The union directories each member directory is part of, by its
+  // (ino << 8 | member index): UnionDirsOf in one lookup, where every
+  // attribute notice of a follower's refresh used to scan dirs_.
+  std::unordered_map<uint64_t, std::vector<uint64_t>> dirs_by_member_;
   // Files of read-only members the kernel looked up, by union inode: where
   // they are (parent directory, name), for a truncating open.
   std::unordered_map<uint64_t, std::pair<uint64_t, std::string>> lower_files_;
