@@ -354,6 +354,82 @@ if got != part1 + part2:
   StopBoth();
 }
 
+// Node A follows node B's store (a read-only mount) and is stopped (SIGSTOP:
+// a node swapping, paused by its scheduler, or cut off for a while) while
+// B saves over a file, removes one and writes forty more with
+// journal_snapshot=1K: B's index snapshots delete every journal segment A
+// had read from, so A cannot replay its way forward. Once A runs again it
+// catches up from B's snapshot (its log says so), reads every file as B
+// wrote it, no longer lists the removed one, and follows B's next save.
+// Before the catch-up (7bd99e3) A logged "open the store again" at every
+// refresh and saw nothing new until it was mounted again.
+TEST_F(RadosMount, AFollowerStoppedWhileTheWriterSnapshotsCatchesUpFromTheSnapshot) {
+  const std::string mnt_a = root_ + "/mnt_a", mnt_b = root_ + "/mnt_b", plain = root_ + "/plain";
+  pid_b_ = StartMount(LMC_MOUNT_BIN, store_, mnt_b, Options("b", "journal_snapshot=1K"));
+  ASSERT_GT(pid_b_, 0);
+  pid_a_ = StartMount(LMC_MOUNT_BIN, store_, mnt_a, Options("a", "ro"));
+  ASSERT_GT(pid_a_, 0);
+  const std::string script = Script("save.py", R"(
+import os, random, sys
+b, plain, phase = sys.argv[1:4]
+def put(name, seed, size, over=False):
+    data = random.Random(seed).randbytes(size)
+    with open(f'{plain}/{name}', 'wb') as f:
+        f.write(data)
+    path = f'{b}/{name}'
+    w = path + '.tmp' if over else path
+    with open(w, 'wb') as f:
+        f.write(data); f.flush(); os.fsync(f.fileno())
+    if over:
+        os.rename(w, path)
+if phase == 'before':
+    put('latest.bin', 1, 3 << 20); put('keep.bin', 2, 1 << 20); put('gone.bin', 3, 1 << 20)
+elif phase == 'while':
+    put('latest.bin', 4, 3 << 20, over=True)
+    os.remove(f'{b}/gone.bin'); os.remove(f'{plain}/gone.bin')
+    for i in range(40):
+        put(f'step_{i:02}.bin', 10 + i, 96 << 10)
+else:
+    put('after.bin', 99, 1 << 20)
+fd = os.open(b, os.O_RDONLY); os.fsync(fd); os.close(fd)
+)");
+  const std::string save = "python3 " + script + " " + mnt_b + " " + plain + " ";
+  const std::string same = "diff -rq " + plain + " " + mnt_a + " >/dev/null 2>&1";
+  ASSERT_EQ(Shell(save + "before"), 0);
+  ASSERT_TRUE(lmc::testing::WaitUntil([&] { return Shell(same) == 0; }, std::chrono::seconds(5),
+                                      std::chrono::milliseconds(20)))
+      << "node A does not read node B's first files after 5 s";
+  // The journal segments node A has read from.
+  const std::string segments = "rados -p lmcfs -N " + ns_ + " ls | grep 'seg-' | sort";
+  ASSERT_EQ(Shell(segments + " > " + root_ + "/segs_read"), 0);
+  ASSERT_NE(std::filesystem::file_size(root_ + "/segs_read"), 0u);
+  ASSERT_EQ(kill(pid_a_, SIGSTOP), 0);
+  const int saved = Shell(save + "while");
+  const bool gone = lmc::testing::WaitUntil(
+      [&] { return Shell(segments + " | comm -12 - " + root_ + "/segs_read | grep -q .") != 0; },
+      std::chrono::seconds(10), std::chrono::milliseconds(50));
+  ASSERT_EQ(kill(pid_a_, SIGCONT), 0);
+  ASSERT_EQ(saved, 0);
+  ASSERT_TRUE(gone) << "node B's snapshots left a journal segment node A had read from";
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_TRUE(lmc::testing::WaitUntil([&] { return Shell(same) == 0; }, std::chrono::seconds(10),
+                                      std::chrono::milliseconds(50)))
+      << "node A does not read what node B saved while it was stopped, 10 s after it runs again";
+  std::printf("node A read all of node B's files %.0f ms after it ran again\n",
+              std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  EXPECT_EQ(Shell("grep -q 'caught up from its snapshot' " + root_ + "/log_a"), 0)
+      << "node A's log does not say it caught up from the snapshot";
+  EXPECT_NE(Shell("grep -q 'open the store again' " + root_ + "/log_a"), 0);
+  EXPECT_FALSE(std::filesystem::exists(mnt_a + "/gone.bin"));
+  // And on from there.
+  ASSERT_EQ(Shell(save + "after"), 0);
+  EXPECT_TRUE(lmc::testing::WaitUntil([&] { return Shell(same) == 0; }, std::chrono::seconds(5),
+                                      std::chrono::milliseconds(20)))
+      << "node A does not follow node B's save after the catch-up";
+  EXPECT_EQ(Shell("diff -rq " + plain + " " + mnt_b), 0);
+  StopBoth();
+}
+
 // Node B saves a checkpoint, node A reads it into its page cache, then B
 // saves the next one: B's rebase re-encodes the first as deltas against
 // the second, which changes only the first's stored size. Node A's

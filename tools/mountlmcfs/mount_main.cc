@@ -148,6 +148,15 @@ once it is installed as /sbin/mount.lmcfs (cmake --install puts it there).
                         write, removal or background work), give the
                         allocator's free memory back to the system
                         (default 10; 0: never); the caches keep what they hold
+     journal_snapshot=BYTES
+                        the index journal (docs/ARCHITECTURE.md, "The index
+                        journal") is snapshotted when the records since
+                        the last snapshot reach this size (default 16M), at
+                        the mount and the unmount, and while mounted once
+                        they also reach four times the snapshot's size.
+                        Smaller: the next mount and other nodes' mounts
+                        replay less, for more snapshot writes; a node that
+                        fell behind a snapshot catches up from it
      punch=on|off       on (default): the disk blocks of a dead record (a
                         file deleted or overwritten, a save rebased as a
                         delta) go back to the filesystem as soon as the change
@@ -206,6 +215,7 @@ struct Options {
   bool unsafe_store_perms = false;  // mount a store other users can access
   bool dedup_per_owner = false;     // dedup=uid
   bool punch = true;                // punch=on|off
+  uint64_t journal_snapshot = store::StoreOptions{}.journal_snapshot_bytes;
   store::RadosOptions rados;
   std::string local_dir;
   // A union (STORE = rados:POOL/A,B,...): the pool, the stores in priority
@@ -378,6 +388,12 @@ int ParseArgs(int argc, char** argv, Options* o) {
           return false;
         }
         o->trim.idle = std::chrono::seconds(secs);
+      } else if (k == "journal_snapshot") {
+        if (!ParseSize(v, &o->journal_snapshot) || o->journal_snapshot < 1024) {
+          std::fprintf(stderr, "mount.lmcfs: bad journal_snapshot '%s' (a size of at least 1K: 64K, 16M)\n",
+                       v.c_str());
+          return false;
+        }
       } else if (k == "punch") {
         if (v != "on" && v != "off") {
           std::fprintf(stderr, "mount.lmcfs: bad punch '%s' (expected on or off)\n", v.c_str());
@@ -829,6 +845,7 @@ int Serve(const Options& o, int report_fd) {
   so.chunk_size = static_cast<uint32_t>(o.chunk_size);
   so.base_cache_bytes = o.base_cache;
   so.punch_dead = o.punch;
+  so.journal_snapshot_bytes = o.journal_snapshot;
   const bool is_union = !o.union_names.empty();
   // A RADOS store mounted read-only, and a union's stores but the writable
   // one, are followers: no lock, the writer's commits applied as they come.
