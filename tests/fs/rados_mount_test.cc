@@ -350,7 +350,25 @@ print(f'node A read {len(first)} bytes, then {len(rest)} more after the attribut
 if got != part1 + part2:
     sys.exit(f'read {len(got)} bytes in all, not the {len(part1 + part2)} node B wrote')
 )");
+  // lmcfs-stat on node A counts the reads of B's file (its follower's
+  // filesystem's figures, summed with A's own; A's own were all it showed).
+  const std::string figures = Script("figures.py", R"(
+import json, subprocess, sys
+tool, mnt, before = sys.argv[1:4]
+d = json.loads(subprocess.run([tool, '--json', mnt], check=True, capture_output=True).stdout)['daemon']
+now = [d['read_calls'], d['cpu_decode_bytes']]
+if sys.argv[4] == 'save':
+    open(before, 'w').write(json.dumps(now))
+else:
+    was = json.loads(open(before).read())
+    print(f'node A: {now[0] - was[0]} reads, {now[1] - was[1]} bytes decoded')
+    sys.exit(0 if now[0] - was[0] >= 1 and now[1] - was[1] >= 300000 else 1)
+)");
+  const std::string stat =
+      "python3 " + figures + " " + LMC_TOOLS_BIN_DIR + "/lmcfs-stat " + mnt_a + " " + root_ + "/figures ";
+  ASSERT_EQ(Shell(stat + "save"), 0);
   EXPECT_EQ(Shell("python3 " + script + " " + mnt_a + " " + mnt_b), 0);
+  EXPECT_EQ(Shell(stat + "check"), 0) << "lmcfs-stat on node A does not count its reads of B's file";
   StopBoth();
 }
 

@@ -335,6 +335,34 @@ TEST_F(UnionFsTest, AFollowersRefreshTellsOfWhatAnotherNodeChanged) {
   EXPECT_TRUE(followers.SetAttrListener(nullptr));
 }
 
+// The union's counters (lmcfs-stat's daemon figures on a union mount) are
+// its members' summed: a read of another node's file is counted by the
+// follower's filesystem, which the mount's figures left out before.
+TEST_F(UnionFsTest, CountersAreTheMembersSummed) {
+  Put(*b_.fs, "theirs.pt", RandomBytes(300000, 1));
+  Put(*u_, "mine.pt", RandomBytes(200000, 2));
+  Follow();
+  auto value = [](const std::vector<std::pair<std::string, uint64_t>>& v, const std::string& name) {
+    for (const auto& [k, n] : v)
+      if (k == name) return n;
+    ADD_FAILURE() << "no counter " << name;
+    return uint64_t{0};
+  };
+  ASSERT_EQ(Get(*u_, "theirs.pt").size(), 300000u);
+  ASSERT_EQ(Get(*u_, "mine.pt").size(), 200000u);
+  const auto a = a_.fs->NamedCounters(), b = b_follow_.fs->NamedCounters(), sum = u_->NamedCounters();
+  ASSERT_EQ(sum.size(), a.size());
+  for (size_t i = 0; i < sum.size(); ++i) {
+    EXPECT_EQ(sum[i].first, a[i].first);
+    EXPECT_EQ(sum[i].second, a[i].second + b[i].second) << sum[i].first;
+  }
+  EXPECT_GT(value(b, "read_calls"), 0u) << "the follower counts the union's reads of B's file";
+  EXPECT_GT(value(a, "read_calls"), 0u);
+  EXPECT_EQ(value(sum, "write_bytes"), 200000u) << "A's write alone";
+  EXPECT_GE(value(sum, "cpu_decode_bytes"), value(b, "cpu_decode_bytes"));
+  EXPECT_GT(value(b, "cpu_decode_bytes"), 0u);
+}
+
 // A follower's refresh tells the entry listener of each name another node
 // made, removed or renamed, by the union inode the kernel knows its
 // directory by (a directory both nodes hold included; its attributes are

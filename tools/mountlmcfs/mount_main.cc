@@ -980,15 +980,23 @@ int Serve(const Options& o, int report_fd) {
   // the allocator's free memory.
   MemoryTrimmer trimmer(
       o.trim,
-      [f, &reclaimer] {
+      [f, &reclaimer, u = union_fs.get()] {
         const FsCounters& c = f->counters();
-        return TrimActivity{c.write_calls + c.read_calls + c.removals + c.chunks_written + c.commits +
+        // A union's reads of other nodes' files count too (their members'
+        // filesystems count them).
+        uint64_t reads = c.read_calls;
+        if (u)
+          for (const auto& [name, n] : u->NamedCounters())
+            if (name == "read_calls") reads = n;
+        return TrimActivity{c.write_calls + reads + c.removals + c.chunks_written + c.commits +
                                 c.flush_calls + reclaimer.Stats().passes,
                             f->BackgroundPending() > 0 || c.flushes_in_flight > 0};
       },
       [] { return ReleaseFreeMemory(Filesystem::ReleaseIdleWriteBlocks); });
-  auto daemon_counters = [&reclaimer, f] {
-    auto v = f->NamedCounters();
+  // A union's figures are its members' summed: reads of other nodes' files
+  // are counted by the followers' filesystems.
+  auto daemon_counters = [&reclaimer, f, u = union_fs.get()] {
+    auto v = u ? u->NamedCounters() : f->NamedCounters();
     for (auto& x : reclaimer.Stats().Named()) v.push_back(std::move(x));
     v.emplace_back("reclaim_enabled", reclaimer.options().enabled ? 1 : 0);
     return v;

@@ -106,6 +106,21 @@ void UnionFs::Shadow(const std::string& path, size_t winner, size_t hidden) {
   spdlog::info("lmcfs union: {} names {}", path, what);
 }
 
+std::vector<std::pair<std::string, uint64_t>> UnionFs::NamedCounters() const {
+  std::vector<std::pair<std::string, uint64_t>> sum;
+  for (size_t i = 0; i < members_.size(); ++i) {
+    const Filesystem* f = Fs(i);
+    if (!f) continue;
+    auto c = f->NamedCounters();
+    if (sum.empty()) {
+      sum = std::move(c);
+      continue;
+    }
+    for (size_t k = 0; k < sum.size() && k < c.size(); ++k) sum[k].second += c[k].second;
+  }
+  return sum;
+}
+
 uint64_t UnionFs::shadowed() const {
   std::lock_guard l(mu_);
   return shadowed_;

@@ -92,6 +92,10 @@ class UnionFs final : public FsOps {
   // Member idx's filesystem, once it is there (see UnionMember::fs).
   void Attach(size_t idx, Filesystem* fs);
 
+  // Filesystem::NamedCounters summed over the members there: the union's
+  // reads of another node's files are counted by that member's filesystem.
+  std::vector<std::pair<std::string, uint64_t>> NamedCounters() const;
+
   // Names hidden by the rule above, as lookups and listings met them.
   uint64_t shadowed() const;
   std::vector<std::string> ShadowedPaths() const;  // at most 100, "dir/name (member: hidden in member)"
