@@ -1083,6 +1083,9 @@ TEST_F(MountHelper, Mount8ConventionAndFstab) {
   EXPECT_EQ(Sh(bin + " " + store_ + " " + mnt2_ + " -o write_buffer=12Q 2>/dev/null"), 16);
   EXPECT_EQ(Sh(bin + " " + store_ + " " + mnt2_ + " -o commit_queue=lots 2>/dev/null"), 16);
   EXPECT_EQ(Sh(bin + " " + store_ + " " + mnt2_ + " -o read_threads=0 2>/dev/null"), 16);
+  EXPECT_EQ(Sh(bin + " " + store_ + " " + mnt2_ + " -o journal_snapshot=100 2>" + root_ + "/js.err"), 16);
+  EXPECT_EQ(Sh("grep -q \"bad journal_snapshot '100' (a size of at least 1K\" " + root_ + "/js.err"), 0)
+      << ReadFile(root_ + "/js.err");
   // gpu=on without a usable GPU codec refuses to mount (exit code 32, in
   // the daemon's child and in the foreground) and says what to do.
   if (Sh("nvidia-smi >/dev/null 2>&1") != 0) {
