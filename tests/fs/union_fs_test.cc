@@ -564,6 +564,44 @@ TEST_F(UnionFsTest, AFileTheWriterRemovedWhileOpenHereReadsAsStale) {
   EXPECT_EQ(Find(*u_, "ck.pt"), 0u);
 }
 
+// Node B saves over a name while its kernel still holds the old file (a
+// lookup: B keeps it as an orphan, its record at link count 0, until it is
+// forgotten there). Node A opens that old file after the refresh, and the
+// kernel forgets it, then the reader closes: A drops the inode and purges
+// nothing, which is B's to do in its store. Before, A tried to commit the
+// purge to its read-only store: the close failed with the store's error
+// logged ("purge (inode N): ... open read-only"), as the stress of saves
+// over names on B and reads on A showed.
+TEST_F(UnionFsTest, AFollowerClosingAFileTheWriterRemovedPurgesNothing) {
+  const std::string v1 = RandomBytes(200000, 1);
+  Put(*b_.fs, "latest.pt", v1);
+  Follow();
+  const uint64_t u = Find(*u_, "latest.pt");
+  ASSERT_NE(u, 0u);
+  const uint64_t old_bi = Find(*b_.fs, "latest.pt");  // B's kernel's lookup: kept as an orphan
+  Put(*b_.fs, ".latest.pt.tmp", RandomBytes(100000, 2));
+  ASSERT_EQ(b_.fs->Rename(kRoot, ".latest.pt.tmp", kRoot, "latest.pt", 0), 0);
+  ASSERT_EQ(b_.fs->FsyncDir(kRoot), 0);
+  Follow();
+  ASSERT_EQ(u_->Open(u, O_RDONLY), 0);
+  struct stat st;
+  ASSERT_EQ(u_->GetAttr(u, &st), 0);
+  EXPECT_EQ(st.st_nlink, 0u) << "B's orphan, as A loaded it";
+  const auto cached = [&] {
+    for (const auto& [k, n] : b_follow_.fs->MemoryCounters())
+      if (k == "inodes_cached") return n;
+    return uint64_t{0};
+  };
+  const uint64_t before = cached();
+  u_->Forget(u, 1);  // the kernel forgets it (the name now leads elsewhere)
+  EXPECT_EQ(u_->Release(u, false), 0);
+  EXPECT_EQ(cached(), before - 1) << "the closed orphan is dropped here";
+  b_.fs->Forget(old_bi, 2);  // Put's create and Find's lookup: B purges it
+  ASSERT_EQ(b_.fs->FsyncDir(kRoot), 0);
+  Follow();
+  EXPECT_EQ(Get(*u_, "latest.pt").size(), 100000u);
+}
+
 // Node A opens node B's files and has not read them yet when B saves over
 // one (a new file renamed onto the name: the file opened is removed),
 // rewrites one in place and appends to one. A's first read of the removed
