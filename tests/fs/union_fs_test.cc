@@ -350,7 +350,16 @@ TEST_F(UnionFsTest, CountersAreTheMembersSummed) {
   };
   ASSERT_EQ(Get(*u_, "theirs.pt").size(), 300000u);
   ASSERT_EQ(Get(*u_, "mine.pt").size(), 200000u);
-  const auto a = a_.fs->NamedCounters(), b = b_follow_.fs->NamedCounters(), sum = u_->NamedCounters();
+  // Read when no read-ahead task is still counting (the members' figures
+  // the same before and after the union's).
+  std::vector<std::pair<std::string, uint64_t>> a, b, sum;
+  for (int i = 0; i < 200; ++i) {
+    a = a_.fs->NamedCounters();
+    b = b_follow_.fs->NamedCounters();
+    sum = u_->NamedCounters();
+    if (a == a_.fs->NamedCounters() && b == b_follow_.fs->NamedCounters()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
   ASSERT_EQ(sum.size(), a.size());
   for (size_t i = 0; i < sum.size(); ++i) {
     EXPECT_EQ(sum[i].first, a[i].first);
