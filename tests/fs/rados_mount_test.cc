@@ -420,7 +420,9 @@ fd = os.open(b, os.O_RDONLY); os.fsync(fd); os.close(fd)
   // The journal segments node A has read from.
   const std::string segments = "rados -p lmcfs -N " + ns_ + " ls | grep 'seg-' | sort";
   ASSERT_EQ(Shell(segments + " > " + root_ + "/segs_read"), 0);
-  ASSERT_NE(std::filesystem::file_size(root_ + "/segs_read"), 0u);
+  ASSERT_NE(std::filesystem::file_size(root_ + "/segs_read"), 0u)
+      << "node B's journal holds no segment after its first saves (a snapshot took them all); this test "
+         "needs node A to have read from one";
   ASSERT_EQ(kill(pid_a_, SIGSTOP), 0);
   const int saved = Shell(save + "while");
   const bool gone = lmc::testing::WaitUntil(
