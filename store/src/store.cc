@@ -1113,9 +1113,9 @@ Status Store::Impl::OpenJournaled(bool fresh) {
 // record by record, is then the truth.
 Result<std::vector<std::string>> Store::Impl::CompareWithJournal() {
   // A follower's view of HEAD is of its open or of the last replay that
-  // read it again: the writer may have written snapshots since, and deleted the records they
-  // hold with their segments (compared with the old snapshot, the index
-  // held entries "not in the journal").
+  // read it again: the writer may have written snapshots since, and
+  // deleted the records they hold with their segments (compared with the
+  // old snapshot, the index held entries "not in the journal").
   if (opts.read_only) LMC_RETURN_IF_ERROR(journal->Reload());
   const std::string tmp = index_dir + ".fsck-" + std::to_string(::getpid());
   rocksdb::Options o;

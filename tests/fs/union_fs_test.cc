@@ -368,7 +368,6 @@ TEST_F(UnionFsTest, CountersAreTheMembersSummed) {
   EXPECT_GT(value(b, "read_calls"), 0u) << "the follower counts the union's reads of B's file";
   EXPECT_GT(value(a, "read_calls"), 0u);
   EXPECT_EQ(value(sum, "write_bytes"), 200000u) << "A's write alone";
-  EXPECT_GE(value(sum, "cpu_decode_bytes"), value(b, "cpu_decode_bytes"));
   EXPECT_GT(value(b, "cpu_decode_bytes"), 0u);
 }
 

@@ -986,8 +986,8 @@ int Serve(const Options& o, int report_fd) {
         // filesystems count them).
         uint64_t reads = c.read_calls;
         if (u)
-          for (const auto& [name, n] : u->NamedCounters())
-            if (name == "read_calls") reads = n;
+          for (const Filesystem* m : u->Filesystems())
+            if (m != f) reads += m->counters().read_calls;
         return TrimActivity{c.write_calls + reads + c.removals + c.chunks_written + c.commits +
                                 c.flush_calls + reclaimer.Stats().passes,
                             f->BackgroundPending() > 0 || c.flushes_in_flight > 0};

@@ -1069,18 +1069,17 @@ int Filesystem::Release(uint64_t ino, bool writer) {
     if (in.nopen > 0) in.nopen--;
     if (writer && in.nwrite > 0) in.nwrite--;
     if (in.nopen > 0 || in.purged) return 0;
-    if (in.rec.nlink == 0 && in.nlookup == 0 && opts_.read_only) {
-      // Another node's orphan (a file it removed while its kernel held it):
-      // purging it is that node's work, in its store.
-      m.Erase(ino);
-      return 0;
-    }
     if (in.rec.nlink == 0 && in.nlookup == 0) {
-      store::Batch b;
-      if (int e = in.data.Purge(&b)) return e;
-      Status s = store_->Commit(b, false);
-      if (!s.ok()) return m.ToErrno(s, "purge", ino);
-      in.MarkPurged();
+      // On a follower this is another node's orphan (a file it removed
+      // while its kernel held it): purging it is that node's work, in its
+      // store, as in Forget.
+      if (!opts_.read_only) {
+        store::Batch b;
+        if (int e = in.data.Purge(&b)) return e;
+        Status s = store_->Commit(b, false);
+        if (!s.ok()) return m.ToErrno(s, "purge", ino);
+        in.MarkPurged();
+      }
       m.Erase(ino);
       return 0;
     }

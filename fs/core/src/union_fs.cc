@@ -27,7 +27,7 @@ UnionFs::UnionFs(std::vector<UnionMember> members)
 
 void UnionFs::IndexDir(uint64_t u, const Dir& d, bool add) {
   for (const Where& w : d.members) {
-    const uint64_t k = (w.ino << kIdxBits) | w.idx;
+    const uint64_t k = MemberKey(w.idx, w.ino);
     if (add) {
       dirs_by_member_[k].push_back(u);
       continue;
@@ -67,14 +67,13 @@ FsOps::EntryListener UnionFs::MemberEntryListener(size_t idx) const {
 std::vector<uint64_t> UnionFs::UnionDirsOf(size_t idx, uint64_t ino) const {
   if (ino == kRoot) return {kRoot};
   std::lock_guard l(mu_);
-  auto it = dirs_by_member_.find((ino << kIdxBits) | idx);
+  auto it = dirs_by_member_.find(MemberKey(idx, ino));
   return it == dirs_by_member_.end() ? std::vector<uint64_t>{} : it->second;
 }
 
-uint64_t UnionFs::Enc(size_t idx, uint64_t ino) {
-  if (ino == kRoot) return kRoot;
-  return (ino << kIdxBits) | idx;
-}
+uint64_t UnionFs::MemberKey(size_t idx, uint64_t ino) { return (ino << kIdxBits) | idx; }
+
+uint64_t UnionFs::Enc(size_t idx, uint64_t ino) { return ino == kRoot ? kRoot : MemberKey(idx, ino); }
 
 UnionFs::Where UnionFs::Dec(uint64_t u) const {
   if (u == kRoot) return {rw_ >= 0 ? static_cast<size_t>(rw_) : 0, kRoot};
@@ -106,11 +105,16 @@ void UnionFs::Shadow(const std::string& path, size_t winner, size_t hidden) {
   spdlog::info("lmcfs union: {} names {}", path, what);
 }
 
+std::vector<const Filesystem*> UnionFs::Filesystems() const {
+  std::vector<const Filesystem*> out;
+  for (size_t i = 0; i < members_.size(); ++i)
+    if (const Filesystem* f = Fs(i)) out.push_back(f);
+  return out;
+}
+
 std::vector<std::pair<std::string, uint64_t>> UnionFs::NamedCounters() const {
   std::vector<std::pair<std::string, uint64_t>> sum;
-  for (size_t i = 0; i < members_.size(); ++i) {
-    const Filesystem* f = Fs(i);
-    if (!f) continue;
+  for (const Filesystem* f : Filesystems()) {
     auto c = f->NamedCounters();
     if (sum.empty()) {
       sum = std::move(c);

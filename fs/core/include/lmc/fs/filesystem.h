@@ -434,6 +434,7 @@ class Filesystem : public FsOps {
 
   const FsOptions& options() const { return opts_; }
   FsCounters& counters() { return counters_; }
+  const FsCounters& counters() const { return counters_; }
   store::Store* store() { return store_; }
 
   struct Impl;  // private state (core/src/fs_impl.h)

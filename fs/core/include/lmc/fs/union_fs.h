@@ -92,7 +92,9 @@ class UnionFs final : public FsOps {
   // Member idx's filesystem, once it is there (see UnionMember::fs).
   void Attach(size_t idx, Filesystem* fs);
 
-  // Filesystem::NamedCounters summed over the members there: the union's
+  // The members' filesystems that are there, in priority order.
+  std::vector<const Filesystem*> Filesystems() const;
+  // Filesystem::NamedCounters summed over Filesystems(): the union's
   // reads of another node's files are counted by that member's filesystem.
   std::vector<std::pair<std::string, uint64_t>> NamedCounters() const;
 
@@ -112,6 +114,9 @@ class UnionFs final : public FsOps {
     std::map<size_t, uint64_t> references;  // member index -> lookups taken there for the kernel
   };
   static uint64_t Enc(size_t idx, uint64_t ino);
+  // Member idx's inode ino as one number (Enc but for the root, which every
+  // member's root encodes to): the key of dirs_by_member_.
+  static uint64_t MemberKey(size_t idx, uint64_t ino);
   // Where union inode u lives (a redirect first).
   Where Dec(uint64_t u) const;
   // The members of directory u (priority order); false if u is not a
@@ -147,7 +152,7 @@ class UnionFs final : public FsOps {
   mutable std::mutex mu_;
   std::unordered_map<uint64_t, Dir> dirs_;
   // The union directories each member directory is part of, by its
-  // (ino << 8 | member index): UnionDirsOf in one lookup, where every
+  // MemberKey: UnionDirsOf in one lookup, where every
   // attribute notice of a follower's refresh used to scan dirs_.
   std::unordered_map<uint64_t, std::vector<uint64_t>> dirs_by_member_;
   // Files of read-only members the kernel looked up, by union inode: where
