@@ -19,6 +19,12 @@ constexpr uint64_t kBlock = 4096;
 // After the first dead record is queued, the puncher waits this long for
 // more: the next commits' records share its index sync and its holes.
 constexpr auto kGather = std::chrono::milliseconds(20);
+// A follower reads the holes of a pack a refresh changed this long after
+// the change (the writer punches within kGather of its commit being
+// durable, which is before the follower reads it, unless it is busy), and
+// once more kHolesLater after that.
+constexpr auto kHolesRecheck = std::chrono::seconds(1);
+constexpr auto kHolesLater = std::chrono::seconds(5);
 
 }  // namespace
 
@@ -121,7 +127,7 @@ void Store::Impl::PunchDead() {
 }
 
 uint64_t Store::Impl::PackOnDisk(uint64_t id, uint64_t size, bool ask) {
-  if (!punch_enabled) return size;
+  if (!punch_enabled && !follow_holes) return size;
   if (!cache_holes) {
     if (!ask) return size;
     auto d = env->FileDiskBytes(PackPath(id));
@@ -192,6 +198,88 @@ void Store::Impl::StopPuncher() {
   }
   punch_cv.notify_all();
   puncher.join();
+}
+
+void Store::Impl::PacksChanged(const std::vector<uint64_t>& changed, const std::vector<uint64_t>& gone) {
+  if (!follow_holes) return;
+  if (!gone.empty()) {
+    std::lock_guard l(holes_mu);
+    for (uint64_t id : gone) pack_holes.erase(id);
+  }
+  if (changed.empty() && gone.empty()) return;
+  const auto due = std::chrono::steady_clock::now() + kHolesRecheck;
+  {
+    std::lock_guard l(punch_mu);
+    for (uint64_t id : gone) holes_due.erase(id);
+    for (uint64_t id : changed) {
+      auto [it, fresh] = holes_due.try_emplace(id, HolesDue{due, 2});
+      if (fresh) continue;
+      // A pack changing on and on (the writer's active pack) is read every
+      // kHolesRecheck, not put off until it stops changing.
+      it->second.due = std::min(it->second.due, due);
+      it->second.reads_left = 2;
+    }
+  }
+  punch_cv.notify_one();
+}
+
+void Store::Impl::ReadPackHoles(uint64_t id) {
+  uint64_t size = 0;
+  {
+    std::lock_guard l(commit_mu);
+    auto it = packs.find(id);
+    if (it == packs.end()) return;
+    size = it->second.size;
+  }
+  // An object longer than the size this node knows (the writer appended
+  // since) counts fewer holes than it has, never more.
+  auto d = env->FileDiskBytes(PackPath(id));
+  if (!d.ok()) return;
+  std::lock_guard l(commit_mu);
+  if (!packs.count(id)) return;  // gone meanwhile (a refresh saw it compacted)
+  std::lock_guard hl(holes_mu);
+  pack_holes[id] = size - std::min(size, *d);
+}
+
+void Store::Impl::StartHolesFollower() {
+  follow_holes = true;
+  puncher = std::thread([this] {
+    CachePackHoles([this] {
+      std::lock_guard l(punch_mu);
+      return punch_stop;
+    });
+    std::unique_lock l(punch_mu);
+    while (!punch_stop) {
+      if (holes_due.empty()) {
+        punch_cv.wait(l, [&] { return punch_stop || !holes_due.empty(); });
+        continue;
+      }
+      const auto now = std::chrono::steady_clock::now();
+      auto next = now + kHolesLater;
+      std::vector<uint64_t> ids;
+      for (auto it = holes_due.begin(); it != holes_due.end();) {
+        if (it->second.due > now) {
+          next = std::min(next, it->second.due);
+          ++it;
+          continue;
+        }
+        ids.push_back(it->first);
+        if (--it->second.reads_left > 0) {
+          it->second.due = now + kHolesLater;
+          ++it;
+        } else {
+          it = holes_due.erase(it);
+        }
+      }
+      if (ids.empty()) {
+        punch_cv.wait_until(l, next);
+        continue;
+      }
+      l.unlock();
+      for (uint64_t id : ids) ReadPackHoles(id);
+      l.lock();
+    }
+  });
 }
 
 void Store::PunchDeadRecords() { impl_->PunchDead(); }

@@ -450,6 +450,10 @@ Result<std::unique_ptr<Store>> Store::Open(const std::string& dir, const StoreOp
     // A RADOS store caches its packs' holes (a round trip to learn each).
     s->cache_holes = IsRadosSpec(s->dir);
     if (s->opts.punch_dead) s->StartPuncher();
+  } else if (IsRadosSpec(s->dir)) {
+    // A follower counts the writer's holes, read from the cluster.
+    s->cache_holes = true;
+    s->StartHolesFollower();
   }
   return std::unique_ptr<Store>(new Store(std::move(s)));
 }
@@ -1867,15 +1871,29 @@ Result<uint64_t> Store::Impl::ApplyJournal(const RefreshKeyFn& on_key) {
   }
   LMC_RETURN_IF_ERROR(st);
   if (applied > 0) {
-    // New packs the writer started.
+    // The packs as the writer's index has them now: new ones it started,
+    // sizes and live bytes its commits changed, and none it retired or
+    // deleted (compaction), as Recover reads them at open.
     std::lock_guard cl(commit_mu);
+    std::map<uint64_t, fmt::PackMeta> now;
     std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(rocksdb::ReadOptions(), packs_cf));
     for (it->SeekToFirst(); it->Valid(); it->Next()) {
       auto id = fmt::ParsePackKey(it->key().ToStringView());
       if (!id) continue;
       auto m = fmt::DecodePackMeta(*id, it->value().ToStringView());
-      if (m.ok()) packs[*id] = *m;
+      if (m.ok() && m->state != fmt::PackState::kRetired) now.emplace(*id, *m);
     }
+    LMC_RETURN_IF_ERROR(FromRocks(it->status(), "reading the pack index"));
+    std::vector<uint64_t> changed, gone;
+    for (const auto& [id, m] : now) {
+      auto was = packs.find(id);
+      if (was == packs.end() || was->second.size != m.size || was->second.live != m.live)
+        changed.push_back(id);
+    }
+    for (const auto& [id, m] : packs)
+      if (!now.count(id)) gone.push_back(id);
+    packs = std::move(now);
+    PacksChanged(changed, gone);
   }
   return applied;
 }
@@ -1936,7 +1954,7 @@ StoreStats Store::Stats() const {
   st.punched_bytes = s.n_punched;
   st.punched_holes = s.n_holes;
   st.pack_disk_bytes = st.pack_bytes;
-  if (s.punch_enabled && s.cache_holes) {
+  if ((s.punch_enabled || s.follow_holes) && s.cache_holes) {
     st.pack_disk_bytes = pack_disk_cached;
   } else if (s.punch_enabled) {
     if (auto d = s.env->DiskBytes(s.pack_dir); d.ok()) st.pack_disk_bytes = *d;

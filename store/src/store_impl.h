@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -204,6 +205,24 @@ struct Store::Impl {
   // Reads the holes of every pack not cached yet (cache_holes), outside
   // commit_mu, until stop() says so.
   void CachePackHoles(const std::function<bool()>& stop);
+  // A read-only store in RADOS follows the holes another node's puncher
+  // makes (docs/ARCHITECTURE.md, "Hole punching"): its own thread (in
+  // `puncher`'s place) reads every pack's holes once at open, then those of
+  // each pack a refresh changed, kHolesRecheck after the change and once
+  // more later (the writer punches after its commit is durable, so the
+  // first read may come too early).
+  bool follow_holes = false;
+  struct HolesDue {
+    std::chrono::steady_clock::time_point due;
+    int reads_left = 0;
+  };
+  std::map<uint64_t, HolesDue> holes_due;  // punch_mu
+  // Packs that a journal record changed (size or live bytes), and those it
+  // removed; commit_mu held (ApplyJournal).
+  void PacksChanged(const std::vector<uint64_t>& changed, const std::vector<uint64_t>& gone);
+  // Reads the holes of pack `id` from the cluster, replacing what is cached.
+  void ReadPackHoles(uint64_t id);
+  void StartHolesFollower();
   void QueueDead(std::vector<DeadRange> ranges);  // commit_mu held
   // Punches what is queued (after making the index durable). Takes no store
   // lock but punch_mu briefly.

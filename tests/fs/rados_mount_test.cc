@@ -510,6 +510,54 @@ if kept < size // 2: sys.exit('A dropped the pages of a file whose bytes did not
   StopBoth();
 }
 
+// Node A follows node B's store (a read-only mount) while B writes three
+// files and removes two: B's puncher gives the removed files' blocks back,
+// and A's figures say so within seconds (its pack bytes on disk are B's),
+// and A leaves the reclaiming to B. Before, A counted every pack whole (it
+// read none of B's holes) and kept packs B's compaction had deleted, so df
+// on A showed several times what the store held; and A's reclaimer, seeing
+// those dead bytes, tried to compact the read-only store and logged an
+// error at every pass.
+TEST_F(RadosMount, AFollowerCountsTheWritersHolesAndReclaimsNothing) {
+  const std::string mnt_a = root_ + "/mnt_a", mnt_b = root_ + "/mnt_b";
+  pid_b_ = StartMount(LMC_MOUNT_BIN, store_, mnt_b, Options("b"));
+  ASSERT_GT(pid_b_, 0);
+  pid_a_ = StartMount(LMC_MOUNT_BIN, store_, mnt_a, Options("a", "ro"));
+  ASSERT_GT(pid_a_, 0);
+  const std::string script = Script("holes.py", R"PY(
+import os, random, subprocess, sys, time, json
+a, b, stat = sys.argv[1:4]
+for i in range(3):
+    with open(f'{b}/f{i}', 'wb') as f:
+        f.write(random.Random(i).randbytes(6 << 20)); f.flush(); os.fsync(f.fileno())
+os.remove(f'{b}/f0'); os.remove(f'{b}/f1')
+fd = os.open(b, os.O_RDONLY); os.fsync(fd); os.close(fd)
+def fig(m, name): return int(os.getxattr(m, f'user.lmcfs.{name}'))
+def wait(what, timeout, why):
+    t0 = time.monotonic()
+    while not what():
+        if time.monotonic() - t0 > timeout: sys.exit(why)
+        time.sleep(0.05)
+wait(lambda: sorted(os.listdir(a)) == ['f2'], 10, "A never saw B's removals")
+wait(lambda: fig(b, 'punched_bytes') >= 8 << 20, 10, "B's puncher gave back less than 8 MiB of 12")
+t0 = time.monotonic()
+wait(lambda: fig(a, 'pack_disk_bytes') == fig(b, 'pack_disk_bytes'), 15,
+     f"A's pack bytes on disk are {fig(a, 'pack_disk_bytes')}, B's {fig(b, 'pack_disk_bytes')} "
+     f"(B punched {fig(b, 'punched_bytes')})")
+print(f"A's pack bytes on disk came to B's ({fig(b, 'pack_disk_bytes')}; {fig(a, 'pack_bytes')} committed) "
+      f"{time.monotonic() - t0:.2f} s after it saw the removals")
+time.sleep(1)  # a few of A's reclamation polls
+d = json.loads(subprocess.run([stat, '--json', a], check=True, capture_output=True).stdout)['daemon']
+if d['reclaim_enabled'] != 0 or d['reclaim_passes'] != 0 or d['reclaim_errors'] != 0:
+    sys.exit(f"A reclaims: enabled {d['reclaim_enabled']}, {d['reclaim_passes']} passes, "
+             f"{d['reclaim_errors']} errors")
+)PY");
+  EXPECT_EQ(Shell("python3 " + script + " " + mnt_a + " " + mnt_b + " " + LMC_TOOLS_BIN_DIR + "/lmcfs-stat"),
+            0);
+  StopBoth();
+  EXPECT_NE(Shell("grep -qF '[error]' " + root_ + "/log_a"), 0) << "node A logged an error";
+}
+
 // Node B rewrites a file in place, with the same size, and sets its
 // mtime back (as `cp -p` or `rsync -t` over an old copy can): node A,
 // which read the file into its page cache, reads the new bytes at once.

@@ -505,6 +505,59 @@ TEST_P(JournalTest, KnownDiskUsageListsNothingAndAgreesWithTheListing) {
   EXPECT_LE(exact->total - known->total, 8192u) << known->total << " of " << exact->total;
 }
 
+// A follower's pack figures are the writer's: packs the writer's
+// compaction retired and deleted leave the follower's count at its next
+// refresh, and in RADOS the follower reads the holes the writer punched
+// (its own thread, shortly after the refresh that showed the change).
+// Before, a follower kept every pack it had ever seen and counted each
+// whole: df on a node that only followed a store showed several times
+// what the store held.
+TEST_P(JournalTest, AFollowersPackFiguresFollowTheWritersPunchesAndCompaction) {
+  LMC_SKIP_WITHOUT_CLUSTER(GetParam());
+  TestStore t(GetParam());
+  StoreOptions wo = t.Options(nullptr, 0);
+  wo.pack_size_limit = 16 << 10;  // many small packs, several to compact
+  wo.pack_size_floor = 16 << 10;
+  auto w = OpenOrDie(t.spec(), wo);
+  ASSERT_TRUE(w);
+  Model m;
+  WriteRound(*w, m, 1, 8);
+  auto f = OpenOrDie(t.spec(), FollowerOptions(t, nullptr, 1));
+  ASSERT_TRUE(f);
+  const uint64_t packs_seen = f->Stats().packs;
+  for (int r = 2; r <= 5; ++r) WriteRound(*w, m, r, 8);
+  w->PunchDeadRecords();
+  auto c = w->Compact({});
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  ASSERT_GT(c->packs_compacted, 0u) << "nothing was compacted: the test checks no retired packs";
+  WriteRound(*w, m, 6, 8);
+  w->PunchDeadRecords();
+  ASSERT_GT(w->Stats().punched_bytes, 0u) << "nothing was punched: the test checks no holes";
+  ASSERT_TRUE(f->Refresh().ok());
+  ExpectReads(*f, m, "follower");
+  const StoreStats ws = w->Stats(), fs = f->Stats();
+  EXPECT_GT(packs_seen, 0u);
+  EXPECT_EQ(fs.packs, ws.packs) << "the follower counts packs the writer compacted away";
+  EXPECT_EQ(fs.pack_bytes, ws.pack_bytes);
+  EXPECT_EQ(fs.live_bytes, ws.live_bytes);
+  EXPECT_EQ(fs.empty_packs, ws.empty_packs);
+  auto wk = w->KnownDiskUsage();
+  ASSERT_TRUE(wk.ok()) << wk.status().ToString();
+  ASSERT_LT(wk->packs, ws.pack_bytes) << "the writer's holes do not show in its own figure";
+  // The follower reads the holes in the background: its figure comes down
+  // to the writer's within seconds.
+  uint64_t fk = 0;
+  for (int i = 0; i < 200; ++i) {
+    auto k = f->KnownDiskUsage();
+    ASSERT_TRUE(k.ok()) << k.status().ToString();
+    fk = k->packs;
+    if (fk == wk->packs) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_EQ(fk, wk->packs)
+      << "the follower's pack bytes on disk, 10 s after its refresh, against the writer's";
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, JournalTest, ::testing::Values(Backend::kJournaled, Backend::kRados),
                          [](const auto& info) { return BackendName(info.param); });
 

@@ -142,7 +142,8 @@ once it is installed as /sbin/mount.lmcfs (cmake --install puts it there).
                         are compacted, emptiest first, and dead delta bases
                         rewritten; it stops for reads and writes. off: only
                         lmcfs-gc compacts (holes are still punched unless
-                        punch=off)
+                        punch=off). A read-only mount of a RADOS store
+                        reclaims nothing: the writer does
      gc_dead=PCT        the bound on dead pack bytes, 1-90 (default 10)
      trim_idle=SECONDS  once the mount has been quiet this long (no read,
                         write, removal or background work), give the
@@ -962,8 +963,12 @@ int Serve(const Options& o, int report_fd) {
           "may show old sizes for some files (lmcfs-fsck --repair on the unmounted store sets them)",
           left.status().ToString());
   }
+  // A follower's store is the writer's to reclaim (its compaction, its
+  // holes): reclamation here would only fail, a pass at a time.
+  ReclaimOptions reclaim = o.reclaim;
+  if (primary_follows) reclaim.enabled = false;
   Reclaimer reclaimer(
-      store.get(), o.reclaim,
+      store.get(), reclaim,
       [f] {
         const FsCounters& c = f->counters();
         return ReclaimActivity{c.write_calls + c.read_calls + c.removals, c.removals};
