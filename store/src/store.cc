@@ -1643,6 +1643,7 @@ int Store::BackingSpace(struct statvfs* out) const {
 }
 
 const std::string& Store::Name() const { return impl_->dir; }
+bool Store::ReadOnly() const { return impl_->opts.read_only; }
 const KeyScheme& Store::keys() const { return impl_->keys; }
 
 namespace {

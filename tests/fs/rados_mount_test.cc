@@ -96,6 +96,15 @@ class RadosMount : public ::testing::Test {
     ASSERT_GT(pid_b_, 0);
   }
 
+  // Node B mounts the store read-write (with `writer_options`), then node
+  // A follows it (a read-only mount).
+  void MountWriterAndFollower(const std::string& writer_options = "") {
+    pid_b_ = StartMount(LMC_MOUNT_BIN, store_, root_ + "/mnt_b", Options("b", writer_options));
+    ASSERT_GT(pid_b_, 0);
+    pid_a_ = StartMount(LMC_MOUNT_BIN, store_, root_ + "/mnt_a", Options("a", "ro"));
+    ASSERT_GT(pid_a_, 0);
+  }
+
   // Writes a Python script into the test's directory; returns its path.
   std::string Script(const std::string& name, const char* text) {
     const std::string path = root_ + "/" + name;
@@ -383,10 +392,8 @@ else:
 // refresh and saw nothing new until it was mounted again.
 TEST_F(RadosMount, AFollowerStoppedWhileTheWriterSnapshotsCatchesUpFromTheSnapshot) {
   const std::string mnt_a = root_ + "/mnt_a", mnt_b = root_ + "/mnt_b", plain = root_ + "/plain";
-  pid_b_ = StartMount(LMC_MOUNT_BIN, store_, mnt_b, Options("b", "journal_snapshot=1K"));
-  ASSERT_GT(pid_b_, 0);
-  pid_a_ = StartMount(LMC_MOUNT_BIN, store_, mnt_a, Options("a", "ro"));
-  ASSERT_GT(pid_a_, 0);
+  MountWriterAndFollower("journal_snapshot=1K");
+  if (HasFatalFailure()) return;
   const std::string script = Script("save.py", R"(
 import os, random, sys
 b, plain, phase = sys.argv[1:4]
@@ -520,10 +527,8 @@ if kept < size // 2: sys.exit('A dropped the pages of a file whose bytes did not
 // error at every pass.
 TEST_F(RadosMount, AFollowerCountsTheWritersHolesAndReclaimsNothing) {
   const std::string mnt_a = root_ + "/mnt_a", mnt_b = root_ + "/mnt_b";
-  pid_b_ = StartMount(LMC_MOUNT_BIN, store_, mnt_b, Options("b"));
-  ASSERT_GT(pid_b_, 0);
-  pid_a_ = StartMount(LMC_MOUNT_BIN, store_, mnt_a, Options("a", "ro"));
-  ASSERT_GT(pid_a_, 0);
+  MountWriterAndFollower();
+  if (HasFatalFailure()) return;
   const std::string script = Script("holes.py", R"PY(
 import os, random, subprocess, sys, time, json
 a, b, stat = sys.argv[1:4]
@@ -554,6 +559,44 @@ if d['reclaim_enabled'] != 0 or d['reclaim_passes'] != 0 or d['reclaim_errors'] 
 )PY");
   EXPECT_EQ(Shell("python3 " + script + " " + mnt_a + " " + mnt_b + " " + LMC_TOOLS_BIN_DIR + "/lmcfs-stat"),
             0);
+  StopBoth();
+  EXPECT_NE(Shell("grep -qF '[error]' " + root_ + "/log_a"), 0) << "node A logged an error";
+}
+
+// A writer (node B) and a follower (node A) of one store on one host each
+// keep their own control channel: lmcfs-stat on each mountpoint answers
+// for that mount, lmcfs-stat of the store's name for the writer, lmcfs-gc
+// on the follower is refused with what to do and on the writer runs, and
+// the writer's channel outlives the follower's unmount. Before, both
+// daemons listened on the store's one socket: the follower, mounted last,
+// took it (lmcfs-stat on B showed A's figures, lmcfs-gc on B reached A and
+// failed), and its unmount removed it, leaving B with no channel.
+TEST_F(RadosMount, AWriterAndAFollowerOnOneNodeEachKeepTheirControlChannel) {
+  const std::string mnt_a = root_ + "/mnt_a", mnt_b = root_ + "/mnt_b";
+  MountWriterAndFollower();
+  if (HasFatalFailure()) return;
+  ASSERT_EQ(Shell("head -c 3000000 /dev/urandom > " + mnt_b + "/f && sync " + mnt_b + "/f"), 0);
+  const std::string tools = LMC_TOOLS_BIN_DIR;
+  const std::string check = Script("daemon.py", R"PY(
+import json, subprocess, sys
+tool, target, read_only, min_written = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+d = json.loads(subprocess.run([tool, '--json', target], check=True, capture_output=True).stdout)['daemon']
+print(f"{target}: read_only {d.get('read_only')}, {d['write_bytes']} bytes written")
+sys.exit(0 if d.get('read_only', 0) == read_only and d['write_bytes'] >= min_written else 1)
+)PY");
+  const std::string stat = "python3 " + check + " " + tools + "/lmcfs-stat ";
+  EXPECT_EQ(Shell(stat + mnt_b + " 0 3000000"), 0) << "lmcfs-stat on B does not answer for B";
+  EXPECT_EQ(Shell(stat + mnt_a + " 1 0"), 0) << "lmcfs-stat on A does not answer for A";
+  EXPECT_EQ(Shell(stat + store_ + " 0 3000000"), 0) << "lmcfs-stat of the store does not ask its writer";
+  EXPECT_NE(Shell(tools + "/lmcfs-gc -q " + mnt_a + " > " + root_ + "/gc_a.txt 2>&1"), 0);
+  EXPECT_EQ(Shell("grep -q 'run lmcfs-gc on the mountpoint of the node that mounts it read-write' " + root_ +
+                  "/gc_a.txt"),
+            0)
+      << "lmcfs-gc on the follower does not say what to do";
+  EXPECT_EQ(Shell(tools + "/lmcfs-gc -q " + mnt_b + " > /dev/null"), 0) << "lmcfs-gc on the writer";
+  StopMount(mnt_a, pid_a_);
+  pid_a_ = -1;
+  EXPECT_EQ(Shell(stat + mnt_b + " 0 3000000"), 0) << "B lost its channel when A unmounted";
   StopBoth();
   EXPECT_NE(Shell("grep -qF '[error]' " + root_ + "/log_a"), 0) << "node A logged an error";
 }

@@ -152,18 +152,38 @@ std::vector<LmcfsMount> ListLmcfsMounts(const std::string& mounts_file) {
   return out;
 }
 
+namespace {
+
+// The control channel of the lmcfs mount at `mountpoint` (of `store`): what
+// its root's user.lmcfs.control_socket names (each follower of a store on
+// this node has its own), else the store's own (a daemon from before that
+// attribute, which always listened there).
+std::string ControlSocketOf(const std::string& mountpoint, const std::string& store) {
+  char buf[4096];
+  const ssize_t n = ::getxattr(mountpoint.c_str(), "user.lmcfs.control_socket", buf, sizeof buf);
+  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : fs::control::SocketPath(store);
+}
+
+}  // namespace
+
 Result<Target> ResolveTarget(const std::string& arg) {
   // A store in Ceph RADOS: mounted on this node (its daemon answers) or
-  // not (opened offline, which takes its lock).
+  // not (opened offline, which takes its lock). Of several mounts of it
+  // here, the one that writes it (it listens on the store's own channel),
+  // else a follower.
   if (store::IsRadosSpec(arg)) {
     LMC_ASSIGN_OR_RETURN(store::RadosSpec spec, store::ParseRadosSpec(arg));
     Target t;
     t.store = "rados:" + spec.pool + "/" + spec.name;
+    const std::string own = fs::control::SocketPath(t.store);
     for (const auto& m : ListLmcfsMounts()) {
       if (m.store != t.store) continue;
+      const std::string socket = ControlSocketOf(m.mountpoint, m.store);
+      if (t.online && socket != own) continue;
       t.online = true;
       t.mountpoint = m.mountpoint;
-      t.socket = fs::control::SocketPath(m.store);
+      t.socket = socket;
+      if (socket == own) break;
     }
     return t;
   }
@@ -181,7 +201,7 @@ Result<Target> ResolveTarget(const std::string& arg) {
     t.online = true;
     t.mountpoint = real;
     t.store = m.store;
-    t.socket = fs::control::SocketPath(m.store);
+    t.socket = ControlSocketOf(real, m.store);
     return t;
   }
   if (::access((real + "/CONFIG").c_str(), F_OK) == 0) {

@@ -200,7 +200,11 @@ void PrintTable(const json& doc, const std::string& sort, bool reverse, bool byt
           << d["reclaim_dead_bases_rewritten"].get<uint64_t>() << " dead-base dependants rewritten, "
           << d["reclaim_ms"].get<uint64_t>() / 1000.0 << " s";
       if (last > 0) out << ", last pass " << static_cast<int64_t>(std::time(nullptr)) - last << " s ago";
-      out << (d.value("reclaim_enabled", uint64_t{1}) ? "" : " (gc=off)") << "\n";
+      if (d.value("read_only", uint64_t{0}))
+        out << " (a follower: the mount that writes the store reclaims)";
+      else if (!d.value("reclaim_enabled", uint64_t{1}))
+        out << " (gc=off)";
+      out << "\n";
     }
     if (d.contains("store_punched_bytes"))
       out << "  holes punched: " << Size(d["store_punched_bytes"], bytes) << " of dead records given back in "

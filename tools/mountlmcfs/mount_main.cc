@@ -1007,8 +1007,15 @@ int Serve(const Options& o, int report_fd) {
     return v;
   };
   // The same figures on the mount root (getfattr -d -m - MOUNT).
-  f->SetRootAttributes([&reclaimer, f] {
+  // The control channel (lmcfs-gc/-stat/-fsck): the store's own socket
+  // for the mount that holds its lock; one per mountpoint for a follower,
+  // so that a writer and its followers on one node each keep theirs. Tools
+  // read it from the root's user.lmcfs.control_socket.
+  const std::string control_path =
+      primary_follows ? control::FollowerSocketPath(o.store, o.mountpoint) : control::SocketPath(o.store);
+  f->SetRootAttributes([&reclaimer, f, control_path] {
     std::vector<std::pair<std::string, std::string>> a;
+    a.emplace_back("control_socket", control_path);
     const store::StoreStats ss = f->store()->Stats();
     const ReclaimStats rs = reclaimer.Stats();
     a.emplace_back("dead_bytes", std::to_string(ss.dead_bytes()));
@@ -1067,7 +1074,7 @@ int Serve(const Options& o, int report_fd) {
       return control::DaemonStats{daemon_counters(), f->DeltaCounters(), f->GpuState(),
                                   o.dedup_per_owner ? "uid" : "all", std::move(memory)};
     };
-    if (Status cs = control.Start(f->store(), o.store, getuid(), daemon); !cs.ok())
+    if (Status cs = control.Start(f->store(), o.store, getuid(), daemon, control_path); !cs.ok())
       spdlog::warn("lmcfs: no control channel for {} ({}); lmcfs-gc/-stat/-fsck cannot reach this mount",
                    o.mountpoint, cs.ToString());
     reclaimer.Start();

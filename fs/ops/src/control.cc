@@ -27,6 +27,7 @@
 #include "lmc/bytes.h"
 #include "lmc/fs/inspect.h"
 #include "lmc/fs/trim.h"
+#include "lmc/hash.h"
 #include "lmc/store/chunk_key.h"
 #include "lmc/store/frame_pool.h"
 #include "lmc/store/rados.h"
@@ -237,6 +238,13 @@ Status WriteQuarantineReport(store::Env* env, const std::string& path, const std
 // name alone.
 std::string SocketPath(const std::string& store_dir) {
   return store::LocalDirOf(store_dir) + "/" + kSocketName;
+}
+
+std::string FollowerSocketPath(const std::string& store, const std::string& mountpoint) {
+  char name[40];
+  std::snprintf(name, sizeof name, "control-%016llx.sock",
+                static_cast<unsigned long long>(hash::Xxh3_64(mountpoint.data(), mountpoint.size())));
+  return store::LocalDirOf(store) + "/" + name;
 }
 
 // ------------------------------------------------------------ operations
@@ -547,6 +555,7 @@ Result<std::string> RunStat(store::Store& st, const std::string& store_dir,
   if (daemon) {
     const store::StoreStats ss = st.Stats();
     json d = {{"uptime_s", uptime_s},
+              {"read_only", st.ReadOnly() ? 1 : 0},
               {"store_commits", ss.commits},
               {"store_dedup_hits", ss.dedup_hits},
               {"store_bytes_appended", ss.bytes_appended},
@@ -631,13 +640,13 @@ void ControlServer::SetBeforeCompact(std::function<Status(store::Store&, const E
 }
 
 Status ControlServer::Start(store::Store* store, const std::string& store_dir, uid_t owner,
-                            DaemonStatsFn daemon_stats) {
+                            DaemonStatsFn daemon_stats, const std::string& socket_path) {
   Impl& s = *impl_;
   if (s.listen_fd >= 0) return Status::InvalidArgument("control server already started");
   s.store = store;
   s.daemon_stats = std::move(daemon_stats);
   s.store_dir = store_dir;
-  s.path = SocketPath(store_dir);
+  s.path = socket_path.empty() ? SocketPath(store_dir) : socket_path;
   if (store::IsRadosSpec(store_dir)) {
     std::error_code ec;
     std::filesystem::create_directories(store::LocalDirOf(store_dir), ec);
@@ -655,7 +664,7 @@ Status ControlServer::Start(store::Store* store, const std::string& store_dir, u
     if (dir_fd >= 0) ::close(dir_fd);
     return Status::FromErrno(errno, "control socket");
   }
-  ::unlink(s.path.c_str());  // stale from a crash: the store lock is ours
+  ::unlink(s.path.c_str());  // stale from a crash: the path is ours (the store lock, or our mountpoint)
   // Created with no permission for anyone else; the owner is set after.
   const mode_t old = ::umask(0177);
   int rc = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
@@ -685,6 +694,8 @@ Status ControlServer::Start(store::Store* store, const std::string& store_dir, u
   spdlog::info("lmcfs: control channel at {}", s.path);
   return Status::Ok();
 }
+
+const std::string& ControlServer::Path() const { return impl_->path; }
 
 void ControlServer::Stop() {
   Impl& s = *impl_;
@@ -824,6 +835,13 @@ json ControlServer::Impl::Handle(const json& req, const EventFn& ev) {
       o.before_compact = before_compact;
     }
     o.cancelled = [this] { return stopping.load(); };
+    if (st.ReadOnly() && !o.dry_run)
+      return json{
+          {"ok", false},
+          {"code", "invalid"},
+          {"error", "this mount follows " + store_dir +
+                        ", which another mount writes (read-only here): run lmcfs-gc on the mountpoint "
+                        "of the node that mounts it read-write"}};
     auto r = RunGc(st, o, ev);
     return r.ok() ? ok(*r) : fail(r.status());
   }

@@ -621,6 +621,9 @@ class Store {
   // what is local to this node lives (its own directory for a POSIX store;
   // a journaled store's local index directory).
   const std::string& Name() const;
+  // Opened read-only (StoreOptions::read_only): a follower of a store
+  // another node writes.
+  bool ReadOnly() const;
   const std::string& LocalDir() const;
   // Where this open moved a damaged index before rebuilding it from the
   // journal (StoreOptions::rebuild_damaged_index), or "".

@@ -136,8 +136,15 @@ Result<std::string> RunStat(store::Store& store, const std::string& store_dir,
                             const std::vector<std::string>& paths, const DaemonStats* daemon,
                             double uptime_s = 0);
 
-// STORE/control.sock.
+// STORE/control.sock (a RADOS store's: in its default local directory):
+// the channel of the mount that holds the store's lock (writes it).
 std::string SocketPath(const std::string& store_dir);
+// The channel of a mount that follows `store` (holds no lock: a read-only
+// mount of a RADOS store, or a union with no writable member) at
+// `mountpoint`: next to SocketPath, named by a hash of the mountpoint, so
+// that several mounts of one store on a node each keep their own. Tools
+// read a mount's channel from its root's user.lmcfs.control_socket.
+std::string FollowerSocketPath(const std::string& store, const std::string& mountpoint);
 
 // True if the connected peer on fd may use the channel: root, or `owner`.
 // Otherwise *why says who asked.
@@ -152,11 +159,16 @@ class ControlServer {
   ControlServer(const ControlServer&) = delete;
   ControlServer& operator=(const ControlServer&) = delete;
 
-  // Listens on SocketPath(store_dir), owned by `owner`, mode 0600. A stale
-  // socket file (left by a crash: we hold the store lock) is replaced.
-  // `store` must outlive the server; `daemon_stats` (may be empty) is
-  // called on a connection thread for each stat request.
-  Status Start(store::Store* store, const std::string& store_dir, uid_t owner, DaemonStatsFn daemon_stats);
+  // Listens on `socket_path` (SocketPath(store_dir) when empty), owned by
+  // `owner`, mode 0600. A stale socket file there (left by a crash: the
+  // path is this mount's, by the store lock it holds or by its
+  // mountpoint) is replaced. `store` must outlive the server;
+  // `daemon_stats` (may be empty) is called on a connection thread for
+  // each stat request.
+  Status Start(store::Store* store, const std::string& store_dir, uid_t owner, DaemonStatsFn daemon_stats,
+               const std::string& socket_path = "");
+  // Where it listens (after Start).
+  const std::string& Path() const;
   // Stops listening, cancels running operations between packs, joins.
   void Stop();
   // Installed into every gc's options (GcOptions::before_compact).
