@@ -19,7 +19,7 @@ def mount(build, store, mnt, options):
 def unmount(mnt, store):
     """Unmounts, then waits (30 s at most) for the daemon to flush and exit
     (a store in a directory: to let go of its lock)."""
-    pid = daemon_pid(store)
+    pid = daemon_pid(store, mnt)
     subprocess.run(['fusermount3', '-u', mnt], check=True)
     if pid:
         wait_exit(pid)
@@ -54,9 +54,11 @@ def du(root):
     return n
 
 
-def daemon_pid(store):
-    """The pid of the mount.lmcfs daemon serving STORE, or None."""
-    out = subprocess.run(['pgrep', '-f', f'mount.lmcfs {store} '], capture_output=True, text=True).stdout.split()
+def daemon_pid(store, mnt=None):
+    """The pid of the mount.lmcfs daemon serving STORE (at MNT, where several
+    mounts of one store run: a writer and its followers), or None."""
+    pattern = f'mount.lmcfs {store} ' + (f'{mnt} ' if mnt else '')
+    out = subprocess.run(['pgrep', '-f', pattern], capture_output=True, text=True).stdout.split()
     return int(out[0]) if out else None
 
 

@@ -20,6 +20,13 @@ clean under `lmcfs-fsck --deep` with no stale stored size.
   python3 scripts/soak_run.py --ops 3000 --options gc_dead=1     # long form
   python3 scripts/soak_run.py --ops 3000 --writers 4             # at once
   python3 scripts/soak_run.py --ops 400 --store rados:lmcfs/soak1  # in RADOS
+  python3 scripts/soak_run.py --ops 400 --store rados:lmcfs/soak2 --follower
+
+With --follower (a store in RADOS), a second mount follows the store
+read-only all along, as another node would, across the writer's remounts:
+at every check it must show the same names and bytes within 10 s, and
+once the rebases are done, the writer's pack bytes on disk (the holes the
+writer punched) within 15 s; its log must hold no error.
 Prints the seed; with one writer the same seed replays the same
 operations. A failure keeps the work directory (store, shadow, daemon
 log, ops.log: every operation in order).
@@ -318,6 +325,13 @@ class Soak(Tree):
         if args.store:
             self.options += f',local_dir={os.path.join(work, "local")},lease=5'
         self.stats = {'ops': 0, 'checks': 0, 'remounts': 0, 'gcs': 0, 'saves': 0}
+        if args.follower:
+            self.fmnt = os.path.join(work, 'follower')
+            os.makedirs(self.fmnt)
+            self.flog = os.path.join(work, 'follower.log')
+            self.foptions = (f'ro,log_file={self.flog},log_level=info,lease=5,'
+                             f'local_dir={os.path.join(work, "follower_local")}')
+            self.stats['follower_checks'] = 0
         self.ops_log = open(os.path.join(work, 'ops.log'), 'w')
         self.t0 = time.time()
         self.lock = threading.Lock()
@@ -389,9 +403,48 @@ class Soak(Tree):
                 if st.st_blocks != (stored + 511) // 512:
                     raise Failure(f'{rel}: st_blocks {st.st_blocks}, stored bytes {stored}')
         self.stats['checks'] += 1
+        if self.a.follower:
+            self.follower_check(want, blocks)
+
+    def follower_check(self, want, blocks):
+        """The follower shows what the writer has (names, sizes, bytes: the
+        shadow's) within 10 s; once the rebases are done (blocks), the
+        writer's pack bytes on disk within 15 s."""
+        def differs():
+            mine = sorted(os.path.relpath(os.path.join(dp, n), self.fmnt)
+                          for dp, _, ns in os.walk(self.fmnt) for n in ns)
+            if mine != want:
+                return (f'names differ: follower has {sorted(set(mine) - set(want))[:5]} extra, '
+                        f'lacks {sorted(set(want) - set(mine))[:5]}')
+            for rel in want:
+                q = os.path.join(self.shadow, rel)
+                try:
+                    if os.stat(os.path.join(self.fmnt, rel)).st_size != os.stat(q).st_size:
+                        return f'{rel}: another size on the follower'
+                    if sha(os.path.join(self.fmnt, rel)) != sha(q):
+                        return f'{rel}: other bytes on the follower'
+                except OSError as e:  # ESTALE, ENOENT: a refresh between the listing and the read
+                    return f'{rel}: {e}'
+            return None
+        end = time.time() + 10
+        while (why := differs()) and time.time() < end:
+            time.sleep(0.2)
+        if why:
+            raise Failure(f'the follower, 10 s after the check: {why}')
+        if blocks:
+            def figures():
+                return [int(os.getxattr(m, 'user.lmcfs.pack_disk_bytes')) for m in (self.mnt, self.fmnt)]
+            end = time.time() + 15
+            while (f := figures())[0] != f[1] and time.time() < end:
+                time.sleep(0.2)
+            if f[0] != f[1]:
+                raise Failure(f'pack bytes on disk: the writer says {f[0]}, the follower {f[1]}, 15 s on')
+        self.stats['follower_checks'] += 1
 
     def run(self):
         mount(self.a.build, self.store, self.mnt, self.options)
+        if self.a.follower:
+            mount(self.a.build, self.store, self.fmnt, self.foptions)
         for w in self.workers:
             os.makedirs(w.mnt, exist_ok=True)
         # Rounds: each writer does --check-every file operations (at once,
@@ -418,6 +471,12 @@ class Soak(Tree):
                 if self.rnd.random() < 0.15:
                     self.op_remount()
             self.check(blocks=True)
+            if self.a.follower:
+                unmount(self.fmnt, self.store)
+                with open(self.flog) as f:
+                    errors = [line.strip() for line in f if '[error]' in line]
+                if errors:
+                    raise Failure(f'the follower logged {len(errors)} errors, the first: {errors[0][:300]}')
             unmount(self.mnt, self.store)
             self.fsck(deep=True)
             return []
@@ -425,8 +484,9 @@ class Soak(Tree):
             self.note(f'FAILED: {e}')
             return [f'op {self.stats["ops"]} (see ops.log): {e}']
         finally:
-            if os.path.ismount(self.mnt):
-                subprocess.run(['fusermount3', '-u', self.mnt])
+            for m in (self.mnt, getattr(self, 'fmnt', None)):
+                if m and os.path.ismount(m):
+                    subprocess.run(['fusermount3', '-u', m])
 
 
 def main():
@@ -443,10 +503,14 @@ def main():
     ap.add_argument('--store', default='',
                     help='a store in RADOS (rados:POOL/NS, a namespace of its own: emptied at the end) '
                          'instead of a directory in the work directory')
+    ap.add_argument('--follower', action='store_true',
+                    help='a read-only mount follows the store (RADOS only) and is checked with the writer')
     ap.add_argument('--keep', action='store_true', help='keep the work directory')
     a = ap.parse_args()
     if a.store and not a.store.startswith('rados:'):
         ap.error('--store takes rados:POOL/NS')
+    if a.follower and not a.store:
+        ap.error('--follower needs --store rados:POOL/NS (only a store in RADOS has followers)')
     if a.seed is None:
         a.seed = random.randrange(1 << 30)
     a.build = os.path.abspath(a.build)
