@@ -695,8 +695,6 @@ Status ControlServer::Start(store::Store* store, const std::string& store_dir, u
   return Status::Ok();
 }
 
-const std::string& ControlServer::Path() const { return impl_->path; }
-
 void ControlServer::Stop() {
   Impl& s = *impl_;
   if (s.listen_fd < 0) return;

@@ -167,8 +167,6 @@ class ControlServer {
   // each stat request.
   Status Start(store::Store* store, const std::string& store_dir, uid_t owner, DaemonStatsFn daemon_stats,
                const std::string& socket_path = "");
-  // Where it listens (after Start).
-  const std::string& Path() const;
   // Stops listening, cancels running operations between packs, joins.
   void Stop();
   // Installed into every gc's options (GcOptions::before_compact).
