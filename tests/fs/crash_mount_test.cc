@@ -130,7 +130,8 @@ TEST_F(RadosFaultRuns, KilledAtRandomMomentsAndTakenOverLosesNothingFsyncd) {
 // node's, shows the writer's names and bytes at every check and its pack
 // bytes on disk once the rebases are done, across the writer's remounts.
 TEST_F(RadosFaultRuns, MixedOperationsMatchThePlainDisk) {
-  const std::string cmd = RunCommand("soak_run.py", "--ops 200 --seed 11 --follower --store " + Store("soak"));
+  const std::string cmd =
+      RunCommand("soak_run.py", "--ops 200 --seed 11 --follower --store " + Store("soak"));
   EXPECT_EQ(lmc::testing::Shell(cmd), 0) << cmd << " (its output above says what failed)";
 }
 
