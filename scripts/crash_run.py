@@ -17,6 +17,11 @@ partial file can be checked against them.
   python3 scripts/crash_run.py --kills 200                              # long form
   python3 scripts/crash_run.py --kills 4 --seed 16                      # CI form (MountCrashRun)
   python3 scripts/crash_run.py --kills 20 --store rados:lmcfs/crash1    # in RADOS
+  python3 scripts/crash_run.py --kills 20 --store rados:lmcfs/crash2 --follower
+With --follower (a store in RADOS), a read-only mount follows the store all
+along, as another node would, through every kill and takeover: after each
+takeover, every file the new writer read back must read the same on the
+follower within 10 s, and at the end its log must hold no error line.
 A failure keeps the work directory (store, daemon log, the writer's log,
 and evidence/KILL/{got,want}.bin for a file that is not a prefix).
 Prints the seed; the same seed replays the same kill delays. Files
@@ -121,27 +126,33 @@ def main():
     ap.add_argument('--full-every', type=int, default=10,
                     help='read every fsync\'d file again after every Nth kill (and the last); '
                          'new and rewritten files after every kill')
+    ap.add_argument('--follower', action='store_true',
+                    help='a read-only mount follows the store (RADOS only) through the kills and takeovers')
     ap.add_argument('--partial', choices=['fail', 'report'], default='fail',
                     help='a file being written that is not a prefix of its bytes: fail the run (default), or '
                          'report it, keep it as evidence and go on (the CI form)')
     a = ap.parse_args()
     if a.store and not a.store.startswith('rados:'):
         ap.error('--store takes rados:POOL/NS')
+    if a.follower and not a.store:
+        ap.error('--follower needs --store rados:POOL/NS (only a store in RADOS has followers)')
     seed = a.seed if a.seed is not None else random.SystemRandom().randrange(1 << 30)
     print(f'crash_run: seed {seed} (replay: --seed {seed})', flush=True)
     rng = random.Random(seed)
     mount_bin = os.path.join(a.build, 'tools', 'mountlmcfs', 'mount.lmcfs')
     tools = os.path.join(a.build, 'tools', 'lmcfs')
     work = tempfile.mkdtemp(prefix='lmcfs_crash_', dir='/var/tmp')
-    store, mnt, ref = (os.path.join(work, x) for x in ('store', 'mnt', 'ref'))
+    store, mnt, ref, fmnt = (os.path.join(work, x) for x in ('store', 'mnt', 'ref', 'follower'))
     opts = f'log_file={work}/log,log_level=info'
     if a.store:
         store = a.store
         opts += f',local_dir={work}/local,lease=3'
-    for d in (mnt, ref):
+    for d in (mnt, ref, fmnt):
         os.makedirs(d)
     progress = os.path.join(work, 'progress.jsonl')
     stats = {'seed': seed, 'kills': 0, 'files_verified': 0, 'bytes_verified': 0, 'partial_files': 0}
+    if a.follower:
+        stats['follower_files_verified'] = 0
     failures = []
     checked = {}  # name -> sha verified after some kill
 
@@ -160,6 +171,10 @@ def main():
                 if not fsck(mnt, k - 1):
                     break
                 log(f'kill {k}/{a.kills}: taken over, fsck clean')
+            if a.follower and k == 0:
+                subprocess.run([mount_bin, store, fmnt, '-o',
+                                f'ro,log_file={work}/follower.log,log_level=info,local_dir={work}/follower_local'],
+                               check=True)
             # Everything the writer saw fsync'd so far must be there, exactly.
             done, started = {}, {}
             if os.path.exists(progress):
@@ -213,6 +228,28 @@ def main():
                 os.remove(p) if os.path.isfile(p) else None
             if failures:
                 break
+            if a.follower and k > 0:
+                # The follower reads what the new writer read, within 10 s.
+                want = {name: r['sha'] for name, r in done.items() if checked.get(name) == r['sha']}
+                end = time.time() + 10
+                while True:
+                    bad = []
+                    for name, h in want.items():
+                        p = os.path.join(fmnt, name)
+                        try:
+                            if sha(p) != h:
+                                bad.append(f'{name}: other bytes')
+                        except OSError as e:
+                            bad.append(f'{name}: {e}')
+                        if bad:
+                            break
+                    if not bad or time.time() > end:
+                        break
+                    time.sleep(0.2)
+                if bad:
+                    failures.append(f'kill {k}: the follower, 10 s after the takeover: {bad[0]}')
+                    break
+                stats['follower_files_verified'] += len(want)
             if k > 0:
                 log(f'  after kill {k}: {len(done)} fsync\'d files byte-identical so far '
                     f'({"all" if full else "new ones"} read), '
@@ -235,7 +272,7 @@ def main():
                 failures.append(f'kill {k}: the writer exited before the kill (see {work}/writer.err)')
                 break
             time.sleep(rng.uniform(a.min_delay, a.max_delay))
-            pid = daemon_pid(store)
+            pid = daemon_pid(store, mnt)
             if pid is None:
                 failures.append(f'kill {k}: the daemon is gone before the kill (see {work}/log)')
                 break
@@ -278,7 +315,13 @@ def main():
         if writer:
             writer.kill()
         subprocess.run(['fusermount3', '-u', mnt], check=False)
-        wait_exit(daemon_pid(store))
+        wait_exit(daemon_pid(store, mnt))
+        if a.follower and os.path.ismount(fmnt):
+            subprocess.run(['fusermount3', '-u', fmnt], check=False)
+            wait_exit(daemon_pid(store, fmnt))
+            errors = [line.strip() for line in open(f'{work}/follower.log') if '[error]' in line]
+            if errors:
+                failures.append(f'the follower logged {len(errors)} errors, the first: {errors[0][:300]}')
         if failures or a.keep:
             log(f'work directory kept: {work}')
         else:
