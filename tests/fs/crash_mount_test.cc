@@ -121,8 +121,11 @@ class RadosFaultRuns : public ::testing::Test {
   }
 };
 
+// With a follower: a read-only mount of the store, as another node's, reads
+// what each new writer read back after its takeover.
 TEST_F(RadosFaultRuns, KilledAtRandomMomentsAndTakenOverLosesNothingFsyncd) {
-  const std::string cmd = RunCommand("crash_run.py", "--kills 3 --seed 16 --store " + Store("crash"));
+  const std::string cmd =
+      RunCommand("crash_run.py", "--kills 3 --seed 16 --follower --store " + Store("crash"));
   EXPECT_EQ(lmc::testing::Shell(cmd), 0) << cmd << " (its output above says what failed)";
 }
 
