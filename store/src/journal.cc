@@ -129,16 +129,39 @@ Status IndexJournal::ReadHead() {
     }
   }
   if (!have_id || !have_snap || !have_parts) return Status::Corruption(dir_ + "/HEAD is incomplete");
-  uint64_t parts_bytes = 0;
-  for (uint32_t i = 0; i < snapshot_parts_; ++i) {
-    auto f = env_->OpenFile(dir_ + "/" + PartName(snapshot_seq_, i), Env::OpenMode::kRead);
-    if (f.ok()) parts_bytes += (*f)->Size();
+  // The parts HEAD names are written before it and never change after:
+  // the snapshot whose parts were all sized before keeps its bytes (a
+  // follower reading HEAD again costs no round trip per part).
+  if (sized_seq_ != snapshot_seq_ || sized_parts_ != snapshot_parts_) {
+    uint64_t parts_bytes = 0;
+    bool all = true;
+    for (uint32_t i = 0; i < snapshot_parts_; ++i) {
+      auto f = env_->OpenFile(dir_ + "/" + PartName(snapshot_seq_, i), Env::OpenMode::kRead);
+      if (f.ok())
+        parts_bytes += (*f)->Size();
+      else
+        all = false;
+    }
+    snapshot_bytes_ = parts_bytes;
+    sized_seq_ = all ? snapshot_seq_ : UINT64_MAX;
+    sized_parts_ = snapshot_parts_;
   }
-  snapshot_bytes_ = parts_bytes;
   // Every HEAD this lmcfs writes has the check line; one without it is an
   // older writer's, which has only the lines above: a line of neither kind
   // is a damaged check line (its name flipped, so nothing checked it).
   if (!have_check && unknown) return Status::Corruption(dir_ + "/HEAD is damaged (a line it cannot read)");
+  return Status::Ok();
+}
+
+Status IndexJournal::FollowHead() {
+  LMC_RETURN_IF_ERROR(ReadHead());
+  size_t drop = 0;
+  uint64_t bytes = 0;
+  while (drop < read_since_snapshot_.size() && read_since_snapshot_[drop].first <= snapshot_seq_)
+    bytes += read_since_snapshot_[drop++].second;
+  read_since_snapshot_.erase(read_since_snapshot_.begin(),
+                             read_since_snapshot_.begin() + static_cast<std::ptrdiff_t>(drop));
+  since_snapshot_ -= std::min(since_snapshot_.load(), bytes);
   return Status::Ok();
 }
 
@@ -214,7 +237,10 @@ Status IndexJournal::Replay(uint64_t after, const std::function<Status(uint64_t,
   // The journal's last record (0: none seen); a reader resuming read it up
   // to `after` before.
   uint64_t last_seq = resume ? after : 0;
-  if (!resume) since_snapshot_ = 0;
+  if (!resume) {
+    since_snapshot_ = 0;
+    read_since_snapshot_.clear();
+  }
   // The listed replay from record `at` on (the cursor forgotten).
   const auto listed_again = [&](uint64_t at) -> Status {
     cursor_seg_.clear();
@@ -334,7 +360,10 @@ Status IndexJournal::Replay(uint64_t after, const std::function<Status(uint64_t,
         expected++;
         *replayed += len;
       }
-      if (seq > snapshot_seq_) since_snapshot_ += kRecordHeader + len;
+      if (seq > snapshot_seq_) {
+        since_snapshot_ += kRecordHeader + len;
+        if (!writable) read_since_snapshot_.emplace_back(seq, kRecordHeader + len);
+      }
       prev = seq;
       last_seq = seq;
       pos += kRecordHeader + len;
@@ -487,6 +516,8 @@ Status IndexJournal::WriteSnapshot(uint64_t seq, const std::function<Status(cons
   LMC_RETURN_IF_ERROR(WriteHead(seq, part));
   since_snapshot_ = 0;
   snapshot_bytes_ = written;
+  sized_seq_ = seq;
+  sized_parts_ = part;
   // What the new snapshot makes unnecessary: the old one's parts, and every
   // segment whose records all precede it (its successor starts at or
   // before seq + 1). The last segment always stays.

@@ -63,6 +63,11 @@ class IndexJournal {
                 uint64_t* replayed, bool writable = true);
   // Reads HEAD again (a reader: the writer may have written a snapshot).
   Status Reload() { return ReadHead(); }
+  // A reader: reads HEAD again and, where the writer's snapshot moved on,
+  // drops the records it now holds from bytes_since_snapshot, so that a
+  // follower counts the journal as the writer's snapshots leave it (their
+  // records' segments deleted), not every record it read since it opened.
+  Status FollowHead();
 
   // The sequence number the next Append gets.
   uint64_t next_seq() const { return next_seq_; }
@@ -137,6 +142,12 @@ class IndexJournal {
   // record starts (after the record numbered cursor_seq_).
   std::string cursor_seg_;
   uint64_t cursor_off_ = 0, cursor_seq_ = 0;
+  // A reader's records counted in since_snapshot_, in order: (seq, bytes),
+  // each after the snapshot it knew when it read the record (FollowHead).
+  std::vector<std::pair<uint64_t, uint64_t>> read_since_snapshot_;
+  // The snapshot whose parts snapshot_bytes_ sums (UINT64_MAX: none).
+  uint64_t sized_seq_ = UINT64_MAX;
+  uint32_t sized_parts_ = 0;
 };
 
 }  // namespace lmc::store

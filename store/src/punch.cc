@@ -25,6 +25,10 @@ constexpr auto kGather = std::chrono::milliseconds(20);
 // once more kHolesLater after that.
 constexpr auto kHolesRecheck = std::chrono::seconds(1);
 constexpr auto kHolesLater = std::chrono::seconds(5);
+// A follower that read journal records reads the journal's HEAD again this
+// often, so that the records the writer's snapshots took leave its count
+// of the journal's bytes (IndexJournal::FollowHead).
+constexpr auto kHeadRecheck = std::chrono::seconds(5);
 
 }  // namespace
 
@@ -248,14 +252,23 @@ void Store::Impl::StartHolesFollower() {
       std::lock_guard l(punch_mu);
       return punch_stop;
     });
+    auto head_due = std::chrono::steady_clock::now() + kHeadRecheck;
+    uint64_t head_seq = 0;  // the journal's next record when HEAD was last read
     std::unique_lock l(punch_mu);
     while (!punch_stop) {
+      if (std::chrono::steady_clock::now() >= head_due) {
+        l.unlock();
+        FollowJournalHead(&head_seq);
+        l.lock();
+        head_due = std::chrono::steady_clock::now() + kHeadRecheck;
+        continue;
+      }
       if (holes_due.empty()) {
-        punch_cv.wait(l, [&] { return punch_stop || !holes_due.empty(); });
+        punch_cv.wait_until(l, head_due, [&] { return punch_stop || !holes_due.empty(); });
         continue;
       }
       const auto now = std::chrono::steady_clock::now();
-      auto next = now + kHolesLater;
+      auto next = std::min(now + kHolesLater, head_due);
       std::vector<uint64_t> ids;
       for (auto it = holes_due.begin(); it != holes_due.end();) {
         if (it->second.due > now) {
@@ -280,6 +293,18 @@ void Store::Impl::StartHolesFollower() {
       l.lock();
     }
   });
+}
+
+void Store::Impl::FollowJournalHead(uint64_t* seen) {
+  if (!journal) return;
+  std::lock_guard l(journal_mu);
+  const uint64_t next = journal->next_seq();
+  if (next == *seen) return;  // no record read since: the count stands
+  if (Status st = journal->FollowHead(); !st.ok()) {
+    spdlog::debug("store {}: reading the journal's HEAD again: {}", dir, st.ToString());
+    return;
+  }
+  *seen = next;
 }
 
 void Store::PunchDeadRecords() { impl_->PunchDead(); }

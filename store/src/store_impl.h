@@ -222,6 +222,9 @@ struct Store::Impl {
   void PacksChanged(const std::vector<uint64_t>& changed, const std::vector<uint64_t>& gone);
   // Reads the holes of pack `id` from the cluster, replacing what is cached.
   void ReadPackHoles(uint64_t id);
+  // IndexJournal::FollowHead under journal_mu, unless no record was read
+  // since the last call (*seen: the journal's next_seq then).
+  void FollowJournalHead(uint64_t* seen);
   void StartHolesFollower();
   void QueueDead(std::vector<DeadRange> ranges);  // commit_mu held
   // Punches what is queued (after making the index durable). Takes no store

@@ -558,6 +558,61 @@ TEST_P(JournalTest, AFollowersPackFiguresFollowTheWritersPunchesAndCompaction) {
       << "the follower's pack bytes on disk, 10 s after its refresh, against the writer's";
 }
 
+// A follower counts the journal as the writer's snapshots leave it: the
+// records a snapshot took leave its figure (their segments are deleted),
+// as they leave the writer's. Before, a follower counted every record it
+// had read since it opened, so `df` on a node following a busy store grew
+// without end while the store's journal stayed bounded.
+TEST_P(JournalTest, AFollowerCountsTheJournalAsTheWritersSnapshotsLeaveIt) {
+  LMC_SKIP_WITHOUT_CLUSTER(GetParam());
+  if (GetParam() != Backend::kRados)
+    GTEST_SKIP() << "a follower of a POSIX store counts its journal by listing it (GetDiskUsage)";
+  TestStore t(GetParam());
+  StoreOptions wo = t.Options(nullptr, 0);
+  wo.journal_snapshot_bytes = 1;  // a snapshot at every close
+  Model m;
+  auto w = OpenOrDie(t.spec(), wo);
+  ASSERT_TRUE(w);
+  WriteRound(*w, m, 1, 8);
+  auto f = OpenOrDie(t.spec(), FollowerOptions(t, nullptr, 1));
+  ASSERT_TRUE(f);
+  uint64_t read = 0;
+  // Four writer sessions of three rounds, each closed with a snapshot that
+  // deletes the segments it holds, then a fifth session's round.
+  for (int session = 0; session < 5; ++session) {
+    if (session > 0) {
+      w = OpenOrDie(t.spec(), wo);
+      ASSERT_TRUE(w);
+    }
+    for (int r = 0; r < (session < 4 ? 3 : 1); ++r) {
+      WriteRound(*w, m, 10 * session + r + 2, 8);
+      auto n = f->Refresh();
+      ASSERT_TRUE(n.ok()) << n.status().ToString();
+      read += *n;
+    }
+    if (session < 4) w.reset();
+  }
+  ExpectReads(*f, m, "follower");
+  // The journal part of each node's figure: its index figure less its own
+  // local index.
+  const auto journal_part = [&](Store& s, int node) -> uint64_t {
+    auto k = s.KnownDiskUsage();
+    EXPECT_TRUE(k.ok()) << k.status().ToString();
+    auto local = Env::Default()->DiskBytes(t.local(node) + "/" + fmt::kIndexDir);
+    EXPECT_TRUE(local.ok()) << local.status().ToString();
+    return k.ok() && local.ok() ? k->index - *local : 0;
+  };
+  const uint64_t want = journal_part(*w, 0);
+  uint64_t got = 0;
+  for (int i = 0; i < 300; ++i) {  // the follower reads HEAD again every 5 s
+    got = journal_part(*f, 1);
+    if (got == want) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_EQ(got, want) << "the follower's journal bytes, 15 s after its last refresh (" << read
+                       << " records read), against the writer's";
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, JournalTest, ::testing::Values(Backend::kJournaled, Backend::kRados),
                          [](const auto& info) { return BackendName(info.param); });
 
