@@ -319,7 +319,8 @@ def main():
         if a.follower and os.path.ismount(fmnt):
             subprocess.run(['fusermount3', '-u', fmnt], check=False)
             wait_exit(daemon_pid(store, fmnt))
-            errors = [line.strip() for line in open(f'{work}/follower.log') if '[error]' in line]
+            log_path = f'{work}/follower.log'
+            errors = [line.strip() for line in open(log_path) if '[error]' in line] if os.path.exists(log_path) else []
             if errors:
                 failures.append(f'the follower logged {len(errors)} errors, the first: {errors[0][:300]}')
         if failures or a.keep:

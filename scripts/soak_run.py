@@ -330,7 +330,7 @@ class Soak(Tree):
             self.fmnt = os.path.join(work, 'follower')
             os.makedirs(self.fmnt)
             self.flog = os.path.join(work, 'follower.log')
-            self.foptions = (f'ro,log_file={self.flog},log_level=info,lease=5,'
+            self.foptions = (f'ro,log_file={self.flog},log_level=info,'
                              f'local_dir={os.path.join(work, "follower_local")}')
             self.stats['follower_checks'] = 0
         self.ops_log = open(os.path.join(work, 'ops.log'), 'w')
@@ -410,7 +410,8 @@ class Soak(Tree):
     def follower_check(self, want, blocks):
         """The follower shows what the writer has (names, sizes, bytes: the
         shadow's) within 10 s; once the rebases are done (blocks), the
-        writer's pack bytes on disk within 15 s."""
+        writer's st_blocks within 10 s and its pack bytes on disk within
+        15 s."""
         def differs():
             mine = sorted(os.path.relpath(os.path.join(dp, n), self.fmnt)
                           for dp, _, ns in os.walk(self.fmnt) for n in ns)
