@@ -309,6 +309,15 @@ class Worker(Tree):
         self.note(f'mmap {rel} at {off}')
 
 
+def settled(differs, seconds):
+    """Calls differs() every 0.2 s until it returns None or `seconds` pass;
+    returns its last answer (None: settled)."""
+    end = time.time() + seconds
+    while (why := differs()) and time.time() < end:
+        time.sleep(0.2)
+    return why
+
+
 class Soak(Tree):
     def __init__(self, args, work):
         self.a = args
@@ -428,10 +437,7 @@ class Soak(Tree):
                 except OSError as e:  # ESTALE, ENOENT: a refresh between the listing and the read
                     return f'{rel}: {e}'
             return None
-        end = time.time() + 10
-        while (why := differs()) and time.time() < end:
-            time.sleep(0.2)
-        if why:
+        if why := settled(differs, 10):
             raise Failure(f'the follower, 10 s after the check: {why}')
         if blocks:
             # Stored sizes (st_blocks) as the writer has them: rebases and
@@ -446,19 +452,14 @@ class Soak(Tree):
                     if a != b:
                         return f'{rel}: st_blocks {a} on the writer, {b} on the follower'
                 return None
-            end = time.time() + 10
-            while (why := blocks_differ()) and time.time() < end:
-                time.sleep(0.2)
-            if why:
+            if why := settled(blocks_differ, 10):
                 raise Failure(f'the follower, 10 s after the rebases were done: {why}')
 
-            def figures():
-                return [int(os.getxattr(m, 'user.lmcfs.pack_disk_bytes')) for m in (self.mnt, self.fmnt)]
-            end = time.time() + 15
-            while (f := figures())[0] != f[1] and time.time() < end:
-                time.sleep(0.2)
-            if f[0] != f[1]:
-                raise Failure(f'pack bytes on disk: the writer says {f[0]}, the follower {f[1]}, 15 s on')
+            def figures_differ():
+                w, f = (int(os.getxattr(m, 'user.lmcfs.pack_disk_bytes')) for m in (self.mnt, self.fmnt))
+                return None if w == f else f'pack bytes on disk: the writer says {w}, the follower {f}'
+            if why := settled(figures_differ, 15):
+                raise Failure(f'{why}, 15 s on')
         self.stats['follower_checks'] += 1
 
     def run(self):
