@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs a throw-away single-host Ceph cluster (one monitor, one BlueStore OSD,
-# no manager) on 127.0.0.1 for lmcfs tests and benchmarks.
+# one manager) on 127.0.0.1 for lmcfs tests and benchmarks.
 #
 # Usage:
 #   eval "$(scripts/ceph-dev.sh start)"   # start (or reuse) the cluster, export CEPH_CONF
@@ -17,8 +17,11 @@
 # (the OSD's block device is a sparse file there, outside the OSD data
 # directory) and `stop` removes it. Ports are fixed (mon v2 127.0.0.1:3300,
 # v1 127.0.0.1:6789), so one cluster per host. Needs the Ceph (Pacific)
-# packages ceph-mon, ceph-osd and ceph-common. Without a manager some `ceph`
-# commands (pg, df, ...) hang: wrap them in `timeout`.
+# packages ceph-mon, ceph-osd, ceph-mgr and ceph-common. The manager reports
+# the pools' figures (`ceph df`, what `df` on a mount shows, and what pool
+# quotas are enforced by) every 5 s; until its first report they read 0.
+# Without a manager some `ceph` commands (pg, ...) hang: wrap them in
+# `timeout`.
 #
 # Environment: LMCFS_CEPH_DIR (state directory), LMCFS_CEPH_BLOCK_SIZE (sparse
 # OSD block file, default 16G: the most data the pool can hold),
@@ -34,7 +37,7 @@ MON_V1=127.0.0.1:6789
 START_TIMEOUT=${LMCFS_CEPH_START_TIMEOUT:-90}   # seconds until the pool must be writable
 BLOCK_SIZE=${LMCFS_CEPH_BLOCK_SIZE:-16G}        # sparse BlueStore block file
 MARKER=.lmcfs-ceph-dev                          # only a directory holding this is ever deleted
-DAEMONS=(mon.a osd.0)
+DAEMONS=(mon.a osd.0 mgr.x)
 
 log() { printf 'ceph-dev: %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -42,7 +45,7 @@ die() { log "error: $*"; exit 1; }
 usage() {
     cat >&2 <<EOF
 usage: $0 start|stop|status
-  start   start a one-mon/one-OSD cluster in $DIR (or reuse a healthy one)
+  start   start a one-mon/one-OSD/one-mgr cluster in $DIR (or reuse a healthy one)
           and print 'export CEPH_CONF=...' lines; use: eval "\$($0 start)"
   status  exit 0 and print the exports if the cluster is running and writable
   stop    stop the daemons and delete $DIR
@@ -60,7 +63,7 @@ ceph_cmd() { timeout 20 ceph --conf "$CONF" --connect-timeout 15 "$@"; }
 
 pid_file() { echo "$DIR/run/$1.pid"; }
 
-# Prints the pid of daemon $1 (mon.a, osd.0) if it runs with our ceph.conf.
+# Prints the pid of daemon $1 (mon.a, osd.0, mgr.x) if it runs with our ceph.conf.
 daemon_pid() {
     local f pid
     f=$(pid_file "$1")
@@ -93,7 +96,7 @@ pool_writable() {
 
 healthy() {
     [[ -f $CONF ]] || return 1
-    daemon_pid mon.a >/dev/null && daemon_pid osd.0 >/dev/null && pool_writable
+    daemon_pid mon.a >/dev/null && daemon_pid osd.0 >/dev/null && daemon_pid mgr.x >/dev/null && pool_writable
 }
 
 show_logs() {
@@ -135,6 +138,7 @@ stop_daemon() {
 
 # OSD first: a stopping OSD waits (osd_mon_shutdown_timeout) for the monitor to ack.
 kill_daemons() {
+    stop_daemon mgr.x
     stop_daemon osd.0
     stop_daemon mon.a
 }
@@ -210,6 +214,16 @@ osd op num shards = 2
 osd op num threads per shard = 2
 osd crush update on start = true
 debug rocksdb = 1/5
+
+[mgr]
+mgr data = $DIR/mgr.\$id
+keyring = $DIR/mgr.\$id/keyring
+run dir = $DIR/run
+pid file = $DIR/run/\$name.pid
+admin socket = $DIR/run/\$name.asok
+log file = $DIR/log/\$name.log
+# Only the modules Ceph always runs (no dashboard, no REST API).
+mgr initial modules =
 EOF
 }
 
@@ -225,7 +239,7 @@ create_cluster() {
     done
 
     remove_state
-    mkdir -p "$DIR"/{run,log,mon.a,osd.0}
+    mkdir -p "$DIR"/{run,log,mon.a,osd.0,mgr.x}
     touch "$DIR/$MARKER"
     fsid=$(uuidgen)
     osd_uuid=$(uuidgen)
@@ -261,6 +275,12 @@ create_cluster() {
     log "starting osd.0"
     ceph-osd --conf "$CONF" -i 0 9>&- 2>>"$DIR/log/osd.0.stderr.log" || die "ceph-osd failed to start"
 
+    # The manager: pool figures (ceph df, statfs of a mount) and quotas.
+    ceph_cmd auth get-or-create mgr.x mon 'allow profile mgr' osd 'allow *' mds 'allow *' \
+        >"$DIR/mgr.x/keyring" || die "'ceph auth get-or-create mgr.x' failed"
+    log "starting mgr.x"
+    ceph-mgr --conf "$CONF" -i x 9>&- 2>>"$DIR/log/mgr.x.stderr.log" || die "ceph-mgr failed to start"
+
     log "creating pool $POOL (size 1)"
     # min_size follows from size 1 (and osd pool default min size = 1).
     ceph_cmd osd pool create "$POOL" 8 8 replicated --size 1 >/dev/null 2>&1 ||
@@ -272,6 +292,7 @@ create_cluster() {
         ((SECONDS < deadline)) || die "pool $POOL not writable within ${START_TIMEOUT} s"
         daemon_pid mon.a >/dev/null || die "mon.a died"
         daemon_pid osd.0 >/dev/null || die "osd.0 died"
+        daemon_pid mgr.x >/dev/null || die "mgr.x died"
         sleep 0.5
     done
     trap - EXIT
@@ -297,9 +318,9 @@ lock_state() {
 
 cmd_start() {
     local tool
-    for tool in ceph-mon ceph-osd ceph ceph-authtool monmaptool rados uuidgen ss flock timeout; do
+    for tool in ceph-mon ceph-osd ceph-mgr ceph ceph-authtool monmaptool rados uuidgen ss flock timeout; do
         command -v "$tool" >/dev/null ||
-            die "'$tool' not found; needs the Debian packages ceph-mon ceph-osd ceph-common (and util-linux, iproute2, coreutils)"
+            die "'$tool' not found; needs the Debian packages ceph-mon ceph-osd ceph-mgr ceph-common (and util-linux, iproute2, coreutils); scripts/install-deps.sh installs them"
     done
     lock_state
     if healthy; then
@@ -307,7 +328,7 @@ cmd_start() {
         print_exports
         return 0
     fi
-    if daemon_pid mon.a >/dev/null && daemon_pid osd.0 >/dev/null; then
+    if daemon_pid mon.a >/dev/null && daemon_pid osd.0 >/dev/null && daemon_pid mgr.x >/dev/null; then
         log "cluster in $DIR runs but pool $POOL is not writable yet; waiting up to 15 s"
         local deadline=$((SECONDS + 15))
         while ((SECONDS < deadline)); do

@@ -36,8 +36,9 @@ DEB_PACKAGES=(
   # (tests/fs/stress_ng_mount_test.cc).
   stress-ng
   # Ceph RADOS stores: the client library, and the daemons of the
-  # single-host test cluster (scripts/ceph-dev.sh).
-  librados-dev libradospp-dev ceph-mon ceph-osd ceph-common
+  # single-host test cluster (scripts/ceph-dev.sh; the manager reports the
+  # pools' space and enforces their quotas).
+  librados-dev libradospp-dev ceph-mon ceph-osd ceph-mgr ceph-common
 )
 # The filesystem benchmarks compare with btrfs (compress-force=zstd:1,
 # compress=zstd); compsize measures what btrfs's compressed extents occupy

@@ -3,10 +3,13 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <nlohmann/json.hpp>
 #include <random>
 
 #include "lmc/store/rados.h"
@@ -26,6 +29,8 @@
 #include <thread>
 #include <unordered_map>
 #include <vector>
+
+#include "format.h"
 #endif
 
 namespace lmc::store {
@@ -104,6 +109,38 @@ std::string LocalDirOf(const std::string& store) {
   if (!IsRadosSpec(store)) return store;
   auto spec = ParseRadosSpec(store.substr(0, store.find(',')));
   return spec.ok() ? DefaultLocalDir(*spec) : store;
+}
+
+Result<PoolSpace> PoolSpaceOf(std::string_view df_json, std::string_view quota_json, std::string_view pool) {
+  using json = nlohmann::json;
+  const json df = json::parse(df_json, nullptr, false);
+  const json quota = json::parse(quota_json, nullptr, false);
+  if (!df.is_object() || !quota.is_object())
+    return Status::Corruption("the Ceph monitors' answer to df or osd pool get-quota is not JSON");
+  auto u64 = [](const json& j, const char* key) -> uint64_t {
+    auto it = j.find(key);
+    return it != j.end() && it->is_number_unsigned() ? it->get<uint64_t>() : 0;
+  };
+  const json* stats = nullptr;
+  if (auto pools = df.find("pools"); pools != df.end() && pools->is_array())
+    for (const json& p : *pools)
+      if (p.is_object() && p.value("name", std::string()) == pool && p.contains("stats") &&
+          p["stats"].is_object())
+        stats = &p["stats"];
+  const uint64_t max_bytes = u64(quota, "quota_max_bytes");
+  if (!stats && max_bytes == 0)
+    return Status::NotFound("the Ceph cluster reports no space figures for pool " + std::string(pool) +
+                            " (no manager daemon runs? ceph -s)");
+  // Pacific and later name the bytes stored "stored"; "bytes_used" counts
+  // the replicas too.
+  const uint64_t stored =
+      stats ? (stats->contains("stored") ? u64(*stats, "stored") : u64(*stats, "bytes_used"))
+            : u64(quota, "current_num_bytes");
+  PoolSpace s;
+  s.avail = stats ? u64(*stats, "max_avail") : UINT64_MAX;
+  if (max_bytes > 0) s.avail = std::min(s.avail, max_bytes > stored ? max_bytes - stored : 0);
+  s.total = stored + s.avail;
+  return s;
 }
 
 #ifndef LMC_HAVE_RADOS
@@ -257,12 +294,32 @@ class RadosEnvImpl final : public RadosEnv {
       return Status::FromErrno(-r, "opening Ceph pool " + spec.pool);
     }
     io_.set_namespace(spec.name);
+    // On a full pool (its quota reached, or the cluster's full ratio),
+    // librados holds every write until space frees, so a save would hang
+    // until rados_osd_op_timeout and then fail as if the cluster were down,
+    // and the lock's renewal, held too, would be lost. With FULL_TRY an
+    // operation that would add bytes fails at once with EDQUOT or ENOSPC
+    // (Error: "the Ceph pool is full"), and those that add none go through:
+    // deletes, punched holes, truncates, the lock's renewal, so that
+    // removing checkpoints frees the pool while the mount stays up.
+    io_.set_pool_full_try();
     cookie_ = RandomCookie();
     return Status::Ok();
   }
 
   librados::IoCtx& io() { return io_; }
   const std::string& cookie() const { return cookie_; }
+  // Flags of a write to `oid` on a full pool. The packs (the data) fail
+  // with EDQUOT or ENOSPC (FULL_TRY, set on io_). The store's metadata
+  // (the journal and its HEAD, LOCK, CONFIG: a few kilobytes a commit,
+  // bounded by the journal's snapshots) goes through (FULL_FORCE), as
+  // CephFS's metadata server does: a remove or a rename is a journal
+  // record, and it is what frees the pool.
+  static int WriteFlags(std::string_view oid) {
+    constexpr std::string_view packs = fmt::kPackDir;
+    const bool pack = oid.starts_with(packs) && oid.size() > packs.size() && oid[packs.size()] == '/';
+    return pack ? 0 : librados::OPERATION_FULL_FORCE;
+  }
   std::string Tag(uint64_t size) const { return std::to_string(size) + "/" + cookie_; }
 
   // The object name of a path of this store; "" for the store itself.
@@ -294,6 +351,17 @@ class RadosEnvImpl final : public RadosEnv {
                              ": the Ceph cluster did not answer in time (is it up? ceph -s)");
     if (e == ENOENT) return Status::NotFound(what + " in " + prefix_ + ": no such object");
     return Status::FromErrno(e, what + " in " + prefix_);
+  }
+
+  // A monitor command's answer (bounded by rados_mon_op_timeout).
+  Status MonCommand(const nlohmann::json& cmd, std::string* out) {
+    librados::bufferlist in, outbl;
+    std::string outs;
+    if (int r = client_->cluster.mon_command(cmd.dump(), in, &outbl, &outs); r < 0)
+      return Status::FromErrno(-r, "asking the Ceph monitors '" + cmd.value("prefix", std::string()) +
+                                       "' for pool " + spec_.pool + (outs.empty() ? "" : ": " + outs));
+    *out = outbl.to_str();
+    return Status::Ok();
   }
 
   // Calls fn(object name, the name after `dir`/) for each object under
@@ -332,7 +400,7 @@ class RadosEnvImpl final : public RadosEnv {
       librados::bufferlist tag;
       tag.append(Tag(0));
       op.setxattr(kEndAttr, tag);
-      if (int r = io_.operate(oid, &op); r < 0) {
+      if (int r = io_.operate(oid, &op, WriteFlags(oid)); r < 0) {
         if (r == -EEXIST) return Status::FromErrno(EEXIST, "creating " + oid + " in " + prefix_);
         return Error(r, "creating " + oid);
       }
@@ -354,7 +422,7 @@ class RadosEnvImpl final : public RadosEnv {
       librados::bufferlist tag;
       tag.append(Tag(size));
       op.setxattr(kEndAttr, tag);
-      int r = io_.operate(oid, &op);
+      int r = io_.operate(oid, &op, WriteFlags(oid));
       if (r == -ECANCELED && attempt < 3) continue;  // it changed between stat and claim
       if (r < 0) return Error(r, "opening " + oid);
       // Sizes are checked again under the claim: a write between stat and
@@ -420,7 +488,8 @@ class RadosEnvImpl final : public RadosEnv {
     librados::bufferlist tag;
     tag.append(Tag(bl.length()));
     op.setxattr(kEndAttr, tag);
-    if (int r = io_.operate(dst, &op); r < 0) return Error(r, "renaming " + src + " to " + dst);
+    if (int r = io_.operate(dst, &op, WriteFlags(dst)); r < 0)
+      return Error(r, "renaming " + src + " to " + dst);
     if (int r = io_.remove(src); r < 0) return Error(r, "renaming " + src + " (removing it)");
     return Status::Ok();
   }
@@ -529,12 +598,17 @@ class RadosEnvImpl final : public RadosEnv {
     return Status::Ok();
   }
 
-  Status ClusterSpace(uint64_t* total, uint64_t* avail) override {
-    librados::cluster_stat_t st;
-    if (int r = client_->cluster.cluster_stat(st); r < 0) return Error(r, "reading the cluster's space");
-    *total = st.kb * 1024;
-    *avail = st.kb_avail * 1024;
-    return Status::Ok();
+  Result<PoolSpace> Space() override {
+    std::lock_guard l(space_mu_);
+    const auto now = std::chrono::steady_clock::now();
+    if (space_asked_ && now - *space_asked_ < std::chrono::seconds(2)) return space_;
+    std::string df, quota;
+    LMC_RETURN_IF_ERROR(MonCommand({{"prefix", "df"}, {"format", "json"}}, &df));
+    LMC_RETURN_IF_ERROR(
+        MonCommand({{"prefix", "osd pool get-quota"}, {"pool", spec_.pool}, {"format", "json"}}, &quota));
+    space_ = PoolSpaceOf(df, quota, spec_.pool);
+    space_asked_ = now;
+    return space_;
   }
 
   std::string ClientAddress() const override { return client_->cluster.get_addrs(); }
@@ -580,6 +654,10 @@ class RadosEnvImpl final : public RadosEnv {
   // The holes attribute PunchHoles last wrote, by object (holes_mu_).
   std::mutex holes_mu_;
   std::unordered_map<std::string, uint64_t> holes_;
+  // Space's last answer and when it was asked (space_mu_).
+  std::mutex space_mu_;
+  std::optional<std::chrono::steady_clock::time_point> space_asked_;
+  Result<PoolSpace> space_ = PoolSpace{};
 };
 
 Result<size_t> RadosFile::ReadAt(uint64_t off, size_t n, uint8_t* dst) const {
@@ -604,7 +682,8 @@ Status RadosFile::GuardedWrite(librados::bufferlist& bl) {
   op.cmpxattr(kEndAttr, LIBRADOS_CMPXATTR_OP_EQ, expect);
   op.write(size_, bl);
   op.setxattr(kEndAttr, tag);
-  if (int r = env_->io().operate(oid_, &op); r < 0) return env_->Error(r, "appending to " + oid_);
+  if (int r = env_->io().operate(oid_, &op, RadosEnvImpl::WriteFlags(oid_)); r < 0)
+    return env_->Error(r, "appending to " + oid_);
   size_ += bl.length();
   return Status::Ok();
 }
@@ -642,7 +721,8 @@ Status RadosFile::Truncate(uint64_t size) {
   op.cmpxattr(kEndAttr, LIBRADOS_CMPXATTR_OP_EQ, expect);
   op.truncate(size);
   op.setxattr(kEndAttr, tag);
-  if (int r = env_->io().operate(oid_, &op); r < 0) return env_->Error(r, "truncating " + oid_);
+  if (int r = env_->io().operate(oid_, &op, RadosEnvImpl::WriteFlags(oid_)); r < 0)
+    return env_->Error(r, "truncating " + oid_);
   size_ = size;
   return Status::Ok();
 }
@@ -713,7 +793,9 @@ class RadosLock final : public FileLock {
     env_->lock_lost_ = false;
     librados::bufferlist bl;
     bl.append(desc);
-    env_->io().write_full(oid_, bl);
+    librados::ObjectWriteOperation op;
+    op.write_full(bl);
+    env_->io().operate(oid_, &op, RadosEnvImpl::WriteFlags(oid_));
     renew_ = std::thread([this] { Renew(); });
     return Status::Ok();
   }

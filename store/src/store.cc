@@ -1629,13 +1629,23 @@ Result<Store::DiskUsage> Store::KnownDiskUsage() const {
 int Store::BackingSpace(struct statvfs* out) const {
   const Impl& s = *impl_;
   if (s.rados) {
-    uint64_t total = 0, avail = 0;
-    if (!s.rados->ClusterSpace(&total, &avail).ok()) return EIO;
     *out = {};
     out->f_bsize = out->f_frsize = 4096;
-    out->f_blocks = total / 4096;
-    out->f_bfree = out->f_bavail = avail / 4096;
     out->f_namemax = 255;
+    auto space = s.rados->Space();
+    if (space.status().IsNotFound()) {
+      // Unknown space is shown as none (df: 0 blocks), said once.
+      if (!s.space_unknown_said.exchange(true))
+        spdlog::warn("store {}: {}; df on the mount shows 0 blocks until it does", s.dir,
+                     space.status().ToString());
+      return 0;
+    }
+    if (!space.ok()) {
+      spdlog::warn("store {}: {}", s.dir, space.status().ToString());
+      return EIO;
+    }
+    out->f_blocks = space->total / 4096;
+    out->f_bfree = out->f_bavail = space->avail / 4096;
     return 0;
   }
   const std::string& where = IsRadosSpec(s.dir) ? s.local_dir : s.dir;

@@ -55,6 +55,8 @@ struct Store::Impl {
   // lock and the journal, which use it).
   std::unique_ptr<Env> owned_env;
   RadosEnv* rados = nullptr;
+  // BackingSpace said that the pool's space is unknown (once a store).
+  mutable std::atomic<bool> space_unknown_said{false};
   Env* env = nullptr;
   const FrameCodec* codec = nullptr;
   // How chunks are named (CONFIG hash=); with a fast hash the commit

@@ -39,25 +39,6 @@ class FullDiskTest : public MountTest {
  protected:
   FullDiskTest() { options_.mount_in_setup = false; }
 
-  static std::string Random(size_t n, uint64_t seed) {
-    std::mt19937_64 rng(seed);
-    std::string s(n, '\0');
-    for (size_t i = 0; i + 8 <= n; i += 8) {
-      const uint64_t v = rng();
-      std::memcpy(s.data() + i, &v, 8);
-    }
-    return s;
-  }
-  // Writes DATA to PATH (created or truncated) and fsyncs it: 0, or the
-  // errno of the first write, fsync or close that failed.
-  static int WriteSynced(const std::string& path, const std::string& data) {
-    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) return errno;
-    int err = WriteAll(fd, data);
-    if (err == 0 && ::fsync(fd) != 0) err = errno;
-    if (::close(fd) != 0 && err == 0) err = errno;
-    return err;
-  }
   static int WriteAll(int fd, const std::string& data) {
     for (size_t off = 0; off < data.size();) {
       const ssize_t n = ::write(fd, data.data() + off, std::min<size_t>(data.size() - off, 1 << 20));
@@ -136,7 +117,7 @@ class MountFullDisk : public FullDiskTest {
   // then fsyncs: the first write or fsync that fails ends it.
   Wall HitTheWall(const std::string& name, uint64_t seed) {
     Wall w;
-    w.data = Random(96 << 20, seed);
+    w.data = RandomBytes(96 << 20, seed);
     w.fd = ::open(P(name).c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (w.fd < 0) {
       w.err = errno;
@@ -156,7 +137,7 @@ TEST_F(MountFullDisk, EnospcThenDeletesGiveTheSpaceBackWithoutGc) {
   std::string failed_name, failed_data;
   int err = 0;
   for (int i = 0; i < 40 && err == 0; ++i) {
-    const std::string name = "f" + std::to_string(i), data = Random(kFile, 1000 + i);
+    const std::string name = "f" + std::to_string(i), data = RandomBytes(kFile, 1000 + i);
     err = WriteSynced(P(name), data);
     if (err == 0) {
       files[name] = data;
@@ -192,7 +173,7 @@ TEST_F(MountFullDisk, EnospcThenDeletesGiveTheSpaceBackWithoutGc) {
 
   // Writing works again, without lmcfs-gc.
   for (int j = 0; j < 2; ++j) {
-    const std::string name = "again" + std::to_string(j), data = Random(kFile, 2000 + j);
+    const std::string name = "again" + std::to_string(j), data = RandomBytes(kFile, 2000 + j);
     ASSERT_EQ(WriteSynced(P(name), data), 0) << name;
     files[name] = data;
   }
@@ -206,7 +187,7 @@ TEST_F(MountFullDisk, TheFileThatHitTheWallCanBeDeletedTruncatedOrReplaced) {
   // Each writer commits two 16 MiB batches (FsOptions::batch_limit) of the
   // 44 MiB free before the third fails: at least this much comes back.
   constexpr uint64_t kFreed = 16 << 20;
-  const std::string keep = Random(2 << 20, 1), src = Random(1 << 20, 2);
+  const std::string keep = RandomBytes(2 << 20, 1), src = RandomBytes(1 << 20, 2);
   ASSERT_EQ(WriteSynced(P("keep"), keep), 0);
   ASSERT_EQ(WriteSynced(P("src"), src), 0);
   auto gave_back = [&](uint64_t full) {
@@ -269,7 +250,7 @@ TEST_F(MountFullDisk, TheFileThatHitTheWallCanBeDeletedTruncatedOrReplaced) {
     EXPECT_TRUE(gave_back(full)) << Avail() << " bytes free, " << full << " when full";
   }
   // Writing works again; nothing is half-written.
-  const std::string again = Random(4 << 20, 3);
+  const std::string again = RandomBytes(4 << 20, 3);
   ASSERT_EQ(WriteSynced(P("again"), again), 0);
   Unmount();
   ExpectFsckClean();
@@ -290,13 +271,13 @@ TEST_F(MountFullDisk, TheFileThatHitTheWallCanBeDeletedTruncatedOrReplaced) {
 TEST_F(MountFullDisk, AnotherProgramFillsTheDisk) {
   std::map<std::string, std::string> files;
   for (int i = 0; i < 4; ++i) {
-    const std::string name = "f" + std::to_string(i), data = Random(4 << 20, 100 + i);
+    const std::string name = "f" + std::to_string(i), data = RandomBytes(4 << 20, 100 + i);
     ASSERT_EQ(WriteSynced(P(name), data), 0) << name;
     files[name] = data;
   }
   Hog();
   if (HasFatalFailure()) return;
-  const int werr = WriteSynced(P("new"), Random(4 << 20, 200));
+  const int werr = WriteSynced(P("new"), RandomBytes(4 << 20, 200));
   EXPECT_EQ(werr, ENOSPC) << std::strerror(werr);
   ASSERT_TRUE(IsMounted(mnt_));
   for (const auto& [name, data] : files) EXPECT_TRUE(FileEquals(P(name), data)) << name;
@@ -308,7 +289,7 @@ TEST_F(MountFullDisk, AnotherProgramFillsTheDisk) {
     ASSERT_EQ(::unlink(P("f0").c_str()), 0) << "once there is room: " << std::strerror(errno);
   }
   files.erase("f0");
-  const std::string again = Random(4 << 20, 201);
+  const std::string again = RandomBytes(4 << 20, 201);
   ASSERT_EQ(WriteSynced(P("again"), again), 0);
   files["again"] = again;
   ExpectIntactAfterRemount(files);
@@ -324,7 +305,7 @@ TEST_F(MountFullDisk, AnotherProgramFillsTheDisk) {
 // remount (DB::Resume where RocksDB stopped); fsck is clean afterwards and
 // every operation that returned 0 is there after a remount.
 TEST_F(MountFullDisk, TheIndexRunsOutOfSpaceAndResumesWithoutARemount) {
-  const std::string f0 = Random(4 << 20, 300);
+  const std::string f0 = RandomBytes(4 << 20, 300);
   ASSERT_EQ(WriteSynced(P("f0"), f0), 0);
   Hog();
   if (HasFatalFailure()) return;
@@ -365,7 +346,7 @@ TEST_F(MountFullDisk, TheIndexRunsOutOfSpaceAndResumesWithoutARemount) {
   if (rocks_stopped) {
     EXPECT_NE(Log().find("the index takes writes again"), std::string::npos);
   }
-  const std::string again = Random(4 << 20, 301);
+  const std::string again = RandomBytes(4 << 20, 301);
   ASSERT_EQ(WriteSynced(P("again"), again), 0);
   Unmount();
   ExpectFsckClean();
@@ -437,14 +418,14 @@ class MountFullDiskReadOnly : public FullDiskTest {
 TEST_F(MountFullDiskReadOnly, WritesGetErofsReadsWorkAndARemountRecovers) {
   std::map<std::string, std::string> files;
   for (int i = 0; i < 3; ++i) {
-    const std::string name = "f" + std::to_string(i), data = Random(3 << 20, 400 + i);
+    const std::string name = "f" + std::to_string(i), data = RandomBytes(3 << 20, 400 + i);
     ASSERT_EQ(WriteSynced(P(name), data), 0) << name;
     files[name] = data;
   }
   // A writer with bytes not yet fsynced when the filesystem goes.
   const int wfd = ::open(P("open").c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   ASSERT_GE(wfd, 0);
-  ASSERT_EQ(WriteAll(wfd, Random(2 << 20, 410)), 0);
+  ASSERT_EQ(WriteAll(wfd, RandomBytes(2 << 20, 410)), 0);
 
   EXPECT_NE(Sh("mount -o remount,ro " + small_ + " 2>/dev/null"), 0)
       << "a plain read-only remount went through while lmcfs writes there";
@@ -452,7 +433,7 @@ TEST_F(MountFullDiskReadOnly, WritesGetErofsReadsWorkAndARemountRecovers) {
   ASSERT_TRUE(WaitUntil([&] { return ReadOnlyNow(); }, 10s, 50ms)) << "ext4 did not go read-only";
 
   // Writes: EROFS, never EIO or a hang.
-  EXPECT_EQ(WriteSynced(P("new"), Random(1 << 20, 420)), EROFS);
+  EXPECT_EQ(WriteSynced(P("new"), RandomBytes(1 << 20, 420)), EROFS);
   const int ferr = ::fsync(wfd) == 0 ? 0 : errno;
   EXPECT_EQ(ferr, EROFS) << std::strerror(ferr);
   ::close(wfd);
@@ -481,7 +462,7 @@ TEST_F(MountFullDiskReadOnly, WritesGetErofsReadsWorkAndARemountRecovers) {
   ExpectFsckClean();
   Mount();
   for (const auto& [name, data] : files) EXPECT_TRUE(FileEquals(P(name), data)) << name;
-  const std::string again = Random(2 << 20, 430);
+  const std::string again = RandomBytes(2 << 20, 430);
   ASSERT_EQ(WriteSynced(P("again"), again), 0);
   EXPECT_TRUE(FileEquals(P("again"), again));
 }

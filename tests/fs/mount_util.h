@@ -5,6 +5,7 @@
 // defines LMC_MOUNT_BIN, the path of the mount.lmcfs it tests.
 #pragma once
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -13,12 +14,15 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdint>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <memory>
+#include <random>
 #include <string>
 #include <thread>
 #include <utility>
@@ -35,6 +39,35 @@ namespace lmc::testing {
 inline int Shell(const std::string& cmd) {
   int rc = std::system(cmd.c_str());
   return WIFEXITED(rc) ? WEXITSTATUS(rc) : 128;
+}
+
+// N pseudo-random (incompressible) bytes, the same for the same seed.
+inline std::string RandomBytes(size_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::string s(n, '\0');
+  for (size_t i = 0; i + 8 <= n; i += 8) {
+    const uint64_t v = rng();
+    std::memcpy(s.data() + i, &v, 8);
+  }
+  return s;
+}
+
+// Writes DATA to PATH (created or truncated) in writes of 1 MiB and fsyncs
+// it: 0, or the errno of the first write, fsync or close that failed.
+inline int WriteSynced(const std::string& path, const std::string& data) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return errno;
+  int err = 0;
+  for (size_t off = 0; off < data.size() && err == 0;) {
+    const ssize_t n = ::write(fd, data.data() + off, std::min<size_t>(data.size() - off, 1 << 20));
+    if (n < 0)
+      err = errno;
+    else
+      off += static_cast<size_t>(n);
+  }
+  if (err == 0 && ::fsync(fd) != 0) err = errno;
+  if (::close(fd) != 0 && err == 0) err = errno;
+  return err;
 }
 
 // Why the tests of a store in RADOS (label ceph) cannot run here ("" where

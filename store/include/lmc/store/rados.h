@@ -84,6 +84,21 @@ std::string DefaultLocalDir(const RadosSpec& spec);
 // POSIX store, DefaultLocalDir for a RADOS one (of a union's first store).
 std::string LocalDirOf(const std::string& store);
 
+// The space of a pool as `df` on a mount of one of its stores shows it, in
+// bytes stored (before replication or erasure coding).
+struct PoolSpace {
+  uint64_t total = 0;  // what the pool stores plus avail
+  uint64_t avail = 0;  // what it can still take
+};
+// From the answers of the monitor commands `df` and `osd pool get-quota
+// POOL` (JSON): avail is the pool's max_avail (what can still be stored
+// there, after its replication or erasure coding and the cluster's full
+// ratio), less than what its quota leaves where it has one. NotFound where
+// the cluster reports no figures for the pool (no manager daemon runs, or
+// none has reported it yet) and it has no quota; Corruption for answers
+// that are not such JSON.
+Result<PoolSpace> PoolSpaceOf(std::string_view df_json, std::string_view quota_json, std::string_view pool);
+
 // An Env over the objects of one RADOS store: paths are "rados:POOL/NAME/"
 // followed by the object's name. LockFile takes the RADOS exclusive lock
 // on the object with a lease, renewed by a thread of the lock; once the
@@ -97,8 +112,9 @@ class RadosEnv : public Env {
   // PunchHole gave back (each object keeps that count in an attribute).
   // FileDiskBytes is one object's, one read.
   Result<uint64_t> DiskBytes(const std::string& dir) override = 0;
-  // The cluster's raw space (rados df): total and available bytes.
-  virtual Status ClusterSpace(uint64_t* total, uint64_t* avail) = 0;
+  // The store's pool's space (PoolSpaceOf), asked of the monitors at most
+  // every 2 s (the manager reports pool figures every 5 s).
+  virtual Result<PoolSpace> Space() = 0;
   // This client's address as the cluster sees it (what a takeover fences).
   virtual std::string ClientAddress() const = 0;
   // Whether the store's lock is still held (false once lost).

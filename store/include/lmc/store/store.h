@@ -611,8 +611,10 @@ class Store {
   // few bytes (HEAD, LOCK) are not counted. Other stores: GetDiskUsage.
   Result<DiskUsage> KnownDiskUsage() const;
   // The backing storage's size and free space, as statvfs(3) fills them:
-  // the filesystem of a POSIX store's directory, the Ceph cluster's raw
-  // space for a RADOS store. Returns 0 or an errno.
+  // the filesystem of a POSIX store's directory; for a RADOS store, its
+  // pool's (RadosEnv::Space: what the pool stores and can still take,
+  // replicas and quota counted; 0 blocks where the cluster reports no
+  // figures). Returns 0 or an errno.
   int BackingSpace(struct statvfs* out) const;
   // How this store names chunks: the key of bytes written to it is
   // keys().Of(bytes, owner) (ChunkKey::Of for a SHA-256 store).
