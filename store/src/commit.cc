@@ -637,8 +637,12 @@ Status Store::Impl::AppendDurably(std::span<const std::span<const uint8_t>> piec
   if (st.ok()) n_pack_written += bytes;
   if (st.ok()) st = active->Sync();
   if (!st.ok()) {
-    spdlog::error("store {}: writing {} bytes to pack {} failed: {}", dir, bytes, PackPath(active_id),
-                  st.ToString());
+    // A full store (a full Ceph pool refuses the append itself; a full
+    // disk is refused by CheckRoom before) is its callers' to report: the
+    // filesystem says it at most every 10 s, with what to do.
+    spdlog::log(st.code() == Code::kNoSpace ? spdlog::level::debug : spdlog::level::err,
+                "store {}: writing {} bytes to pack {} failed: {}", dir, bytes, PackPath(active_id),
+                st.ToString());
     Rollback();
   }
   return st;

@@ -291,7 +291,9 @@ Result<CompactReport> Store::Compact(const CompactOptions& options, const Compac
     s.n_compact_copied += report.bytes_copied - copied;
     s.n_compact_reclaimed += report.bytes_reclaimed - reclaimed;
     if (!st.ok()) {
-      spdlog::error("store {}: compacting pack {} stopped: {}", s.dir, s.PackPath(id), st.ToString());
+      // No room for the copies (a full store) is the caller's to report.
+      spdlog::log(st.code() == Code::kNoSpace ? spdlog::level::debug : spdlog::level::err,
+                  "store {}: compacting pack {} stopped: {}", s.dir, s.PackPath(id), st.ToString());
       return st;
     }
     p.pack_id = id;

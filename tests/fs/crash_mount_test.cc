@@ -102,6 +102,19 @@ TEST(MountSoakRun, MixedOperationsMatchThePlainDisk) {
   }
 }
 
+// A checkpoint writer with a keep-last-3 rotation runs its store out of
+// space again and again, on a 64 MiB tmpfs: the bounded CI form of
+// scripts/full_run.py (the long form is `--rounds 20`). Every wall is ENOSPC
+// at once, the file that hit it a prefix or nothing, every completed save
+// reads back, the space comes back without lmcfs-gc, and the store is clean
+// under lmcfs-fsck --deep at the end.
+TEST(MountFullRun, RunOutOfSpaceAgainAndAgainLosesNothing) {
+  if (const std::string why = Unrunnable(); !why.empty()) GTEST_SKIP() << why;
+  if (geteuid() != 0) GTEST_SKIP() << "mounting the run's tmpfs needs root";
+  const std::string cmd = RunCommand("full_run.py", "--rounds 4 --seed 21");
+  EXPECT_EQ(lmc::testing::Shell(cmd), 0) << cmd << " (its output above says what failed)";
+}
+
 // The crash and soak runs against a store in RADOS (label ceph: the
 // single-host cluster of scripts/ceph-dev.sh; skips without one), each in
 // a namespace of its own that the run empties when it passes. The crash
@@ -135,6 +148,15 @@ TEST_F(RadosFaultRuns, KilledAtRandomMomentsAndTakenOverLosesNothingFsyncd) {
 TEST_F(RadosFaultRuns, MixedOperationsMatchThePlainDisk) {
   const std::string cmd =
       RunCommand("soak_run.py", "--ops 200 --seed 11 --follower --store " + Store("soak"));
+  EXPECT_EQ(lmc::testing::Shell(cmd), 0) << cmd << " (its output above says what failed)";
+}
+
+// The full-store run in a Ceph pool of its own with a quota of 32 MiB:
+// the writer gets ENOSPC within 30 s each time (not held until the
+// cluster's timeout), and the space comes back within 90 s of the
+// rotation, in the same mount or after a remount.
+TEST_F(RadosFaultRuns, AFullPoolAgainAndAgainLosesNothing) {
+  const std::string cmd = RunCommand("full_run.py", "--rounds 2 --mib 32 --seed 22 --store rados");
   EXPECT_EQ(lmc::testing::Shell(cmd), 0) << cmd << " (its output above says what failed)";
 }
 

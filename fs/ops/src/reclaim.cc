@@ -133,6 +133,18 @@ Result<uint64_t> Reclaimer::Pass(const std::function<bool()>& busy, bool idle) {
     stats_.seconds += std::chrono::duration<double>(Clock::now() - t0).count();
     stats_.last_pass_unix = UnixNow();
   }
+  if (!status.ok() && status.code() == Code::kNoSpace) {
+    // A full store: compaction has no room for its copies. Not a fault;
+    // said at most once a minute while it lasts.
+    if (const auto now = Clock::now(); now - no_space_said_ >= std::chrono::minutes(1)) {
+      no_space_said_ = now;
+      spdlog::warn(
+          "lmcfs: background reclamation waits for space ({}); deleting files gives theirs back at once, "
+          "and it tries again",
+          status.ToString());
+    }
+    return status;
+  }
   if (!status.ok()) {
     spdlog::error(
         "lmcfs: background reclamation failed ({}); it will try again; run lmcfs-fsck on the "

@@ -108,6 +108,8 @@ class Reclaimer {
   ReclaimActivityFn activity_;
   ReencodedFn reencoded_;
   uint64_t removals_seen_ = 0;  // removals at the last dead-base rewrite (Loop's thread)
+  // When a pass last said it waits for space (Loop's thread).
+  std::chrono::steady_clock::time_point no_space_said_{};
 
   mutable std::mutex mu_;  // guards stats_ and stop_
   std::condition_variable cv_;
