@@ -601,7 +601,7 @@ class RadosEnvImpl final : public RadosEnv {
   Result<PoolSpace> Space() override {
     std::lock_guard l(space_mu_);
     const auto now = std::chrono::steady_clock::now();
-    if (space_asked_ && now - *space_asked_ < std::chrono::seconds(2)) return space_;
+    if (space_asked_ && now - *space_asked_ < std::chrono::seconds(5)) return space_;
     std::string df, quota;
     LMC_RETURN_IF_ERROR(MonCommand({{"prefix", "df"}, {"format", "json"}}, &df));
     LMC_RETURN_IF_ERROR(
