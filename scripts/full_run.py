@@ -296,6 +296,8 @@ def main():
         run.finish()
     except Failure as e:
         failures.append(str(e))
+    except OSError as e:  # a remove, listing or read that failed: never expected
+        failures.append(f'{e.filename or ""}: {e.strerror} (errno {e.errno})')
     run.stats['seconds'] = round(time.time() - run.t0, 1)
     run.stats['seed'] = a.seed
     run.stop(passed=not failures)
