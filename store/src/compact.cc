@@ -7,6 +7,7 @@
 
 #include <algorithm>
 
+#include "rocks_view.h"
 #include "store_impl.h"
 
 namespace lmc::store {
@@ -268,11 +269,13 @@ Result<CompactReport> Store::Compact(const CompactOptions& options, const Compac
   for (uint64_t id : report.candidates) keys[id];
   {
     std::unique_ptr<rocksdb::Iterator> it(s.db->NewIterator(rocksdb::ReadOptions(), s.chunks_cf));
+    std::string kk, vk;  // copies under ThreadSanitizer (rocks_view.h)
     for (it->SeekToFirst(); it->Valid(); it->Next()) {
-      if (it->key().size() != ChunkKey::kSize)
+      const std::string_view raw = View(it->key(), &kk);
+      if (raw.size() != ChunkKey::kSize)
         return Status::Corruption("chunk index key of bad length; run fsck before compacting");
-      ChunkKey key = ChunkKey::FromBytes(reinterpret_cast<const uint8_t*>(it->key().data()));
-      auto e = fmt::DecodeChunkEntry(key, it->value().ToStringView());
+      ChunkKey key = ChunkKey::FromBytes(reinterpret_cast<const uint8_t*>(raw.data()));
+      auto e = fmt::DecodeChunkEntry(key, View(it->value(), &vk));
       if (!e.ok())
         return Status::Corruption("chunk " + key.ToHex() + ": " + e.status().message() +
                                   "; run fsck before compacting");

@@ -13,6 +13,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "rocks_view.h"
 #include "store_impl.h"
 
 namespace lmc::store {
@@ -46,11 +47,12 @@ Result<DeadBaseReport> Store::RewriteDeadBases(const DeadBaseOptions& options,
   std::unordered_map<ChunkKey, std::vector<ChunkKey>, ChunkKeyHash> dependants;
   {
     std::unique_ptr<rocksdb::Iterator> it(s.db->NewIterator(rocksdb::ReadOptions(), s.chunks_cf));
+    std::string kk, vk;  // copies under ThreadSanitizer (rocks_view.h)
     for (it->SeekToFirst(); it->Valid(); it->Next()) {
-      std::string_view k = it->key().ToStringView();
+      std::string_view k = View(it->key(), &kk);
       if (k.size() != ChunkKey::kSize) return Status::Corruption("chunk index key of bad length (run fsck)");
       const ChunkKey key = ChunkKey::FromBytes(reinterpret_cast<const uint8_t*>(k.data()));
-      LMC_ASSIGN_OR_RETURN(fmt::ChunkEntry e, fmt::DecodeChunkEntry(key, it->value().ToStringView()));
+      LMC_ASSIGN_OR_RETURN(fmt::ChunkEntry e, fmt::DecodeChunkEntry(key, View(it->value(), &vk)));
       chunks[key] = Scanned{e.refcount, e.record_size(), e.base};
       if (e.base) dependants[*e.base].push_back(key);
       r.chunks_scanned++;

@@ -9,6 +9,7 @@
 
 #include <unordered_set>
 
+#include "rocks_view.h"
 #include "store_impl.h"
 
 namespace lmc::store {
@@ -68,8 +69,9 @@ Status Store::Impl::ScanDependants(const ChunkKey& base, const rocksdb::Snapshot
   ro.snapshot = snap;
   const std::string prefix = fmt::DependantPrefix(base);
   std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(ro, handles[0]));
+  std::string kk;  // a copy under ThreadSanitizer (rocks_view.h)
   for (it->Seek(prefix); it->Valid(); it->Next()) {
-    std::string_view k = it->key().ToStringView();
+    std::string_view k = View(it->key(), &kk);
     if (k.substr(0, prefix.size()) != prefix) break;
     if (k.size() != fmt::kDependantKeySize) continue;  // fsck reports and deletes it
     fn(ChunkKey::FromBytes(reinterpret_cast<const uint8_t*>(k.data() + prefix.size())));
@@ -98,10 +100,12 @@ Status Store::Impl::EnsureDependantsIndex(bool fresh) {
     ChunkEntries chunks;
     {
       std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(rocksdb::ReadOptions(), chunks_cf));
+      std::string kk, vk;  // copies under ThreadSanitizer (rocks_view.h)
       for (it->SeekToFirst(); it->Valid(); it->Next()) {
-        if (it->key().size() != ChunkKey::kSize) continue;
-        const ChunkKey key = ChunkKey::FromBytes(reinterpret_cast<const uint8_t*>(it->key().data()));
-        auto e = fmt::DecodeChunkEntry(key, it->value().ToStringView());
+        const std::string_view k = View(it->key(), &kk);
+        if (k.size() != ChunkKey::kSize) continue;
+        const ChunkKey key = ChunkKey::FromBytes(reinterpret_cast<const uint8_t*>(k.data()));
+        auto e = fmt::DecodeChunkEntry(key, View(it->value(), &vk));
         if (e.ok()) chunks.emplace(key, *e);
       }
       LMC_RETURN_IF_ERROR(FromRocks(it->status(), "scanning chunk index"));

@@ -15,6 +15,7 @@
 
 #include "lmc/store/permissions.h"
 #include "lmc/thread_pool.h"
+#include "rocks_view.h"
 #include "store_impl.h"
 
 namespace lmc::store {
@@ -129,10 +130,12 @@ Status Store::Impl::VerifyRecords(const FsckOptions& options, BadRecords* bad) {
   std::vector<Item> items;
   {
     std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(rocksdb::ReadOptions(), chunks_cf));
+    std::string kk, vk;  // copies under ThreadSanitizer (rocks_view.h)
     for (it->SeekToFirst(); it->Valid(); it->Next()) {
-      if (it->key().size() != ChunkKey::kSize) continue;  // reported under the lock
-      ChunkKey key = ChunkKey::FromBytes(reinterpret_cast<const uint8_t*>(it->key().data()));
-      auto e = fmt::DecodeChunkEntry(key, it->value().ToStringView());
+      const std::string_view raw = View(it->key(), &kk);
+      if (raw.size() != ChunkKey::kSize) continue;  // reported under the lock
+      ChunkKey key = ChunkKey::FromBytes(reinterpret_cast<const uint8_t*>(raw.data()));
+      auto e = fmt::DecodeChunkEntry(key, View(it->value(), &vk));
       if (!e.ok()) continue;  // reported under the lock
       items.push_back({key, e->pack_id, e->offset, e->decoded_len});
     }

@@ -35,6 +35,7 @@
 #include "lmc/text.h"
 #include "lmc/version.h"
 #include "owner_only_fs.h"
+#include "rocks_view.h"
 #include "store_impl.h"
 
 namespace lmc::store {
@@ -1528,10 +1529,11 @@ Status Store::Scan(Cf cf, std::string_view prefix,
                    const std::function<bool(std::string_view, std::string_view)>& fn) {
   std::unique_ptr<rocksdb::Iterator> it(
       impl_->db->NewIterator(rocksdb::ReadOptions(), impl_->fs_cf[static_cast<size_t>(cf)]));
+  std::string kk, vk;  // copies under ThreadSanitizer (rocks_view.h)
   for (it->Seek(rocksdb::Slice(prefix.data(), prefix.size())); it->Valid(); it->Next()) {
-    std::string_view k = it->key().ToStringView();
+    std::string_view k = View(it->key(), &kk);
     if (k.substr(0, prefix.size()) != prefix) break;
-    if (!fn(k, it->value().ToStringView())) break;
+    if (!fn(k, View(it->value(), &vk))) break;
   }
   return FromRocks(it->status(), "scanning index");
 }
@@ -1641,9 +1643,15 @@ int Store::BackingSpace(struct statvfs* out) const {
       return 0;
     }
     if (!space.ok()) {
-      spdlog::warn("store {}: {}", s.dir, space.status().ToString());
+      // Said once per spell: a monitoring agent may call statfs every second
+      // while the monitors are away (a failed answer is also cached 5 s).
+      if (!s.space_failing.exchange(true))
+        spdlog::warn("store {}: {}; statfs on the mount fails (EIO) until the monitors answer", s.dir,
+                     space.status().ToString());
       return EIO;
     }
+    if (s.space_failing.exchange(false))
+      spdlog::info("store {}: the monitors answer again; df shows the pool's space", s.dir);
     out->f_blocks = space->total / 4096;
     out->f_bfree = out->f_bavail = space->avail / 4096;
     return 0;

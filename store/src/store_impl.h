@@ -57,6 +57,7 @@ struct Store::Impl {
   RadosEnv* rados = nullptr;
   // BackingSpace said that the pool's space is unknown (once a store).
   mutable std::atomic<bool> space_unknown_said{false};
+  mutable std::atomic<bool> space_failing{false};  // BackingSpace said the monitors failed
   Env* env = nullptr;
   const FrameCodec* codec = nullptr;
   // How chunks are named (CONFIG hash=); with a fast hash the commit
