@@ -602,12 +602,14 @@ class RadosEnvImpl final : public RadosEnv {
     std::lock_guard l(space_mu_);
     const auto now = std::chrono::steady_clock::now();
     if (space_asked_ && now - *space_asked_ < std::chrono::seconds(5)) return space_;
+    // A failed answer is kept 5 s too: each ask of monitors out of reach
+    // takes rados_mon_op_timeout, and statfs callers queue on space_mu_.
     std::string df, quota;
-    LMC_RETURN_IF_ERROR(MonCommand({{"prefix", "df"}, {"format", "json"}}, &df));
-    LMC_RETURN_IF_ERROR(
-        MonCommand({{"prefix", "osd pool get-quota"}, {"pool", spec_.pool}, {"format", "json"}}, &quota));
-    space_ = PoolSpaceOf(df, quota, spec_.pool);
-    space_asked_ = now;
+    Status st = MonCommand({{"prefix", "df"}, {"format", "json"}}, &df);
+    if (st.ok())
+      st = MonCommand({{"prefix", "osd pool get-quota"}, {"pool", spec_.pool}, {"format", "json"}}, &quota);
+    space_ = st.ok() ? PoolSpaceOf(df, quota, spec_.pool) : Result<PoolSpace>(st);
+    space_asked_ = std::chrono::steady_clock::now();
     return space_;
   }
 
