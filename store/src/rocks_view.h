@@ -7,11 +7,10 @@
 // RocksDB, TSan sees a read racing RocksDB's memcpy. tests/tsan.supp silences
 // such reports by the RocksDB frame on the writer's stack, but TSan keeps a
 // bounded history per thread and sometimes cannot restore that stack ("failed
-// to restore the stack"); the report then names only our reader (a CI run
-// failed so, reading inodes in Store::Scan while a delta policy thread
-// committed). Under ThreadSanitizer, View therefore copies the bytes with
-// reads unseen, and the caller reads the copy; otherwise it is the slice's
-// own view, at no cost.
+// to restore the stack"), and the report then names only our reader. Under
+// ThreadSanitizer, View therefore copies the bytes with reads unseen, and
+// the caller reads the copy; otherwise it is the slice's own view, at no
+// cost.
 
 #pragma once
 
